@@ -1,0 +1,61 @@
+// Command dispatch for `switchyard`. Bad arguments print a clear message and
+// exit 2; failures exit 1.
+import { parseArgs } from "node:util";
+import { ConfigError } from "@switchyard/router";
+import { keysCommand } from "./commands/keys.ts";
+import { migrateCommand } from "./commands/migrate.ts";
+import { routerCommand } from "./commands/router.ts";
+import { tenantsCommand } from "./commands/tenants.ts";
+import { upCommand } from "./commands/up.ts";
+import { UsageError, usage } from "./usage.ts";
+
+export async function main(argv: string[]): Promise<number> {
+  try {
+    const { values, positionals } = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      strict: true,
+      options: {
+        config: { type: "string" },
+        tenant: { type: "string" },
+        name: { type: "string" },
+        quick: { type: "boolean" },
+        help: { type: "boolean", short: "h" },
+      },
+    });
+    const [command, ...rest] = positionals;
+    if (values.help || !command) {
+      process.stdout.write(usage + "\n");
+      return command || values.help ? 0 : 2;
+    }
+    switch (command) {
+      case "up":
+        return await upCommand(values);
+      case "router":
+        return await routerCommand(values);
+      case "migrate":
+        return await migrateCommand(values);
+      case "tenants":
+        return await tenantsCommand(rest, values);
+      case "keys":
+        return await keysCommand(rest, values);
+      case "bench": {
+        const { benchCommand } = await import("./commands/bench.ts");
+        return await benchCommand(rest, values);
+      }
+      default:
+        throw new UsageError(`unknown command '${command}'`);
+    }
+  } catch (err) {
+    if (err instanceof UsageError || (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")) {
+      process.stderr.write(`error: ${(err as Error).message}\n\n${usage}\n`);
+      return 2;
+    }
+    if (err instanceof ConfigError) {
+      process.stderr.write(`error: ${err.message}\n`);
+      return 2;
+    }
+    process.stderr.write(`error: ${(err as Error)?.message ?? String(err)}\n`);
+    return 1;
+  }
+}

@@ -1,0 +1,21 @@
+// Exit codes and the usage error shared by every command.
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
+export const usage = `switchyard — a distributed inference fabric
+
+Usage:
+  switchyard up                         router + local worker, embedded state (single machine)
+  switchyard router [--config FILE]     start a router (Redis + Postgres from config/env)
+  switchyard migrate                    apply database migrations
+  switchyard tenants create NAME        create a tenant
+  switchyard tenants list               list tenants
+  switchyard keys create --tenant NAME [--name LABEL]
+                                        create an API key (printed once)
+  switchyard keys list --tenant NAME    list a tenant's keys
+  switchyard keys revoke PREFIX         revoke a key by its visible prefix (sy_xxxxxxxx)
+  switchyard bench router [--quick]     router overhead benchmark (prints a table)
+
+Configuration: switchyard.yaml (or --config / SWITCHYARD_CONFIG) plus SWITCHYARD_* env;
+DATABASE_URL unset → embedded PostgreSQL under $SWITCHYARD_HOME (default ./.switchyard).`;

@@ -1,0 +1,55 @@
+// createApp(deps): the public router app (OpenAI-compatible API + health),
+// and createAdminApp(deps) for /metrics on its own port.
+import { Hono } from "hono";
+import { ApiError, errorBody, toApiError } from "./errors.ts";
+import type { AppDeps, AppEnv } from "./deps.ts";
+import { requestContext } from "./middleware.ts";
+import { registerHealthz } from "./routes/health/healthz.ts";
+import { registerReadyz } from "./routes/health/readyz.ts";
+import { registerChatCompletions } from "./routes/v1/chat/completions.ts";
+import { registerCompletions } from "./routes/v1/completions/create.ts";
+import { registerEmbeddings } from "./routes/v1/embeddings/create.ts";
+import { registerListModels } from "./routes/v1/models/list.ts";
+
+export function createApp(deps: AppDeps): Hono<AppEnv> {
+  const app = new Hono<AppEnv>();
+  app.use("*", requestContext(deps));
+  registerHealthz(app);
+  registerReadyz(app, deps);
+  registerChatCompletions(app, deps);
+  registerCompletions(app, deps);
+  registerEmbeddings(app, deps);
+  registerListModels(app, deps);
+
+  app.notFound((c) => {
+    const err = new ApiError("not_found", `no route for ${c.req.method} ${c.req.path}`);
+    deps.metrics.errors.inc({ code: err.code });
+    return c.json(errorBody(err, c.get("requestId")), 404);
+  });
+  app.onError((thrown, c) => {
+    const err = toApiError(thrown);
+    if (!(thrown instanceof ApiError)) {
+      const cause = (thrown as { cause?: unknown })?.cause;
+      (c.get("log") ?? deps.log).error("unhandled error", {
+        error: (thrown as Error)?.stack ?? String(thrown),
+        ...(cause ? { cause: (cause as Error)?.message ?? String(cause) } : {}),
+      });
+    }
+    deps.metrics.errors.inc({ code: err.code });
+    for (const [k, v] of Object.entries(err.headers)) c.header(k, v);
+    return c.json(errorBody(err, c.get("requestId")), err.status as 400);
+  });
+  return app;
+}
+
+export function createAdminApp(deps: AppDeps): Hono {
+  const admin = new Hono();
+  admin.get("/metrics", (c) => {
+    const byState = new Map<string, number>();
+    for (const w of deps.directory.all()) byState.set(w.state, (byState.get(w.state) ?? 0) + 1);
+    for (const state of ["warming", "ready", "draining", "degraded"]) deps.metrics.workers.set({ state }, () => byState.get(state) ?? 0);
+    return c.text(deps.metrics.render(), 200, { "content-type": "text/plain; version=0.0.4" });
+  });
+  admin.get("/healthz", (c) => c.json({ status: "ok" }));
+  return admin;
+}

@@ -1,0 +1,46 @@
+// The Backend interface: anything that can answer an OpenAI-shaped request.
+// Workers today; OpenRouter and Anthropic adapters implement the same shape.
+import type { RelayContext } from "../relay/context.ts";
+
+export type InferencePath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings";
+
+export interface BackendRequest {
+  path: InferencePath;
+  /** The validated OpenAI request body, forwarded as is. */
+  body: Record<string, unknown>;
+  stream: boolean;
+}
+
+/** Why an attempt failed; `retryable` failures may move to the next candidate. */
+export class UpstreamFailure extends Error {
+  override name = "UpstreamFailure";
+  constructor(
+    readonly kind: "timeout" | "connect" | "bad_status" | "protocol" | "aborted" | "client_error",
+    message: string,
+    readonly retryable: boolean,
+    readonly status?: number,
+    /** The upstream's own OpenAI-shaped error, for client errors passed through. */
+    readonly upstreamError?: { message?: string; param?: string | null; code?: string | null },
+  ) {
+    super(message);
+  }
+}
+
+export interface UpstreamResponse {
+  /** Whole JSON body (non-streaming requests). */
+  json(): Promise<unknown>;
+  /** SSE payloads one by one (streaming requests). Throws UpstreamFailure. */
+  events(): AsyncGenerator<string>;
+  /** Abort the upstream request and free its connection. */
+  abort(): void;
+}
+
+export interface Backend {
+  readonly id: string;
+  readonly kind: "worker";
+  /**
+   * Send the request; resolves once the upstream answered with 2xx headers,
+   * rejects with UpstreamFailure otherwise. `signal` aborts the call.
+   */
+  open(req: BackendRequest, ctx: RelayContext, signal: AbortSignal): Promise<UpstreamResponse>;
+}

@@ -1,0 +1,154 @@
+// Talks to a worker's OpenAI-compatible HTTP API. One undici Pool per worker
+// origin keeps connections warm; the pool is shared by every request.
+import { Pool, errors as undiciErrors } from "undici";
+import type { WorkerRecord } from "@switchyard/state";
+import type { RelayContext } from "../../relay/context.ts";
+import { parseSse } from "../../relay/sse.ts";
+import { type Backend, type BackendRequest, UpstreamFailure, type UpstreamResponse } from "../types.ts";
+
+export interface WorkerPoolOptions {
+  connectTimeoutMs: number;
+  /** Bearer token presented to workers. */
+  token?: string;
+}
+
+/** Keeps one connection pool per worker origin. */
+export class WorkerConnections {
+  private readonly pools = new Map<string, Pool>();
+  constructor(private readonly opts: WorkerPoolOptions) {}
+
+  pool(origin: string): Pool {
+    let p = this.pools.get(origin);
+    if (!p) {
+      p = new Pool(origin, {
+        connections: 1024,
+        pipelining: 1,
+        connectTimeout: this.opts.connectTimeoutMs,
+        // Our own timers enforce header/idle deadlines with clear reasons.
+        headersTimeout: 0,
+        bodyTimeout: 0,
+        keepAliveTimeout: 30_000,
+      });
+      this.pools.set(origin, p);
+    }
+    return p;
+  }
+
+  get token(): string | undefined {
+    return this.opts.token;
+  }
+
+  /** Drop pools of workers that left the registry. */
+  retain(origins: Set<string>): void {
+    for (const [origin, pool] of this.pools) {
+      if (!origins.has(origin)) {
+        this.pools.delete(origin);
+        void pool.close().catch(() => {});
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.pools.values()].map((p) => p.destroy().catch(() => {})));
+    this.pools.clear();
+  }
+}
+
+function classify(err: unknown, signal: AbortSignal): UpstreamFailure {
+  if (err instanceof UpstreamFailure) return err;
+  if (signal.aborted) {
+    const reason = signal.reason as unknown;
+    if (reason instanceof UpstreamFailure) return reason;
+    return new UpstreamFailure("aborted", "request aborted", false);
+  }
+  if (err instanceof undiciErrors.ConnectTimeoutError) return new UpstreamFailure("timeout", "connect deadline exceeded", true);
+  const code = (err as { code?: string } | null)?.code;
+  if (code === "ECONNREFUSED" || code === "ECONNRESET" || code === "EHOSTUNREACH" || code === "ENOTFOUND" || code === "UND_ERR_SOCKET") {
+    return new UpstreamFailure("connect", `worker connection failed (${code})`, true);
+  }
+  return new UpstreamFailure("protocol", `worker request failed: ${(err as Error)?.message ?? String(err)}`, true);
+}
+
+export class WorkerBackend implements Backend {
+  readonly kind = "worker" as const;
+  readonly id: string;
+  private readonly origin: string;
+  private readonly basePath: string;
+
+  constructor(
+    readonly worker: WorkerRecord,
+    private readonly connections: WorkerConnections,
+  ) {
+    this.id = `worker:${worker.id}`;
+    const u = new URL(worker.url);
+    this.origin = u.origin;
+    this.basePath = u.pathname.replace(/\/$/, "");
+  }
+
+  async open(req: BackendRequest, ctx: RelayContext, signal: AbortSignal): Promise<UpstreamResponse> {
+    const headers: Record<string, string> = {
+      "content-type": "application/json",
+      accept: req.stream ? "text/event-stream" : "application/json",
+      "x-request-id": ctx.requestId,
+    };
+    const token = this.connections.token;
+    if (token) headers.authorization = `Bearer ${token}`;
+    let res;
+    try {
+      res = await this.connections.pool(this.origin).request({
+        path: this.basePath + req.path,
+        method: "POST",
+        headers,
+        body: JSON.stringify(req.body),
+        signal,
+      });
+    } catch (err) {
+      throw classify(err, signal);
+    }
+    if (res.statusCode < 200 || res.statusCode >= 300) {
+      let text = "";
+      try {
+        text = await res.body.text();
+      } catch {
+        // body unreadable: the status alone decides
+      }
+      let upstreamError: UpstreamFailure["upstreamError"];
+      try {
+        upstreamError = (JSON.parse(text) as { error?: UpstreamFailure["upstreamError"] }).error;
+      } catch {
+        upstreamError = undefined;
+      }
+      const s = res.statusCode;
+      // 4xx other than overload/timeout means the request itself is wrong:
+      // another worker would refuse it too, so pass it through.
+      const clientError = s >= 400 && s < 500 && s !== 408 && s !== 429 && s !== 401 && s !== 403;
+      throw new UpstreamFailure(
+        clientError ? "client_error" : "bad_status",
+        `worker ${this.worker.id} answered ${s}${upstreamError?.message ? `: ${upstreamError.message}` : ""}`,
+        !clientError,
+        s,
+        upstreamError,
+      );
+    }
+    const body = res.body;
+    return {
+      json: async () => {
+        try {
+          return await body.json();
+        } catch (err) {
+          throw classify(err, signal);
+        }
+      },
+      events: async function* () {
+        try {
+          yield* parseSse(body);
+        } catch (err) {
+          throw classify(err, signal);
+        }
+      },
+      abort: () => {
+        body.destroy();
+      },
+    };
+  }
+}

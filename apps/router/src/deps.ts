@@ -1,0 +1,36 @@
+// Everything createApp needs, passed in: server.ts wires real parts, tests
+// wire in-memory or real ones.
+import type { WorkerRecord } from "@switchyard/state";
+import type { Config } from "./config.ts";
+import type { KeyResolver } from "./auth/resolver.ts";
+import type { KeyOwner } from "./auth/key-store.ts";
+import type { Backend } from "./backends/types.ts";
+import type { Logger } from "./observability/log.ts";
+import type { RouterMetrics } from "./observability/metrics.ts";
+import type { WorkerDirectory } from "./routing/directory.ts";
+
+export interface Readiness {
+  redis: boolean;
+  postgres: boolean;
+}
+
+export interface AppDeps {
+  config: Config;
+  keys: KeyResolver;
+  directory: WorkerDirectory;
+  /** Turns a registry record into a callable backend. */
+  workerBackend: (worker: WorkerRecord) => Backend;
+  metrics: RouterMetrics;
+  log: Logger;
+  readiness: () => Promise<Readiness>;
+}
+
+export type AppEnv = {
+  Variables: {
+    requestId: string;
+    startedAt: number;
+    log: Logger;
+    tenant: KeyOwner;
+    route: string;
+  };
+};

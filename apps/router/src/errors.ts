@@ -1,0 +1,55 @@
+// One error hierarchy, one serializer. Every error leaves the router as
+// {"error":{"message","type","param","code"}} with the request id; the HTTP
+// status comes from the exhaustive table below, never from a handler.
+export const errorCodes = {
+  invalid_json: { status: 400, type: "invalid_request_error" },
+  invalid_request: { status: 400, type: "invalid_request_error" },
+  missing_api_key: { status: 401, type: "authentication_error" },
+  invalid_api_key: { status: 401, type: "authentication_error" },
+  revoked_api_key: { status: 401, type: "authentication_error" },
+  permission_denied: { status: 403, type: "permission_error" },
+  not_found: { status: 404, type: "invalid_request_error" },
+  model_not_found: { status: 404, type: "invalid_request_error" },
+  method_not_allowed: { status: 405, type: "invalid_request_error" },
+  payload_too_large: { status: 413, type: "invalid_request_error" },
+  unsupported_media_type: { status: 415, type: "invalid_request_error" },
+  upstream_invalid_request: { status: 400, type: "invalid_request_error" },
+  internal_error: { status: 500, type: "server_error" },
+  bad_upstream: { status: 502, type: "upstream_error" },
+  no_healthy_backend: { status: 503, type: "service_unavailable" },
+  upstream_timeout: { status: 504, type: "timeout_error" },
+} as const satisfies Record<string, { status: number; type: string }>;
+
+export type ErrorCode = keyof typeof errorCodes;
+
+export class ApiError extends Error {
+  override name = "ApiError";
+  readonly status: number;
+  readonly type: string;
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly param: string | null = null,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.status = errorCodes[code].status;
+    this.type = errorCodes[code].type;
+  }
+}
+
+export interface ErrorBody {
+  error: { message: string; type: string; param: string | null; code: string; request_id?: string };
+}
+
+export function errorBody(err: ApiError, requestId?: string): ErrorBody {
+  return {
+    error: { message: err.message, type: err.type, param: err.param, code: err.code, ...(requestId ? { request_id: requestId } : {}) },
+  };
+}
+
+/** Anything thrown becomes an ApiError; unknown errors are internal and their details stay in logs. */
+export function toApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  return new ApiError("internal_error", "internal error");
+}

@@ -1,0 +1,86 @@
+// A small Prometheus text-format registry: counters and histograms with
+// labels. Enough for /metrics without pulling a client library into the hot path.
+type Labels = Record<string, string>;
+
+function labelKey(labels: Labels): string {
+  const keys = Object.keys(labels).sort();
+  return keys.map((k) => `${k}="${String(labels[k]).replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n")}"`).join(",");
+}
+
+export class Counter {
+  private readonly values = new Map<string, number>();
+  constructor(readonly name: string, readonly help: string) {}
+  inc(labels: Labels = {}, by = 1): void {
+    const k = labelKey(labels);
+    this.values.set(k, (this.values.get(k) ?? 0) + by);
+  }
+  get(labels: Labels = {}): number {
+    return this.values.get(labelKey(labels)) ?? 0;
+  }
+  render(): string {
+    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} counter`];
+    for (const [k, v] of this.values) lines.push(`${this.name}${k ? `{${k}}` : ""} ${v}`);
+    return lines.join("\n");
+  }
+}
+
+export class Gauge {
+  private readonly values = new Map<string, () => number>();
+  constructor(readonly name: string, readonly help: string) {}
+  set(labels: Labels, read: () => number): void {
+    this.values.set(labelKey(labels), read);
+  }
+  render(): string {
+    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} gauge`];
+    for (const [k, read] of this.values) lines.push(`${this.name}${k ? `{${k}}` : ""} ${read()}`);
+    return lines.join("\n");
+  }
+}
+
+export class Histogram {
+  private readonly series = new Map<string, { counts: number[]; sum: number; count: number }>();
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    readonly buckets: number[] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+  ) {}
+  observe(labels: Labels, value: number): void {
+    const k = labelKey(labels);
+    let s = this.series.get(k);
+    if (!s) {
+      s = { counts: this.buckets.map(() => 0), sum: 0, count: 0 };
+      this.series.set(k, s);
+    }
+    for (let i = 0; i < this.buckets.length; i++) if (value <= this.buckets[i]!) s.counts[i]!++;
+    s.sum += value;
+    s.count++;
+  }
+  count(labels: Labels = {}): number {
+    return this.series.get(labelKey(labels))?.count ?? 0;
+  }
+  render(): string {
+    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`];
+    for (const [k, s] of this.series) {
+      const sep = k ? "," : "";
+      this.buckets.forEach((b, i) => lines.push(`${this.name}_bucket{${k}${sep}le="${b}"} ${s.counts[i]}`));
+      lines.push(`${this.name}_bucket{${k}${sep}le="+Inf"} ${s.count}`);
+      lines.push(`${this.name}_sum${k ? `{${k}}` : ""} ${s.sum}`);
+      lines.push(`${this.name}_count${k ? `{${k}}` : ""} ${s.count}`);
+    }
+    return lines.join("\n");
+  }
+}
+
+export class RouterMetrics {
+  readonly requests = new Counter("switchyard_requests_total", "Requests answered, by route and status.");
+  readonly duration = new Histogram("switchyard_request_duration_seconds", "Request duration from arrival to last byte.");
+  readonly ttft = new Histogram("switchyard_time_to_first_token_seconds", "Arrival to first streamed token.");
+  readonly tokens = new Counter("switchyard_tokens_total", "Tokens reported by backends, by kind (prompt|completion).");
+  readonly errors = new Counter("switchyard_errors_total", "Errors answered, by error code.");
+  readonly upstreamAttempts = new Counter("switchyard_upstream_attempts_total", "Backend attempts, by backend and outcome.");
+  readonly workers = new Gauge("switchyard_workers", "Workers in the registry, by state.");
+
+  render(): string {
+    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers].map((m) => m.render()).join("\n") + "\n";
+  }
+}

@@ -1,0 +1,210 @@
+// Dispatch one request over an ordered list of candidate backends and relay
+// the answer. Failover happens only while nothing has reached the client: a
+// stream's response is not started until its first upstream event arrived.
+// After that, a failure ends the stream with exactly one SSE error event.
+import { ApiError, errorBody } from "../errors.ts";
+import type { Backend, BackendRequest, UpstreamResponse } from "../backends/types.ts";
+import { UpstreamFailure } from "../backends/types.ts";
+import type { RelayContext } from "./context.ts";
+import { DeadlineExceeded, PhaseTimer } from "./deadlines.ts";
+import { SSE_DONE, sseEvent } from "./sse.ts";
+
+export interface DispatchResult {
+  response: Response;
+  backendId: string;
+  attempts: number;
+}
+
+interface Attempt {
+  controller: AbortController;
+  timer: PhaseTimer;
+  cleanup(): void;
+}
+
+function startAttempt(ctx: RelayContext): Attempt {
+  const controller = new AbortController();
+  const timer = new PhaseTimer((err) => controller.abort(new UpstreamFailure("timeout", err.message, true)));
+  const onClientAbort = () => controller.abort(ctx.signal.reason ?? new UpstreamFailure("aborted", "client went away", false));
+  if (ctx.signal.aborted) onClientAbort();
+  else ctx.signal.addEventListener("abort", onClientAbort, { once: true });
+  return {
+    controller,
+    timer,
+    cleanup: () => {
+      timer.clear();
+      ctx.signal.removeEventListener("abort", onClientAbort);
+    },
+  };
+}
+
+/** The reason an attempt was aborted, if it was. */
+function abortReason(a: Attempt): UpstreamFailure | undefined {
+  if (!a.controller.signal.aborted) return undefined;
+  const r = a.controller.signal.reason as unknown;
+  if (r instanceof UpstreamFailure) return r;
+  if (r instanceof DeadlineExceeded) return new UpstreamFailure("timeout", r.message, true);
+  return new UpstreamFailure("aborted", "request aborted", false);
+}
+
+function toFailure(err: unknown, a: Attempt): UpstreamFailure {
+  return abortReason(a) ?? (err instanceof UpstreamFailure ? err : new UpstreamFailure("protocol", String((err as Error)?.message ?? err), true));
+}
+
+function failureToApiError(f: UpstreamFailure): ApiError {
+  if (f.kind === "client_error") {
+    return new ApiError("upstream_invalid_request", f.upstreamError?.message ?? f.message, f.upstreamError?.param ?? null);
+  }
+  if (f.kind === "timeout") return new ApiError("upstream_timeout", f.message);
+  if (f.kind === "aborted") return new ApiError("upstream_timeout", f.message);
+  return new ApiError("bad_upstream", f.message);
+}
+
+function usageFrom(payload: unknown): { prompt: number; completion: number } | undefined {
+  const u = (payload as { usage?: { prompt_tokens?: number; completion_tokens?: number } } | null)?.usage;
+  if (!u || typeof u !== "object") return undefined;
+  return { prompt: Number(u.prompt_tokens ?? 0), completion: Number(u.completion_tokens ?? 0) };
+}
+
+export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: RelayContext): Promise<DispatchResult> {
+  const { metrics, deadlines } = ctx;
+  let last: UpstreamFailure | undefined;
+  let attempts = 0;
+  for (const backend of candidates) {
+    if (attempts >= ctx.maxAttempts) break;
+    if (ctx.signal.aborted) throw new ApiError("upstream_timeout", "request aborted before dispatch");
+    attempts++;
+    const a = startAttempt(ctx);
+    a.timer.arm("headers", deadlines.headersMs);
+    let up: UpstreamResponse | undefined;
+    try {
+      up = await backend.open(req, ctx, a.controller.signal);
+      if (!req.stream) {
+        const body = await up.json();
+        a.cleanup();
+        metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
+        const usage = usageFrom(body);
+        if (usage) {
+          metrics.tokens.inc({ kind: "prompt" }, usage.prompt);
+          metrics.tokens.inc({ kind: "completion" }, usage.completion);
+        }
+        return {
+          response: Response.json(body, { headers: { "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id } }),
+          backendId: backend.id,
+          attempts,
+        };
+      }
+      a.timer.arm("first_token", deadlines.firstTokenMs);
+      const events = up.events();
+      const first = await events.next();
+      if (first.done) throw new UpstreamFailure("protocol", `${backend.id} closed the stream before any event`, true);
+      metrics.ttft.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
+      metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
+      return { response: relayStream(backend, first.value, events, up, a, ctx), backendId: backend.id, attempts };
+    } catch (err) {
+      const failure = toFailure(err, a);
+      a.cleanup();
+      up?.abort();
+      metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: failure.kind });
+      ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, error: failure.message });
+      if (!failure.retryable) throw failureToApiError(failure);
+      last = failure;
+    }
+  }
+  if (!last) throw new ApiError("no_healthy_backend", `no healthy worker serves model ${String(req.body.model)}`);
+  throw failureToApiError(last);
+}
+
+function relayStream(
+  backend: Backend,
+  firstPayload: string,
+  events: AsyncGenerator<string>,
+  up: UpstreamResponse,
+  a: Attempt,
+  ctx: RelayContext,
+): Response {
+  const { deadlines, metrics } = ctx;
+  let sawDone = false;
+  let finished = false;
+  const finish = () => {
+    if (finished) return;
+    finished = true;
+    a.cleanup();
+    metrics.duration.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
+  };
+  const account = (payload: string) => {
+    if (payload === SSE_DONE) {
+      sawDone = true;
+      return;
+    }
+    // Only the final chunk carries usage; avoid parsing every token event.
+    if (payload.includes('"usage"')) {
+      try {
+        const usage = usageFrom(JSON.parse(payload));
+        if (usage) {
+          metrics.tokens.inc({ kind: "prompt" }, usage.prompt);
+          metrics.tokens.inc({ kind: "completion" }, usage.completion);
+        }
+      } catch {
+        // not JSON: relayed untouched
+      }
+    }
+  };
+  const errorEvent = (err: ApiError) => sseEvent(JSON.stringify(errorBody(err, ctx.requestId)));
+  account(firstPayload);
+  a.timer.arm("idle", deadlines.idleMs);
+
+  const stream = new ReadableStream<Uint8Array>({
+    start(controller) {
+      controller.enqueue(sseEvent(firstPayload));
+    },
+    async pull(controller) {
+      try {
+        const next = await events.next();
+        if (next.done) {
+          finish();
+          if (!sawDone) {
+            metrics.errors.inc({ code: "bad_upstream" });
+            controller.enqueue(errorEvent(new ApiError("bad_upstream", `${backend.id} ended the stream without [DONE]`)));
+          }
+          controller.close();
+          return;
+        }
+        a.timer.refresh();
+        account(next.value);
+        // After [DONE] keep pulling: the upstream ends right away and its
+        // connection goes back to the pool fully read.
+        controller.enqueue(sseEvent(next.value));
+      } catch (err) {
+        const failure = toFailure(err, a);
+        finish();
+        up.abort();
+        if (failure.kind === "aborted" && ctx.signal.aborted) {
+          // The client is gone; nobody is left to read an error event.
+          controller.close();
+          return;
+        }
+        const apiErr = failureToApiError(failure);
+        metrics.errors.inc({ code: apiErr.code });
+        ctx.log.warn("stream failed after first byte", { backend: backend.id, kind: failure.kind, error: failure.message });
+        controller.enqueue(errorEvent(apiErr));
+        controller.close();
+      }
+    },
+    cancel() {
+      // Client disconnected: abort the upstream so the worker frees the slot.
+      a.controller.abort(new UpstreamFailure("aborted", "client went away", false));
+      finish();
+      up.abort();
+    },
+  });
+  return new Response(stream, {
+    status: 200,
+    headers: {
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-cache",
+      connection: "keep-alive",
+      "x-request-id": ctx.requestId,
+      "x-switchyard-backend": backend.id,
+    },
+  });
+}

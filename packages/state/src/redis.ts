@@ -1,0 +1,12 @@
+// Redis connection factory shared by router and agent.
+import { Redis } from "ioredis";
+
+export function connectRedis(url: string, opts: { lazy?: boolean } = {}): Redis {
+  return new Redis(url, {
+    lazyConnect: opts.lazy ?? false,
+    // Fail commands fast while disconnected instead of queueing forever.
+    maxRetriesPerRequest: 2,
+    enableOfflineQueue: true,
+    connectTimeout: 2000,
+  });
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env node
+// Installs npm dependencies when node_modules is missing or older than the
+// lockfile, so the README's two commands work on a fresh clone. Plain JS:
+// it must run before anything is installed.
+import { execSync } from "node:child_process";
+import { existsSync, statSync } from "node:fs";
+
+const marker = "node_modules/.package-lock.json";
+const stale = !existsSync(marker) || statSync(marker).mtimeMs < statSync("package-lock.json").mtimeMs;
+if (stale) {
+  process.stderr.write("» installing npm dependencies (first run)…\n");
+  execSync("npm ci --no-audit --no-fund", { stdio: "inherit" });
+}

@@ -1,0 +1,51 @@
+// Starts a real router (real Redis registry, real Postgres) for a test file,
+// with a tenant and key of its own.
+import { createKey, createTenant } from "@switchyard/db";
+import { RedisRegistryStore } from "@switchyard/state";
+import { loadConfig, startRouter, type RouterHandle, silentLogger } from "@switchyard/router";
+import { createTestDb, createTestRedis, type TestDb, type TestRedis } from "./env.ts";
+
+export interface RouterFixture {
+  router: RouterHandle;
+  db: TestDb;
+  redis: TestRedis;
+  registry: RedisRegistryStore;
+  key: string;
+  tenantId: number;
+  close(): Promise<void>;
+}
+
+export async function startTestRouter(overrides: Record<string, unknown> = {}): Promise<RouterFixture> {
+  const db = await createTestDb();
+  const redis = await createTestRedis();
+  const config = loadConfig({
+    env: {},
+    overrides: {
+      "router.port": 0,
+      "router.adminPort": 0,
+      "redis.url": "redis://unused",
+      "redis.keyPrefix": redis.prefix,
+      "registry.pollMs": 50,
+      "router.keyCacheMs": 200,
+      ...overrides,
+    },
+  });
+  const registry = new RedisRegistryStore(redis.redis, redis.prefix);
+  const router = await startRouter(config, { registry, db, log: silentLogger });
+  const t = await createTenant(db.db, "acme");
+  if (!t.ok) throw new Error("tenant");
+  const { key } = await createKey(db.db, t.tenant.id);
+  return {
+    router,
+    db,
+    redis,
+    registry,
+    key,
+    tenantId: t.tenant.id,
+    close: async () => {
+      await router.close();
+      await db.drop();
+      await redis.cleanup();
+    },
+  };
+}

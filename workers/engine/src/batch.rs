@@ -1,0 +1,391 @@
+//! Continuous batching for one llama model: a queue of admitted-but-waiting
+//! generations and up to `max_batch` active sequences, each with its own KV
+//! cache, sampler and text stream. Every `step` feeds all active sequences
+//! together (a decode token each, or the next chunk of a prompt that is still
+//! being prefilled), so new requests join between decode steps and a finished
+//! or cancelled sequence frees its slot at once.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+use crate::llama::{KvCache, LlamaModel, Scratch, SeqStep};
+use crate::protocol::{event, Done, ErrorCode, Event, FinishReason, Tokens, Usage};
+use crate::sampling::{Sampler, SamplingParams};
+
+/// Prompt tokens fed per step across all prefilling sequences: long prompts
+/// are chunked so running decodes keep streaming while a prompt is read.
+const PREFILL_TOKENS_PER_STEP: usize = 512;
+/// Requests waiting beyond the active batch before new ones are refused.
+pub const MAX_QUEUED: usize = 4096;
+
+/// Incremental detokenization: holds back bytes of an incomplete UTF-8
+/// character and any text tail that could still grow into a stop sequence.
+#[derive(Default)]
+pub struct TextStream {
+    pending: Vec<u8>,
+    held: String,
+    stops: Vec<String>,
+}
+
+impl TextStream {
+    pub fn new(stops: Vec<String>) -> Self {
+        TextStream { pending: Vec::new(), held: String::new(), stops: stops.into_iter().filter(|s| !s.is_empty()).collect() }
+    }
+
+    /// Adds a token's bytes; returns the text that is now safe to send and
+    /// whether a stop sequence was hit (text from the stop on is dropped).
+    pub fn push(&mut self, bytes: &[u8]) -> (String, bool) {
+        self.pending.extend_from_slice(bytes);
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    self.held.push_str(s);
+                    self.pending.clear();
+                    break;
+                }
+                Err(e) => {
+                    let valid = e.valid_up_to();
+                    self.held.push_str(std::str::from_utf8(&self.pending[..valid]).unwrap());
+                    match e.error_len() {
+                        // Incomplete character at the end: wait for more bytes.
+                        None => {
+                            self.pending.drain(..valid);
+                            break;
+                        }
+                        // Bytes that can never become valid UTF-8.
+                        Some(bad) => {
+                            self.held.push('\u{FFFD}');
+                            self.pending.drain(..valid + bad);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+            let out = self.held[..at].to_string();
+            self.held.clear();
+            self.pending.clear();
+            return (out, true);
+        }
+        let keep = self.stop_prefix_len();
+        let cut = self.held.len() - keep;
+        let out = self.held[..cut].to_string();
+        self.held.drain(..cut);
+        (out, false)
+    }
+
+    /// Longest tail of `held` that is a proper prefix of some stop sequence.
+    fn stop_prefix_len(&self) -> usize {
+        let mut best = 0;
+        for s in &self.stops {
+            let max = s.len().saturating_sub(1).min(self.held.len());
+            for k in (best + 1..=max).rev() {
+                let start = self.held.len() - k;
+                if self.held.is_char_boundary(start) && s.is_char_boundary(k) && self.held[start..] == s[..k] {
+                    best = k;
+                    break;
+                }
+            }
+        }
+        best
+    }
+
+    /// Everything still held, at the end of a generation that did not stop
+    /// on a stop sequence.
+    pub fn finish(&mut self) -> String {
+        let mut out = std::mem::take(&mut self.held);
+        if !self.pending.is_empty() {
+            out.push_str(&String::from_utf8_lossy(&self.pending));
+            self.pending.clear();
+        }
+        out
+    }
+}
+
+pub struct GenRequest {
+    pub request_id: String,
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub params: SamplingParams,
+    pub stops: Vec<String>,
+}
+
+struct Sequence {
+    request_id: String,
+    prompt: Vec<u32>,
+    prefilled: usize,
+    generated: usize,
+    max_new: usize,
+    cache: KvCache,
+    sampler: Sampler,
+    text: TextStream,
+    /// Tokens fed at the next step (a prompt chunk, or the last sampled token).
+    feed: Vec<u32>,
+    t_admit: Instant,
+    t_first: Option<Instant>,
+}
+
+pub struct LlamaRuntime {
+    pub model: LlamaModel,
+    pub max_batch: usize,
+    pub max_seq_len: usize,
+    queue: VecDeque<GenRequest>,
+    active: Vec<Sequence>,
+    scratch: Scratch,
+    pub tokens_generated: u64,
+}
+
+fn done(request_id: &str, reason: FinishReason, prompt: usize, completion: usize, prefill_us: u64, decode_us: u64) -> Event {
+    Event::new(
+        request_id,
+        event::Kind::Done(Done {
+            finish_reason: reason as i32,
+            usage: Some(Usage { prompt_tokens: prompt as u32, completion_tokens: completion as u32 }),
+            prefill_us,
+            decode_us,
+        }),
+    )
+}
+
+impl LlamaRuntime {
+    pub fn new(mut model: LlamaModel, max_batch: usize, max_seq_len: usize) -> Self {
+        model.ensure_rope(max_seq_len);
+        LlamaRuntime {
+            model,
+            max_batch: max_batch.max(1),
+            max_seq_len,
+            queue: VecDeque::new(),
+            active: Vec::new(),
+            scratch: Scratch::default(),
+            tokens_generated: 0,
+        }
+    }
+
+    pub fn has_work(&self) -> bool {
+        !self.active.is_empty() || !self.queue.is_empty()
+    }
+
+    pub fn active_len(&self) -> usize {
+        self.active.len()
+    }
+
+    pub fn queued_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn kv_cache_bytes(&self) -> u64 {
+        self.active.iter().map(|s| s.cache.bytes() as u64).sum()
+    }
+
+    pub fn contains(&self, request_id: &str) -> bool {
+        self.queue.iter().any(|q| q.request_id == request_id) || self.active.iter().any(|s| s.request_id == request_id)
+    }
+
+    /// Queues a validated request; the caller checked prompt length and queue room.
+    pub fn submit(&mut self, req: GenRequest) {
+        self.queue.push_back(req);
+    }
+
+    /// Cancels a queued or running generation; true if it was here.
+    pub fn cancel(&mut self, request_id: &str, emit: &mut dyn FnMut(Event)) -> bool {
+        if let Some(i) = self.queue.iter().position(|q| q.request_id == request_id) {
+            let q = self.queue.remove(i).unwrap();
+            emit(done(&q.request_id, FinishReason::Cancelled, q.prompt.len(), 0, 0, 0));
+            return true;
+        }
+        if let Some(i) = self.active.iter().position(|s| s.request_id == request_id) {
+            let s = self.active.swap_remove(i);
+            let (prefill_us, decode_us) = timings(&s);
+            emit(done(&s.request_id, FinishReason::Cancelled, s.prompt.len(), s.generated, prefill_us, decode_us));
+            return true;
+        }
+        false
+    }
+
+    pub fn cancel_all(&mut self, emit: &mut dyn FnMut(Event)) {
+        let ids: Vec<String> = self
+            .queue
+            .iter()
+            .map(|q| q.request_id.clone())
+            .chain(self.active.iter().map(|s| s.request_id.clone()))
+            .collect();
+        for id in ids {
+            self.cancel(&id, emit);
+        }
+    }
+
+    fn admit(&mut self) {
+        while self.active.len() < self.max_batch {
+            let Some(req) = self.queue.pop_front() else { break };
+            let capacity = (req.prompt.len() + req.max_tokens).min(self.max_seq_len);
+            let max_new = req.max_tokens.min(capacity - req.prompt.len());
+            let cache = KvCache::new(&self.model.cfg, capacity);
+            self.active.push(Sequence {
+                request_id: req.request_id,
+                prompt: req.prompt,
+                prefilled: 0,
+                generated: 0,
+                max_new,
+                cache,
+                sampler: Sampler::new(req.params),
+                text: TextStream::new(req.stops),
+                feed: Vec::new(),
+                t_admit: Instant::now(),
+                t_first: None,
+            });
+        }
+    }
+
+    /// One batched forward over every active sequence, then sampling and
+    /// events. Errors inside the model end the affected requests with an
+    /// Error event instead of taking the engine down.
+    pub fn step(&mut self, emit: &mut dyn FnMut(Event)) {
+        self.admit();
+        if self.active.is_empty() {
+            return;
+        }
+        let mut budget = PREFILL_TOKENS_PER_STEP;
+        for s in &mut self.active {
+            if s.prefilled < s.prompt.len() {
+                s.feed.clear();
+                // Every prefilling sequence moves forward each step, even when
+                // the budget is spent, so none of them starves.
+                let n = (s.prompt.len() - s.prefilled).min(budget.max(16));
+                budget = budget.saturating_sub(n);
+                s.feed.extend_from_slice(&s.prompt[s.prefilled..s.prefilled + n]);
+            }
+        }
+        // Decoding sequences already hold their last sampled token in
+        // `feed` (pushed after sampling below).
+        let model = &self.model;
+        let scratch = &mut self.scratch;
+        let active = &mut self.active;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            let mut steps: Vec<SeqStep> =
+                active.iter_mut().map(|s| SeqStep { tokens: &s.feed, cache: &mut s.cache }).collect();
+            model.step(&mut steps, scratch)
+        }));
+        let err = match result {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(format!("{e:#}")),
+            Err(p) => Some(panic_message(&p)),
+        };
+        if let Some(msg) = err {
+            eprintln!("switchyard-engine: batch step failed: {msg}");
+            for s in self.active.drain(..) {
+                emit(Event::error(&s.request_id, ErrorCode::Internal, format!("model step failed: {msg}")));
+            }
+            self.scratch = Scratch::default();
+            return;
+        }
+        let vocab = self.model.cfg.vocab;
+        let mut finished: Vec<(usize, FinishReason)> = Vec::new();
+        for (i, s) in self.active.iter_mut().enumerate() {
+            if s.prefilled < s.prompt.len() {
+                s.prefilled += s.feed.len();
+                if s.prefilled < s.prompt.len() {
+                    continue;
+                }
+            }
+            let logits = &self.scratch.logits[i * vocab..(i + 1) * vocab];
+            let tok = s.sampler.sample(logits);
+            if s.t_first.is_none() {
+                s.t_first = Some(Instant::now());
+            }
+            if self.model.tokenizer.is_eog(tok) {
+                finished.push((i, FinishReason::Stop));
+                continue;
+            }
+            s.generated += 1;
+            self.tokens_generated += 1;
+            let (text, stopped) = s.text.push(self.model.tokenizer.token_bytes(tok));
+            emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![tok], text })));
+            if stopped {
+                finished.push((i, FinishReason::Stop));
+            } else if s.generated >= s.max_new {
+                finished.push((i, FinishReason::Length));
+            } else {
+                s.feed.clear();
+                s.feed.push(tok);
+            }
+        }
+        // Remove from the back so earlier indices stay valid.
+        for &(i, reason) in finished.iter().rev() {
+            let mut s = self.active.swap_remove(i);
+            // A stop-sequence hit already dropped the held text; otherwise
+            // whatever was held back as a possible stop prefix goes out now.
+            let tail = s.text.finish();
+            if !tail.is_empty() {
+                emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![], text: tail })));
+            }
+            let (prefill_us, decode_us) = timings(&s);
+            emit(done(&s.request_id, reason, s.prompt.len(), s.generated, prefill_us, decode_us));
+        }
+    }
+}
+
+fn timings(s: &Sequence) -> (u64, u64) {
+    match s.t_first {
+        Some(first) => (
+            first.duration_since(s.t_admit).as_micros() as u64,
+            first.elapsed().as_micros() as u64,
+        ),
+        None => (s.t_admit.elapsed().as_micros() as u64, 0),
+    }
+}
+
+pub fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        format!("panic: {s}")
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        format!("panic: {s}")
+    } else {
+        "panic".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_incomplete_utf8() {
+        let mut t = TextStream::new(vec![]);
+        let euro = "€".as_bytes();
+        assert_eq!(t.push(&euro[..1]), (String::new(), false));
+        assert_eq!(t.push(&euro[1..]), ("€".to_string(), false));
+    }
+
+    #[test]
+    fn stop_sequence_never_leaks() {
+        let mut t = TextStream::new(vec!["END".into()]);
+        let mut out = String::new();
+        let mut stopped = false;
+        for piece in ["Hello E", "N", "D and more"] {
+            let (s, hit) = t.push(piece.as_bytes());
+            out.push_str(&s);
+            if hit {
+                stopped = true;
+                break;
+            }
+        }
+        assert!(stopped);
+        assert_eq!(out, "Hello ");
+    }
+
+    #[test]
+    fn partial_stop_is_released_when_it_diverges() {
+        let mut t = TextStream::new(vec!["END".into()]);
+        assert_eq!(t.push(b"x EN"), ("x ".to_string(), false));
+        assert_eq!(t.push(b"Z"), ("ENZ".to_string(), false));
+        assert_eq!(t.finish(), "");
+    }
+
+    #[test]
+    fn held_text_flushes_at_finish() {
+        let mut t = TextStream::new(vec!["</s>".into()]);
+        assert_eq!(t.push(b"a </"), ("a ".to_string(), false));
+        assert_eq!(t.finish(), "</");
+    }
+}

@@ -1,0 +1,544 @@
+//! The request loop: owns the loaded models, answers every request with
+//! events, and interleaves batched decode steps with newly arriving
+//! requests. Nothing a request carries can take the loop down: inputs are
+//! validated, model work runs under catch_unwind, and failures become Error
+//! events for that request id.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::time::Instant;
+
+use candle_core::Device;
+
+use crate::batch::{panic_message, GenRequest, LlamaRuntime, MAX_QUEUED};
+use crate::bert::BertEmbedder;
+use crate::llama::{LlamaModel, Scratch};
+use crate::protocol::*;
+use crate::sampling::SamplingParams;
+use crate::tokenizer::ChatMessage as TplMessage;
+
+/// What the stdin reader hands the loop.
+pub enum Incoming {
+    Request(Request),
+    /// A frame that did not decode as a Request.
+    Malformed(String),
+}
+
+enum Model {
+    Llama(Box<LlamaRuntime>),
+    Bert(Box<BertEmbedder>),
+}
+
+pub struct Engine {
+    device: Device,
+    device_name: String,
+    models: HashMap<String, Model>,
+    out: Sender<Event>,
+    /// Hidden-state and forward requests share one scratch per engine.
+    scratch: Scratch,
+    tokens_generated_retired: u64,
+}
+
+/// A request's failure: the code and message of its Error event.
+struct Failure(ErrorCode, String);
+
+type Outcome = Result<(), Failure>;
+
+fn invalid(msg: impl Into<String>) -> Failure {
+    Failure(ErrorCode::InvalidRequest, msg.into())
+}
+
+const DEFAULT_MAX_BATCH: usize = 8;
+const DEFAULT_MAX_SEQ_LEN: usize = 4096;
+
+impl Engine {
+    pub fn new(device: Device, device_name: String, out: Sender<Event>) -> Self {
+        Engine {
+            device,
+            device_name,
+            models: HashMap::new(),
+            out,
+            scratch: Scratch::default(),
+            tokens_generated_retired: 0,
+        }
+    }
+
+    fn emit(&self, ev: Event) {
+        // The writer only goes away when stdout is closed; nothing to do then.
+        let _ = self.out.send(ev);
+    }
+
+    fn busy(&self) -> bool {
+        self.models.values().any(|m| matches!(m, Model::Llama(r) if r.has_work()))
+    }
+
+    /// Runs until Shutdown or EOF, then cancels whatever is left.
+    pub fn run(mut self, rx: Receiver<Incoming>) {
+        'outer: loop {
+            // Block only when there is no decoding to do.
+            let mut batch = Vec::new();
+            if !self.busy() {
+                match rx.recv() {
+                    Ok(m) => batch.push(m),
+                    Err(_) => break 'outer,
+                }
+            }
+            let mut closed = false;
+            loop {
+                match rx.try_recv() {
+                    Ok(m) => batch.push(m),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        closed = true;
+                        break;
+                    }
+                }
+            }
+            for m in batch {
+                match m {
+                    Incoming::Malformed(msg) => {
+                        self.emit(Event::error("", ErrorCode::InvalidRequest, format!("malformed request frame: {msg}")))
+                    }
+                    Incoming::Request(req) => {
+                        if matches!(req.kind, Some(request::Kind::Shutdown(_))) {
+                            eprintln!("switchyard-engine: shutdown requested");
+                            break 'outer;
+                        }
+                        self.handle(req);
+                    }
+                }
+            }
+            if closed {
+                eprintln!("switchyard-engine: stdin closed");
+                break 'outer;
+            }
+            self.step_all();
+        }
+        self.cancel_everything();
+    }
+
+    fn step_all(&mut self) {
+        let out = self.out.clone();
+        let mut emit = |ev: Event| {
+            let _ = out.send(ev);
+        };
+        for m in self.models.values_mut() {
+            if let Model::Llama(rt) = m {
+                if rt.has_work() {
+                    rt.step(&mut emit);
+                }
+            }
+        }
+    }
+
+    fn cancel_everything(&mut self) {
+        let out = self.out.clone();
+        let mut emit = |ev: Event| {
+            let _ = out.send(ev);
+        };
+        for m in self.models.values_mut() {
+            if let Model::Llama(rt) = m {
+                rt.cancel_all(&mut emit);
+            }
+        }
+    }
+
+    pub fn handle(&mut self, req: Request) {
+        let id = req.request_id.clone();
+        let started = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| self.dispatch(req)));
+        let failure = match result {
+            Ok(Ok(())) => None,
+            Ok(Err(f)) => Some(f),
+            Err(p) => Some(Failure(ErrorCode::Internal, panic_message(&p))),
+        };
+        if let Some(Failure(code, msg)) = failure {
+            eprintln!("switchyard-engine: request {id:?} failed ({code:?}): {msg}");
+            self.emit(Event::error(id, code, msg));
+        } else if started.elapsed().as_millis() > 1000 {
+            eprintln!("switchyard-engine: request {id:?} took {:?}", started.elapsed());
+        }
+    }
+
+    fn dispatch(&mut self, req: Request) -> Outcome {
+        let id = req.request_id;
+        match req.kind {
+            None => Err(invalid("request has no kind")),
+            Some(request::Kind::LoadModel(r)) => self.load(&id, r),
+            Some(request::Kind::Generate(r)) => self.generate(&id, r),
+            Some(request::Kind::Embed(r)) => self.embed(&id, r),
+            Some(request::Kind::HiddenStates(r)) => self.hidden_states(&id, r),
+            Some(request::Kind::Forward(r)) => self.forward(&id, r),
+            Some(request::Kind::Cancel(r)) => {
+                let out = self.out.clone();
+                let mut emit = |ev: Event| {
+                    let _ = out.send(ev);
+                };
+                for m in self.models.values_mut() {
+                    if let Model::Llama(rt) = m {
+                        if rt.cancel(&r.target_request_id, &mut emit) {
+                            break;
+                        }
+                    }
+                }
+                // Cancelling something already finished is not an error.
+                Ok(())
+            }
+            Some(request::Kind::Stats(_)) => {
+                let ev = Event::new(&id, event::Kind::Stats(self.stats()));
+                self.emit(ev);
+                Ok(())
+            }
+            Some(request::Kind::Tokenize(r)) => self.tokenize(&id, r),
+            // Handled by the loop; reaching here means a direct call.
+            Some(request::Kind::Shutdown(_)) => Ok(()),
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut s = Stats {
+            device: self.device_name.clone(),
+            rss_bytes: rss_bytes(),
+            tokens_generated: self.tokens_generated_retired,
+            ..Default::default()
+        };
+        let mut names: Vec<&String> = self.models.keys().collect();
+        names.sort();
+        s.models = names.into_iter().cloned().collect();
+        for m in self.models.values() {
+            if let Model::Llama(rt) = m {
+                s.active_sequences += rt.active_len() as u32;
+                s.queued_requests += rt.queued_len() as u32;
+                s.max_batch += rt.max_batch as u32;
+                s.kv_cache_bytes += rt.kv_cache_bytes();
+                s.tokens_generated += rt.tokens_generated;
+            }
+        }
+        s
+    }
+
+    fn load(&mut self, id: &str, r: LoadModel) -> Outcome {
+        if r.model.is_empty() {
+            return Err(invalid("load_model.model (the name) is empty"));
+        }
+        if r.path.is_empty() {
+            return Err(invalid("load_model.path is empty"));
+        }
+        let path = Path::new(&r.path);
+        if !path.exists() {
+            return Err(Failure(ErrorCode::LoadFailed, format!("{} does not exist", r.path)));
+        }
+        let kind = ModelKind::try_from(r.kind).unwrap_or(ModelKind::Unspecified);
+        let t0 = Instant::now();
+        // A model loaded again under the same name replaces the old one; its
+        // running generations end as cancelled.
+        if let Some(Model::Llama(mut old)) = self.models.remove(&r.model) {
+            let out = self.out.clone();
+            old.cancel_all(&mut |ev| {
+                let _ = out.send(ev);
+            });
+            self.tokens_generated_retired += old.tokens_generated;
+        }
+        let loaded = match kind {
+            ModelKind::LlamaGguf => {
+                let model = LlamaModel::load(path).map_err(|e| Failure(ErrorCode::LoadFailed, format!("{e:#}")))?;
+                let train = model.cfg.train_ctx;
+                let max_seq_len = match r.max_seq_len as usize {
+                    0 => train.min(DEFAULT_MAX_SEQ_LEN),
+                    n => n,
+                };
+                if max_seq_len > train {
+                    eprintln!("switchyard-engine: max_seq_len {max_seq_len} exceeds the trained context {train}");
+                }
+                let max_batch = match r.max_batch as usize {
+                    0 => DEFAULT_MAX_BATCH,
+                    n => n,
+                };
+                eprintln!(
+                    "switchyard-engine: loaded {} ({} layers, hidden {}, {}; kernels {:?}) in {:?}",
+                    r.model,
+                    model.cfg.n_layers,
+                    model.cfg.hidden,
+                    model.matrix_types(),
+                    crate::kernels::isa(),
+                    t0.elapsed()
+                );
+                let ev = Loaded {
+                    model: r.model.clone(),
+                    kind: kind as i32,
+                    n_layers: model.cfg.n_layers as u32,
+                    hidden_size: model.cfg.hidden as u32,
+                    vocab_size: model.cfg.vocab as u32,
+                    max_seq_len: max_seq_len as u32,
+                    max_batch: max_batch as u32,
+                    load_ms: 0,
+                    weight_bytes: model.weight_bytes,
+                    embedding_dim: 0,
+                };
+                self.models.insert(r.model.clone(), Model::Llama(Box::new(LlamaRuntime::new(model, max_batch, max_seq_len))));
+                ev
+            }
+            ModelKind::Bert => {
+                let bert = BertEmbedder::load(path, &self.device).map_err(|e| Failure(ErrorCode::LoadFailed, format!("{e:#}")))?;
+                let ev = Loaded {
+                    model: r.model.clone(),
+                    kind: kind as i32,
+                    n_layers: bert.n_layers as u32,
+                    hidden_size: bert.hidden as u32,
+                    vocab_size: bert.vocab as u32,
+                    max_seq_len: bert.max_seq_len as u32,
+                    max_batch: 0,
+                    load_ms: 0,
+                    weight_bytes: bert.weight_bytes,
+                    embedding_dim: bert.hidden as u32,
+                };
+                self.models.insert(r.model.clone(), Model::Bert(Box::new(bert)));
+                ev
+            }
+            ModelKind::Unspecified => return Err(invalid("load_model.kind is unspecified")),
+        };
+        let ev = Loaded { load_ms: t0.elapsed().as_millis() as u64, ..loaded };
+        self.emit(Event::new(id, event::Kind::Loaded(ev)));
+        Ok(())
+    }
+
+    fn llama(&mut self, name: &str) -> Result<&mut LlamaRuntime, Failure> {
+        match self.models.get_mut(name) {
+            Some(Model::Llama(rt)) => Ok(rt),
+            Some(Model::Bert(_)) => Err(invalid(format!("model {name:?} is an embedding model"))),
+            None => Err(Failure(ErrorCode::ModelNotLoaded, format!("model {name:?} is not loaded"))),
+        }
+    }
+
+    fn in_flight(&self, id: &str) -> bool {
+        self.models.values().any(|m| matches!(m, Model::Llama(rt) if rt.contains(id)))
+    }
+
+    fn generate(&mut self, id: &str, g: Generate) -> Outcome {
+        if id.is_empty() {
+            return Err(invalid("request_id is empty"));
+        }
+        if self.in_flight(id) {
+            return Err(invalid(format!("request id {id:?} is already in flight")));
+        }
+        if g.max_tokens == 0 {
+            return Err(invalid("max_tokens must be at least 1"));
+        }
+        if !g.temperature.is_finite() || g.temperature < 0.0 {
+            return Err(invalid("temperature must be a finite number >= 0"));
+        }
+        if !g.top_p.is_finite() || !(0.0..=1.0).contains(&g.top_p) {
+            return Err(invalid("top_p must be within [0, 1]"));
+        }
+        let rt = self.llama(&g.model)?;
+        let prompt = tokenize_llama(&rt.model, &g.input.map(Into::into))?;
+        if prompt.len() >= rt.max_seq_len {
+            return Err(Failure(
+                ErrorCode::ContextLength,
+                format!("prompt is {} tokens; max_seq_len {} leaves no room to generate", prompt.len(), rt.max_seq_len),
+            ));
+        }
+        if rt.queued_len() >= MAX_QUEUED {
+            return Err(Failure(ErrorCode::Overloaded, format!("{} requests already queued", rt.queued_len())));
+        }
+        rt.submit(GenRequest {
+            request_id: id.to_string(),
+            prompt,
+            max_tokens: g.max_tokens as usize,
+            params: SamplingParams { temperature: g.temperature, top_p: g.top_p, top_k: g.top_k, seed: g.seed },
+            stops: g.stop,
+        });
+        Ok(())
+    }
+
+    fn tokenize(&mut self, id: &str, t: Tokenize) -> Outcome {
+        let ids = match self.models.get(&t.model) {
+            Some(Model::Llama(rt)) => tokenize_llama(&rt.model, &t.input.map(Into::into))?,
+            Some(Model::Bert(_)) => return Err(invalid("tokenize is only supported for llama models")),
+            None => return Err(Failure(ErrorCode::ModelNotLoaded, format!("model {:?} is not loaded", t.model))),
+        };
+        self.emit(Event::new(id, event::Kind::TokenIds(TokenIds { ids })));
+        Ok(())
+    }
+
+    fn embed(&mut self, id: &str, e: Embed) -> Outcome {
+        let bert = match self.models.get(&e.model) {
+            Some(Model::Bert(b)) => b,
+            Some(Model::Llama(_)) => return Err(invalid(format!("model {:?} is not an embedding model", e.model))),
+            None => return Err(Failure(ErrorCode::ModelNotLoaded, format!("model {:?} is not loaded", e.model))),
+        };
+        if e.inputs.is_empty() {
+            return Err(invalid("embed.inputs is empty"));
+        }
+        let (vectors, tokens) = bert.embed(&e.inputs).map_err(|err| Failure(ErrorCode::Internal, format!("{err:#}")))?;
+        let ev = Embeddings {
+            vectors: vectors.iter().map(|v| Tensor::from_f32(&[v.len()], v)).collect(),
+            usage: Some(Usage { prompt_tokens: tokens as u32, completion_tokens: 0 }),
+        };
+        self.emit(Event::new(id, event::Kind::Embeddings(ev)));
+        Ok(())
+    }
+
+    fn hidden_states(&mut self, id: &str, h: HiddenStates) -> Outcome {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = (|| {
+            let rt = self.llama(&h.model)?;
+            let model = &rt.model;
+            let tokens = tokenize_llama(model, &h.input.map(Into::into))?;
+            if tokens.len() > rt.max_seq_len {
+                return Err(Failure(
+                    ErrorCode::ContextLength,
+                    format!("{} tokens exceed max_seq_len {}", tokens.len(), rt.max_seq_len),
+                ));
+            }
+            let nl = model.cfg.n_layers;
+            let layers: Vec<usize> =
+                if h.layers.is_empty() { (0..=nl).collect() } else { h.layers.iter().map(|&l| l as usize).collect() };
+            if let Some(bad) = layers.iter().find(|&&l| l > nl) {
+                return Err(invalid(format!("layer {bad} out of range 0..={nl}")));
+            }
+            let states = model
+                .hidden_states(&tokens, &layers, &mut scratch)
+                .map_err(|e| Failure(ErrorCode::Internal, format!("{e:#}")))?;
+            let hidden = model.cfg.hidden;
+            let n = tokens.len();
+            let pooling = Pooling::try_from(h.pooling).unwrap_or(Pooling::Unspecified);
+            let dtype = match DType::try_from(h.dtype).unwrap_or(DType::Unspecified) {
+                DType::F16 => DType::F16,
+                _ => DType::F32,
+            };
+            let tensors = states
+                .iter()
+                .map(|(_, x)| match pooling {
+                    Pooling::Mean => {
+                        let mut mean = vec![0f32; hidden];
+                        for row in x.chunks_exact(hidden) {
+                            for (m, v) in mean.iter_mut().zip(row) {
+                                *m += v;
+                            }
+                        }
+                        mean.iter_mut().for_each(|m| *m /= n as f32);
+                        Tensor::from_f32_as(&[hidden], &mean, dtype)
+                    }
+                    Pooling::Last => Tensor::from_f32_as(&[hidden], &x[(n - 1) * hidden..], dtype),
+                    _ => Tensor::from_f32_as(&[n, hidden], x, dtype),
+                })
+                .collect();
+            Ok(HiddenStatesResult {
+                layers: layers.iter().map(|&l| l as u32).collect(),
+                tensors,
+                n_tokens: n as u32,
+            })
+        })();
+        self.scratch = scratch;
+        let res = result?;
+        self.emit(Event::new(id, event::Kind::HiddenStates(res)));
+        Ok(())
+    }
+
+    fn forward(&mut self, id: &str, f: Forward) -> Outcome {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = (|| {
+            let rt = self.llama(&f.model)?;
+            let model = &rt.model;
+            let hidden = model.cfg.hidden;
+            let acts = match &f.activations {
+                Some(t) if !t.data.is_empty() => {
+                    if t.shape.len() != 2 || t.shape[1] as usize != hidden {
+                        return Err(invalid(format!("activations shape {:?} is not [seq_len, {hidden}]", t.shape)));
+                    }
+                    Some(t.to_f32().map_err(invalid)?)
+                }
+                _ => None,
+            };
+            if acts.is_some() && !f.token_ids.is_empty() {
+                return Err(invalid("send activations or token_ids, not both"));
+            }
+            let n = acts.as_ref().map_or(f.token_ids.len(), |a| a.len() / hidden);
+            if n > rt.max_seq_len {
+                return Err(Failure(ErrorCode::ContextLength, format!("{n} positions exceed max_seq_len {}", rt.max_seq_len)));
+            }
+            let out = model
+                .forward_range(f.layer_start as usize, f.layer_end as usize, &f.token_ids, acts.as_deref(), f.logits, &mut scratch)
+                .map_err(|e| invalid(format!("{e:#}")))?;
+            let width = if f.logits { model.cfg.vocab } else { hidden };
+            Ok(ForwardResult { output: Some(Tensor::from_f32(&[out.len() / width, width], &out)) })
+        })();
+        self.scratch = scratch;
+        let res = result?;
+        self.emit(Event::new(id, event::Kind::Forward(res)));
+        Ok(())
+    }
+}
+
+/// Prompt or chat messages, whichever oneof the request used.
+pub enum PromptInput {
+    Prompt(String),
+    Messages(Vec<ChatMessage>),
+}
+
+impl From<generate::Input> for PromptInput {
+    fn from(i: generate::Input) -> Self {
+        match i {
+            generate::Input::Prompt(p) => PromptInput::Prompt(p),
+            generate::Input::Messages(m) => PromptInput::Messages(m.messages),
+        }
+    }
+}
+impl From<hidden_states::Input> for PromptInput {
+    fn from(i: hidden_states::Input) -> Self {
+        match i {
+            hidden_states::Input::Prompt(p) => PromptInput::Prompt(p),
+            hidden_states::Input::Messages(m) => PromptInput::Messages(m.messages),
+        }
+    }
+}
+impl From<tokenize::Input> for PromptInput {
+    fn from(i: tokenize::Input) -> Self {
+        match i {
+            tokenize::Input::Prompt(p) => PromptInput::Prompt(p),
+            tokenize::Input::Messages(m) => PromptInput::Messages(m.messages),
+        }
+    }
+}
+
+/// Token ids for a prompt (special tokens parsed, BOS when the model asks
+/// for one) or for chat messages rendered with the model's template.
+fn tokenize_llama(model: &LlamaModel, input: &Option<PromptInput>) -> Result<Vec<u32>, Failure> {
+    let tok = &model.tokenizer;
+    let ids = match input {
+        None => return Err(invalid("no input (prompt or messages) given")),
+        Some(PromptInput::Prompt(p)) => {
+            if p.is_empty() {
+                return Err(invalid("prompt is empty"));
+            }
+            tok.encode(p, true, true)
+        }
+        Some(PromptInput::Messages(msgs)) => {
+            if msgs.is_empty() {
+                return Err(invalid("messages is empty"));
+            }
+            let msgs: Vec<TplMessage> =
+                msgs.iter().map(|m| TplMessage { role: m.role.clone(), content: m.content.clone() }).collect();
+            let text = tok.apply_chat_template(&msgs).map_err(|e| invalid(format!("{e:#}")))?;
+            // Templates that write the BOS themselves must not get a second one.
+            let bos_in_text = tok.bos.and_then(|b| tok.token_text(b)).is_some_and(|b| text.starts_with(b));
+            tok.encode(&text, !bos_in_text, true)
+        }
+    };
+    if ids.is_empty() {
+        return Err(invalid("input tokenizes to nothing"));
+    }
+    Ok(ids)
+}
+
+/// Resident set size from /proc (0 where there is no procfs).
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .map(|pages| pages * 4096)
+        .unwrap_or(0)
+}

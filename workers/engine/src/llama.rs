@@ -1,0 +1,578 @@
+//! The llama-architecture model: weights loaded from GGUF through candle's
+//! `gguf_file`, and a batched forward where every sequence owns its KV cache.
+//! One call runs any mix of rows: a decode token for each of B sequences, a
+//! prompt chunk being prefilled, or a plain layer range over activations
+//! (hidden states, split-model forwarding). Buffers live in `Scratch` and are
+//! reused between steps.
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use candle_core::quantized::{gguf_file, GgmlDType};
+use candle_core::Device;
+use rayon::prelude::*;
+
+use crate::kernels::{self, quantize_activations, BlockQ8Act, QMatrix};
+use crate::tokenizer::GgufTokenizer;
+
+#[derive(Clone, Debug)]
+pub struct LlamaConfig {
+    pub n_layers: usize,
+    pub hidden: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub vocab: usize,
+    pub rope_base: f32,
+    pub rope_dims: usize,
+    pub eps: f32,
+    /// Context length the model was trained for (GGUF `context_length`).
+    pub train_ctx: usize,
+}
+
+impl LlamaConfig {
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+    /// KV cache bytes one token occupies (f32 keys and values, every layer).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.n_layers * self.kv_dim() * std::mem::size_of::<f32>()
+    }
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    /// q, k and v stacked: one matmul per layer instead of three.
+    wqkv: QMatrix,
+    wo: QMatrix,
+    ffn_norm: Vec<f32>,
+    /// gate and up stacked.
+    w_gate_up: QMatrix,
+    w_down: QMatrix,
+}
+
+pub struct LlamaModel {
+    pub cfg: LlamaConfig,
+    pub tokenizer: GgufTokenizer,
+    layers: Vec<Layer>,
+    tok_embd: QMatrix,
+    out_norm: Vec<f32>,
+    /// None when the output head is tied to the token embedding.
+    lm_head: Option<QMatrix>,
+    rope_cos: Vec<f32>,
+    rope_sin: Vec<f32>,
+    rope_len: usize,
+    pub weight_bytes: u64,
+}
+
+/// One sequence's keys and values, allocated once for the longest the
+/// sequence may get (prompt + max_tokens, capped by max_seq_len) so decode
+/// appends in place and never reallocates.
+pub struct KvCache {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    pub len: usize,
+    pub capacity: usize,
+    kv_dim: usize,
+}
+
+impl KvCache {
+    pub fn new(cfg: &LlamaConfig, capacity: usize) -> Self {
+        let n = capacity * cfg.kv_dim();
+        KvCache {
+            k: (0..cfg.n_layers).map(|_| vec![0f32; n]).collect(),
+            v: (0..cfg.n_layers).map(|_| vec![0f32; n]).collect(),
+            len: 0,
+            capacity,
+            kv_dim: cfg.kv_dim(),
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        2 * self.k.len() * self.capacity * self.kv_dim * std::mem::size_of::<f32>()
+    }
+}
+
+/// Buffers reused across forward calls; they grow to the largest batch seen.
+#[derive(Default)]
+pub struct Scratch {
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    qkv: Vec<f32>,
+    attn: Vec<f32>,
+    tmp: Vec<f32>,
+    gu: Vec<f32>,
+    h: Vec<f32>,
+    act: Vec<BlockQ8Act>,
+    pub logits: Vec<f32>,
+}
+
+/// New tokens of one sequence for a batched step.
+pub struct SeqStep<'a> {
+    pub tokens: &'a [u32],
+    pub cache: &'a mut KvCache,
+}
+
+fn metadata<'a>(c: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::Value> {
+    c.metadata.get(key).with_context(|| format!("GGUF metadata {key} missing"))
+}
+
+fn ggml_name(dt: GgmlDType) -> &'static str {
+    match dt {
+        GgmlDType::Q4_1 => "q4_1",
+        GgmlDType::Q8_0 => "q8_0",
+        _ => "other",
+    }
+}
+
+impl LlamaModel {
+    pub fn load(path: &Path) -> Result<Self> {
+        let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let content = gguf_file::Content::read(&mut file).with_context(|| format!("reading GGUF {}", path.display()))?;
+        let arch = metadata(&content, "general.architecture")?.to_string()?.clone();
+        if arch != "llama" {
+            bail!("architecture {arch:?} is not supported (llama only)");
+        }
+        let u = |k: &str| -> Result<usize> { Ok(metadata(&content, &format!("llama.{k}"))?.to_u32()? as usize) };
+        let n_heads = u("attention.head_count")?;
+        let hidden = u("embedding_length")?;
+        let head_dim = hidden / n_heads;
+        let tokenizer = GgufTokenizer::from_gguf(&content.metadata)?;
+        let cfg = LlamaConfig {
+            n_layers: u("block_count")?,
+            hidden,
+            n_heads,
+            n_kv_heads: u("attention.head_count_kv").unwrap_or(n_heads),
+            head_dim,
+            ffn: u("feed_forward_length")?,
+            vocab: tokenizer.vocab_size(),
+            rope_base: metadata(&content, "llama.rope.freq_base").and_then(|v| Ok(v.to_f32()?)).unwrap_or(10000.0),
+            rope_dims: u("rope.dimension_count").unwrap_or(head_dim),
+            eps: metadata(&content, "llama.attention.layer_norm_rms_epsilon")?.to_f32()?,
+            train_ctx: u("context_length").unwrap_or(4096),
+        };
+        if cfg.n_heads % cfg.n_kv_heads != 0 || cfg.rope_dims > head_dim || cfg.rope_dims % 2 != 0 {
+            bail!("unsupported head layout: {cfg:?}");
+        }
+        // SWITCHYARD_REQUANT=q8_0 turns every matrix into Q8_0 (for comparing
+        // numerics); by default Q4_1 and Q8_0 stay as stored.
+        let force_q8 = std::env::var("SWITCHYARD_REQUANT").map(|v| v == "q8_0").unwrap_or(false);
+        let mut load_matrix = |name: &str| -> Result<QMatrix> {
+            let qt = content.tensor(&mut file, name, &Device::Cpu).with_context(|| format!("tensor {name}"))?;
+            let dims = qt.shape().dims().to_vec();
+            if dims.len() != 2 {
+                bail!("tensor {name} has shape {dims:?}, expected a matrix");
+            }
+            let (rows, cols) = (dims[0], dims[1]);
+            if !force_q8 {
+                if let Some(m) = QMatrix::from_ggml(ggml_name(qt.dtype()), &qt.data()?, rows, cols) {
+                    return Ok(m);
+                }
+            }
+            let values = qt.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
+            if cols % kernels::QK != 0 {
+                bail!("tensor {name} width {cols} is not a multiple of {}", kernels::QK);
+            }
+            Ok(QMatrix::quantize_q8_0(&values, rows, cols))
+        };
+        let tok_embd = load_matrix("token_embd.weight")?;
+        let lm_head = if content.tensor_infos.contains_key("output.weight") {
+            Some(load_matrix("output.weight")?)
+        } else {
+            None
+        };
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let p = format!("blk.{i}");
+            let wq = load_matrix(&format!("{p}.attn_q.weight"))?;
+            let wk = load_matrix(&format!("{p}.attn_k.weight"))?;
+            let wv = load_matrix(&format!("{p}.attn_v.weight"))?;
+            let wo = load_matrix(&format!("{p}.attn_output.weight"))?;
+            let gate = load_matrix(&format!("{p}.ffn_gate.weight"))?;
+            let up = load_matrix(&format!("{p}.ffn_up.weight"))?;
+            let w_down = load_matrix(&format!("{p}.ffn_down.weight"))?;
+            layers.push(Layer {
+                attn_norm: Vec::new(),
+                wqkv: QMatrix::concat_rows(vec![wq, wk, wv]),
+                wo,
+                ffn_norm: Vec::new(),
+                w_gate_up: QMatrix::concat_rows(vec![gate, up]),
+                w_down,
+            });
+        }
+        let mut load_vec = |name: &str| -> Result<Vec<f32>> {
+            let qt = content.tensor(&mut file, name, &Device::Cpu).with_context(|| format!("tensor {name}"))?;
+            Ok(qt.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?)
+        };
+        for (i, layer) in layers.iter_mut().enumerate() {
+            layer.attn_norm = load_vec(&format!("blk.{i}.attn_norm.weight"))?;
+            layer.ffn_norm = load_vec(&format!("blk.{i}.ffn_norm.weight"))?;
+        }
+        let out_norm = load_vec("output_norm.weight")?;
+
+        let l0 = &layers[0];
+        if l0.wqkv.rows != cfg.q_dim() + 2 * cfg.kv_dim()
+            || l0.wqkv.cols != cfg.hidden
+            || l0.w_gate_up.rows != 2 * cfg.ffn
+            || tok_embd.cols != cfg.hidden
+            || tok_embd.rows < cfg.vocab
+        {
+            bail!("tensor shapes do not match the GGUF hyperparameters {cfg:?}");
+        }
+        let mut weight_bytes = tok_embd.bytes() + lm_head.as_ref().map_or(0, |m| m.bytes()) + out_norm.len() * 4;
+        for l in &layers {
+            weight_bytes += l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes();
+            weight_bytes += (l.attn_norm.len() + l.ffn_norm.len()) * 4;
+        }
+        let mut model = LlamaModel {
+            cfg,
+            tokenizer,
+            layers,
+            tok_embd,
+            out_norm,
+            lm_head,
+            rope_cos: Vec::new(),
+            rope_sin: Vec::new(),
+            rope_len: 0,
+            weight_bytes: weight_bytes as u64,
+        };
+        model.ensure_rope(model.cfg.train_ctx);
+        Ok(model)
+    }
+
+    pub fn matrix_types(&self) -> String {
+        let l = &self.layers[0];
+        format!(
+            "embd={} qkv={} o={} gate_up={} down={} head={}",
+            self.tok_embd.dtype_name(),
+            l.wqkv.dtype_name(),
+            l.wo.dtype_name(),
+            l.w_gate_up.dtype_name(),
+            l.w_down.dtype_name(),
+            self.lm_head.as_ref().unwrap_or(&self.tok_embd).dtype_name()
+        )
+    }
+
+    /// Precomputes RoPE cos/sin for positions < `len`, the way ggml does
+    /// (theta multiplied down in f32, so values match llama.cpp's closely).
+    pub fn ensure_rope(&mut self, len: usize) {
+        if len <= self.rope_len {
+            return;
+        }
+        let half = self.cfg.rope_dims / 2;
+        let theta_scale = self.cfg.rope_base.powf(-2.0 / self.cfg.rope_dims as f32);
+        self.rope_cos = vec![0f32; len * half];
+        self.rope_sin = vec![0f32; len * half];
+        for p in 0..len {
+            let mut theta = p as f32;
+            for i in 0..half {
+                self.rope_cos[p * half + i] = theta.cos();
+                self.rope_sin[p * half + i] = theta.sin();
+                theta *= theta_scale;
+            }
+        }
+        self.rope_len = len;
+    }
+
+    pub fn max_positions(&self) -> usize {
+        self.rope_len
+    }
+
+    /// Adjacent-pair rotation (ggml's "normal" rope, which llama GGUFs use:
+    /// the converter permutes q/k weights for it).
+    fn rope(&self, x: &mut [f32], pos: usize) {
+        let half = self.cfg.rope_dims / 2;
+        let cos = &self.rope_cos[pos * half..(pos + 1) * half];
+        let sin = &self.rope_sin[pos * half..(pos + 1) * half];
+        for head in x.chunks_exact_mut(self.cfg.head_dim) {
+            for i in 0..half {
+                let (x0, x1) = (head[2 * i], head[2 * i + 1]);
+                head[2 * i] = x0 * cos[i] - x1 * sin[i];
+                head[2 * i + 1] = x0 * sin[i] + x1 * cos[i];
+            }
+        }
+    }
+
+    fn embed(&self, tokens: &[u32], x: &mut Vec<f32>) -> Result<()> {
+        let h = self.cfg.hidden;
+        x.resize(tokens.len() * h, 0.0);
+        for (i, &t) in tokens.iter().enumerate() {
+            if t as usize >= self.cfg.vocab {
+                bail!("token id {t} is outside the vocabulary ({})", self.cfg.vocab);
+            }
+            self.tok_embd.dequantize_row(t as usize, &mut x[i * h..(i + 1) * h]);
+        }
+        Ok(())
+    }
+
+    /// Runs blocks `layers` over the rows in `s.x`. `rows[r] = (seq, pos)`;
+    /// rows of one sequence are contiguous with increasing positions, and each
+    /// row's keys/values land in `caches[seq]` at `pos`. `capture(l, x)` sees
+    /// the residual stream after block l (1-based).
+    fn run_blocks(
+        &self,
+        s: &mut Scratch,
+        rows: &[(usize, usize)],
+        caches: &mut [&mut KvCache],
+        layers: Range<usize>,
+        capture: &mut dyn FnMut(usize, &[f32]),
+    ) {
+        let cfg = &self.cfg;
+        let (h, qd, kvd, f) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
+        let m = rows.len();
+        let qkv_w = qd + 2 * kvd;
+        let Scratch { x, xn, qkv, attn, tmp, gu, h: hbuf, act, .. } = s;
+        xn.resize(m * h, 0.0);
+        qkv.resize(m * qkv_w, 0.0);
+        attn.resize(m * qd, 0.0);
+        tmp.resize(m * h, 0.0);
+        gu.resize(m * 2 * f, 0.0);
+        hbuf.resize(m * f, 0.0);
+        let group = cfg.n_heads / cfg.n_kv_heads;
+        let scale = 1.0 / (cfg.head_dim as f32).sqrt();
+        let hd = cfg.head_dim;
+
+        for li in layers {
+            let layer = &self.layers[li];
+            for r in 0..m {
+                kernels::rms_norm(&x[r * h..(r + 1) * h], &layer.attn_norm, cfg.eps, &mut xn[r * h..(r + 1) * h]);
+            }
+            quantize_activations(xn, h, act);
+            kernels::matmul(&layer.wqkv, act, m, qkv);
+            for (r, &(seq, pos)) in rows.iter().enumerate() {
+                let row = &mut qkv[r * qkv_w..(r + 1) * qkv_w];
+                let (q, kv) = row.split_at_mut(qd);
+                self.rope(q, pos);
+                let (k, v) = kv.split_at_mut(kvd);
+                self.rope(k, pos);
+                let cache = &mut caches[seq];
+                cache.k[li][pos * kvd..(pos + 1) * kvd].copy_from_slice(k);
+                cache.v[li][pos * kvd..(pos + 1) * kvd].copy_from_slice(v);
+            }
+            {
+                let kv: Vec<(&[f32], &[f32])> = caches.iter().map(|c| (&c.k[li][..], &c.v[li][..])).collect();
+                let qkv_ro: &[f32] = qkv;
+                let attend = |(r, out): (usize, &mut [f32])| {
+                    let (seq, pos) = rows[r];
+                    let (kc, vc) = kv[seq];
+                    let q = &qkv_ro[r * qkv_w..r * qkv_w + qd];
+                    let n = pos + 1;
+                    SCORES.with(|cell| {
+                        let mut scores = cell.borrow_mut();
+                        scores.resize(n, 0.0);
+                        for head in 0..cfg.n_heads {
+                            let kvh = head / group;
+                            let qh = &q[head * hd..(head + 1) * hd];
+                            let mut max = f32::NEG_INFINITY;
+                            for (j, sc) in scores.iter_mut().enumerate() {
+                                let kj = &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd];
+                                *sc = kernels::dot_f32(qh, kj) * scale;
+                                max = max.max(*sc);
+                            }
+                            let mut sum = 0f32;
+                            for sc in scores.iter_mut() {
+                                *sc = (*sc - max).exp();
+                                sum += *sc;
+                            }
+                            let inv = 1.0 / sum;
+                            let oh = &mut out[head * hd..(head + 1) * hd];
+                            oh.fill(0.0);
+                            for (j, sc) in scores.iter().enumerate() {
+                                kernels::axpy(sc * inv, &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd], oh);
+                            }
+                        }
+                    });
+                };
+                // Attention is cheap next to the matmuls at short contexts;
+                // fork only when there is enough of it to pay for the threads.
+                let work: usize = rows.iter().map(|&(_, p)| p + 1).sum::<usize>() * cfg.n_heads * hd;
+                if work > 200_000 && m > 1 {
+                    attn.par_chunks_mut(qd).enumerate().for_each(attend);
+                } else {
+                    attn.chunks_mut(qd).enumerate().for_each(attend);
+                }
+            }
+            quantize_activations(attn, qd, act);
+            kernels::matmul(&layer.wo, act, m, tmp);
+            for (xv, t) in x.iter_mut().zip(tmp.iter()) {
+                *xv += t;
+            }
+            for r in 0..m {
+                kernels::rms_norm(&x[r * h..(r + 1) * h], &layer.ffn_norm, cfg.eps, &mut xn[r * h..(r + 1) * h]);
+            }
+            quantize_activations(xn, h, act);
+            kernels::matmul(&layer.w_gate_up, act, m, gu);
+            for r in 0..m {
+                let g = &gu[r * 2 * f..r * 2 * f + f];
+                let u = &gu[r * 2 * f + f..(r + 1) * 2 * f];
+                for ((o, &gv), &uv) in hbuf[r * f..(r + 1) * f].iter_mut().zip(g).zip(u) {
+                    *o = gv / (1.0 + (-gv).exp()) * uv;
+                }
+            }
+            quantize_activations(hbuf, f, act);
+            kernels::matmul(&layer.w_down, act, m, tmp);
+            for (xv, t) in x.iter_mut().zip(tmp.iter()) {
+                *xv += t;
+            }
+            capture(li + 1, x);
+        }
+    }
+
+    /// Final norm and output head over `x` rows `select` -> `s.logits`.
+    fn head(&self, s: &mut Scratch, select: &[usize]) {
+        let h = self.cfg.hidden;
+        let Scratch { x, xn, act, logits, .. } = s;
+        xn.resize(select.len() * h, 0.0);
+        for (i, &r) in select.iter().enumerate() {
+            kernels::rms_norm(&x[r * h..(r + 1) * h], &self.out_norm, self.cfg.eps, &mut xn[i * h..(i + 1) * h]);
+        }
+        quantize_activations(xn, h, act);
+        let w = self.lm_head.as_ref().unwrap_or(&self.tok_embd);
+        logits.resize(select.len() * w.rows, 0.0);
+        kernels::matmul(w, act, select.len(), logits);
+        if w.rows != self.cfg.vocab {
+            // Some files pad the embedding; keep exactly `vocab` logits per row.
+            let v = self.cfg.vocab;
+            for i in 0..select.len() {
+                logits.copy_within(i * w.rows..i * w.rows + v, i * v);
+            }
+            logits.truncate(select.len() * v);
+        }
+    }
+
+    /// One batched step: each sequence's new tokens go through the model and
+    /// into its cache; `s.logits` gets `[seqs.len(), vocab]`, the logits after
+    /// each sequence's last new token.
+    pub fn step(&self, seqs: &mut [SeqStep], s: &mut Scratch) -> Result<()> {
+        let mut rows = Vec::new();
+        let mut all_tokens = Vec::new();
+        let mut last_rows = Vec::with_capacity(seqs.len());
+        for (i, sq) in seqs.iter().enumerate() {
+            if sq.tokens.is_empty() {
+                bail!("a sequence in the batch has no new tokens");
+            }
+            let start = sq.cache.len;
+            if start + sq.tokens.len() > sq.cache.capacity {
+                bail!("KV cache overflow: {} + {} > {}", start, sq.tokens.len(), sq.cache.capacity);
+            }
+            if start + sq.tokens.len() > self.rope_len {
+                bail!("position {} beyond the model's {} positions", start + sq.tokens.len(), self.rope_len);
+            }
+            for (j, &t) in sq.tokens.iter().enumerate() {
+                rows.push((i, start + j));
+                all_tokens.push(t);
+            }
+            last_rows.push(rows.len() - 1);
+        }
+        self.embed(&all_tokens, &mut s.x)?;
+        let mut caches: Vec<&mut KvCache> = seqs.iter_mut().map(|sq| &mut *sq.cache).collect();
+        self.run_blocks(s, &rows, &mut caches, 0..self.cfg.n_layers, &mut |_, _| {});
+        for sq in seqs.iter_mut() {
+            sq.cache.len += sq.tokens.len();
+        }
+        self.head(s, &last_rows);
+        Ok(())
+    }
+
+    /// Residual stream after the requested layers for one prompt (0 is the
+    /// embedding output, i the output of block i). Returns (layer, [n, hidden]).
+    pub fn hidden_states(&self, tokens: &[u32], layers: &[usize], s: &mut Scratch) -> Result<Vec<(usize, Vec<f32>)>> {
+        let n = tokens.len();
+        if n == 0 {
+            bail!("no tokens");
+        }
+        if n > self.rope_len {
+            bail!("{n} tokens exceed the model's {} positions", self.rope_len);
+        }
+        let last = layers.iter().copied().max().unwrap_or(0);
+        if last > self.cfg.n_layers {
+            bail!("layer {last} out of range 0..={}", self.cfg.n_layers);
+        }
+        self.embed(tokens, &mut s.x)?;
+        let mut out: Vec<(usize, Vec<f32>)> = Vec::new();
+        if layers.contains(&0) {
+            out.push((0, s.x.clone()));
+        }
+        let rows: Vec<(usize, usize)> = (0..n).map(|p| (0, p)).collect();
+        let mut cache = KvCache::new(&self.cfg, n);
+        let mut caches = vec![&mut cache];
+        self.run_blocks(s, &rows, &mut caches, 0..last, &mut |l, x| {
+            if layers.contains(&l) {
+                out.push((l, x.to_vec()));
+            }
+        });
+        // Return in the order asked for.
+        let mut ordered = Vec::with_capacity(layers.len());
+        for &l in layers {
+            let v = out.iter().find(|(ol, _)| *ol == l).map(|(_, v)| v.clone()).context("layer not captured")?;
+            ordered.push((l, v));
+        }
+        Ok(ordered)
+    }
+
+    /// Blocks [start, end) over `input` (`[n, hidden]` activations, or token
+    /// ids when start == 0), positions 0..n; with `logits` the final norm and
+    /// head follow and the result is `[n, vocab]`, else `[n, hidden]`.
+    pub fn forward_range(
+        &self,
+        start: usize,
+        end: usize,
+        tokens: &[u32],
+        activations: Option<&[f32]>,
+        logits: bool,
+        s: &mut Scratch,
+    ) -> Result<Vec<f32>> {
+        let nl = self.cfg.n_layers;
+        if start > end || end > nl {
+            bail!("layer range [{start}, {end}) is not within [0, {nl}]");
+        }
+        if logits && end != nl {
+            bail!("logits=true needs layer_end == n_layers ({nl})");
+        }
+        let h = self.cfg.hidden;
+        let n = match activations {
+            Some(a) => {
+                if a.is_empty() || a.len() % h != 0 {
+                    bail!("activations hold {} floats, not a positive multiple of hidden size {h}", a.len());
+                }
+                s.x.clear();
+                s.x.extend_from_slice(a);
+                a.len() / h
+            }
+            None => {
+                if start != 0 {
+                    bail!("token ids are only accepted when layer_start == 0");
+                }
+                if tokens.is_empty() {
+                    bail!("neither activations nor token ids given");
+                }
+                self.embed(tokens, &mut s.x)?;
+                tokens.len()
+            }
+        };
+        if n > self.rope_len {
+            bail!("{n} positions exceed the model's {}", self.rope_len);
+        }
+        let rows: Vec<(usize, usize)> = (0..n).map(|p| (0, p)).collect();
+        let mut cache = KvCache::new(&self.cfg, n);
+        let mut caches = vec![&mut cache];
+        self.run_blocks(s, &rows, &mut caches, start..end, &mut |_, _| {});
+        if logits {
+            let all: Vec<usize> = (0..n).collect();
+            self.head(s, &all);
+            Ok(s.logits.clone())
+        } else {
+            Ok(s.x.clone())
+        }
+    }
+}
+
+thread_local! {
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
