@@ -159,17 +159,26 @@ async function greedy(promptIds) {
     return { out, finish, steps, stable };
 }
 
-const chatPrompts = [
-    "What is the capital of France?",
-    "Write a haiku about the sea.",
-    "List three primary colors.",
-    "What is 12 + 7?",
-    "Translate 'good morning' into Spanish.",
-    "Explain what a GPU is in one sentence.",
+const user = (content) => [{ role: "user", content }];
+const chatCases = [
+    user("What is the capital of France?"),
+    user("Write a haiku about the sea."),
+    user("List three primary colors."),
+    user("What is 12 + 7?"),
+    user("Translate 'good morning' into Spanish."),
+    user("Explain what a GPU is in one sentence."),
+    // explicit system message: the template must NOT inject its default SmolLM system prompt
+    [{ role: "system", content: "You are a concise assistant." }, { role: "user", content: "Count from 1 to 5." }],
+    // multi-turn
+    [
+        { role: "user", content: "Hi!" },
+        { role: "assistant", content: "Hello! How can I help you today?" },
+        { role: "user", content: "What is 2 + 2?" },
+    ],
 ];
 const greedyCases = [];
-for (const content of chatPrompts) {
-    const messages = [{ role: "user", content }];
+for (const messages of chatCases) {
+    const content = messages.at(-1).content;
     const prompt = renderChat(messages);
     const promptIds = model.tokenize(prompt, true);
     const { out, finish, steps, stable } = await greedy(promptIds);

@@ -405,9 +405,9 @@ impl Engine {
             let hidden = model.cfg.hidden;
             let n = tokens.len();
             let pooling = Pooling::try_from(h.pooling).unwrap_or(Pooling::Unspecified);
-            let dtype = match DType::try_from(h.dtype).unwrap_or(DType::Unspecified) {
-                DType::F16 => DType::F16,
-                _ => DType::F32,
+            let dtype = match DType::try_from(h.dtype).unwrap_or(DType::DtypeUnspecified) {
+                DType::DtypeF16 => DType::DtypeF16,
+                _ => DType::DtypeF32,
             };
             let tensors = states
                 .iter()

@@ -89,17 +89,17 @@ impl Tensor {
         for v in data {
             bytes.extend_from_slice(&v.to_le_bytes());
         }
-        Tensor { dtype: DType::F32 as i32, shape: shape.iter().map(|&d| d as u64).collect(), data: bytes }
+        Tensor { dtype: DType::DtypeF32 as i32, shape: shape.iter().map(|&d| d as u64).collect(), data: bytes }
     }
 
     pub fn from_f32_as(shape: &[usize], data: &[f32], dtype: DType) -> Self {
         match dtype {
-            DType::F16 => {
+            DType::DtypeF16 => {
                 let mut bytes = Vec::with_capacity(data.len() * 2);
                 for v in data {
                     bytes.extend_from_slice(&half::f16::from_f32(*v).to_le_bytes());
                 }
-                Tensor { dtype: DType::F16 as i32, shape: shape.iter().map(|&d| d as u64).collect(), data: bytes }
+                Tensor { dtype: DType::DtypeF16 as i32, shape: shape.iter().map(|&d| d as u64).collect(), data: bytes }
             }
             _ => Self::from_f32(shape, data),
         }
@@ -108,9 +108,9 @@ impl Tensor {
     /// Decodes the payload to f32, checking that the byte count matches the shape.
     pub fn to_f32(&self) -> Result<Vec<f32>, String> {
         let elems: u64 = self.shape.iter().product();
-        let dtype = DType::try_from(self.dtype).unwrap_or(DType::Unspecified);
+        let dtype = DType::try_from(self.dtype).unwrap_or(DType::DtypeUnspecified);
         let width = match dtype {
-            DType::F16 => 2,
+            DType::DtypeF16 => 2,
             _ => 4,
         };
         if self.data.len() as u64 != elems * width {
@@ -123,7 +123,7 @@ impl Tensor {
             ));
         }
         Ok(match dtype {
-            DType::F16 => self
+            DType::DtypeF16 => self
                 .data
                 .chunks_exact(2)
                 .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
@@ -172,7 +172,7 @@ mod tests {
 
     #[test]
     fn tensor_f16_round_trip() {
-        let t = Tensor::from_f32_as(&[3], &[1.0, -2.5, 0.125], DType::F16);
+        let t = Tensor::from_f32_as(&[3], &[1.0, -2.5, 0.125], DType::DtypeF16);
         assert_eq!(t.data.len(), 6);
         assert_eq!(t.to_f32().unwrap(), vec![1.0, -2.5, 0.125]);
     }

@@ -24,7 +24,10 @@ export class PhaseTimer {
     }
     this.clear();
     this.current = { phase, ms };
-    this.timer = setTimeout(() => this.onExpire(new DeadlineExceeded(phase, ms)), ms);
+    this.timer = setTimeout(() => {
+      const c = this.current ?? { phase, ms };
+      this.onExpire(new DeadlineExceeded(c.phase, c.ms));
+    }, ms);
   }
 
   refresh(): void {

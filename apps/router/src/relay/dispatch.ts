@@ -24,14 +24,21 @@ interface Attempt {
 function startAttempt(ctx: RelayContext): Attempt {
   const controller = new AbortController();
   const timer = new PhaseTimer((err) => controller.abort(new UpstreamFailure("timeout", err.message, true)));
-  const onClientAbort = () => controller.abort(ctx.signal.reason ?? new UpstreamFailure("aborted", "client went away", false));
+  const onClientAbort = () => controller.abort(new UpstreamFailure("aborted", "client went away", false));
   if (ctx.signal.aborted) onClientAbort();
   else ctx.signal.addEventListener("abort", onClientAbort, { once: true });
+  // The total deadline spans every attempt, counted from the request's arrival.
+  const left = ctx.deadlines.totalMs - (performance.now() - ctx.startedAt);
+  const total = setTimeout(
+    () => controller.abort(new UpstreamFailure("timeout", `total deadline of ${ctx.deadlines.totalMs} ms exceeded`, false)),
+    Math.max(0, left),
+  );
   return {
     controller,
     timer,
     cleanup: () => {
       timer.clear();
+      clearTimeout(total);
       ctx.signal.removeEventListener("abort", onClientAbort);
     },
   };
@@ -71,7 +78,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   let attempts = 0;
   for (const backend of candidates) {
     if (attempts >= ctx.maxAttempts) break;
-    if (ctx.signal.aborted) throw new ApiError("upstream_timeout", "request aborted before dispatch");
+    if (ctx.signal.aborted) throw new ApiError("upstream_timeout", "client went away before dispatch");
     attempts++;
     const a = startAttempt(ctx);
     a.timer.arm("headers", deadlines.headersMs);
@@ -178,7 +185,7 @@ function relayStream(
         const failure = toFailure(err, a);
         finish();
         up.abort();
-        if (failure.kind === "aborted" && ctx.signal.aborted) {
+        if (failure.kind === "aborted") {
           // The client is gone; nobody is left to read an error event.
           controller.close();
           return;

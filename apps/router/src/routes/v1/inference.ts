@@ -39,9 +39,6 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
   if (candidates.length === 0) {
     throw new ApiError("no_healthy_backend", `no worker for model '${model}' is ready (warming, draining or busy)`, null, { "retry-after": retryAfter });
   }
-  // The client's abort signal, plus the total deadline.
-  const total = AbortSignal.timeout(deps.config.deadlines.totalMs);
-  const signal = AbortSignal.any([c.req.raw.signal, total]);
   try {
     const result = await dispatch(
       candidates.map(deps.workerBackend),
@@ -49,7 +46,7 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
       {
         requestId: c.get("requestId"),
         deadlines: deps.config.deadlines,
-        signal,
+        signal: c.req.raw.signal,
         startedAt: c.get("startedAt"),
         log: c.get("log"),
         metrics: deps.metrics,
@@ -62,7 +59,6 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
     if (err instanceof ApiError && err.code === "no_healthy_backend") {
       throw new ApiError(err.code, err.message, null, { "retry-after": retryAfter });
     }
-    if (total.aborted && err instanceof ApiError) throw new ApiError("upstream_timeout", `total deadline of ${deps.config.deadlines.totalMs} ms exceeded`);
     throw err;
   }
 }
