@@ -427,13 +427,6 @@ mod x86 {
         _mm_cvtss_f32(s)
     }
 
-    /// Both halves of a Q4_1 header (d, m) to f32 with one F16C conversion.
-    #[inline(always)]
-    unsafe fn dm(blk: &BlockQ4_1) -> (f32, f32) {
-        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(((blk.m as u32) << 16 | blk.d as u32) as i32));
-        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1)))
-    }
-
     #[inline(always)]
     unsafe fn unpack_q4(blk: &BlockQ4_1) -> __m256i {
         let qs = _mm_loadu_si128(blk.qs.as_ptr() as *const __m128i);
@@ -448,25 +441,41 @@ mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
+    /// [d, m, 0, 0] of a Q4_1 block header in one F16C conversion.
+    #[inline(always)]
+    unsafe fn dm_vec(blk: &BlockQ4_1) -> __m128 {
+        _mm_cvtph_ps(_mm_cvtsi32_si128(((blk.m as u32) << 16 | blk.d as u32) as i32))
+    }
+
+    /// [da, sa, 0, 0] of an activation block (d and s are adjacent).
+    #[inline(always)]
+    unsafe fn ds_vec(ab: &BlockQ8Act) -> __m128 {
+        _mm_castpd_ps(_mm_load_sd(&ab.d as *const f32 as *const f64))
+    }
+
+    // The m * sa term is accumulated in lane 1 of an SSE register (lane 0
+    // carries d * da for the broadcast). Written as scalar code, LLVM turned
+    // it into a gather across the tile's rows, which costs more than the dot.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn q4_1_avx2<const R: usize>(w: &[BlockQ4_1], a: &[BlockQ8Act], nb: usize, out: &mut [f32; TILE]) {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); R];
-        let mut summ = [0f32; R];
+        let mut accm = [_mm_setzero_ps(); R];
         for b in 0..nb {
             let blk = w.get_unchecked(b);
-            let (d, m) = dm(blk);
+            let dmv = dm_vec(blk);
             let wq = unpack_q4(blk);
             for j in 0..R {
                 let ab = a.get_unchecked(j * nb + b);
+                let prod = _mm_mul_ps(dmv, ds_vec(ab));
                 let aq = _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i);
                 let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, aq), ones);
-                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc[j]);
-                summ[j] += m * ab.s;
+                acc[j] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[j]);
+                accm[j] = _mm_add_ps(accm[j], prod);
             }
         }
         for j in 0..R {
-            out[j] = hsum(acc[j]) + summ[j];
+            out[j] = hsum(acc[j]) + _mm_cvtss_f32(_mm_shuffle_ps(accm[j], accm[j], 1));
         }
     }
 
@@ -496,21 +505,22 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
     pub unsafe fn q4_1_vnni<const R: usize>(w: &[BlockQ4_1], a: &[BlockQ8Act], nb: usize, out: &mut [f32; TILE]) {
         let mut acc = [_mm256_setzero_ps(); R];
-        let mut summ = [0f32; R];
+        let mut accm = [_mm_setzero_ps(); R];
         for b in 0..nb {
             let blk = w.get_unchecked(b);
-            let (d, m) = dm(blk);
+            let dmv = dm_vec(blk);
             let wq = unpack_q4(blk);
             for j in 0..R {
                 let ab = a.get_unchecked(j * nb + b);
+                let prod = _mm_mul_ps(dmv, ds_vec(ab));
                 let aq = _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i);
                 let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, aq);
-                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc[j]);
-                summ[j] += m * ab.s;
+                acc[j] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[j]);
+                accm[j] = _mm_add_ps(accm[j], prod);
             }
         }
         for j in 0..R {
-            out[j] = hsum(acc[j]) + summ[j];
+            out[j] = hsum(acc[j]) + _mm_cvtss_f32(_mm_shuffle_ps(accm[j], accm[j], 1));
         }
     }
 

@@ -1,0 +1,41 @@
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "./config.ts";
+
+describe("config", () => {
+  it("has working defaults", () => {
+    const c = loadConfig({ env: {} });
+    expect(c.router.port).toBe(8080);
+    expect(c.router.bodyLimitBytes).toBe(4 * 1024 * 1024);
+    expect(c.deadlines.firstTokenMs).toBe(30_000);
+    expect(c.redis.url).toBeUndefined();
+  });
+
+  it("reads YAML, then lets SWITCHYARD_* env override it", () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "sycfg-"));
+    const file = path.join(dir, "s.yaml");
+    writeFileSync(file, "router:\n  port: 9000\n  maxAttempts: 2\ndeadlines:\n  idleMs: 1234\n");
+    const c = loadConfig({ file, env: { SWITCHYARD_ROUTER__PORT: "9100", SWITCHYARD_DEADLINES__FIRST_TOKEN_MS: "500", REDIS_URL: "redis://x:1" } });
+    expect(c.router.port).toBe(9100);
+    expect(c.router.maxAttempts).toBe(2);
+    expect(c.deadlines.idleMs).toBe(1234);
+    expect(c.deadlines.firstTokenMs).toBe(500);
+    expect(c.redis.url).toBe("redis://x:1");
+  });
+
+  it("an invalid value stops with a message naming the key", () => {
+    expect(() => loadConfig({ env: { SWITCHYARD_ROUTER__PORT: "not-a-port" } })).toThrow(ConfigError);
+    expect(() => loadConfig({ env: { SWITCHYARD_ROUTER__PORT: "99999" } })).toThrow(/router\.port/);
+    expect(() => loadConfig({ env: { SWITCHYARD_DEADLINES__IDLE_MS: "-5" } })).toThrow(/deadlines\.idleMs/);
+  });
+
+  it("a missing or broken file is a clear error", () => {
+    expect(() => loadConfig({ file: "/nonexistent.yaml", env: {} })).toThrow(/does not exist/);
+    const dir = mkdtempSync(path.join(tmpdir(), "sycfg-"));
+    const file = path.join(dir, "bad.yaml");
+    writeFileSync(file, "router: [unclosed");
+    expect(() => loadConfig({ file, env: {} })).toThrow(/not valid YAML/);
+  });
+});

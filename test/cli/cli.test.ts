@@ -1,0 +1,78 @@
+// The `switchyard` command end to end against a real Postgres database.
+import { execFile } from "node:child_process";
+import path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createTestDb, type TestDb } from "../helpers/env.ts";
+
+const run = promisify(execFile);
+const bin = path.resolve(import.meta.dirname, "../../apps/cli/bin/switchyard.mjs");
+let db: TestDb;
+
+async function sy(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const r = await run(process.execPath, [bin, ...args], { env: { ...process.env, DATABASE_URL: db.url }, timeout: 30_000 });
+    return { code: 0, stdout: r.stdout, stderr: r.stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+beforeAll(async () => {
+  db = await createTestDb();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+describe("switchyard CLI", () => {
+  it("manages tenants and keys: create, list, revoke", async () => {
+    expect((await sy(["migrate"])).stdout).toMatch(/migrations applied/);
+    const created = await sy(["tenants", "create", "initech"]);
+    expect(created.code).toBe(0);
+    expect((await sy(["tenants", "create", "initech"])).code).toBe(1);
+    const key = await sy(["keys", "create", "--tenant", "initech", "--name", "ci"]);
+    expect(key.code).toBe(0);
+    const full = key.stdout.trim();
+    expect(full).toMatch(/^sy_[0-9a-f]{8}_[A-Za-z0-9_-]{43}$/);
+    const prefix = full.slice(0, 11);
+    const list = await sy(["keys", "list", "--tenant", "initech"]);
+    expect(list.stdout).toContain(prefix);
+    expect(list.stdout).not.toContain(full); // shown once, never again
+    expect(list.stdout).toMatch(/active/);
+    expect((await sy(["tenants", "list"])).stdout).toMatch(/initech\s+\d+\s+1/);
+    expect((await sy(["keys", "revoke", prefix])).stdout).toMatch(/revoked/);
+    expect((await sy(["keys", "list", "--tenant", "initech"])).stdout).toMatch(/revoked/);
+    expect((await sy(["keys", "revoke", "sy_ffffffff"])).code).toBe(1);
+  });
+
+  it("bad arguments exit non-zero with a clear message", async () => {
+    const cases: [string[], RegExp][] = [
+      [["frobnicate"], /unknown command 'frobnicate'/],
+      [["tenants"], /expected 'create NAME' or 'list'/],
+      [["tenants", "create"], /missing NAME/],
+      [["keys", "create"], /--tenant NAME is required/],
+      [["keys", "revoke"], /missing PREFIX/],
+      [["keys", "list", "--tenant"], /--tenant/],
+      [["--bogus"], /Unknown option/],
+    ];
+    for (const [args, msg] of cases) {
+      const r = await sy(args);
+      expect(r.code, args.join(" ")).toBe(2);
+      expect(r.stderr).toMatch(msg);
+    }
+    const noTenant = await sy(["keys", "create", "--tenant", "nobody"]);
+    expect(noTenant.code).toBe(1);
+    expect(noTenant.stderr).toMatch(/no tenant named 'nobody'/);
+    const badName = await sy(["tenants", "create", "Bad Name!"]);
+    expect(badName.code).toBe(1);
+    expect(badName.stderr).toMatch(/invalid tenant name/);
+  });
+
+  it("an invalid config value stops with the key named", async () => {
+    const r = await run(process.execPath, [bin, "tenants", "list"], { env: { ...process.env, DATABASE_URL: db.url, SWITCHYARD_ROUTER__PORT: "nope" } }).catch((e) => e);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/router\.port/);
+  });
+});
