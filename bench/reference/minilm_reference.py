@@ -10,6 +10,7 @@ Usage (venv outside the repo, see README.md):
     HF_HUB_OFFLINE=1 /tmp/refvenv/bin/python bench/reference/minilm_reference.py [MODEL_DIR]
 """
 import json
+import re
 import os
 import sys
 from pathlib import Path
@@ -51,6 +52,24 @@ torch.manual_seed(0)
 def f32(x: float) -> float:
     # 9 significant digits round-trip a float32 exactly
     return float(f"{x:.9g}")
+
+
+def to_json(obj) -> str:
+    """Pretty JSON with arrays of scalars (ids, tokens, embeddings, cosine rows) kept on one line."""
+    store = []
+
+    def walk(v):
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            if all(isinstance(x, (int, float, str, bool)) for x in v):
+                store.append(json.dumps(v, ensure_ascii=False))
+                return f"\0{len(store) - 1}\0"
+            return [walk(x) for x in v]
+        return v
+
+    text = json.dumps(walk(obj), indent=2, ensure_ascii=False)
+    return re.sub(r'"\\u0000(\d+)\\u0000"', lambda m: store[int(m.group(1))], text)
 
 
 def main() -> None:
@@ -121,7 +140,7 @@ def main() -> None:
         "cosine": [[round(float(c), 6) for c in row] for row in cos],
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    OUT.write_text(to_json(doc) + "\n")
     print(f"wrote {OUT}")
     print(f"modules: {modules}; st vs manual max |diff| = {max_abs_diff:.3g}; "
           f"padded batch vs single max |diff| = {max_abs_diff_single:.3g}")

@@ -38,9 +38,19 @@ const generator = {
     script: "bench/reference/record.mjs",
 };
 const modelFile = path.basename(modelPath);
+// Pretty JSON, but arrays of scalars (ids, pieces, [id, logit] pairs) on one line.
+const isScalar = (x) => typeof x === "number" || typeof x === "string" || typeof x === "boolean";
+const toJson = (obj) => {
+    const store = [];
+    const s = JSON.stringify(obj, (_k, v) =>
+        Array.isArray(v) && v.every((x) => isScalar(x) || (Array.isArray(x) && x.every(isScalar)))
+            ? `\u0000${store.push(JSON.stringify(v)) - 1}\u0000`
+            : v, 2);
+    return s.replace(/"\\u0000(\d+)\\u0000"/g, (_m, i) => store[Number(i)]);
+};
 const writeJson = (name, obj) => {
     fs.mkdirSync(fixturesDir, { recursive: true });
-    fs.writeFileSync(path.join(fixturesDir, name), JSON.stringify(obj, null, 2) + "\n");
+    fs.writeFileSync(path.join(fixturesDir, name), toJson(obj) + "\n");
     console.log(`wrote ${path.join(fixturesDir, name)}`);
 };
 

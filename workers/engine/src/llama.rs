@@ -354,6 +354,11 @@ impl LlamaModel {
                 let cache = &mut caches[seq];
                 cache.k[li][pos * kvd..(pos + 1) * kvd].copy_from_slice(k);
                 cache.v[li][pos * kvd..(pos + 1) * kvd].copy_from_slice(v);
+                if std::env::var("SY_F16").is_ok() {
+                    for x in cache.k[li][pos * kvd..(pos + 1) * kvd].iter_mut() { *x = half::f16::from_f32(*x).to_f32(); }
+                    for x in cache.v[li][pos * kvd..(pos + 1) * kvd].iter_mut() { *x = half::f16::from_f32(*x).to_f32(); }
+                    for x in q.iter_mut() { *x = half::f16::from_f32(*x).to_f32(); }
+                }
             }
             {
                 let kv: Vec<(&[f32], &[f32])> = caches.iter().map(|c| (&c.k[li][..], &c.v[li][..])).collect();

@@ -1,0 +1,88 @@
+// Load generators. Open loop: requests start at a fixed rate whatever the
+// answers do (latency percentiles without coordinated omission). Closed loop:
+// C clients back to back, for peak throughput.
+import { Pool } from "undici";
+
+export interface Target {
+  name: string;
+  url: string; // origin
+  path: string;
+  headers: Record<string, string>;
+}
+
+export interface Sample {
+  ok: boolean;
+  ttftMs: number;
+  totalMs: number;
+}
+
+export interface LoadResult {
+  samples: Sample[];
+  errors: number;
+  wallS: number;
+}
+
+export function percentile(xs: number[], p: number): number {
+  if (xs.length === 0) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
+}
+
+async function one(pool: Pool, t: Target, body: string, stream: boolean): Promise<Sample> {
+  const t0 = performance.now();
+  try {
+    const res = await pool.request({ path: t.path, method: "POST", headers: { "content-type": "application/json", ...t.headers }, body });
+    if (res.statusCode !== 200) {
+      await res.body.dump();
+      return { ok: false, ttftMs: NaN, totalMs: performance.now() - t0 };
+    }
+    let ttft = NaN;
+    let text = "";
+    for await (const chunk of res.body) {
+      if (Number.isNaN(ttft)) {
+        const s = chunk.toString();
+        // The first data event, not a keep-alive comment.
+        if (!stream || s.includes("data:")) ttft = performance.now() - t0;
+        text += s;
+      } else if (stream) text = (text + chunk.toString()).slice(-200);
+    }
+    const total = performance.now() - t0;
+    const ok = stream ? text.includes("[DONE]") && !text.includes('"error"') : text.length > 0;
+    return { ok, ttftMs: Number.isNaN(ttft) ? total : ttft, totalMs: total };
+  } catch {
+    return { ok: false, ttftMs: NaN, totalMs: performance.now() - t0 };
+  }
+}
+
+export async function openLoop(t: Target, opts: { ratePerS: number; durationS: number; body: string; stream: boolean }): Promise<LoadResult> {
+  const pool = new Pool(t.url, { connections: 4096, pipelining: 1, headersTimeout: 60_000, bodyTimeout: 60_000 });
+  const n = Math.max(1, Math.round(opts.ratePerS * opts.durationS));
+  const interval = 1000 / opts.ratePerS;
+  const inflight: Promise<Sample>[] = [];
+  const start = performance.now();
+  for (let i = 0; i < n; i++) {
+    const due = start + i * interval;
+    const wait = due - performance.now();
+    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    inflight.push(one(pool, t, opts.body, opts.stream));
+  }
+  const samples = await Promise.all(inflight);
+  const wallS = (performance.now() - start) / 1000;
+  await pool.close();
+  return { samples, errors: samples.filter((s) => !s.ok).length, wallS };
+}
+
+export async function closedLoop(t: Target, opts: { clients: number; durationS: number; body: string; stream: boolean }): Promise<LoadResult> {
+  const pool = new Pool(t.url, { connections: opts.clients, pipelining: 1 });
+  const samples: Sample[] = [];
+  const start = performance.now();
+  const end = start + opts.durationS * 1000;
+  await Promise.all(
+    Array.from({ length: opts.clients }, async () => {
+      while (performance.now() < end) samples.push(await one(pool, t, opts.body, opts.stream));
+    }),
+  );
+  const wallS = (performance.now() - start) / 1000;
+  await pool.close();
+  return { samples, errors: samples.filter((s) => !s.ok).length, wallS };
+}

@@ -1,0 +1,73 @@
+// Child processes for benchmarks: spawn, wait for a URL to answer, read CPU
+// time from /proc, stop.
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { createServer } from "node:net";
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export interface Proc {
+  child: ChildProcess;
+  stop(): Promise<void>;
+  /** User + system CPU seconds used so far. */
+  cpuSeconds(): number;
+}
+
+const CLK_TCK = 100;
+
+export function startProc(cmd: string, args: string[], env: Record<string, string> = {}, label = cmd): Proc {
+  const child = spawn(cmd, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  let tail = "";
+  const keep = (d: Buffer) => {
+    tail = (tail + d.toString()).slice(-4000);
+  };
+  child.stdout?.on("data", keep);
+  child.stderr?.on("data", keep);
+  child.on("exit", (code, sig) => {
+    if (code && code !== 0 && sig === null) process.stderr.write(`[${label}] exited ${code}\n${tail}\n`);
+  });
+  return {
+    child,
+    cpuSeconds: () => {
+      try {
+        const stat = readFileSync(`/proc/${child.pid}/stat`, "utf8");
+        const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+      } catch {
+        return NaN;
+      }
+    },
+    stop: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.once("exit", () => resolve());
+        child.kill("SIGTERM");
+        setTimeout(() => child.kill("SIGKILL"), 3000).unref();
+      }),
+  };
+}
+
+export async function waitHttp(url: string, opts: { timeoutMs?: number; init?: RequestInit; ok?: (status: number) => boolean } = {}): Promise<number> {
+  const t0 = performance.now();
+  const deadline = Date.now() + (opts.timeoutMs ?? 30_000);
+  for (;;) {
+    try {
+      const res = await fetch(url, opts.init);
+      await res.arrayBuffer();
+      if ((opts.ok ?? ((s) => s < 500))(res.status)) return performance.now() - t0;
+    } catch {
+      // not up yet
+    }
+    if (Date.now() > deadline) throw new Error(`${url} did not answer in time`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
