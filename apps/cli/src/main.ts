@@ -20,6 +20,17 @@ export async function main(argv: string[]): Promise<number> {
         tenant: { type: "string" },
         name: { type: "string" },
         quick: { type: "boolean" },
+        redis: { type: "string" },
+        model: { type: "string", multiple: true },
+        advertise: { type: "string" },
+        token: { type: "string" },
+        id: { type: "string" },
+        port: { type: "string" },
+        host: { type: "string" },
+        device: { type: "string" },
+        "key-prefix": { type: "string" },
+        "max-batch": { type: "string" },
+        engine: { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     });
@@ -33,6 +44,10 @@ export async function main(argv: string[]): Promise<number> {
         return await upCommand(values);
       case "router":
         return await routerCommand(values);
+      case "worker": {
+        const { workerCommand } = await import("./commands/worker.ts");
+        return await workerCommand(values);
+      }
       case "migrate":
         return await migrateCommand(values);
       case "tenants":

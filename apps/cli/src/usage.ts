@@ -8,6 +8,9 @@ export const usage = `switchyard — a distributed inference fabric
 Usage:
   switchyard up                         router + local worker, embedded state (single machine)
   switchyard router [--config FILE]     start a router (Redis + Postgres from config/env)
+  switchyard worker --redis URL --token SECRET [--model NAME|PATH|hf://…]… [--advertise URL]
+           [--port 9100] [--device auto|cpu|cuda|metal] [--id ID]
+                                        join this host as a worker (SIGTERM drains)
   switchyard migrate                    apply database migrations
   switchyard tenants create NAME        create a tenant
   switchyard tenants list               list tenants

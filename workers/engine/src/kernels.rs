@@ -11,43 +11,19 @@ use rayon::prelude::*;
 /// Values per quantization block (ggml's QK4_1 == QK8_0 == 32).
 pub const QK: usize = 32;
 
-/// ggml `block_q4_1`: value = d * q + m, q in 0..16; element j is the low
-/// nibble of qs[j], element j+16 the high nibble.
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
-pub struct BlockQ4_1 {
-    pub d: u16,
-    pub m: u16,
-    pub qs: [u8; 16],
-}
-
-/// ggml `block_q8_0`: value = d * q.
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
-pub struct BlockQ8_0 {
-    pub d: u16,
-    pub qs: [i8; 32],
-}
-
-/// One block of a quantized activation row (llama.cpp's Q8_1 with the scales
-/// kept as f32 after rounding through f16, as llama.cpp stores them): d is the
-/// scale, s = d * sum(qs) serves Q4_1's offset term.
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
-pub struct BlockQ8Act {
-    pub d: f32,
-    pub s: f32,
-    pub qs: [i8; 32],
-}
-
 #[derive(Clone, Debug)]
 pub enum QData {
-    Q4_1(Vec<BlockQ4_1>),
-    Q8_0(Vec<BlockQ8_0>),
+    /// ggml `block_q4_1` split into planes: value = d * q + m, q in 0..16;
+    /// element j of a block is the low nibble of qs[j], element j+16 the
+    /// high nibble. Same bytes per block as ggml (16 + 2 + 2), but the
+    /// scales sit in their own arrays so a row's scales convert in bulk.
+    Q4_1 { qs: Vec<[u8; 16]>, d: Vec<u16>, m: Vec<u16> },
+    /// ggml `block_q8_0` in planes: value = d * q.
+    Q8_0 { qs: Vec<[i8; 32]>, d: Vec<u16> },
 }
 
 /// A row-major quantized weight matrix `[rows, cols]`; y = W x computes one
-/// output per row.
+/// output per row. Block (r, b) is at index r * cols/32 + b of each plane.
 #[derive(Clone, Debug)]
 pub struct QMatrix {
     pub rows: usize,
@@ -55,9 +31,27 @@ pub struct QMatrix {
     pub data: QData,
 }
 
+/// Activation rows quantized to 8 bits per 32-value block, in planes: qs,
+/// scale d and s = d * sum(qs) (Q4_1's offset term needs it). Scales are
+/// rounded through f16 as llama.cpp's Q8_1 stores them.
+#[derive(Clone, Debug, Default)]
+pub struct QActs {
+    pub m: usize,
+    pub nb: usize,
+    pub qs: Vec<[i8; 32]>,
+    pub d: Vec<f32>,
+    pub s: Vec<f32>,
+}
+
 #[inline]
 fn f16_to_f32(bits: u16) -> f32 {
     f16::from_bits(bits).to_f32()
+}
+
+fn f16s_to_f32(src: &[u16], dst: &mut [f32]) {
+    use half::slice::HalfFloatSliceExt;
+    let src: &[f16] = unsafe { std::slice::from_raw_parts(src.as_ptr() as *const f16, src.len()) };
+    src.convert_to_f32_slice(dst);
 }
 
 impl QMatrix {
@@ -72,33 +66,33 @@ impl QMatrix {
                 if bytes.len() != nblocks * 20 {
                     return None;
                 }
-                QData::Q4_1(
-                    bytes
-                        .chunks_exact(20)
-                        .map(|c| {
-                            let mut qs = [0u8; 16];
-                            qs.copy_from_slice(&c[4..20]);
-                            BlockQ4_1 { d: u16::from_le_bytes([c[0], c[1]]), m: u16::from_le_bytes([c[2], c[3]]), qs }
-                        })
-                        .collect(),
-                )
+                let mut qs = Vec::with_capacity(nblocks);
+                let mut d = Vec::with_capacity(nblocks);
+                let mut m = Vec::with_capacity(nblocks);
+                for c in bytes.chunks_exact(20) {
+                    d.push(u16::from_le_bytes([c[0], c[1]]));
+                    m.push(u16::from_le_bytes([c[2], c[3]]));
+                    let mut q = [0u8; 16];
+                    q.copy_from_slice(&c[4..20]);
+                    qs.push(q);
+                }
+                QData::Q4_1 { qs, d, m }
             }
             "q8_0" => {
                 if bytes.len() != nblocks * 34 {
                     return None;
                 }
-                QData::Q8_0(
-                    bytes
-                        .chunks_exact(34)
-                        .map(|c| {
-                            let mut qs = [0i8; 32];
-                            for (dst, src) in qs.iter_mut().zip(&c[2..34]) {
-                                *dst = *src as i8;
-                            }
-                            BlockQ8_0 { d: u16::from_le_bytes([c[0], c[1]]), qs }
-                        })
-                        .collect(),
-                )
+                let mut qs = Vec::with_capacity(nblocks);
+                let mut d = Vec::with_capacity(nblocks);
+                for c in bytes.chunks_exact(34) {
+                    d.push(u16::from_le_bytes([c[0], c[1]]));
+                    let mut q = [0i8; 32];
+                    for (dst, src) in q.iter_mut().zip(&c[2..34]) {
+                        *dst = *src as i8;
+                    }
+                    qs.push(q);
+                }
+                QData::Q8_0 { qs, d }
             }
             _ => return None,
         };
@@ -109,55 +103,55 @@ impl QMatrix {
     pub fn quantize_q8_0(values: &[f32], rows: usize, cols: usize) -> QMatrix {
         assert_eq!(values.len(), rows * cols);
         assert_eq!(cols % QK, 0, "cols must be a multiple of {QK}");
-        let blocks = values
-            .chunks_exact(QK)
-            .map(|xb| {
-                let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let d = amax / 127.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                let mut qs = [0i8; 32];
-                for (q, x) in qs.iter_mut().zip(xb) {
-                    *q = (x * id).round() as i8;
-                }
-                BlockQ8_0 { d: f16::from_f32(d).to_bits(), qs }
-            })
-            .collect();
-        QMatrix { rows, cols, data: QData::Q8_0(blocks) }
+        let mut qs = Vec::with_capacity(values.len() / QK);
+        let mut d = Vec::with_capacity(values.len() / QK);
+        for xb in values.chunks_exact(QK) {
+            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let dv = amax / 127.0;
+            let id = if dv != 0.0 { 1.0 / dv } else { 0.0 };
+            let mut q = [0i8; 32];
+            for (qv, x) in q.iter_mut().zip(xb) {
+                *qv = (x * id).round() as i8;
+            }
+            qs.push(q);
+            d.push(f16::from_f32(dv).to_bits());
+        }
+        QMatrix { rows, cols, data: QData::Q8_0 { qs, d } }
     }
 
     pub fn dtype_name(&self) -> &'static str {
         match self.data {
-            QData::Q4_1(_) => "q4_1",
-            QData::Q8_0(_) => "q8_0",
+            QData::Q4_1 { .. } => "q4_1",
+            QData::Q8_0 { .. } => "q8_0",
         }
     }
 
     pub fn bytes(&self) -> usize {
         match &self.data {
-            QData::Q4_1(b) => b.len() * std::mem::size_of::<BlockQ4_1>(),
-            QData::Q8_0(b) => b.len() * std::mem::size_of::<BlockQ8_0>(),
+            QData::Q4_1 { qs, .. } => qs.len() * 20,
+            QData::Q8_0 { qs, .. } => qs.len() * 34,
         }
     }
 
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
         let nb = self.cols / QK;
         assert_eq!(out.len(), self.cols);
+        let r = row * nb..(row + 1) * nb;
         match &self.data {
-            QData::Q4_1(b) => {
-                for (blk, o) in b[row * nb..(row + 1) * nb].iter().zip(out.chunks_exact_mut(QK)) {
-                    let d = f16_to_f32(blk.d);
-                    let m = f16_to_f32(blk.m);
+            QData::Q4_1 { qs, d, m } => {
+                for (((q, &dv), &mv), o) in qs[r.clone()].iter().zip(&d[r.clone()]).zip(&m[r]).zip(out.chunks_exact_mut(QK)) {
+                    let (dv, mv) = (f16_to_f32(dv), f16_to_f32(mv));
                     for j in 0..16 {
-                        o[j] = d * (blk.qs[j] & 0x0f) as f32 + m;
-                        o[j + 16] = d * (blk.qs[j] >> 4) as f32 + m;
+                        o[j] = dv * (q[j] & 0x0f) as f32 + mv;
+                        o[j + 16] = dv * (q[j] >> 4) as f32 + mv;
                     }
                 }
             }
-            QData::Q8_0(b) => {
-                for (blk, o) in b[row * nb..(row + 1) * nb].iter().zip(out.chunks_exact_mut(QK)) {
-                    let d = f16_to_f32(blk.d);
+            QData::Q8_0 { qs, d } => {
+                for ((q, &dv), o) in qs[r.clone()].iter().zip(&d[r]).zip(out.chunks_exact_mut(QK)) {
+                    let dv = f16_to_f32(dv);
                     for j in 0..QK {
-                        o[j] = d * blk.qs[j] as f32;
+                        o[j] = dv * q[j] as f32;
                     }
                 }
             }
@@ -178,23 +172,26 @@ impl QMatrix {
         let cols = parts[0].cols;
         assert!(parts.iter().all(|p| p.cols == cols));
         let rows = parts.iter().map(|p| p.rows).sum();
-        if parts.iter().all(|p| matches!(p.data, QData::Q4_1(_))) {
-            let mut blocks = Vec::new();
+        if parts.iter().all(|p| matches!(p.data, QData::Q4_1 { .. })) {
+            let (mut aq, mut ad, mut am) = (Vec::new(), Vec::new(), Vec::new());
             for p in parts {
-                if let QData::Q4_1(b) = p.data {
-                    blocks.extend(b);
+                if let QData::Q4_1 { qs, d, m } = p.data {
+                    aq.extend(qs);
+                    ad.extend(d);
+                    am.extend(m);
                 }
             }
-            return QMatrix { rows, cols, data: QData::Q4_1(blocks) };
+            return QMatrix { rows, cols, data: QData::Q4_1 { qs: aq, d: ad, m: am } };
         }
-        if parts.iter().all(|p| matches!(p.data, QData::Q8_0(_))) {
-            let mut blocks = Vec::new();
+        if parts.iter().all(|p| matches!(p.data, QData::Q8_0 { .. })) {
+            let (mut aq, mut ad) = (Vec::new(), Vec::new());
             for p in parts {
-                if let QData::Q8_0(b) = p.data {
-                    blocks.extend(b);
+                if let QData::Q8_0 { qs, d } = p.data {
+                    aq.extend(qs);
+                    ad.extend(d);
                 }
             }
-            return QMatrix { rows, cols, data: QData::Q8_0(blocks) };
+            return QMatrix { rows, cols, data: QData::Q8_0 { qs: aq, d: ad } };
         }
         // Mixed types: one common type keeps the kernel simple.
         let mut values = Vec::with_capacity(rows * cols);
@@ -205,31 +202,28 @@ impl QMatrix {
     }
 }
 
-/// Quantizes `m` activation rows of width `k` into `out` (resized as needed,
-/// so a caller that keeps `out` allocates only when the batch grows).
-pub fn quantize_activations(x: &[f32], k: usize, out: &mut Vec<BlockQ8Act>) {
+/// Quantizes activation rows of width `k` into `out` (planes resized as
+/// needed, so a caller that keeps `out` allocates only when the batch grows).
+pub fn quantize_activations(x: &[f32], k: usize, out: &mut QActs) {
     assert_eq!(k % QK, 0);
     let nblocks = x.len() / QK;
-    out.resize(nblocks, BlockQ8Act::default());
-    let quantize = |xb: &[f32], ob: &mut BlockQ8Act| {
+    out.m = x.len() / k;
+    out.nb = k / QK;
+    out.qs.resize(nblocks, [0; 32]);
+    out.d.resize(nblocks, 0.0);
+    out.s.resize(nblocks, 0.0);
+    for (((xb, q), d), s) in x.chunks_exact(QK).zip(out.qs.iter_mut()).zip(out.d.iter_mut()).zip(out.s.iter_mut()) {
         let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let dv = amax / 127.0;
+        let id = if dv != 0.0 { 1.0 / dv } else { 0.0 };
         let mut sum = 0i32;
-        for (q, v) in ob.qs.iter_mut().zip(xb) {
+        for (qv, v) in q.iter_mut().zip(xb) {
             let qi = (v * id).round() as i32;
-            *q = qi as i8;
+            *qv = qi as i8;
             sum += qi;
         }
-        ob.d = f16::from_f32(d).to_f32();
-        ob.s = f16::from_f32(d * sum as f32).to_f32();
-    };
-    if nblocks >= 4096 {
-        x.par_chunks_exact(QK).zip(out.par_iter_mut()).for_each(|(xb, ob)| quantize(xb, ob));
-    } else {
-        for (xb, ob) in x.chunks_exact(QK).zip(out.iter_mut()) {
-            quantize(xb, ob);
-        }
+        *d = f16::from_f32(dv).to_f32();
+        *s = f16::from_f32(dv * sum as f32).to_f32();
     }
 }
 
@@ -257,17 +251,16 @@ pub fn isa() -> Isa {
         }
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx512vnni")
+            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+            if avx2
+                && is_x86_feature_detected!("avx512vnni")
                 && is_x86_feature_detected!("avx512vl")
                 && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
                 && std::env::var("SWITCHYARD_NO_VNNI").is_err()
             {
                 return Isa::Avx512Vnni;
             }
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+            if avx2 {
                 return Isa::Avx2;
             }
         }
@@ -275,16 +268,25 @@ pub fn isa() -> Isa {
     })
 }
 
-/// Rows of activations handled per pass over a weight row.
+/// Activation rows handled per pass over a weight row.
 const TILE: usize = 4;
 /// Activation rows kept hot while a thread walks its weight rows (prefill).
 const MBLOCK: usize = 64;
 
-/// out[i][r] = dot(W[r], a[i]) for `m` activation rows; `out` is `[m, w.rows]`.
-pub fn matmul(w: &QMatrix, a: &[BlockQ8Act], m: usize, out: &mut [f32]) {
+/// Per-thread buffers for one weight row: its scales in f32, and the
+/// combined scale d_w * d_a of every block for each row of the tile.
+struct RowScratch {
+    wd: Vec<f32>,
+    wm: Vec<f32>,
+    sc: Vec<f32>,
+}
+
+/// out[i][r] = dot(W[r], a[i]) for every activation row; `out` is `[a.m, w.rows]`.
+pub fn matmul(w: &QMatrix, a: &QActs, out: &mut [f32]) {
     let n = w.rows;
+    let m = a.m;
     let nb = w.cols / QK;
-    assert_eq!(a.len(), m * nb, "activation blocks");
+    assert_eq!(a.nb, nb, "activation width");
     assert_eq!(out.len(), m * n, "output size");
     if m == 0 || n == 0 {
         return;
@@ -300,15 +302,23 @@ pub fn matmul(w: &QMatrix, a: &[BlockQ8Act], m: usize, out: &mut [f32]) {
         let p = out_ptr;
         let r0 = c * chunk;
         let r1 = (r0 + chunk).min(n);
+        let mut rs = RowScratch { wd: vec![0f32; nb], wm: vec![0f32; nb], sc: vec![0f32; TILE * nb] };
         let mut mb = 0;
         while mb < m {
             let me = (mb + MBLOCK).min(m);
             for r in r0..r1 {
+                match &w.data {
+                    QData::Q4_1 { d, m: mins, .. } => {
+                        f16s_to_f32(&d[r * nb..(r + 1) * nb], &mut rs.wd);
+                        f16s_to_f32(&mins[r * nb..(r + 1) * nb], &mut rs.wm);
+                    }
+                    QData::Q8_0 { d, .. } => f16s_to_f32(&d[r * nb..(r + 1) * nb], &mut rs.wd),
+                }
                 let mut i = mb;
                 while i < me {
                     let t = (me - i).min(TILE);
                     let mut res = [0f32; TILE];
-                    dot_tile(isa, w, r, &a[i * nb..(i + t) * nb], nb, t, &mut res);
+                    dot_tile(isa, w, r, a, i, t, &mut rs, &mut res);
                     for (j, v) in res.iter().enumerate().take(t) {
                         // SAFETY: (i + j, r) is written by exactly one task:
                         // tasks own disjoint row ranges [r0, r1).
@@ -327,88 +337,99 @@ pub fn matmul(w: &QMatrix, a: &[BlockQ8Act], m: usize, out: &mut [f32]) {
     }
 }
 
+/// Dots weight row `r` with activation rows i0..i0+t.
 #[inline]
-fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &[BlockQ8Act], nb: usize, t: usize, out: &mut [f32; TILE]) {
+#[allow(clippy::too_many_arguments)]
+fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &QActs, i0: usize, t: usize, rs: &mut RowScratch, out: &mut [f32; TILE]) {
+    let nb = a.nb;
+    // Scales and the Q4_1 offset term are plain f32 vector work, done once
+    // per (weight row, activation row) instead of once per block.
+    for j in 0..t {
+        let ad = &a.d[(i0 + j) * nb..(i0 + j + 1) * nb];
+        for ((s, wd), ad) in rs.sc[j * nb..(j + 1) * nb].iter_mut().zip(&rs.wd).zip(ad) {
+            *s = wd * ad;
+        }
+    }
+    let aq = &a.qs[i0 * nb..(i0 + t) * nb];
     match &w.data {
-        QData::Q4_1(b) => {
-            let wr = &b[r * nb..(r + 1) * nb];
+        QData::Q4_1 { qs, .. } => {
+            let wq = &qs[r * nb..(r + 1) * nb];
             match isa {
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx512Vnni => unsafe {
                     match t {
-                        4 => x86::q4_1_vnni::<4>(wr, a, nb, out),
-                        3 => x86::q4_1_vnni::<3>(wr, a, nb, out),
-                        2 => x86::q4_1_vnni::<2>(wr, a, nb, out),
-                        _ => x86::q4_1_vnni::<1>(wr, a, nb, out),
+                        4 => x86::q4_1_vnni::<4>(wq, aq, &rs.sc, nb, out),
+                        3 => x86::q4_1_vnni::<3>(wq, aq, &rs.sc, nb, out),
+                        2 => x86::q4_1_vnni::<2>(wq, aq, &rs.sc, nb, out),
+                        _ => x86::q4_1_vnni::<1>(wq, aq, &rs.sc, nb, out),
                     }
                 },
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx2 => unsafe {
                     match t {
-                        4 => x86::q4_1_avx2::<4>(wr, a, nb, out),
-                        3 => x86::q4_1_avx2::<3>(wr, a, nb, out),
-                        2 => x86::q4_1_avx2::<2>(wr, a, nb, out),
-                        _ => x86::q4_1_avx2::<1>(wr, a, nb, out),
+                        4 => x86::q4_1_avx2::<4>(wq, aq, &rs.sc, nb, out),
+                        3 => x86::q4_1_avx2::<3>(wq, aq, &rs.sc, nb, out),
+                        2 => x86::q4_1_avx2::<2>(wq, aq, &rs.sc, nb, out),
+                        _ => x86::q4_1_avx2::<1>(wq, aq, &rs.sc, nb, out),
                     }
                 },
-                Isa::Scalar => scalar_q4_1(wr, a, nb, t, out),
+                Isa::Scalar => scalar_q4_1(wq, aq, &rs.sc, nb, t, out),
+            }
+            for j in 0..t {
+                out[j] += dot_f32(&rs.wm, &a.s[(i0 + j) * nb..(i0 + j + 1) * nb]);
             }
         }
-        QData::Q8_0(b) => {
-            let wr = &b[r * nb..(r + 1) * nb];
+        QData::Q8_0 { qs, .. } => {
+            let wq = &qs[r * nb..(r + 1) * nb];
             match isa {
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx512Vnni => unsafe {
                     match t {
-                        4 => x86::q8_0_vnni::<4>(wr, a, nb, out),
-                        3 => x86::q8_0_vnni::<3>(wr, a, nb, out),
-                        2 => x86::q8_0_vnni::<2>(wr, a, nb, out),
-                        _ => x86::q8_0_vnni::<1>(wr, a, nb, out),
+                        4 => x86::q8_0_vnni::<4>(wq, aq, &rs.sc, nb, out),
+                        3 => x86::q8_0_vnni::<3>(wq, aq, &rs.sc, nb, out),
+                        2 => x86::q8_0_vnni::<2>(wq, aq, &rs.sc, nb, out),
+                        _ => x86::q8_0_vnni::<1>(wq, aq, &rs.sc, nb, out),
                     }
                 },
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx2 => unsafe {
                     match t {
-                        4 => x86::q8_0_avx2::<4>(wr, a, nb, out),
-                        3 => x86::q8_0_avx2::<3>(wr, a, nb, out),
-                        2 => x86::q8_0_avx2::<2>(wr, a, nb, out),
-                        _ => x86::q8_0_avx2::<1>(wr, a, nb, out),
+                        4 => x86::q8_0_avx2::<4>(wq, aq, &rs.sc, nb, out),
+                        3 => x86::q8_0_avx2::<3>(wq, aq, &rs.sc, nb, out),
+                        2 => x86::q8_0_avx2::<2>(wq, aq, &rs.sc, nb, out),
+                        _ => x86::q8_0_avx2::<1>(wq, aq, &rs.sc, nb, out),
                     }
                 },
-                Isa::Scalar => scalar_q8_0(wr, a, nb, t, out),
+                Isa::Scalar => scalar_q8_0(wq, aq, &rs.sc, nb, t, out),
             }
         }
     }
 }
 
-fn scalar_q4_1(w: &[BlockQ4_1], a: &[BlockQ8Act], nb: usize, t: usize, out: &mut [f32; TILE]) {
+/// Kernel contract: `aq` holds t activation rows of nb blocks back to back,
+/// `sc[j * nb + b]` is d_w[b] * d_a[j][b]; out[j] = sum_b sc * int_dot.
+fn scalar_q4_1(w: &[[u8; 16]], aq: &[[i8; 32]], sc: &[f32], nb: usize, t: usize, out: &mut [f32; TILE]) {
     for j in 0..t {
         let mut acc = 0f32;
         for b in 0..nb {
-            let blk = &w[b];
-            let ab = &a[j * nb + b];
+            let (q, a) = (&w[b], &aq[j * nb + b]);
             let mut isum = 0i32;
             for k in 0..16 {
-                isum += (blk.qs[k] & 0x0f) as i32 * ab.qs[k] as i32;
-                isum += (blk.qs[k] >> 4) as i32 * ab.qs[k + 16] as i32;
+                isum += (q[k] & 0x0f) as i32 * a[k] as i32 + (q[k] >> 4) as i32 * a[k + 16] as i32;
             }
-            acc += f16_to_f32(blk.d) * ab.d * isum as f32 + f16_to_f32(blk.m) * ab.s;
+            acc += sc[j * nb + b] * isum as f32;
         }
         out[j] = acc;
     }
 }
 
-fn scalar_q8_0(w: &[BlockQ8_0], a: &[BlockQ8Act], nb: usize, t: usize, out: &mut [f32; TILE]) {
+fn scalar_q8_0(w: &[[i8; 32]], aq: &[[i8; 32]], sc: &[f32], nb: usize, t: usize, out: &mut [f32; TILE]) {
     for j in 0..t {
         let mut acc = 0f32;
         for b in 0..nb {
-            let blk = &w[b];
-            let ab = &a[j * nb + b];
-            let mut isum = 0i32;
-            for k in 0..QK {
-                isum += blk.qs[k] as i32 * ab.qs[k] as i32;
-            }
-            acc += f16_to_f32(blk.d) * ab.d * isum as f32;
+            let (q, a) = (&w[b], &aq[j * nb + b]);
+            let isum: i32 = q.iter().zip(a).map(|(&x, &y)| x as i32 * y as i32).sum();
+            acc += sc[j * nb + b] * isum as f32;
         }
         out[j] = acc;
     }
@@ -416,7 +437,7 @@ fn scalar_q8_0(w: &[BlockQ8_0], a: &[BlockQ8Act], nb: usize, t: usize, out: &mut
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{BlockQ4_1, BlockQ8Act, BlockQ8_0, TILE};
+    use super::TILE;
     use std::arch::x86_64::*;
 
     #[inline(always)]
@@ -428,73 +449,49 @@ mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn unpack_q4(blk: &BlockQ4_1) -> __m256i {
-        let qs = _mm_loadu_si128(blk.qs.as_ptr() as *const __m128i);
+    unsafe fn unpack_q4(q: &[u8; 16]) -> __m256i {
+        let qs = _mm_loadu_si128(q.as_ptr() as *const __m128i);
         let mask = _mm_set1_epi8(0x0f);
         let lo = _mm_and_si128(qs, mask);
         let hi = _mm_and_si128(_mm_srli_epi16(qs, 4), mask);
         _mm256_set_m128i(hi, lo)
     }
 
-    #[inline(always)]
-    unsafe fn f16(bits: u16) -> f32 {
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
-    }
+    // Per block and activation row: one integer dot (maddubs+madd, or one
+    // vpdpbusd), one int->float conversion and one FMA with a scale loaded
+    // by broadcast; everything else is hoisted out of the block loop.
 
-    /// [d, m, 0, 0] of a Q4_1 block header in one F16C conversion.
-    #[inline(always)]
-    unsafe fn dm_vec(blk: &BlockQ4_1) -> __m128 {
-        _mm_cvtph_ps(_mm_cvtsi32_si128(((blk.m as u32) << 16 | blk.d as u32) as i32))
-    }
-
-    /// [da, sa, 0, 0] of an activation block (d and s are adjacent).
-    #[inline(always)]
-    unsafe fn ds_vec(ab: &BlockQ8Act) -> __m128 {
-        _mm_castpd_ps(_mm_load_sd(&ab.d as *const f32 as *const f64))
-    }
-
-    // The m * sa term is accumulated in lane 1 of an SSE register (lane 0
-    // carries d * da for the broadcast). Written as scalar code, LLVM turned
-    // it into a gather across the tile's rows, which costs more than the dot.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn q4_1_avx2<const R: usize>(w: &[BlockQ4_1], a: &[BlockQ8Act], nb: usize, out: &mut [f32; TILE]) {
+    pub unsafe fn q4_1_avx2<const R: usize>(w: &[[u8; 16]], aq: &[[i8; 32]], sc: &[f32], nb: usize, out: &mut [f32; TILE]) {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); R];
-        let mut accm = [_mm_setzero_ps(); R];
         for b in 0..nb {
-            let blk = w.get_unchecked(b);
-            let dmv = dm_vec(blk);
-            let wq = unpack_q4(blk);
+            let wq = unpack_q4(w.get_unchecked(b));
             for j in 0..R {
-                let ab = a.get_unchecked(j * nb + b);
-                let prod = _mm_mul_ps(dmv, ds_vec(ab));
-                let aq = _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i);
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, aq), ones);
-                acc[j] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[j]);
-                accm[j] = _mm_add_ps(accm[j], prod);
+                let a = _mm256_loadu_si256(aq.get_unchecked(j * nb + b).as_ptr() as *const __m256i);
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, a), ones);
+                let s = _mm256_broadcast_ss(sc.get_unchecked(j * nb + b));
+                acc[j] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), acc[j]);
             }
         }
         for j in 0..R {
-            out[j] = hsum(acc[j]) + _mm_cvtss_f32(_mm_shuffle_ps(accm[j], accm[j], 1));
+            out[j] = hsum(acc[j]);
         }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn q8_0_avx2<const R: usize>(w: &[BlockQ8_0], a: &[BlockQ8Act], nb: usize, out: &mut [f32; TILE]) {
+    pub unsafe fn q8_0_avx2<const R: usize>(w: &[[i8; 32]], aq: &[[i8; 32]], sc: &[f32], nb: usize, out: &mut [f32; TILE]) {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..nb {
-            let blk = w.get_unchecked(b);
-            let d = f16(blk.d);
-            let wq = _mm256_loadu_si256(blk.qs.as_ptr() as *const __m256i);
+            let wq = _mm256_loadu_si256(w.get_unchecked(b).as_ptr() as *const __m256i);
             // maddubs wants unsigned x signed: move w's sign onto a.
             let wabs = _mm256_sign_epi8(wq, wq);
             for j in 0..R {
-                let ab = a.get_unchecked(j * nb + b);
-                let aq = _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i);
-                let sa = _mm256_sign_epi8(aq, wq);
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, sa), ones);
-                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc[j]);
+                let a = _mm256_loadu_si256(aq.get_unchecked(j * nb + b).as_ptr() as *const __m256i);
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a, wq)), ones);
+                let s = _mm256_broadcast_ss(sc.get_unchecked(j * nb + b));
+                acc[j] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), acc[j]);
             }
         }
         for j in 0..R {
@@ -503,41 +500,33 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub unsafe fn q4_1_vnni<const R: usize>(w: &[BlockQ4_1], a: &[BlockQ8Act], nb: usize, out: &mut [f32; TILE]) {
+    pub unsafe fn q4_1_vnni<const R: usize>(w: &[[u8; 16]], aq: &[[i8; 32]], sc: &[f32], nb: usize, out: &mut [f32; TILE]) {
         let mut acc = [_mm256_setzero_ps(); R];
-        let mut accm = [_mm_setzero_ps(); R];
         for b in 0..nb {
-            let blk = w.get_unchecked(b);
-            let dmv = dm_vec(blk);
-            let wq = unpack_q4(blk);
+            let wq = unpack_q4(w.get_unchecked(b));
             for j in 0..R {
-                let ab = a.get_unchecked(j * nb + b);
-                let prod = _mm_mul_ps(dmv, ds_vec(ab));
-                let aq = _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i);
-                let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, aq);
-                acc[j] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[j]);
-                accm[j] = _mm_add_ps(accm[j], prod);
+                let a = _mm256_loadu_si256(aq.get_unchecked(j * nb + b).as_ptr() as *const __m256i);
+                let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, a);
+                let s = _mm256_broadcast_ss(sc.get_unchecked(j * nb + b));
+                acc[j] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), acc[j]);
             }
         }
         for j in 0..R {
-            out[j] = hsum(acc[j]) + _mm_cvtss_f32(_mm_shuffle_ps(accm[j], accm[j], 1));
+            out[j] = hsum(acc[j]);
         }
     }
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub unsafe fn q8_0_vnni<const R: usize>(w: &[BlockQ8_0], a: &[BlockQ8Act], nb: usize, out: &mut [f32; TILE]) {
+    pub unsafe fn q8_0_vnni<const R: usize>(w: &[[i8; 32]], aq: &[[i8; 32]], sc: &[f32], nb: usize, out: &mut [f32; TILE]) {
         let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..nb {
-            let blk = w.get_unchecked(b);
-            let d = f16(blk.d);
-            let wq = _mm256_loadu_si256(blk.qs.as_ptr() as *const __m256i);
+            let wq = _mm256_loadu_si256(w.get_unchecked(b).as_ptr() as *const __m256i);
             let wabs = _mm256_sign_epi8(wq, wq);
             for j in 0..R {
-                let ab = a.get_unchecked(j * nb + b);
-                let aq = _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i);
-                let sa = _mm256_sign_epi8(aq, wq);
-                let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wabs, sa);
-                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc[j]);
+                let a = _mm256_loadu_si256(aq.get_unchecked(j * nb + b).as_ptr() as *const __m256i);
+                let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wabs, _mm256_sign_epi8(a, wq));
+                let s = _mm256_broadcast_ss(sc.get_unchecked(j * nb + b));
+                acc[j] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), acc[j]);
             }
         }
         for j in 0..R {
@@ -598,20 +587,15 @@ mod tests {
     }
 
     fn random_q4_1(rows: usize, cols: usize, seed: &mut u64) -> QMatrix {
-        let blocks = (0..rows * cols / QK)
-            .map(|_| {
-                let mut qs = [0u8; 16];
-                for q in qs.iter_mut() {
-                    *q = ((lcg(seed) + 1.0) * 127.9) as u8;
-                }
-                BlockQ4_1 {
-                    d: f16::from_f32(lcg(seed).abs() * 0.1).to_bits(),
-                    m: f16::from_f32(lcg(seed) * 0.5).to_bits(),
-                    qs,
-                }
-            })
-            .collect();
-        QMatrix { rows, cols, data: QData::Q4_1(blocks) }
+        let mut bytes = Vec::new();
+        for _ in 0..rows * cols / QK {
+            bytes.extend_from_slice(&f16::from_f32(lcg(seed).abs() * 0.1).to_le_bytes());
+            bytes.extend_from_slice(&f16::from_f32(lcg(seed) * 0.5).to_le_bytes());
+            for _ in 0..16 {
+                bytes.push(((lcg(seed) + 1.0) * 127.9) as u8);
+            }
+        }
+        QMatrix::from_ggml("q4_1", &bytes, rows, cols).unwrap()
     }
 
     fn reference(w: &QMatrix, x: &[f32], m: usize) -> Vec<f32> {
@@ -627,31 +611,14 @@ mod tests {
 
     fn check(w: &QMatrix, m: usize, seed: &mut u64) {
         let x: Vec<f32> = (0..m * w.cols).map(|_| lcg(seed)).collect();
-        let mut act = Vec::new();
+        let mut act = QActs::default();
         quantize_activations(&x, w.cols, &mut act);
         let mut out = vec![0f32; m * w.rows];
-        matmul(w, &act, m, &mut out);
+        matmul(w, &act, &mut out);
         let want = reference(w, &x, m);
         let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
         for (g, e) in out.iter().zip(&want) {
             assert!((g - e).abs() <= 0.02 * scale + 1e-3, "got {g}, want {e} (scale {scale})");
-        }
-        // Every kernel family computes the same integer dot products, so the
-        // scalar path must agree with the SIMD one almost exactly.
-        let mut scalar = vec![0f32; m * w.rows];
-        let nb = w.cols / QK;
-        for i in 0..m {
-            for r in 0..w.rows {
-                let mut res = [0f32; TILE];
-                match &w.data {
-                    QData::Q4_1(b) => scalar_q4_1(&b[r * nb..(r + 1) * nb], &act[i * nb..], nb, 1, &mut res),
-                    QData::Q8_0(b) => scalar_q8_0(&b[r * nb..(r + 1) * nb], &act[i * nb..], nb, 1, &mut res),
-                }
-                scalar[i * w.rows + r] = res[0];
-            }
-        }
-        for (g, e) in out.iter().zip(&scalar) {
-            assert!((g - e).abs() <= 1e-4 * scale.max(1.0), "simd {g} vs scalar {e}");
         }
     }
 
@@ -686,5 +653,41 @@ mod tests {
         c.dequantize_row(4, &mut r);
         b.dequantize_row(1, &mut e);
         assert_eq!(r, e);
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    use super::*;
+
+    /// `cargo test --release --lib kernel_speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn kernel_speed() {
+        let (rows, cols) = (3072, 576);
+        let mut bytes = Vec::new();
+        for i in 0..rows * cols / QK {
+            bytes.extend_from_slice(&f16::from_f32(0.01).to_le_bytes());
+            bytes.extend_from_slice(&f16::from_f32(-0.05).to_le_bytes());
+            for k in 0..16 {
+                bytes.push(((i * 7 + k * 13) % 256) as u8);
+            }
+        }
+        let w = QMatrix::from_ggml("q4_1", &bytes, rows, cols).unwrap();
+        for m in [1usize, 4, 8, 16, 64] {
+            let x: Vec<f32> = (0..m * cols).map(|i| ((i * 31 % 97) as f32 - 48.0) / 50.0).collect();
+            let mut a = QActs::default();
+            quantize_activations(&x, cols, &mut a);
+            let mut out = vec![0f32; m * rows];
+            let iters = 200;
+            let t = std::time::Instant::now();
+            for _ in 0..iters {
+                matmul(&w, &a, &mut out);
+            }
+            let el = t.elapsed().as_secs_f64() / iters as f64;
+            let pair_blocks = (m * rows * cols / QK) as f64;
+            eprintln!("m={m:3}: {:8.1} us/matmul, {:.2} ns per row-block pair, {:.1} GB/s weights",
+                el * 1e6, el * 1e9 / pair_blocks, w.bytes() as f64 / el / 1e9);
+        }
     }
 }

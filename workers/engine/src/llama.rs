@@ -14,7 +14,7 @@ use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::Device;
 use rayon::prelude::*;
 
-use crate::kernels::{self, quantize_activations, BlockQ8Act, QMatrix};
+use crate::kernels::{self, quantize_activations, QActs, QMatrix};
 use crate::tokenizer::GgufTokenizer;
 
 #[derive(Clone, Debug)]
@@ -109,7 +109,7 @@ pub struct Scratch {
     tmp: Vec<f32>,
     gu: Vec<f32>,
     h: Vec<f32>,
-    act: Vec<BlockQ8Act>,
+    act: QActs,
     pub logits: Vec<f32>,
 }
 
@@ -344,7 +344,7 @@ impl LlamaModel {
                 kernels::rms_norm(&x[r * h..(r + 1) * h], &layer.attn_norm, cfg.eps, &mut xn[r * h..(r + 1) * h]);
             }
             quantize_activations(xn, h, act);
-            kernels::matmul(&layer.wqkv, act, m, qkv);
+            kernels::matmul(&layer.wqkv, act, qkv);
             for (r, &(seq, pos)) in rows.iter().enumerate() {
                 let row = &mut qkv[r * qkv_w..(r + 1) * qkv_w];
                 let (q, kv) = row.split_at_mut(qd);
@@ -354,11 +354,6 @@ impl LlamaModel {
                 let cache = &mut caches[seq];
                 cache.k[li][pos * kvd..(pos + 1) * kvd].copy_from_slice(k);
                 cache.v[li][pos * kvd..(pos + 1) * kvd].copy_from_slice(v);
-                if std::env::var("SY_F16").is_ok() {
-                    for x in cache.k[li][pos * kvd..(pos + 1) * kvd].iter_mut() { *x = half::f16::from_f32(*x).to_f32(); }
-                    for x in cache.v[li][pos * kvd..(pos + 1) * kvd].iter_mut() { *x = half::f16::from_f32(*x).to_f32(); }
-                    for x in q.iter_mut() { *x = half::f16::from_f32(*x).to_f32(); }
-                }
             }
             {
                 let kv: Vec<(&[f32], &[f32])> = caches.iter().map(|c| (&c.k[li][..], &c.v[li][..])).collect();
@@ -404,7 +399,7 @@ impl LlamaModel {
                 }
             }
             quantize_activations(attn, qd, act);
-            kernels::matmul(&layer.wo, act, m, tmp);
+            kernels::matmul(&layer.wo, act, tmp);
             for (xv, t) in x.iter_mut().zip(tmp.iter()) {
                 *xv += t;
             }
@@ -412,7 +407,7 @@ impl LlamaModel {
                 kernels::rms_norm(&x[r * h..(r + 1) * h], &layer.ffn_norm, cfg.eps, &mut xn[r * h..(r + 1) * h]);
             }
             quantize_activations(xn, h, act);
-            kernels::matmul(&layer.w_gate_up, act, m, gu);
+            kernels::matmul(&layer.w_gate_up, act, gu);
             for r in 0..m {
                 let g = &gu[r * 2 * f..r * 2 * f + f];
                 let u = &gu[r * 2 * f + f..(r + 1) * 2 * f];
@@ -421,7 +416,7 @@ impl LlamaModel {
                 }
             }
             quantize_activations(hbuf, f, act);
-            kernels::matmul(&layer.w_down, act, m, tmp);
+            kernels::matmul(&layer.w_down, act, tmp);
             for (xv, t) in x.iter_mut().zip(tmp.iter()) {
                 *xv += t;
             }
@@ -440,7 +435,7 @@ impl LlamaModel {
         quantize_activations(xn, h, act);
         let w = self.lm_head.as_ref().unwrap_or(&self.tok_embd);
         logits.resize(select.len() * w.rows, 0.0);
-        kernels::matmul(w, act, select.len(), logits);
+        kernels::matmul(w, act, logits);
         if w.rows != self.cfg.vocab {
             // Some files pad the embedding; keep exactly `vocab` logits per row.
             let v = self.cfg.vocab;

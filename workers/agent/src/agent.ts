@@ -1,0 +1,187 @@
+// The worker agent: fetch models, find or build the engine, supervise it,
+// serve the router over HTTP and heartbeat into the registry. SIGTERM (or
+// stop()) drains: state `draining`, in-flight work finishes within a grace
+// period, the record is removed, the process exits cleanly.
+import { randomBytes } from "node:crypto";
+import type { AddressInfo } from "node:net";
+import os from "node:os";
+import { serve, type ServerType } from "@hono/node-server";
+import type { RegistryStore, WorkerRecord, WorkerState } from "@switchyard/state";
+import { ensureEngine, type EngineFlavor } from "./engine/binary.ts";
+import { EngineSupervisor } from "./engine/supervisor.ts";
+import { checkAdvertiseUrl } from "./advertise.ts";
+import { resolveModel, type ResolvedModel } from "./models/fetch.ts";
+import { createWorkerApp } from "./server/app.ts";
+import type { WorkerContext } from "./server/context.ts";
+
+export interface AgentOptions {
+  registry: RegistryStore;
+  models: string[];
+  workerId?: string;
+  host?: string;
+  port?: number;
+  /** URL routers use to reach this worker; defaults to http://host:port. */
+  advertise?: string;
+  /** The router's credential; requests without it are refused. */
+  token: string;
+  device?: "auto" | "cpu" | "cuda" | "metal";
+  engineBinary?: string;
+  maxBatch?: number;
+  maxSeqLen?: number;
+  threads?: number;
+  heartbeatMs?: number;
+  ttlMs?: number;
+  drainGraceMs?: number;
+  log?: (msg: string, fields?: Record<string, unknown>) => void;
+}
+
+export interface AgentHandle {
+  id: string;
+  url: string;
+  supervisor: EngineSupervisor;
+  models: ResolvedModel[];
+  ctx: WorkerContext;
+  record(): Promise<WorkerRecord>;
+  /** Graceful: drain, deregister, stop the engine. */
+  stop(): Promise<void>;
+}
+
+function defaultLog(msg: string, fields?: Record<string, unknown>) {
+  process.stderr.write(JSON.stringify({ ts: new Date().toISOString(), service: "worker", msg, ...fields }) + "\n");
+}
+
+export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
+  const log = opts.log ?? defaultLog;
+  const id = opts.workerId ?? `${os.hostname().replace(/[^A-Za-z0-9._-]/g, "-").slice(0, 40)}-${randomBytes(3).toString("hex")}`;
+  if (opts.advertise) {
+    const check = checkAdvertiseUrl(opts.advertise);
+    if (!check.ok) throw new Error(`refusing --advertise ${opts.advertise}: ${check.reason}`);
+  }
+  if (opts.models.length === 0) throw new Error("at least one --model is required");
+  const models: ResolvedModel[] = [];
+  for (const spec of opts.models) models.push(await resolveModel(spec));
+  const device = opts.device ?? "auto";
+  const cpuBinary = await ensureEngine("cpu", device === "cpu" ? opts.engineBinary : undefined);
+  let gpuBinary: string | undefined;
+  if (device === "cuda" || device === "metal") {
+    try {
+      gpuBinary = await ensureEngine(device as EngineFlavor, opts.engineBinary);
+    } catch (err) {
+      log("GPU engine unavailable, using CPU", { error: (err as Error).message });
+    }
+  }
+  const maxBatch = opts.maxBatch ?? 16;
+  const supervisor = new EngineSupervisor({
+    cpuBinary,
+    gpuBinary,
+    device,
+    models,
+    maxBatch,
+    maxSeqLen: opts.maxSeqLen ?? 2048,
+    threads: opts.threads,
+    log,
+  });
+
+  let idleWaiters: (() => void)[] = [];
+  const ctx: WorkerContext = {
+    supervisor,
+    token: opts.token,
+    inFlight: 0,
+    draining: false,
+    idle: () => (ctx.inFlight === 0 ? Promise.resolve() : new Promise((r) => idleWaiters.push(r))),
+    log,
+  };
+  // Wake drain waiters whenever the count drops to zero.
+  let inFlight = 0;
+  Object.defineProperty(ctx, "inFlight", {
+    get: () => inFlight,
+    set: (v: number) => {
+      inFlight = v;
+      if (v === 0) {
+        const w = idleWaiters;
+        idleWaiters = [];
+        for (const fn of w) fn();
+      }
+    },
+  });
+
+  const app = createWorkerApp(ctx);
+  const host = opts.host ?? "127.0.0.1";
+  const { server, port } = await new Promise<{ server: ServerType; port: number }>((resolve, reject) => {
+    const s = serve({ fetch: app.fetch, hostname: host, port: opts.port ?? 0 }, (info: AddressInfo) => resolve({ server: s, port: info.port }));
+    s.once("error", reject);
+  });
+  const url = opts.advertise ?? `http://${host === "0.0.0.0" ? "127.0.0.1" : host}:${port}`;
+  const startedAt = Date.now();
+  let queueDepth = 0;
+  let memoryBytes = 0;
+
+  const record = async (): Promise<WorkerRecord> => {
+    const engine = supervisor.client;
+    if (engine?.alive && supervisor.state !== "warming") {
+      try {
+        const ev = await Promise.race([engine.once({ case: "stats", value: { $typeName: "switchyard.engine.v1.StatsRequest" } }), new Promise<never>((_, rej) => setTimeout(() => rej(new Error("stats timeout")), 500))]);
+        if (ev.kind.case === "stats") {
+          queueDepth = ev.kind.value.queuedRequests;
+          memoryBytes = Number(ev.kind.value.rssBytes);
+        }
+      } catch {
+        // keep the last known values
+      }
+    }
+    const state: WorkerState = ctx.draining ? "draining" : supervisor.state;
+    return {
+      id,
+      url,
+      models: models.map((m) => m.name),
+      state,
+      inFlight: ctx.inFlight,
+      queueDepth,
+      capacity: maxBatch,
+      device: supervisor.device,
+      memoryBytes,
+      layerRanges: [...supervisor.loaded.values()].filter((l) => l.nLayers > 0).map((l) => ({ model: l.model, start: 0, end: l.nLayers })),
+      version: "0.1.0",
+      startedAt,
+      updatedAt: Date.now(),
+    };
+  };
+
+  const ttlMs = opts.ttlMs ?? 3000;
+  let beating = true;
+  const beat = async () => {
+    if (!beating) return;
+    try {
+      const r = await opts.registry.publish(await record(), ttlMs);
+      if (!r.ok) log("heartbeat refused", { reason: r.reason });
+    } catch (err) {
+      log("heartbeat failed", { error: (err as Error).message });
+    }
+  };
+  await beat();
+  const timer = setInterval(() => void beat(), opts.heartbeatMs ?? 1000);
+  supervisor.onState(() => void beat());
+  void supervisor.start();
+  log("worker started", { id, url, models: models.map((m) => m.name), device });
+
+  let stopping: Promise<void> | undefined;
+  const stop = () =>
+    (stopping ??= (async () => {
+      ctx.draining = true;
+      await beat();
+      log("draining", { inFlight: ctx.inFlight });
+      const grace = opts.drainGraceMs ?? 30_000;
+      await Promise.race([ctx.idle(), new Promise((r) => setTimeout(r, grace))]);
+      beating = false;
+      clearInterval(timer);
+      await opts.registry.remove(id).catch(() => {});
+      await new Promise<void>((r) => {
+        server.close(() => r());
+        (server as ServerType & { closeAllConnections?: () => void }).closeAllConnections?.();
+      });
+      await supervisor.stop();
+      log("worker stopped", { id });
+    })());
+
+  return { id, url, supervisor, models, ctx, record, stop };
+}

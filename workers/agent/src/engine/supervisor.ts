@@ -1,0 +1,146 @@
+// Keeps one engine process alive: spawn, load models, warm up, and restart
+// with backoff when it dies. When the accelerator fails (at start or at run
+// time) it falls back to the CPU binary and reports `degraded`.
+import { ModelKind, type Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import type { ResolvedModel } from "../models/fetch.ts";
+import { EngineClient } from "./client.ts";
+
+export type EngineState = "warming" | "ready" | "degraded";
+
+export interface SupervisorOptions {
+  cpuBinary: string;
+  /** A GPU build, when the device asked for is not the CPU. */
+  gpuBinary?: string;
+  device: "auto" | "cpu" | "cuda" | "metal";
+  models: ResolvedModel[];
+  maxBatch: number;
+  maxSeqLen: number;
+  threads?: number;
+  log: (msg: string, fields?: Record<string, unknown>) => void;
+  /** Backoff bounds for restarts. */
+  minBackoffMs?: number;
+  maxBackoffMs?: number;
+}
+
+export class EngineSupervisor {
+  client: EngineClient | undefined;
+  state: EngineState = "warming";
+  device = "unknown";
+  readonly loaded = new Map<string, Loaded>();
+  restarts = 0;
+  private onCpuFallback = false;
+  private stopping = false;
+  private backoff: number;
+  private readonly listeners = new Set<(s: EngineState) => void>();
+  private readyWaiters: (() => void)[] = [];
+
+  constructor(private readonly opts: SupervisorOptions) {
+    this.backoff = opts.minBackoffMs ?? 250;
+  }
+
+  onState(fn: (s: EngineState) => void): void {
+    this.listeners.add(fn);
+  }
+
+  private setState(s: EngineState): void {
+    this.state = s;
+    for (const fn of this.listeners) fn(s);
+    if (s !== "warming") {
+      for (const w of this.readyWaiters.splice(0)) w();
+    }
+  }
+
+  /** Resolves once an engine is loaded and warm. */
+  whenReady(): Promise<void> {
+    return this.state === "warming" ? new Promise((r) => this.readyWaiters.push(r)) : Promise.resolve();
+  }
+
+  private binaryAndDevice(): { binary: string; device: string } {
+    if (this.onCpuFallback || this.opts.device === "cpu" || !this.opts.gpuBinary) return { binary: this.opts.cpuBinary, device: "cpu" };
+    return { binary: this.opts.gpuBinary, device: this.opts.device };
+  }
+
+  async start(): Promise<void> {
+    for (;;) {
+      if (this.stopping) return;
+      try {
+        await this.launch();
+        return;
+      } catch (err) {
+        this.opts.log("engine failed to start", { error: (err as Error).message });
+        if (!this.onCpuFallback && this.binaryAndDevice().device !== "cpu") {
+          this.opts.log("falling back to the CPU engine");
+          this.onCpuFallback = true;
+          continue;
+        }
+        await this.sleepBackoff();
+      }
+    }
+  }
+
+  private async sleepBackoff(): Promise<void> {
+    const ms = this.backoff;
+    this.backoff = Math.min(this.backoff * 2, this.opts.maxBackoffMs ?? 30_000);
+    await new Promise((r) => setTimeout(r, ms));
+  }
+
+  private async launch(): Promise<void> {
+    const { binary, device } = this.binaryAndDevice();
+    this.setState("warming");
+    const client = new EngineClient({ binary, device, threads: this.opts.threads, onLog: (l) => this.opts.log("engine", { line: l }) });
+    this.client = client;
+    const ready = await client.ready;
+    this.device = ready.device;
+    this.loaded.clear();
+    for (const m of this.opts.models) {
+      const ev = await client.once({
+        case: "loadModel",
+        value: { $typeName: "switchyard.engine.v1.LoadModel", model: m.name, kind: m.kind, path: m.path, maxSeqLen: this.opts.maxSeqLen, maxBatch: this.opts.maxBatch },
+      });
+      if (ev.kind.case !== "loaded") throw new Error(`unexpected answer to load ${m.name}: ${ev.kind.case}`);
+      this.loaded.set(m.name, ev.kind.value);
+      this.opts.log("model loaded", { model: m.name, ms: Number(ev.kind.value.loadMs), bytes: Number(ev.kind.value.weightBytes) });
+    }
+    await this.warmup(client);
+    const started = Date.now();
+    void client.exited.then(({ code, signal, stderrTail }) => {
+      if (this.stopping || this.client !== client) return;
+      const deviceError = /CUDA|Metal|device/i.test(stderrTail) && device !== "cpu";
+      this.opts.log("engine died", { code, signal, restarting: true });
+      this.restarts++;
+      if (Date.now() - started > 60_000) this.backoff = this.opts.minBackoffMs ?? 250;
+      if (deviceError || code === 3) this.onCpuFallback = true;
+      this.setState("warming");
+      void this.sleepBackoff().then(() => this.start());
+    });
+    this.setState(this.onCpuFallback ? "degraded" : "ready");
+  }
+
+  /** One tiny pass through every model so the first real request is not the slow one. */
+  private async warmup(client: EngineClient): Promise<void> {
+    for (const m of this.opts.models) {
+      if (m.kind === ModelKind.LLAMA_GGUF) {
+        for await (const _ of client.call({
+          case: "generate",
+          value: {
+            $typeName: "switchyard.engine.v1.Generate",
+            model: m.name,
+            input: { case: "prompt", value: "Hello" },
+            maxTokens: 2,
+            temperature: 0,
+            topP: 0,
+            topK: 0,
+            stop: [],
+          },
+        }));
+      } else {
+        await client.once({ case: "embed", value: { $typeName: "switchyard.engine.v1.Embed", model: m.name, inputs: ["warm up"] } });
+      }
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    await this.client?.shutdown();
+  }
+}

@@ -1,0 +1,14 @@
+// What the worker's routes share: the supervised engine, the loaded models,
+// the in-flight counter and the draining flag.
+import type { EngineSupervisor } from "../engine/supervisor.ts";
+
+export interface WorkerContext {
+  supervisor: EngineSupervisor;
+  /** Bearer secret the router must present. */
+  token: string;
+  inFlight: number;
+  draining: boolean;
+  /** Resolves when in-flight reaches zero (used by drain). */
+  idle(): Promise<void>;
+  log: (msg: string, fields?: Record<string, unknown>) => void;
+}
