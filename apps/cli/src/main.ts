@@ -31,6 +31,7 @@ export async function main(argv: string[]): Promise<number> {
         "key-prefix": { type: "string" },
         "max-batch": { type: "string" },
         engine: { type: "string" },
+        "no-worker": { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },
     });

@@ -9,6 +9,7 @@ import { registerReadyz } from "./routes/health/readyz.ts";
 import { registerChatCompletions } from "./routes/v1/chat/completions.ts";
 import { registerCompletions } from "./routes/v1/completions/create.ts";
 import { registerEmbeddings } from "./routes/v1/embeddings/create.ts";
+import { registerHiddenStates } from "./routes/v1/hidden_states/create.ts";
 import { registerListModels } from "./routes/v1/models/list.ts";
 
 export function createApp(deps: AppDeps): Hono<AppEnv> {
@@ -19,6 +20,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   registerChatCompletions(app, deps);
   registerCompletions(app, deps);
   registerEmbeddings(app, deps);
+  registerHiddenStates(app, deps);
   registerListModels(app, deps);
 
   app.notFound((c) => {

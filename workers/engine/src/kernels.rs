@@ -48,12 +48,6 @@ fn f16_to_f32(bits: u16) -> f32 {
     f16::from_bits(bits).to_f32()
 }
 
-fn f16s_to_f32(src: &[u16], dst: &mut [f32]) {
-    use half::slice::HalfFloatSliceExt;
-    let src: &[f16] = unsafe { std::slice::from_raw_parts(src.as_ptr() as *const f16, src.len()) };
-    src.convert_to_f32_slice(dst);
-}
-
 impl QMatrix {
     /// Wraps ggml-layout bytes of a Q4_1 or Q8_0 tensor; `None` for other types.
     pub fn from_ggml(dtype: &str, bytes: &[u8], rows: usize, cols: usize) -> Option<QMatrix> {
@@ -273,14 +267,6 @@ const TILE: usize = 4;
 /// Activation rows kept hot while a thread walks its weight rows (prefill).
 const MBLOCK: usize = 64;
 
-/// Per-thread buffers for one weight row: its scales in f32, and the
-/// combined scale d_w * d_a of every block for each row of the tile.
-struct RowScratch {
-    wd: Vec<f32>,
-    wm: Vec<f32>,
-    sc: Vec<f32>,
-}
-
 /// out[i][r] = dot(W[r], a[i]) for every activation row; `out` is `[a.m, w.rows]`.
 pub fn matmul(w: &QMatrix, a: &QActs, out: &mut [f32]) {
     let n = w.rows;
@@ -302,23 +288,15 @@ pub fn matmul(w: &QMatrix, a: &QActs, out: &mut [f32]) {
         let p = out_ptr;
         let r0 = c * chunk;
         let r1 = (r0 + chunk).min(n);
-        let mut rs = RowScratch { wd: vec![0f32; nb], wm: vec![0f32; nb], sc: vec![0f32; TILE * nb] };
         let mut mb = 0;
         while mb < m {
             let me = (mb + MBLOCK).min(m);
             for r in r0..r1 {
-                match &w.data {
-                    QData::Q4_1 { d, m: mins, .. } => {
-                        f16s_to_f32(&d[r * nb..(r + 1) * nb], &mut rs.wd);
-                        f16s_to_f32(&mins[r * nb..(r + 1) * nb], &mut rs.wm);
-                    }
-                    QData::Q8_0 { d, .. } => f16s_to_f32(&d[r * nb..(r + 1) * nb], &mut rs.wd),
-                }
                 let mut i = mb;
                 while i < me {
                     let t = (me - i).min(TILE);
                     let mut res = [0f32; TILE];
-                    dot_tile(isa, w, r, a, i, t, &mut rs, &mut res);
+                    dot_tile(isa, w, r, a, i, t, &mut res);
                     for (j, v) in res.iter().enumerate().take(t) {
                         // SAFETY: (i + j, r) is written by exactly one task:
                         // tasks own disjoint row ranges [r0, r1).
@@ -337,99 +315,91 @@ pub fn matmul(w: &QMatrix, a: &QActs, out: &mut [f32]) {
     }
 }
 
-/// Dots weight row `r` with activation rows i0..i0+t.
+/// One weight row against `t` activation rows; the kernels take the row's
+/// planes and the tile's planes (rows back to back, nb blocks each).
+struct Tile<'a> {
+    nb: usize,
+    aq: &'a [[i8; 32]],
+    ad: &'a [f32],
+    asum: &'a [f32],
+}
+
+macro_rules! by_rows {
+    ($t:expr, $f:ident, $($arg:expr),*) => {
+        match $t {
+            4 => $f::<4>($($arg),*),
+            3 => $f::<3>($($arg),*),
+            2 => $f::<2>($($arg),*),
+            _ => $f::<1>($($arg),*),
+        }
+    };
+}
+
 #[inline]
-#[allow(clippy::too_many_arguments)]
-fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &QActs, i0: usize, t: usize, rs: &mut RowScratch, out: &mut [f32; TILE]) {
+fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &QActs, i0: usize, t: usize, out: &mut [f32; TILE]) {
     let nb = a.nb;
-    // Scales and the Q4_1 offset term are plain f32 vector work, done once
-    // per (weight row, activation row) instead of once per block.
-    for j in 0..t {
-        let ad = &a.d[(i0 + j) * nb..(i0 + j + 1) * nb];
-        for ((s, wd), ad) in rs.sc[j * nb..(j + 1) * nb].iter_mut().zip(&rs.wd).zip(ad) {
-            *s = wd * ad;
-        }
-    }
-    let aq = &a.qs[i0 * nb..(i0 + t) * nb];
+    let rows = i0 * nb..(i0 + t) * nb;
+    let tile = Tile { nb, aq: &a.qs[rows.clone()], ad: &a.d[rows.clone()], asum: &a.s[rows] };
+    let wr = r * nb..(r + 1) * nb;
     match &w.data {
-        QData::Q4_1 { qs, .. } => {
-            let wq = &qs[r * nb..(r + 1) * nb];
+        QData::Q4_1 { qs, d, m } => {
+            let (wq, wd, wm) = (&qs[wr.clone()], &d[wr.clone()], &m[wr]);
             match isa {
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx512Vnni => unsafe {
-                    match t {
-                        4 => x86::q4_1_vnni::<4>(wq, aq, &rs.sc, nb, out),
-                        3 => x86::q4_1_vnni::<3>(wq, aq, &rs.sc, nb, out),
-                        2 => x86::q4_1_vnni::<2>(wq, aq, &rs.sc, nb, out),
-                        _ => x86::q4_1_vnni::<1>(wq, aq, &rs.sc, nb, out),
-                    }
+                    use x86::q4_1_vnni as k;
+                    by_rows!(t, k, wq, wd, wm, &tile, out)
                 },
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx2 => unsafe {
-                    match t {
-                        4 => x86::q4_1_avx2::<4>(wq, aq, &rs.sc, nb, out),
-                        3 => x86::q4_1_avx2::<3>(wq, aq, &rs.sc, nb, out),
-                        2 => x86::q4_1_avx2::<2>(wq, aq, &rs.sc, nb, out),
-                        _ => x86::q4_1_avx2::<1>(wq, aq, &rs.sc, nb, out),
-                    }
+                    use x86::q4_1_avx2 as k;
+                    by_rows!(t, k, wq, wd, wm, &tile, out)
                 },
-                Isa::Scalar => scalar_q4_1(wq, aq, &rs.sc, nb, t, out),
-            }
-            for j in 0..t {
-                out[j] += dot_f32(&rs.wm, &a.s[(i0 + j) * nb..(i0 + j + 1) * nb]);
+                Isa::Scalar => scalar_q4_1(wq, wd, wm, &tile, t, out),
             }
         }
-        QData::Q8_0 { qs, .. } => {
-            let wq = &qs[r * nb..(r + 1) * nb];
+        QData::Q8_0 { qs, d } => {
+            let (wq, wd) = (&qs[wr.clone()], &d[wr]);
             match isa {
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx512Vnni => unsafe {
-                    match t {
-                        4 => x86::q8_0_vnni::<4>(wq, aq, &rs.sc, nb, out),
-                        3 => x86::q8_0_vnni::<3>(wq, aq, &rs.sc, nb, out),
-                        2 => x86::q8_0_vnni::<2>(wq, aq, &rs.sc, nb, out),
-                        _ => x86::q8_0_vnni::<1>(wq, aq, &rs.sc, nb, out),
-                    }
+                    use x86::q8_0_vnni as k;
+                    by_rows!(t, k, wq, wd, &tile, out)
                 },
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx2 => unsafe {
-                    match t {
-                        4 => x86::q8_0_avx2::<4>(wq, aq, &rs.sc, nb, out),
-                        3 => x86::q8_0_avx2::<3>(wq, aq, &rs.sc, nb, out),
-                        2 => x86::q8_0_avx2::<2>(wq, aq, &rs.sc, nb, out),
-                        _ => x86::q8_0_avx2::<1>(wq, aq, &rs.sc, nb, out),
-                    }
+                    use x86::q8_0_avx2 as k;
+                    by_rows!(t, k, wq, wd, &tile, out)
                 },
-                Isa::Scalar => scalar_q8_0(wq, aq, &rs.sc, nb, t, out),
+                Isa::Scalar => scalar_q8_0(wq, wd, &tile, t, out),
             }
         }
     }
 }
 
-/// Kernel contract: `aq` holds t activation rows of nb blocks back to back,
-/// `sc[j * nb + b]` is d_w[b] * d_a[j][b]; out[j] = sum_b sc * int_dot.
-fn scalar_q4_1(w: &[[u8; 16]], aq: &[[i8; 32]], sc: &[f32], nb: usize, t: usize, out: &mut [f32; TILE]) {
+fn scalar_q4_1(wq: &[[u8; 16]], wd: &[u16], wm: &[u16], a: &Tile, t: usize, out: &mut [f32; TILE]) {
+    let nb = a.nb;
     for j in 0..t {
         let mut acc = 0f32;
         for b in 0..nb {
-            let (q, a) = (&w[b], &aq[j * nb + b]);
+            let (q, x) = (&wq[b], &a.aq[j * nb + b]);
             let mut isum = 0i32;
             for k in 0..16 {
-                isum += (q[k] & 0x0f) as i32 * a[k] as i32 + (q[k] >> 4) as i32 * a[k + 16] as i32;
+                isum += (q[k] & 0x0f) as i32 * x[k] as i32 + (q[k] >> 4) as i32 * x[k + 16] as i32;
             }
-            acc += sc[j * nb + b] * isum as f32;
+            acc += f16_to_f32(wd[b]) * a.ad[j * nb + b] * isum as f32 + f16_to_f32(wm[b]) * a.asum[j * nb + b];
         }
         out[j] = acc;
     }
 }
 
-fn scalar_q8_0(w: &[[i8; 32]], aq: &[[i8; 32]], sc: &[f32], nb: usize, t: usize, out: &mut [f32; TILE]) {
+fn scalar_q8_0(wq: &[[i8; 32]], wd: &[u16], a: &Tile, t: usize, out: &mut [f32; TILE]) {
+    let nb = a.nb;
     for j in 0..t {
         let mut acc = 0f32;
         for b in 0..nb {
-            let (q, a) = (&w[b], &aq[j * nb + b]);
-            let isum: i32 = q.iter().zip(a).map(|(&x, &y)| x as i32 * y as i32).sum();
-            acc += sc[j * nb + b] * isum as f32;
+            let isum: i32 = wq[b].iter().zip(&a.aq[j * nb + b]).map(|(&x, &y)| x as i32 * y as i32).sum();
+            acc += f16_to_f32(wd[b]) * a.ad[j * nb + b] * isum as f32;
         }
         out[j] = acc;
     }
@@ -437,7 +407,7 @@ fn scalar_q8_0(w: &[[i8; 32]], aq: &[[i8; 32]], sc: &[f32], nb: usize, t: usize,
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::TILE;
+    use super::{Tile, TILE};
     use std::arch::x86_64::*;
 
     #[inline(always)]
@@ -457,82 +427,139 @@ mod x86 {
         _mm256_set_m128i(hi, lo)
     }
 
-    // Per block and activation row: one integer dot (maddubs+madd, or one
-    // vpdpbusd), one int->float conversion and one FMA with a scale loaded
-    // by broadcast; everything else is hoisted out of the block loop.
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn q4_1_avx2<const R: usize>(w: &[[u8; 16]], aq: &[[i8; 32]], sc: &[f32], nb: usize, out: &mut [f32; TILE]) {
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); R];
-        for b in 0..nb {
-            let wq = unpack_q4(w.get_unchecked(b));
-            for j in 0..R {
-                let a = _mm256_loadu_si256(aq.get_unchecked(j * nb + b).as_ptr() as *const __m256i);
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, a), ones);
-                let s = _mm256_broadcast_ss(sc.get_unchecked(j * nb + b));
-                acc[j] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), acc[j]);
-            }
-        }
-        for j in 0..R {
-            out[j] = hsum(acc[j]);
-        }
+    #[inline(always)]
+    unsafe fn f16x8(p: *const u16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
     }
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn q8_0_avx2<const R: usize>(w: &[[i8; 32]], aq: &[[i8; 32]], sc: &[f32], nb: usize, out: &mut [f32; TILE]) {
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); R];
-        for b in 0..nb {
-            let wq = _mm256_loadu_si256(w.get_unchecked(b).as_ptr() as *const __m256i);
-            // maddubs wants unsigned x signed: move w's sign onto a.
-            let wabs = _mm256_sign_epi8(wq, wq);
-            for j in 0..R {
-                let a = _mm256_loadu_si256(aq.get_unchecked(j * nb + b).as_ptr() as *const __m256i);
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a, wq)), ones);
-                let s = _mm256_broadcast_ss(sc.get_unchecked(j * nb + b));
-                acc[j] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), acc[j]);
-            }
-        }
-        for j in 0..R {
-            out[j] = hsum(acc[j]);
-        }
+    #[inline(always)]
+    unsafe fn f16x1(v: u16) -> __m128 {
+        _mm_cvtph_ps(_mm_cvtsi32_si128(v as i32))
     }
 
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub unsafe fn q4_1_vnni<const R: usize>(w: &[[u8; 16]], aq: &[[i8; 32]], sc: &[f32], nb: usize, out: &mut [f32; TILE]) {
-        let mut acc = [_mm256_setzero_ps(); R];
-        for b in 0..nb {
-            let wq = unpack_q4(w.get_unchecked(b));
-            for j in 0..R {
-                let a = _mm256_loadu_si256(aq.get_unchecked(j * nb + b).as_ptr() as *const __m256i);
-                let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, a);
-                let s = _mm256_broadcast_ss(sc.get_unchecked(j * nb + b));
-                acc[j] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), acc[j]);
+    // Blocks go in groups of eight: the group's weight scales convert with
+    // one F16C instruction, the eight combined scales d_w * d_a of each row
+    // come from one multiply, and Q4_1's offset term m_w * s_a is one FMA per
+    // row and group. Per block and row what is left is the integer dot, one
+    // int->float conversion and one FMA with a broadcast scale. A scalar tail
+    // handles nb % 8 blocks.
+    macro_rules! q4_1_kernel {
+        ($name:ident, $features:literal, $dot:ident) => {
+            #[target_feature(enable = $features)]
+            pub unsafe fn $name<const R: usize>(
+                wq: &[[u8; 16]],
+                wd: &[u16],
+                wm: &[u16],
+                a: &Tile,
+                out: &mut [f32; TILE],
+            ) {
+                let nb = a.nb;
+                let mut acc = [_mm256_setzero_ps(); R];
+                let mut macc = [_mm256_setzero_ps(); R];
+                let mut sc = [[0f32; 8]; R];
+                let mut b = 0;
+                while b + 8 <= nb {
+                    let d8 = f16x8(wd.as_ptr().add(b));
+                    let m8 = f16x8(wm.as_ptr().add(b));
+                    for j in 0..R {
+                        let o = j * nb + b;
+                        _mm256_storeu_ps(sc[j].as_mut_ptr(), _mm256_mul_ps(d8, _mm256_loadu_ps(a.ad.as_ptr().add(o))));
+                        macc[j] = _mm256_fmadd_ps(m8, _mm256_loadu_ps(a.asum.as_ptr().add(o)), macc[j]);
+                    }
+                    for k in 0..8 {
+                        let w = unpack_q4(wq.get_unchecked(b + k));
+                        for j in 0..R {
+                            let x = _mm256_loadu_si256(a.aq.get_unchecked(j * nb + b + k).as_ptr() as *const __m256i);
+                            let p = $dot(w, x);
+                            acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[j][k]), _mm256_cvtepi32_ps(p), acc[j]);
+                        }
+                    }
+                    b += 8;
+                }
+                let mut tail = [_mm_setzero_ps(); R];
+                while b < nb {
+                    let d = f16x1(*wd.get_unchecked(b));
+                    let m = f16x1(*wm.get_unchecked(b));
+                    let w = unpack_q4(wq.get_unchecked(b));
+                    for j in 0..R {
+                        let o = j * nb + b;
+                        let s = _mm_mul_ss(d, _mm_load_ss(a.ad.as_ptr().add(o)));
+                        tail[j] = _mm_fmadd_ss(m, _mm_load_ss(a.asum.as_ptr().add(o)), tail[j]);
+                        let x = _mm256_loadu_si256(a.aq.get_unchecked(o).as_ptr() as *const __m256i);
+                        acc[j] = _mm256_fmadd_ps(_mm256_broadcastss_ps(s), _mm256_cvtepi32_ps($dot(w, x)), acc[j]);
+                    }
+                    b += 1;
+                }
+                for j in 0..R {
+                    out[j] = hsum(_mm256_add_ps(acc[j], macc[j])) + _mm_cvtss_f32(tail[j]);
+                }
             }
-        }
-        for j in 0..R {
-            out[j] = hsum(acc[j]);
-        }
+        };
     }
 
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub unsafe fn q8_0_vnni<const R: usize>(w: &[[i8; 32]], aq: &[[i8; 32]], sc: &[f32], nb: usize, out: &mut [f32; TILE]) {
-        let mut acc = [_mm256_setzero_ps(); R];
-        for b in 0..nb {
-            let wq = _mm256_loadu_si256(w.get_unchecked(b).as_ptr() as *const __m256i);
-            let wabs = _mm256_sign_epi8(wq, wq);
-            for j in 0..R {
-                let a = _mm256_loadu_si256(aq.get_unchecked(j * nb + b).as_ptr() as *const __m256i);
-                let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wabs, _mm256_sign_epi8(a, wq));
-                let s = _mm256_broadcast_ss(sc.get_unchecked(j * nb + b));
-                acc[j] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), acc[j]);
+    macro_rules! q8_0_kernel {
+        ($name:ident, $features:literal, $dot:ident) => {
+            #[target_feature(enable = $features)]
+            pub unsafe fn $name<const R: usize>(wq: &[[i8; 32]], wd: &[u16], a: &Tile, out: &mut [f32; TILE]) {
+                let nb = a.nb;
+                let mut acc = [_mm256_setzero_ps(); R];
+                let mut sc = [[0f32; 8]; R];
+                let mut b = 0;
+                while b + 8 <= nb {
+                    let d8 = f16x8(wd.as_ptr().add(b));
+                    for j in 0..R {
+                        let o = j * nb + b;
+                        _mm256_storeu_ps(sc[j].as_mut_ptr(), _mm256_mul_ps(d8, _mm256_loadu_ps(a.ad.as_ptr().add(o))));
+                    }
+                    for k in 0..8 {
+                        let w = _mm256_loadu_si256(wq.get_unchecked(b + k).as_ptr() as *const __m256i);
+                        // The integer dots want unsigned x signed: move w's
+                        // sign onto the activations.
+                        let wabs = _mm256_sign_epi8(w, w);
+                        for j in 0..R {
+                            let x = _mm256_loadu_si256(a.aq.get_unchecked(j * nb + b + k).as_ptr() as *const __m256i);
+                            let p = $dot(wabs, _mm256_sign_epi8(x, w));
+                            acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[j][k]), _mm256_cvtepi32_ps(p), acc[j]);
+                        }
+                    }
+                    b += 8;
+                }
+                while b < nb {
+                    let d = f16x1(*wd.get_unchecked(b));
+                    let w = _mm256_loadu_si256(wq.get_unchecked(b).as_ptr() as *const __m256i);
+                    let wabs = _mm256_sign_epi8(w, w);
+                    for j in 0..R {
+                        let o = j * nb + b;
+                        let s = _mm_mul_ss(d, _mm_load_ss(a.ad.as_ptr().add(o)));
+                        let x = _mm256_loadu_si256(a.aq.get_unchecked(o).as_ptr() as *const __m256i);
+                        let p = $dot(wabs, _mm256_sign_epi8(x, w));
+                        acc[j] = _mm256_fmadd_ps(_mm256_broadcastss_ps(s), _mm256_cvtepi32_ps(p), acc[j]);
+                    }
+                    b += 1;
+                }
+                for j in 0..R {
+                    out[j] = hsum(acc[j]);
+                }
             }
-        }
-        for j in 0..R {
-            out[j] = hsum(acc[j]);
-        }
+        };
     }
+
+    /// u8 x i8 dot of 32 pairs into 8 i32 lanes (AVX2: maddubs + madd).
+    #[inline(always)]
+    unsafe fn dot_avx2(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+    }
+
+    /// The same with one AVX-512 VNNI instruction.
+    #[inline(always)]
+    unsafe fn dot_vnni(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+    }
+
+    q4_1_kernel!(q4_1_avx2, "avx2,fma,f16c", dot_avx2);
+    q4_1_kernel!(q4_1_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_vnni);
+    q8_0_kernel!(q8_0_avx2, "avx2,fma,f16c", dot_avx2);
+    q8_0_kernel!(q8_0_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_vnni);
 }
 
 /// Plain f32 helpers used around the matmuls. Written as 8-wide chunks so
@@ -620,24 +647,40 @@ mod tests {
         for (g, e) in out.iter().zip(&want) {
             assert!((g - e).abs() <= 0.02 * scale + 1e-3, "got {g}, want {e} (scale {scale})");
         }
+        // Every kernel family computes the same integer dots, so the scalar
+        // path must agree with the SIMD one to rounding.
+        for i in 0..m {
+            for r in 0..w.rows {
+                let mut res = [0f32; TILE];
+                dot_tile(Isa::Scalar, w, r, &act, i, 1, &mut res);
+                let g = out[i * w.rows + r];
+                assert!((g - res[0]).abs() <= 1e-4 * scale.max(1.0), "simd {g} vs scalar {}", res[0]);
+            }
+        }
     }
 
     #[test]
     fn q4_1_matmul_matches_reference() {
         let mut seed = 7;
-        let w = random_q4_1(67, 96, &mut seed);
-        for m in [1, 2, 3, 4, 5, 9, 70] {
-            check(&w, m, &mut seed);
+        // Widths with only a tail (96), only whole groups of 8 blocks (256)
+        // and both (576).
+        for cols in [96, 256, 576] {
+            let w = random_q4_1(67, cols, &mut seed);
+            for m in [1, 2, 3, 4, 5, 9, 70] {
+                check(&w, m, &mut seed);
+            }
         }
     }
 
     #[test]
     fn q8_0_matmul_matches_reference() {
         let mut seed = 11;
-        let vals: Vec<f32> = (0..45 * 128).map(|_| lcg(&mut seed)).collect();
-        let w = QMatrix::quantize_q8_0(&vals, 45, 128);
-        for m in [1, 4, 6, 67] {
-            check(&w, m, &mut seed);
+        for cols in [128, 256, 576] {
+            let vals: Vec<f32> = (0..45 * cols).map(|_| lcg(&mut seed)).collect();
+            let w = QMatrix::quantize_q8_0(&vals, 45, cols);
+            for m in [1, 4, 6, 67] {
+                check(&w, m, &mut seed);
+            }
         }
     }
 

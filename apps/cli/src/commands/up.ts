@@ -1,11 +1,13 @@
 // `switchyard up`: the whole fabric on one machine — embedded PostgreSQL, the
-// in-process registry, a router on 127.0.0.1:8080 and (once built) a local
-// worker. First start creates tenant `local` and an API key, saved under the
+// in-process registry, a router on 127.0.0.1:8080 and a local worker serving
+// SmolLM2 (chat) and MiniLM (embeddings) from the Candle engine. First start creates tenant `local` and an API key, saved under the
 // data directory so later starts reuse it.
+import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { createKey, createTenant, findTenant, hashKey, lookupKeyByHash, type Db } from "@switchyard/db";
+import { startAgent, type AgentHandle } from "@switchyard/agent";
 import { startRouter } from "@switchyard/router";
 import { MemoryRegistryStore } from "@switchyard/state";
 import { configFrom, openDb } from "../context.ts";
@@ -29,8 +31,10 @@ async function ensureLocalKey(db: Db, home: string): Promise<{ key: string; crea
   return { key, created: true };
 }
 
-export async function upCommand(flags: { config?: string }): Promise<number> {
+export async function upCommand(flags: { config?: string; model?: string[]; device?: string; "no-worker"?: boolean }): Promise<number> {
   const config = configFrom(flags);
+  // The router and the local worker share a secret made for this run.
+  config.workers.token ??= randomBytes(24).toString("base64url");
   await mkdir(config.home, { recursive: true });
   const step = (msg: string) => process.stderr.write(`» ${msg}\n`);
   step(`starting embedded PostgreSQL in ${path.resolve(config.home, "pg")}`);
@@ -39,22 +43,45 @@ export async function upCommand(flags: { config?: string }): Promise<number> {
   const { key, created } = await ensureLocalKey(db.db, config.home);
   const registry = new MemoryRegistryStore();
   const router = await startRouter(config, { registry, db });
-  const workers = await registry.list();
   process.stderr.write(
     [
       "",
-      `Switchyard is up: ${router.url}  (metrics: ${router.adminUrl}/metrics)`,
+      `Switchyard router: ${router.url}  (metrics: ${router.adminUrl}/metrics)`,
       `API key for tenant 'local'${created ? " (new)" : ""}: ${key}`,
       `  saved in ${path.resolve(config.home, "api-key")}`,
-      workers.length === 0
-        ? "No worker is registered: the local worker arrives with the engine; until then /v1/models is empty and inference answers 404/503."
-        : `${workers.length} worker(s) registered.`,
-      `Try: curl -s ${router.url}/v1/models -H "Authorization: Bearer ${key}"`,
+      "",
+    ].join("\n"),
+  );
+  let agent: AgentHandle | undefined;
+  if (flags["no-worker"]) {
+    step("no local worker (--no-worker): /v1/models lists only remote workers");
+  } else {
+    step("starting the local worker (models are fetched and the engine is built on first run)");
+    agent = await startAgent({
+      registry,
+      models: flags.model?.length ? flags.model : ["smollm2-135m-instruct", "all-minilm-l6-v2"],
+      token: config.workers.token,
+      device: (flags.device ?? "auto") as "auto",
+      workerId: "local",
+      log: (msg, fields) => {
+        if (msg === "engine" || msg === "heartbeat failed") return;
+        step(`worker: ${msg}${fields ? " " + JSON.stringify(fields) : ""}`);
+      },
+    });
+    await agent.supervisor.whenReady();
+    step(`local worker ready on ${agent.supervisor.device}: ${agent.models.map((m) => m.name).join(", ")}`);
+  }
+  process.stderr.write(
+    [
+      "",
+      `Try: curl -s ${router.url}/v1/chat/completions -H "Authorization: Bearer ${key}" -H "Content-Type: application/json" \\`,
+      `       -d '{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"Say hello"}]}'`,
       "",
     ].join("\n"),
   );
   const sig = await untilSignal();
   step(`${sig}: shutting down`);
+  await agent?.stop();
   await router.close();
   await db.close();
   await db.stopEmbedded();

@@ -2,13 +2,15 @@
 // Workers today; OpenRouter and Anthropic adapters implement the same shape.
 import type { RelayContext } from "../relay/context.ts";
 
-export type InferencePath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings";
+export type InferencePath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/hidden_states";
 
 export interface BackendRequest {
   path: InferencePath;
   /** The validated OpenAI request body, forwarded as is. */
   body: Record<string, unknown>;
   stream: boolean;
+  /** Pass the upstream body through as bytes (hidden states), not parsed. */
+  raw?: { accept: string };
 }
 
 /** Why an attempt failed; `retryable` failures may move to the next candidate. */
@@ -29,6 +31,8 @@ export class UpstreamFailure extends Error {
 export interface UpstreamResponse {
   /** Whole JSON body (non-streaming requests). */
   json(): Promise<unknown>;
+  /** The body as bytes plus the headers worth relaying (raw requests). */
+  raw(): { headers: Record<string, string>; body: AsyncIterable<Uint8Array> };
   /** SSE payloads one by one (streaming requests). Throws UpstreamFailure. */
   events(): AsyncGenerator<string>;
   /** Abort the upstream request and free its connection. */

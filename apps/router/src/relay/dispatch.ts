@@ -66,6 +66,16 @@ function failureToApiError(f: UpstreamFailure): ApiError {
   return new ApiError("bad_upstream", f.message);
 }
 
+/** A worker's own `{"error":…}` event, if this payload is one. */
+function upstreamErrorEvent(payload: string): { message?: string; code?: string } | undefined {
+  if (!payload.startsWith('{"error"')) return undefined;
+  try {
+    return (JSON.parse(payload) as { error?: { message?: string; code?: string } }).error ?? {};
+  } catch {
+    return {};
+  }
+}
+
 function usageFrom(payload: unknown): { prompt: number; completion: number } | undefined {
   const u = (payload as { usage?: { prompt_tokens?: number; completion_tokens?: number } } | null)?.usage;
   if (!u || typeof u !== "object") return undefined;
@@ -85,6 +95,11 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
     let up: UpstreamResponse | undefined;
     try {
       up = await backend.open(req, ctx, a.controller.signal);
+      if (req.raw) {
+        const raw = up.raw();
+        metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
+        return { response: relayRaw(backend, raw, a, ctx), backendId: backend.id, attempts };
+      }
       if (!req.stream) {
         const body = await up.json();
         a.cleanup();
@@ -104,6 +119,8 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       const events = up.events();
       const first = await events.next();
       if (first.done) throw new UpstreamFailure("protocol", `${backend.id} closed the stream before any event`, true);
+      const firstError = upstreamErrorEvent(first.value);
+      if (firstError) throw new UpstreamFailure("bad_status", `${backend.id} failed before the first token: ${firstError.message ?? "error event"}`, true);
       metrics.ttft.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
       metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
       return { response: relayStream(backend, first.value, events, up, a, ctx), backendId: backend.id, attempts };
@@ -177,6 +194,17 @@ function relayStream(
           return;
         }
         a.timer.refresh();
+        const upstreamErr = upstreamErrorEvent(next.value);
+        if (upstreamErr) {
+          // The worker already ended the stream with its error event: relay
+          // it in our shape as the one error event, and stop.
+          finish();
+          up.abort();
+          metrics.errors.inc({ code: "bad_upstream" });
+          controller.enqueue(errorEvent(new ApiError("bad_upstream", `${backend.id}: ${upstreamErr.message ?? "stream failed"}`)));
+          controller.close();
+          return;
+        }
         account(next.value);
         // After [DONE] keep pulling: the upstream ends right away and its
         // connection goes back to the pool fully read.
@@ -214,4 +242,33 @@ function relayStream(
       "x-switchyard-backend": backend.id,
     },
   });
+}
+
+/** Bytes through as they come (hidden states); a failure mid-body cuts the connection. */
+function relayRaw(backend: Backend, raw: { headers: Record<string, string>; body: AsyncIterable<Uint8Array> }, a: Attempt, ctx: RelayContext): Response {
+  const it = raw.body[Symbol.asyncIterator]();
+  a.timer.arm("idle", ctx.deadlines.idleMs);
+  const stream = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const next = await it.next();
+        if (next.done) {
+          a.cleanup();
+          controller.close();
+          return;
+        }
+        a.timer.refresh();
+        controller.enqueue(next.value);
+      } catch (err) {
+        a.cleanup();
+        ctx.log.warn("raw relay failed", { backend: backend.id, error: toFailure(err, a).message });
+        controller.error(err);
+      }
+    },
+    cancel() {
+      a.controller.abort(new UpstreamFailure("aborted", "client went away", false));
+      a.cleanup();
+    },
+  });
+  return new Response(stream, { status: 200, headers: { ...raw.headers, "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id } });
 }

@@ -88,7 +88,7 @@ export class WorkerBackend implements Backend {
   async open(req: BackendRequest, ctx: RelayContext, signal: AbortSignal): Promise<UpstreamResponse> {
     const headers: Record<string, string> = {
       "content-type": "application/json",
-      accept: req.stream ? "text/event-stream" : "application/json",
+      accept: req.raw?.accept ?? (req.stream ? "text/event-stream" : "application/json"),
       "x-request-id": ctx.requestId,
     };
     const token = this.connections.token;
@@ -131,7 +131,21 @@ export class WorkerBackend implements Backend {
       );
     }
     const body = res.body;
+    const relayHeaders: Record<string, string> = {};
+    for (const [k, v] of Object.entries(res.headers)) {
+      if (typeof v === "string" && (k === "content-type" || k === "content-length" || k.startsWith("x-switchyard-"))) relayHeaders[k] = v;
+    }
     return {
+      raw: () => ({
+        headers: relayHeaders,
+        body: (async function* () {
+          try {
+            for await (const chunk of body) yield chunk as Uint8Array;
+          } catch (err) {
+            throw classify(err, signal);
+          }
+        })(),
+      }),
       json: async () => {
         try {
           return await body.json();

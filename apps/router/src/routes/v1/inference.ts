@@ -27,6 +27,7 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
   deps: AppDeps,
   path: InferencePath,
   schema: S,
+  raw?: { accept: string },
 ): Promise<Response> {
   const body = validate(schema, await readJson(c)) as z.infer<S> & Record<string, unknown>;
   const model = body.model;
@@ -42,7 +43,7 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
   try {
     const result = await dispatch(
       candidates.map(deps.workerBackend),
-      { path, body, stream: body.stream === true },
+      { path, body, stream: body.stream === true, ...(raw ? { raw } : {}) },
       {
         requestId: c.get("requestId"),
         deadlines: deps.config.deadlines,

@@ -1,0 +1,26 @@
+// POST /v1/hidden_states — per-layer activations from a llama model, as
+// safetensors bytes (default) or JSON floats with Accept: application/json.
+import type { Hono } from "hono";
+import { z } from "zod";
+import type { AppDeps, AppEnv } from "../../../deps.ts";
+import { authenticate, jsonBody } from "../../../middleware.ts";
+import { chatMessageSchema } from "../chat/completions.ts";
+import { handleInference } from "../inference.ts";
+
+export const hiddenStatesSchema = z
+  .looseObject({
+    model: z.string().min(1),
+    input: z.string().min(1).optional(),
+    messages: z.array(chatMessageSchema).min(1).optional(),
+    layers: z.union([z.literal("all"), z.array(z.number().int().nonnegative()).min(1).max(1024)]).optional(),
+    pooling: z.enum(["none", "mean", "last"]).optional(),
+    dtype: z.enum(["f32", "f16"]).optional(),
+  })
+  .refine((b) => (b.input === undefined) !== (b.messages === undefined), { message: "exactly one of input or messages is required", path: ["input"] });
+
+export function registerHiddenStates(app: Hono<AppEnv>, deps: AppDeps): void {
+  app.post("/v1/hidden_states", authenticate(deps), ...jsonBody(deps), (c) => {
+    const accept = (c.req.header("accept") ?? "").includes("application/json") ? "application/json" : "application/octet-stream";
+    return handleInference(c, deps, "/v1/hidden_states", hiddenStatesSchema, { accept });
+  });
+}
