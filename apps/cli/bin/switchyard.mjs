@@ -4,4 +4,7 @@ import { register } from "tsx/esm/api";
 
 register();
 const { main } = await import("../src/main.ts");
-process.exitCode = await main(process.argv.slice(2));
+const code = await main(process.argv.slice(2));
+// Long-running commands return only after an orderly shutdown; don't let a
+// stray timer or socket keep the process alive past that.
+process.exit(code);

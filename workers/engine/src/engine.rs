@@ -243,6 +243,11 @@ impl Engine {
         }
         let loaded = match kind {
             ModelKind::LlamaGguf => {
+                if !self.device.is_cpu() {
+                    // The llama path runs on the engine's own quantized CPU
+                    // kernels; only BERT uses the candle device so far.
+                    eprintln!("switchyard-engine: llama models run on the CPU kernels even on {}", self.device_name);
+                }
                 let model = LlamaModel::load(path).map_err(|e| Failure(ErrorCode::LoadFailed, format!("{e:#}")))?;
                 let train = model.cfg.train_ctx;
                 let max_seq_len = match r.max_seq_len as usize {

@@ -46,7 +46,8 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
     maxBatch: flags["max-batch"] ? Number(flags["max-batch"]) : undefined,
   });
   process.stderr.write(`worker ${agent.id} serving ${agent.models.map((m) => m.name).join(", ")} at ${agent.url}\n`);
-  await untilSignal();
+  const sig = await untilSignal();
+  process.stderr.write(`${sig}: draining\n`);
   await agent.stop();
   redis.disconnect();
   return 0;

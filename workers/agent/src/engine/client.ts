@@ -49,7 +49,10 @@ export class EngineClient {
 
   constructor(opts: EngineProcessOptions) {
     const args = ["--device", opts.device, ...(opts.threads ? ["--threads", String(opts.threads)] : [])];
-    const child = spawn(opts.binary, args, { stdio: ["pipe", "pipe", "pipe"] });
+    // Its own process group: a terminal's Ctrl-C or a group-wide SIGTERM must
+    // reach the agent, which drains first and then stops the engine. If the
+    // agent dies outright, the engine sees EOF on stdin and exits by itself.
+    const child = spawn(opts.binary, args, { stdio: ["pipe", "pipe", "pipe"], detached: true });
     this.child = child;
     this.child.stderr.setEncoding("utf8");
     let partial = "";

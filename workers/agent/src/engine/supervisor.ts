@@ -111,7 +111,9 @@ export class EngineSupervisor {
       if (Date.now() - started > 60_000) this.backoff = this.opts.minBackoffMs ?? 250;
       if (deviceError || code === 3) this.onCpuFallback = true;
       this.setState("warming");
-      void this.sleepBackoff().then(() => this.start());
+      void this.sleepBackoff().then(() => {
+        if (!this.stopping) void this.start();
+      });
     });
     this.setState(this.onCpuFallback ? "degraded" : "ready");
   }

@@ -1,0 +1,130 @@
+// Worker faults with the real engine: cancel frees the slot, kill -9 of the
+// engine mid-stream gives one error event and the worker recovers, SIGTERM
+// drains a worker process without losing its in-flight stream.
+import { spawn } from "node:child_process";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { AgentHandle } from "@switchyard/agent";
+import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+import { engineBinary, startTestWorker, WORKER_TOKEN } from "../helpers/worker.ts";
+import { REDIS_URL, waitFor } from "../helpers/env.ts";
+
+const LLM = "smollm2-135m-instruct";
+let fx: RouterFixture;
+
+beforeAll(async () => {
+  fx = await startTestRouter({ "workers.token": WORKER_TOKEN });
+}, 60_000);
+
+afterAll(async () => {
+  await fx?.close();
+});
+
+function chat(body: Record<string, unknown>, signal?: AbortSignal) {
+  return fetch(`${fx.router.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: LLM, messages: [{ role: "user", content: "Tell me a long story about a lighthouse keeper." }], temperature: 0, ...body }),
+    signal,
+  });
+}
+
+async function activeSequences(agent: AgentHandle): Promise<number> {
+  const ev = await agent.supervisor.client!.once({ case: "stats", value: { $typeName: "switchyard.engine.v1.StatsRequest" } });
+  return ev.kind.case === "stats" ? ev.kind.value.activeSequences : -1;
+}
+
+const payloads = (text: string) =>
+  text
+    .split("\n\n")
+    .filter((b) => b.startsWith("data: "))
+    .map((b) => b.slice(6));
+
+describe("worker faults (real engine)", () => {
+  it("a client disconnect cancels the generation and frees the slot", async () => {
+    const agent = await startTestWorker(fx, { id: "cancel-w", models: [LLM] });
+    try {
+      const ac = new AbortController();
+      const res = await chat({ stream: true, max_tokens: 400 }, ac.signal);
+      const reader = res.body!.getReader();
+      await reader.read();
+      expect(await activeSequences(agent)).toBe(1);
+      const t0 = performance.now();
+      ac.abort();
+      await waitFor(async () => (await activeSequences(agent)) === 0 && agent.ctx.inFlight === 0, { timeoutMs: 2000, intervalMs: 5, what: "slot freed" });
+      expect(performance.now() - t0).toBeLessThan(500);
+      // The freed slot serves the next request.
+      const next = await chat({ max_tokens: 4 });
+      expect(next.status).toBe(200);
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  it("kill -9 of the engine mid-stream: one error event, then the worker recovers", async () => {
+    const agent = await startTestWorker(fx, { id: "kill-w", models: [LLM] });
+    try {
+      const res = await chat({ stream: true, max_tokens: 400 });
+      const reader = res.body!.getReader();
+      const dec = new TextDecoder();
+      let text = dec.decode((await reader.read()).value);
+      const pid = agent.supervisor.client!.pid!;
+      process.kill(pid, "SIGKILL");
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        text += dec.decode(value);
+      }
+      const events = payloads(text);
+      const errors = events.filter((e) => e.startsWith('{"error"'));
+      expect(errors).toHaveLength(1);
+      expect(events.at(-1)).toBe(errors[0]);
+      expect(events).not.toContain("[DONE]");
+      expect(JSON.parse(errors[0]!).error.code).toBe("bad_upstream");
+      // The supervisor restarts the engine; the worker serves again.
+      await waitFor(() => agent.supervisor.state === "ready" && agent.supervisor.client?.pid !== pid, { timeoutMs: 15_000, what: "engine restarted" });
+      expect(agent.supervisor.restarts).toBe(1);
+      await waitFor(() => fx.router.deps.directory.candidates(LLM).some((w) => w.id === "kill-w"), { timeoutMs: 5000 });
+      const next = await chat({ max_tokens: 4 });
+      expect(next.status).toBe(200);
+      expect(((await next.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content.length).toBeGreaterThan(0);
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  it("SIGTERM drains: the in-flight stream finishes, the record goes, the process exits 0", async () => {
+    const bin = path.resolve(import.meta.dirname, "../../apps/cli/bin/switchyard.mjs");
+    const child = spawn(
+      process.execPath,
+      [bin, "worker", "--redis", REDIS_URL, "--key-prefix", fx.redis.prefix, "--token", WORKER_TOKEN, "--model", LLM, "--engine", engineBinary(), "--device", "cpu", "--port", "0", "--host", "127.0.0.1", "--id", "drain-w"],
+      { stdio: ["ignore", "ignore", "pipe"] },
+    );
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    try {
+      await waitFor(() => fx.router.deps.directory.candidates(LLM).some((w) => w.id === "drain-w"), { timeoutMs: 60_000, what: `worker process ready (${stderr.slice(-500)})` });
+      const res = await chat({ stream: true, max_tokens: 48 });
+      const reader = res.body!.getReader();
+      const dec = new TextDecoder();
+      let text = dec.decode((await reader.read()).value);
+      child.kill("SIGTERM");
+      // While draining the worker takes no new work.
+      await waitFor(() => fx.router.deps.directory.all().find((w) => w.id === "drain-w")?.state === "draining", { timeoutMs: 3000, what: "draining state" });
+      expect((await chat({ max_tokens: 2 })).status).toBe(503);
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        text += dec.decode(value);
+      }
+      const events = payloads(text);
+      expect(events.at(-1)).toBe("[DONE]");
+      expect(events.filter((e) => e.startsWith('{"error"'))).toHaveLength(0);
+      expect(await exited).toBe(0);
+      expect((await fx.registry.list()).find((w) => w.id === "drain-w")).toBeUndefined();
+    } finally {
+      child.kill("SIGKILL");
+    }
+  });
+});
