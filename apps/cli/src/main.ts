@@ -49,6 +49,10 @@ export async function main(argv: string[]): Promise<number> {
         const { workerCommand } = await import("./commands/worker.ts");
         return await workerCommand(values);
       }
+      case "workers": {
+        const { workersCommand } = await import("./commands/workers.ts");
+        return await workersCommand(rest, values);
+      }
       case "migrate":
         return await migrateCommand(values);
       case "tenants":

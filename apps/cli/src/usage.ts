@@ -11,6 +11,9 @@ Usage:
   switchyard worker --redis URL --token SECRET [--model NAME|PATH|hf://…]… [--advertise URL]
            [--port 9100] [--device auto|cpu|cuda|metal] [--id ID]
                                         join this host as a worker (SIGTERM drains)
+  switchyard workers invite NAME [--model M]… [--advertise URL]
+                                        per-worker Redis ACL user + secret; prints the join command
+  switchyard workers revoke NAME        remove an invited worker's Redis user
   switchyard migrate                    apply database migrations
   switchyard tenants create NAME        create a tenant
   switchyard tenants list               list tenants

@@ -63,8 +63,14 @@ export const configSchema = z.object({
     .prefault({}),
   workers: z
     .object({
-      /** Shared secret the router presents to workers (Authorization: Bearer). */
+      /** Shared secret the router presents to every worker (single-machine mode, tests). */
       token: z.string().min(8).optional(),
+      /**
+       * Key from which each invited worker's own call secret is derived
+       * (HMAC of the worker id); set it on every router and on the admin
+       * host that runs `switchyard workers invite`. Takes precedence over token.
+       */
+      secretKey: z.string().min(16).optional(),
     })
     .prefault({}),
   log: z
@@ -88,6 +94,7 @@ const envAliases: Record<string, string[]> = {
   SWITCHYARD_PORT: ["router", "port"],
   SWITCHYARD_HOST: ["router", "host"],
   SWITCHYARD_WORKER_TOKEN: ["workers", "token"],
+  SWITCHYARD_WORKER_SECRET_KEY: ["workers", "secretKey"],
 };
 
 function camel(s: string): string {

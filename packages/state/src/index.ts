@@ -4,3 +4,4 @@ export * from "./registry/record.ts";
 export * from "./registry/store.ts";
 export { MemoryRegistryStore } from "./registry/memory.ts";
 export { RedisRegistryStore, workerKey } from "./registry/redis.ts";
+export * from "./registry/invites.ts";

@@ -1,9 +1,11 @@
 // Redis connection factory shared by router and agent.
 import { Redis } from "ioredis";
 
-export function connectRedis(url: string, opts: { lazy?: boolean } = {}): Redis {
+export function connectRedis(url: string, opts: { lazy?: boolean; readyCheck?: boolean } = {}): Redis {
   return new Redis(url, {
     lazyConnect: opts.lazy ?? false,
+    // A worker's ACL user may not run INFO, which the ready check uses.
+    enableReadyCheck: opts.readyCheck ?? true,
     // Fail commands fast while disconnected instead of queueing forever.
     maxRetriesPerRequest: 2,
     enableOfflineQueue: true,

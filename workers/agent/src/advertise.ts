@@ -26,8 +26,11 @@ export function checkAdvertiseUrl(raw: string): { ok: true; url: URL } | { ok: f
     if (/^fe[89ab]/.test(host)) return { ok: false, reason: `${host} is IPv6 link-local` };
     if (host === "::" || host.startsWith("ff")) return { ok: false, reason: `${host} is not a unicast address` };
     if (host.startsWith("fd00:ec2::")) return { ok: false, reason: `${host} is the EC2 metadata endpoint` };
-    const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(host);
-    if (mapped) return checkAdvertiseUrl(`${url.protocol}//${mapped[1]}:${url.port || 80}`);
+    // IPv4-mapped addresses (the URL parser writes them as hex groups).
+    const dotted = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(host)?.[1];
+    const hex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(host);
+    const v4 = dotted ?? (hex ? [parseInt(hex[1]!, 16) >> 8, parseInt(hex[1]!, 16) & 255, parseInt(hex[2]!, 16) >> 8, parseInt(hex[2]!, 16) & 255].join(".") : undefined);
+    if (v4) return checkAdvertiseUrl(`${url.protocol}//${v4}:${url.port || 80}`);
   }
   return { ok: true, url };
 }

@@ -30,7 +30,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
   if (!["auto", "cpu", "cuda", "metal"].includes(device)) throw new UsageError(`worker: --device must be auto, cpu, cuda or metal (got '${device}')`);
   const port = flags.port === undefined ? 9100 : Number(flags.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`worker: --port must be a port number (got '${flags.port}')`);
-  const redis = connectRedis(redisUrl);
+  const redis = connectRedis(redisUrl, { readyCheck: false });
   redis.on("error", () => {}); // surfaced through heartbeat failures
   const registry = new RedisRegistryStore(redis, flags["key-prefix"] ?? process.env.SWITCHYARD_REDIS__KEY_PREFIX ?? "sy:");
   const agent = await startAgent({

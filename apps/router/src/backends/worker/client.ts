@@ -1,15 +1,17 @@
 // Talks to a worker's OpenAI-compatible HTTP API. One undici Pool per worker
 // origin keeps connections warm; the pool is shared by every request.
 import { Pool, errors as undiciErrors } from "undici";
-import type { WorkerRecord } from "@switchyard/state";
+import { workerCallSecret, type WorkerRecord } from "@switchyard/state";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { type Backend, type BackendRequest, UpstreamFailure, type UpstreamResponse } from "../types.ts";
 
 export interface WorkerPoolOptions {
   connectTimeoutMs: number;
-  /** Bearer token presented to workers. */
+  /** Bearer token presented to every worker. */
   token?: string;
+  /** Derive each worker's own secret from its id (invited workers). */
+  secretKey?: string;
 }
 
 /** Keeps one connection pool per worker origin. */
@@ -34,8 +36,18 @@ export class WorkerConnections {
     return p;
   }
 
-  get token(): string | undefined {
-    return this.opts.token;
+  private readonly secrets = new Map<string, string>();
+
+  /** The credential for one worker: its derived secret, or the shared token. */
+  tokenFor(workerId: string): string | undefined {
+    const key = this.opts.secretKey;
+    if (!key) return this.opts.token;
+    let s = this.secrets.get(workerId);
+    if (!s) {
+      s = workerCallSecret(key, workerId);
+      this.secrets.set(workerId, s);
+    }
+    return s;
   }
 
   /** Drop pools of workers that left the registry. */
@@ -91,7 +103,7 @@ export class WorkerBackend implements Backend {
       accept: req.raw?.accept ?? (req.stream ? "text/event-stream" : "application/json"),
       "x-request-id": ctx.requestId,
     };
-    const token = this.connections.token;
+    const token = this.connections.tokenFor(this.worker.id);
     if (token) headers.authorization = `Bearer ${token}`;
     let res;
     try {

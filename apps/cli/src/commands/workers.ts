@@ -1,0 +1,34 @@
+// `switchyard workers invite NAME` / `workers revoke NAME` (admin): a per-
+// worker Redis ACL user that can write only that worker's record, the secret
+// routers will present to it, and the one-line join command for its owner.
+import { connectRedis, inviteWorker, joinRedisUrl, revokeWorker } from "@switchyard/state";
+import { configFrom } from "../context.ts";
+import { UsageError } from "../usage.ts";
+
+export async function workersCommand(args: string[], flags: { config?: string; model?: string[]; advertise?: string }): Promise<number> {
+  const [verb, name, ...rest] = args;
+  if (verb !== "invite" && verb !== "revoke") throw new UsageError(`workers: expected 'invite NAME' or 'revoke NAME', got '${verb ?? ""}'`);
+  if (!name) throw new UsageError(`workers ${verb}: missing NAME`);
+  if (rest.length) throw new UsageError(`workers ${verb}: unexpected argument '${rest[0]}'`);
+  const config = configFrom(flags);
+  if (!config.redis.url) throw new UsageError("workers: needs the fabric's Redis (redis.url / REDIS_URL) with admin rights");
+  const redis = connectRedis(config.redis.url);
+  try {
+    if (verb === "revoke") {
+      const gone = await revokeWorker(redis, name);
+      process.stdout.write(gone ? `revoked worker ${name}: it can no longer heartbeat\n` : `no invited worker named ${name}\n`);
+      return gone ? 0 : 1;
+    }
+    const secretKey = config.workers.secretKey;
+    if (!secretKey) throw new UsageError("workers invite: set workers.secretKey (SWITCHYARD_WORKER_SECRET_KEY) to the key your routers use");
+    const invite = await inviteWorker(redis, { prefix: config.redis.keyPrefix, workerId: name, secretKey });
+    const models = (flags.model?.length ? flags.model : ["smollm2-135m-instruct"]).map((m) => `--model ${m}`).join(" ");
+    const advertise = flags.advertise ?? "http://THIS-HOST:9100";
+    const prefix = config.redis.keyPrefix === "sy:" ? "" : ` --key-prefix '${config.redis.keyPrefix}'`;
+    process.stderr.write(`invited worker ${name}. Give its owner this command (it carries secrets; it is shown once):\n\n`);
+    process.stdout.write(`npx switchyard worker --id ${name} --redis '${joinRedisUrl(config.redis.url, invite)}'${prefix} --token '${invite.callSecret}' ${models} --advertise ${advertise}\n`);
+    return 0;
+  } finally {
+    redis.disconnect();
+  }
+}

@@ -1,0 +1,12 @@
+// Fetches the default models and builds the CPU engine (both cached outside
+// the clone), with progress. `npm test` and `.ci/run` call it first so tests
+// never time out on a first download or a cold cargo build.
+import { catalog, ensureEngine, resolveModel } from "@switchyard/agent";
+
+const t0 = Date.now();
+for (const name of Object.keys(catalog)) {
+  const m = await resolveModel(name);
+  process.stderr.write(`» model ${name}: ${m.path}\n`);
+}
+const bin = await ensureEngine("cpu");
+process.stderr.write(`» engine: ${bin}\n» prepared in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
