@@ -1,5 +1,6 @@
 // Everything createApp needs, passed in: server.ts wires real parts, tests
 // wire in-memory or real ones.
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { WorkerRecord } from "@switchyard/state";
 import type { Config } from "./config.ts";
 import type { KeyResolver } from "./auth/resolver.ts";
@@ -26,11 +27,15 @@ export interface AppDeps {
 }
 
 export type AppEnv = {
+  /** Set by @hono/node-server; absent when the app is called in-process (tests). */
+  Bindings: { incoming?: IncomingMessage; outgoing?: ServerResponse };
   Variables: {
     requestId: string;
     startedAt: number;
     log: Logger;
     tenant: KeyOwner;
     route: string;
+    /** The answer is an SSE stream (its duration is observed when it ends). */
+    streaming: boolean;
   };
 };

@@ -2,7 +2,6 @@
 // the body checks (content type, size) every JSON route shares.
 import { randomUUID } from "node:crypto";
 import type { Context, MiddlewareHandler } from "hono";
-import { bodyLimit } from "hono/body-limit";
 import { ApiError } from "./errors.ts";
 import type { AppDeps, AppEnv } from "./deps.ts";
 
@@ -17,11 +16,14 @@ export function requestContext(deps: AppDeps): MiddlewareHandler<AppEnv> {
     c.set("startedAt", startedAt);
     c.set("route", c.req.path);
     c.set("log", deps.log.child({ request_id: requestId }));
-    await next();
+    // Set before next(): Hono applies it to responses it builds; touching
+    // c.res after next() would materialise a full Response per request.
+    // Responses built by the relay carry the id themselves.
     c.header("x-request-id", requestId);
+    await next();
     const status = c.res.status;
     deps.metrics.requests.inc({ route: c.get("route"), status: String(status) });
-    const streaming = c.res.headers.get("content-type")?.startsWith("text/event-stream");
+    const streaming = c.get("streaming") === true;
     if (!streaming) deps.metrics.duration.observe({ route: c.get("route") }, (performance.now() - startedAt) / 1000);
     const tenant = c.get("tenant");
     c.get("log").info("request", {
@@ -57,23 +59,54 @@ export function jsonBody(deps: AppDeps): MiddlewareHandler<AppEnv>[] {
       if (!/^application\/json\s*(;|$)/i.test(type)) {
         throw new ApiError("unsupported_media_type", `expected Content-Type: application/json, got ${type || "none"}`);
       }
+      const declared = Number(c.req.header("content-length") ?? NaN);
+      if (declared > limit) throw new ApiError("payload_too_large", `request body exceeds the ${limit} byte limit`);
       await next();
     },
-    bodyLimit({
-      maxSize: limit,
-      onError: () => {
-        throw new ApiError("payload_too_large", `request body exceeds the ${limit} byte limit`);
-      },
-    }),
   ];
 }
 
+const tooLarge = (limit: number) => new ApiError("payload_too_large", `request body exceeds the ${limit} byte limit`);
+
+/**
+ * Reads the body, enforcing the size limit while it streams in. On Node it
+ * reads the IncomingMessage directly: materialising a WHATWG Request for
+ * every call costs more than the rest of the request path.
+ */
+async function readBody(c: Context<AppEnv>, limit: number): Promise<string> {
+  const incoming = c.env?.incoming;
+  if (incoming) {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of incoming as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > limit) throw tooLarge(limit);
+      chunks.push(chunk);
+    }
+    return chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8");
+  }
+  const buf = await c.req.arrayBuffer();
+  if (buf.byteLength > limit) throw tooLarge(limit);
+  return Buffer.from(buf).toString("utf8");
+}
+
 /** Parses the JSON body; invalid JSON is a 400 invalid_json. */
-export async function readJson(c: Context<AppEnv>): Promise<unknown> {
-  const text = await c.req.text();
+export async function readJson(c: Context<AppEnv>, limit: number): Promise<unknown> {
+  const text = await readBody(c, limit);
   try {
     return JSON.parse(text);
   } catch {
     throw new ApiError("invalid_json", "request body is not valid JSON");
   }
+}
+
+/** Aborts when the client goes away before the response is finished. */
+export function clientSignal(c: Context<AppEnv>): AbortSignal {
+  const outgoing = c.env?.outgoing;
+  if (!outgoing) return c.req.raw.signal;
+  const ac = new AbortController();
+  outgoing.once("close", () => {
+    if (!outgoing.writableFinished) ac.abort();
+  });
+  return ac.signal;
 }

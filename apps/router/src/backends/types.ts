@@ -29,8 +29,8 @@ export class UpstreamFailure extends Error {
 }
 
 export interface UpstreamResponse {
-  /** Whole JSON body (non-streaming requests). */
-  json(): Promise<unknown>;
+  /** Whole body as text (non-streaming requests). */
+  text(): Promise<string>;
   /** The body as bytes plus the headers worth relaying (raw requests). */
   raw(): { headers: Record<string, string>; body: AsyncIterable<Uint8Array> };
   /** SSE payloads one by one (streaming requests). Throws UpstreamFailure. */

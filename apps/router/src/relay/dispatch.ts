@@ -101,8 +101,14 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
         return { response: relayRaw(backend, raw, a, ctx), backendId: backend.id, attempts };
       }
       if (!req.stream) {
-        const body = await up.json();
+        const text = await up.text();
         a.cleanup();
+        let body: unknown;
+        try {
+          body = JSON.parse(text);
+        } catch {
+          throw new UpstreamFailure("protocol", `${backend.id} answered with invalid JSON`, true);
+        }
         metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
         const usage = usageFrom(body);
         if (usage) {
@@ -110,7 +116,8 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
           metrics.tokens.inc({ kind: "completion" }, usage.completion);
         }
         return {
-          response: Response.json(body, { headers: { "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id } }),
+          // The upstream's bytes as they came: parsed only to count tokens.
+          response: new Response(text, { headers: { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id } }),
           backendId: backend.id,
           attempts,
         };

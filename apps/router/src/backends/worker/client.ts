@@ -158,9 +158,9 @@ export class WorkerBackend implements Backend {
           }
         })(),
       }),
-      json: async () => {
+      text: async () => {
         try {
-          return await body.json();
+          return await body.text();
         } catch (err) {
           throw classify(err, signal);
         }

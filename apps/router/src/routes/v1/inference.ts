@@ -5,7 +5,7 @@ import type { z } from "zod";
 import { ApiError } from "../../errors.ts";
 import type { AppDeps, AppEnv } from "../../deps.ts";
 import type { InferencePath } from "../../backends/types.ts";
-import { readJson } from "../../middleware.ts";
+import { clientSignal, readJson } from "../../middleware.ts";
 import { dispatch } from "../../relay/dispatch.ts";
 
 function fieldPath(path: PropertyKey[]): string {
@@ -29,7 +29,7 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
   schema: S,
   raw?: { accept: string },
 ): Promise<Response> {
-  const body = validate(schema, await readJson(c)) as z.infer<S> & Record<string, unknown>;
+  const body = validate(schema, await readJson(c, deps.config.router.bodyLimitBytes)) as z.infer<S> & Record<string, unknown>;
   const model = body.model;
   const served = deps.directory.models().get(model);
   if (!served || served.length === 0) {
@@ -47,7 +47,7 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
       {
         requestId: c.get("requestId"),
         deadlines: deps.config.deadlines,
-        signal: c.req.raw.signal,
+        signal: clientSignal(c),
         startedAt: c.get("startedAt"),
         log: c.get("log"),
         metrics: deps.metrics,
@@ -55,6 +55,7 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
         route: c.get("route"),
       },
     );
+    if (body.stream === true) c.set("streaming", true);
     return result.response;
   } catch (err) {
     if (err instanceof ApiError && err.code === "no_healthy_backend") {
