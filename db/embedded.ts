@@ -2,7 +2,7 @@
 // lives in <home>/pg and survives restarts. As root, PostgreSQL refuses to
 // run, so the package creates a `postgres` system user (createPostgresUser).
 import { existsSync, readFileSync } from "node:fs";
-import { mkdir } from "node:fs/promises";
+import { chmod, mkdir, stat } from "node:fs/promises";
 import { createServer } from "node:net";
 import path from "node:path";
 
@@ -55,6 +55,13 @@ export async function startEmbeddedPostgres(home: string, opts: { port?: number;
   await mkdir(home, { recursive: true });
   const port = await freePort(opts.port ?? 54329);
   const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
+  if (isRoot) {
+    // PostgreSQL then runs as the `postgres` user, which must be able to
+    // reach <home>/pg; a private (0700) data directory would stop initdb.
+    // Secrets inside (the api-key file) keep their own 0600 mode.
+    const mode = (await stat(home)).mode & 0o777;
+    if ((mode & 0o011) !== 0o011) await chmod(home, mode | 0o711);
+  }
   const log = opts.log ?? (() => {});
   const pg = new EmbeddedPostgres({
     databaseDir: dir,

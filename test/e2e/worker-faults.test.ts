@@ -104,7 +104,7 @@ describe("worker faults (real engine)", () => {
     child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
     const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
     try {
-      await waitFor(() => fx.router.deps.directory.candidates(LLM).some((w) => w.id === "drain-w"), { timeoutMs: 60_000, what: `worker process ready (${stderr.slice(-500)})` });
+      await waitFor(() => fx.router.deps.directory.candidates(LLM).some((w) => w.id === "drain-w"), { timeoutMs: 60_000, what: () => `worker process ready (${stderr.slice(-500)})` });
       const res = await chat({ stream: true, max_tokens: 48 });
       const reader = res.body!.getReader();
       const dec = new TextDecoder();

@@ -64,12 +64,15 @@ export async function createTestRedis(): Promise<TestRedis> {
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-export async function waitFor<T>(fn: () => T | Promise<T>, opts: { timeoutMs?: number; intervalMs?: number; what?: string } = {}): Promise<NonNullable<T>> {
+export async function waitFor<T>(fn: () => T | Promise<T>, opts: { timeoutMs?: number; intervalMs?: number; what?: string | (() => string) } = {}): Promise<NonNullable<T>> {
   const deadline = Date.now() + (opts.timeoutMs ?? 5000);
   for (;;) {
     const v = await fn();
     if (v) return v as NonNullable<T>;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${opts.what ?? "condition"}`);
+    if (Date.now() > deadline) {
+      const what = typeof opts.what === "function" ? opts.what() : (opts.what ?? "condition");
+      throw new Error(`timed out waiting for ${what}`);
+    }
     await sleep(opts.intervalMs ?? 20);
   }
 }

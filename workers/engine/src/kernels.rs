@@ -6,7 +6,6 @@
 //! weights once per step instead of B times.
 
 use half::f16;
-use rayon::prelude::*;
 
 /// Values per quantization block (ggml's QK4_1 == QK8_0 == 32).
 pub const QK: usize = 32;
@@ -221,8 +220,9 @@ pub fn quantize_activations(x: &[f32], k: usize, out: &mut QActs) {
     }
 }
 
+/// A raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
+pub(crate) struct SendPtr(pub(crate) *mut f32);
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
@@ -263,7 +263,7 @@ pub fn isa() -> Isa {
 }
 
 /// Activation rows handled per pass over a weight row.
-const TILE: usize = 4;
+const TILE: usize = 8;
 /// Activation rows kept hot while a thread walks its weight rows (prefill).
 const MBLOCK: usize = 64;
 
@@ -308,11 +308,7 @@ pub fn matmul(w: &QMatrix, a: &QActs, out: &mut [f32]) {
             mb = me;
         }
     };
-    if nchunks == 1 || threads == 1 {
-        (0..nchunks).for_each(work);
-    } else {
-        (0..nchunks).into_par_iter().for_each(work);
-    }
+    crate::par::pool().run(nchunks, &work);
 }
 
 /// One weight row against `t` activation rows; the kernels take the row's
@@ -327,6 +323,10 @@ struct Tile<'a> {
 macro_rules! by_rows {
     ($t:expr, $f:ident, $($arg:expr),*) => {
         match $t {
+            8 => $f::<8>($($arg),*),
+            7 => $f::<7>($($arg),*),
+            6 => $f::<6>($($arg),*),
+            5 => $f::<5>($($arg),*),
             4 => $f::<4>($($arg),*),
             3 => $f::<3>($($arg),*),
             2 => $f::<2>($($arg),*),

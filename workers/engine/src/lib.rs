@@ -8,6 +8,7 @@ pub mod bert;
 pub mod engine;
 pub mod kernels;
 pub mod llama;
+pub mod par;
 pub mod protocol;
 pub mod sampling;
 pub mod tokenizer;

@@ -12,7 +12,6 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::Device;
-use rayon::prelude::*;
 
 use crate::kernels::{self, quantize_activations, QActs, QMatrix};
 use crate::tokenizer::GgufTokenizer;
@@ -392,10 +391,16 @@ impl LlamaModel {
                 // Attention is cheap next to the matmuls at short contexts;
                 // fork only when there is enough of it to pay for the threads.
                 let work: usize = rows.iter().map(|&(_, p)| p + 1).sum::<usize>() * cfg.n_heads * hd;
-                if work > 200_000 && m > 1 {
-                    attn.par_chunks_mut(qd).enumerate().for_each(attend);
+                let out = kernels::SendPtr(attn.as_mut_ptr());
+                let row = |r: usize| {
+                    let o = out;
+                    // SAFETY: each task writes only attention row r.
+                    attend((r, unsafe { std::slice::from_raw_parts_mut(o.0.add(r * qd), qd) }));
+                };
+                if work > 16_384 && m > 1 {
+                    crate::par::pool().run(m, &row);
                 } else {
-                    attn.chunks_mut(qd).enumerate().for_each(attend);
+                    (0..m).for_each(row);
                 }
             }
             quantize_activations(attn, qd, act);
