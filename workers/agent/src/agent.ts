@@ -42,6 +42,8 @@ export interface AgentHandle {
   models: ResolvedModel[];
   ctx: WorkerContext;
   record(): Promise<WorkerRecord>;
+  /** Publish a heartbeat now (e.g. right after becoming ready). */
+  heartbeat(): Promise<void>;
   /** Graceful: drain, deregister, stop the engine. */
   stop(): Promise<void>;
 }
@@ -183,5 +185,5 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
       log("worker stopped", { id });
     })());
 
-  return { id, url, supervisor, models, ctx, record, stop };
+  return { id, url, supervisor, models, ctx, record, heartbeat: beat, stop };
 }

@@ -69,6 +69,9 @@ export async function upCommand(flags: { config?: string; model?: string[]; devi
       },
     });
     await agent.supervisor.whenReady();
+    // Make the router see `ready` now rather than at its next poll.
+    await agent.heartbeat();
+    await router.deps.directory.refresh();
     step(`local worker ready on ${agent.supervisor.device}: ${agent.models.map((m) => m.name).join(", ")}`);
   }
   process.stderr.write(
