@@ -22,6 +22,7 @@ Usage:
   switchyard keys list --tenant NAME    list a tenant's keys
   switchyard keys revoke PREFIX         revoke a key by its visible prefix (sy_xxxxxxxx)
   switchyard bench router [--quick]     router overhead benchmark (prints a table)
+  switchyard bench engine [--quick]     engine vs llama.cpp on the same GGUF (prints a table)
 
 Configuration: switchyard.yaml (or --config / SWITCHYARD_CONFIG) plus SWITCHYARD_* env;
 DATABASE_URL unset → embedded PostgreSQL under $SWITCHYARD_HOME (default ./.switchyard).`;

@@ -7,5 +7,9 @@ export async function benchCommand(args: string[], flags: { quick?: boolean }): 
     const { runRouterBench } = await import("../../../../bench/router.ts");
     return runRouterBench({ quick: flags.quick === true });
   }
-  throw new UsageError(`bench: expected 'router', got '${suite ?? ""}'`);
+  if (suite === "engine") {
+    const { runEngineBench } = await import("../../../../bench/engine.ts");
+    return runEngineBench({ quick: flags.quick === true });
+  }
+  throw new UsageError(`bench: expected 'router' or 'engine', got '${suite ?? ""}'`);
 }

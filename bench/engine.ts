@@ -1,0 +1,110 @@
+// `switchyard bench engine`: the Candle engine against llama.cpp
+// (node-llama-cpp's CPU prebuilt) on the same GGUF and thread count, in one
+// run and interleaved round by round (this box is noisy): prefill tok/s,
+// single-stream decode, aggregate decode at 1/4/8/16 streams, KV memory per
+// added sequence, and worker start → ready with a warm cache.
+import { execFile, execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { ensureEngine, resolveModel, startAgent } from "@switchyard/agent";
+import { MemoryRegistryStore } from "@switchyard/state";
+import { percentile } from "./lib/load.ts";
+
+const run = promisify(execFile);
+const here = path.dirname(fileURLToPath(import.meta.url));
+const refDir = path.join(here, "reference");
+const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
+const med = (xs: number[]) => percentile(xs, 50);
+
+interface EngineRound {
+  prefill: number;
+  rows: Map<number, { perStream: number; aggregate: number; kvBytesPerToken: number }>;
+}
+
+async function engineRound(bin: string, model: string, threads: number, streams: number[], tokens: number): Promise<EngineRound> {
+  const { stdout } = await run(bin, ["bench", "--model", model, "--streams", streams.join(","), "--tokens", String(tokens), "--threads", String(threads), "--repeats", "1"], { maxBuffer: 1 << 20 });
+  const prefill = Number(/prefill \d+ tokens: ([\d.]+) tok\/s/.exec(stdout)?.[1]);
+  const rows = new Map<number, { perStream: number; aggregate: number; kvBytesPerToken: number }>();
+  for (const line of stdout.split("\n")) {
+    const m = /^\| (\d+) \| ([\d.]+) \| ([\d.]+) \| [\d.]+ \| [\d.]+ \| \d+ \((\d+) per token\)/.exec(line);
+    if (m) rows.set(Number(m[1]), { perStream: Number(m[2]), aggregate: Number(m[3]), kvBytesPerToken: Number(m[4]) });
+  }
+  if (!Number.isFinite(prefill) || rows.size === 0) throw new Error(`could not read the engine bench output:\n${stdout}`);
+  return { prefill, rows };
+}
+
+function ensureReference(): void {
+  if (existsSync(path.join(refDir, "node_modules", "node-llama-cpp"))) return;
+  process.stderr.write("» installing node-llama-cpp (CPU prebuilt only) in bench/reference\n");
+  execFileSync("npm", ["ci", "--omit=optional", "--no-audit", "--no-fund"], { cwd: refDir, stdio: "inherit", env: { ...process.env, NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true" } });
+}
+
+async function llamaRound(model: string, runs: number): Promise<{ prefill: number; decode: number; engine: string }> {
+  const out = path.join(mkdtempSync(path.join(tmpdir(), "sy-llama-")), "speed.json");
+  await run(process.execPath, [path.join(refDir, "speed.mjs"), model, "--runs", String(runs), "--json", out], { cwd: refDir, maxBuffer: 1 << 20 });
+  const r = JSON.parse(readFileSync(out, "utf8")) as { engine: string; prefill: { median_tok_s: number }; decode: { median_tok_s: number } };
+  return { prefill: r.prefill.median_tok_s, decode: r.decode.median_tok_s, engine: r.engine };
+}
+
+export async function runEngineBench(opts: { quick: boolean }): Promise<number> {
+  const threads = 2;
+  const streams = [1, 4, 8, 16];
+  const tokens = opts.quick ? 32 : 64;
+  const rounds = opts.quick ? 1 : 3;
+  const model = (await resolveModel("smollm2-135m-instruct")).path;
+  const bin = await ensureEngine("cpu");
+  ensureReference();
+
+  const eng: EngineRound[] = [];
+  const ref: { prefill: number; decode: number; engine: string }[] = [];
+  for (let r = 0; r < rounds; r++) {
+    eng.push(await engineRound(bin, model, threads, streams, tokens));
+    ref.push(await llamaRound(model, opts.quick ? 2 : 3));
+    process.stderr.write(`round ${r + 1}/${rounds} done\n`);
+  }
+
+  // Worker start → ready (engine spawned, both models loaded, warm-up pass), cache warm.
+  const starts: number[] = [];
+  for (let i = 0; i < (opts.quick ? 1 : 3); i++) {
+    const t0 = performance.now();
+    const agent = await startAgent({ registry: new MemoryRegistryStore(), models: ["smollm2-135m-instruct", "all-minilm-l6-v2"], token: "bench-token-0000", device: "cpu", engineBinary: bin, log: () => {} });
+    await agent.supervisor.whenReady();
+    starts.push(performance.now() - t0);
+    await agent.stop();
+  }
+
+  const single = med(eng.map((e) => e.rows.get(1)!.perStream));
+  const llamaDecode = med(ref.map((r) => r.decode));
+  const out: string[] = [];
+  out.push(`Model SmolLM2-135M-Instruct Q4_1, ${threads} threads, ${tokens} decoded tokens per stream, 128-token prompt; median of ${rounds} interleaved round(s).`);
+  out.push(`Reference: ${ref[0]!.engine}.`);
+  out.push("");
+  out.push("| measure | switchyard-engine | llama.cpp | ratio |");
+  out.push("|---|---:|---:|---:|");
+  out.push(`| prefill tok/s | ${fmt(med(eng.map((e) => e.prefill)))} | ${fmt(med(ref.map((r) => r.prefill)))} | ${fmt(med(eng.map((e) => e.prefill)) / med(ref.map((r) => r.prefill)), 2)}× |`);
+  out.push(`| decode tok/s, 1 stream | ${fmt(single)} | ${fmt(llamaDecode)} | ${fmt(single / llamaDecode, 2)}× |`);
+  out.push("");
+  out.push("| streams | per-stream tok/s | aggregate tok/s | × single stream | KV cache per sequence (bytes/token) |");
+  out.push("|---:|---:|---:|---:|---:|");
+  for (const n of streams) {
+    const agg = med(eng.map((e) => e.rows.get(n)!.aggregate));
+    out.push(`| ${n} | ${fmt(med(eng.map((e) => e.rows.get(n)!.perStream)))} | ${fmt(agg)} | ${fmt(agg / single, 2)} | ${eng[0]!.rows.get(n)!.kvBytesPerToken} |`);
+  }
+  out.push("");
+  out.push(`Worker start → ready (warm cache, both models loaded and warmed): ${starts.map((s) => fmt(s, 0)).join(", ")} ms`);
+  const agg8 = med(eng.map((e) => e.rows.get(8)!.aggregate));
+  out.push("");
+  out.push(
+    "Targets: " +
+      [
+        `single-stream decode ≥ 1.0× llama.cpp: ${single >= llamaDecode ? "met" : "NOT met"} (${fmt(single / llamaDecode, 2)}×)`,
+        `aggregate at 8 streams ≥ 3× single: ${agg8 >= 3 * single ? "met" : "NOT met"} (${fmt(agg8 / single, 2)}×)`,
+        `start → ready ≤ 5 s: ${med(starts) <= 5000 ? "met" : "NOT met"} (${fmt(med(starts) / 1000, 2)} s)`,
+      ].join("; "),
+  );
+  process.stdout.write(out.join("\n") + "\n");
+  return 0;
+}
