@@ -18,6 +18,9 @@ const PG = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL ?? "p
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
 
 const tsx = (file: string, env: Record<string, string>, label: string) => startProc(process.execPath, ["--import", "tsx", path.join(here, file)], env, label);
+// The router as users start it: `switchyard router` (the CLI's bundle).
+const cli = path.join(root, "apps/cli/bin/switchyard.mjs");
+const routerProc = (env: Record<string, string>) => startProc(process.execPath, [cli, "router"], env, "router");
 
 interface Level {
   streams: number;
@@ -52,6 +55,8 @@ export async function runRouterBench(opts: { quick: boolean }): Promise<number> 
       SWITCHYARD_REDIS__KEY_PREFIX: prefix,
       SWITCHYARD_ROUTER__PORT: String(routerPort),
       SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()),
+      // Access logs off: they measure the terminal, not the router.
+      SWITCHYARD_LOG__LEVEL: "warn",
     };
     const routerUrl = `http://127.0.0.1:${routerPort}`;
 
@@ -59,12 +64,12 @@ export async function runRouterBench(opts: { quick: boolean }): Promise<number> 
     const cold: number[] = [];
     for (let i = 0; i < (opts.quick ? 1 : 3); i++) {
       const t0 = performance.now();
-      const r = tsx("router-main.ts", routerEnv, "router");
+      const r = routerProc(routerEnv);
       await waitHttp(`${routerUrl}/readyz`, { ok: (s) => s === 200 });
       cold.push(performance.now() - t0);
       await r.stop();
     }
-    const router = tsx("router-main.ts", routerEnv, "router");
+    const router = routerProc(routerEnv);
     procs.push(router);
     const passPort = await freePort();
     const pass = tsx("passthrough-main.ts", { PORT: String(passPort), UPSTREAM: simUrl }, "passthrough");

@@ -6,7 +6,19 @@ import { drizzle } from "drizzle-orm/postgres-js";
 import { migrate } from "drizzle-orm/postgres-js/migrator";
 import postgres from "postgres";
 
-export const migrationsFolder = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../migrations");
+import { existsSync } from "node:fs";
+
+/** migrations/ at the repository root, found from this module (sources or the dist/ bundle). */
+function findMigrations(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 6; i++) {
+    if (existsSync(path.join(dir, "migrations", "meta", "_journal.json"))) return path.join(dir, "migrations");
+    dir = path.dirname(dir);
+  }
+  throw new Error("cannot find the migrations/ folder");
+}
+
+export const migrationsFolder = findMigrations();
 
 export async function runMigrations(url: string): Promise<void> {
   const sql = postgres(url, { max: 1, onnotice: () => {} });

@@ -19,7 +19,24 @@ pub enum QData {
     Q4_1 { qs: Vec<[u8; 16]>, d: Vec<u16>, m: Vec<u16> },
     /// ggml `block_q8_0` in planes: value = d * q.
     Q8_0 { qs: Vec<[i8; 32]>, d: Vec<u16> },
+    /// Q4_1 repacked for the AVX-512 VNNI kernel (see `QMatrix::packed`):
+    /// rows in groups of `GROUP`, and for group g and block b the vectors
+    /// `qs[(g*nb + b)*4 + k]` hold, in 4-byte lane l, bytes 4k..4k+4 of row
+    /// 16g+l's block (low nibbles: elements 4k..4k+3, high nibbles: elements
+    /// 16+4k..16+4k+3). `d[g*nb + b][l]`, `m[..][l]` are row l's scales.
+    Q4_1x16 { qs: Vec<Lane64>, d: Vec<[u16; GROUP]>, m: Vec<[u16; GROUP]> },
+    /// Q8_0 repacked the same way, 8 vectors per (group, block), each value
+    /// stored as q + 128 (an unsigned byte, what VNNI's first operand takes).
+    Q8_0x16 { qs: Vec<Lane64>, d: Vec<[u16; GROUP]> },
 }
+
+/// Weight rows per packed group: one 32-bit lane of a 512-bit vector each.
+pub const GROUP: usize = 16;
+
+/// 64 bytes, cache-line aligned: one 512-bit vector of a packed matrix.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+pub struct Lane64(pub [u8; 64]);
 
 /// A row-major quantized weight matrix `[rows, cols]`; y = W x computes one
 /// output per row. Block (r, b) is at index r * cols/32 + b of each plane.
@@ -40,6 +57,9 @@ pub struct QActs {
     pub qs: Vec<[i8; 32]>,
     pub d: Vec<f32>,
     pub s: Vec<f32>,
+    /// Exact integer sum of each block's qs (the packed Q8_0 kernel removes
+    /// the +128 weight offset with it).
+    pub isum: Vec<i32>,
 }
 
 #[inline]
@@ -114,8 +134,8 @@ impl QMatrix {
 
     pub fn dtype_name(&self) -> &'static str {
         match self.data {
-            QData::Q4_1 { .. } => "q4_1",
-            QData::Q8_0 { .. } => "q8_0",
+            QData::Q4_1 { .. } | QData::Q4_1x16 { .. } => "q4_1",
+            QData::Q8_0 { .. } | QData::Q8_0x16 { .. } => "q8_0",
         }
     }
 
@@ -123,6 +143,8 @@ impl QMatrix {
         match &self.data {
             QData::Q4_1 { qs, .. } => qs.len() * 20,
             QData::Q8_0 { qs, .. } => qs.len() * 34,
+            QData::Q4_1x16 { d, .. } => d.len() * GROUP * 20,
+            QData::Q8_0x16 { d, .. } => d.len() * GROUP * 34,
         }
     }
 
@@ -148,7 +170,104 @@ impl QMatrix {
                     }
                 }
             }
+            QData::Q4_1x16 { qs, d, m } => {
+                let (g, l) = (row / GROUP, row % GROUP);
+                for (b, o) in out.chunks_exact_mut(QK).enumerate() {
+                    let gb = g * nb + b;
+                    let (dv, mv) = (f16_to_f32(d[gb][l]), f16_to_f32(m[gb][l]));
+                    for k in 0..4 {
+                        for e in 0..4 {
+                            let q = qs[gb * 4 + k].0[l * 4 + e];
+                            o[4 * k + e] = dv * (q & 0x0f) as f32 + mv;
+                            o[16 + 4 * k + e] = dv * (q >> 4) as f32 + mv;
+                        }
+                    }
+                }
+            }
+            QData::Q8_0x16 { qs, d } => {
+                let (g, l) = (row / GROUP, row % GROUP);
+                for (b, o) in out.chunks_exact_mut(QK).enumerate() {
+                    let gb = g * nb + b;
+                    let dv = f16_to_f32(d[gb][l]);
+                    for k in 0..8 {
+                        for e in 0..4 {
+                            let q = qs[gb * 8 + k].0[l * 4 + e].wrapping_sub(128) as i8;
+                            o[4 * k + e] = dv * q as f32;
+                        }
+                    }
+                }
+            }
         }
+    }
+
+    /// Whether the matrix is in the grouped layout of the AVX-512 kernel.
+    pub fn is_packed(&self) -> bool {
+        matches!(self.data, QData::Q4_1x16 { .. } | QData::Q8_0x16 { .. })
+    }
+
+    /// Repacks into the grouped layout when this CPU runs the AVX-512 VNNI
+    /// kernel (and rows divide into groups); otherwise returns self as is.
+    ///
+    /// Why: the plain layout's kernel spends a conversion and an FMA on
+    /// every (weight block, activation row) pair, so at batch 8 it is bound
+    /// by those, not by the integer dots. With 16 weight rows side by side
+    /// (one per 32-bit lane), each activation block is broadcast and eight
+    /// `vpdpbusd` leave all 16 rows' full block dots in one register; the
+    /// scaling is then one convert, one multiply and one FMA per 16 pairs.
+    /// Same bytes per weight as ggml's format; the integer dots and scales
+    /// are exactly those of the plain kernels.
+    pub fn packed(self) -> QMatrix {
+        if isa() != Isa::Avx512Vnni || self.rows % GROUP != 0 {
+            return self;
+        }
+        self.packed_unchecked()
+    }
+
+    fn packed_unchecked(self) -> QMatrix {
+        let nb = self.cols / QK;
+        let ng = self.rows / GROUP;
+        let data = match self.data {
+            QData::Q4_1 { qs, d, m } => {
+                let mut pq = vec![Lane64([0; 64]); ng * nb * 4];
+                let mut pd = vec![[0u16; GROUP]; ng * nb];
+                let mut pm = vec![[0u16; GROUP]; ng * nb];
+                for g in 0..ng {
+                    for b in 0..nb {
+                        let gb = g * nb + b;
+                        for l in 0..GROUP {
+                            let src = (g * GROUP + l) * nb + b;
+                            pd[gb][l] = d[src];
+                            pm[gb][l] = m[src];
+                            for k in 0..4 {
+                                pq[gb * 4 + k].0[l * 4..l * 4 + 4].copy_from_slice(&qs[src][4 * k..4 * k + 4]);
+                            }
+                        }
+                    }
+                }
+                QData::Q4_1x16 { qs: pq, d: pd, m: pm }
+            }
+            QData::Q8_0 { qs, d } => {
+                let mut pq = vec![Lane64([0; 64]); ng * nb * 8];
+                let mut pd = vec![[0u16; GROUP]; ng * nb];
+                for g in 0..ng {
+                    for b in 0..nb {
+                        let gb = g * nb + b;
+                        for l in 0..GROUP {
+                            let src = (g * GROUP + l) * nb + b;
+                            pd[gb][l] = d[src];
+                            for k in 0..8 {
+                                for e in 0..4 {
+                                    pq[gb * 8 + k].0[l * 4 + e] = (qs[src][4 * k + e] as u8).wrapping_add(128);
+                                }
+                            }
+                        }
+                    }
+                }
+                QData::Q8_0x16 { qs: pq, d: pd }
+            }
+            other => other,
+        };
+        QMatrix { rows: self.rows, cols: self.cols, data }
     }
 
     pub fn dequantize(&self) -> Vec<f32> {
@@ -161,6 +280,7 @@ impl QMatrix {
 
     /// Stacks matrices with the same width row-wise (e.g. q, k and v into one
     /// qkv projection, so one matmul and one thread fork serve all three).
+    /// Takes plain-layout parts (pack the result, not the parts).
     pub fn concat_rows(parts: Vec<QMatrix>) -> QMatrix {
         let cols = parts[0].cols;
         assert!(parts.iter().all(|p| p.cols == cols));
@@ -205,7 +325,23 @@ pub fn quantize_activations(x: &[f32], k: usize, out: &mut QActs) {
     out.qs.resize(nblocks, [0; 32]);
     out.d.resize(nblocks, 0.0);
     out.s.resize(nblocks, 0.0);
-    for (((xb, q), d), s) in x.chunks_exact(QK).zip(out.qs.iter_mut()).zip(out.d.iter_mut()).zip(out.s.iter_mut()) {
+    out.isum.resize(nblocks, 0);
+    // The per-block scalar loop below costs more than a small batch's
+    // matmul share on this path; the AVX-512 version gives identical bytes
+    // and scales (same max, same product, same rounding).
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx512Vnni {
+        // SAFETY: the ISA check above covers the function's features.
+        unsafe { x86::quantize_blocks(x, &mut out.qs, &mut out.d, &mut out.s, &mut out.isum) };
+        return;
+    }
+    quantize_scalar(x, out);
+}
+
+fn quantize_scalar(x: &[f32], out: &mut QActs) {
+    for ((((xb, q), d), s), is) in
+        x.chunks_exact(QK).zip(out.qs.iter_mut()).zip(out.d.iter_mut()).zip(out.s.iter_mut()).zip(out.isum.iter_mut())
+    {
         let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
         let dv = amax / 127.0;
         let id = if dv != 0.0 { 1.0 / dv } else { 0.0 };
@@ -217,6 +353,7 @@ pub fn quantize_activations(x: &[f32], k: usize, out: &mut QActs) {
         }
         *d = f16::from_f32(dv).to_f32();
         *s = f16::from_f32(dv * sum as f32).to_f32();
+        *is = sum;
     }
 }
 
@@ -276,6 +413,10 @@ pub fn matmul(w: &QMatrix, a: &QActs, out: &mut [f32]) {
     assert_eq!(out.len(), m * n, "output size");
     if m == 0 || n == 0 {
         return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if w.is_packed() {
+        return matmul_packed(w, a, out);
     }
     let threads = rayon::current_num_threads().max(1);
     // Enough chunks per thread to even out stragglers, few enough that the
@@ -374,7 +515,59 @@ fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &QActs, i0: usize, t: usize, out
                 Isa::Scalar => scalar_q8_0(wq, wd, &tile, t, out),
             }
         }
+        QData::Q4_1x16 { .. } | QData::Q8_0x16 { .. } => unreachable!("packed matrices go through matmul_packed"),
     }
+}
+
+/// `matmul` for the grouped layout (`QMatrix::packed`, AVX-512 VNNI only).
+/// Tasks own runs of 16-row groups; within a task each group's blocks stay
+/// in L1 while up to 8 activation rows at a time pass over them, and every
+/// pass writes 16 contiguous outputs per activation row.
+#[cfg(target_arch = "x86_64")]
+fn matmul_packed(w: &QMatrix, a: &QActs, out: &mut [f32]) {
+    let (n, m, nb) = (w.rows, a.m, a.nb);
+    let ng = n / GROUP;
+    let threads = rayon::current_num_threads().max(1);
+    let gchunk = ng.div_ceil(threads * 4).clamp(1, 64);
+    let nchunks = ng.div_ceil(gchunk);
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    let work = |c: usize| {
+        let p = out_ptr;
+        let g0 = c * gchunk;
+        let g1 = (g0 + gchunk).min(ng);
+        let mut mb = 0;
+        while mb < m {
+            let me = (mb + MBLOCK).min(m);
+            for g in g0..g1 {
+                let mut i = mb;
+                while i < me {
+                    let t = (me - i).min(TILE);
+                    // SAFETY: the kernel writes out[(i..i+t) * n + 16g ..
+                    // +16], inside `out` (asserted sizes) and owned by this
+                    // task alone (disjoint groups).
+                    unsafe {
+                        let o = p.0.add(i * n + g * GROUP);
+                        match &w.data {
+                            QData::Q4_1x16 { qs, d, m: wm } => {
+                                let (q, d, wm) = (qs[g * nb * 4..].as_ptr(), d[g * nb..].as_ptr(), wm[g * nb..].as_ptr());
+                                use x86::q4_1_x16 as k;
+                                by_rows!(t, k, q, d, wm, a, i, o, n)
+                            }
+                            QData::Q8_0x16 { qs, d } => {
+                                let (q, d) = (qs[g * nb * 8..].as_ptr(), d[g * nb..].as_ptr());
+                                use x86::q8_0_x16 as k;
+                                by_rows!(t, k, q, d, a, i, o, n)
+                            }
+                            _ => unreachable!(),
+                        }
+                    }
+                    i += t;
+                }
+            }
+            mb = me;
+        }
+    };
+    crate::par::pool().run(nchunks, &work);
 }
 
 fn scalar_q4_1(wq: &[[u8; 16]], wd: &[u16], wm: &[u16], a: &Tile, t: usize, out: &mut [f32; TILE]) {
@@ -556,6 +749,137 @@ mod x86 {
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
     }
 
+    /// `quantize_activations` for whole blocks: q = round(x / d) with
+    /// round-half-away-from-zero done as trunc(v + copysign(0.5 - 2^-25, v)),
+    /// the lowering LLVM uses for `f32::round`, so bytes equal the scalar's.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    pub unsafe fn quantize_blocks(x: &[f32], qs: &mut [[i8; 32]], d: &mut [f32], s: &mut [f32], isum: &mut [i32]) {
+        use half::f16;
+        let half = _mm512_castps_si512(_mm512_set1_ps(f32::from_bits(0x3eff_ffff)));
+        let sign = _mm512_set1_epi32(i32::MIN);
+        let round = |v: __m512| {
+            let h = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(v), sign), half);
+            _mm512_cvttps_epi32(_mm512_add_ps(v, _mm512_castsi512_ps(h)))
+        };
+        for (b, xb) in x.chunks_exact(32).enumerate() {
+            let x0 = _mm512_loadu_ps(xb.as_ptr());
+            let x1 = _mm512_loadu_ps(xb.as_ptr().add(16));
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+            let dv = amax / 127.0;
+            let id = if dv != 0.0 { 1.0 / dv } else { 0.0 };
+            let idv = _mm512_set1_ps(id);
+            let r0 = round(_mm512_mul_ps(x0, idv));
+            let r1 = round(_mm512_mul_ps(x1, idv));
+            let q = qs.get_unchecked_mut(b).as_mut_ptr() as *mut __m128i;
+            _mm_storeu_si128(q, _mm512_cvtepi32_epi8(r0));
+            _mm_storeu_si128(q.add(1), _mm512_cvtepi32_epi8(r1));
+            let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(r0, r1));
+            *d.get_unchecked_mut(b) = f16::from_f32(dv).to_f32();
+            *s.get_unchecked_mut(b) = f16::from_f32(dv * sum as f32).to_f32();
+            *isum.get_unchecked_mut(b) = sum;
+        }
+    }
+
+    // Grouped-layout kernels: one 16-row weight group against R activation
+    // rows. Per block, the weight group is 4 (Q4_1, unpacked to 8) or 8
+    // (Q8_0) vectors; per activation row, 8 `vpdpbusd` with the row's 4-byte
+    // pieces broadcast give the 16 block dots, then one convert, a multiply
+    // by d_w * d_a and an FMA (Q4_1 adds m_w * s_a with one more FMA).
+    // Results for activation row j go to out[j * n .. j * n + 16].
+
+    #[inline(always)]
+    unsafe fn bcast4(p: *const [i8; 32], k: usize) -> __m512i {
+        _mm512_set1_epi32(std::ptr::read_unaligned((p as *const i32).add(k)))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub unsafe fn q4_1_x16<const R: usize>(
+        qs: *const super::Lane64,
+        wd: *const [u16; 16],
+        wm: *const [u16; 16],
+        a: &super::QActs,
+        i0: usize,
+        out: *mut f32,
+        n: usize,
+    ) {
+        let nb = a.nb;
+        let aq = a.qs.as_ptr().add(i0 * nb);
+        let ad = a.d.as_ptr().add(i0 * nb);
+        let asum = a.s.as_ptr().add(i0 * nb);
+        let mask = _mm512_set1_epi8(0x0f);
+        let mut acc = [_mm512_setzero_ps(); R];
+        let mut macc = [_mm512_setzero_ps(); R];
+        for b in 0..nb {
+            let p = qs.add(b * 4) as *const __m512i;
+            let (p0, p1, p2, p3) = (_mm512_load_si512(p), _mm512_load_si512(p.add(1)), _mm512_load_si512(p.add(2)), _mm512_load_si512(p.add(3)));
+            let w = [
+                _mm512_and_si512(p0, mask),
+                _mm512_and_si512(p1, mask),
+                _mm512_and_si512(p2, mask),
+                _mm512_and_si512(p3, mask),
+                _mm512_and_si512(_mm512_srli_epi16(p0, 4), mask),
+                _mm512_and_si512(_mm512_srli_epi16(p1, 4), mask),
+                _mm512_and_si512(_mm512_srli_epi16(p2, 4), mask),
+                _mm512_and_si512(_mm512_srli_epi16(p3, 4), mask),
+            ];
+            let sw = _mm512_cvtph_ps(_mm256_loadu_si256(wd.add(b) as *const __m256i));
+            let mw = _mm512_cvtph_ps(_mm256_loadu_si256(wm.add(b) as *const __m256i));
+            for j in 0..R {
+                let o = j * nb + b;
+                let x = aq.add(o);
+                let mut s = _mm512_setzero_si512();
+                for (k, wk) in w.iter().enumerate() {
+                    s = _mm512_dpbusd_epi32(s, *wk, bcast4(x, k));
+                }
+                let scale = _mm512_mul_ps(sw, _mm512_set1_ps(*ad.add(o)));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[j]);
+                macc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(*asum.add(o)), macc[j]);
+            }
+        }
+        for j in 0..R {
+            _mm512_storeu_ps(out.add(j * n), _mm512_add_ps(acc[j], macc[j]));
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub unsafe fn q8_0_x16<const R: usize>(
+        qs: *const super::Lane64,
+        wd: *const [u16; 16],
+        a: &super::QActs,
+        i0: usize,
+        out: *mut f32,
+        n: usize,
+    ) {
+        let nb = a.nb;
+        let aq = a.qs.as_ptr().add(i0 * nb);
+        let ad = a.d.as_ptr().add(i0 * nb);
+        let ai = a.isum.as_ptr().add(i0 * nb);
+        let mut acc = [_mm512_setzero_ps(); R];
+        for b in 0..nb {
+            let p = qs.add(b * 8) as *const __m512i;
+            let mut w = [_mm512_setzero_si512(); 8];
+            for (k, wk) in w.iter_mut().enumerate() {
+                *wk = _mm512_load_si512(p.add(k));
+            }
+            let sw = _mm512_cvtph_ps(_mm256_loadu_si256(wd.add(b) as *const __m256i));
+            for j in 0..R {
+                let o = j * nb + b;
+                let x = aq.add(o);
+                // Weights are stored as q + 128: start from -128 * sum(x)
+                // so the sum comes out as the signed dot.
+                let mut s = _mm512_set1_epi32(-128 * *ai.add(o));
+                for (k, wk) in w.iter().enumerate() {
+                    s = _mm512_dpbusd_epi32(s, *wk, bcast4(x, k));
+                }
+                let scale = _mm512_mul_ps(sw, _mm512_set1_ps(*ad.add(o)));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[j]);
+            }
+        }
+        for j in 0..R {
+            _mm512_storeu_ps(out.add(j * n), acc[j]);
+        }
+    }
+
     q4_1_kernel!(q4_1_avx2, "avx2,fma,f16c", dot_avx2);
     q4_1_kernel!(q4_1_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_vnni);
     q8_0_kernel!(q8_0_avx2, "avx2,fma,f16c", dot_avx2);
@@ -657,6 +981,22 @@ mod tests {
                 assert!((g - res[0]).abs() <= 1e-4 * scale.max(1.0), "simd {g} vs scalar {}", res[0]);
             }
         }
+        // The grouped layout (where this CPU has its kernel) holds the same
+        // values and computes the same integer dots.
+        let wp = w.clone().packed();
+        if wp.is_packed() {
+            let (mut r0, mut r1) = (vec![0f32; w.cols], vec![0f32; w.cols]);
+            for r in 0..w.rows {
+                w.dequantize_row(r, &mut r0);
+                wp.dequantize_row(r, &mut r1);
+                assert_eq!(r0, r1, "packed row {r}");
+            }
+            let mut outp = vec![0f32; m * w.rows];
+            matmul(&wp, &act, &mut outp);
+            for (g, e) in outp.iter().zip(&out) {
+                assert!((g - e).abs() <= 1e-4 * scale.max(1.0), "packed {g} vs plain {e}");
+            }
+        }
     }
 
     #[test]
@@ -665,9 +1005,12 @@ mod tests {
         // Widths with only a tail (96), only whole groups of 8 blocks (256)
         // and both (576).
         for cols in [96, 256, 576] {
-            let w = random_q4_1(67, cols, &mut seed);
-            for m in [1, 2, 3, 4, 5, 9, 70] {
-                check(&w, m, &mut seed);
+            // 67 rows stay in the plain layout; 48 pack into 16-row groups.
+            for rows in [67, 48] {
+                let w = random_q4_1(rows, cols, &mut seed);
+                for m in [1, 2, 3, 4, 5, 9, 70] {
+                    check(&w, m, &mut seed);
+                }
             }
         }
     }
@@ -676,12 +1019,37 @@ mod tests {
     fn q8_0_matmul_matches_reference() {
         let mut seed = 11;
         for cols in [128, 256, 576] {
-            let vals: Vec<f32> = (0..45 * cols).map(|_| lcg(&mut seed)).collect();
-            let w = QMatrix::quantize_q8_0(&vals, 45, cols);
-            for m in [1, 4, 6, 67] {
-                check(&w, m, &mut seed);
+            for rows in [45, 32] {
+                let vals: Vec<f32> = (0..rows * cols).map(|_| lcg(&mut seed)).collect();
+                let w = QMatrix::quantize_q8_0(&vals, rows, cols);
+                for m in [1, 4, 6, 67] {
+                    check(&w, m, &mut seed);
+                }
             }
         }
+    }
+
+    #[test]
+    fn simd_quantize_matches_scalar() {
+        let mut seed = 5;
+        // Random values plus exact .5 ties after scaling (block max 127).
+        let mut x: Vec<f32> = (0..64 * 32).map(|_| lcg(&mut seed) * 3.0).collect();
+        for b in 0..8 {
+            x[b * 32] = 127.0;
+            for j in 1..32 {
+                x[b * 32 + j] = (j as f32 - 16.0) * 4.0 + 0.5;
+            }
+        }
+        x[40 * 32..41 * 32].fill(0.0);
+        let mut a = QActs::default();
+        let mut b = QActs::default();
+        quantize_activations(&x, 32 * 4, &mut a);
+        quantize_activations(&x, 32 * 4, &mut b);
+        quantize_scalar(&x, &mut b);
+        assert_eq!(a.qs, b.qs);
+        assert_eq!(a.d, b.d);
+        assert_eq!(a.s, b.s);
+        assert_eq!(a.isum, b.isum);
     }
 
     #[test]
@@ -716,7 +1084,9 @@ mod speed {
                 bytes.push(((i * 7 + k * 13) % 256) as u8);
             }
         }
-        let w = QMatrix::from_ggml("q4_1", &bytes, rows, cols).unwrap();
+        let plain = QMatrix::from_ggml("q4_1", &bytes, rows, cols).unwrap();
+        for w in [plain.clone(), plain.packed()] {
+        eprintln!("packed: {}", w.is_packed());
         for m in [1usize, 4, 8, 16, 64] {
             let x: Vec<f32> = (0..m * cols).map(|i| ((i * 31 % 97) as f32 - 48.0) / 50.0).collect();
             let mut a = QActs::default();
@@ -731,6 +1101,7 @@ mod speed {
             let pair_blocks = (m * rows * cols / QK) as f64;
             eprintln!("m={m:3}: {:8.1} us/matmul, {:.2} ns per row-block pair, {:.1} GB/s weights",
                 el * 1e6, el * 1e9 / pair_blocks, w.bytes() as f64 / el / 1e9);
+        }
         }
     }
 }

@@ -74,22 +74,31 @@ pub struct LlamaModel {
 /// sequence may get (prompt + max_tokens, capped by max_seq_len) so decode
 /// appends in place and never reallocates.
 pub struct KvCache {
+    /// Keys per layer, transposed: `[kv_dim][stride]` (element c of the key
+    /// at position p is at `c * stride + p`). Attention then scores 16
+    /// positions at a time with plain 16-wide FMAs down the head dimension
+    /// instead of one horizontal dot product per position.
     k: Vec<Vec<f32>>,
+    /// Values per layer, `[position][kv_dim]` (read a whole row at a time).
     v: Vec<Vec<f32>>,
     pub len: usize,
     pub capacity: usize,
     kv_dim: usize,
+    /// `capacity` rounded up to 16, so a 16-position score block never
+    /// runs past a key row.
+    stride: usize,
 }
 
 impl KvCache {
     pub fn new(cfg: &LlamaConfig, capacity: usize) -> Self {
-        let n = capacity * cfg.kv_dim();
+        let stride = capacity.next_multiple_of(16);
         KvCache {
-            k: (0..cfg.n_layers).map(|_| vec![0f32; n]).collect(),
-            v: (0..cfg.n_layers).map(|_| vec![0f32; n]).collect(),
+            k: (0..cfg.n_layers).map(|_| vec![0f32; stride * cfg.kv_dim()]).collect(),
+            v: (0..cfg.n_layers).map(|_| vec![0f32; capacity * cfg.kv_dim()]).collect(),
             len: 0,
             capacity,
             kv_dim: cfg.kv_dim(),
+            stride,
         }
     }
 
@@ -180,9 +189,11 @@ impl LlamaModel {
             }
             Ok(QMatrix::quantize_q8_0(&values, rows, cols))
         };
-        let tok_embd = load_matrix("token_embd.weight")?;
+        // `packed()` moves each matrix into the layout of the fastest kernel
+        // this CPU has (a no-op where that is the plain one).
+        let tok_embd = load_matrix("token_embd.weight")?.packed();
         let lm_head = if content.tensor_infos.contains_key("output.weight") {
-            Some(load_matrix("output.weight")?)
+            Some(load_matrix("output.weight")?.packed())
         } else {
             None
         };
@@ -198,11 +209,11 @@ impl LlamaModel {
             let w_down = load_matrix(&format!("{p}.ffn_down.weight"))?;
             layers.push(Layer {
                 attn_norm: Vec::new(),
-                wqkv: QMatrix::concat_rows(vec![wq, wk, wv]),
-                wo,
+                wqkv: QMatrix::concat_rows(vec![wq, wk, wv]).packed(),
+                wo: wo.packed(),
                 ffn_norm: Vec::new(),
-                w_gate_up: QMatrix::concat_rows(vec![gate, up]),
-                w_down,
+                w_gate_up: QMatrix::concat_rows(vec![gate, up]).packed(),
+                w_down: w_down.packed(),
             });
         }
         let mut load_vec = |name: &str| -> Result<Vec<f32>> {
@@ -344,6 +355,8 @@ impl LlamaModel {
             }
             quantize_activations(xn, h, act);
             kernels::matmul(&layer.wqkv, act, qkv);
+            // Rope and cache writes for every row first: a prompt chunk's
+            // rows attend to the keys of the rows before them.
             for (r, &(seq, pos)) in rows.iter().enumerate() {
                 let row = &mut qkv[r * qkv_w..(r + 1) * qkv_w];
                 let (q, kv) = row.split_at_mut(qd);
@@ -351,56 +364,38 @@ impl LlamaModel {
                 let (k, v) = kv.split_at_mut(kvd);
                 self.rope(k, pos);
                 let cache = &mut caches[seq];
-                cache.k[li][pos * kvd..(pos + 1) * kvd].copy_from_slice(k);
+                let stride = cache.stride;
+                for (c, &kc) in k.iter().enumerate() {
+                    cache.k[li][c * stride + pos] = kc;
+                }
                 cache.v[li][pos * kvd..(pos + 1) * kvd].copy_from_slice(v);
             }
             {
-                let kv: Vec<(&[f32], &[f32])> = caches.iter().map(|c| (&c.k[li][..], &c.v[li][..])).collect();
+                let caches_ro: &[&mut KvCache] = caches;
                 let qkv_ro: &[f32] = qkv;
-                let attend = |(r, out): (usize, &mut [f32])| {
+                let nh = cfg.n_heads;
+                let out = kernels::SendPtr(attn.as_mut_ptr());
+                // One task per (row, query head): enough tasks to keep both
+                // threads busy even for a single decoding sequence.
+                let task = |t: usize| {
+                    let (r, head) = (t / nh, t % nh);
                     let (seq, pos) = rows[r];
-                    let (kc, vc) = kv[seq];
-                    let q = &qkv_ro[r * qkv_w..r * qkv_w + qd];
-                    let n = pos + 1;
-                    SCORES.with(|cell| {
-                        let mut scores = cell.borrow_mut();
-                        scores.resize(n, 0.0);
-                        for head in 0..cfg.n_heads {
-                            let kvh = head / group;
-                            let qh = &q[head * hd..(head + 1) * hd];
-                            let mut max = f32::NEG_INFINITY;
-                            for (j, sc) in scores.iter_mut().enumerate() {
-                                let kj = &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd];
-                                *sc = kernels::dot_f32(qh, kj) * scale;
-                                max = max.max(*sc);
-                            }
-                            let mut sum = 0f32;
-                            for sc in scores.iter_mut() {
-                                *sc = (*sc - max).exp();
-                                sum += *sc;
-                            }
-                            let inv = 1.0 / sum;
-                            let oh = &mut out[head * hd..(head + 1) * hd];
-                            oh.fill(0.0);
-                            for (j, sc) in scores.iter().enumerate() {
-                                kernels::axpy(sc * inv, &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd], oh);
-                            }
-                        }
-                    });
+                    let c = &caches_ro[seq];
+                    let kvh = head / group;
+                    let q = &qkv_ro[r * qkv_w + head * hd..r * qkv_w + (head + 1) * hd];
+                    let o = out;
+                    // SAFETY: each task writes only its own head of row r.
+                    let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(r * qd + head * hd), hd) };
+                    let kt = &c.k[li][kvh * hd * c.stride..(kvh + 1) * hd * c.stride];
+                    attend_head(q, kt, c.stride, &c.v[li], kvd, kvh * hd, pos + 1, scale, oh);
                 };
                 // Attention is cheap next to the matmuls at short contexts;
                 // fork only when there is enough of it to pay for the threads.
-                let work: usize = rows.iter().map(|&(_, p)| p + 1).sum::<usize>() * cfg.n_heads * hd;
-                let out = kernels::SendPtr(attn.as_mut_ptr());
-                let row = |r: usize| {
-                    let o = out;
-                    // SAFETY: each task writes only attention row r.
-                    attend((r, unsafe { std::slice::from_raw_parts_mut(o.0.add(r * qd), qd) }));
-                };
-                if work > 16_384 && m > 1 {
-                    crate::par::pool().run(m, &row);
+                let work: usize = rows.iter().map(|&(_, p)| p + 1).sum::<usize>() * nh * hd;
+                if work > 16_384 {
+                    crate::par::pool().run(m * nh, &task);
                 } else {
-                    (0..m).for_each(row);
+                    (0..m * nh).for_each(task);
                 }
             }
             quantize_activations(attn, qd, act);
@@ -413,12 +408,26 @@ impl LlamaModel {
             }
             quantize_activations(xn, h, act);
             kernels::matmul(&layer.w_gate_up, act, gu);
-            for r in 0..m {
-                let g = &gu[r * 2 * f..r * 2 * f + f];
-                let u = &gu[r * 2 * f + f..(r + 1) * 2 * f];
-                for ((o, &gv), &uv) in hbuf[r * f..(r + 1) * f].iter_mut().zip(g).zip(u) {
-                    *o = gv / (1.0 + (-gv).exp()) * uv;
-                }
+            {
+                // SiLU(gate) * up: m * ffn exps, the largest elementwise
+                // job of the layer, so it is split across the pool in
+                // chunks of SILU_CHUNK values (whole rows stay apart).
+                let per_row = f.div_ceil(SILU_CHUNK);
+                let gu_ro: &[f32] = gu;
+                let hp = kernels::SendPtr(hbuf.as_mut_ptr());
+                let task = |t: usize| {
+                    let (r, c) = (t / per_row, t % per_row);
+                    let (c0, c1) = (c * SILU_CHUNK, ((c + 1) * SILU_CHUNK).min(f));
+                    let g = &gu_ro[r * 2 * f + c0..r * 2 * f + c1];
+                    let u = &gu_ro[r * 2 * f + f + c0..r * 2 * f + f + c1];
+                    let p = hp;
+                    // SAFETY: tasks write disjoint ranges of hbuf.
+                    let o = unsafe { std::slice::from_raw_parts_mut(p.0.add(r * f + c0), c1 - c0) };
+                    for ((o, &gv), &uv) in o.iter_mut().zip(g).zip(u) {
+                        *o = gv / (1.0 + (-gv).exp()) * uv;
+                    }
+                };
+                crate::par::pool().run(m * per_row, &task);
             }
             quantize_activations(hbuf, f, act);
             kernels::matmul(&layer.w_down, act, tmp);
@@ -576,6 +585,49 @@ impl LlamaModel {
             Ok(s.x.clone())
         }
     }
+}
+
+/// Values per SiLU task (see `run_blocks`).
+const SILU_CHUNK: usize = 256;
+
+/// One query head `q` over positions 0..n: scores against the transposed
+/// keys `kt` (`[head_dim][stride]`), softmax, then the weighted sum of the
+/// value rows (`vc[p * kvd + voff ..][..head_dim]`) into `out`.
+#[allow(clippy::too_many_arguments)]
+fn attend_head(q: &[f32], kt: &[f32], stride: usize, vc: &[f32], kvd: usize, voff: usize, n: usize, scale: f32, out: &mut [f32]) {
+    let hd = q.len();
+    SCORES.with(|cell| {
+        let mut scores = cell.borrow_mut();
+        let n16 = n.next_multiple_of(16);
+        scores.resize(n16, 0.0);
+        // 16 positions per pass: acc[i] is the dot of q with key p0 + i,
+        // built one head dimension at a time (one vector FMA each). Lanes
+        // past n read stale or zero keys and are never used.
+        for (p0, sc) in (0..n16).step_by(16).zip(scores.chunks_exact_mut(16)) {
+            let mut acc = [0f32; 16];
+            for (d, &qd) in q.iter().enumerate() {
+                let k: &[f32; 16] = kt[d * stride + p0..d * stride + p0 + 16].try_into().unwrap();
+                for i in 0..16 {
+                    acc[i] += qd * k[i];
+                }
+            }
+            for i in 0..16 {
+                sc[i] = acc[i] * scale;
+            }
+        }
+        let scores = &mut scores[..n];
+        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let mut sum = 0f32;
+        for sc in scores.iter_mut() {
+            *sc = (*sc - max).exp();
+            sum += *sc;
+        }
+        let inv = 1.0 / sum;
+        out.fill(0.0);
+        for (j, sc) in scores.iter().enumerate() {
+            kernels::axpy(sc * inv, &vc[j * kvd + voff..j * kvd + voff + hd], out);
+        }
+    });
 }
 
 thread_local! {

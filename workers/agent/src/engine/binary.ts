@@ -9,7 +9,17 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
-export const engineDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../engine");
+/** workers/engine, found from this module (sources or the dist/ bundle). */
+function findEngineDir(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 6; i++) {
+    if (existsSync(path.join(dir, "workers", "engine", "Cargo.toml"))) return path.join(dir, "workers", "engine");
+    dir = path.dirname(dir);
+  }
+  return path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../engine");
+}
+
+export const engineDir = findEngineDir();
 
 export type EngineFlavor = "cpu" | "cuda" | "metal";
 
