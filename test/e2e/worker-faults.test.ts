@@ -4,7 +4,7 @@
 import { spawn } from "node:child_process";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AgentHandle } from "@switchyard/agent";
+import { startAgent, type AgentHandle } from "@switchyard/agent";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { engineBinary, startTestWorker, WORKER_TOKEN } from "../helpers/worker.ts";
 import { REDIS_URL, waitFor } from "../helpers/env.ts";
@@ -88,6 +88,32 @@ describe("worker faults (real engine)", () => {
       const next = await chat({ max_tokens: 4 });
       expect(next.status).toBe(200);
       expect(((await next.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content.length).toBeGreaterThan(0);
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  it("a device that fails at start: the engine restarts on CPU and the worker advertises degraded", async () => {
+    // The CPU build asked for CUDA refuses to start (exit 3): exactly what a
+    // host whose GPU stack is broken looks like to the agent.
+    const agent = await startAgent({
+      registry: fx.registry,
+      models: [LLM],
+      token: WORKER_TOKEN,
+      device: "cuda",
+      engineBinary: engineBinary(),
+      workerId: "gpu-broken",
+      log: () => {},
+    });
+    try {
+      await agent.supervisor.whenReady();
+      expect(agent.supervisor.state).toBe("degraded");
+      expect(agent.supervisor.device).toBe("cpu");
+      await waitFor(() => fx.router.deps.directory.all().find((w) => w.id === "gpu-broken")?.state === "degraded", { timeoutMs: 5000, what: "degraded in registry" });
+      // Degraded still serves.
+      const res = await chat({ max_tokens: 4 });
+      expect(res.status).toBe(200);
+      expect(res.headers.get("x-switchyard-backend")).toBe("worker:gpu-broken");
     } finally {
       await agent.stop();
     }
