@@ -603,10 +603,13 @@ fn attend_head(q: &[f32], kt: &[f32], stride: usize, vc: &[f32], kvd: usize, vof
         // 16 positions per pass: acc[i] is the dot of q with key p0 + i,
         // built one head dimension at a time (one vector FMA each). Lanes
         // past n read stale or zero keys and are never used.
+        // One bounds check for the whole key block instead of one per load.
+        assert!(n16 <= stride && kt.len() >= hd * stride);
         for (p0, sc) in (0..n16).step_by(16).zip(scores.chunks_exact_mut(16)) {
             let mut acc = [0f32; 16];
             for (d, &qd) in q.iter().enumerate() {
-                let k: &[f32; 16] = kt[d * stride + p0..d * stride + p0 + 16].try_into().unwrap();
+                // SAFETY: d < hd and p0 + 16 <= n16 <= stride (asserted).
+                let k = unsafe { &*(kt.as_ptr().add(d * stride + p0) as *const [f32; 16]) };
                 for i in 0..16 {
                     acc[i] += qd * k[i];
                 }
@@ -623,9 +626,27 @@ fn attend_head(q: &[f32], kt: &[f32], stride: usize, vc: &[f32], kvd: usize, vof
             sum += *sc;
         }
         let inv = 1.0 / sum;
-        out.fill(0.0);
-        for (j, sc) in scores.iter().enumerate() {
-            kernels::axpy(sc * inv, &vc[j * kvd + voff..j * kvd + voff + hd], out);
+        if hd % 16 == 0 {
+            // 16 output dims at a time kept in registers across all
+            // positions (an axpy per position would reload and store them).
+            assert!(n == 0 || vc.len() >= (n - 1) * kvd + voff + hd);
+            for (dc, oc) in out.chunks_exact_mut(16).enumerate() {
+                let mut acc = [0f32; 16];
+                for (j, &p) in scores.iter().enumerate() {
+                    let w = p * inv;
+                    // SAFETY: in bounds by the assert above.
+                    let v = unsafe { &*(vc.as_ptr().add(j * kvd + voff + dc * 16) as *const [f32; 16]) };
+                    for i in 0..16 {
+                        acc[i] += w * v[i];
+                    }
+                }
+                oc.copy_from_slice(&acc);
+            }
+        } else {
+            out.fill(0.0);
+            for (j, sc) in scores.iter().enumerate() {
+                kernels::axpy(sc * inv, &vc[j * kvd + voff..j * kvd + voff + hd], out);
+            }
         }
     });
 }

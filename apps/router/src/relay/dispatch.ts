@@ -7,6 +7,7 @@ import type { Backend, BackendRequest, UpstreamResponse } from "../backends/type
 import { UpstreamFailure } from "../backends/types.ts";
 import type { RelayContext } from "./context.ts";
 import { DeadlineExceeded, PhaseTimer } from "./deadlines.ts";
+import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import { SSE_DONE, sseEvent } from "./sse.ts";
 
 export interface DispatchResult {
@@ -181,24 +182,30 @@ function relayStream(
     }
   };
   const errorEvent = (err: ApiError) => sseEvent(JSON.stringify(errorBody(err, ctx.requestId)));
+  /** Client went away: abort the upstream so the worker frees the slot. */
+  const clientGone = () => {
+    a.controller.abort(new UpstreamFailure("aborted", "client went away", false));
+    finish();
+    up.abort();
+  };
   account(firstPayload);
   a.timer.arm("idle", deadlines.idleMs);
 
-  const stream = new ReadableStream<Uint8Array>({
-    start(controller) {
-      controller.enqueue(sseEvent(firstPayload));
-    },
-    async pull(controller) {
-      try {
+  // Relays events until the upstream ends or fails. `write` resolves when the
+  // client can take more (backpressure); after the first byte a failure ends
+  // the stream with exactly one error event.
+  const pump = async (write: (bytes: Uint8Array) => void | Promise<void>, close: () => void) => {
+    try {
+      await write(sseEvent(firstPayload));
+      for (;;) {
         const next = await events.next();
         if (next.done) {
           finish();
           if (!sawDone) {
             metrics.errors.inc({ code: "bad_upstream" });
-            controller.enqueue(errorEvent(new ApiError("bad_upstream", `${backend.id} ended the stream without [DONE]`)));
+            await write(errorEvent(new ApiError("bad_upstream", `${backend.id} ended the stream without [DONE]`)));
           }
-          controller.close();
-          return;
+          return close();
         }
         a.timer.refresh();
         const upstreamErr = upstreamErrorEvent(next.value);
@@ -208,47 +215,80 @@ function relayStream(
           finish();
           up.abort();
           metrics.errors.inc({ code: "bad_upstream" });
-          controller.enqueue(errorEvent(new ApiError("bad_upstream", `${backend.id}: ${upstreamErr.message ?? "stream failed"}`)));
-          controller.close();
-          return;
+          await write(errorEvent(new ApiError("bad_upstream", `${backend.id}: ${upstreamErr.message ?? "stream failed"}`)));
+          return close();
         }
         account(next.value);
-        // After [DONE] keep pulling: the upstream ends right away and its
+        // After [DONE] keep reading: the upstream ends right away and its
         // connection goes back to the pool fully read.
-        controller.enqueue(sseEvent(next.value));
-      } catch (err) {
-        const failure = toFailure(err, a);
-        finish();
-        up.abort();
-        if (failure.kind === "aborted") {
-          // The client is gone; nobody is left to read an error event.
-          controller.close();
-          return;
-        }
-        const apiErr = failureToApiError(failure);
-        metrics.errors.inc({ code: apiErr.code });
-        ctx.log.warn("stream failed after first byte", { backend: backend.id, kind: failure.kind, error: failure.message });
-        controller.enqueue(errorEvent(apiErr));
-        controller.close();
+        await write(sseEvent(next.value));
       }
-    },
-    cancel() {
-      // Client disconnected: abort the upstream so the worker frees the slot.
-      a.controller.abort(new UpstreamFailure("aborted", "client went away", false));
+    } catch (err) {
+      const failure = toFailure(err, a);
       finish();
       up.abort();
+      // The client is gone: nobody is left to read an error event.
+      if (failure.kind === "aborted") return close();
+      const apiErr = failureToApiError(failure);
+      metrics.errors.inc({ code: apiErr.code });
+      ctx.log.warn("stream failed after first byte", { backend: backend.id, kind: failure.kind, error: failure.message });
+      try {
+        await write(errorEvent(apiErr));
+      } catch {
+        // client gone meanwhile
+      }
+      close();
+    }
+  };
+
+  const headers = {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache",
+    connection: "keep-alive",
+    "x-request-id": ctx.requestId,
+    "x-switchyard-backend": backend.id,
+  };
+  const out = ctx.outgoing;
+  if (out) {
+    // On Node, write straight to the socket: one write per event, no WHATWG
+    // stream machinery in between (the relay's hot loop).
+    out.writeHead(200, headers);
+    out.flushHeaders();
+    out.once("close", () => {
+      if (!out.writableFinished) clientGone();
+    });
+    const write = (bytes: Uint8Array): void | Promise<void> => {
+      if (out.destroyed) throw new UpstreamFailure("aborted", "client went away", false);
+      if (out.write(bytes)) return;
+      return new Promise<void>((resolve) => {
+        const done = () => {
+          out.off("drain", done);
+          out.off("close", done);
+          resolve();
+        };
+        out.once("drain", done);
+        out.once("close", done);
+      });
+    };
+    void pump(write, () => out.end());
+    return RESPONSE_ALREADY_SENT;
+  }
+  const stream = new ReadableStream<Uint8Array>({
+    start(controller) {
+      void pump(
+        (bytes) => controller.enqueue(bytes),
+        () => {
+          try {
+            controller.close();
+          } catch {
+            // cancelled meanwhile
+          }
+        },
+      );
     },
+    cancel: clientGone,
   });
-  return new Response(stream, {
-    status: 200,
-    headers: {
-      "content-type": "text/event-stream; charset=utf-8",
-      "cache-control": "no-cache",
-      connection: "keep-alive",
-      "x-request-id": ctx.requestId,
-      "x-switchyard-backend": backend.id,
-    },
-  });
+  return new Response(stream, { status: 200, headers });
 }
 
 /** Bytes through as they come (hidden states); a failure mid-body cuts the connection. */

@@ -53,6 +53,7 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
         metrics: deps.metrics,
         maxAttempts: deps.config.router.maxAttempts,
         route: c.get("route"),
+        outgoing: c.env?.outgoing,
       },
     );
     if (body.stream === true) c.set("streaming", true);

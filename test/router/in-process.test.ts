@@ -1,0 +1,69 @@
+// createApp(deps) called in-process (app.request), with the in-memory twins
+// of the key store and registry: the path tests and embedders use, where
+// streams go through a WHATWG ReadableStream instead of the Node socket.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { hashKey } from "@switchyard/db";
+import { MemoryRegistryStore } from "@switchyard/state";
+import { createApp, loadConfig, silentLogger } from "@switchyard/router";
+import { MemoryKeyStore } from "../../apps/router/src/auth/key-store.ts";
+import { KeyResolver } from "../../apps/router/src/auth/resolver.ts";
+import { WorkerBackend, WorkerConnections } from "../../apps/router/src/backends/worker/client.ts";
+import { RouterMetrics } from "../../apps/router/src/observability/metrics.ts";
+import { WorkerDirectory } from "../../apps/router/src/routing/directory.ts";
+import { SimWorker } from "../fixtures/sim-worker.ts";
+
+const KEY = "sy_0badc0de_inprocessinprocessinprocessinprocess";
+const registry = new MemoryRegistryStore();
+const keys = new MemoryKeyStore();
+keys.byHash.set(hashKey(KEY), { keyId: 1, prefix: "sy_0badc0de", tenantId: 1, tenantName: "mem", revoked: false });
+const config = loadConfig({ env: {}, overrides: { "deadlines.idleMs": 300 } });
+const directory = new WorkerDirectory(registry, 50, silentLogger);
+const connections = new WorkerConnections({ connectTimeoutMs: 1000 });
+const app = createApp({
+  config,
+  keys: new KeyResolver(keys, 1000),
+  directory,
+  workerBackend: (w) => new WorkerBackend(w, connections),
+  metrics: new RouterMetrics(),
+  log: silentLogger,
+  readiness: async () => ({ redis: true, postgres: true }),
+});
+let ok: SimWorker;
+let dropper: SimWorker;
+
+beforeAll(async () => {
+  ok = await new SimWorker({ id: "mem-ok", models: ["m-ok"], registry, behavior: { tokens: 3 } }).start();
+  dropper = await new SimWorker({ id: "mem-drop", models: ["m-drop"], registry, behavior: { tokens: 6, stallAfterEvents: 2 } }).start();
+  await directory.start();
+});
+
+afterAll(async () => {
+  directory.stop();
+  await ok.stop();
+  await dropper.stop();
+  await connections.close();
+});
+
+const post = (model: string) =>
+  app.request("/v1/chat/completions", {
+    method: "POST",
+    headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
+    body: JSON.stringify({ model, stream: true, messages: [{ role: "user", content: "hi" }] }),
+  });
+
+describe("in-process app", () => {
+  it("streams through a ReadableStream and ends with [DONE]", async () => {
+    const res = await post("m-ok");
+    expect(res.status).toBe(200);
+    const events = (await res.text()).split("\n\n").filter(Boolean);
+    expect(events.at(-1)).toBe("data: [DONE]");
+    expect(events).toHaveLength(3 + 2);
+  });
+
+  it("ends a stalled stream with exactly one error event", async () => {
+    const res = await post("m-drop");
+    const events = (await res.text()).split("\n\n").filter(Boolean);
+    expect(events).toHaveLength(3);
+    expect(events[2]).toMatch(/^data: \{"error":\{"message":"idle deadline/);
+  });
+});
