@@ -7,15 +7,14 @@ import { execFile, execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { ensureEngine, resolveModel, startAgent } from "@switchyard/agent";
 import { MemoryRegistryStore } from "@switchyard/state";
 import { percentile } from "./lib/load.ts";
+import { repoRoot } from "./lib/procs.ts";
 
 const run = promisify(execFile);
-const here = path.dirname(fileURLToPath(import.meta.url));
-const refDir = path.join(here, "reference");
+const refDir = path.join(repoRoot(), "bench", "reference");
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
 const med = (xs: number[]) => percentile(xs, 50);
 

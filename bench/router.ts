@@ -5,15 +5,14 @@
 // plus Portkey's gateway (its streaming path fails on Node 20 here); router
 // cold start to ready. Everything runs side by side in one run.
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import postgres from "postgres";
 import { Redis } from "ioredis";
 import { createKey, createTenant, connectDb, runMigrations } from "@switchyard/db";
 import { closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
-import { freePort, startProc, waitHttp, type Proc } from "./lib/procs.ts";
+import { freePort, repoRoot, startProc, waitHttp, type Proc } from "./lib/procs.ts";
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, "..");
+const root = repoRoot();
+const here = path.join(root, "bench");
 const PG = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
 

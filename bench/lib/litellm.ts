@@ -18,9 +18,12 @@ import { startProc, waitHttp, type Proc } from "./procs.ts";
 /** The newest release whose `[proxy]` extra resolves from PyPI here (1.110.x needs `litellm-proxy`, not published). */
 export const LITELLM_VERSION = "1.108.5";
 export const LITELLM_VENV = process.env.SWITCHYARD_LITELLM_VENV ?? path.join(os.homedir(), ".cache", "switchyard", "litellm-venv");
-// httptools: uvicorn's C HTTP parser (what `uvicorn[standard]` brings);
-// without it uvicorn parses HTTP in pure Python (h11).
-const REQUIREMENTS = [`litellm[proxy]==${LITELLM_VERSION}`, "httptools==0.7.1"];
+// Beyond the `[proxy]` extra, as LiteLLM's own deployments have them:
+// httptools, uvicorn's C HTTP parser (what `uvicorn[standard]` brings; else
+// it parses HTTP in pure Python); the OpenTelemetry SDK (from the
+// `proxy-runtime` extra, same pins): without it the auth step retries a
+// failing import of LiteLLM's OTel module on every request.
+const REQUIREMENTS = [`litellm[proxy]==${LITELLM_VERSION}`, "httptools==0.7.1", "opentelemetry-api==1.45.2", "opentelemetry-sdk==1.45.2"];
 /** Exact versions of everything else, from a known-good install; dropped (with a note) if they no longer resolve. */
 const CONSTRAINTS = path.join(path.dirname(fileURLToPath(import.meta.url)), "litellm-constraints.txt");
 const MASTER_KEY = "sk-switchyard-bench";

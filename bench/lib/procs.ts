@@ -1,7 +1,19 @@
 // Child processes for benchmarks: spawn, wait for a URL to answer, read CPU
 // time from /proc, stop.
 import { spawn, type ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** The repository root, found from this module (sources or the CLI's dist/ bundle). */
+export function repoRoot(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 6; i++) {
+    if (existsSync(path.join(dir, "bench", "sim-main.ts")) && existsSync(path.join(dir, "package.json"))) return dir;
+    dir = path.dirname(dir);
+  }
+  throw new Error("cannot find the switchyard repository root");
+}
 import { createServer } from "node:net";
 
 export async function freePort(): Promise<number> {

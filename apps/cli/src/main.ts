@@ -1,12 +1,7 @@
 // Command dispatch for `switchyard`. Bad arguments print a clear message and
 // exit 2; failures exit 1.
 import { parseArgs } from "node:util";
-import { ConfigError } from "@switchyard/router";
-import { keysCommand } from "./commands/keys.ts";
-import { migrateCommand } from "./commands/migrate.ts";
-import { routerCommand } from "./commands/router.ts";
-import { tenantsCommand } from "./commands/tenants.ts";
-import { upCommand } from "./commands/up.ts";
+import { ConfigError } from "../../router/src/config.ts";
 import { UsageError, usage } from "./usage.ts";
 
 export async function main(argv: string[]): Promise<number> {
@@ -41,10 +36,12 @@ export async function main(argv: string[]): Promise<number> {
       return command || values.help ? 0 : 2;
     }
     switch (command) {
+      // Each command is loaded on demand: a router should not parse the
+      // worker agent, and the CLI bundle is split along these lines.
       case "up":
-        return await upCommand(values);
+        return await (await import("./commands/up.ts")).upCommand(values);
       case "router":
-        return await routerCommand(values);
+        return await (await import("./commands/router.ts")).routerCommand(values);
       case "worker": {
         const { workerCommand } = await import("./commands/worker.ts");
         return await workerCommand(values);
@@ -54,11 +51,11 @@ export async function main(argv: string[]): Promise<number> {
         return await workersCommand(rest, values);
       }
       case "migrate":
-        return await migrateCommand(values);
+        return await (await import("./commands/migrate.ts")).migrateCommand(values);
       case "tenants":
-        return await tenantsCommand(rest, values);
+        return await (await import("./commands/tenants.ts")).tenantsCommand(rest, values);
       case "keys":
-        return await keysCommand(rest, values);
+        return await (await import("./commands/keys.ts")).keysCommand(rest, values);
       case "bench": {
         const { benchCommand } = await import("./commands/bench.ts");
         return await benchCommand(rest, values);
