@@ -11,9 +11,8 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import type { Target } from "./load.ts";
-import { startProc, waitHttp, type Proc } from "./procs.ts";
+import { repoRoot, startProc, waitHttp, type Proc } from "./procs.ts";
 
 /** The newest release whose `[proxy]` extra resolves from PyPI here (1.110.x needs `litellm-proxy`, not published). */
 export const LITELLM_VERSION = "1.108.5";
@@ -25,7 +24,15 @@ export const LITELLM_VENV = process.env.SWITCHYARD_LITELLM_VENV ?? path.join(os.
 // failing import of LiteLLM's OTel module on every request.
 const REQUIREMENTS = [`litellm[proxy]==${LITELLM_VERSION}`, "httptools==0.7.1", "opentelemetry-api==1.45.2", "opentelemetry-sdk==1.45.2"];
 /** Exact versions of everything else, from a known-good install; dropped (with a note) if they no longer resolve. */
-const CONSTRAINTS = path.join(path.dirname(fileURLToPath(import.meta.url)), "litellm-constraints.txt");
+function constraintsFile(): string | undefined {
+  try {
+    // From the repository root, not this module: the CLI runs these sources as a bundle under dist/.
+    const f = path.join(repoRoot(), "bench", "lib", "litellm-constraints.txt");
+    return existsSync(f) ? f : undefined;
+  } catch {
+    return undefined;
+  }
+}
 const MASTER_KEY = "sk-switchyard-bench";
 
 export type LiteLLMStarted = { proc: Proc; target: Target; version: string; passesSimShape: boolean };
@@ -81,7 +88,8 @@ export async function ensureLiteLLM(log: (s: string) => void = () => {}): Promis
   const bin = path.join(LITELLM_VENV, "bin", "litellm");
   const pip = path.join(LITELLM_VENV, "bin", "pip");
   const marker = path.join(LITELLM_VENV, ".switchyard-installed");
-  const constraints = existsSync(CONSTRAINTS) ? readFileSync(CONSTRAINTS, "utf8") : "";
+  const constraintsPath = constraintsFile();
+  const constraints = constraintsPath ? readFileSync(constraintsPath, "utf8") : "";
   const want = `${REQUIREMENTS.join(" ")} ${createHash("sha256").update(constraints).digest("hex").slice(0, 16)}`;
   if (existsSync(bin) && existsSync(marker) && readFileSync(marker, "utf8").trim() === want) return { bin };
 
@@ -98,7 +106,7 @@ export async function ensureLiteLLM(log: (s: string) => void = () => {}): Promis
     let collected = 0;
     const beat = setInterval(() => log(`[litellm] pip: still working, ${collected} packages resolved, ${elapsed()}`), 15_000);
     const args = ["install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off", ...REQUIREMENTS];
-    if (withConstraints) args.push("-c", CONSTRAINTS);
+    if (withConstraints && constraintsPath) args.push("-c", constraintsPath);
     const r = await run(pip, args, {
       timeoutMs: 20 * 60_000,
       env: { PIP_NO_INPUT: "1" },
