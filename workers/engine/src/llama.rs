@@ -606,16 +606,38 @@ fn attend_head(q: &[f32], kt: &[f32], stride: usize, vc: &[f32], kvd: usize, vof
         // One bounds check for the whole key block instead of one per load.
         assert!(n16 <= stride && kt.len() >= hd * stride);
         for (p0, sc) in (0..n16).step_by(16).zip(scores.chunks_exact_mut(16)) {
-            let mut acc = [0f32; 16];
-            for (d, &qd) in q.iter().enumerate() {
-                // SAFETY: d < hd and p0 + 16 <= n16 <= stride (asserted).
-                let k = unsafe { &*(kt.as_ptr().add(d * stride + p0) as *const [f32; 16]) };
+            // Eight partial sums (dims d % 8) added up in order at the end:
+            // the same arithmetic, in the same order, as `kernels::dot_f32`
+            // per position, so scores are bit-identical to a plain dot; and
+            // eight independent chains instead of one add-latency chain.
+            let mut acc = [[0f32; 16]; 8];
+            // SAFETY: d < hd and p0 + 16 <= n16 <= stride (asserted).
+            let key = |d: usize| unsafe { &*(kt.as_ptr().add(d * stride + p0) as *const [f32; 16]) };
+            let n8 = hd / 8 * 8;
+            for d8 in (0..n8).step_by(8) {
+                for (c, a) in acc.iter_mut().enumerate() {
+                    let (qd, k) = (q[d8 + c], key(d8 + c));
+                    for i in 0..16 {
+                        a[i] += qd * k[i];
+                    }
+                }
+            }
+            // Whole vectors only (a per-lane loop here gets vectorized into
+            // gathers).
+            let mut dot = [0f32; 16];
+            for a in &acc {
                 for i in 0..16 {
-                    acc[i] += qd * k[i];
+                    dot[i] += a[i];
+                }
+            }
+            for d in n8..hd {
+                let (qd, k) = (q[d], key(d));
+                for i in 0..16 {
+                    dot[i] += qd * k[i];
                 }
             }
             for i in 0..16 {
-                sc[i] = acc[i] * scale;
+                sc[i] = dot[i] * scale;
             }
         }
         let scores = &mut scores[..n];
@@ -626,17 +648,18 @@ fn attend_head(q: &[f32], kt: &[f32], stride: usize, vc: &[f32], kvd: usize, vof
             sum += *sc;
         }
         let inv = 1.0 / sum;
-        if hd % 16 == 0 {
-            // 16 output dims at a time kept in registers across all
-            // positions (an axpy per position would reload and store them).
+        if hd % 64 == 0 {
+            // 64 output dims (four 16-wide chains) held in registers across
+            // all positions; per element the same adds in the same order as
+            // an axpy per position, without reloading and storing `out`.
             assert!(n == 0 || vc.len() >= (n - 1) * kvd + voff + hd);
-            for (dc, oc) in out.chunks_exact_mut(16).enumerate() {
-                let mut acc = [0f32; 16];
+            for (dc, oc) in out.chunks_exact_mut(64).enumerate() {
+                let mut acc = [0f32; 64];
                 for (j, &p) in scores.iter().enumerate() {
                     let w = p * inv;
                     // SAFETY: in bounds by the assert above.
-                    let v = unsafe { &*(vc.as_ptr().add(j * kvd + voff + dc * 16) as *const [f32; 16]) };
-                    for i in 0..16 {
+                    let v = unsafe { &*(vc.as_ptr().add(j * kvd + voff + dc * 64) as *const [f32; 64]) };
+                    for i in 0..64 {
                         acc[i] += w * v[i];
                     }
                 }

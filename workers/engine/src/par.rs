@@ -16,23 +16,28 @@ const SPIN: Duration = Duration::from_micros(300);
 
 struct Job {
     f: *const (dyn Fn(usize) + Sync + 'static),
-    n: usize,
 }
 
 struct Shared {
     generation: AtomicU64,
     job: UnsafeCell<Job>,
-    next: AtomicUsize,
-    /// Workers that have not finished the current generation.
-    active: AtomicUsize,
+    /// The current region's low 32 generation bits (high half) and how many
+    /// of its tasks are still unclaimed (low half). Tasks are claimed by a
+    /// compare-and-swap on the whole word, so a worker that wakes late for
+    /// a region that is already fully claimed takes nothing and reads
+    /// nothing of it.
+    claim: AtomicU64,
+    /// Tasks of the current region that have finished.
+    completed: AtomicUsize,
     panicked: AtomicBool,
     sleeping: Vec<AtomicBool>,
     threads: OnceLock<Vec<Thread>>,
 }
 
-// SAFETY: `job` is written only by the caller holding `Pool::lock` while no
-// worker reads it (all finished the previous generation), and read by
-// workers only between observing a generation and decrementing `active`.
+// SAFETY: `job` is written only by the caller holding `Pool::lock`, before
+// it publishes the region through `claim`, and only when every task of the
+// previous region has completed; it is read only by a thread that has just
+// claimed a task of the current region (which cannot complete without it).
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
@@ -55,9 +60,9 @@ impl Pool {
     fn new(workers: usize) -> Pool {
         let shared: &'static Shared = Box::leak(Box::new(Shared {
             generation: AtomicU64::new(0),
-            job: UnsafeCell::new(Job { f: &noop as &(dyn Fn(usize) + Sync), n: 0 }),
-            next: AtomicUsize::new(0),
-            active: AtomicUsize::new(0),
+            job: UnsafeCell::new(Job { f: &noop as &(dyn Fn(usize) + Sync) }),
+            claim: AtomicU64::new(0),
+            completed: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             sleeping: (0..workers).map(|_| AtomicBool::new(false)).collect(),
             threads: OnceLock::new(),
@@ -78,21 +83,28 @@ impl Pool {
 
     /// Calls `f(i)` for every i in 0..n across the pool; returns when all
     /// are done. A panic in any call is re-raised here.
+    ///
+    /// The caller waits only for tasks that a worker has actually claimed:
+    /// on a busy machine a worker may be descheduled for milliseconds, and
+    /// waiting for it to check in to a region the caller has already
+    /// finished alone would stall every step.
     pub fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
         if self.workers == 0 || n <= 1 {
             (0..n).for_each(f);
             return;
         }
+        assert!(n < (1 << 32), "too many tasks for one region");
         // One region at a time (tests call in from several threads).
         let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let sh = self.shared;
+        let gen = sh.generation.load(Ordering::Relaxed).wrapping_add(1);
         // SAFETY: the pointer outlives its use: this function does not
-        // return before every worker has finished with this generation.
+        // return before every claimed task has finished.
         let f_static: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(f) };
-        unsafe { *sh.job.get() = Job { f: f_static, n } };
-        sh.next.store(0, Ordering::Relaxed);
-        sh.active.store(self.workers, Ordering::Relaxed);
-        sh.generation.fetch_add(1, Ordering::SeqCst);
+        unsafe { *sh.job.get() = Job { f: f_static } };
+        sh.completed.store(0, Ordering::Relaxed);
+        sh.claim.store((gen as u32 as u64) << 32 | n as u64, Ordering::Release);
+        sh.generation.store(gen, Ordering::SeqCst);
         if let Some(threads) = sh.threads.get() {
             for (w, t) in threads.iter().enumerate() {
                 if sh.sleeping[w].load(Ordering::SeqCst) {
@@ -100,11 +112,11 @@ impl Pool {
                 }
             }
         }
-        let mine = catch_unwind(AssertUnwindSafe(|| work(sh)));
-        while sh.active.load(Ordering::Acquire) != 0 {
+        let mine = work(sh, gen);
+        while sh.completed.load(Ordering::Acquire) != n {
             std::hint::spin_loop();
         }
-        if let Err(p) = mine {
+        if let Some(p) = mine {
             sh.panicked.store(false, Ordering::Relaxed);
             resume_unwind(p);
         }
@@ -114,17 +126,39 @@ impl Pool {
     }
 }
 
-fn work(sh: &Shared) {
-    // SAFETY: see `Shared`.
-    let job = unsafe { &*sh.job.get() };
-    let f = unsafe { &*job.f };
+/// Claims one unclaimed task of generation `gen`: Some(index), or None when
+/// that region has none left (or is over).
+fn take(sh: &Shared, gen: u64) -> Option<usize> {
+    let mut c = sh.claim.load(Ordering::Acquire);
     loop {
-        let i = sh.next.fetch_add(1, Ordering::Relaxed);
-        if i >= job.n {
-            break;
+        let left = c & 0xffff_ffff;
+        if c >> 32 != gen as u32 as u64 || left == 0 {
+            return None;
         }
-        f(i);
+        match sh.claim.compare_exchange_weak(c, c - 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(left as usize - 1),
+            Err(now) => c = now,
+        }
     }
+}
+
+/// Runs tasks of generation `gen` until none are left; returns the first
+/// panic payload of its own tasks (panics are counted as completed so the
+/// region still ends).
+fn work(sh: &Shared, gen: u64) -> Option<Box<dyn std::any::Any + Send>> {
+    let mut first = None;
+    while let Some(i) = take(sh, gen) {
+        // SAFETY: see `Shared`: a claimed task keeps the job alive.
+        let f = unsafe { &*(*sh.job.get()).f };
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(i))) {
+            // Flagged before the completion count moves, so the caller
+            // sees it once it sees the region done.
+            sh.panicked.store(true, Ordering::Relaxed);
+            first.get_or_insert(p);
+        }
+        sh.completed.fetch_add(1, Ordering::Release);
+    }
+    first
 }
 
 fn worker(sh: &'static Shared, w: usize) {
@@ -153,10 +187,8 @@ fn worker(sh: &'static Shared, w: usize) {
             sh.sleeping[w].store(false, Ordering::SeqCst);
             since = Instant::now();
         }
-        if catch_unwind(AssertUnwindSafe(|| work(sh))).is_err() {
-            sh.panicked.store(true, Ordering::Relaxed);
-        }
-        sh.active.fetch_sub(1, Ordering::Release);
+        // A panic is already flagged for the caller to re-raise.
+        let _ = work(sh, seen);
     }
 }
 
