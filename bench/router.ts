@@ -29,7 +29,7 @@ interface Level {
 
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
 
-export async function runRouterBench(opts: { quick: boolean }): Promise<number> {
+export async function runRouterBench(opts: { quick: boolean; levels?: number[] }): Promise<number> {
   const tag = `sy_bench_${Date.now().toString(36)}`;
   const prefix = `${tag}:`;
   const admin = postgres(PG, { max: 1, onnotice: () => {} });
@@ -122,7 +122,8 @@ export async function runRouterBench(opts: { quick: boolean }): Promise<number> 
     const repeats = opts.quick ? 1 : 3;
     const rows: string[] = [];
     const summary: Record<string, Record<string, { ttft50: number[]; ttft99: number[]; tot50: number[]; tot99: number[]; errors: number; n: number; cpu: number[]; rps: number[] }>> = {};
-    for (const level of opts.quick ? levels.slice(0, 2) : levels) {
+    const chosen = opts.levels ? levels.filter((l) => opts.levels!.includes(l.streams)) : opts.quick ? levels.slice(0, 2) : levels;
+    for (const level of chosen) {
       const streamS = (level.shape.ttftMs + level.shape.interTokenMs * level.shape.tokens) / 1000;
       const rate = level.streams / streamS;
       const body = JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: level.shape });

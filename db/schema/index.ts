@@ -1,2 +1,6 @@
 export * from "./tenants.ts";
 export * from "./api_keys.ts";
+export * from "./budgets.ts";
+export * from "./prices.ts";
+export * from "./spend_ledger.ts";
+export * from "./budget_alerts.ts";

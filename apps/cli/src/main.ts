@@ -15,6 +15,7 @@ export async function main(argv: string[]): Promise<number> {
         tenant: { type: "string" },
         name: { type: "string" },
         quick: { type: "boolean" },
+        levels: { type: "string" },
         redis: { type: "string" },
         model: { type: "string", multiple: true },
         advertise: { type: "string" },

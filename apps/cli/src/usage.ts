@@ -21,7 +21,8 @@ Usage:
                                         create an API key (printed once)
   switchyard keys list --tenant NAME    list a tenant's keys
   switchyard keys revoke PREFIX         revoke a key by its visible prefix (sy_xxxxxxxx)
-  switchyard bench router [--quick]     router overhead benchmark (prints a table)
+  switchyard bench router [--quick] [--levels 1,100,1000]
+                                        router overhead benchmark (prints a table)
   switchyard bench engine [--quick]     engine vs llama.cpp on the same GGUF (prints a table)
 
 Configuration: switchyard.yaml (or --config / SWITCHYARD_CONFIG) plus SWITCHYARD_* env;

@@ -37,6 +37,8 @@ export const configSchema = z.object({
       maxAttempts: z.number().int().min(1).max(10).default(3),
       /** How long a resolved API key is trusted before Postgres is asked again. */
       keyCacheMs: z.number().int().min(0).default(2_000),
+      /** Open connections kept per worker at most (each live stream holds one). */
+      maxConnectionsPerWorker: z.number().int().min(1).default(8192),
       /** Retry-After (seconds) sent with 503 when no worker can serve. */
       retryAfterS: z.number().int().min(1).default(1),
     })

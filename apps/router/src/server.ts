@@ -83,7 +83,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   }
   const metrics = new RouterMetrics();
   const directory = new WorkerDirectory(registry, config.registry.pollMs, log);
-  const connections = new WorkerConnections({ connectTimeoutMs: config.deadlines.connectMs, token: config.workers.token, secretKey: config.workers.secretKey });
+  const connections = new WorkerConnections({ connectTimeoutMs: config.deadlines.connectMs, maxConnections: config.router.maxConnectionsPerWorker, token: config.workers.token, secretKey: config.workers.secretKey });
   directory.onChange((workers) => connections.retain(new Set(workers.map((w) => new URL(w.url).origin))));
   const keyStore = new PostgresKeyStore(db.db);
   const deps: AppDeps = {

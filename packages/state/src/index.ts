@@ -5,3 +5,4 @@ export * from "./registry/store.ts";
 export { MemoryRegistryStore } from "./registry/memory.ts";
 export { RedisRegistryStore, workerKey } from "./registry/redis.ts";
 export * from "./registry/invites.ts";
+export * from "./budget/index.ts";

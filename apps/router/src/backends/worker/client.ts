@@ -8,6 +8,8 @@ import { type Backend, type BackendRequest, UpstreamFailure, type UpstreamRespon
 
 export interface WorkerPoolOptions {
   connectTimeoutMs: number;
+  /** Connections per worker origin at most: every live stream holds one. */
+  maxConnections?: number;
   /** Bearer token presented to every worker. */
   token?: string;
   /** Derive each worker's own secret from its id (invited workers). */
@@ -23,7 +25,7 @@ export class WorkerConnections {
     let p = this.pools.get(origin);
     if (!p) {
       p = new Pool(origin, {
-        connections: 1024,
+        connections: this.opts.maxConnections ?? 8192,
         pipelining: 1,
         connectTimeout: this.opts.connectTimeoutMs,
         // Our own timers enforce header/idle deadlines with clear reasons.

@@ -1,0 +1,166 @@
+// Spend ledger writes and finance reads. Rows are appended in batches,
+// idempotently on (request_id, started_at); each row lands in its UTC month's
+// partition, created on first use.
+import { and, desc, eq, inArray, lte, sql, type SQL } from "drizzle-orm";
+import type { Db } from "./client.ts";
+import { budgets, prices, spendLedger, tenants, type NewLedgerRow, type Price } from "./schema/index.ts";
+
+/** Rows per INSERT: 19 columns × 1000 stays far below Postgres' 65,535 parameters. */
+export const LEDGER_BATCH_ROWS = 1000;
+
+// Months whose partition this process has already ensured, per database handle.
+const ensuredMonths = new WeakMap<Db, Set<string>>();
+
+function utcMonth(d: Date): string {
+  return d.toISOString().slice(0, 7);
+}
+
+/**
+ * Appends ledger rows. A row already present (same request_id and started_at)
+ * is skipped, so a settle retried any number of times leaves one row — as
+ * long as every retry carries the request's original started_at. Before
+ * inserting, the partition of each month in the batch is created if missing
+ * (once per month per process), so rows never pile up in the default
+ * partition. Returns how many rows were new.
+ */
+export async function insertLedgerRows(db: Db, rows: readonly NewLedgerRow[]): Promise<{ inserted: number }> {
+  if (rows.length === 0) return { inserted: 0 };
+  let seen = ensuredMonths.get(db);
+  if (!seen) ensuredMonths.set(db, (seen = new Set()));
+  for (const month of new Set(rows.map((r) => utcMonth(r.startedAt)))) {
+    if (seen.has(month)) continue;
+    await db.execute(sql`select spend_ledger_ensure_partition(${`${month}-01T00:00:00Z`}::timestamptz)`);
+    seen.add(month);
+  }
+  let inserted = 0;
+  for (let i = 0; i < rows.length; i += LEDGER_BATCH_ROWS) {
+    const batch = rows.slice(i, i + LEDGER_BATCH_ROWS);
+    const done = await db
+      .insert(spendLedger)
+      .values(batch as NewLedgerRow[])
+      .onConflictDoNothing({ target: [spendLedger.requestId, spendLedger.startedAt] })
+      .returning({ requestId: spendLedger.requestId });
+    inserted += done.length;
+  }
+  return { inserted };
+}
+
+/**
+ * Creates the monthly partitions covering [from, to] (whole UTC months, both
+ * ends included) and moves rows of those months out of the default partition.
+ * Returns the partitions created. Safe to run concurrently from many routers.
+ */
+export async function ensurePartitions(db: Db, from: Date, to: Date): Promise<string[]> {
+  const rows = await db.execute<{ name: string }>(
+    sql`select spend_ledger_ensure_partitions(${from.toISOString()}::timestamptz, ${to.toISOString()}::timestamptz) as name`,
+  );
+  return rows.map((r) => r.name);
+}
+
+export type SpendGrouping = "day" | "backend" | "model";
+
+export interface SpendQuery {
+  /** First day, YYYY-MM-DD, in each tenant's budget time zone (UTC without a budget). */
+  from: string;
+  /** Last day, included. */
+  to: string;
+  tenantId?: number;
+  /** day: per tenant × day; backend: … × backend; model: … × backend × model. */
+  by?: SpendGrouping;
+}
+
+export interface SpendRow {
+  tenantId: number;
+  tenantName: string | null;
+  day: string;
+  backend: string | null;
+  model: string | null;
+  requests: number;
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+  costMicro: bigint;
+}
+
+const dayPattern = /^\d{4}-\d{2}-\d{2}$/;
+const bigintOf = (v: unknown) => BigInt(v as string);
+
+/**
+ * Spend per tenant and day (the tenant's day), optionally split by backend or
+ * model; what `switchyard spend` prints. Sums are exact bigint micro-cents.
+ */
+export async function spendByDay(db: Db, q: SpendQuery): Promise<SpendRow[]> {
+  if (!dayPattern.test(q.from) || !dayPattern.test(q.to)) throw new RangeError("from/to must be YYYY-MM-DD");
+  const by = q.by ?? "day";
+  const day = sql<string>`((${spendLedger.startedAt} at time zone coalesce(${budgets.timeZone}, 'UTC'))::date)::text`;
+  const backend = by === "day" ? sql<string | null>`null::text` : sql<string | null>`${spendLedger.backend}`;
+  const model = by === "model" ? sql<string | null>`${spendLedger.model}` : sql<string | null>`null::text`;
+  const conditions: SQL[] = [
+    // Any zone's day D lies within UTC [D-1, D+2): this bound lets Postgres
+    // prune partitions before the exact per-tenant day test.
+    sql`${spendLedger.startedAt} >= (${q.from}::date - 1)::timestamp at time zone 'UTC'`,
+    sql`${spendLedger.startedAt} < (${q.to}::date + 2)::timestamp at time zone 'UTC'`,
+    sql`${day}::date between ${q.from}::date and ${q.to}::date`,
+  ];
+  if (q.tenantId !== undefined) conditions.push(eq(spendLedger.tenantId, q.tenantId));
+  const rows = await db
+    .select({
+      tenantId: spendLedger.tenantId,
+      tenantName: tenants.name,
+      day,
+      backend,
+      model,
+      requests: sql<number>`count(*)`.mapWith(Number),
+      promptTokens: sql<number>`sum(${spendLedger.promptTokens})`.mapWith(Number),
+      completionTokens: sql<number>`sum(${spendLedger.completionTokens})`.mapWith(Number),
+      cachedTokens: sql<number>`sum(${spendLedger.cachedTokens})`.mapWith(Number),
+      costMicro: sql<bigint>`sum(${spendLedger.costMicro})::bigint`.mapWith(bigintOf),
+    })
+    .from(spendLedger)
+    .leftJoin(tenants, eq(tenants.id, spendLedger.tenantId))
+    .leftJoin(budgets, eq(budgets.tenantId, spendLedger.tenantId))
+    .where(and(...conditions))
+    .groupBy(sql`1, 2, 3, 4, 5`)
+    .orderBy(sql`3, 2, 1, 4, 5`);
+  return rows;
+}
+
+/**
+ * Ledger spend of one tenant on one of its days, and which of `requestIds`
+ * already have a row: what reconcile feeds BudgetStore.rebuild.
+ */
+export async function tenantDaySpend(
+  db: Db,
+  tenantId: number,
+  day: string,
+  requestIds: readonly string[] = [],
+): Promise<{ spentMicro: bigint; ledgeredRequestIds: string[] }> {
+  const [row] = await spendByDay(db, { from: day, to: day, tenantId, by: "day" });
+  let ledgered: string[] = [];
+  if (requestIds.length > 0) {
+    const found = await db
+      .selectDistinct({ requestId: spendLedger.requestId })
+      .from(spendLedger)
+      .where(
+        and(
+          eq(spendLedger.tenantId, tenantId),
+          inArray(spendLedger.requestId, [...requestIds]),
+          sql`${spendLedger.startedAt} >= (${day}::date - 1)::timestamp at time zone 'UTC'`,
+          sql`${spendLedger.startedAt} < (${day}::date + 2)::timestamp at time zone 'UTC'`,
+        ),
+      );
+    ledgered = found.map((r) => r.requestId);
+  }
+  return { spentMicro: row?.costMicro ?? 0n, ledgeredRequestIds: ledgered };
+}
+
+/** The price in force for a backend and model at an instant (latest effective_from ≤ at). */
+export async function priceAt(db: Db, backend: string, model: string, at: Date = new Date()): Promise<Price | undefined> {
+  const rows = await db
+    .select()
+    .from(prices)
+    .where(and(eq(prices.backend, backend), eq(prices.model, model), lte(prices.effectiveFrom, at)))
+    .orderBy(desc(prices.effectiveFrom))
+    .limit(1);
+  return rows[0];
+}

@@ -1,0 +1,128 @@
+// Money as integers: micro-cents (10⁻⁶ cent) held in `bigint`. 1 cent = 10⁶
+// micro, 1 USD = 10⁸ micro. Nothing here touches a float.
+
+export type Micro = bigint;
+
+export const MICRO_PER_CENT = 1_000_000n;
+export const MICRO_PER_USD = 100_000_000n;
+export const TOKENS_PER_MTOK = 1_000_000n;
+
+/** Whole cents → micro-cents. A `number` must be a safe integer. */
+export function centsToMicro(cents: bigint | number): Micro {
+  return toBigInt(cents, "cents") * MICRO_PER_CENT;
+}
+
+const decimalPattern = /^([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$/;
+
+/**
+ * A USD amount written in decimal (OpenRouter's `usage.cost`, e.g. "0.000123"
+ * or "1.5e-7") → micro-cents, exactly, by parsing the digits. A JS number is
+ * taken by its shortest round-trip decimal (String(n)), which is the text the
+ * provider sent whenever that text had ≤ 17 significant digits.
+ *
+ * Micro-cents are 10⁻⁸ USD: digits beyond the 8th decimal place cannot be
+ * stored, so they are rounded half-up (0.000000005 USD → 1 micro-cent,
+ * 0.0000000049 → 0). Negative amounts and non-decimals throw.
+ */
+export function usdToMicro(usd: string | number): Micro {
+  const text = typeof usd === "number" ? numberToDecimal(usd) : usd.trim();
+  const m = decimalPattern.exec(text);
+  if (!m || (m[2] === "" && (m[3] ?? "") === "")) throw new RangeError(`not a decimal USD amount: ${JSON.stringify(usd)}`);
+  const [, sign, intPart = "", fracPart = "", expPart] = m;
+  const exp = expPart === undefined ? 0 : Number(expPart);
+  if (!Number.isSafeInteger(exp) || Math.abs(exp) > 1000) throw new RangeError(`USD exponent out of range: ${JSON.stringify(usd)}`);
+  // value = digits × 10^(exp - fracPart.length) USD = digits × 10^(exp - frac + 8) micro.
+  const digits = BigInt((intPart + fracPart).replace(/^0+(?=\d)/, "") || "0");
+  if (sign === "-" && digits !== 0n) throw new RangeError(`negative USD amount: ${JSON.stringify(usd)}`);
+  const shift = exp - fracPart.length + 8;
+  if (shift >= 0) return digits * 10n ** BigInt(shift);
+  return divRoundHalfUp(digits, 10n ** BigInt(-shift));
+}
+
+/**
+ * Cost of `tokens` at a price in micro-cents per million tokens, rounded up
+ * to the next micro-cent (a provider never charges less than the fraction).
+ */
+export function tokensCostMicro(tokens: bigint | number, microPerMtok: bigint): Micro {
+  const t = toBigInt(tokens, "tokens");
+  if (t < 0n || microPerMtok < 0n) throw new RangeError("tokens and prices are non-negative");
+  return divCeil(t * microPerMtok, TOKENS_PER_MTOK);
+}
+
+export interface TokenPrice {
+  inputMicroPerMtok: bigint;
+  outputMicroPerMtok: bigint;
+  /** null/undefined: cached prompt tokens are priced like ordinary input. */
+  cachedInputMicroPerMtok?: bigint | null;
+}
+
+export interface TokenUsage {
+  promptTokens: number;
+  completionTokens: number;
+  /** Cached prompt tokens, counted inside promptTokens (OpenAI's convention). */
+  cachedTokens?: number;
+}
+
+/** Cost of one request's usage: one ceiling over the exact sum, not one per part. */
+export function usageCostMicro(usage: TokenUsage, price: TokenPrice): Micro {
+  const prompt = toBigInt(usage.promptTokens, "promptTokens");
+  const completion = toBigInt(usage.completionTokens, "completionTokens");
+  const cached = toBigInt(usage.cachedTokens ?? 0, "cachedTokens");
+  if (prompt < 0n || completion < 0n || cached < 0n || cached > prompt) throw new RangeError("token counts must satisfy 0 ≤ cached ≤ prompt, completion ≥ 0");
+  const cachedPrice = price.cachedInputMicroPerMtok ?? price.inputMicroPerMtok;
+  const numerator = (prompt - cached) * price.inputMicroPerMtok + cached * cachedPrice + completion * price.outputMicroPerMtok;
+  return divCeil(numerator, TOKENS_PER_MTOK);
+}
+
+/**
+ * The most a request can cost: every prompt token at the input price plus
+ * the largest completion it may produce at the output price. The budget hold.
+ */
+export function worstCaseMicro(inputTokens: number, maxOutputTokens: number, price: TokenPrice): Micro {
+  return usageCostMicro({ promptTokens: inputTokens, completionTokens: maxOutputTokens }, price);
+}
+
+/** Exact decimal text of micro-cents in cents, e.g. 1_234_567n → "1.234567". */
+export function formatMicroAsCents(micro: Micro): string {
+  return scaled(micro, 6);
+}
+
+/** Exact decimal text of micro-cents in USD, e.g. 12_300n → "0.000123". */
+export function formatMicroAsUsd(micro: Micro): string {
+  return scaled(micro, 8);
+}
+
+/** A bigint from Postgres/Redis text or a safe-integer number. */
+export function parseMicro(value: string | number | bigint): Micro {
+  if (typeof value === "bigint") return value;
+  if (typeof value === "number") return toBigInt(value, "micro");
+  if (!/^-?\d+$/.test(value.trim())) throw new RangeError(`not an integer amount: ${JSON.stringify(value)}`);
+  return BigInt(value.trim());
+}
+
+function scaled(micro: Micro, places: number): string {
+  const neg = micro < 0n;
+  const abs = neg ? -micro : micro;
+  const unit = 10n ** BigInt(places);
+  const frac = (abs % unit).toString().padStart(places, "0").replace(/0+$/, "");
+  return `${neg ? "-" : ""}${abs / unit}${frac ? `.${frac}` : ""}`;
+}
+
+function toBigInt(v: bigint | number, what: string): bigint {
+  if (typeof v === "bigint") return v;
+  if (!Number.isSafeInteger(v)) throw new RangeError(`${what} must be a safe integer, got ${v}`);
+  return BigInt(v);
+}
+
+function divCeil(n: bigint, d: bigint): bigint {
+  return (n + d - 1n) / d; // n ≥ 0, d > 0
+}
+
+function divRoundHalfUp(n: bigint, d: bigint): bigint {
+  return (2n * n + d) / (2n * d); // n ≥ 0, d > 0
+}
+
+function numberToDecimal(n: number): string {
+  if (!Number.isFinite(n)) throw new RangeError(`not a finite USD amount: ${n}`);
+  return String(n);
+}

@@ -1,0 +1,30 @@
+// Prices per backend and model, in integer micro-cents per million tokens. A
+// new price is a new row with a later effective_from; old rows stay so past
+// requests can be re-priced exactly.
+import { sql } from "drizzle-orm";
+import { bigint, check, pgTable, primaryKey, text } from "drizzle-orm/pg-core";
+import { createdAt, tstz } from "./columns.ts";
+
+export const prices = pgTable(
+  "prices",
+  {
+    backend: text("backend").notNull(),
+    model: text("model").notNull(),
+    inputMicroPerMtok: bigint("input_micro_per_mtok", { mode: "bigint" }).notNull(),
+    outputMicroPerMtok: bigint("output_micro_per_mtok", { mode: "bigint" }).notNull(),
+    /** Cached prompt tokens; null means "priced like ordinary input" (never silently free). */
+    cachedInputMicroPerMtok: bigint("cached_input_micro_per_mtok", { mode: "bigint" }),
+    effectiveFrom: tstz("effective_from").notNull(),
+    createdAt: createdAt(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.backend, t.model, t.effectiveFrom] }),
+    check(
+      "prices_nonnegative",
+      sql`${t.inputMicroPerMtok} >= 0 and ${t.outputMicroPerMtok} >= 0 and coalesce(${t.cachedInputMicroPerMtok}, 0) >= 0`,
+    ),
+  ],
+);
+
+export type Price = typeof prices.$inferSelect;
+export type NewPrice = typeof prices.$inferInsert;

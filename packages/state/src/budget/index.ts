@@ -1,0 +1,4 @@
+export * from "./store.ts";
+export * from "./day.ts";
+export { MemoryBudgetStore, type MemoryBudgetStoreOptions } from "./memory.ts";
+export { RedisBudgetStore, budgetKeys, type RedisBudgetStoreOptions } from "./redis.ts";

@@ -1,0 +1,53 @@
+// Loads the budget Lua scripts from packages/state/lua/ and registers them on
+// a Redis connection once, with ioredis defineCommand (EVALSHA, falling back
+// to EVAL after NOSCRIPT). budget_lib.lua is prepended to each script.
+import { existsSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Redis } from "ioredis";
+
+const scriptNames = ["reserve", "settle", "release", "snapshot", "holds", "rebuild"] as const;
+export type BudgetScript = (typeof scriptNames)[number];
+
+/** Every budget script takes the same four keys; see budget_lib.lua. */
+export const BUDGET_SCRIPT_KEYS = 4;
+
+type Reply = Promise<unknown>;
+export type BudgetCommands = {
+  [K in BudgetScript as `syBudget_${K}`]: (...keysThenArgs: string[]) => Reply;
+};
+
+/** packages/state/lua, found from this module (sources, or a bundle under dist/). */
+function findLuaDir(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 8; i++) {
+    for (const candidate of [path.join(dir, "lua"), path.join(dir, "packages", "state", "lua")]) {
+      if (existsSync(path.join(candidate, "budget_lib.lua"))) return candidate;
+    }
+    dir = path.dirname(dir);
+  }
+  throw new Error("cannot find packages/state/lua (budget Lua scripts)");
+}
+
+let sources: Record<BudgetScript, string> | undefined;
+
+function loadSources(): Record<BudgetScript, string> {
+  if (sources) return sources;
+  const dir = findLuaDir();
+  const lib = readFileSync(path.join(dir, "budget_lib.lua"), "utf8");
+  const out = {} as Record<BudgetScript, string>;
+  for (const name of scriptNames) out[name] = `${lib}\n${readFileSync(path.join(dir, `budget_${name}.lua`), "utf8")}`;
+  return (sources = out);
+}
+
+const registered = new WeakSet<Redis>();
+
+/** The connection, with the budget commands defined on it (once per connection). */
+export function budgetCommands(redis: Redis): Redis & BudgetCommands {
+  if (!registered.has(redis)) {
+    const src = loadSources();
+    for (const name of scriptNames) redis.defineCommand(`syBudget_${name}`, { numberOfKeys: BUDGET_SCRIPT_KEYS, lua: src[name] });
+    registered.add(redis);
+  }
+  return redis as Redis & BudgetCommands;
+}

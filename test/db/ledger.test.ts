@@ -1,0 +1,216 @@
+// The spend ledger against a real Postgres: migrations, idempotent batched
+// inserts, monthly partitions, exact sums and the finance views.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sql } from "drizzle-orm";
+import { createTenant, schema } from "@switchyard/db";
+import { ensurePartitions, insertLedgerRows, priceAt, spendByDay, tenantDaySpend } from "@switchyard/db/ledger";
+import { centsToMicro, usdToMicro } from "@switchyard/db/money";
+import { createTestDb, uniqueName, type TestDb } from "../helpers/env.ts";
+
+let t: TestDb;
+beforeAll(async () => {
+  t = await createTestDb();
+});
+afterAll(async () => {
+  await t?.drop();
+});
+
+async function newTenant(opts: { dailyLimitCents?: bigint; timeZone?: string } = {}) {
+  const r = await createTenant(t.db, uniqueName("t").replace(/^sy_/, "").toLowerCase());
+  if (!r.ok) throw new Error(r.reason);
+  if (opts.dailyLimitCents !== undefined) {
+    await t.db.insert(schema.budgets).values({ tenantId: r.tenant.id, dailyLimitCents: opts.dailyLimitCents, timeZone: opts.timeZone ?? "UTC" });
+  }
+  return r.tenant;
+}
+
+let seq = 0;
+function row(tenantId: number, over: Partial<schema.NewLedgerRow> = {}): schema.NewLedgerRow {
+  const startedAt = over.startedAt ?? new Date("2026-11-15T12:00:00Z");
+  return {
+    requestId: `req_${++seq}_${Math.random().toString(36).slice(2, 8)}`,
+    tenantId,
+    keyId: null,
+    backend: "openrouter",
+    model: "meta-llama/llama-3.1-8b-instruct",
+    worker: null,
+    promptTokens: 100,
+    completionTokens: 20,
+    cachedTokens: 0,
+    costMicro: 1234n,
+    costSource: "provider",
+    status: "ok",
+    startedAt,
+    firstTokenAt: new Date(startedAt.getTime() + 150),
+    finishedAt: new Date(startedAt.getTime() + 900),
+    ttftMs: 150,
+    durationMs: 900,
+    providerGenerationId: "gen-1",
+    ...over,
+  };
+}
+
+async function partitionOf(requestId: string): Promise<string[]> {
+  const rows = await t.sql<{ p: string }[]>`select tableoid::regclass::text as p from spend_ledger where request_id = ${requestId}`;
+  return rows.map((r) => r.p);
+}
+
+describe("spend ledger", () => {
+  it("migrations create the tables, the views and partitions around now", async () => {
+    const rels = await t.sql<{ relname: string; relkind: string }[]>`
+      select relname, relkind from pg_class
+      where relname in ('budgets', 'prices', 'spend_ledger', 'budget_alerts', 'spend_daily', 'spend_vs_budget', 'spend_ledger_default')`;
+    const kinds = Object.fromEntries(rels.map((r) => [r.relname, r.relkind]));
+    expect(kinds).toEqual({
+      budgets: "r",
+      prices: "r",
+      spend_ledger: "p", // partitioned
+      spend_ledger_default: "r",
+      budget_alerts: "r",
+      spend_daily: "v",
+      spend_vs_budget: "v",
+    });
+    const now = new Date();
+    const month = `spend_ledger_p${now.toISOString().slice(0, 7).replace("-", "_")}`;
+    const parts = await t.sql<{ name: string }[]>`select inhrelid::regclass::text as name from pg_inherits where inhparent = 'spend_ledger'::regclass`;
+    expect(parts.map((p) => p.name)).toContain(month);
+    expect(parts.map((p) => p.name)).toContain("spend_ledger_default");
+  });
+
+  it("a settle retried 5 times (in sequence and at once) leaves one row", async () => {
+    const tenant = await newTenant();
+    const r = row(tenant.id);
+    let inserted = 0;
+    for (let i = 0; i < 5; i++) inserted += (await insertLedgerRows(t.db, [r])).inserted;
+    const parallel = await Promise.all(Array.from({ length: 5 }, () => insertLedgerRows(t.db, [{ ...r }])));
+    inserted += parallel.reduce((s, p) => s + p.inserted, 0);
+    // Duplicates inside one batch, too.
+    inserted += (await insertLedgerRows(t.db, [r, r, r])).inserted;
+    expect(inserted).toBe(1);
+    const [c] = await t.sql<{ n: string }[]>`select count(*) as n from spend_ledger where request_id = ${r.requestId}`;
+    expect(c?.n).toBe("1");
+  });
+
+  it("batched inserts sum exactly to the micro-cent, past 2^53 and across batches", async () => {
+    const tenant = await newTenant();
+    // Provider-reported costs as decimal USD strings, converted without floats.
+    const costs = ["0.000123", "0.00000001", "0.1", "0.2", "0.30000000000000004", "12.34567891"];
+    const rows = Array.from({ length: 2500 }, (_, i) => row(tenant.id, { costMicro: usdToMicro(costs[i % costs.length]!) }));
+    // One very large row: beyond 2^53 micro-cents (≈ $90M), where a double would drop digits.
+    rows.push(row(tenant.id, { costMicro: 2n ** 53n + 1n }));
+    const expected = rows.reduce((s, r) => s + r.costMicro, 0n);
+    expect((await insertLedgerRows(t.db, rows)).inserted).toBe(2501);
+    expect((await insertLedgerRows(t.db, rows)).inserted).toBe(0);
+
+    const [byDay] = await spendByDay(t.db, { from: "2026-11-15", to: "2026-11-15", tenantId: tenant.id });
+    expect(byDay).toMatchObject({ tenantId: tenant.id, tenantName: tenant.name, day: "2026-11-15", requests: 2501 });
+    expect(byDay?.costMicro).toBe(expected);
+
+    const [view] = await t.sql<{ cost_micro: string; cost_usd: string }[]>`
+      select sum(cost_micro)::text as cost_micro, sum(cost_usd)::text as cost_usd from spend_daily where tenant_id = ${tenant.id}`;
+    expect(view?.cost_micro).toBe(expected.toString());
+    const usd = `${expected / 100_000_000n}.${(expected % 100_000_000n).toString().padStart(8, "0")}`;
+    expect(view?.cost_usd).toBe(usd);
+  });
+
+  it("rows land in their month's partition; an unseen month gets its partition created", async () => {
+    const tenant = await newTenant();
+    const nov = row(tenant.id, { startedAt: new Date("2026-11-30T23:59:59.999Z") });
+    const dec = row(tenant.id, { startedAt: new Date("2026-12-01T00:00:00Z") });
+    const far = row(tenant.id, { startedAt: new Date("2031-07-04T10:00:00Z") });
+    await insertLedgerRows(t.db, [nov, dec, far]);
+    expect(await partitionOf(nov.requestId)).toEqual(["spend_ledger_p2026_11"]);
+    expect(await partitionOf(dec.requestId)).toEqual(["spend_ledger_p2026_12"]);
+    expect(await partitionOf(far.requestId)).toEqual(["spend_ledger_p2031_07"]);
+  });
+
+  it("a row written around the ledger code falls into the default partition until ensurePartitions moves it", async () => {
+    const tenant = await newTenant();
+    const stray = row(tenant.id, { startedAt: new Date("2033-02-10T08:00:00Z"), costMicro: 777n });
+    await t.db.insert(schema.spendLedger).values(stray);
+    expect(await partitionOf(stray.requestId)).toEqual(["spend_ledger_default"]);
+    const created = await ensurePartitions(t.db, new Date("2033-01-20T00:00:00Z"), new Date("2033-02-01T00:00:00Z"));
+    expect(created).toEqual(["spend_ledger_p2033_01", "spend_ledger_p2033_02"]);
+    expect(await partitionOf(stray.requestId)).toEqual(["spend_ledger_p2033_02"]);
+    expect(await ensurePartitions(t.db, new Date("2033-01-20T00:00:00Z"), new Date("2033-02-28T00:00:00Z"))).toEqual([]);
+    // Still idempotent after the move.
+    expect((await insertLedgerRows(t.db, [stray])).inserted).toBe(0);
+  });
+
+  it("concurrent ensurePartitions calls create each month once", async () => {
+    const results = await Promise.all(
+      Array.from({ length: 4 }, () => ensurePartitions(t.db, new Date("2035-01-01T00:00:00Z"), new Date("2035-03-01T00:00:00Z"))),
+    );
+    expect(results.flat().sort()).toEqual(["spend_ledger_p2035_01", "spend_ledger_p2035_02", "spend_ledger_p2035_03"]);
+  });
+
+  it("is append-only: updates and deletes are refused", async () => {
+    const tenant = await newTenant();
+    const r = row(tenant.id);
+    await insertLedgerRows(t.db, [r]);
+    await expect(t.sql`update spend_ledger set cost_micro = 0 where request_id = ${r.requestId}`).rejects.toThrow(/append-only/);
+    await expect(t.sql`delete from spend_ledger where request_id = ${r.requestId}`).rejects.toThrow(/append-only/);
+  });
+
+  it("days follow the tenant's time zone; spend_vs_budget compares with the limit", async () => {
+    const tokyo = await newTenant({ dailyLimitCents: 100n, timeZone: "Asia/Tokyo" });
+    // 16:00Z on Nov 30 is 01:00 on Dec 1 in Tokyo.
+    await insertLedgerRows(t.db, [
+      row(tokyo.id, { startedAt: new Date("2026-11-30T14:59:00Z"), costMicro: centsToMicro(30) }),
+      row(tokyo.id, { startedAt: new Date("2026-11-30T16:00:00Z"), costMicro: centsToMicro(25), backend: "anthropic", model: "claude" }),
+      row(tokyo.id, { startedAt: new Date("2026-11-30T18:00:00Z"), costMicro: centsToMicro(50) }),
+    ]);
+    const days = await spendByDay(t.db, { from: "2026-11-29", to: "2026-12-02", tenantId: tokyo.id });
+    expect(days.map((d) => [d.day, d.costMicro])).toEqual([
+      ["2026-11-30", 30_000_000n],
+      ["2026-12-01", 75_000_000n],
+    ]);
+    const byBackend = await spendByDay(t.db, { from: "2026-12-01", to: "2026-12-01", tenantId: tokyo.id, by: "backend" });
+    expect(byBackend.map((d) => [d.backend, d.model, d.costMicro])).toEqual([
+      ["anthropic", null, 25_000_000n],
+      ["openrouter", null, 50_000_000n],
+    ]);
+    const byModel = await spendByDay(t.db, { from: "2026-12-01", to: "2026-12-01", tenantId: tokyo.id, by: "model" });
+    expect(byModel.map((d) => d.model)).toEqual(["claude", "meta-llama/llama-3.1-8b-instruct"]);
+
+    const vs = await t.db.select().from(schema.spendVsBudget).where(sql`${schema.spendVsBudget.tenantId} = ${tokyo.id}`).orderBy(schema.spendVsBudget.day);
+    expect(vs.map((v) => [v.day, v.costMicro, v.limitMicro, v.remainingMicro, v.percentUsed])).toEqual([
+      ["2026-11-30", 30_000_000n, 100_000_000n, 70_000_000n, "30.00"],
+      ["2026-12-01", 75_000_000n, 100_000_000n, 25_000_000n, "75.00"],
+    ]);
+    const daily = await t.db.select().from(schema.spendDaily).where(sql`${schema.spendDaily.tenantId} = ${tokyo.id}`);
+    expect(daily).toHaveLength(3);
+
+    const recon = await tenantDaySpend(t.db, tokyo.id, "2026-12-01", ["nope"]);
+    expect(recon).toEqual({ spentMicro: 75_000_000n, ledgeredRequestIds: [] });
+  });
+
+  it("tenantDaySpend names which held requests already have a ledger row", async () => {
+    const tenant = await newTenant();
+    const a = row(tenant.id, { startedAt: new Date("2026-11-20T10:00:00Z"), costMicro: 5n });
+    await insertLedgerRows(t.db, [a]);
+    expect(await tenantDaySpend(t.db, tenant.id, "2026-11-20", [a.requestId, "other"])).toEqual({ spentMicro: 5n, ledgeredRequestIds: [a.requestId] });
+    expect(await tenantDaySpend(t.db, tenant.id, "2026-11-21")).toEqual({ spentMicro: 0n, ledgeredRequestIds: [] });
+  });
+
+  it("budgets default to UTC and 80/100 % alerts; alerts are unique per tenant, day and threshold", async () => {
+    const tenant = await newTenant();
+    const [b] = await t.db.insert(schema.budgets).values({ tenantId: tenant.id, dailyLimitCents: 500n }).returning();
+    expect(b).toMatchObject({ timeZone: "UTC", alertThresholds: [80, 100], dailyLimitCents: 500n });
+    const first = await t.db.insert(schema.budgetAlerts).values({ tenantId: tenant.id, day: "2026-11-30", threshold: 80 }).onConflictDoNothing().returning();
+    const again = await t.db.insert(schema.budgetAlerts).values({ tenantId: tenant.id, day: "2026-11-30", threshold: 80 }).onConflictDoNothing().returning();
+    expect([first.length, again.length]).toEqual([1, 0]);
+    await expect(t.db.insert(schema.budgets).values({ tenantId: (await newTenant()).id, dailyLimitCents: -1n })).rejects.toThrow();
+  });
+
+  it("priceAt picks the price in force at the instant", async () => {
+    const model = uniqueName("model");
+    await t.db.insert(schema.prices).values([
+      { backend: "openrouter", model, inputMicroPerMtok: 100n, outputMicroPerMtok: 200n, effectiveFrom: new Date("2026-01-01T00:00:00Z") },
+      { backend: "openrouter", model, inputMicroPerMtok: 150n, outputMicroPerMtok: 300n, cachedInputMicroPerMtok: 15n, effectiveFrom: new Date("2026-06-01T00:00:00Z") },
+    ]);
+    expect((await priceAt(t.db, "openrouter", model, new Date("2026-03-01T00:00:00Z")))?.inputMicroPerMtok).toBe(100n);
+    expect(await priceAt(t.db, "openrouter", model, new Date("2026-07-01T00:00:00Z"))).toMatchObject({ inputMicroPerMtok: 150n, cachedInputMicroPerMtok: 15n });
+    expect(await priceAt(t.db, "openrouter", model, new Date("2025-07-01T00:00:00Z"))).toBeUndefined();
+  });
+});
