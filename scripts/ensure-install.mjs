@@ -9,5 +9,8 @@ const marker = "node_modules/.package-lock.json";
 const stale = !existsSync(marker) || statSync(marker).mtimeMs < statSync("package-lock.json").mtimeMs;
 if (stale) {
   process.stderr.write("» installing npm dependencies (first run)…\n");
-  execSync("npm ci --no-audit --no-fund", { stdio: "inherit" });
+  // `npm install`, not `npm ci`: vite (via vitest) lists an optional
+  // dependency the registry doesn't serve, which npm install skips but
+  // npm ci reports as a lockfile mismatch. The lockfile still pins versions.
+  execSync("npm install --no-audit --no-fund", { stdio: "inherit" });
 }
