@@ -106,7 +106,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const scheme = config.router.tls ? "https" : "http";
   const url = `${scheme}://${config.router.host}:${main.port}`;
   const adminUrl = `http://${config.router.adminHost}:${adm.port}`;
-  log.info("router listening", { url, admin: adminUrl, registry: config.redis.url ? "redis" : "in-process", database: embedded ? "embedded" : "external" });
+  log.info("router listening", { url, admin: adminUrl, registry: config.redis.url ? "redis" : "in-process", database: opts.db ? "shared" : embedded ? "embedded" : "external" });
   return {
     url,
     adminUrl,
