@@ -9,6 +9,7 @@ import { MemoryKeyStore } from "../../apps/router/src/auth/key-store.ts";
 import { KeyResolver } from "../../apps/router/src/auth/resolver.ts";
 import { WorkerBackend, WorkerConnections } from "../../apps/router/src/backends/worker/client.ts";
 import { RouterMetrics } from "../../apps/router/src/observability/metrics.ts";
+import { MemoryLedgerSink } from "../../apps/router/src/billing/ledger.ts";
 import { WorkerDirectory } from "../../apps/router/src/routing/directory.ts";
 import { SimWorker } from "../fixtures/sim-worker.ts";
 
@@ -26,6 +27,7 @@ const app = createApp({
   workerBackend: (w) => new WorkerBackend(w, connections),
   metrics: new RouterMetrics(),
   log: silentLogger,
+  ledger: new MemoryLedgerSink(),
   readiness: async () => ({ redis: true, postgres: true }),
 });
 let ok: SimWorker;

@@ -6,6 +6,7 @@ import type { Config } from "./config.ts";
 import type { KeyResolver } from "./auth/resolver.ts";
 import type { KeyOwner } from "./auth/key-store.ts";
 import type { Backend } from "./backends/types.ts";
+import type { LedgerSink } from "./billing/ledger.ts";
 import type { Logger } from "./observability/log.ts";
 import type { RouterMetrics } from "./observability/metrics.ts";
 import type { WorkerDirectory } from "./routing/directory.ts";
@@ -23,6 +24,8 @@ export interface AppDeps {
   workerBackend: (worker: WorkerRecord) => Backend;
   metrics: RouterMetrics;
   log: Logger;
+  /** Where each dispatched request's ledger row goes. */
+  ledger: LedgerSink;
   readiness: () => Promise<Readiness>;
 }
 

@@ -4,7 +4,8 @@ import { readFileSync } from "node:fs";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import { serve, type ServerType } from "@hono/node-server";
-import { connectDb, startEmbeddedPostgres, type DbHandle, type EmbeddedPg } from "@switchyard/db";
+import { connectDb, insertLedgerRows, startEmbeddedPostgres, type DbHandle, type EmbeddedPg } from "@switchyard/db";
+import { BatchingLedgerWriter } from "./billing/ledger.ts";
 import { connectRedis, MemoryRegistryStore, RedisRegistryStore, type RegistryStore } from "@switchyard/state";
 import type { Redis } from "ioredis";
 import { createAdminApp, createApp } from "./app.ts";
@@ -86,6 +87,8 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const connections = new WorkerConnections({ connectTimeoutMs: config.deadlines.connectMs, maxConnections: config.router.maxConnectionsPerWorker, token: config.workers.token, secretKey: config.workers.secretKey });
   directory.onChange((workers) => connections.retain(new Set(workers.map((w) => new URL(w.url).origin))));
   const keyStore = new PostgresKeyStore(db.db);
+  const dbHandle = db;
+  const ledger = new BatchingLedgerWriter((rows) => insertLedgerRows(dbHandle.db, rows), { log });
   const deps: AppDeps = {
     config,
     keys: new KeyResolver(keyStore, config.router.keyCacheMs),
@@ -93,6 +96,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     workerBackend: (w) => new WorkerBackend(w, connections),
     metrics,
     log,
+    ledger,
     readiness: async () => {
       const [r, p] = await Promise.all([registry.ping(), keyStore.ping()]);
       return { redis: r, postgres: p };
@@ -117,6 +121,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       directory.stop();
       await Promise.all([closeServer(main.server), closeServer(adm.server)]);
       await deps.keys.flush();
+      await ledger.close();
       await connections.close();
       if (redis) redis.disconnect();
       if (!opts.db) await db.close();

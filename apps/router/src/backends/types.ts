@@ -42,6 +42,8 @@ export interface UpstreamResponse {
 export interface Backend {
   readonly id: string;
   readonly kind: "worker";
+  /** The worker's registry id (self-hosted backends). */
+  readonly workerId?: string;
   /**
    * Send the request; resolves once the upstream answered with 2xx headers,
    * rejects with UpstreamFailure otherwise. `signal` aborts the call.

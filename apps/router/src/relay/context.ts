@@ -1,6 +1,7 @@
 // What one request carries through dispatch and relay: its id, deadlines,
 // the client's abort signal, timing, logger and metrics.
 import type { ServerResponse } from "node:http";
+import type { Backend } from "../backends/types.ts";
 import type { Deadlines } from "../config.ts";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
@@ -18,4 +19,16 @@ export interface RelayContext {
   route: string;
   /** The Node response, when served by @hono/node-server: streams write to it directly. */
   outgoing?: ServerResponse;
+  /** Upstream usage was asked for on the client's behalf: don't forward the usage-only chunk. */
+  stripUsage?: boolean;
+  /** Called once per dispatched request with how it ended (the ledger row). */
+  settle?: (outcome: SettleOutcome) => void;
+}
+
+export interface SettleOutcome {
+  backend: Backend;
+  status: "ok" | "error" | "client_cancelled" | "timeout";
+  usage?: { prompt: number; completion: number };
+  /** performance.now() of the first streamed event. */
+  firstTokenAt?: number;
 }

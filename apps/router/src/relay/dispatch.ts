@@ -86,7 +86,10 @@ function usageFrom(payload: unknown): { prompt: number; completion: number } | u
 export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: RelayContext): Promise<DispatchResult> {
   const { metrics, deadlines } = ctx;
   let last: UpstreamFailure | undefined;
+  let lastBackend: Backend | undefined;
   let attempts = 0;
+  const settleFailure = (backend: Backend, f: UpstreamFailure) =>
+    ctx.settle?.({ backend, status: f.kind === "timeout" ? "timeout" : f.kind === "aborted" ? "client_cancelled" : "error" });
   for (const backend of candidates) {
     if (attempts >= ctx.maxAttempts) break;
     if (ctx.signal.aborted) throw new ApiError("upstream_timeout", "client went away before dispatch");
@@ -99,6 +102,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       if (req.raw) {
         const raw = up.raw();
         metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
+        ctx.settle?.({ backend, status: "ok" });
         return { response: relayRaw(backend, raw, a, ctx), backendId: backend.id, attempts };
       }
       if (!req.stream) {
@@ -116,6 +120,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
           metrics.tokens.inc({ kind: "prompt" }, usage.prompt);
           metrics.tokens.inc({ kind: "completion" }, usage.completion);
         }
+        ctx.settle?.({ backend, status: "ok", usage });
         return {
           // The upstream's bytes as they came: parsed only to count tokens.
           response: new Response(text, { headers: { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id } }),
@@ -131,18 +136,23 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       if (firstError) throw new UpstreamFailure("bad_status", `${backend.id} failed before the first token: ${firstError.message ?? "error event"}`, true);
       metrics.ttft.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
       metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
-      return { response: relayStream(backend, first.value, events, up, a, ctx), backendId: backend.id, attempts };
+      return { response: relayStream(backend, first.value, events, up, a, ctx, performance.now()), backendId: backend.id, attempts };
     } catch (err) {
       const failure = toFailure(err, a);
       a.cleanup();
       up?.abort();
       metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: failure.kind });
       ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, error: failure.message });
-      if (!failure.retryable) throw failureToApiError(failure);
+      if (!failure.retryable) {
+        settleFailure(backend, failure);
+        throw failureToApiError(failure);
+      }
       last = failure;
+      lastBackend = backend;
     }
   }
-  if (!last) throw new ApiError("no_healthy_backend", `no healthy worker serves model ${String(req.body.model)}`);
+  if (!last || !lastBackend) throw new ApiError("no_healthy_backend", `no healthy worker serves model ${String(req.body.model)}`);
+  settleFailure(lastBackend, last);
   throw failureToApiError(last);
 }
 
@@ -153,39 +163,48 @@ function relayStream(
   up: UpstreamResponse,
   a: Attempt,
   ctx: RelayContext,
+  firstTokenAt: number,
 ): Response {
   const { deadlines, metrics } = ctx;
   let sawDone = false;
   let finished = false;
-  const finish = () => {
+  let usage: { prompt: number; completion: number } | undefined;
+  const finish = (status: "ok" | "error" | "client_cancelled" | "timeout") => {
     if (finished) return;
     finished = true;
     a.cleanup();
     metrics.duration.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
+    ctx.settle?.({ backend, status, usage, firstTokenAt });
   };
-  const account = (payload: string) => {
+  /** Accounts one payload; false when it must not reach the client. */
+  const account = (payload: string): boolean => {
     if (payload === SSE_DONE) {
       sawDone = true;
-      return;
+      return true;
     }
     // Only the final chunk carries usage; avoid parsing every token event.
     if (payload.includes('"usage"')) {
       try {
-        const usage = usageFrom(JSON.parse(payload));
-        if (usage) {
-          metrics.tokens.inc({ kind: "prompt" }, usage.prompt);
-          metrics.tokens.inc({ kind: "completion" }, usage.completion);
+        const parsed = JSON.parse(payload) as { choices?: unknown[] };
+        const u = usageFrom(parsed);
+        if (u) {
+          usage = u;
+          metrics.tokens.inc({ kind: "prompt" }, u.prompt);
+          metrics.tokens.inc({ kind: "completion" }, u.completion);
+          // We asked for usage on the client's behalf: keep its stream as it expects.
+          if (ctx.stripUsage && Array.isArray(parsed.choices) && parsed.choices.length === 0) return false;
         }
       } catch {
         // not JSON: relayed untouched
       }
     }
+    return true;
   };
   const errorEvent = (err: ApiError) => sseEvent(JSON.stringify(errorBody(err, ctx.requestId)));
   /** Client went away: abort the upstream so the worker frees the slot. */
   const clientGone = () => {
     a.controller.abort(new UpstreamFailure("aborted", "client went away", false));
-    finish();
+    finish("client_cancelled");
     up.abort();
   };
   account(firstPayload);
@@ -200,7 +219,7 @@ function relayStream(
       for (;;) {
         const next = await events.next();
         if (next.done) {
-          finish();
+          finish(sawDone ? "ok" : "error");
           if (!sawDone) {
             metrics.errors.inc({ code: "bad_upstream" });
             await write(errorEvent(new ApiError("bad_upstream", `${backend.id} ended the stream without [DONE]`)));
@@ -212,20 +231,19 @@ function relayStream(
         if (upstreamErr) {
           // The worker already ended the stream with its error event: relay
           // it in our shape as the one error event, and stop.
-          finish();
+          finish("error");
           up.abort();
           metrics.errors.inc({ code: "bad_upstream" });
           await write(errorEvent(new ApiError("bad_upstream", `${backend.id}: ${upstreamErr.message ?? "stream failed"}`)));
           return close();
         }
-        account(next.value);
         // After [DONE] keep reading: the upstream ends right away and its
         // connection goes back to the pool fully read.
-        await write(sseEvent(next.value));
+        if (account(next.value)) await write(sseEvent(next.value));
       }
     } catch (err) {
       const failure = toFailure(err, a);
-      finish();
+      finish(failure.kind === "aborted" ? "client_cancelled" : failure.kind === "timeout" ? "timeout" : "error");
       up.abort();
       // The client is gone: nobody is left to read an error event.
       if (failure.kind === "aborted") return close();

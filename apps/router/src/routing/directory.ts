@@ -40,10 +40,10 @@ export class WorkerDirectory {
         for (const fn of this.listeners) fn(this.snapshot);
       } catch (err) {
         this.log.warn("registry refresh failed", { error: (err as Error).message });
-      } finally {
-        this.refreshing = undefined;
       }
-    })();
+    })().finally(() => {
+      this.refreshing = undefined;
+    });
     return this.refreshing;
   }
 

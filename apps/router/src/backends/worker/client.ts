@@ -86,6 +86,7 @@ function classify(err: unknown, signal: AbortSignal): UpstreamFailure {
 export class WorkerBackend implements Backend {
   readonly kind = "worker" as const;
   readonly id: string;
+  readonly workerId: string;
   private readonly origin: string;
   private readonly basePath: string;
 
@@ -94,6 +95,7 @@ export class WorkerBackend implements Backend {
     private readonly connections: WorkerConnections,
   ) {
     this.id = `worker:${worker.id}`;
+    this.workerId = worker.id;
     const u = new URL(worker.url);
     this.origin = u.origin;
     this.basePath = u.pathname.replace(/\/$/, "");

@@ -37,6 +37,19 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
   }
   const candidates = deps.directory.candidates(model);
   const retryAfter = String(deps.config.router.retryAfterS);
+  // Streams always ask the worker for usage (the ledger needs it); the usage
+  // chunk reaches the client only if it asked too.
+  let stripUsage = false;
+  if (body.stream === true && path !== "/v1/embeddings") {
+    const so = (body.stream_options ?? {}) as { include_usage?: boolean };
+    if (so.include_usage !== true) {
+      stripUsage = true;
+      (body as Record<string, unknown>).stream_options = { ...so, include_usage: true };
+    }
+  }
+  const tenant = c.get("tenant");
+  const arrivedAt = Date.now() - (performance.now() - c.get("startedAt"));
+  const requestId = c.get("requestId");
   if (candidates.length === 0) {
     throw new ApiError("no_healthy_backend", `no worker for model '${model}' is ready (warming, draining or busy)`, null, { "retry-after": retryAfter });
   }
@@ -45,7 +58,7 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
       candidates.map(deps.workerBackend),
       { path, body, stream: body.stream === true, ...(raw ? { raw } : {}) },
       {
-        requestId: c.get("requestId"),
+        requestId,
         deadlines: deps.config.deadlines,
         signal: clientSignal(c),
         startedAt: c.get("startedAt"),
@@ -54,6 +67,31 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
         maxAttempts: deps.config.router.maxAttempts,
         route: c.get("route"),
         outgoing: c.env?.outgoing,
+        stripUsage,
+        settle: (o) => {
+          const now = performance.now();
+          const startedAt = c.get("startedAt");
+          // Self-hosted workers cost nothing, but every request is on the ledger.
+          deps.ledger.record({
+            requestId,
+            tenantId: tenant.tenantId,
+            keyId: tenant.keyId,
+            backend: o.backend.kind,
+            model,
+            worker: o.backend.workerId ?? null,
+            promptTokens: o.usage?.prompt ?? 0,
+            completionTokens: o.usage?.completion ?? 0,
+            cachedTokens: 0,
+            costMicro: 0n,
+            costSource: "price_table",
+            status: o.status,
+            startedAt: new Date(arrivedAt),
+            firstTokenAt: o.firstTokenAt ? new Date(arrivedAt + (o.firstTokenAt - startedAt)) : null,
+            finishedAt: new Date(arrivedAt + (now - startedAt)),
+            ttftMs: o.firstTokenAt ? Math.round(o.firstTokenAt - startedAt) : null,
+            durationMs: Math.round(now - startedAt),
+          });
+        },
       },
     );
     if (body.stream === true) c.set("streaming", true);
