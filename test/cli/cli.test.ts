@@ -47,6 +47,25 @@ describe("switchyard CLI", () => {
     expect((await sy(["keys", "revoke", "sy_ffffffff"])).code).toBe(1);
   });
 
+  it("spend prints real ledger rows, as a table and as CSV, exact to the micro-cent", async () => {
+    const t = (await db.sql`select id from tenants where name = 'initech'`)[0]!;
+    const day = "2026-11-29";
+    for (const [i, cost] of [[1, "12300"], [2, "1"], [3, "99999999"]] as const) {
+      await db.sql`insert into spend_ledger (request_id, tenant_id, backend, model, prompt_tokens, completion_tokens, cost_micro, cost_source, status, started_at, finished_at, duration_ms)
+        values (${`req-${i}`}, ${t.id}, 'openrouter', 'm1', 10, 5, ${cost}, 'provider', 'ok', ${`${day}T12:00:00Z`}, ${`${day}T12:00:01Z`}, 1000)`;
+    }
+    const table = await sy(["spend", "--from", day, "--to", day, "--tenant", "initech"]);
+    expect(table.code).toBe(0);
+    expect(table.stdout).toMatch(/2026-11-29\s+initech\s+3\s+30\s+15\s+100012300\s+1\.000123\n/);
+    const csv = await sy(["spend", "--from", day, "--to", day, "--by", "model", "--format", "csv"]);
+    expect(csv.stdout.trim().split("\n")).toEqual([
+      "day,tenant,backend,model,requests,prompt_tokens,completion_tokens,cost_micro_cents,cost_usd",
+      "2026-11-29,initech,openrouter,m1,3,30,15,100012300,1.000123",
+    ]);
+    expect((await sy(["spend", "--from", "2026-13-01"])).code).toBe(2);
+    expect((await sy(["spend", "--by", "week"])).stderr).toMatch(/--by must be day, backend or model/);
+  });
+
   it("bad arguments exit non-zero with a clear message", async () => {
     const cases: [string[], RegExp][] = [
       [["frobnicate"], /unknown command 'frobnicate'/],

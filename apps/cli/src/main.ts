@@ -16,6 +16,10 @@ export async function main(argv: string[]): Promise<number> {
         name: { type: "string" },
         quick: { type: "boolean" },
         levels: { type: "string" },
+        from: { type: "string" },
+        to: { type: "string" },
+        by: { type: "string" },
+        format: { type: "string" },
         redis: { type: "string" },
         model: { type: "string", multiple: true },
         advertise: { type: "string" },
@@ -47,6 +51,8 @@ export async function main(argv: string[]): Promise<number> {
         const { workerCommand } = await import("./commands/worker.ts");
         return await workerCommand(values);
       }
+      case "spend":
+        return await (await import("./commands/spend.ts")).spendCommand(values);
       case "workers": {
         const { workersCommand } = await import("./commands/workers.ts");
         return await workersCommand(rest, values);

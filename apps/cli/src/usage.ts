@@ -14,6 +14,8 @@ Usage:
   switchyard workers invite NAME [--model M]… [--advertise URL]
                                         per-worker Redis ACL user + secret; prints the join command
   switchyard workers revoke NAME        remove an invited worker's Redis user
+  switchyard spend [--from YYYY-MM-DD] [--to YYYY-MM-DD] [--tenant NAME] [--by day|backend|model] [--format table|csv]
+                                        spend from the ledger (defaults: today, table)
   switchyard migrate                    apply database migrations
   switchyard tenants create NAME        create a tenant
   switchyard tenants list               list tenants
