@@ -6,7 +6,7 @@ import { ApiError, errorBody } from "../errors.ts";
 import type { Backend, BackendRequest, UpstreamResponse } from "../backends/types.ts";
 import { UpstreamFailure } from "../backends/types.ts";
 import type { RelayContext } from "./context.ts";
-import { DeadlineExceeded, PhaseTimer } from "./deadlines.ts";
+import { PhaseTimer } from "./deadlines.ts";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import { SSE_DONE, sseEvent } from "./sse.ts";
 
@@ -50,7 +50,6 @@ function abortReason(a: Attempt): UpstreamFailure | undefined {
   if (!a.controller.signal.aborted) return undefined;
   const r = a.controller.signal.reason as unknown;
   if (r instanceof UpstreamFailure) return r;
-  if (r instanceof DeadlineExceeded) return new UpstreamFailure("timeout", r.message, true);
   return new UpstreamFailure("aborted", "request aborted", false);
 }
 

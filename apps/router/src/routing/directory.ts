@@ -6,6 +6,8 @@ import type { Logger } from "../observability/log.ts";
 
 export class WorkerDirectory {
   private snapshot: WorkerRecord[] = [];
+  /** model → workers serving it, derived once per refresh (read on every request). */
+  private byModel = new Map<string, WorkerRecord[]>();
   private timer: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> | undefined;
   private lastOk = 0;
@@ -36,6 +38,9 @@ export class WorkerDirectory {
     this.refreshing ??= (async () => {
       try {
         this.snapshot = await this.store.list();
+        const byModel = new Map<string, WorkerRecord[]>();
+        for (const w of this.snapshot) for (const m of w.models) byModel.set(m, [...(byModel.get(m) ?? []), w]);
+        this.byModel = byModel;
         this.lastOk = Date.now();
         for (const fn of this.listeners) fn(this.snapshot);
       } catch (err) {
@@ -52,15 +57,13 @@ export class WorkerDirectory {
   }
 
   /** Models served by any live worker (in any state). */
-  models(): Map<string, WorkerRecord[]> {
-    const out = new Map<string, WorkerRecord[]>();
-    for (const w of this.snapshot) for (const m of w.models) out.set(m, [...(out.get(m) ?? []), w]);
-    return out;
+  models(): ReadonlyMap<string, readonly WorkerRecord[]> {
+    return this.byModel;
   }
 
   /** Workers that may take a new request for `model`, least loaded first. */
   candidates(model: string): WorkerRecord[] {
-    const eligible = this.snapshot.filter((w) => acceptsNewWork(w) && w.models.includes(model));
+    const eligible = (this.byModel.get(model) ?? []).filter(acceptsNewWork);
     const load = (w: WorkerRecord) => (w.inFlight + w.queueDepth) / w.capacity;
     // Shuffle first so equal loads spread across workers, then a stable sort.
     for (let i = eligible.length - 1; i > 0; i--) {
