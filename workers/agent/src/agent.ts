@@ -84,28 +84,28 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     log,
   });
 
-  let idleWaiters: (() => void)[] = [];
+  let inFlight = 0;
+  const idleWaiters: (() => void)[] = [];
   const ctx: WorkerContext = {
     supervisor,
     token: opts.token,
-    inFlight: 0,
     draining: false,
-    idle: () => (ctx.inFlight === 0 ? Promise.resolve() : new Promise((r) => idleWaiters.push(r))),
     log,
-  };
-  // Wake drain waiters whenever the count drops to zero.
-  let inFlight = 0;
-  Object.defineProperty(ctx, "inFlight", {
-    get: () => inFlight,
-    set: (v: number) => {
-      inFlight = v;
-      if (v === 0) {
-        const w = idleWaiters;
-        idleWaiters = [];
-        for (const fn of w) fn();
-      }
+    get inFlight() {
+      return inFlight;
     },
-  });
+    begin() {
+      inFlight++;
+      let ended = false;
+      return () => {
+        if (ended) return;
+        ended = true;
+        // Wake drain waiters when the last request ends.
+        if (--inFlight === 0) for (const fn of idleWaiters.splice(0)) fn();
+      };
+    },
+    idle: () => (inFlight === 0 ? Promise.resolve() : new Promise((r) => idleWaiters.push(r))),
+  };
 
   const app = createWorkerApp(ctx);
   const host = opts.host ?? "127.0.0.1";

@@ -6,7 +6,10 @@ export interface WorkerContext {
   supervisor: EngineSupervisor;
   /** Bearer secret the router must present. */
   token: string;
-  inFlight: number;
+  /** Requests being served now. */
+  readonly inFlight: number;
+  /** Count one request in; call the returned function (idempotent) when it ends. */
+  begin(): () => void;
   draining: boolean;
   /** Resolves when in-flight reaches zero (used by drain). */
   idle(): Promise<void>;

@@ -75,12 +75,9 @@ export async function runGenerate(
   const events = engine.call({ case: "generate", value: toGenerate(body, input) }, engineId);
   const onAbort = () => engine.cancel(engineId);
   opts.signal.addEventListener("abort", onAbort, { once: true });
-  ctx.inFlight++;
-  let released = false;
+  const end = ctx.begin();
   const release = () => {
-    if (released) return;
-    released = true;
-    ctx.inFlight--;
+    end();
     opts.signal.removeEventListener("abort", onAbort);
   };
 

@@ -9,7 +9,7 @@ export async function runEmbeddings(ctx: WorkerContext, engine: EngineClient, bo
   const inputs = typeof body.input === "string" ? [body.input] : Array.isArray(body.input) && body.input.every((s) => typeof s === "string") ? (body.input as string[]) : undefined;
   if (!inputs || inputs.length === 0) return errorJson(400, "input: a string or a non-empty array of strings is required", "invalid_request", "input");
   const base64 = body.encoding_format === "base64";
-  ctx.inFlight++;
+  const end = ctx.begin();
   try {
     const ev = await engine.once({ case: "embed", value: { $typeName: "switchyard.engine.v1.Embed", model: String(body.model), inputs } });
     if (ev.kind.case !== "embeddings") return errorJson(502, "engine answered without embeddings", "engine_error");
@@ -24,6 +24,6 @@ export async function runEmbeddings(ctx: WorkerContext, engine: EngineClient, bo
     if (err instanceof EngineError && err.code === 1) return errorJson(400, err.message, "invalid_request");
     return errorJson(503, (err as Error).message, "engine_error");
   } finally {
-    ctx.inFlight--;
+    end();
   }
 }

@@ -29,7 +29,7 @@ export async function runHiddenStates(ctx: WorkerContext, engine: EngineClient, 
       },
     };
   } else return errorJson(400, "input (a string) or messages is required", "invalid_request", "input");
-  ctx.inFlight++;
+  const end = ctx.begin();
   try {
     const ev = await engine.once({
       case: "hiddenStates",
@@ -51,6 +51,6 @@ export async function runHiddenStates(ctx: WorkerContext, engine: EngineClient, 
     if (err instanceof EngineError && (err.code === 1 || err.code === 3)) return errorJson(400, err.message, "invalid_request");
     return errorJson(503, (err as Error).message, "engine_error");
   } finally {
-    ctx.inFlight--;
+    end();
   }
 }
