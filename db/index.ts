@@ -7,3 +7,4 @@ export * as schema from "./schema/index.ts";
 export * from "./ledger.ts";
 export * from "./money.ts";
 export type { NewLedgerRow, LedgerRow, RequestStatus, CostSource } from "./schema/index.ts";
+export * from "./budgets.ts";

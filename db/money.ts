@@ -54,6 +54,8 @@ export interface TokenPrice {
   outputMicroPerMtok: bigint;
   /** null/undefined: cached prompt tokens are priced like ordinary input. */
   cachedInputMicroPerMtok?: bigint | null;
+  /** null/undefined: prompt tokens written to a provider cache are priced like ordinary input. */
+  cacheWriteMicroPerMtok?: bigint | null;
 }
 
 export interface TokenUsage {
@@ -61,6 +63,8 @@ export interface TokenUsage {
   completionTokens: number;
   /** Cached prompt tokens, counted inside promptTokens (OpenAI's convention). */
   cachedTokens?: number;
+  /** Prompt tokens written to a provider cache, also counted inside promptTokens. */
+  cacheWriteTokens?: number;
 }
 
 /** Cost of one request's usage: one ceiling over the exact sum, not one per part. */
@@ -68,9 +72,14 @@ export function usageCostMicro(usage: TokenUsage, price: TokenPrice): Micro {
   const prompt = toBigInt(usage.promptTokens, "promptTokens");
   const completion = toBigInt(usage.completionTokens, "completionTokens");
   const cached = toBigInt(usage.cachedTokens ?? 0, "cachedTokens");
-  if (prompt < 0n || completion < 0n || cached < 0n || cached > prompt) throw new RangeError("token counts must satisfy 0 ≤ cached ≤ prompt, completion ≥ 0");
+  const written = toBigInt(usage.cacheWriteTokens ?? 0, "cacheWriteTokens");
+  if (prompt < 0n || completion < 0n || cached < 0n || written < 0n || cached + written > prompt) {
+    throw new RangeError("token counts must satisfy 0 ≤ cached + cache-written ≤ prompt, completion ≥ 0");
+  }
   const cachedPrice = price.cachedInputMicroPerMtok ?? price.inputMicroPerMtok;
-  const numerator = (prompt - cached) * price.inputMicroPerMtok + cached * cachedPrice + completion * price.outputMicroPerMtok;
+  const writePrice = price.cacheWriteMicroPerMtok ?? price.inputMicroPerMtok;
+  const numerator =
+    (prompt - cached - written) * price.inputMicroPerMtok + cached * cachedPrice + written * writePrice + completion * price.outputMicroPerMtok;
   return divCeil(numerator, TOKENS_PER_MTOK);
 }
 
@@ -79,7 +88,10 @@ export function usageCostMicro(usage: TokenUsage, price: TokenPrice): Micro {
  * the largest completion it may produce at the output price. The budget hold.
  */
 export function worstCaseMicro(inputTokens: number, maxOutputTokens: number, price: TokenPrice): Micro {
-  return usageCostMicro({ promptTokens: inputTokens, completionTokens: maxOutputTokens }, price);
+  // Every prompt token might be written to a cache, if that costs more.
+  const write = price.cacheWriteMicroPerMtok ?? 0n;
+  const input = write > price.inputMicroPerMtok ? write : price.inputMicroPerMtok;
+  return usageCostMicro({ promptTokens: inputTokens, completionTokens: maxOutputTokens }, { ...price, inputMicroPerMtok: input });
 }
 
 /** Exact decimal text of micro-cents in cents, e.g. 1_234_567n → "1.234567". */

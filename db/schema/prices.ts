@@ -14,6 +14,8 @@ export const prices = pgTable(
     outputMicroPerMtok: bigint("output_micro_per_mtok", { mode: "bigint" }).notNull(),
     /** Cached prompt tokens; null means "priced like ordinary input" (never silently free). */
     cachedInputMicroPerMtok: bigint("cached_input_micro_per_mtok", { mode: "bigint" }),
+    /** Prompt tokens written to a provider cache (Anthropic: 1.25× input); null means "priced like input". */
+    cacheWriteMicroPerMtok: bigint("cache_write_micro_per_mtok", { mode: "bigint" }),
     effectiveFrom: tstz("effective_from").notNull(),
     createdAt: createdAt(),
   },
@@ -21,7 +23,7 @@ export const prices = pgTable(
     primaryKey({ columns: [t.backend, t.model, t.effectiveFrom] }),
     check(
       "prices_nonnegative",
-      sql`${t.inputMicroPerMtok} >= 0 and ${t.outputMicroPerMtok} >= 0 and coalesce(${t.cachedInputMicroPerMtok}, 0) >= 0`,
+      sql`${t.inputMicroPerMtok} >= 0 and ${t.outputMicroPerMtok} >= 0 and coalesce(${t.cachedInputMicroPerMtok}, 0) >= 0 and coalesce(${t.cacheWriteMicroPerMtok}, 0) >= 0`,
     ),
   ],
 );

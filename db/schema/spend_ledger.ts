@@ -35,6 +35,8 @@ export const spendLedger = pgTable(
     completionTokens: integer("completion_tokens").notNull().default(0),
     /** Prompt tokens served from a provider cache (included in prompt_tokens). */
     cachedTokens: integer("cached_tokens").notNull().default(0),
+    /** Prompt tokens written to a provider cache (included in prompt_tokens). */
+    cacheWriteTokens: integer("cache_write_tokens").notNull().default(0),
     /** Micro-cents (10⁻⁶ cent); free backends record 0. */
     costMicro: bigint("cost_micro", { mode: "bigint" }).notNull(),
     costSource: costSource("cost_source").notNull(),

@@ -3,7 +3,7 @@
 // streams go through a WHATWG ReadableStream instead of the Node socket.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hashKey } from "@switchyard/db";
-import { MemoryRegistryStore } from "@switchyard/state";
+import { MemoryBudgetStore, MemoryRegistryStore } from "@switchyard/state";
 import { createApp, loadConfig, silentLogger } from "@switchyard/router";
 import { MemoryKeyStore } from "../../apps/router/src/auth/key-store.ts";
 import { KeyResolver } from "../../apps/router/src/auth/resolver.ts";
@@ -11,6 +11,10 @@ import { WorkerBackend, WorkerConnections } from "../../apps/router/src/backends
 import { RouterMetrics } from "../../apps/router/src/observability/metrics.ts";
 import { MemoryLedgerSink } from "../../apps/router/src/billing/ledger.ts";
 import { WorkerDirectory } from "../../apps/router/src/routing/directory.ts";
+import { BackendChain } from "../../apps/router/src/routing/chain.ts";
+import { BudgetGuard } from "../../apps/router/src/billing/guard.ts";
+import { StaticBudgets } from "../../apps/router/src/billing/budgets.ts";
+import { StaticPriceBook } from "../../apps/router/src/billing/prices.ts";
 import { SimWorker } from "../fixtures/sim-worker.ts";
 
 const KEY = "sy_0badc0de_inprocessinprocessinprocessinprocess";
@@ -20,14 +24,25 @@ keys.byHash.set(hashKey(KEY), { keyId: 1, prefix: "sy_0badc0de", tenantId: 1, te
 const config = loadConfig({ env: {}, overrides: { "deadlines.idleMs": 300 } });
 const directory = new WorkerDirectory(registry, 50, silentLogger);
 const connections = new WorkerConnections({ connectTimeoutMs: 1000 });
+const metrics = new RouterMetrics();
+const ledger = new MemoryLedgerSink();
 const app = createApp({
   config,
   keys: new KeyResolver(keys, 1000),
   directory,
-  workerBackend: (w) => new WorkerBackend(w, connections),
-  metrics: new RouterMetrics(),
+  chain: new BackendChain(config.routing, directory, (w, model) => new WorkerBackend(w, connections, model)),
+  guard: new BudgetGuard({
+    store: new MemoryBudgetStore(),
+    budgets: new StaticBudgets(),
+    prices: new StaticPriceBook(),
+    ledger,
+    alerts: async () => true,
+    billing: config.billing,
+    log: silentLogger,
+    metrics,
+  }),
+  metrics,
   log: silentLogger,
-  ledger: new MemoryLedgerSink(),
   readiness: async () => ({ redis: true, postgres: true }),
 });
 let ok: SimWorker;

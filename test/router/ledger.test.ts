@@ -31,7 +31,7 @@ const post = (body: Record<string, unknown>, signal?: AbortSignal) =>
   });
 
 async function ledgerRow(requestId: string) {
-  await fx.router.deps.ledger.flush();
+  await fx.router.deps.guard.flush();
   const rows = await fx.db.sql`select * from spend_ledger where request_id = ${requestId}`;
   return rows;
 }
@@ -89,7 +89,7 @@ describe("spend ledger", () => {
       await r.text();
       ids.push(r.headers.get("x-request-id")!);
     }
-    await fx.router.deps.ledger.flush();
+    await fx.router.deps.guard.flush();
     const rows = await fx.db.sql`select request_id, count(*)::int as n from spend_ledger where request_id = any(${ids}) group by request_id`;
     expect(rows).toHaveLength(10);
     expect(rows.every((r) => r.n === 1)).toBe(true);

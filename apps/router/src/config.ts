@@ -21,6 +21,11 @@ const deadlinesSchema = z.object({
   totalMs: z.number().int().positive().default(600_000),
 });
 
+/** A step of a fall-through chain: self-hosted workers on this machine or elsewhere, then paid APIs. */
+export const chainSteps = ["local", "remote", "openrouter", "anthropic"] as const;
+export type ChainStep = (typeof chainSteps)[number];
+const chainStep = z.enum(chainSteps);
+
 export const configSchema = z.object({
   home: z.string().default("./.switchyard"),
   router: z
@@ -80,6 +85,68 @@ export const configSchema = z.object({
       level: z.enum(["debug", "info", "warn", "error"]).default("info"),
     })
     .prefault({}),
+  /** Paid APIs; each is on when its key is set. */
+  providers: z
+    .object({
+      openrouter: z
+        .object({
+          apiKey: z.string().min(1),
+          baseUrl: z.url().default("https://openrouter.ai/api/v1"),
+          /** Sent as HTTP-Referer / X-Title: how OpenRouter attributes the app. */
+          referer: z.string().optional(),
+          title: z.string().default("Switchyard"),
+        })
+        .optional(),
+      anthropic: z
+        .object({
+          apiKey: z.string().min(1),
+          baseUrl: z.url().default("https://api.anthropic.com"),
+          version: z.string().default("2023-06-01"),
+          /** Anthropic requires max_tokens; used when the client sent none. */
+          defaultMaxTokens: z.number().int().positive().default(4096),
+        })
+        .optional(),
+    })
+    .prefault({}),
+  routing: z
+    .object({
+      /** The fall-through chain: where a request may run, in order. */
+      chain: z.array(chainStep).min(1).default(["local", "remote", "openrouter", "anthropic"]),
+      /** Per-tenant chains, by tenant name (e.g. a tenant that must never reach paid APIs). */
+      tenantChains: z.record(z.string(), z.array(chainStep).min(1)).default({}),
+      /**
+       * Model aliases: one name the client uses, the name each kind of
+       * backend knows. Without an alias a model goes to workers serving that
+       * name, to OpenRouter when it looks like an OpenRouter id ("vendor/model"),
+       * to Anthropic when it starts with "claude-".
+       */
+      models: z
+        .record(
+          z.string(),
+          z.object({ worker: z.string().optional(), openrouter: z.string().optional(), anthropic: z.string().optional() }),
+        )
+        .default({}),
+    })
+    .prefault({}),
+  billing: z
+    .object({
+      /**
+       * How long a budget hold lives if nobody settles it (a crashed
+       * router's money comes back after this). Keep it above deadlines.totalMs.
+       */
+      holdTtlMs: z.number().int().positive().default(660_000),
+      /** Output tokens held for (and sent as max_tokens to) a paid backend when the client asks for more or none. */
+      maxOutputTokens: z.number().int().positive().default(4096),
+      /** How often a router re-reads prices; budgets are cached this long too. */
+      refreshMs: z.number().int().min(0).default(5_000),
+      /** Ledger rows per INSERT at most. */
+      ledgerBatch: z.number().int().min(1).max(1000).default(500),
+      /** How long the ledger drain waits for more rows before inserting a batch. */
+      ledgerFlushMs: z.number().int().min(1).default(100),
+      /** A buffered row read by a router that stopped answering is taken over after this long. */
+      ledgerClaimIdleMs: z.number().int().min(100).default(15_000),
+    })
+    .prefault({}),
 });
 
 export type Config = z.infer<typeof configSchema>;
@@ -97,6 +164,8 @@ const envAliases: Record<string, string[]> = {
   SWITCHYARD_HOST: ["router", "host"],
   SWITCHYARD_WORKER_TOKEN: ["workers", "token"],
   SWITCHYARD_WORKER_SECRET_KEY: ["workers", "secretKey"],
+  OPENROUTER_API_KEY: ["providers", "openrouter", "apiKey"],
+  ANTHROPIC_API_KEY: ["providers", "anthropic", "apiKey"],
 };
 
 function camel(s: string): string {

@@ -1,14 +1,13 @@
 // Everything createApp needs, passed in: server.ts wires real parts, tests
 // wire in-memory or real ones.
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { WorkerRecord } from "@switchyard/state";
 import type { Config } from "./config.ts";
 import type { KeyResolver } from "./auth/resolver.ts";
 import type { KeyOwner } from "./auth/key-store.ts";
-import type { Backend } from "./backends/types.ts";
-import type { LedgerSink } from "./billing/ledger.ts";
+import type { BudgetGuard } from "./billing/guard.ts";
 import type { Logger } from "./observability/log.ts";
 import type { RouterMetrics } from "./observability/metrics.ts";
+import type { BackendChain } from "./routing/chain.ts";
 import type { WorkerDirectory } from "./routing/directory.ts";
 
 export interface Readiness {
@@ -20,12 +19,12 @@ export interface AppDeps {
   config: Config;
   keys: KeyResolver;
   directory: WorkerDirectory;
-  /** Turns a registry record into a callable backend. */
-  workerBackend: (worker: WorkerRecord) => Backend;
+  /** A tenant's fall-through chain for a model: workers, then paid APIs. */
+  chain: BackendChain;
+  /** Money: budget holds before paid attempts, the ledger row and spend after. */
+  guard: BudgetGuard;
   metrics: RouterMetrics;
   log: Logger;
-  /** Where each dispatched request's ledger row goes. */
-  ledger: LedgerSink;
   readiness: () => Promise<Readiness>;
 }
 

@@ -7,6 +7,7 @@ export const errorCodes = {
   missing_api_key: { status: 401, type: "authentication_error" },
   invalid_api_key: { status: 401, type: "authentication_error" },
   revoked_api_key: { status: 401, type: "authentication_error" },
+  budget_exceeded: { status: 402, type: "insufficient_quota" },
   permission_denied: { status: 403, type: "permission_error" },
   not_found: { status: 404, type: "invalid_request_error" },
   model_not_found: { status: 404, type: "invalid_request_error" },

@@ -4,9 +4,26 @@ import { readFileSync } from "node:fs";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import { serve, type ServerType } from "@hono/node-server";
-import { connectDb, insertLedgerRows, startEmbeddedPostgres, type DbHandle, type EmbeddedPg } from "@switchyard/db";
-import { BatchingLedgerWriter } from "./billing/ledger.ts";
-import { connectRedis, MemoryRegistryStore, RedisRegistryStore, type RegistryStore } from "@switchyard/state";
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import { connectDb, insertLedgerRows, recordBudgetAlert, startEmbeddedPostgres, type DbHandle, type EmbeddedPg } from "@switchyard/db";
+import {
+  connectRedis,
+  MemoryBudgetStore,
+  MemoryRegistryStore,
+  RedisBudgetStore,
+  RedisRegistryStore,
+  type BudgetStore,
+  type RegistryStore,
+} from "@switchyard/state";
+import { AnthropicBackend, AnthropicConnections } from "./backends/anthropic/client.ts";
+import { OpenRouterBackend, OpenRouterConnections } from "./backends/openrouter/client.ts";
+import { PostgresBudgets } from "./billing/budgets.ts";
+import { BudgetGuard } from "./billing/guard.ts";
+import { BatchingLedgerWriter, type LedgerSink } from "./billing/ledger.ts";
+import { RedisLedgerBuffer } from "./billing/ledger-stream.ts";
+import { PostgresPriceBook } from "./billing/prices.ts";
+import { BackendChain, type ProviderBackends } from "./routing/chain.ts";
 import type { Redis } from "ioredis";
 import { createAdminApp, createApp } from "./app.ts";
 import { PostgresKeyStore } from "./auth/key-store.ts";
@@ -32,6 +49,8 @@ export interface StartRouterOptions {
   registry?: RegistryStore;
   /** Use this database instead of config.database.url / embedded. */
   db?: DbHandle;
+  /** Use this budget store instead of building one from config (single-machine mode). */
+  budgets?: BudgetStore;
   log?: Logger;
 }
 
@@ -88,20 +107,68 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   directory.onChange((workers) => connections.retain(new Set(workers.map((w) => new URL(w.url).origin))));
   const keyStore = new PostgresKeyStore(db.db);
   const dbHandle = db;
-  const ledger = new BatchingLedgerWriter((rows) => insertLedgerRows(dbHandle.db, rows), { log });
+  const writeRows = (rows: Parameters<typeof insertLedgerRows>[1]) => insertLedgerRows(dbHandle.db, rows);
+  // With Redis: the durable ledger stream and the shared budget counters.
+  // Without (one machine): an in-memory buffer and in-process counters.
+  let ledgerStream: RedisLedgerBuffer | undefined;
+  let ledger: LedgerSink;
+  let budgetStore = opts.budgets;
+  if (redis) {
+    ledgerStream = new RedisLedgerBuffer(redis, writeRows, {
+      prefix: config.redis.keyPrefix,
+      consumer: `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`,
+      batch: config.billing.ledgerBatch,
+      flushMs: config.billing.ledgerFlushMs,
+      claimIdleMs: config.billing.ledgerClaimIdleMs,
+      log,
+      metrics,
+    });
+    ledger = ledgerStream;
+    budgetStore ??= new RedisBudgetStore(redis, config.redis.keyPrefix);
+  } else {
+    ledger = new BatchingLedgerWriter(writeRows, { log, maxBatch: config.billing.ledgerBatch });
+    budgetStore ??= new MemoryBudgetStore();
+  }
+  const prices = new PostgresPriceBook(db.db, config.billing.refreshMs, log);
+  const guard = new BudgetGuard({
+    store: budgetStore,
+    budgets: new PostgresBudgets(db.db, config.billing.refreshMs),
+    prices,
+    ledger,
+    alerts: (tenantId, day, threshold) => recordBudgetAlert(dbHandle.db, tenantId, day, threshold),
+    billing: config.billing,
+    log,
+    metrics,
+  });
+  const providers: ProviderBackends = {};
+  const closers: Array<() => Promise<void>> = [];
+  const orCfg = config.providers.openrouter;
+  if (orCfg) {
+    const conns = new OpenRouterConnections({ ...orCfg, connectTimeoutMs: config.deadlines.connectMs });
+    providers.openrouter = (model) => new OpenRouterBackend(model, conns);
+    closers.push(() => conns.close());
+  }
+  const anCfg = config.providers.anthropic;
+  if (anCfg) {
+    const conns = new AnthropicConnections({ ...anCfg, connectTimeoutMs: config.deadlines.connectMs });
+    providers.anthropic = (model) => new AnthropicBackend(model, conns);
+    closers.push(() => conns.close());
+  }
   const deps: AppDeps = {
     config,
     keys: new KeyResolver(keyStore, config.router.keyCacheMs),
     directory,
-    workerBackend: (w) => new WorkerBackend(w, connections),
+    chain: new BackendChain(config.routing, directory, (w, model) => new WorkerBackend(w, connections, model), providers),
+    guard,
     metrics,
     log,
-    ledger,
     readiness: async () => {
       const [r, p] = await Promise.all([registry.ping(), keyStore.ping()]);
       return { redis: r, postgres: p };
     },
   };
+  await prices.start();
+  await ledgerStream?.start();
   await directory.start();
   const app = createApp(deps);
   const admin = createAdminApp(deps);
@@ -121,8 +188,11 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       directory.stop();
       await Promise.all([closeServer(main.server), closeServer(adm.server)]);
       await deps.keys.flush();
+      prices.stop();
+      await guard.drain();
       await ledger.close();
       await connections.close();
+      await Promise.all(closers.map((c) => c()));
       if (redis) redis.disconnect();
       if (!opts.db) await db.close();
       if (embedded) await embedded.stop();

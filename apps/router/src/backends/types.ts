@@ -1,5 +1,7 @@
-// The Backend interface: anything that can answer an OpenAI-shaped request.
-// Workers today; OpenRouter and Anthropic adapters implement the same shape.
+// The Backend interface: anything that can answer an OpenAI-shaped request —
+// self-hosted workers, OpenRouter, Anthropic. Whatever the upstream speaks,
+// a backend hands the relay OpenAI-shaped bodies and SSE payloads (with an
+// OpenAI `usage` block), so billing and relaying are one code path.
 import type { RelayContext } from "../relay/context.ts";
 
 export type InferencePath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/hidden_states";
@@ -33,15 +35,27 @@ export interface UpstreamResponse {
   text(): Promise<string>;
   /** The body as bytes plus the headers worth relaying (raw requests). */
   raw(): { headers: Record<string, string>; body: AsyncIterable<Uint8Array> };
-  /** SSE payloads one by one (streaming requests). Throws UpstreamFailure. */
+  /**
+   * SSE payloads one by one (streaming requests), OpenAI chunk JSON and the
+   * final "[DONE]". Comments/keep-alives are not yielded (they are not
+   * progress). A failure mid-stream throws UpstreamFailure.
+   */
   events(): AsyncGenerator<string>;
   /** Abort the upstream request and free its connection. */
   abort(): void;
 }
 
+export type BackendKind = "worker" | "openrouter" | "anthropic";
+
 export interface Backend {
   readonly id: string;
-  readonly kind: "worker";
+  readonly kind: BackendKind;
+  /** Paid backends are held against the tenant's daily budget before the call. */
+  readonly paid: boolean;
+  /** The model name the upstream knows (the client's name may be an alias). */
+  readonly model: string;
+  /** Whether this backend can answer this path at all (Anthropic has no embeddings). */
+  supports(path: InferencePath): boolean;
   /** The worker's registry id (self-hosted backends). */
   readonly workerId?: string;
   /**

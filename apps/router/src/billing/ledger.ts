@@ -2,12 +2,15 @@
 // written in batches off the request path (insertLedgerRows is idempotent on
 // request id + start time, so a retried batch never double-counts). If
 // Postgres is down, rows stay buffered and are retried with backoff; the
-// buffer is bounded in memory (a durable buffer is part of issue 4).
+// buffer is bounded in memory. This is the single-machine sink (`switchyard
+// up` without Redis); with Redis, rows go through the durable stream in
+// ledger-stream.ts.
 import type { NewLedgerRow } from "@switchyard/db";
 import type { Logger } from "../observability/log.ts";
 
 export interface LedgerSink {
-  record(row: NewLedgerRow): void;
+  /** Resolves once the row is as durable as this sink makes it (Redis stream: appended). */
+  record(row: NewLedgerRow): Promise<void>;
   /** Write everything buffered now. */
   flush(): Promise<void>;
   close(): Promise<void>;
@@ -33,7 +36,7 @@ export class BatchingLedgerWriter implements LedgerSink {
     private readonly opts: BatchingLedgerOptions,
   ) {}
 
-  record(row: NewLedgerRow): void {
+  async record(row: NewLedgerRow): Promise<void> {
     const max = this.opts.maxBuffered ?? 100_000;
     if (this.buffer.length >= max) {
       // Bounded memory: the oldest rows go first, loudly.
@@ -95,7 +98,7 @@ export class BatchingLedgerWriter implements LedgerSink {
 /** In-memory twin for in-process use and tests. */
 export class MemoryLedgerSink implements LedgerSink {
   readonly rows: NewLedgerRow[] = [];
-  record(row: NewLedgerRow): void {
+  async record(row: NewLedgerRow): Promise<void> {
     this.rows.push(row);
   }
   async flush(): Promise<void> {}

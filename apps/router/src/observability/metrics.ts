@@ -78,9 +78,14 @@ export class RouterMetrics {
   readonly tokens = new Counter("switchyard_tokens_total", "Tokens reported by backends, by kind (prompt|completion).");
   readonly errors = new Counter("switchyard_errors_total", "Errors answered, by error code.");
   readonly upstreamAttempts = new Counter("switchyard_upstream_attempts_total", "Backend attempts, by backend and outcome.");
+  readonly budgetHolds = new Counter("switchyard_budget_holds_total", "Budget holds asked for paid backends, by outcome (held|refused|unpriced|unlimited).");
+  readonly budgetAlerts = new Counter("switchyard_budget_alerts_total", "Budget thresholds crossed (once per tenant, day and threshold), by threshold.");
+  readonly ledgerRows = new Counter("switchyard_ledger_rows_total", "Ledger rows drained into Postgres, by outcome (committed|duplicate).");
+  readonly ledgerLag = new Histogram("switchyard_ledger_lag_seconds", "Request end to its ledger row committed in Postgres.", [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]);
+  readonly billingFailures = new Counter("switchyard_billing_failures_total", "Settle steps that failed (and were left to the hold's expiry and reconcile), by step.");
   readonly workers = new Gauge("switchyard_workers", "Workers in the registry, by state.");
 
   render(): string {
-    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers].map((m) => m.render()).join("\n") + "\n";
+    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.budgetHolds, this.budgetAlerts, this.ledgerRows, this.ledgerLag, this.billingFailures].map((m) => m.render()).join("\n") + "\n";
   }
 }

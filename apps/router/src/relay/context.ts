@@ -2,6 +2,8 @@
 // the client's abort signal, timing, logger and metrics.
 import type { ServerResponse } from "node:http";
 import type { Backend } from "../backends/types.ts";
+import type { Usage } from "../backends/usage.ts";
+import type { Admission } from "../billing/guard.ts";
 import type { Deadlines } from "../config.ts";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
@@ -23,12 +25,23 @@ export interface RelayContext {
   stripUsage?: boolean;
   /** Called once per dispatched request with how it ended (the ledger row). */
   settle?: (outcome: SettleOutcome) => void;
+  /**
+   * Asked before each attempt: a paid backend is held against the tenant's
+   * budget here, or skipped. `patch` is merged into the body for that attempt.
+   */
+  admit?: (backend: Backend) => Promise<Admission>;
+  /** An admitted attempt failed before its first byte: nothing was charged. */
+  release?: (backend: Backend) => void;
 }
+
+export type { Admission };
 
 export interface SettleOutcome {
   backend: Backend;
   status: "ok" | "error" | "client_cancelled" | "timeout";
-  usage?: { prompt: number; completion: number };
+  usage?: Usage;
   /** performance.now() of the first streamed event. */
   firstTokenAt?: number;
+  /** Stream events relayed (a usage estimate when the provider reports none). */
+  chunks?: number;
 }

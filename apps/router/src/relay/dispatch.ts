@@ -9,6 +9,7 @@ import type { RelayContext } from "./context.ts";
 import { PhaseTimer } from "./deadlines.ts";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import { SSE_DONE, sseEvent } from "./sse.ts";
+import { type Usage, usageFrom } from "../backends/usage.ts";
 
 export interface DispatchResult {
   response: Response;
@@ -76,12 +77,6 @@ function upstreamErrorEvent(payload: string): { message?: string; code?: string 
   }
 }
 
-function usageFrom(payload: unknown): { prompt: number; completion: number } | undefined {
-  const u = (payload as { usage?: { prompt_tokens?: number; completion_tokens?: number } } | null)?.usage;
-  if (!u || typeof u !== "object") return undefined;
-  return { prompt: Number(u.prompt_tokens ?? 0), completion: Number(u.completion_tokens ?? 0) };
-}
-
 export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: RelayContext): Promise<DispatchResult> {
   const { metrics, deadlines } = ctx;
   let last: UpstreamFailure | undefined;
@@ -89,15 +84,26 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   let attempts = 0;
   const settleFailure = (backend: Backend, f: UpstreamFailure) =>
     ctx.settle?.({ backend, status: f.kind === "timeout" ? "timeout" : f.kind === "aborted" ? "client_cancelled" : "error" });
+  const skipped: Array<{ backend: Backend; reason: string }> = [];
   for (const backend of candidates) {
     if (attempts >= ctx.maxAttempts) break;
     if (ctx.signal.aborted) throw new ApiError("upstream_timeout", "client went away before dispatch");
+    if (!backend.supports(req.path)) continue;
+    let attemptReq = req;
+    if (ctx.admit) {
+      const admission = await ctx.admit(backend);
+      if (!admission.ok) {
+        skipped.push({ backend, reason: admission.reason });
+        continue;
+      }
+      if (admission.patch) attemptReq = { ...req, body: { ...req.body, ...admission.patch } };
+    }
     attempts++;
     const a = startAttempt(ctx);
     a.timer.arm("headers", deadlines.headersMs);
     let up: UpstreamResponse | undefined;
     try {
-      up = await backend.open(req, ctx, a.controller.signal);
+      up = await backend.open(attemptReq, ctx, a.controller.signal);
       if (req.raw) {
         const raw = up.raw();
         metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
@@ -114,7 +120,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
           throw new UpstreamFailure("protocol", `${backend.id} answered with invalid JSON`, true);
         }
         metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
-        const usage = usageFrom(body);
+        const usage = usageFrom(body, text);
         if (usage) {
           metrics.tokens.inc({ kind: "prompt" }, usage.prompt);
           metrics.tokens.inc({ kind: "completion" }, usage.completion);
@@ -142,6 +148,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       up?.abort();
       metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: failure.kind });
       ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, error: failure.message });
+      ctx.release?.(backend);
       if (!failure.retryable) {
         settleFailure(backend, failure);
         throw failureToApiError(failure);
@@ -150,7 +157,14 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       lastBackend = backend;
     }
   }
-  if (!last || !lastBackend) throw new ApiError("no_healthy_backend", `no healthy worker serves model ${String(req.body.model)}`);
+  if (!last || !lastBackend) {
+    // Nothing was tried: say why the paid backends were passed over.
+    if (skipped.some((s) => s.reason === "budget_exhausted")) {
+      throw new ApiError("budget_exceeded", `the tenant's daily budget cannot cover this request on ${skipped.map((s) => s.backend.id).join(", ")}`, null, { "x-should-retry": "false" });
+    }
+    const why = skipped.length > 0 ? ` (${skipped.map((s) => `${s.backend.id}: ${s.reason}`).join("; ")})` : "";
+    throw new ApiError("no_healthy_backend", `no healthy backend serves model ${String(req.body.model)}${why}`);
+  }
   settleFailure(lastBackend, last);
   throw failureToApiError(last);
 }
@@ -167,13 +181,14 @@ function relayStream(
   const { deadlines, metrics } = ctx;
   let sawDone = false;
   let finished = false;
-  let usage: { prompt: number; completion: number } | undefined;
+  let usage: Usage | undefined;
+  let chunks = 0;
   const finish = (status: "ok" | "error" | "client_cancelled" | "timeout") => {
     if (finished) return;
     finished = true;
     a.cleanup();
     metrics.duration.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
-    ctx.settle?.({ backend, status, usage, firstTokenAt });
+    ctx.settle?.({ backend, status, usage, firstTokenAt, chunks });
   };
   /** Accounts one payload; false when it must not reach the client. */
   const account = (payload: string): boolean => {
@@ -181,11 +196,12 @@ function relayStream(
       sawDone = true;
       return true;
     }
+    chunks++;
     // Only the final chunk carries usage; avoid parsing every token event.
     if (payload.includes('"usage"')) {
       try {
         const parsed = JSON.parse(payload) as { choices?: unknown[] };
-        const u = usageFrom(parsed);
+        const u = usageFrom(parsed, payload);
         if (u) {
           usage = u;
           metrics.tokens.inc({ kind: "prompt" }, u.prompt);

@@ -85,7 +85,10 @@ function classify(err: unknown, signal: AbortSignal): UpstreamFailure {
 
 export class WorkerBackend implements Backend {
   readonly kind = "worker" as const;
+  /** Self-hosted: recorded on the ledger at cost 0, never held against a budget. */
+  readonly paid = false;
   readonly id: string;
+  readonly model: string;
   readonly workerId: string;
   private readonly origin: string;
   private readonly basePath: string;
@@ -93,12 +96,18 @@ export class WorkerBackend implements Backend {
   constructor(
     readonly worker: WorkerRecord,
     private readonly connections: WorkerConnections,
+    model = "",
   ) {
+    this.model = model;
     this.id = `worker:${worker.id}`;
     this.workerId = worker.id;
     const u = new URL(worker.url);
     this.origin = u.origin;
     this.basePath = u.pathname.replace(/\/$/, "");
+  }
+
+  supports(): boolean {
+    return true;
   }
 
   async open(req: BackendRequest, ctx: RelayContext, signal: AbortSignal): Promise<UpstreamResponse> {

@@ -31,14 +31,17 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
 ): Promise<Response> {
   const body = validate(schema, await readJson(c, deps.config.router.bodyLimitBytes)) as z.infer<S> & Record<string, unknown>;
   const model = body.model;
-  const served = deps.directory.models().get(model);
-  if (!served || served.length === 0) {
-    throw new ApiError("model_not_found", `model '${model}' is not served by any live worker`, "model");
+  const tenant = c.get("tenant");
+  const { backends, known } = deps.chain.resolve(model, tenant.tenantName);
+  if (!known) {
+    throw new ApiError("model_not_found", `model '${model}' is not served by any live worker or configured provider`, "model");
   }
-  const candidates = deps.directory.candidates(model);
   const retryAfter = String(deps.config.router.retryAfterS);
-  // Streams always ask the worker for usage (the ledger needs it); the usage
-  // chunk reaches the client only if it asked too.
+  if (backends.length === 0) {
+    throw new ApiError("no_healthy_backend", `no worker for model '${model}' is ready (warming, draining or busy)`, null, { "retry-after": retryAfter });
+  }
+  // Streams always ask the upstream for usage (the ledger needs it); the
+  // usage chunk reaches the client only if it asked too.
   let stripUsage = false;
   if (body.stream === true && path !== "/v1/embeddings") {
     const so = (body.stream_options ?? {}) as { include_usage?: boolean };
@@ -47,51 +50,34 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
       (body as Record<string, unknown>).stream_options = { ...so, include_usage: true };
     }
   }
-  const tenant = c.get("tenant");
-  const arrivedAt = Date.now() - (performance.now() - c.get("startedAt"));
-  const requestId = c.get("requestId");
-  if (candidates.length === 0) {
-    throw new ApiError("no_healthy_backend", `no worker for model '${model}' is ready (warming, draining or busy)`, null, { "retry-after": retryAfter });
-  }
+  const startedAt = c.get("startedAt");
+  const tab = deps.guard.open({
+    requestId: c.get("requestId"),
+    tenant,
+    path,
+    body,
+    model,
+    arrivedAtMs: Date.now() - (performance.now() - startedAt),
+    startedAtPerf: startedAt,
+  });
   try {
     const result = await dispatch(
-      candidates.map(deps.workerBackend),
+      backends,
       { path, body, stream: body.stream === true, ...(raw ? { raw } : {}) },
       {
-        requestId,
+        requestId: c.get("requestId"),
         deadlines: deps.config.deadlines,
         signal: clientSignal(c),
-        startedAt: c.get("startedAt"),
+        startedAt,
         log: c.get("log"),
         metrics: deps.metrics,
         maxAttempts: deps.config.router.maxAttempts,
         route: c.get("route"),
         outgoing: c.env?.outgoing,
         stripUsage,
-        settle: (o) => {
-          const now = performance.now();
-          const startedAt = c.get("startedAt");
-          // Self-hosted workers cost nothing, but every request is on the ledger.
-          deps.ledger.record({
-            requestId,
-            tenantId: tenant.tenantId,
-            keyId: tenant.keyId,
-            backend: o.backend.kind,
-            model,
-            worker: o.backend.workerId ?? null,
-            promptTokens: o.usage?.prompt ?? 0,
-            completionTokens: o.usage?.completion ?? 0,
-            cachedTokens: 0,
-            costMicro: 0n,
-            costSource: "price_table",
-            status: o.status,
-            startedAt: new Date(arrivedAt),
-            firstTokenAt: o.firstTokenAt ? new Date(arrivedAt + (o.firstTokenAt - startedAt)) : null,
-            finishedAt: new Date(arrivedAt + (now - startedAt)),
-            ttftMs: o.firstTokenAt ? Math.round(o.firstTokenAt - startedAt) : null,
-            durationMs: Math.round(now - startedAt),
-          });
-        },
+        admit: (b) => tab.admit(b),
+        release: (b) => tab.release(b),
+        settle: (o) => tab.settle(o),
       },
     );
     if (body.stream === true) c.set("streaming", true);

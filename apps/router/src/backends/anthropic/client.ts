@@ -1,0 +1,198 @@
+// Anthropic's Messages API as a Backend: OpenAI chat in, OpenAI chat out.
+// translate.ts reshapes the bodies; this file owns the connection, headers
+// and how Anthropic's failures map onto UpstreamFailure.
+import { Pool, errors as undiciErrors } from "undici";
+import type { RelayContext } from "../../relay/context.ts";
+import { parseSse } from "../../relay/sse.ts";
+import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse } from "../types.ts";
+import { AnthropicStreamError, type MessagesResponse, MessagesStreamTranslator, UntranslatableRequest, fromMessagesResponse, toMessagesRequest } from "./translate.ts";
+
+export interface AnthropicOptions {
+  /** https://api.anthropic.com (a path prefix is kept, for gateways in front of it). */
+  baseUrl: string;
+  apiKey: string;
+  /** The `anthropic-version` header, e.g. "2023-06-01". */
+  version: string;
+  /** Anthropic requires max_tokens; used when the client sent none. */
+  defaultMaxTokens: number;
+  connectTimeoutMs: number;
+}
+
+/** One keep-alive pool to Anthropic's origin, shared by every Anthropic model. */
+export class AnthropicConnections {
+  readonly pool: Pool;
+  /** Path prefix of baseUrl, without a trailing slash. */
+  readonly basePath: string;
+
+  constructor(readonly options: AnthropicOptions) {
+    const u = new URL(options.baseUrl);
+    this.basePath = u.pathname.replace(/\/$/, "");
+    this.pool = new Pool(u.origin, {
+      connectTimeout: options.connectTimeoutMs,
+      // The relay's own timers enforce header/idle deadlines with clear reasons.
+      headersTimeout: 0,
+      bodyTimeout: 0,
+      keepAliveTimeout: 30_000,
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.pool.destroy().catch(() => {});
+  }
+}
+
+/** Anthropic's error types, as HTTP statuses (for `event: error` inside a 200 stream). */
+const errorTypeStatus: Record<string, number> = {
+  invalid_request_error: 400,
+  authentication_error: 401,
+  permission_error: 403,
+  not_found_error: 404,
+  request_too_large: 413,
+  rate_limit_error: 429,
+  api_error: 500,
+  overloaded_error: 529,
+};
+
+/**
+ * 400/404/413 mean the request itself is wrong: another backend would refuse
+ * it too, so it goes back to the client. Auth, rate limits and overload are
+ * this account's trouble: another backend may still answer.
+ */
+function isClientError(status: number): boolean {
+  return status >= 400 && status < 500 && status !== 401 && status !== 403 && status !== 408 && status !== 429;
+}
+
+function streamFailure(err: AnthropicStreamError): UpstreamFailure {
+  const status = errorTypeStatus[err.errorType] ?? 500;
+  const client = isClientError(status);
+  const message = `anthropic: ${err.message}`;
+  return client
+    ? new UpstreamFailure("client_error", message, false, status, { message: err.message, param: null })
+    : new UpstreamFailure("bad_status", message, true);
+}
+
+function classify(err: unknown, signal: AbortSignal): UpstreamFailure {
+  if (err instanceof UpstreamFailure) return err;
+  if (err instanceof AnthropicStreamError) return streamFailure(err);
+  if (signal.aborted) {
+    const reason = signal.reason as unknown;
+    if (reason instanceof UpstreamFailure) return reason;
+    return new UpstreamFailure("aborted", "request aborted", false);
+  }
+  if (err instanceof undiciErrors.ConnectTimeoutError) return new UpstreamFailure("timeout", "anthropic connect deadline exceeded", true);
+  const code = (err as { code?: string } | null)?.code;
+  if (code === "ECONNREFUSED" || code === "ECONNRESET" || code === "EHOSTUNREACH" || code === "ENOTFOUND" || code === "UND_ERR_SOCKET") {
+    return new UpstreamFailure("connect", `anthropic connection failed (${code})`, true);
+  }
+  if (err instanceof SyntaxError) return new UpstreamFailure("protocol", `anthropic sent invalid JSON: ${err.message}`, true);
+  return new UpstreamFailure("protocol", `anthropic request failed: ${(err as Error)?.message ?? String(err)}`, true);
+}
+
+/** The failure for a non-2xx answer, from Anthropic's `{"type":"error","error":{type,message}}` body. */
+function statusFailure(status: number, text: string): UpstreamFailure {
+  let error: { type?: string; message?: string } | undefined;
+  try {
+    error = (JSON.parse(text) as { error?: { type?: string; message?: string } }).error;
+  } catch {
+    error = undefined;
+  }
+  const detail = error?.message ? `: ${error.type ? `${error.type}: ` : ""}${error.message}` : "";
+  const message = `anthropic answered ${status}${detail}`;
+  if (isClientError(status)) {
+    return new UpstreamFailure("client_error", message, false, status, { message: error?.message ?? message, param: null });
+  }
+  return new UpstreamFailure("bad_status", message, true, status);
+}
+
+export class AnthropicBackend implements Backend {
+  readonly kind = "anthropic" as const;
+  readonly paid = true;
+  readonly id: string;
+
+  constructor(
+    readonly model: string,
+    private readonly connections: AnthropicConnections,
+  ) {
+    this.id = `anthropic:${model}`;
+  }
+
+  supports(path: InferencePath): boolean {
+    return path === "/v1/chat/completions";
+  }
+
+  async open(req: BackendRequest, ctx: RelayContext, signal: AbortSignal): Promise<UpstreamResponse> {
+    if (!this.supports(req.path) || req.raw) {
+      // Routing should never send these here; another candidate may serve them.
+      throw new UpstreamFailure("protocol", `anthropic does not serve ${req.path}${req.raw ? " as raw bytes" : ""}`, true);
+    }
+    const { options, basePath, pool } = this.connections;
+    let body;
+    try {
+      body = toMessagesRequest(req.body, this.model, { maxTokens: options.defaultMaxTokens });
+    } catch (err) {
+      if (!(err instanceof UntranslatableRequest)) throw err;
+      throw new UpstreamFailure("client_error", `anthropic: ${err.message}`, false, 400, { message: err.message, param: err.param });
+    }
+    let res;
+    try {
+      res = await pool.request({
+        path: `${basePath}/v1/messages`,
+        method: "POST",
+        headers: {
+          "x-api-key": options.apiKey,
+          "anthropic-version": options.version,
+          "content-type": "application/json",
+          accept: req.stream ? "text/event-stream" : "application/json",
+          "x-request-id": ctx.requestId,
+        },
+        body: JSON.stringify(body),
+        signal,
+      });
+    } catch (err) {
+      throw classify(err, signal);
+    }
+    if (res.statusCode < 200 || res.statusCode >= 300) {
+      let text = "";
+      try {
+        text = await res.body.text();
+      } catch {
+        // body unreadable: the status alone decides
+      }
+      throw statusFailure(res.statusCode, text);
+    }
+    const resBody = res.body;
+    const includeUsage = (req.body.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage === true;
+    return {
+      text: async () => {
+        let text: string;
+        try {
+          text = await resBody.text();
+        } catch (err) {
+          throw classify(err, signal);
+        }
+        let msg: MessagesResponse;
+        try {
+          msg = JSON.parse(text) as MessagesResponse;
+        } catch {
+          throw new UpstreamFailure("protocol", "anthropic answered with invalid JSON", true);
+        }
+        if (!Array.isArray(msg?.content)) throw new UpstreamFailure("protocol", "anthropic answered without message content", true);
+        return JSON.stringify(fromMessagesResponse(msg));
+      },
+      raw: () => {
+        throw new UpstreamFailure("protocol", "anthropic bodies are always translated, never relayed raw", false);
+      },
+      events: async function* () {
+        const translator = new MessagesStreamTranslator({ includeUsage });
+        try {
+          for await (const payload of parseSse(resBody)) yield* translator.feed(payload);
+        } catch (err) {
+          throw classify(err, signal);
+        }
+      },
+      abort: () => {
+        resBody.destroy();
+      },
+    };
+  }
+}

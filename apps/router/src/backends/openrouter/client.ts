@@ -1,0 +1,212 @@
+// The OpenRouter backend: OpenRouter already speaks OpenAI's wire protocol, so
+// this room only swaps in the upstream model name, turns on usage accounting
+// (so the final usage block carries `cost` and the `gen-…` id), and maps
+// OpenRouter's error shapes — before the stream, mid-stream and in a 200
+// body — onto UpstreamFailure.
+import { Pool, errors as undiciErrors } from "undici";
+import type { RelayContext } from "../../relay/context.ts";
+import { parseSse } from "../../relay/sse.ts";
+import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse } from "../types.ts";
+
+export interface OpenRouterOptions {
+  /** The API root, e.g. https://openrouter.ai/api/v1. */
+  baseUrl: string;
+  apiKey: string;
+  /** Sent as HTTP-Referer: OpenRouter attributes usage to this app. */
+  referer?: string;
+  /** Sent as X-Title, shown next to the referer on OpenRouter's side. */
+  title?: string;
+  connectTimeoutMs: number;
+}
+
+/** One keep-alive pool for OpenRouter's origin, shared by every model's backend. */
+export class OpenRouterConnections {
+  readonly pool: Pool;
+  /** The base URL's path (e.g. /api/v1), prefixed to every endpoint. */
+  readonly basePath: string;
+  /** Headers sent with every call: the key and the app's attribution. */
+  readonly headers: Readonly<Record<string, string>>;
+
+  constructor(opts: OpenRouterOptions) {
+    const u = new URL(opts.baseUrl);
+    this.basePath = u.pathname.replace(/\/+$/, "");
+    this.pool = new Pool(u.origin, {
+      pipelining: 1,
+      connectTimeout: opts.connectTimeoutMs,
+      // The relay's own timers enforce header/idle deadlines with clear reasons.
+      headersTimeout: 0,
+      bodyTimeout: 0,
+      keepAliveTimeout: 30_000,
+    });
+    const headers: Record<string, string> = { authorization: `Bearer ${opts.apiKey}`, "content-type": "application/json" };
+    if (opts.referer) headers["http-referer"] = opts.referer;
+    if (opts.title) headers["x-title"] = opts.title;
+    this.headers = headers;
+  }
+
+  async close(): Promise<void> {
+    await this.pool.destroy().catch(() => {});
+  }
+}
+
+/** OpenRouter's endpoint for each router path; hidden states have none. */
+const endpoints: Partial<Record<InferencePath, string>> = {
+  "/v1/chat/completions": "/chat/completions",
+  "/v1/completions": "/completions",
+  "/v1/embeddings": "/embeddings",
+};
+
+/** OpenRouter's error body: `code` is the HTTP status as a number (or a string mid-stream). */
+interface OpenRouterError {
+  code?: number | string;
+  message?: string;
+  metadata?: Record<string, unknown>;
+}
+
+function classify(err: unknown, signal: AbortSignal): UpstreamFailure {
+  if (err instanceof UpstreamFailure) return err;
+  if (signal.aborted) {
+    const reason = signal.reason as unknown;
+    if (reason instanceof UpstreamFailure) return reason;
+    return new UpstreamFailure("aborted", "request aborted", false);
+  }
+  if (err instanceof undiciErrors.ConnectTimeoutError) return new UpstreamFailure("timeout", "openrouter: connect deadline exceeded", true);
+  const code = (err as { code?: string } | null)?.code;
+  if (code === "ECONNREFUSED" || code === "ECONNRESET" || code === "EHOSTUNREACH" || code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "UND_ERR_SOCKET") {
+    return new UpstreamFailure("connect", `openrouter connection failed (${code})`, true);
+  }
+  return new UpstreamFailure("protocol", `openrouter request failed: ${(err as Error)?.message ?? String(err)}`, true);
+}
+
+/** The `error` member of an OpenRouter payload, if it has one. */
+function errorIn(text: string): OpenRouterError | undefined {
+  // Cheap test first: token chunks never hold the bare key (quotes inside
+  // content are escaped), so only real error payloads get parsed.
+  if (!text.includes('"error"')) return undefined;
+  try {
+    const e = (JSON.parse(text) as { error?: unknown } | null)?.error;
+    return e && typeof e === "object" ? (e as OpenRouterError) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * 400/413/422: the request itself is wrong, any backend would refuse it.
+ * Everything else (401/403 key or moderation, 402 credits, 408/429, 5xx) is
+ * about this account or provider: another backend in the chain may serve.
+ */
+function isClientError(status: number): boolean {
+  return status === 400 || status === 413 || status === 422;
+}
+
+export class OpenRouterBackend implements Backend {
+  readonly kind = "openrouter" as const;
+  /** Billed by OpenRouter: held against the tenant's budget before the call. */
+  readonly paid = true;
+  readonly id: string;
+
+  constructor(
+    /** OpenRouter's model name, e.g. "openai/gpt-4o-mini". */
+    readonly model: string,
+    private readonly connections: OpenRouterConnections,
+  ) {
+    this.id = `openrouter:${model}`;
+  }
+
+  supports(path: InferencePath): boolean {
+    return endpoints[path] !== undefined;
+  }
+
+  async open(req: BackendRequest, ctx: RelayContext, signal: AbortSignal): Promise<UpstreamResponse> {
+    const endpoint = endpoints[req.path];
+    if (!endpoint) throw new UpstreamFailure("protocol", `openrouter does not serve ${req.path}`, true);
+    const clientUsage = req.body.usage;
+    const body = {
+      ...req.body,
+      model: this.model,
+      // Usage accounting: the final usage block then carries `cost` (USD).
+      usage: { ...(clientUsage && typeof clientUsage === "object" ? clientUsage : {}), include: true },
+    };
+    const c = this.connections;
+    let res;
+    try {
+      res = await c.pool.request({
+        path: c.basePath + endpoint,
+        method: "POST",
+        headers: { ...c.headers, accept: req.stream ? "text/event-stream" : "application/json", "x-request-id": ctx.requestId },
+        body: JSON.stringify(body),
+        signal,
+      });
+    } catch (err) {
+      throw classify(err, signal);
+    }
+    const s = res.statusCode;
+    if (s < 200 || s >= 300) {
+      let text = "";
+      try {
+        text = await res.body.text();
+      } catch {
+        // body unreadable: the status alone decides
+      }
+      const e = errorIn(text);
+      const clientError = isClientError(s);
+      throw new UpstreamFailure(
+        clientError ? "client_error" : "bad_status",
+        `openrouter answered ${s}${e?.message ? `: ${e.message}` : ""}`,
+        !clientError,
+        s,
+        e ? { message: e.message, param: null, code: e.code === undefined ? null : String(e.code) } : undefined,
+      );
+    }
+    const upstream = res.body;
+    const relayHeaders: Record<string, string> = {};
+    for (const [k, v] of Object.entries(res.headers)) {
+      if (typeof v === "string" && (k === "content-type" || k === "content-length")) relayHeaders[k] = v;
+    }
+    return {
+      raw: () => ({
+        headers: relayHeaders,
+        body: (async function* () {
+          try {
+            for await (const chunk of upstream) yield chunk as Uint8Array;
+          } catch (err) {
+            throw classify(err, signal);
+          }
+        })(),
+      }),
+      text: async () => {
+        let text: string;
+        try {
+          text = await upstream.text();
+        } catch (err) {
+          throw classify(err, signal);
+        }
+        // Once a provider has started, OpenRouter reports failures with a 200
+        // and the error in the body; nothing reached the client yet.
+        const e = errorIn(text);
+        if (e) throw new UpstreamFailure("bad_status", `openrouter: ${e.message ?? "error"}`, true, typeof e.code === "number" ? e.code : undefined);
+        return text;
+      },
+      events: async function* () {
+        try {
+          // parseSse drops `: OPENROUTER PROCESSING` keep-alives: they are not progress.
+          for await (const payload of parseSse(upstream)) {
+            // A mid-stream failure is an ordinary chunk with an `error` member.
+            // Retryable: if it is the very first event the relay may still fail over.
+            const e = payload === "[DONE]" ? undefined : errorIn(payload);
+            if (e) throw new UpstreamFailure("bad_status", `openrouter: ${e.message ?? "stream failed"}`, true);
+            yield payload;
+          }
+        } catch (err) {
+          // Whatever OpenRouter does after its error chunk, this call is over.
+          upstream.destroy();
+          throw classify(err, signal);
+        }
+      },
+      abort: () => {
+        upstream.destroy();
+      },
+    };
+  }
+}

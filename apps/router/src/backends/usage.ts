@@ -1,0 +1,55 @@
+// One reader of OpenAI-shaped `usage` blocks for every backend: workers send
+// plain OpenAI usage, OpenRouter adds `cost` (USD, its own credits) and the
+// generation id, the Anthropic adapter maps cache read/write tokens into
+// `prompt_tokens_details`. Billing reads only this.
+import { usdToMicro } from "@switchyard/db";
+
+export interface Usage {
+  /** All prompt tokens, cached and cache-written ones included (OpenAI's convention). */
+  prompt: number;
+  completion: number;
+  /** Prompt tokens read from the provider's cache. */
+  cached: number;
+  /** Prompt tokens written to the provider's cache (Anthropic prices them higher). */
+  cacheWrite: number;
+  /** The provider's own charge, when it reports one (OpenRouter `usage.cost`). */
+  providerCostMicro?: bigint;
+  /** The provider's id for this generation (OpenRouter `gen-…`), kept on the ledger row. */
+  generationId?: string;
+}
+
+const costPattern = /"cost"\s*:\s*"?([0-9][0-9.]*(?:[eE][-+]?\d+)?)/;
+
+function count(v: unknown): number {
+  const n = Number(v ?? 0);
+  return Number.isFinite(n) && n >= 0 ? Math.floor(n) : 0;
+}
+
+/**
+ * Usage from a parsed body or chunk; `text` is the same payload as sent, so
+ * the cost is read from its decimal digits rather than from a float.
+ */
+export function usageFrom(payload: unknown, text?: string): Usage | undefined {
+  const p = payload as { id?: unknown; usage?: Record<string, unknown> | null } | null;
+  const u = p?.usage;
+  if (!u || typeof u !== "object") return undefined;
+  const details = (u.prompt_tokens_details ?? {}) as Record<string, unknown>;
+  const usage: Usage = {
+    prompt: count(u.prompt_tokens),
+    completion: count(u.completion_tokens),
+    cached: count(details.cached_tokens),
+    cacheWrite: count(details.cache_write_tokens),
+  };
+  if (u.cost !== undefined && u.cost !== null) {
+    // The usage block is the last object holding "cost": search from "usage".
+    const at = text?.indexOf('"usage"') ?? -1;
+    const m = at >= 0 ? costPattern.exec(text!.slice(at)) : null;
+    try {
+      usage.providerCostMicro = usdToMicro(m ? m[1]! : (u.cost as number | string));
+    } catch {
+      // unreadable cost: billed from the price table instead
+    }
+  }
+  if (typeof p?.id === "string" && p.id.startsWith("gen-")) usage.generationId = p.id;
+  return usage;
+}

@@ -1,0 +1,55 @@
+// Upper bounds for a request's tokens before it runs, for the budget hold.
+// No provider tokenizer is at hand for every paid model, but byte-level BPE
+// never makes more tokens than UTF-8 bytes, so bytes (+ per-message framing)
+// bound the prompt from above. Images are counted at a fixed generous size.
+import type { InferencePath } from "../backends/types.ts";
+
+/** Per-message framing tokens (role markers, separators) — generous for every chat template. */
+const MESSAGE_OVERHEAD = 8;
+/** Tokens charged for one image at most (Anthropic ≈ 1,600 at its max size; OpenAI high detail less). */
+const IMAGE_TOKENS = 2_000;
+const encoder = new TextEncoder();
+
+function bytes(s: string): number {
+  // Fast path: ASCII length equals byte length.
+  // eslint-disable-next-line no-control-regex
+  return /^[\x00-\x7f]*$/.test(s) ? s.length : encoder.encode(s).length;
+}
+
+function contentTokens(content: unknown): number {
+  if (typeof content === "string") return bytes(content);
+  if (Array.isArray(content)) {
+    let n = 0;
+    for (const part of content as Array<Record<string, unknown>>) {
+      if (part?.type === "image_url" || part?.type === "image" || part?.type === "input_audio") n += IMAGE_TOKENS;
+      else n += bytes(typeof part?.text === "string" ? part.text : JSON.stringify(part ?? ""));
+    }
+    return n;
+  }
+  return content == null ? 0 : bytes(JSON.stringify(content));
+}
+
+/** At most this many prompt tokens, whatever the tokenizer. */
+export function promptTokensUpperBound(path: InferencePath, body: Record<string, unknown>): number {
+  let n = 16;
+  if (path === "/v1/chat/completions") {
+    for (const m of (body.messages as Array<Record<string, unknown>>) ?? []) {
+      n += MESSAGE_OVERHEAD + contentTokens(m.content);
+      if (m.tool_calls) n += bytes(JSON.stringify(m.tool_calls));
+    }
+    if (body.tools) n += bytes(JSON.stringify(body.tools));
+    if (body.response_format) n += bytes(JSON.stringify(body.response_format));
+  } else {
+    const input = path === "/v1/completions" ? body.prompt : body.input;
+    if (Array.isArray(input)) for (const x of input) n += MESSAGE_OVERHEAD + contentTokens(typeof x === "string" ? x : JSON.stringify(x));
+    else n += contentTokens(input);
+  }
+  return n;
+}
+
+/** The completion length the client asked for at most, or undefined when it set none (embeddings: 0). */
+export function requestedMaxOutput(path: InferencePath, body: Record<string, unknown>): number | undefined {
+  if (path === "/v1/embeddings" || path === "/v1/hidden_states") return 0;
+  const v = body.max_completion_tokens ?? body.max_tokens;
+  return typeof v === "number" && Number.isFinite(v) && v >= 0 ? Math.floor(v) : undefined;
+}

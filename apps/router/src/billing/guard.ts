@@ -1,0 +1,296 @@
+// Money on the request path. For each request the router opens a tab:
+//   admit(backend)  before each attempt — a paid backend is held against the
+//                   tenant's day for the worst case (prompt upper bound ×
+//                   input price + max output × output price), or skipped;
+//   release(backend) when that attempt failed before its first byte (no
+//                   provider charges for a refused call);
+//   settle(outcome) once, when the request ended — the ledger row first
+//                   (durable, idempotent), then the hold turns into spend
+//                   (idempotent), then alert thresholds.
+// Self-hosted workers are never held or charged, but get their ledger row.
+// Anything that fails after the answer left is logged and counted: the hold
+// expires by itself and `switchyard budgets reconcile` rebuilds the counters.
+import { budgetDay, type BudgetStore } from "@switchyard/state";
+import { usageCostMicro, worstCaseMicro, type CostSource, type KeyOwner, type NewLedgerRow, type TokenPrice } from "@switchyard/db";
+import type { Backend, InferencePath } from "../backends/types.ts";
+import type { Usage } from "../backends/usage.ts";
+import type { Config } from "../config.ts";
+import type { SettleOutcome } from "../relay/context.ts";
+import type { Logger } from "../observability/log.ts";
+import type { RouterMetrics } from "../observability/metrics.ts";
+import type { BudgetDirectory, TenantBudget } from "./budgets.ts";
+import { promptTokensUpperBound, requestedMaxOutput } from "./estimate.ts";
+import type { LedgerSink } from "./ledger.ts";
+import type { PriceBook } from "./prices.ts";
+
+export type Admission =
+  | { ok: true; /** Body fields this attempt must send (the output cap the hold assumed). */ patch?: Record<string, unknown> }
+  | { ok: false; reason: "budget_exhausted" | "unpriced" | "budget_unavailable" };
+
+/** Records an alert row; true only for the one caller that inserted it (once per tenant × day × threshold). */
+export type AlertRecorder = (tenantId: number, day: string, threshold: number) => Promise<boolean>;
+
+export interface GuardDeps {
+  store: BudgetStore;
+  budgets: BudgetDirectory;
+  prices: PriceBook;
+  ledger: LedgerSink;
+  alerts: AlertRecorder;
+  billing: Config["billing"];
+  log: Logger;
+  metrics: RouterMetrics;
+}
+
+export interface TabInput {
+  requestId: string;
+  tenant: KeyOwner;
+  path: InferencePath;
+  body: Record<string, unknown>;
+  /** The model the client asked for (the ledger keeps the upstream's name). */
+  model: string;
+  /** Epoch ms of arrival: fixes the budget day and the ledger row's started_at for every retry. */
+  arrivedAtMs: number;
+  /** performance.now() at arrival, to turn relay timings into instants. */
+  startedAtPerf: number;
+}
+
+/** Typical bytes per token, for estimates when a provider reports no usage (the upper bound uses 1). */
+const ESTIMATE_BYTES_PER_TOKEN = 3;
+
+export class BudgetGuard {
+  private readonly pending = new Set<Promise<void>>();
+  /** tenant:day:threshold already alerted by (or known to) this router. */
+  private readonly alerted = new Set<string>();
+  private readonly unpricedLogged = new Set<string>();
+
+  constructor(readonly deps: GuardDeps) {}
+
+  open(input: TabInput): RequestTab {
+    return new RequestTab(this, input);
+  }
+
+  /** Runs a settle off the request path, tracked so shutdown can wait for it. */
+  track(p: Promise<void>): void {
+    const t = p.catch((err: unknown) => this.deps.log.error("settle failed", { error: (err as Error)?.message ?? String(err) }));
+    this.pending.add(t);
+    void t.finally(() => this.pending.delete(t));
+  }
+
+  /** Waits for every settle in flight (router shutdown). */
+  async drain(): Promise<void> {
+    while (this.pending.size > 0) await Promise.all([...this.pending]);
+  }
+
+  /** Settles in flight done and their ledger rows written through to Postgres (tests, shutdown). */
+  async flush(): Promise<void> {
+    await this.drain();
+    await this.deps.ledger.flush();
+  }
+
+  noteUnpriced(backend: Backend): void {
+    const k = `${backend.kind}/${backend.model}`;
+    if (this.unpricedLogged.has(k)) return;
+    this.unpricedLogged.add(k);
+    this.deps.log.warn("paid backend skipped: no price set, its cost cannot be bounded", { backend: backend.kind, model: backend.model, fix: `switchyard prices set ${backend.kind} ${backend.model} …` });
+  }
+
+  async checkThresholds(tenantId: number, day: string, budget: TenantBudget, spentMicro: bigint): Promise<void> {
+    if (spentMicro <= 0n) return;
+    for (const t of budget.thresholds) {
+      if (spentMicro * 100n < budget.limitMicro * BigInt(t)) break;
+      const k = `${tenantId}:${day}:${t}`;
+      if (this.alerted.has(k)) continue;
+      this.alerted.add(k);
+      try {
+        if (await this.deps.alerts(tenantId, day, t)) {
+          this.deps.metrics.budgetAlerts.inc({ threshold: String(t) });
+          this.deps.log.warn("budget threshold crossed", { tenantId, day, threshold: t, spentMicro: spentMicro.toString(), limitMicro: budget.limitMicro.toString() });
+        }
+      } catch (err) {
+        this.alerted.delete(k); // try again on the next settle
+        this.deps.log.warn("budget alert not recorded", { tenantId, day, threshold: t, error: (err as Error).message });
+      }
+    }
+  }
+}
+
+export class RequestTab {
+  private budget: Promise<TenantBudget | null> | undefined;
+  private day: string;
+  /** The backend whose hold is live, if any. */
+  private holder: Backend | undefined;
+  private settled = false;
+  private readonly promptUpper: number;
+  private readonly maxOutput: number;
+  private readonly outputKey: "max_tokens" | "max_completion_tokens";
+
+  constructor(
+    private readonly guard: BudgetGuard,
+    readonly input: TabInput,
+  ) {
+    this.day = budgetDay(input.arrivedAtMs, "UTC");
+    this.promptUpper = promptTokensUpperBound(input.path, input.body);
+    const asked = requestedMaxOutput(input.path, input.body);
+    const cap = guard.deps.billing.maxOutputTokens;
+    this.maxOutput = asked === undefined ? cap : Math.min(asked, cap);
+    this.outputKey = input.body.max_completion_tokens !== undefined && input.body.max_tokens === undefined ? "max_completion_tokens" : "max_tokens";
+  }
+
+  private tenantBudget(): Promise<TenantBudget | null> {
+    this.budget ??= this.guard.deps.budgets.budgetOf(this.input.tenant.tenantId).then((b) => {
+      // The day is the tenant's: it rolls over at the budget zone's midnight.
+      if (b) this.day = budgetDay(this.input.arrivedAtMs, b.timeZone);
+      return b;
+    });
+    return this.budget;
+  }
+
+  private priceOf(backend: Backend): TokenPrice | undefined {
+    return this.guard.deps.prices.price(backend.kind, backend.model);
+  }
+
+  async admit(backend: Backend): Promise<Admission> {
+    if (!backend.paid) return { ok: true };
+    const { deps } = this.guard;
+    const price = this.priceOf(backend);
+    if (!price) {
+      deps.metrics.budgetHolds.inc({ outcome: "unpriced" });
+      this.guard.noteUnpriced(backend);
+      return { ok: false, reason: "unpriced" };
+    }
+    // The hold assumes this many output tokens: the upstream is told the same.
+    const patch = this.input.path === "/v1/embeddings" ? undefined : { [this.outputKey]: this.maxOutput };
+    let budget: TenantBudget | null;
+    try {
+      budget = await this.tenantBudget();
+    } catch (err) {
+      deps.log.warn("budget unknown (Postgres unreachable, nothing cached): paid backend skipped", { error: (err as Error).message });
+      return { ok: false, reason: "budget_unavailable" };
+    }
+    if (!budget) {
+      deps.metrics.budgetHolds.inc({ outcome: "unlimited" });
+      return { ok: true, ...(patch ? { patch } : {}) };
+    }
+    const worst = worstCaseMicro(this.promptUpper, this.maxOutput, price);
+    const r = await deps.store.reserve({
+      tenantId: this.input.tenant.tenantId,
+      day: this.day,
+      requestId: this.input.requestId,
+      amountMicro: worst,
+      limitMicro: budget.limitMicro,
+      ttlMs: deps.billing.holdTtlMs,
+    });
+    if (!r.ok) {
+      deps.metrics.budgetHolds.inc({ outcome: "refused" });
+      deps.log.info("paid backend skipped: budget would be exceeded", {
+        backend: backend.id,
+        holdMicro: worst.toString(),
+        availableMicro: r.availableMicro.toString(),
+      });
+      return { ok: false, reason: "budget_exhausted" };
+    }
+    deps.metrics.budgetHolds.inc({ outcome: "held" });
+    this.holder = backend;
+    return { ok: true, ...(patch ? { patch } : {}) };
+  }
+
+  /** The attempt on `backend` failed before its first byte: give its hold back. */
+  release(backend: Backend): void {
+    if (this.holder !== backend) return;
+    this.holder = undefined;
+    const { deps } = this.guard;
+    this.guard.track(
+      deps.store.release({ tenantId: this.input.tenant.tenantId, day: this.day, requestId: this.input.requestId }).then(
+        () => undefined,
+        (err: unknown) => {
+          deps.metrics.billingFailures.inc({ step: "release" });
+          deps.log.warn("hold release failed; it expires by itself", { error: (err as Error).message });
+        },
+      ),
+    );
+  }
+
+  /** What the request cost and how we know it. */
+  cost(backend: Backend, o: SettleOutcome): { micro: bigint; source: CostSource; usage: Usage } {
+    const usage: Usage = o.usage ?? { prompt: 0, completion: 0, cached: 0, cacheWrite: 0 };
+    if (!backend.paid) return { micro: 0n, source: "price_table", usage };
+    if (o.usage?.providerCostMicro !== undefined) return { micro: o.usage.providerCostMicro, source: "provider", usage };
+    const price = this.priceOf(backend);
+    if (!price) return { micro: 0n, source: "estimate", usage }; // cannot happen: unpriced backends are never admitted
+    if (o.usage) {
+      return {
+        micro: usageCostMicro({ promptTokens: usage.prompt, completionTokens: usage.completion, cachedTokens: usage.cached, cacheWriteTokens: usage.cacheWrite }, price),
+        source: "price_table",
+        usage,
+      };
+    }
+    // No usage reported. If the upstream produced anything, it charged: estimate, never $0.
+    const consumed = o.status === "ok" || o.firstTokenAt !== undefined || o.status === "client_cancelled";
+    if (!consumed) return { micro: 0n, source: "price_table", usage };
+    const prompt = Math.ceil(this.promptUpper / ESTIMATE_BYTES_PER_TOKEN);
+    const completion = Math.max(1, o.chunks ?? 0);
+    const micro = usageCostMicro({ promptTokens: prompt, completionTokens: completion }, price);
+    return { micro: micro > 0n ? micro : 1n, source: "estimate", usage: { prompt, completion, cached: 0, cacheWrite: 0 } };
+  }
+
+  /** Called once by the relay when the request ended; runs off the request path. */
+  settle(o: SettleOutcome): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.guard.track(this.settleNow(o));
+  }
+
+  /** The row for this outcome (exposed for the idempotency tests: a retried settle writes the same row). */
+  row(o: SettleOutcome, finishedAtPerf: number): NewLedgerRow {
+    const { input } = this;
+    const c = this.cost(o.backend, o);
+    const at = (perf: number) => new Date(input.arrivedAtMs + (perf - input.startedAtPerf));
+    return {
+      requestId: input.requestId,
+      tenantId: input.tenant.tenantId,
+      keyId: input.tenant.keyId,
+      backend: o.backend.kind,
+      model: o.backend.paid ? o.backend.model : input.model,
+      worker: o.backend.workerId ?? null,
+      promptTokens: c.usage.prompt,
+      completionTokens: c.usage.completion,
+      cachedTokens: Math.min(c.usage.cached, c.usage.prompt),
+      cacheWriteTokens: Math.min(c.usage.cacheWrite, c.usage.prompt),
+      costMicro: c.micro,
+      costSource: c.source,
+      status: o.status,
+      startedAt: new Date(input.arrivedAtMs),
+      firstTokenAt: o.firstTokenAt !== undefined ? at(o.firstTokenAt) : null,
+      finishedAt: at(finishedAtPerf),
+      ttftMs: o.firstTokenAt !== undefined ? Math.round(o.firstTokenAt - input.startedAtPerf) : null,
+      durationMs: Math.round(finishedAtPerf - input.startedAtPerf),
+      providerGenerationId: o.usage?.generationId ?? null,
+    };
+  }
+
+  /** Ledger row first, then spend, then alerts. Idempotent: safe to run again with the same outcome. */
+  async settleNow(o: SettleOutcome, finishedAtPerf = performance.now()): Promise<void> {
+    const { deps } = this.guard;
+    const row = this.row(o, finishedAtPerf);
+    await deps.ledger.record(row);
+    // Free backends touch no budget unless a paid attempt's hold is still live.
+    if (!o.backend.paid && !this.holder) return;
+    let budget: TenantBudget | null = null;
+    try {
+      budget = await this.tenantBudget();
+    } catch {
+      budget = null;
+    }
+    const ref = { tenantId: this.input.tenant.tenantId, day: this.day, requestId: this.input.requestId };
+    let spent: bigint;
+    try {
+      spent = (await deps.store.settle({ ...ref, actualMicro: row.costMicro as bigint })).spentMicro;
+    } catch (err) {
+      deps.metrics.billingFailures.inc({ step: "settle" });
+      deps.log.warn("budget settle failed; the hold expires and reconcile restores the spend from the ledger", { requestId: ref.requestId, error: (err as Error).message });
+      return;
+    }
+    this.holder = undefined;
+    if (budget) await this.guard.checkThresholds(ref.tenantId, this.day, budget, spent);
+  }
+}

@@ -1,0 +1,198 @@
+// The durable ledger buffer: every router appends each request's row to one
+// Redis stream (XADD — durable before the budget is settled), and every
+// router drains that stream into Postgres in batches through a consumer
+// group. A batch is acknowledged (XACK + XDEL) only after its INSERT
+// committed, and inserts are idempotent on (request_id, started_at), so:
+//   - Postgres down: rows wait in the stream and are retried with backoff;
+//   - a router killed mid-batch: its unacknowledged rows are claimed by
+//     another router after billing.ledgerClaimIdleMs (XAUTOCLAIM);
+//   - a batch delivered twice: the second insert adds nothing.
+import type { NewLedgerRow } from "@switchyard/db";
+import type { Redis } from "ioredis";
+import type { Logger } from "../observability/log.ts";
+import type { RouterMetrics } from "../observability/metrics.ts";
+import type { LedgerSink } from "./ledger.ts";
+
+const dateFields = ["startedAt", "firstTokenAt", "finishedAt"] as const;
+
+/** A row as stream text: bigints as decimal strings, instants as epoch ms. */
+export function encodeLedgerRow(row: NewLedgerRow): string {
+  return JSON.stringify(row, (k, v: unknown) => {
+    if (typeof v === "bigint") return v.toString();
+    return v;
+  });
+}
+
+export function decodeLedgerRow(text: string): NewLedgerRow {
+  const o = JSON.parse(text) as Record<string, unknown>;
+  for (const f of dateFields) if (o[f] != null) o[f] = new Date(o[f] as string);
+  o.costMicro = BigInt(o.costMicro as string);
+  delete o.createdAt;
+  return o as unknown as NewLedgerRow;
+}
+
+export interface RedisLedgerOptions {
+  prefix: string;
+  /** This router's name in the consumer group (unique per process). */
+  consumer: string;
+  batch: number;
+  flushMs: number;
+  claimIdleMs: number;
+  log: Logger;
+  metrics?: RouterMetrics;
+}
+
+type StreamEntry = [id: string, fields: string[] | null];
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
+
+export class RedisLedgerBuffer implements LedgerSink {
+  readonly key: string;
+  private readonly group = "ledger";
+  private readonly reader: Redis;
+  /** Rows whose XADD failed (Redis away): re-sent before anything else. */
+  private retry: string[] = [];
+  private running: Promise<void> | undefined;
+  private closed = false;
+  private lastClaim = 0;
+  private backoffMs = 0;
+  private groupReady: Promise<void> | undefined;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly write: (rows: NewLedgerRow[]) => Promise<{ inserted: number }>,
+    private readonly opts: RedisLedgerOptions,
+  ) {
+    this.key = `${opts.prefix}{ledger}:stream`;
+    // Blocking reads get their own connection: XREADGROUP BLOCK holds it.
+    this.reader = redis.duplicate();
+  }
+
+  private ensureGroup(): Promise<void> {
+    this.groupReady ??= this.redis
+      .xgroup("CREATE", this.key, this.group, "0", "MKSTREAM")
+      .then(
+        () => undefined,
+        (err: Error) => {
+          if (!String(err.message).includes("BUSYGROUP")) {
+            this.groupReady = undefined;
+            throw err;
+          }
+        },
+      );
+    return this.groupReady;
+  }
+
+  /** Starts draining the stream into Postgres. */
+  async start(): Promise<void> {
+    await this.ensureGroup();
+    this.running ??= this.loop();
+  }
+
+  async record(row: NewLedgerRow): Promise<void> {
+    const text = encodeLedgerRow(row);
+    try {
+      await this.redis.xadd(this.key, "*", "r", text);
+    } catch (err) {
+      // Redis away: keep the row in memory and keep trying; never drop it.
+      this.retry.push(text);
+      this.opts.log.warn("ledger buffer append failed; row kept in memory", { queued: this.retry.length, error: (err as Error).message });
+    }
+  }
+
+  private async resend(): Promise<void> {
+    while (this.retry.length > 0) {
+      const batch = this.retry.slice(0, this.opts.batch);
+      const pipe = this.redis.pipeline();
+      for (const t of batch) pipe.xadd(this.key, "*", "r", t);
+      const res = await pipe.exec();
+      if (!res || res.some(([e]) => e)) throw new Error("ledger buffer still unreachable");
+      this.retry.splice(0, batch.length);
+    }
+  }
+
+  private async read(id: "0" | ">", block: boolean): Promise<StreamEntry[]> {
+    const args: Array<string | number> = ["GROUP", this.group, this.opts.consumer, "COUNT", this.opts.batch];
+    if (block) args.push("BLOCK", this.opts.flushMs);
+    args.push("STREAMS", this.key, id);
+    const res = (await (this.reader.xreadgroup as (...a: Array<string | number>) => Promise<unknown>)(...args)) as Array<[string, StreamEntry[]]> | null;
+    return res?.[0]?.[1] ?? [];
+  }
+
+  /** Takes over rows another router read but never acknowledged (it died). */
+  private async claim(): Promise<void> {
+    const now = Date.now();
+    if (now - this.lastClaim < this.opts.claimIdleMs / 2) return;
+    this.lastClaim = now;
+    const res = (await this.redis.xautoclaim(this.key, this.group, this.opts.consumer, this.opts.claimIdleMs, "0-0", "COUNT", this.opts.batch, "JUSTID")) as unknown[];
+    const ids = (res?.[1] as string[] | undefined) ?? [];
+    if (ids.length > 0) this.opts.log.info("ledger rows taken over from a silent router", { rows: ids.length });
+  }
+
+  /** One step: re-send, claim, read (own pending first), insert, acknowledge. Returns rows handled. */
+  private async step(block: boolean): Promise<number> {
+    await this.resend();
+    await this.claim();
+    let entries = await this.read("0", false);
+    if (entries.length === 0) entries = await this.read(">", block);
+    if (entries.length === 0) return 0;
+    const ids = entries.map(([id]) => id);
+    const rows: NewLedgerRow[] = [];
+    for (const [id, fields] of entries) {
+      // A deleted entry still pending comes back without fields: only ack it.
+      const text = fields?.[1];
+      if (!text) continue;
+      try {
+        rows.push(decodeLedgerRow(text));
+      } catch (err) {
+        this.opts.log.error("unreadable ledger row dropped from the buffer", { id, error: (err as Error).message });
+      }
+    }
+    const { inserted } = await this.write(rows);
+    await this.redis.multi().xack(this.key, this.group, ...ids).xdel(this.key, ...ids).exec();
+    const now = Date.now();
+    const m = this.opts.metrics;
+    if (m) {
+      m.ledgerRows.inc({ outcome: "committed" }, inserted);
+      if (rows.length > inserted) m.ledgerRows.inc({ outcome: "duplicate" }, rows.length - inserted);
+      for (const r of rows) m.ledgerLag.observe({}, Math.max(0, now - r.finishedAt.getTime()) / 1000);
+    }
+    return entries.length;
+  }
+
+  private async loop(): Promise<void> {
+    while (!this.closed) {
+      try {
+        await this.step(true);
+        this.backoffMs = 0;
+      } catch (err) {
+        if (this.closed) break;
+        this.backoffMs = Math.min(Math.max(this.backoffMs * 2, 100), 2_000);
+        this.opts.log.warn("ledger drain failed; retrying", { retryInMs: this.backoffMs, error: (err as Error).message });
+        await sleep(this.backoffMs);
+      }
+    }
+  }
+
+  /** Drains what is in the stream now (rows other routers are inserting excepted). */
+  async flush(): Promise<void> {
+    await this.ensureGroup();
+    for (let i = 0; i < 10_000; i++) if ((await this.step(false)) === 0 && this.retry.length === 0) return;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    try {
+      await this.flush();
+    } catch (err) {
+      // Rows stay in the stream for the next router to drain.
+      this.opts.log.warn("ledger buffer not fully drained at close; rows stay in Redis", { error: (err as Error).message });
+    }
+    this.reader.disconnect();
+    await this.running?.catch(() => {});
+  }
+
+  /** Rows still waiting in Redis (all routers'), for tests and the bench. */
+  async depth(): Promise<number> {
+    return this.redis.xlen(this.key);
+  }
+}
