@@ -1,0 +1,103 @@
+// Reconcile: rebuild a tenant-day's live budget counters from the ledger.
+// What `switchyard budgets reconcile` runs when Redis drifted (a settle that
+// failed, a lost key, a hand edit).
+import { tenantDaySpend, type Db } from "@switchyard/db";
+import { budgetDay, type BudgetHold, type BudgetStore } from "@switchyard/state";
+
+export interface ReconcileOptions {
+  /** Reads-and-rebuilds tried before giving up on a busy day (default 5). */
+  maxAttempts?: number;
+}
+
+export interface ReconcileResult {
+  /** The counters as rebuilt. */
+  spentMicro: bigint;
+  heldMicro: bigint;
+  /** Live holds kept (held requests with no ledger row yet). */
+  holds: number;
+  /** The store's version after the rebuild. */
+  version: number;
+  attempts: number;
+  /** The counters as they were read, before the rebuild. */
+  before: { spentMicro: bigint; heldMicro: bigint };
+}
+
+export class ReconcileConflictError extends Error {
+  override name = "ReconcileConflictError";
+}
+
+/**
+ * Sets the day's counters to what they should be: spent = the ledger's sum,
+ * held = the live holds whose request has no ledger row yet. Held requests
+ * that do have a row are dropped from the holds and marked settled, so their
+ * late settle is not counted on top of the ledger.
+ *
+ * The rebuild is a versioned SET, never an increment: it carries the version
+ * read before the ledger was queried, and the store refuses it if anything
+ * (a reserve, a settle, a release) changed the day since. Then everything is
+ * read again. So a settle racing with reconcile is never lost or counted
+ * twice: either it landed before our read (and its ledger row, written
+ * first, is in our sum) or it bumps the version and we start over.
+ */
+export async function reconcileBudgetDay(db: Db, store: BudgetStore, tenantId: number, day: string, opts: ReconcileOptions = {}): Promise<ReconcileResult> {
+  const maxAttempts = opts.maxAttempts ?? 5;
+  if (!Number.isSafeInteger(maxAttempts) || maxAttempts < 1) throw new RangeError(`maxAttempts must be a positive integer, got ${maxAttempts}`);
+  let lastVersion = 0;
+  for (let attempt = 1; attempt <= maxAttempts; attempt++) {
+    // Snapshot first: its version guards everything read after it.
+    const snap = await store.snapshot(tenantId, day);
+    const live = await store.holds(tenantId, day);
+    const ledger = await tenantDaySpend(
+      db,
+      tenantId,
+      day,
+      live.map((h) => h.requestId),
+    );
+    const ledgered = new Set(ledger.ledgeredRequestIds);
+    const holds: BudgetHold[] = live.filter((h) => !ledgered.has(h.requestId));
+    const r = await store.rebuild({
+      tenantId,
+      day,
+      spentMicro: ledger.spentMicro,
+      holds,
+      settledRequestIds: [...ledgered],
+      ifVersion: snap.version,
+    });
+    if (r.ok) {
+      return {
+        spentMicro: ledger.spentMicro,
+        heldMicro: holds.reduce((sum, h) => sum + h.amountMicro, 0n),
+        holds: holds.length,
+        version: r.version,
+        attempts: attempt,
+        before: { spentMicro: snap.spentMicro, heldMicro: snap.heldMicro },
+      };
+    }
+    lastVersion = r.version;
+  }
+  throw new ReconcileConflictError(
+    `budget of tenant ${tenantId} on ${day} kept changing during reconcile (${maxAttempts} attempts, last version ${lastVersion}); run it again`,
+  );
+}
+
+export interface TenantReconcileResult extends ReconcileResult {
+  day: string;
+}
+
+/**
+ * Reconciles several days of one tenant (default: today in its zone — and
+ * yesterday is worth passing just after midnight, when holds taken late on
+ * the previous day may still be settling).
+ */
+export async function reconcileTenant(
+  db: Db,
+  store: BudgetStore,
+  tenantId: number,
+  timeZone: string,
+  days: readonly string[] = [budgetDay(Date.now(), timeZone)],
+  opts: ReconcileOptions = {},
+): Promise<TenantReconcileResult[]> {
+  const out: TenantReconcileResult[] = [];
+  for (const day of days) out.push({ day, ...(await reconcileBudgetDay(db, store, tenantId, day, opts)) });
+  return out;
+}
