@@ -3,11 +3,13 @@
 // Switchyard, a bare Node pass-through proxy (the floor) and directly to the
 // sim worker; closed-loop non-streaming throughput against the same targets
 // plus Portkey's gateway (its streaming path fails on Node 20 here); router
-// cold start to ready. Everything runs side by side in one run.
+// cold start to ready. Everything runs side by side in one run. Last section:
+// the money path (bench/money.ts), whose PASS/FAIL sets the exit code.
 import path from "node:path";
 import postgres from "postgres";
 import { Redis } from "ioredis";
 import { createKey, createTenant, connectDb, runMigrations } from "@switchyard/db";
+import { benchMoney } from "./money.ts";
 import { closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
 import { startLiteLLM } from "./lib/litellm.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "./lib/procs.ts";
@@ -29,7 +31,14 @@ interface Level {
 
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
 
-export async function runRouterBench(opts: { quick: boolean; levels?: number[] }): Promise<number> {
+export async function runRouterBench(opts: { quick: boolean; levels?: number[]; only?: "money" }): Promise<number> {
+  if (opts.only !== "money") await benchRouterOverhead(opts);
+  // Runs after the router's processes are gone, on its own database and prefix.
+  const money = await benchMoney({ quick: opts.quick, log: (s) => process.stdout.write(`${s}\n`) });
+  return money.ok ? 0 : 1;
+}
+
+async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }): Promise<number> {
   const tag = `sy_bench_${Date.now().toString(36)}`;
   const prefix = `${tag}:`;
   const admin = postgres(PG, { max: 1, onnotice: () => {} });
@@ -199,7 +208,7 @@ export async function runRouterBench(opts: { quick: boolean; levels?: number[] }
       ["cold start ≤ 500 ms", percentile(cold, 50) <= 500],
     ] as const;
     out.push("Targets: " + checks.map(([name, ok]) => `${name}: ${ok === undefined ? "not run" : ok ? "met" : "NOT met"}`).join("; "));
-    process.stdout.write(out.join("\n") + "\n");
+    process.stdout.write(out.join("\n") + "\n\n");
     return 0;
   } finally {
     await Promise.all(procs.map((p) => p.stop()));

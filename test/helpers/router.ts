@@ -2,8 +2,8 @@
 // with a tenant and key of its own.
 import { createKey, createTenant } from "@switchyard/db";
 import { RedisRegistryStore } from "@switchyard/state";
-import { loadConfig, startRouter, type RouterHandle, silentLogger } from "@switchyard/router";
-import { createTestDb, createTestRedis, type TestDb, type TestRedis } from "./env.ts";
+import { createLogger, loadConfig, startRouter, type RouterHandle, silentLogger } from "@switchyard/router";
+import { createTestDb, createTestRedis, REDIS_URL, type TestDb, type TestRedis } from "./env.ts";
 
 export interface RouterFixture {
   router: RouterHandle;
@@ -23,7 +23,7 @@ export async function startTestRouter(overrides: Record<string, unknown> = {}): 
     overrides: {
       "router.port": 0,
       "router.adminPort": 0,
-      "redis.url": "redis://unused",
+      "redis.url": REDIS_URL,
       "redis.keyPrefix": redis.prefix,
       "registry.pollMs": 50,
       "router.keyCacheMs": 200,
@@ -31,7 +31,9 @@ export async function startTestRouter(overrides: Record<string, unknown> = {}): 
     },
   });
   const registry = new RedisRegistryStore(redis.redis, redis.prefix);
-  const router = await startRouter(config, { registry, db, log: silentLogger });
+  // SY_TEST_LOG=debug|info|warn shows the router's log lines while debugging a test.
+  const level = process.env.SY_TEST_LOG as "debug" | "info" | "warn" | undefined;
+  const router = await startRouter(config, { registry, db, log: level ? createLogger(level, { service: "router" }) : silentLogger });
   const t = await createTenant(db.db, "acme");
   if (!t.ok) throw new Error("tenant");
   const { key } = await createKey(db.db, t.tenant.id);

@@ -16,6 +16,7 @@ export async function main(argv: string[]): Promise<number> {
         name: { type: "string" },
         quick: { type: "boolean" },
         levels: { type: "string" },
+        only: { type: "string" },
         from: { type: "string" },
         to: { type: "string" },
         by: { type: "string" },
@@ -32,6 +33,18 @@ export async function main(argv: string[]): Promise<number> {
         "max-batch": { type: "string" },
         engine: { type: "string" },
         "no-worker": { type: "boolean" },
+        // budgets, prices
+        "daily-cents": { type: "string" },
+        "daily-usd": { type: "string" },
+        "time-zone": { type: "string" },
+        alerts: { type: "string" },
+        day: { type: "string" },
+        input: { type: "string" },
+        output: { type: "string" },
+        "cached-input": { type: "string" },
+        "cache-write": { type: "string" },
+        "effective-from": { type: "string" },
+        backend: { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     });
@@ -63,6 +76,10 @@ export async function main(argv: string[]): Promise<number> {
         return await (await import("./commands/tenants.ts")).tenantsCommand(rest, values);
       case "keys":
         return await (await import("./commands/keys.ts")).keysCommand(rest, values);
+      case "budgets":
+        return await (await import("./commands/budgets.ts")).budgetsCommand(rest, values);
+      case "prices":
+        return await (await import("./commands/prices.ts")).pricesCommand(rest, values);
       case "bench": {
         const { benchCommand } = await import("./commands/bench.ts");
         return await benchCommand(rest, values);

@@ -23,9 +23,23 @@ Usage:
                                         create an API key (printed once)
   switchyard keys list --tenant NAME    list a tenant's keys
   switchyard keys revoke PREFIX         revoke a key by its visible prefix (sy_xxxxxxxx)
-  switchyard bench router [--quick] [--levels 1,100,1000]
-                                        router overhead benchmark (prints a table)
+  switchyard budgets set NAME (--daily-cents N | --daily-usd D.CC) [--time-zone ZONE] [--alerts 50,80,100|none]
+                                        set a tenant's daily limit for paid inference (zone: IANA, default UTC)
+  switchyard budgets show NAME [--day YYYY-MM-DD]
+                                        limit, ledger spend, live Redis counters and alerts for a day (default today)
+  switchyard budgets list               every tenant's budget
+  switchyard budgets delete NAME        remove a budget (paid inference unlimited again)
+  switchyard budgets reconcile [NAME] [--day YYYY-MM-DD]
+                                        rebuild the Redis counters from the ledger + live holds (all budgets if no NAME)
+  switchyard prices set openrouter|anthropic|worker MODEL --input USD --output USD [--cached-input USD]
+           [--cache-write USD] [--effective-from YYYY-MM-DD|ISO-INSTANT]
+                                        add a price, in USD per million tokens (stored exactly in micro-cents)
+  switchyard prices list [--backend B] [--model M]…
+                                        every price row, marking the one in force now
+  switchyard bench router [--quick] [--levels 1,100,1000] [--only money]
+                                        router overhead and money-path benchmarks (prints tables)
   switchyard bench engine [--quick]     engine vs llama.cpp on the same GGUF (prints a table)
 
 Configuration: switchyard.yaml (or --config / SWITCHYARD_CONFIG) plus SWITCHYARD_* env;
-DATABASE_URL unset → embedded PostgreSQL under $SWITCHYARD_HOME (default ./.switchyard).`;
+DATABASE_URL unset → embedded PostgreSQL under $SWITCHYARD_HOME (default ./.switchyard).
+budgets show|reconcile use redis.url / REDIS_URL (or --redis URL) and redis.keyPrefix (or --key-prefix).`;

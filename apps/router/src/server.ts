@@ -91,16 +91,10 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     }
     db = connectDb(url);
   }
-  let redis: Redis | undefined;
-  let registry = opts.registry;
-  if (!registry) {
-    if (config.redis.url) {
-      redis = connectRedis(config.redis.url);
-      registry = new RedisRegistryStore(redis, config.redis.keyPrefix);
-    } else {
-      registry = new MemoryRegistryStore();
-    }
-  }
+  // Redis, when configured, holds the registry, the budget counters and the
+  // ledger buffer; without it everything lives in this process (one machine).
+  const redis: Redis | undefined = config.redis.url ? connectRedis(config.redis.url) : undefined;
+  const registry = opts.registry ?? (redis ? new RedisRegistryStore(redis, config.redis.keyPrefix) : new MemoryRegistryStore());
   const metrics = new RouterMetrics();
   const directory = new WorkerDirectory(registry, config.registry.pollMs, log);
   const connections = new WorkerConnections({ connectTimeoutMs: config.deadlines.connectMs, maxConnections: config.router.maxConnectionsPerWorker, token: config.workers.token, secretKey: config.workers.secretKey });

@@ -1,8 +1,30 @@
 // Resolves a bearer key to its tenant with a short-lived cache: a revoked key
 // stops working within keyCacheMs. Negative answers are cached too, so a
-// flood of bad keys doesn't become a flood of Postgres queries.
+// flood of bad keys doesn't become a flood of Postgres queries. An expired
+// entry is re-read, but a key seen before keeps its last answer when
+// Postgres fails or is slow, so a database outage does not stop serving.
 import { hashKey } from "@switchyard/db";
 import type { KeyOwner, KeyStore } from "./key-store.ts";
+
+/** How long an expired entry waits for Postgres before the last answer is used. */
+const STALE_AFTER_MS = 250;
+
+/** The fresh value if it arrives within `ms`, else (or on failure) the stale one. */
+export function freshOrStale<T>(fresh: Promise<T>, stale: T, ms: number): Promise<T> {
+  return new Promise<T>((resolve) => {
+    const t = setTimeout(() => resolve(stale), ms);
+    fresh.then(
+      (v) => {
+        clearTimeout(t);
+        resolve(v);
+      },
+      () => {
+        clearTimeout(t);
+        resolve(stale);
+      },
+    );
+  });
+}
 
 export class KeyResolver {
   private readonly cache = new Map<string, { owner: KeyOwner | undefined; until: number }>();
@@ -22,12 +44,23 @@ export class KeyResolver {
     const hit = this.cache.get(hash);
     let owner: KeyOwner | undefined;
     if (hit && hit.until > now) owner = hit.owner;
-    else {
-      owner = await this.store.lookup(hash);
-      if (this.cache.size >= this.maxEntries) this.cache.clear();
-      this.cache.set(hash, { owner, until: now + this.ttlMs });
+    else if (hit) {
+      // Expired: re-read, but if Postgres fails or is slow, answer from the
+      // last lookup — an outage must not take serving down. A revocation
+      // still takes effect within the TTL whenever Postgres answers.
+      owner = await freshOrStale(this.refresh(hash), hit.owner, STALE_AFTER_MS);
+      hit.until = Math.max(hit.until, now + Math.min(this.ttlMs, 1_000));
+    } else {
+      owner = await this.refresh(hash);
     }
     if (owner && !owner.revoked) this.noteUse(owner.keyId, now);
+    return owner;
+  }
+
+  private async refresh(hash: string): Promise<KeyOwner | undefined> {
+    const owner = await this.store.lookup(hash);
+    if (this.cache.size >= this.maxEntries) this.cache.clear();
+    this.cache.set(hash, { owner, until: Date.now() + this.ttlMs });
     return owner;
   }
 

@@ -56,6 +56,8 @@ export class RedisLedgerBuffer implements LedgerSink {
   private lastClaim = 0;
   private backoffMs = 0;
   private groupReady: Promise<void> | undefined;
+  /** Steps run one at a time: a flush must not finish while the drain loop holds rows it read but has not committed. */
+  private tail: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly redis: Redis,
@@ -128,6 +130,12 @@ export class RedisLedgerBuffer implements LedgerSink {
     if (ids.length > 0) this.opts.log.info("ledger rows taken over from a silent router", { rows: ids.length });
   }
 
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.tail.then(fn, fn);
+    this.tail = run.catch(() => undefined);
+    return run;
+  }
+
   /** One step: re-send, claim, read (own pending first), insert, acknowledge. Returns rows handled. */
   private async step(block: boolean): Promise<number> {
     await this.resend();
@@ -162,7 +170,7 @@ export class RedisLedgerBuffer implements LedgerSink {
   private async loop(): Promise<void> {
     while (!this.closed) {
       try {
-        await this.step(true);
+        await this.exclusive(() => this.step(true));
         this.backoffMs = 0;
       } catch (err) {
         if (this.closed) break;
@@ -176,7 +184,7 @@ export class RedisLedgerBuffer implements LedgerSink {
   /** Drains what is in the stream now (rows other routers are inserting excepted). */
   async flush(): Promise<void> {
     await this.ensureGroup();
-    for (let i = 0; i < 10_000; i++) if ((await this.step(false)) === 0 && this.retry.length === 0) return;
+    for (let i = 0; i < 10_000; i++) if ((await this.exclusive(() => this.step(false))) === 0 && this.retry.length === 0) return;
   }
 
   async close(): Promise<void> {

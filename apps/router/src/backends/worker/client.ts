@@ -145,8 +145,10 @@ export class WorkerBackend implements Backend {
       }
       const s = res.statusCode;
       // 4xx other than overload/timeout means the request itself is wrong:
-      // another worker would refuse it too, so pass it through.
-      const clientError = s >= 400 && s < 500 && s !== 408 && s !== 429 && s !== 401 && s !== 403;
+      // another worker would refuse it too, so pass it through. A 404 is
+      // about this worker (a stale registry entry no longer serving the
+      // model): another one may serve it.
+      const clientError = s >= 400 && s < 500 && s !== 404 && s !== 408 && s !== 429 && s !== 401 && s !== 403;
       throw new UpstreamFailure(
         clientError ? "client_error" : "bad_status",
         `worker ${this.worker.id} answered ${s}${upstreamError?.message ? `: ${upstreamError.message}` : ""}`,

@@ -1,0 +1,149 @@
+// `switchyard prices set|list`: what paid backends charge per million tokens.
+// Prices are typed in USD per Mtok and stored as integer micro-cents per Mtok
+// (1 USD = 10^8 micro-cents), parsed from the digits, never through a float.
+// A new price is a new row; routers pick it up within billing.refreshMs.
+import { formatMicroAsUsd, listPrices, setPrice, usdToMicro } from "@switchyard/db";
+import { configFrom, openDb } from "../context.ts";
+import { UsageError } from "../usage.ts";
+
+export interface PricesFlags {
+  config?: string;
+  input?: string;
+  output?: string;
+  "cached-input"?: string;
+  "cache-write"?: string;
+  "effective-from"?: string;
+  backend?: string;
+  model?: string[];
+}
+
+/** Backend kinds a price applies to (Backend.kind in the router). */
+const backends = ["openrouter", "anthropic", "worker"] as const;
+const setFlags = ["input", "output", "cached-input", "cache-write", "effective-from"] as const;
+const listFlags = ["backend", "model"] as const;
+const BIGINT_MAX = 2n ** 63n - 1n;
+type Price = Awaited<ReturnType<typeof listPrices>>[number];
+
+export async function pricesCommand(args: string[], flags: PricesFlags): Promise<number> {
+  const [verb, ...rest] = args;
+  if (verb !== "set" && verb !== "list") throw new UsageError(`prices: expected 'set BACKEND MODEL …' or 'list', got '${verb ?? ""}'`);
+  const wrong = (verb === "set" ? listFlags : setFlags).find((f) => flags[f] !== undefined);
+  if (wrong) throw new UsageError(`prices ${verb}: --${wrong} does not apply here`);
+  if (verb === "set") {
+    const [backend, model, ...extra] = rest;
+    if (!backend || !model) throw new UsageError("prices set: expected BACKEND MODEL (e.g. prices set openrouter openai/gpt-4o-mini --input 0.15 --output 0.6)");
+    if (extra.length > 0) throw new UsageError(`prices set: unexpected argument '${extra[0]}'`);
+    checkBackend("prices set", backend);
+    if (flags.input === undefined || flags.output === undefined) throw new UsageError("prices set: --input and --output (USD per million tokens) are required");
+    const input = {
+      backend,
+      model,
+      inputMicroPerMtok: parsePerMtok("input", flags.input),
+      outputMicroPerMtok: parsePerMtok("output", flags.output),
+      cachedInputMicroPerMtok: flags["cached-input"] === undefined ? null : parsePerMtok("cached-input", flags["cached-input"]),
+      cacheWriteMicroPerMtok: flags["cache-write"] === undefined ? null : parsePerMtok("cache-write", flags["cache-write"]),
+      effectiveFrom: flags["effective-from"] === undefined ? new Date() : parseInstant(flags["effective-from"]),
+    };
+    const db = await openDb(configFrom(flags), { migrate: true, quiet: true });
+    try {
+      const p = await setPrice(db.db, input);
+      const when = p.effectiveFrom.getTime() > Date.now() ? "from" : "in force since";
+      process.stdout.write(
+        `price of ${p.backend} ${p.model} ${when} ${p.effectiveFrom.toISOString()}: ` +
+          `input ${perMtok(p.inputMicroPerMtok)}, output ${perMtok(p.outputMicroPerMtok)}, ` +
+          `cached input ${p.cachedInputMicroPerMtok === null ? "as input" : perMtok(p.cachedInputMicroPerMtok)}, ` +
+          `cache write ${p.cacheWriteMicroPerMtok === null ? "as input" : perMtok(p.cacheWriteMicroPerMtok)}\n`,
+      );
+      if (backend === "worker") process.stderr.write("note: self-hosted workers are never charged; a worker price is informational\n");
+      return 0;
+    } finally {
+      await db.close();
+      await db.stopEmbedded();
+    }
+  }
+  if (rest.length > 0) throw new UsageError(`prices list: unexpected argument '${rest[0]}'`);
+  if (flags.backend !== undefined) checkBackend("prices list", flags.backend);
+  const db = await openDb(configFrom(flags), { migrate: true, quiet: true });
+  try {
+    const models = flags.model?.length ? new Set(flags.model) : undefined;
+    const rows = (await listPrices(db.db)).filter((p) => (flags.backend === undefined || p.backend === flags.backend) && (!models || models.has(p.model)));
+    const status = statusOf(rows, new Date());
+    const header = ["BACKEND", "MODEL", "EFFECTIVE_FROM", "STATUS", "INPUT_USD_MTOK", "OUTPUT_USD_MTOK", "CACHED_INPUT_USD_MTOK", "CACHE_WRITE_USD_MTOK"];
+    const usd = (v: bigint | null) => (v === null ? "-" : formatMicroAsUsd(v));
+    const lines = rows.map((p, i) => [
+      p.backend,
+      p.model,
+      p.effectiveFrom.toISOString(),
+      status[i]!,
+      usd(p.inputMicroPerMtok),
+      usd(p.outputMicroPerMtok),
+      usd(p.cachedInputMicroPerMtok),
+      usd(p.cacheWriteMicroPerMtok),
+    ]);
+    const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
+    const fmt = (l: string[]) =>
+      l
+        .map((v, i) => (i >= 4 ? v.padStart(widths[i]!) : v.padEnd(widths[i]!)))
+        .join("  ")
+        .trimEnd();
+    process.stdout.write([fmt(header), ...lines.map(fmt)].join("\n") + "\n");
+    if (rows.length === 0) process.stderr.write("no prices set: paid backends are skipped until they have one\n");
+    return 0;
+  } finally {
+    await db.close();
+    await db.stopEmbedded();
+  }
+}
+
+function checkBackend(where: string, backend: string): void {
+  if (!(backends as readonly string[]).includes(backend)) throw new UsageError(`${where}: BACKEND must be one of ${backends.join(", ")} (got '${backend}')`);
+}
+
+/**
+ * USD per million tokens as a plain decimal → micro-cents per Mtok. Stored
+ * exactly or refused: a 9th decimal place would be rounded away.
+ */
+function parsePerMtok(flag: string, text: string): bigint {
+  const t = text.trim();
+  const m = /^(\d+)(?:\.(\d+))?$/.exec(t);
+  if (!m) throw new UsageError(`prices set: --${flag} takes USD per million tokens as a non-negative decimal, e.g. 0.15 (got '${text}')`);
+  if ((m[2] ?? "").replace(/0+$/, "").length > 8) throw new UsageError(`prices set: --${flag} has more than 8 decimal places (the smallest unit is 0.00000001 USD per million tokens)`);
+  const micro = usdToMicro(t);
+  if (micro > BIGINT_MAX) throw new UsageError(`prices set: --${flag} is too large`);
+  return micro;
+}
+
+/** YYYY-MM-DD (midnight UTC) or an ISO 8601 instant with Z or an offset; never the machine's local time. */
+function parseInstant(text: string): Date {
+  const dateOnly = /^\d{4}-\d{2}-\d{2}$/.test(text);
+  const withZone = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,3})?)?(Z|[+-]\d{2}:\d{2})$/.test(text);
+  const d = new Date(dateOnly ? `${text}T00:00:00Z` : text);
+  // Date rolls 2026-02-30 over to March; a typo should be refused instead.
+  const day = text.slice(0, 10);
+  const midnight = new Date(`${day}T00:00:00Z`);
+  const realDay = !Number.isNaN(midnight.getTime()) && midnight.toISOString().slice(0, 10) === day;
+  if ((!dateOnly && !withZone) || Number.isNaN(d.getTime()) || !realDay) {
+    throw new UsageError(`prices set: --effective-from takes YYYY-MM-DD (midnight UTC) or an instant like 2026-12-01T09:00:00Z (got '${text}')`);
+  }
+  return d;
+}
+
+/**
+ * For rows ordered backend, model, effective_from descending: the first row
+ * of each backend × model that has started is in force; earlier ones are
+ * superseded; later ones are scheduled.
+ */
+function statusOf(rows: readonly Price[], now: Date): string[] {
+  const seen = new Set<string>();
+  return rows.map((p) => {
+    const key = `${p.backend}\u0000${p.model}`;
+    if (p.effectiveFrom.getTime() > now.getTime()) return "scheduled";
+    if (seen.has(key)) return "superseded";
+    seen.add(key);
+    return "in force";
+  });
+}
+
+function perMtok(micro: bigint): string {
+  return `$${formatMicroAsUsd(micro)}/Mtok (${micro} micro-cents)`;
+}

@@ -1,0 +1,384 @@
+// `switchyard budgets …` and `switchyard prices …` end to end against a real
+// Postgres database and Redis, plus reconcileBudgetDay's retry on a conflict.
+import { execFile } from "node:child_process";
+import path from "node:path";
+import { promisify } from "node:util";
+import { and, eq } from "drizzle-orm";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createTenant, getBudget, insertLedgerRows, recordBudgetAlert, schema, type NewLedgerRow } from "@switchyard/db";
+import { budgetDay, RedisBudgetStore, type BudgetStore, type RebuildInput } from "@switchyard/state";
+import { ReconcileConflictError, reconcileBudgetDay, reconcileTenant } from "../../apps/router/src/billing/reconcile.ts";
+import { createTestDb, createTestRedis, type TestDb, type TestRedis } from "../helpers/env.ts";
+
+const run = promisify(execFile);
+const bin = path.resolve(import.meta.dirname, "../../apps/cli/bin/switchyard.mjs");
+const DAY = "2026-11-20";
+const HOUR = 3_600_000;
+const BIG_LIMIT = 10_000_000_000n;
+let db: TestDb;
+let r: TestRedis;
+
+interface Result {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the real CLI; with `redis`, pointed at this file's Redis key prefix. */
+async function sy(args: string[], opts: { redis?: boolean } = {}): Promise<Result> {
+  const env: Record<string, string | undefined> = { ...process.env, DATABASE_URL: db.url };
+  for (const k of ["REDIS_URL", "SWITCHYARD_REDIS__URL", "SWITCHYARD_REDIS__KEY_PREFIX", "SWITCHYARD_CONFIG"]) delete env[k];
+  if (opts.redis) {
+    env.REDIS_URL = process.env.TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
+    env.SWITCHYARD_REDIS__KEY_PREFIX = r.prefix;
+  }
+  try {
+    const out = await run(process.execPath, [bin, ...args], { env, timeout: 30_000 });
+    return { code: 0, stdout: out.stdout, stderr: out.stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+async function tenant(name: string): Promise<number> {
+  const t = await createTenant(db.db, name);
+  if (!t.ok) throw new Error(`tenant ${name}: ${t.reason}`);
+  return t.tenant.id;
+}
+
+function ledgerRow(tenantId: number, requestId: string, costMicro: bigint, startedAt = `${DAY}T12:00:00Z`): NewLedgerRow {
+  const started = new Date(startedAt);
+  return {
+    requestId,
+    tenantId,
+    backend: "openrouter",
+    model: "openai/gpt-4o-mini",
+    promptTokens: 10,
+    completionTokens: 5,
+    costMicro,
+    costSource: "provider",
+    status: "ok",
+    startedAt: started,
+    finishedAt: new Date(started.getTime() + 1000),
+    durationMs: 1000,
+  };
+}
+
+beforeAll(async () => {
+  db = await createTestDb();
+  r = await createTestRedis();
+});
+afterAll(async () => {
+  await r?.cleanup();
+  await db?.drop();
+});
+
+describe("switchyard budgets set|show|list|delete", () => {
+  it("stores exact cents, zone and thresholds, and refuses bad input with a clear message", { timeout: 180_000 }, async () => {
+    const acme = await tenant("acme");
+    const set = await sy(["budgets", "set", "acme", "--daily-cents", "1234", "--time-zone", "europe/paris", "--alerts", "50,80,100"]);
+    expect(set.code, set.stderr).toBe(0);
+    expect(set.stdout).toMatch(/1234 cents \(\$12\.34\).*Europe\/Paris.*50%, 80%, 100%/);
+    expect(await getBudget(db.db, acme)).toMatchObject({ dailyLimitCents: 1234n, timeZone: "Europe/Paris", alertThresholds: [50, 80, 100] });
+
+    // --daily-usd is parsed to cents exactly; zone and thresholds stay as they were.
+    expect((await sy(["budgets", "set", "acme", "--daily-usd", "0.05"])).code).toBe(0);
+    expect(await getBudget(db.db, acme)).toMatchObject({ dailyLimitCents: 5n, timeZone: "Europe/Paris", alertThresholds: [50, 80, 100] });
+
+    const bad: [string[], RegExp][] = [
+      [["--daily-cents=-5"], /--daily-cents takes a whole, non-negative number of cents/],
+      [["--daily-cents", "-5"], /--daily-cents/],
+      [["--daily-cents", "1.5"], /whole, non-negative/],
+      [["--daily-cents", "99999999999"], /at most 9007199254 cents/],
+      [["--daily-usd", "12.345"], /whole cents/],
+      [["--daily-usd", "1e3"], /whole cents/],
+      [["--daily-cents", "1", "--daily-usd", "1"], /exactly one of --daily-cents N or --daily-usd/],
+      [[], /exactly one of --daily-cents N or --daily-usd/],
+      [["--daily-cents", "100", "--time-zone", "Mars/Olympus_Mons"], /--time-zone must be an IANA time zone/],
+      [["--daily-cents", "100", "--time-zone", "+01:00"], /--time-zone must be an IANA time zone/],
+      [["--daily-cents", "100", "--alerts", "80,50"], /ascending without repeats/],
+      [["--daily-cents", "100", "--alerts", "80,80"], /ascending without repeats/],
+      [["--daily-cents", "100", "--alerts", "0"], /percentages 1\.\.1000/],
+      [["--daily-cents", "100", "--alerts", "1001"], /percentages 1\.\.1000/],
+      [["--daily-cents", "100", "--alerts", "50,,80"], /percentages 1\.\.1000/],
+      [["--daily-cents", "100", "--day", DAY], /--day does not apply here/],
+    ];
+    for (const [extra, msg] of bad) {
+      const res = await sy(["budgets", "set", "acme", ...extra]);
+      expect(res.code, extra.join(" ")).toBe(2);
+      expect(res.stderr, extra.join(" ")).toMatch(msg);
+    }
+    const unknown = await sy(["budgets", "set", "nobody", "--daily-cents", "5"]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/no tenant named 'nobody'/);
+    // Nothing above changed the budget.
+    expect(await getBudget(db.db, acme)).toMatchObject({ dailyLimitCents: 5n, timeZone: "Europe/Paris" });
+
+    const list = await sy(["budgets", "list"]);
+    expect(list.code).toBe(0);
+    expect(list.stdout).toMatch(/^TENANT\s+LIMIT_CENTS\s+LIMIT_USD\s+TIME_ZONE\s+ALERTS\s+UPDATED/);
+    expect(list.stdout).toMatch(/\nacme\s+5\s+0\.05\s+Europe\/Paris\s+50,80,100\s+\d{4}-/);
+
+    // Show: the ledger's spend for the tenant's day, exact, as a share of the limit.
+    await insertLedgerRows(db.db, [ledgerRow(acme, "acme-1", 1_234_567n)]);
+    const show = await sy(["budgets", "show", "acme", "--day", DAY]);
+    expect(show.code, show.stderr).toBe(0);
+    expect(show.stdout).toMatch(/daily limit\s+5 cents \(\$0\.05\)/);
+    expect(show.stdout).toMatch(/time zone\s+Europe\/Paris/);
+    expect(show.stdout).toMatch(new RegExp(`day\\s+${DAY} \\(today in Europe/Paris is \\d{4}-\\d{2}-\\d{2}\\)`));
+    expect(show.stdout).toMatch(/ledger spend\s+\$0\.01234567 \(1234567 micro-cents, 24\.69% of the limit\)/);
+    expect(show.stdout).toMatch(/live counters\s+not shown \(no Redis configured/);
+    expect(show.stdout).toMatch(/alerts fired\s+none/);
+    const today = await sy(["budgets", "show", "acme"]);
+    expect(today.stdout).toMatch(/day\s+\d{4}-\d{2}-\d{2} \(today in Europe\/Paris\)/);
+
+    expect((await sy(["budgets", "show", "nobody"])).stderr).toMatch(/no tenant named 'nobody'/);
+    expect((await sy(["budgets", "show", "acme", "--day", "2026-02-30"])).code).toBe(2);
+
+    const del = await sy(["budgets", "delete", "acme"]);
+    expect(del.code).toBe(0);
+    expect(del.stdout).toMatch(/deleted the budget of acme/);
+    expect(await getBudget(db.db, acme)).toBeUndefined();
+    const again = await sy(["budgets", "delete", "acme"]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(/tenant 'acme' has no budget/);
+    expect((await sy(["budgets", "list"])).stdout).not.toMatch(/\nacme /);
+
+    for (const [args, msg] of [
+      [["budgets"], /expected set, show, list, delete or reconcile/],
+      [["budgets", "frob"], /expected set, show, list, delete or reconcile/],
+      [["budgets", "show"], /missing tenant NAME/],
+      [["budgets", "list", "extra"], /unexpected argument 'extra'/],
+      [["budgets", "list", "--day", DAY], /--day does not apply here/],
+    ] as [string[], RegExp][]) {
+      const res = await sy(args);
+      expect(res.code, args.join(" ")).toBe(2);
+      expect(res.stderr).toMatch(msg);
+    }
+  });
+});
+
+describe("switchyard prices set|list", () => {
+  const priceRows = (backend: string, model: string) =>
+    db.db
+      .select()
+      .from(schema.prices)
+      .where(and(eq(schema.prices.backend, backend), eq(schema.prices.model, model)))
+      .orderBy(schema.prices.effectiveFrom);
+
+  it("converts USD per Mtok to micro-cents exactly and marks the price in force", { timeout: 180_000 }, async () => {
+    const first = await sy(["prices", "set", "openrouter", "openai/gpt-4o-mini", "--input", "0.15", "--output", "0.6", "--cached-input", "0.075", "--effective-from", "2020-01-01"]);
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stdout).toMatch(/input \$0\.15\/Mtok \(15000000 micro-cents\)/);
+    expect(await priceRows("openrouter", "openai/gpt-4o-mini")).toEqual([
+      expect.objectContaining({
+        inputMicroPerMtok: 15_000_000n,
+        outputMicroPerMtok: 60_000_000n,
+        cachedInputMicroPerMtok: 7_500_000n,
+        cacheWriteMicroPerMtok: null,
+        effectiveFrom: new Date("2020-01-01T00:00:00Z"),
+      }),
+    ]);
+
+    expect((await sy(["prices", "set", "anthropic", "claude-sonnet-4-5", "--input", "3", "--output", "15", "--cached-input", "0.30", "--cache-write", "3.75"])).code).toBe(0);
+    expect(await priceRows("anthropic", "claude-sonnet-4-5")).toEqual([
+      expect.objectContaining({ inputMicroPerMtok: 300_000_000n, outputMicroPerMtok: 1_500_000_000n, cachedInputMicroPerMtok: 30_000_000n, cacheWriteMicroPerMtok: 375_000_000n }),
+    ]);
+    // The smallest unit and eight decimal places survive untouched.
+    expect((await sy(["prices", "set", "openrouter", "tiny/model", "--input", "0.00000001", "--output", "0.12345678", "--effective-from", "2026-01-01T09:30:00+01:00"])).code).toBe(0);
+    expect(await priceRows("openrouter", "tiny/model")).toEqual([
+      expect.objectContaining({ inputMicroPerMtok: 1n, outputMicroPerMtok: 12_345_678n, effectiveFrom: new Date("2026-01-01T08:30:00Z") }),
+    ]);
+
+    // A newer price now and a scheduled one: the 2020 row is superseded, old rows stay.
+    expect((await sy(["prices", "set", "openrouter", "openai/gpt-4o-mini", "--input", "0.1", "--output", "0.4"])).code).toBe(0);
+    expect((await sy(["prices", "set", "openrouter", "openai/gpt-4o-mini", "--input", "0.2", "--output", "0.8", "--effective-from", "2099-01-01"])).code).toBe(0);
+    expect((await priceRows("openrouter", "openai/gpt-4o-mini")).map((p) => p.inputMicroPerMtok)).toEqual([15_000_000n, 10_000_000n, 20_000_000n]);
+
+    const list = await sy(["prices", "list", "--backend", "openrouter", "--model", "openai/gpt-4o-mini"]);
+    expect(list.code, list.stderr).toBe(0);
+    const lines = list.stdout.trim().split("\n");
+    expect(lines[0]).toMatch(/^BACKEND\s+MODEL\s+EFFECTIVE_FROM\s+STATUS\s+INPUT_USD_MTOK\s+OUTPUT_USD_MTOK\s+CACHED_INPUT_USD_MTOK\s+CACHE_WRITE_USD_MTOK$/);
+    expect(lines.slice(1)).toHaveLength(3);
+    expect(lines[1]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+2099-01-01T00:00:00\.000Z\s+scheduled\s+0\.2\s+0\.8\s+-\s+-$/);
+    expect(lines[2]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+\S+Z\s+in force\s+0\.1\s+0\.4\s+-\s+-$/);
+    expect(lines[3]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+2020-01-01T00:00:00\.000Z\s+superseded\s+0\.15\s+0\.6\s+0\.075\s+-$/);
+
+    const anthropic = await sy(["prices", "list", "--backend", "anthropic"]);
+    expect(anthropic.stdout).toMatch(/\nanthropic\s+claude-sonnet-4-5\s+\S+\s+in force\s+3\s+15\s+0\.3\s+3\.75\n/);
+    expect(anthropic.stdout).not.toMatch(/openrouter/);
+    expect((await sy(["prices", "list"])).stdout).toMatch(/tiny\/model\s+2026-01-01T08:30:00\.000Z\s+in force\s+0\.00000001\s+0\.12345678/);
+
+    const bad: [string[], RegExp][] = [
+      [["set", "openrouter", "m", "--input", "0.000000001", "--output", "1"], /more than 8 decimal places/],
+      [["set", "openrouter", "m", "--input=-1", "--output", "1"], /non-negative decimal/],
+      [["set", "openrouter", "m", "--input", "1e-3", "--output", "1"], /non-negative decimal/],
+      [["set", "openrouter", "m", "--input", "abc", "--output", "1"], /non-negative decimal/],
+      [["set", "openai", "m", "--input", "1", "--output", "1"], /BACKEND must be one of openrouter, anthropic, worker/],
+      [["set", "openrouter", "m", "--input", "1"], /--input and --output .* are required/],
+      [["set", "openrouter", "--input", "1", "--output", "1"], /expected BACKEND MODEL/],
+      [["set", "openrouter", "m", "--input", "1", "--output", "1", "--effective-from", "2026-02-30"], /--effective-from takes/],
+      [["set", "openrouter", "m", "--input", "1", "--output", "1", "--effective-from", "2026-12-01T09:00:00"], /--effective-from takes/],
+      [["set", "openrouter", "m", "--input", "1", "--output", "1", "--backend", "anthropic"], /--backend does not apply here/],
+      [["list", "--input", "1"], /--input does not apply here/],
+      [["list", "--backend", "nope"], /BACKEND must be one of/],
+      [["frob"], /expected 'set BACKEND MODEL …' or 'list'/],
+    ];
+    for (const [args, msg] of bad) {
+      const res = await sy(["prices", ...args]);
+      expect(res.code, args.join(" ")).toBe(2);
+      expect(res.stderr, args.join(" ")).toMatch(msg);
+    }
+    expect(await priceRows("openrouter", "m")).toEqual([]);
+  });
+});
+
+describe("switchyard budgets reconcile", () => {
+  it("sets Redis to ledger spend + un-ledgered live holds, so an already-ledgered settle is not counted again", { timeout: 180_000 }, async () => {
+    const globex = await tenant("globex");
+    const hooli = await tenant("hooli");
+    expect((await sy(["budgets", "set", "globex", "--daily-cents", "1000"])).code).toBe(0);
+    expect((await sy(["budgets", "set", "hooli", "--daily-cents", "500", "--time-zone", "America/New_York"])).code).toBe(0);
+    await insertLedgerRows(db.db, [
+      ledgerRow(globex, "g-a", 3_000_000n),
+      ledgerRow(globex, "g-b", 2_000_000n),
+      ledgerRow(globex, "g-held-ledgered", 1_500_000n),
+      ledgerRow(globex, "g-other-day", 777n, "2026-11-19T12:00:00Z"),
+      ledgerRow(hooli, "h-a", 42n), // 07:00 in New York on DAY
+    ]);
+    const store = new RedisBudgetStore(r.redis, r.prefix);
+    const g = { tenantId: globex, day: DAY };
+    // Counters that disagree with the ledger: spend of requests it never saw,
+    // one live hold without a ledger row and one whose row is already there.
+    await store.reserve({ ...g, requestId: "g-stray-1", amountMicro: 20_000n, limitMicro: BIG_LIMIT, ttlMs: HOUR });
+    await store.settle({ ...g, requestId: "g-stray-1", actualMicro: 9_999n });
+    await store.settle({ ...g, requestId: "g-stray-2", actualMicro: 7n });
+    await store.reserve({ ...g, requestId: "g-held-free", amountMicro: 400_000n, limitMicro: BIG_LIMIT, ttlMs: HOUR });
+    await store.reserve({ ...g, requestId: "g-held-ledgered", amountMicro: 2_000_000n, limitMicro: BIG_LIMIT, ttlMs: HOUR });
+    expect(await store.snapshot(globex, DAY)).toMatchObject({ spentMicro: 10_006n, heldMicro: 2_400_000n });
+
+    const noRedis = await sy(["budgets", "reconcile", "globex", "--day", DAY]);
+    expect(noRedis.code).toBe(2);
+    expect(noRedis.stderr).toMatch(/needs the routers' Redis/);
+
+    const res = await sy(["budgets", "reconcile", "globex", "--day", DAY], { redis: true });
+    expect(res.code, res.stderr).toBe(0);
+    expect(res.stdout).toBe(`globex ${DAY}: spent $0.00010006 → $0.065, held $0.024 → $0.004 (1 live hold)\n`);
+    expect(await store.snapshot(globex, DAY)).toMatchObject({ spentMicro: 6_500_000n, heldMicro: 400_000n });
+    expect((await store.holds(globex, DAY)).map((h) => [h.requestId, h.amountMicro])).toEqual([["g-held-free", 400_000n]]);
+
+    // The router's late settle of a request the ledger already has changes nothing.
+    expect(await store.settle({ ...g, requestId: "g-held-ledgered", actualMicro: 1_500_000n })).toMatchObject({ alreadySettled: true, spentMicro: 6_500_000n });
+    // The un-ledgered hold settles normally.
+    expect(await store.settle({ ...g, requestId: "g-held-free", actualMicro: 350_000n })).toMatchObject({ alreadySettled: false, spentMicro: 6_850_000n, heldMicro: 0n });
+
+    // Once its row is in the ledger, reconciling again (every budget) agrees, and fixes hooli's New York day too.
+    await insertLedgerRows(db.db, [ledgerRow(globex, "g-held-free", 350_000n)]);
+    await store.settle({ tenantId: hooli, day: DAY, requestId: "h-stray", actualMicro: 1_000n });
+    await recordBudgetAlert(db.db, globex, DAY, 50);
+    const all = await sy(["budgets", "reconcile", "--day", DAY], { redis: true });
+    expect(all.code, all.stderr).toBe(0);
+    expect(all.stdout).toBe(
+      `globex ${DAY}: spent $0.0685 → $0.0685, held $0 → $0 (0 live holds)\n` + `hooli ${DAY}: spent $0.00001 → $0.00000042, held $0 → $0 (0 live holds)\n`,
+    );
+    expect(await store.snapshot(globex, DAY)).toMatchObject({ spentMicro: 6_850_000n, heldMicro: 0n });
+    expect(await store.snapshot(hooli, DAY)).toMatchObject({ spentMicro: 42n, heldMicro: 0n });
+
+    // Show reads the live counters next to the ledger, and the alerts of the day.
+    await store.reserve({ ...g, requestId: "g-live", amountMicro: 1_000_000n, limitMicro: BIG_LIMIT, ttlMs: HOUR });
+    const show = await sy(["budgets", "show", "globex", "--day", DAY], { redis: true });
+    expect(show.code, show.stderr).toBe(0);
+    expect(show.stdout).toMatch(/ledger spend\s+\$0\.0685 \(6850000 micro-cents, 0\.68% of the limit\)/);
+    expect(show.stdout).toMatch(/live spent\s+\$0\.0685 \(6850000 micro-cents, 0\.68% of the limit\)\n/);
+    expect(show.stdout).toMatch(/live held\s+\$0\.01 \(1000000 micro-cents, 0\.10% of the limit\)/);
+    expect(show.stdout).toMatch(/live holds\s+1\n/);
+    expect(show.stdout).toMatch(/available\s+\$9\.9215\n/);
+    expect(show.stdout).toMatch(/alerts fired\s+50% at \d{4}-/);
+
+    // Without a day: each tenant's today, in its own zone.
+    const before = budgetDay(Date.now(), "America/New_York");
+    const today = await sy(["budgets", "reconcile", "hooli"], { redis: true });
+    const after = budgetDay(Date.now(), "America/New_York");
+    expect(today.code, today.stderr).toBe(0);
+    expect([before, after].some((d) => today.stdout.startsWith(`hooli ${d}: `))).toBe(true);
+
+    // Rows still in the routers' Redis ledger buffer are named: reconcile cannot see them yet.
+    await r.redis.xadd(`${r.prefix}{ledger}:stream`, "*", "r", "{}");
+    const buffered = await sy(["budgets", "reconcile", "globex", "--day", DAY], { redis: true });
+    expect(buffered.code).toBe(0);
+    expect(buffered.stderr).toMatch(/warning: 1 ledger row is still buffered in Redis/);
+
+    const unknown = await sy(["budgets", "reconcile", "nobody"], { redis: true });
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/no tenant named 'nobody'/);
+  });
+});
+
+/** Delegates to a real store; `beforeRebuild` runs inside each rebuild call, before it reaches the store. */
+class InterposedStore implements BudgetStore {
+  rebuilds = 0;
+  constructor(
+    private readonly inner: BudgetStore,
+    private readonly beforeRebuild: (call: number, input: RebuildInput) => Promise<void>,
+  ) {}
+  reserve = (i: Parameters<BudgetStore["reserve"]>[0]) => this.inner.reserve(i);
+  settle = (i: Parameters<BudgetStore["settle"]>[0]) => this.inner.settle(i);
+  release = (i: Parameters<BudgetStore["release"]>[0]) => this.inner.release(i);
+  snapshot = (t: number, d: string) => this.inner.snapshot(t, d);
+  holds = (t: number, d: string) => this.inner.holds(t, d);
+  async rebuild(input: RebuildInput) {
+    await this.beforeRebuild(++this.rebuilds, input);
+    return this.inner.rebuild(input);
+  }
+}
+
+describe("reconcileBudgetDay", () => {
+  it("re-reads and retries when a settle lands between its read and its rebuild", async () => {
+    const initrode = await tenant("initrode");
+    const ref = { tenantId: initrode, day: DAY };
+    const redisStore = new RedisBudgetStore(r.redis, r.prefix);
+    await insertLedgerRows(db.db, [ledgerRow(initrode, "i-a", 1_000n)]);
+    await redisStore.settle({ ...ref, requestId: "i-drift", actualMicro: 5n });
+    await redisStore.reserve({ ...ref, requestId: "i-late", amountMicro: 300n, limitMicro: BIG_LIMIT, ttlMs: HOUR });
+    // During the first rebuild the router finishes i-late: ledger row first, then settle.
+    const store = new InterposedStore(redisStore, async (call, input) => {
+      if (call !== 1) return;
+      expect(input.holds.map((h) => h.requestId)).toEqual(["i-late"]);
+      expect(input.spentMicro).toBe(1_000n);
+      await insertLedgerRows(db.db, [ledgerRow(initrode, "i-late", 250n)]);
+      await redisStore.settle({ ...ref, requestId: "i-late", actualMicro: 250n });
+    });
+    const res = await reconcileBudgetDay(db.db, store, initrode, DAY);
+    expect(store.rebuilds).toBe(2);
+    expect(res).toMatchObject({ attempts: 2, spentMicro: 1_250n, heldMicro: 0n, holds: 0, before: { spentMicro: 255n, heldMicro: 0n } });
+    // The settle that raced is neither lost (it is in the ledger sum) nor counted twice.
+    const snap = await redisStore.snapshot(initrode, DAY);
+    expect(snap).toMatchObject({ spentMicro: 1_250n, heldMicro: 0n, version: res.version });
+    expect(await redisStore.settle({ ...ref, requestId: "i-late", actualMicro: 250n })).toMatchObject({ alreadySettled: true, spentMicro: 1_250n });
+
+    // The per-tenant helper reconciles each day given; a set, so running it again changes nothing.
+    const days = await reconcileTenant(db.db, redisStore, initrode, "UTC", [DAY, "2026-11-19"]);
+    expect(days.map((d) => [d.day, d.spentMicro, d.attempts])).toEqual([
+      [DAY, 1_250n, 1],
+      ["2026-11-19", 0n, 1],
+    ]);
+  });
+
+  it("gives up with a clear error when the day keeps changing", async () => {
+    const tenantId = await tenant("umbrella");
+    const redisStore = new RedisBudgetStore(r.redis, r.prefix);
+    let n = 0;
+    // Every rebuild loses the race to yet another settle.
+    const store = new InterposedStore(redisStore, async () => {
+      await redisStore.settle({ tenantId, day: DAY, requestId: `u-${++n}`, actualMicro: 1n });
+    });
+    await expect(reconcileBudgetDay(db.db, store, tenantId, DAY, { maxAttempts: 3 })).rejects.toThrow(ReconcileConflictError);
+    expect(store.rebuilds).toBe(3);
+    await expect(reconcileBudgetDay(db.db, store, tenantId, DAY, { maxAttempts: 2 })).rejects.toThrow(
+      new RegExp(`budget of tenant ${tenantId} on ${DAY} kept changing during reconcile \\(2 attempts, last version \\d+\\); run it again`),
+    );
+    // Nothing was overwritten: the counters are the settles', not a stale rebuild's.
+    expect(await redisStore.snapshot(tenantId, DAY)).toMatchObject({ spentMicro: 5n });
+  });
+});

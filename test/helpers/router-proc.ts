@@ -1,0 +1,34 @@
+// A router as its own OS process (`switchyard router`), for tests that run
+// several replicas or kill one with SIGKILL.
+import path from "node:path";
+import { freePort, startProc, waitHttp, type Proc } from "../../bench/lib/procs.ts";
+
+const bin = path.resolve(import.meta.dirname, "../../apps/cli/bin/switchyard.mjs");
+
+export interface RouterProc {
+  url: string;
+  proc: Proc;
+  /** SIGKILL: no drain, no flush, nothing settled. */
+  kill9(): Promise<void>;
+  /** SIGTERM: the router drains, settles and flushes its ledger buffer. */
+  stop(): Promise<void>;
+}
+
+export async function spawnRouter(env: Record<string, string>, label = "router"): Promise<RouterProc> {
+  const port = await freePort();
+  const adminPort = await freePort();
+  const proc = startProc(process.execPath, [bin, "router"], { SWITCHYARD_PORT: String(port), SWITCHYARD_ROUTER__ADMIN_PORT: String(adminPort), SWITCHYARD_LOG__LEVEL: "warn", ...env }, label);
+  const url = `http://127.0.0.1:${port}`;
+  await waitHttp(`${url}/healthz`, { timeoutMs: 60_000, ok: (s) => s === 200 });
+  return {
+    url,
+    proc,
+    stop: () => proc.stop(),
+    kill9: () =>
+      new Promise<void>((resolve) => {
+        if (proc.child.exitCode !== null || proc.child.signalCode !== null) return resolve();
+        proc.child.once("exit", () => resolve());
+        proc.child.kill("SIGKILL");
+      }),
+  };
+}

@@ -1,0 +1,103 @@
+// A router killed with SIGKILL in the middle of a paid stream: its budget
+// hold expires by itself, nothing it already recorded is lost or counted
+// twice (another router takes over its unacknowledged ledger rows), and
+// reconcile makes the Redis counters equal the ledger.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createKey, createTenant, setBudget, setPrice } from "@switchyard/db";
+import { budgetDay, RedisBudgetStore } from "@switchyard/state";
+import { reconcileBudgetDay } from "../../apps/router/src/billing/reconcile.ts";
+import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
+import { createTestDb, createTestRedis, REDIS_URL, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
+import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
+
+const MODEL = "openai/gpt-4o-mini";
+const HOLD_TTL_MS = 3_000;
+
+let db: TestDb;
+let redis: TestRedis;
+let fake: FakeOpenRouter;
+let a: RouterProc;
+let b: RouterProc;
+let key: string;
+let tenantId: number;
+
+beforeAll(async () => {
+  db = await createTestDb();
+  redis = await createTestRedis();
+  fake = await new FakeOpenRouter({ apiKey: "sk-or-crash" }).start();
+  const t = await createTenant(db.db, "crashy");
+  if (!t.ok) throw new Error("tenant");
+  tenantId = t.tenant.id;
+  key = (await createKey(db.db, tenantId)).key;
+  await setBudget(db.db, { tenantId, dailyLimitCents: 100n });
+  await setPrice(db.db, { backend: "openrouter", model: MODEL, inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n });
+  const env = {
+    DATABASE_URL: db.url,
+    REDIS_URL,
+    SWITCHYARD_REDIS__KEY_PREFIX: redis.prefix,
+    OPENROUTER_API_KEY: "sk-or-crash",
+    SWITCHYARD_PROVIDERS__OPENROUTER__BASE_URL: fake.url,
+    SWITCHYARD_BILLING__HOLD_TTL_MS: String(HOLD_TTL_MS),
+    SWITCHYARD_DEADLINES__TOTAL_MS: "2500",
+    SWITCHYARD_BILLING__LEDGER_CLAIM_IDLE_MS: "1000",
+  };
+  [a, b] = await Promise.all([spawnRouter(env, "router-a"), spawnRouter(env, "router-b")]);
+}, 180_000);
+
+afterAll(async () => {
+  await a?.kill9();
+  await b?.stop();
+  await fake?.stop();
+  await db?.drop();
+  await redis?.cleanup();
+});
+
+const post = (router: RouterProc, body: Record<string, unknown>) =>
+  fetch(`${router.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: MODEL, max_tokens: 100, messages: [{ role: "user", content: "hello" }], ...body }),
+  });
+
+describe("kill -9 of a router mid-stream", () => {
+  it("the hold expires, nothing is double-counted, reconcile makes Redis equal the ledger", async () => {
+    const store = new RedisBudgetStore(redis.redis, redis.prefix);
+    const day = budgetDay(Date.now(), "UTC");
+    const done: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const r = await post(a, { stream: i % 2 === 0 });
+      expect(r.status).toBe(200);
+      await r.text();
+      done.push(r.headers.get("x-request-id")!);
+    }
+    // A long paid stream on router A; its hold is live while it runs.
+    fake.enqueue({ kind: "slow", interTokenMs: 100, completionTokens: 100 });
+    const victim = await post(a, { stream: true });
+    const reader = victim.body!.getReader();
+    await reader.read();
+    expect((await store.snapshot(tenantId, day)).heldMicro).toBeGreaterThan(0n);
+    await a.kill9();
+    await reader.read().catch(() => undefined); // the connection dies with the router
+    // Router B keeps serving the same tenant meanwhile.
+    for (let i = 0; i < 5; i++) {
+      const r = await post(b, { stream: i % 2 === 1 });
+      expect(r.status).toBe(200);
+      await r.text();
+      done.push(r.headers.get("x-request-id")!);
+    }
+    // The dead router's hold frees itself.
+    await waitFor(async () => (await store.snapshot(tenantId, day)).heldMicro === 0n, { timeoutMs: HOLD_TTL_MS + 3_000, what: "the orphaned hold to expire" });
+    // B drains everything still buffered (A's unacknowledged rows included) on shutdown.
+    await b.stop();
+    const rows = await db.sql`select request_id, cost_micro from spend_ledger where tenant_id = ${tenantId}`;
+    const ids = rows.map((r) => r.request_id as string);
+    expect(new Set(ids).size).toBe(ids.length); // never twice
+    expect(new Set(ids)).toEqual(new Set(done)); // every completed request, and not the killed one
+    const ledger = rows.reduce((acc, r) => acc + BigInt(r.cost_micro), 0n);
+    // Reconcile: the counters become ledger + live holds (there are none left).
+    await reconcileBudgetDay(db.db, store, tenantId, day);
+    const after = await store.snapshot(tenantId, day);
+    expect(after.spentMicro).toBe(ledger);
+    expect(after.heldMicro).toBe(0n);
+  }, 60_000);
+});
