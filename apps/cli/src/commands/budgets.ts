@@ -8,6 +8,7 @@ import {
   findTenant,
   formatMicroAsUsd,
   getBudget,
+  insertLedgerRows,
   listBudgetAlerts,
   listBudgets,
   setBudget,
@@ -18,6 +19,9 @@ import type { Config } from "@switchyard/router";
 import { budgetDay, connectRedis, isValidTimeZone, MAX_BUDGET_MICRO, RedisBudgetStore } from "@switchyard/state";
 import { sql } from "drizzle-orm";
 import { reconcileBudgetDay } from "../../../router/src/billing/reconcile.ts";
+import { ledgerStreamKey, RedisLedgerBuffer } from "../../../router/src/billing/ledger-stream.ts";
+import { silentLogger } from "../../../router/src/observability/log.ts";
+import { hostname } from "node:os";
 import { configFrom, openDb } from "../context.ts";
 import { UsageError } from "../usage.ts";
 
@@ -286,7 +290,7 @@ async function reconcile(db: Db, name: string | undefined, dayFlag: string | und
       process.stderr.write(`error: cannot reach Redis: ${redis.failure(err)}\n`);
       return 1;
     }
-    await warnIfLedgerBuffered(redis, target.prefix);
+    await drainLedgerBuffer(redis, target.prefix, db);
     const store = new RedisBudgetStore(redis, target.prefix);
     let failed = 0;
     for (const t of targets) {
@@ -324,21 +328,36 @@ function openRedis(url: string) {
 }
 
 /**
- * Ledger rows still in the routers' Redis buffer are not in Postgres yet but
- * were already settled into the counters: reconciling now would undercount
- * them. Say so (the key is RedisLedgerBuffer's, apps/router/src/billing/ledger-stream.ts).
+ * Ledger rows still in the routers' Redis buffer were already settled into
+ * the counters but are not in Postgres yet: reconciling before they land
+ * would undercount them. Drain the buffer into Postgres first (the same
+ * idempotent inserts the routers do; rows a dead router left unacknowledged
+ * are taken over once idle), and warn about what is still held by live routers.
  */
-async function warnIfLedgerBuffered(redis: ReturnType<typeof openRedis>, prefix: string): Promise<void> {
+async function drainLedgerBuffer(redis: ReturnType<typeof openRedis>, prefix: string, db: Db): Promise<void> {
+  const buffer = new RedisLedgerBuffer(redis, (rows) => insertLedgerRows(db, rows), {
+    prefix,
+    consumer: `reconcile-${hostname()}-${process.pid}`,
+    batch: 1000,
+    flushMs: 100,
+    claimIdleMs: 15_000,
+    log: silentLogger,
+  });
+  try {
+    await buffer.close(); // flushes, then lets go of its consumer
+  } catch (err) {
+    process.stderr.write(`warning: could not drain the ledger buffer: ${(err as Error).message}\n`);
+  }
   let depth = 0;
   try {
-    depth = await redis.xlen(`${prefix}{ledger}:stream`);
+    depth = await redis.xlen(ledgerStreamKey(prefix));
   } catch {
-    return; // not allowed or not there: nothing to say
+    return;
   }
   if (depth > 0) {
     process.stderr.write(
-      `warning: ${depth} ledger ${depth === 1 ? "row is" : "rows are"} still buffered in Redis, not yet in PostgreSQL; ` +
-        "their spend is missing from this reconcile. Rerun once the routers have drained the buffer.\n",
+      `warning: ${depth} ledger ${depth === 1 ? "row is" : "rows are"} still buffered in Redis (being written by a router), ` +
+        "not yet in PostgreSQL; their spend is missing from this reconcile. Rerun in a moment.\n",
     );
   }
 }

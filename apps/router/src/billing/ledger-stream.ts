@@ -23,6 +23,11 @@ export function encodeLedgerRow(row: NewLedgerRow): string {
   });
 }
 
+/** The Redis stream holding buffered ledger rows, for a key prefix. */
+export function ledgerStreamKey(prefix: string): string {
+  return `${prefix}{ledger}:stream`;
+}
+
 export function decodeLedgerRow(text: string): NewLedgerRow {
   const o = JSON.parse(text) as Record<string, unknown>;
   for (const f of dateFields) if (o[f] != null) o[f] = new Date(o[f] as string);
@@ -64,7 +69,7 @@ export class RedisLedgerBuffer implements LedgerSink {
     private readonly write: (rows: NewLedgerRow[]) => Promise<{ inserted: number }>,
     private readonly opts: RedisLedgerOptions,
   ) {
-    this.key = `${opts.prefix}{ledger}:stream`;
+    this.key = ledgerStreamKey(opts.prefix);
     // Blocking reads get their own connection: XREADGROUP BLOCK holds it.
     this.reader = redis.duplicate();
   }
@@ -197,6 +202,14 @@ export class RedisLedgerBuffer implements LedgerSink {
     }
     this.reader.disconnect();
     await this.running?.catch(() => {});
+    try {
+      // Leave no dead consumer behind — but only when it holds no unacknowledged
+      // rows (deleting a consumer drops its pending entries from redelivery).
+      const mine = (await this.redis.xpending(this.key, this.group, "-", "+", 1, this.opts.consumer)) as unknown[];
+      if (mine.length === 0) await this.redis.xgroup("DELCONSUMER", this.key, this.group, this.opts.consumer);
+    } catch {
+      // Redis away: the consumer stays; harmless.
+    }
   }
 
   /** Rows still waiting in Redis (all routers'), for tests and the bench. */
