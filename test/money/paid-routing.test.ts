@@ -100,6 +100,14 @@ describe("paid backends on the request path", () => {
     expect(s.spentMicro).toBeGreaterThanOrEqual(got.reduce((acc, r) => acc + BigInt(r.cost_micro), 0n));
   });
 
+  it("lists configured aliases with the backends they reach", async () => {
+    const r = await fetch(`${fx.router.url}/v1/models`, { headers: { authorization: `Bearer ${fx.key}` } });
+    const body = (await r.json()) as { data: Array<{ id: string; backends?: string[] }> };
+    const alias = body.data.find((m) => m.id === "chat");
+    expect(alias?.backends).toEqual(["worker:money-w1", `openrouter:${OR_MODEL}`, `anthropic:${AN_MODEL}`]);
+    expect(body.data.some((m) => m.id === "sim-chat")).toBe(true);
+  });
+
   it("holds no more output than it tells the provider: max_tokens is capped and sent", async () => {
     await (await chat({ model: OR_MODEL, max_tokens: 1_000_000 })).text();
     expect(openrouter.requests.at(-1)!.body.max_tokens).toBe(fx.router.deps.config.billing.maxOutputTokens);

@@ -1,11 +1,14 @@
-// GET /v1/models — models served by live workers right now.
+// GET /v1/models — models served by live workers right now, plus the
+// configured aliases (routing.models) that resolve to a live worker or a
+// configured paid provider.
 import type { Hono } from "hono";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate } from "../../../middleware.ts";
 
 export function registerListModels(app: Hono<AppEnv>, deps: AppDeps): void {
   app.get("/v1/models", authenticate(deps), (c) => {
-    const data = [...deps.directory.models()].sort(([a], [b]) => a.localeCompare(b)).map(([id, workers]) => ({
+    const served = deps.directory.models();
+    const data: Array<Record<string, unknown>> = [...served].sort(([a], [b]) => a.localeCompare(b)).map(([id, workers]) => ({
       id,
       object: "model" as const,
       created: Math.floor(Math.min(...workers.map((w) => w.startedAt)) / 1000),
@@ -13,6 +16,13 @@ export function registerListModels(app: Hono<AppEnv>, deps: AppDeps): void {
       workers: workers.length,
       ready: workers.some((w) => w.state === "ready" || w.state === "degraded"),
     }));
+    const tenant = c.get("tenant");
+    for (const alias of Object.keys(deps.config.routing.models).sort()) {
+      if (served.has(alias)) continue;
+      const { known, backends } = deps.chain.resolve(alias, tenant.tenantName);
+      if (!known) continue;
+      data.push({ id: alias, object: "model", created: 0, owned_by: "switchyard", backends: backends.map((b) => b.id), ready: backends.length > 0 });
+    }
     return c.json({ object: "list", data });
   });
 }
