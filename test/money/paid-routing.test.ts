@@ -132,6 +132,7 @@ describe("paid backends on the request path", () => {
     expect(rb!.worker).toBe("money-w1");
     expect(BigInt(rb!.cost_micro)).toBe(0n);
     expect(rb!.cost_source).toBe("price_table");
+    expect(rb!.provider_generation_id).toBeNull();
   });
 
   it("Anthropic is priced from the table, cache reads and writes included", async () => {
@@ -149,6 +150,8 @@ describe("paid backends on the request path", () => {
     // 500 input × $0.80 + 200 cached × $0.08 + 300 written × $1.00 + 50 output × $4, per million.
     expect(BigInt(row!.cost_micro)).toBe((500n * 80_000_000n + 200n * 8_000_000n + 300n * 100_000_000n + 50n * 400_000_000n) / 1_000_000n);
     expect(row!.cost_source).toBe("price_table");
+    // Anthropic's message id, to match its invoice.
+    expect(row!.provider_generation_id).toMatch(/msg_/);
   });
 
   it("a paid backend without a price is never tried: its cost could not be bounded", async () => {

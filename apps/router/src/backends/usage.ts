@@ -14,7 +14,7 @@ export interface Usage {
   cacheWrite: number;
   /** The provider's own charge, when it reports one (OpenRouter `usage.cost`). */
   providerCostMicro?: bigint;
-  /** The provider's id for this generation (OpenRouter `gen-…`), kept on the ledger row. */
+  /** The response's id (OpenRouter `gen-…`): for a paid backend, the line on its invoice; kept on the ledger row. */
   generationId?: string;
 }
 
@@ -50,6 +50,6 @@ export function usageFrom(payload: unknown, text?: string): Usage | undefined {
       // unreadable cost: billed from the price table instead
     }
   }
-  if (typeof p?.id === "string" && p.id.startsWith("gen-")) usage.generationId = p.id;
+  if (typeof p?.id === "string" && p.id.length > 0 && p.id.length <= 200) usage.generationId = p.id;
   return usage;
 }

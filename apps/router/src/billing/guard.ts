@@ -213,7 +213,13 @@ export class RequestTab {
   /** What the request cost and how we know it. */
   cost(backend: Backend, o: SettleOutcome): { micro: bigint; source: CostSource; usage: Usage } {
     const usage: Usage = o.usage ?? { prompt: 0, completion: 0, cached: 0, cacheWrite: 0 };
-    if (!backend.paid) return { micro: 0n, source: "price_table", usage };
+    if (!backend.paid) {
+      // A worker stream cut short (failed or cancelled) reports no usage: the
+      // row still counts what reached the client, flagged as an estimate.
+      if (o.usage || o.firstTokenAt === undefined) return { micro: 0n, source: "price_table", usage };
+      const prompt = Math.ceil(this.promptUpper / ESTIMATE_BYTES_PER_TOKEN);
+      return { micro: 0n, source: "estimate", usage: { prompt, completion: Math.max(1, o.chunks ?? 0), cached: 0, cacheWrite: 0 } };
+    }
     if (o.usage?.providerCostMicro !== undefined) return { micro: o.usage.providerCostMicro, source: "provider", usage };
     const price = this.priceOf(backend);
     if (!price) return { micro: 0n, source: "estimate", usage }; // cannot happen: unpriced backends are never admitted
@@ -264,7 +270,8 @@ export class RequestTab {
       finishedAt: at(finishedAtPerf),
       ttftMs: o.firstTokenAt !== undefined ? Math.round(o.firstTokenAt - input.startedAtPerf) : null,
       durationMs: Math.round(finishedAtPerf - input.startedAtPerf),
-      providerGenerationId: o.usage?.generationId ?? null,
+      // Self-hosted responses' ids name nothing on an invoice.
+      providerGenerationId: o.backend.paid ? (o.usage?.generationId ?? null) : null,
     };
   }
 
