@@ -1,9 +1,10 @@
 // Anthropic's Messages API as a Backend: OpenAI chat in, OpenAI chat out.
 // translate.ts reshapes the bodies; this file owns the connection, headers
 // and how Anthropic's failures map onto UpstreamFailure.
-import { Pool, errors as undiciErrors } from "undici";
+import { Pool } from "undici";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
+import { transportFailure } from "../transport.ts";
 import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse } from "../types.ts";
 import { AnthropicStreamError, type MessagesResponse, MessagesStreamTranslator, UntranslatableRequest, fromMessagesResponse, toMessagesRequest } from "./translate.ts";
 
@@ -72,20 +73,9 @@ function streamFailure(err: AnthropicStreamError): UpstreamFailure {
 }
 
 function classify(err: unknown, signal: AbortSignal): UpstreamFailure {
-  if (err instanceof UpstreamFailure) return err;
   if (err instanceof AnthropicStreamError) return streamFailure(err);
-  if (signal.aborted) {
-    const reason = signal.reason as unknown;
-    if (reason instanceof UpstreamFailure) return reason;
-    return new UpstreamFailure("aborted", "request aborted", false);
-  }
-  if (err instanceof undiciErrors.ConnectTimeoutError) return new UpstreamFailure("timeout", "anthropic connect deadline exceeded", true);
-  const code = (err as { code?: string } | null)?.code;
-  if (code === "ECONNREFUSED" || code === "ECONNRESET" || code === "EHOSTUNREACH" || code === "ENOTFOUND" || code === "UND_ERR_SOCKET") {
-    return new UpstreamFailure("connect", `anthropic connection failed (${code})`, true);
-  }
-  if (err instanceof SyntaxError) return new UpstreamFailure("protocol", `anthropic sent invalid JSON: ${err.message}`, true);
-  return new UpstreamFailure("protocol", `anthropic request failed: ${(err as Error)?.message ?? String(err)}`, true);
+  if (err instanceof SyntaxError && !signal.aborted) return new UpstreamFailure("protocol", `anthropic sent invalid JSON: ${err.message}`, true);
+  return transportFailure(err, signal, "anthropic");
 }
 
 /** The failure for a non-2xx answer, from Anthropic's `{"type":"error","error":{type,message}}` body. */

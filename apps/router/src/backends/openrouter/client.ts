@@ -3,9 +3,10 @@
 // (so the final usage block carries `cost` and the `gen-…` id), and maps
 // OpenRouter's error shapes — before the stream, mid-stream and in a 200
 // body — onto UpstreamFailure.
-import { Pool, errors as undiciErrors } from "undici";
+import { Pool } from "undici";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
+import { transportFailure } from "../transport.ts";
 import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse } from "../types.ts";
 
 export interface OpenRouterOptions {
@@ -64,18 +65,7 @@ interface OpenRouterError {
 }
 
 function classify(err: unknown, signal: AbortSignal): UpstreamFailure {
-  if (err instanceof UpstreamFailure) return err;
-  if (signal.aborted) {
-    const reason = signal.reason as unknown;
-    if (reason instanceof UpstreamFailure) return reason;
-    return new UpstreamFailure("aborted", "request aborted", false);
-  }
-  if (err instanceof undiciErrors.ConnectTimeoutError) return new UpstreamFailure("timeout", "openrouter: connect deadline exceeded", true);
-  const code = (err as { code?: string } | null)?.code;
-  if (code === "ECONNREFUSED" || code === "ECONNRESET" || code === "EHOSTUNREACH" || code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "UND_ERR_SOCKET") {
-    return new UpstreamFailure("connect", `openrouter connection failed (${code})`, true);
-  }
-  return new UpstreamFailure("protocol", `openrouter request failed: ${(err as Error)?.message ?? String(err)}`, true);
+  return transportFailure(err, signal, "openrouter");
 }
 
 /** The `error` member of an OpenRouter payload, if it has one. */

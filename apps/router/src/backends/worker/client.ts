@@ -1,9 +1,10 @@
 // Talks to a worker's OpenAI-compatible HTTP API. One undici Pool per worker
 // origin keeps connections warm; the pool is shared by every request.
-import { Pool, errors as undiciErrors } from "undici";
+import { Pool } from "undici";
 import { workerCallSecret, type WorkerRecord } from "@switchyard/state";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
+import { transportFailure } from "../transport.ts";
 import { type Backend, type BackendRequest, UpstreamFailure, type UpstreamResponse } from "../types.ts";
 
 export interface WorkerPoolOptions {
@@ -69,18 +70,7 @@ export class WorkerConnections {
 }
 
 function classify(err: unknown, signal: AbortSignal): UpstreamFailure {
-  if (err instanceof UpstreamFailure) return err;
-  if (signal.aborted) {
-    const reason = signal.reason as unknown;
-    if (reason instanceof UpstreamFailure) return reason;
-    return new UpstreamFailure("aborted", "request aborted", false);
-  }
-  if (err instanceof undiciErrors.ConnectTimeoutError) return new UpstreamFailure("timeout", "connect deadline exceeded", true);
-  const code = (err as { code?: string } | null)?.code;
-  if (code === "ECONNREFUSED" || code === "ECONNRESET" || code === "EHOSTUNREACH" || code === "ENOTFOUND" || code === "UND_ERR_SOCKET") {
-    return new UpstreamFailure("connect", `worker connection failed (${code})`, true);
-  }
-  return new UpstreamFailure("protocol", `worker request failed: ${(err as Error)?.message ?? String(err)}`, true);
+  return transportFailure(err, signal, "worker");
 }
 
 export class WorkerBackend implements Backend {
@@ -118,6 +108,7 @@ export class WorkerBackend implements Backend {
     };
     const token = this.connections.tokenFor(this.worker.id);
     if (token) headers.authorization = `Bearer ${token}`;
+    if (req.fencingToken !== undefined) headers["x-switchyard-fencing-token"] = String(req.fencingToken);
     let res;
     try {
       res = await this.connections.pool(this.origin).request({

@@ -1,0 +1,21 @@
+// How any HTTP backend's transport errors become UpstreamFailures: an abort
+// keeps the reason the relay gave it (deadline, client gone), connection
+// errors may fail over, anything else is a protocol failure. `label` names
+// the upstream in messages ("worker w1", "openrouter").
+import { errors as undiciErrors } from "undici";
+import { UpstreamFailure } from "./types.ts";
+
+const connectCodes = new Set(["ECONNREFUSED", "ECONNRESET", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN", "UND_ERR_SOCKET"]);
+
+export function transportFailure(err: unknown, signal: AbortSignal, label: string): UpstreamFailure {
+  if (err instanceof UpstreamFailure) return err;
+  if (signal.aborted) {
+    const reason = signal.reason as unknown;
+    if (reason instanceof UpstreamFailure) return reason;
+    return new UpstreamFailure("aborted", "request aborted", false);
+  }
+  if (err instanceof undiciErrors.ConnectTimeoutError) return new UpstreamFailure("timeout", `${label}: connect deadline exceeded`, true);
+  const code = (err as { code?: string } | null)?.code;
+  if (code && connectCodes.has(code)) return new UpstreamFailure("connect", `${label} connection failed (${code})`, true);
+  return new UpstreamFailure("protocol", `${label} request failed: ${(err as Error)?.message ?? String(err)}`, true);
+}
