@@ -8,3 +8,5 @@ export * from "./ledger.ts";
 export * from "./money.ts";
 export type { NewLedgerRow, LedgerRow, RequestStatus, CostSource } from "./schema/index.ts";
 export * from "./budgets.ts";
+export * from "./leases.ts";
+export type { LeaseEvent, NewLeaseEvent, LeaseEventKind } from "./schema/index.ts";

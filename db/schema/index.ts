@@ -4,3 +4,4 @@ export * from "./budgets.ts";
 export * from "./prices.ts";
 export * from "./spend_ledger.ts";
 export * from "./budget_alerts.ts";
+export * from "./leases.ts";

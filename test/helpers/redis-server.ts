@@ -14,8 +14,9 @@ export interface PrivateRedis {
   stop(): Promise<void>;
 }
 
-export async function startPrivateRedis(args: string[] = []): Promise<PrivateRedis> {
-  const port = await freePort();
+/** `opts.port`: start on that port (a restart of a server stopped before). */
+export async function startPrivateRedis(args: string[] = [], opts: { port?: number } = {}): Promise<PrivateRedis> {
+  const port = opts.port ?? (await freePort());
   const dir = mkdtempSync(path.join(tmpdir(), "sy-redis-"));
   const child: ChildProcess = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, ...args], { stdio: "ignore" });
   const pass = args.includes("--requirepass") ? args[args.indexOf("--requirepass") + 1] : undefined;

@@ -39,6 +39,8 @@ Usage:
   switchyard bench router [--quick] [--levels 1,100,1000] [--only money]
                                         router overhead and money-path benchmarks (prints tables)
   switchyard bench engine [--quick]     engine vs llama.cpp on the same GGUF (prints a table)
+  switchyard bench admission [--quick]  interactive TTFT under 500 batch streams, admission on vs off (asserts both)
+  switchyard bench routing [--quick]    latency-aware routing vs round-robin over 1×/2×/4× workers; resume after kill -9
 
 Configuration: switchyard.yaml (or --config / SWITCHYARD_CONFIG) plus SWITCHYARD_* env;
 DATABASE_URL unset → embedded PostgreSQL under $SWITCHYARD_HOME (default ./.switchyard).

@@ -11,6 +11,10 @@ import { registerCompletions } from "./routes/v1/completions/create.ts";
 import { registerEmbeddings } from "./routes/v1/embeddings/create.ts";
 import { registerHiddenStates } from "./routes/v1/hidden_states/create.ts";
 import { registerListModels } from "./routes/v1/models/list.ts";
+import { registerCreateLease } from "./routes/v1/leases/create.ts";
+import { registerRetrieveLease } from "./routes/v1/leases/retrieve.ts";
+import { registerExtendLease } from "./routes/v1/leases/extend.ts";
+import { registerReleaseLease } from "./routes/v1/leases/release.ts";
 
 export function createApp(deps: AppDeps): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
@@ -22,6 +26,10 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   registerEmbeddings(app, deps);
   registerHiddenStates(app, deps);
   registerListModels(app, deps);
+  registerCreateLease(app, deps);
+  registerRetrieveLease(app, deps);
+  registerExtendLease(app, deps);
+  registerReleaseLease(app, deps);
 
   app.notFound((c) => {
     const err = new ApiError("not_found", `no route for ${c.req.method} ${c.req.path}`);

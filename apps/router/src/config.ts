@@ -26,6 +26,57 @@ export const chainSteps = ["local", "remote", "openrouter", "anthropic"] as cons
 export type ChainStep = (typeof chainSteps)[number];
 const chainStep = z.enum(chainSteps);
 
+/** Admission priority bands, highest first. */
+export const priorityBands = ["interactive", "standard", "batch"] as const;
+export type PriorityBand = (typeof priorityBands)[number];
+const priorityBand = z.enum(priorityBands);
+
+const bandSchema = (d: { ceiling: number; maxQueue: number; ttlMs: number; retryAfterS: number }) =>
+  z
+    .object({
+      /** Admitted only while the pool's saturation is below this (1.0 = every decode slot busy). */
+      ceiling: z.number().positive().max(100).default(d.ceiling),
+      /** Requests that may wait per worker pool in this band; beyond → 503 queue_full. */
+      maxQueue: z.number().int().min(0).default(d.maxQueue),
+      /** Longest wait for admission; beyond → 504 queue_timeout. */
+      ttlMs: z.number().int().positive().default(d.ttlMs),
+      /** Retry-After (seconds) sent with this band's 503 and 504. */
+      retryAfterS: z.number().int().min(1).default(d.retryAfterS),
+    })
+    .prefault({});
+
+/** Admission control (apps/router/src/admission/): priority bands with saturation ceilings and fair queues. */
+const admissionSchema = z
+  .object({
+    /** Off: every request goes straight to routing (the bench compares both). */
+    enabled: z.boolean().default(true),
+    /** The band of a tenant without its own entry… */
+    defaultBand: priorityBand.default("standard"),
+    /** …and the highest it may ask for with x-switchyard-priority (higher → 403 priority_not_allowed). */
+    maxBand: priorityBand.default("standard"),
+    bands: z
+      .object({
+        interactive: bandSchema({ ceiling: 1.0, maxQueue: 1_000, ttlMs: 10_000, retryAfterS: 1 }),
+        standard: bandSchema({ ceiling: 0.9, maxQueue: 1_000, ttlMs: 30_000, retryAfterS: 2 }),
+        batch: bandSchema({ ceiling: 0.7, maxQueue: 10_000, ttlMs: 120_000, retryAfterS: 10 }),
+      })
+      .prefault({}),
+    /** Per tenant (by name); a tenant given only defaultBand may ask up to at least that band. */
+    tenants: z.record(z.string(), z.object({ defaultBand: priorityBand.optional(), maxBand: priorityBand.optional() })).default({}),
+  })
+  .superRefine((a, ctx) => {
+    const rank = (b: PriorityBand) => priorityBands.indexOf(b);
+    if (a.bands.interactive.ceiling < a.bands.standard.ceiling || a.bands.standard.ceiling < a.bands.batch.ceiling) {
+      ctx.addIssue({ code: "custom", path: ["bands"], message: "ceilings must not rise as priority falls (interactive ≥ standard ≥ batch)" });
+    }
+    if (rank(a.defaultBand) < rank(a.maxBand)) ctx.addIssue({ code: "custom", path: ["defaultBand"], message: "defaultBand is above maxBand" });
+    for (const [name, t] of Object.entries(a.tenants)) {
+      if (t.defaultBand && t.maxBand && rank(t.defaultBand) < rank(t.maxBand)) {
+        ctx.addIssue({ code: "custom", path: ["tenants", name, "defaultBand"], message: "defaultBand is above maxBand" });
+      }
+    }
+  });
+
 export const configSchema = z.object({
   home: z.string().default("./.switchyard"),
   router: z
@@ -126,6 +177,63 @@ export const configSchema = z.object({
           z.object({ worker: z.string().optional(), openrouter: z.string().optional(), anthropic: z.string().optional() }),
         )
         .default({}),
+      /**
+       * How candidates are ordered inside a chain step (routing/scorer.ts):
+       * expected latency × load × availability, plus cost for paid backends.
+       */
+      scorer: z
+        .object({
+          /** `score`: latency/load/availability/cost aware; `round_robin`: rotate (the benchmark's baseline). */
+          mode: z.enum(["score", "round_robin"]).default("score"),
+          /** A worker full to its capacity (in flight + queued) looks (1 + loadWeight)× slower. */
+          loadWeight: z.number().min(0).default(1),
+          /** Recent failures: expected latency × (1 + failureWeight × failure rate). */
+          failureWeight: z.number().min(0).default(4),
+          /** Milliseconds of expected latency one US cent of expected cost is worth (paid backends). */
+          costMsPerCent: z.number().min(0).default(1000),
+          /** A free backend goes ahead of a paid one in an earlier step when its score is at most this many times the paid one's. */
+          freeComparableRatio: z.number().min(1).default(1.5),
+          /** Chance a request explores: a random other healthy candidate goes first. */
+          epsilon: z.number().min(0).max(1).default(0.05),
+          /** Latency samples kept per backend × request class… */
+          windowSize: z.number().int().min(8).max(4096).default(64),
+          /** …and how long one counts. */
+          windowMs: z.number().int().positive().default(60_000),
+          /** Samples before a backend's own p95 is trusted (until then: the median of its peers'). */
+          minSamples: z.number().int().min(1).default(5),
+          /** Expected latency when nothing is known about a class yet. */
+          defaultLatencyMs: z.number().positive().default(250),
+          /** Output tokens assumed for a paid backend's expected cost when the client set no max_tokens. */
+          expectedOutputTokens: z.number().int().positive().default(256),
+          /** Send x-switchyard-route on every answer (otherwise only when the client sends x-switchyard-debug: route). */
+          debugHeader: z.boolean().default(false),
+        })
+        .prefault({}),
+      /** Ejection of failing workers (routing/health.ts). */
+      health: z
+        .object({
+          /** Consecutive failures (5xx, broken streams) that eject a worker. */
+          failureThreshold: z.number().int().min(1).default(3),
+          /** Consecutive connect failures or deadline timeouts (unreachable or hung) that eject a worker. */
+          hardFailureThreshold: z.number().int().min(1).default(1),
+          /** First ejection; each further one in a row doubles it… */
+          baseEjectMs: z.number().int().positive().default(1_000),
+          /** …up to this. */
+          maxEjectMs: z.number().int().positive().default(30_000),
+        })
+        .prefault({}),
+      /**
+       * Resuming a stream that broke mid-way on another worker (the prompt plus
+       * the text already sent, so the client sees one stream). Opt-in per
+       * request with `x-switchyard-resume: true`, or for every request here.
+       */
+      resume: z
+        .object({
+          enabled: z.boolean().default(false),
+          /** Continuations per request at most. */
+          maxResumes: z.number().int().min(1).max(10).default(2),
+        })
+        .prefault({}),
     })
     .prefault({}),
   billing: z
@@ -147,6 +255,23 @@ export const configSchema = z.object({
       ledgerClaimIdleMs: z.number().int().min(100).default(15_000),
     })
     .prefault({}),
+  /** GPU leases (docs/LEASES.md). */
+  leases: z
+    .object({
+      /** Shortest and longest lease a client may ask for (and extend by), in seconds. */
+      minDurationS: z.number().positive().default(1),
+      maxDurationS: z.number().positive().default(3_600),
+      /** Longest `wait_s` a client may ask for when every matching worker is leased. */
+      maxWaitS: z.number().min(0).default(300),
+      /** How often a router re-reads the live leases (its snapshot for routing). */
+      pollMs: z.number().int().min(20).default(250),
+      /** Requests without the lease that wait, per leased worker and router, for a lease to end. */
+      queueDepthPerWorker: z.number().int().min(0).default(16),
+      /** How long they wait before falling through the chain (paid backends) or 503. */
+      queueWaitMs: z.number().int().min(0).default(2_000),
+    })
+    .prefault({}),
+  admission: admissionSchema.prefault({}),
 });
 
 export type Config = z.infer<typeof configSchema>;

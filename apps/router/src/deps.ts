@@ -9,6 +9,8 @@ import type { Logger } from "./observability/log.ts";
 import type { RouterMetrics } from "./observability/metrics.ts";
 import type { BackendChain } from "./routing/chain.ts";
 import type { WorkerDirectory } from "./routing/directory.ts";
+import type { AdmissionGate } from "./admission/gate.ts";
+import type { LeaseService } from "./leases/service.ts";
 
 export interface Readiness {
   redis: boolean;
@@ -26,6 +28,10 @@ export interface AppDeps {
   metrics: RouterMetrics;
   log: Logger;
   readiness: () => Promise<Readiness>;
+  /** Admission control: priority bands and fair queues in front of the worker pools (absent: none). */
+  admission?: AdmissionGate;
+  /** GPU leases (docs/LEASES.md); without them /v1/leases is not served. */
+  leases?: LeaseService;
 }
 
 export type AppEnv = {

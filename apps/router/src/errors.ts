@@ -19,6 +19,19 @@ export const errorCodes = {
   bad_upstream: { status: 502, type: "upstream_error" },
   no_healthy_backend: { status: 503, type: "service_unavailable" },
   upstream_timeout: { status: 504, type: "timeout_error" },
+  // Leases (docs/LEASES.md).
+  lease_not_found: { status: 404, type: "invalid_request_error" },
+  worker_not_found: { status: 404, type: "invalid_request_error" },
+  lease_expired: { status: 409, type: "conflict_error" },
+  lease_conflict: { status: 409, type: "conflict_error" },
+  stale_fencing_token: { status: 409, type: "conflict_error" },
+  lease_store_unavailable: { status: 503, type: "service_unavailable" },
+  // Admission (apps/router/src/admission/).
+  priority_not_allowed: { status: 403, type: "permission_error" },
+  queue_full: { status: 503, type: "service_unavailable" },
+  queue_timeout: { status: 504, type: "timeout_error" },
+  /** The client left while queued; nobody reads this answer (nginx's 499). */
+  request_cancelled: { status: 499, type: "invalid_request_error" },
 } as const satisfies Record<string, { status: number; type: string }>;
 
 export type ErrorCode = keyof typeof errorCodes;

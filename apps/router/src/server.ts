@@ -10,6 +10,9 @@ import { connectDb, insertLedgerRows, recordBudgetAlert, startEmbeddedPostgres, 
 import {
   connectRedis,
   MemoryBudgetStore,
+  MemoryLeaseStore,
+  RedisLeaseStore,
+  type LeaseStore,
   MemoryRegistryStore,
   RedisBudgetStore,
   RedisRegistryStore,
@@ -34,6 +37,12 @@ import type { AppDeps } from "./deps.ts";
 import { createLogger, type Logger } from "./observability/log.ts";
 import { RouterMetrics } from "./observability/metrics.ts";
 import { WorkerDirectory } from "./routing/directory.ts";
+import { WorkerHealth } from "./routing/health.ts";
+import { RouteScorer } from "./routing/scorer.ts";
+import { AdmissionGate } from "./admission/gate.ts";
+import { LeaseDirectory } from "./routing/leases.ts";
+import { PostgresLeaseAudit } from "./leases/audit.ts";
+import { LeaseService } from "./leases/service.ts";
 
 export interface RouterHandle {
   url: string;
@@ -51,6 +60,8 @@ export interface StartRouterOptions {
   db?: DbHandle;
   /** Use this budget store instead of building one from config (single-machine mode). */
   budgets?: BudgetStore;
+  /** Use this lease store instead of building one from config (single-machine mode). */
+  leases?: LeaseStore;
   log?: Logger;
 }
 
@@ -94,9 +105,28 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   // Redis, when configured, holds the registry, the budget counters and the
   // ledger buffer; without it everything lives in this process (one machine).
   const redis: Redis | undefined = config.redis.url ? connectRedis(config.redis.url) : undefined;
+  if (redis) {
+    // ioredis reconnects by itself and commands fail meanwhile (their callers
+    // log); say once that Redis went away and once that it came back.
+    let down = false;
+    redis.on("error", (err: Error) => {
+      if (down) return;
+      down = true;
+      log.warn("redis unreachable; reconnecting", { error: err.message });
+    });
+    redis.on("ready", () => {
+      if (!down) return;
+      down = false;
+      log.info("redis reachable again");
+    });
+  }
   const registry = opts.registry ?? (redis ? new RedisRegistryStore(redis, config.redis.keyPrefix) : new MemoryRegistryStore());
   const metrics = new RouterMetrics();
-  const directory = new WorkerDirectory(registry, config.registry.pollMs, log);
+  const prices = new PostgresPriceBook(db.db, config.billing.refreshMs, log);
+  // Routing: candidates ordered by what this router saw (latency, load, failures, cost); failing workers ejected.
+  const health = new WorkerHealth(config.routing.health, { metrics, log });
+  const scorer = new RouteScorer(config.routing.scorer, { prices, health, metrics });
+  const directory = new WorkerDirectory(registry, config.registry.pollMs, log, scorer);
   const connections = new WorkerConnections({ connectTimeoutMs: config.deadlines.connectMs, maxConnections: config.router.maxConnectionsPerWorker, token: config.workers.token, secretKey: config.workers.secretKey });
   directory.onChange((workers) => connections.retain(new Set(workers.map((w) => new URL(w.url).origin))));
   const keyStore = new PostgresKeyStore(db.db);
@@ -123,7 +153,6 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     ledger = new BatchingLedgerWriter(writeRows, { log, maxBatch: config.billing.ledgerBatch });
     budgetStore ??= new MemoryBudgetStore();
   }
-  const prices = new PostgresPriceBook(db.db, config.billing.refreshMs, log);
   const guard = new BudgetGuard({
     store: budgetStore,
     budgets: new PostgresBudgets(db.db, config.billing.refreshMs),
@@ -148,6 +177,10 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     providers.anthropic = (model) => new AnthropicBackend(model, conns);
     closers.push(() => conns.close());
   }
+  // Leases: live ones in Redis (or this process), tokens and audit in Postgres.
+  const leaseStore = opts.leases ?? (redis ? new RedisLeaseStore(redis, config.redis.keyPrefix) : new MemoryLeaseStore());
+  const leaseDirectory = new LeaseDirectory(leaseStore, config.leases.pollMs, log, (expired, seenAtMs) => leaseService.sawExpired(expired, seenAtMs));
+  const leaseService: LeaseService = new LeaseService({ store: leaseStore, audit: new PostgresLeaseAudit(db.db), directory: leaseDirectory, workers: directory, config, log });
   const deps: AppDeps = {
     config,
     keys: new KeyResolver(keyStore, config.router.keyCacheMs),
@@ -156,14 +189,18 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     guard,
     metrics,
     log,
+    leases: leaseService,
     readiness: async () => {
       const [r, p] = await Promise.all([registry.ping(), keyStore.ping()]);
       return { redis: r, postgres: p };
     },
   };
+  // Between authentication and routing: bands, ceilings and fair queues per worker pool.
+  deps.admission = new AdmissionGate({ config: config.admission, maxHoldMs: config.deadlines.totalMs, directory, chain: deps.chain, providers: config.providers, metrics, log });
   await prices.start();
   await ledgerStream?.start();
   await directory.start();
+  await leaseDirectory.start();
   const app = createApp(deps);
   const admin = createAdminApp(deps);
   const main = await listen(app.fetch, config.router.host, config.router.port, config.router.tls);
@@ -180,10 +217,12 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     db,
     close: async () => {
       directory.stop();
+      leaseDirectory.stop();
       await Promise.all([closeServer(main.server), closeServer(adm.server)]);
       await deps.keys.flush();
       prices.stop();
       await guard.drain();
+      await leaseService.drain();
       await ledger.close();
       await connections.close();
       await Promise.all(closers.map((c) => c()));

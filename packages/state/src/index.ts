@@ -6,3 +6,4 @@ export { MemoryRegistryStore } from "./registry/memory.ts";
 export { RedisRegistryStore, workerKey } from "./registry/redis.ts";
 export * from "./registry/invites.ts";
 export * from "./budget/index.ts";
+export * from "./lease/index.ts";

@@ -10,9 +10,17 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; lev
     if (flags.only !== undefined && flags.only !== "money") throw new UsageError(`bench router: --only takes 'money', got '${flags.only}'`);
     return runRouterBench({ quick: flags.quick === true, levels, only: flags.only });
   }
+  if (suite === "admission") {
+    const { runAdmissionBench } = await import("../../../../bench/admission.ts");
+    return runAdmissionBench({ quick: flags.quick === true });
+  }
+  if (suite === "routing") {
+    const { runRoutingBench } = await import("../../../../bench/routing.ts");
+    return runRoutingBench({ quick: flags.quick === true });
+  }
   if (suite === "engine") {
     const { runEngineBench } = await import("../../../../bench/engine.ts");
     return runEngineBench({ quick: flags.quick === true });
   }
-  throw new UsageError(`bench: expected 'router' or 'engine', got '${suite ?? ""}'`);
+  throw new UsageError(`bench: expected 'router', 'engine', 'admission' or 'routing', got '${suite ?? ""}'`);
 }

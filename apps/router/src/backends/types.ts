@@ -13,6 +13,8 @@ export interface BackendRequest {
   stream: boolean;
   /** Pass the upstream body through as bytes (hidden states), not parsed. */
   raw?: { accept: string };
+  /** A lease holder's request: workers get it as x-switchyard-fencing-token and refuse older ones. */
+  fencingToken?: number;
 }
 
 /** Why an attempt failed; `retryable` failures may move to the next candidate. */

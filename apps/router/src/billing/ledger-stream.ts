@@ -72,6 +72,8 @@ export class RedisLedgerBuffer implements LedgerSink {
     this.key = ledgerStreamKey(opts.prefix);
     // Blocking reads get their own connection: XREADGROUP BLOCK holds it.
     this.reader = redis.duplicate();
+    // Its failures reach read() as rejected commands (the drain loop logs them).
+    this.reader.on("error", () => {});
   }
 
   private ensureGroup(): Promise<void> {
@@ -143,6 +145,7 @@ export class RedisLedgerBuffer implements LedgerSink {
 
   /** One step: re-send, claim, read (own pending first), insert, acknowledge. Returns rows handled. */
   private async step(block: boolean): Promise<number> {
+    await this.ensureGroup();
     await this.resend();
     await this.claim();
     let entries = await this.read("0", false);
@@ -179,6 +182,8 @@ export class RedisLedgerBuffer implements LedgerSink {
         this.backoffMs = 0;
       } catch (err) {
         if (this.closed) break;
+        // Redis restarted empty (or failed over without the group): create it again.
+        if (String((err as Error)?.message).includes("NOGROUP")) this.groupReady = undefined;
         this.backoffMs = Math.min(Math.max(this.backoffMs * 2, 100), 2_000);
         this.opts.log.warn("ledger drain failed; retrying", { retryInMs: this.backoffMs, error: (err as Error).message });
         await sleep(this.backoffMs);

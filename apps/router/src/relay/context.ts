@@ -7,6 +7,7 @@ import type { Admission } from "../billing/guard.ts";
 import type { Deadlines } from "../config.ts";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
+import type { AttemptReporter } from "../routing/scorer.ts";
 
 export interface RelayContext {
   requestId: string;
@@ -32,6 +33,15 @@ export interface RelayContext {
   admit?: (backend: Backend) => Promise<Admission>;
   /** An admitted attempt failed before its first byte: nothing was charged. */
   release?: (backend: Backend) => void;
+  /**
+   * Routing feedback: called as an attempt on `backend` starts; the reporter
+   * it returns is called once when that attempt ends (latency, ok/failed).
+   */
+  observe?: (backend: Backend) => AttemptReporter;
+  /** Extra headers on the answer (x-switchyard-route when asked for). */
+  headers?: Record<string, string>;
+  /** Continue a stream that broke mid-way on another free backend (opt-in). */
+  resume?: { maxResumes: number };
 }
 
 export type { Admission };

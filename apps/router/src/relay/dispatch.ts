@@ -3,13 +3,15 @@
 // stream's response is not started until its first upstream event arrived.
 // After that, a failure ends the stream with exactly one SSE error event.
 import { ApiError, errorBody } from "../errors.ts";
-import type { Backend, BackendRequest, UpstreamResponse } from "../backends/types.ts";
+import type { Backend, BackendRequest, InferencePath, UpstreamResponse } from "../backends/types.ts";
 import { UpstreamFailure } from "../backends/types.ts";
 import type { RelayContext } from "./context.ts";
 import { PhaseTimer } from "./deadlines.ts";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import { SSE_DONE, sseEvent } from "./sse.ts";
 import { type Usage, usageFrom } from "../backends/usage.ts";
+import type { AttemptOutcome } from "../routing/health.ts";
+import { resumable, StreamResume } from "./resume.ts";
 
 export interface DispatchResult {
   response: Response;
@@ -21,9 +23,22 @@ interface Attempt {
   controller: AbortController;
   timer: PhaseTimer;
   cleanup(): void;
+  /** performance.now() when the attempt started. */
+  startedAt: number;
+  /** Routing feedback (ctx.observe), once per attempt. */
+  report(outcome: AttemptOutcome, extra?: { ttftMs?: number; failure?: UpstreamFailure }): void;
 }
 
-function startAttempt(ctx: RelayContext): Attempt {
+/** How an attempt's failure counts for routing: the client's doing and our own total deadline are not the backend's fault. */
+function outcomeOf(f: UpstreamFailure): AttemptOutcome {
+  if (f.kind === "aborted" || f.kind === "client_error") return "neutral";
+  if (f.kind === "timeout" && !f.retryable) return "neutral";
+  return "failed";
+}
+
+function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
+  const startedAt = performance.now();
+  const reporter = backend ? ctx.observe?.(backend) : undefined;
   const controller = new AbortController();
   const timer = new PhaseTimer((err) => controller.abort(new UpstreamFailure("timeout", err.message, true)));
   const onClientAbort = () => controller.abort(new UpstreamFailure("aborted", "client went away", false));
@@ -43,6 +58,10 @@ function startAttempt(ctx: RelayContext): Attempt {
       clearTimeout(total);
       ctx.signal.removeEventListener("abort", onClientAbort);
     },
+    startedAt,
+    // The scorer's reporter counts once, whichever path ends the attempt first.
+    report: (outcome, extra = {}) =>
+      reporter?.({ outcome, durationMs: performance.now() - startedAt, ttftMs: extra.ttftMs, failure: extra.failure?.kind, status: extra.failure?.status }),
   };
 }
 
@@ -59,6 +78,10 @@ function toFailure(err: unknown, a: Attempt): UpstreamFailure {
 }
 
 function failureToApiError(f: UpstreamFailure): ApiError {
+  // The worker saw a newer lease's token: this lease was superseded.
+  if (f.kind === "client_error" && f.status === 409 && f.upstreamError?.code === "stale_fencing_token") {
+    return new ApiError("stale_fencing_token", f.upstreamError.message ?? f.message);
+  }
   if (f.kind === "client_error") {
     return new ApiError("upstream_invalid_request", f.upstreamError?.message ?? f.message, f.upstreamError?.param ?? null);
   }
@@ -85,6 +108,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   const settleFailure = (backend: Backend, f: UpstreamFailure) =>
     ctx.settle?.({ backend, status: f.kind === "timeout" ? "timeout" : f.kind === "aborted" ? "client_cancelled" : "error" });
   const skipped: Array<{ backend: Backend; reason: string }> = [];
+  const tried = new Set<Backend>();
   for (const backend of candidates) {
     if (attempts >= ctx.maxAttempts) break;
     if (ctx.signal.aborted) throw new ApiError("upstream_timeout", "client went away before dispatch");
@@ -99,7 +123,8 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       if (admission.patch) attemptReq = { ...req, body: { ...req.body, ...admission.patch } };
     }
     attempts++;
-    const a = startAttempt(ctx);
+    tried.add(backend);
+    const a = startAttempt(ctx, backend);
     a.timer.arm("headers", deadlines.headersMs);
     let up: UpstreamResponse | undefined;
     try {
@@ -120,6 +145,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
           throw new UpstreamFailure("protocol", `${backend.id} answered with invalid JSON`, true);
         }
         metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
+        a.report("ok");
         const usage = usageFrom(body, text);
         if (usage) {
           metrics.tokens.inc({ kind: "prompt" }, usage.prompt);
@@ -128,7 +154,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
         ctx.settle?.({ backend, status: "ok", usage });
         return {
           // The upstream's bytes as they came: parsed only to count tokens.
-          response: new Response(text, { headers: { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id } }),
+          response: new Response(text, { headers: { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, ...ctx.headers } }),
           backendId: backend.id,
           attempts,
         };
@@ -141,11 +167,16 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       if (firstError) throw new UpstreamFailure("bad_status", `${backend.id} failed before the first token: ${firstError.message ?? "error event"}`, true);
       metrics.ttft.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
       metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
-      return { response: relayStream(backend, first.value, events, up, a, ctx, performance.now()), backendId: backend.id, attempts };
+      const leg: Leg = { backend, events, up, a, ttftMs: performance.now() - a.startedAt };
+      // Opted in: a break mid-way continues on another free candidate.
+      const state = ctx.resume && !backend.paid && resumable(req) ? new StreamResume(req, ctx.resume.maxResumes) : undefined;
+      const resume = state && { state, open: (failed: Backend) => openContinuation(state, candidates, tried, failed, req.path, ctx) };
+      return { response: relayStream(leg, first.value, ctx, performance.now(), resume), backendId: backend.id, attempts };
     } catch (err) {
       const failure = toFailure(err, a);
       a.cleanup();
       up?.abort();
+      a.report(outcomeOf(failure), { failure });
       metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: failure.kind });
       ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, error: failure.message });
       ctx.release?.(backend);
@@ -169,26 +200,98 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   throw failureToApiError(last);
 }
 
-function relayStream(
-  backend: Backend,
-  firstPayload: string,
-  events: AsyncGenerator<string>,
-  up: UpstreamResponse,
-  a: Attempt,
+/** One upstream being relayed; a resumed stream moves to another. */
+interface Leg {
+  backend: Backend;
+  events: AsyncGenerator<string>;
+  up: Pick<UpstreamResponse, "abort">;
+  a: Attempt;
+  /** Attempt start → its first event. */
+  ttftMs: number;
+  /** Continuations' payloads are rewritten to look like the first upstream's. */
+  rewrite?: (payload: string) => string;
+}
+
+interface ResumeRun {
+  state: StreamResume;
+  /** Opens a continuation after `failed` broke; undefined when no backend could take it. */
+  open(failed: Backend): Promise<{ leg: Leg; first: string } | undefined>;
+}
+
+/**
+ * A stream broke mid-way: continue it on the next untried free candidate.
+ * Each try gets the usual headers and first-token deadlines; one that fails
+ * before its first event moves on to the next.
+ */
+async function openContinuation(
+  state: StreamResume,
+  candidates: Backend[],
+  tried: Set<Backend>,
+  failed: Backend,
+  path: InferencePath,
   ctx: RelayContext,
-  firstTokenAt: number,
-): Response {
+): Promise<{ leg: Leg; first: string } | undefined> {
   const { deadlines, metrics } = ctx;
+  if (state.resumes >= state.maxResumes) return undefined;
+  const cont = state.continuation();
+  if (cont.kind === "impossible") {
+    ctx.log.info("stream not resumable", { why: cont.why });
+    return undefined;
+  }
+  if (cont.kind === "finish") {
+    // Nothing was left to generate: end the stream as the upstream would have.
+    const payloads = cont.payloads;
+    const events = (async function* () {
+      yield* payloads.slice(1);
+    })();
+    return { leg: { backend: failed, events, up: { abort: () => {} }, a: startAttempt(ctx), ttftMs: 0 }, first: payloads[0]! };
+  }
+  for (const backend of candidates) {
+    if (ctx.signal.aborted) return undefined;
+    if (tried.has(backend) || backend.paid || !backend.supports(path)) continue;
+    tried.add(backend);
+    const a = startAttempt(ctx, backend);
+    a.timer.arm("headers", deadlines.headersMs);
+    let up: UpstreamResponse | undefined;
+    try {
+      up = await backend.open(cont.req, ctx, a.controller.signal);
+      a.timer.arm("first_token", deadlines.firstTokenMs);
+      const events = up.events();
+      const first = await events.next();
+      if (first.done) throw new UpstreamFailure("protocol", `${backend.id} closed the stream before any event`, true);
+      const err = upstreamErrorEvent(first.value);
+      if (err) throw new UpstreamFailure("bad_status", `${backend.id} failed before the first token: ${err.message ?? "error event"}`, true);
+      metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
+      ctx.log.info("stream resumed", { from: failed.id, on: backend.id, produced: state.produced, resume: state.resumes });
+      return { leg: { backend, events, up, a, ttftMs: performance.now() - a.startedAt, rewrite: (p) => state.rewrite(p) }, first: first.value };
+    } catch (err) {
+      const failure = toFailure(err, a);
+      a.cleanup();
+      up?.abort();
+      a.report(outcomeOf(failure), { failure });
+      metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: failure.kind });
+      ctx.log.warn("resume attempt failed", { backend: backend.id, kind: failure.kind, error: failure.message });
+      if (!failure.retryable) return undefined;
+    }
+  }
+  return undefined;
+}
+
+function relayStream(first: Leg, firstPayload: string, ctx: RelayContext, firstTokenAt: number, resume?: ResumeRun): Response {
+  const { deadlines, metrics } = ctx;
+  const backend = first.backend;
+  let leg = first;
   let sawDone = false;
   let finished = false;
   let usage: Usage | undefined;
   let chunks = 0;
-  const finish = (status: "ok" | "error" | "client_cancelled" | "timeout") => {
+  const finish = (status: "ok" | "error" | "client_cancelled" | "timeout", failure?: UpstreamFailure) => {
     if (finished) return;
     finished = true;
-    a.cleanup();
+    leg.a.cleanup();
+    leg.a.report(failure ? outcomeOf(failure) : status === "ok" ? "ok" : status === "client_cancelled" ? "neutral" : "failed", { ttftMs: leg.ttftMs, ...(failure ? { failure } : {}) });
     metrics.duration.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
-    ctx.settle?.({ backend, status, usage, firstTokenAt, chunks });
+    ctx.settle?.({ backend: leg.backend, status, usage, firstTokenAt, chunks });
   };
   /** Accounts one payload; false when it must not reach the client. */
   const account = (payload: string): boolean => {
@@ -213,58 +316,97 @@ function relayStream(
         // not JSON: relayed untouched
       }
     }
+    resume?.state.track(payload);
     return true;
   };
   const errorEvent = (err: ApiError) => sseEvent(JSON.stringify(errorBody(err, ctx.requestId)));
   /** Client went away: abort the upstream so the worker frees the slot. */
   const clientGone = () => {
-    a.controller.abort(new UpstreamFailure("aborted", "client went away", false));
+    leg.a.controller.abort(new UpstreamFailure("aborted", "client went away", false));
     finish("client_cancelled");
-    up.abort();
+    leg.up.abort();
+  };
+  /**
+   * The current upstream broke mid-way: for requests that opted in, continue
+   * on another worker. True when the relay goes on (from the new leg).
+   */
+  const resumeAfter = async (failure: UpstreamFailure, write: (bytes: Uint8Array) => void | Promise<void>): Promise<boolean> => {
+    if (!resume || !failure.retryable || ctx.signal.aborted || finished) return false;
+    const broken = leg;
+    broken.a.cleanup();
+    broken.up.abort();
+    broken.a.report(outcomeOf(failure), { ttftMs: broken.ttftMs, failure });
+    ctx.log.warn("stream broke mid-way; resuming", { backend: broken.backend.id, kind: failure.kind, error: failure.message, produced: resume.state.produced });
+    const next = await resume.open(broken.backend);
+    if (next && finished) {
+      // The client left while the continuation opened.
+      next.leg.a.cleanup();
+      next.leg.up.abort();
+      next.leg.a.report("neutral");
+    }
+    if (!next || finished) {
+      metrics.streamResumes.inc({ outcome: "failed" });
+      return false;
+    }
+    metrics.streamResumes.inc({ outcome: "resumed" });
+    leg = next.leg;
+    const payload = leg.rewrite ? leg.rewrite(next.first) : next.first;
+    if (account(payload)) await write(sseEvent(payload));
+    leg.a.timer.arm("idle", deadlines.idleMs);
+    return true;
   };
   account(firstPayload);
-  a.timer.arm("idle", deadlines.idleMs);
+  leg.a.timer.arm("idle", deadlines.idleMs);
 
   // Relays events until the upstream ends or fails. `write` resolves when the
   // client can take more (backpressure); after the first byte a failure ends
-  // the stream with exactly one error event.
+  // the stream with exactly one error event (unless it resumes elsewhere).
   const pump = async (write: (bytes: Uint8Array) => void | Promise<void>, close: () => void) => {
     try {
       await write(sseEvent(firstPayload));
       for (;;) {
-        const next = await events.next();
+        let next: IteratorResult<string>;
+        try {
+          next = await leg.events.next();
+        } catch (err) {
+          if (resume && (await resumeAfter(toFailure(err, leg.a), write))) continue;
+          throw err;
+        }
         if (next.done) {
+          if (!sawDone && resume && (await resumeAfter(new UpstreamFailure("protocol", `${leg.backend.id} ended the stream without [DONE]`, true), write))) continue;
           finish(sawDone ? "ok" : "error");
           if (!sawDone) {
             metrics.errors.inc({ code: "bad_upstream" });
-            await write(errorEvent(new ApiError("bad_upstream", `${backend.id} ended the stream without [DONE]`)));
+            await write(errorEvent(new ApiError("bad_upstream", `${leg.backend.id} ended the stream without [DONE]`)));
           }
           return close();
         }
-        a.timer.refresh();
+        leg.a.timer.refresh();
         const upstreamErr = upstreamErrorEvent(next.value);
         if (upstreamErr) {
+          if (resume && (await resumeAfter(new UpstreamFailure("bad_status", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`, true), write))) continue;
           // The worker already ended the stream with its error event: relay
           // it in our shape as the one error event, and stop.
           finish("error");
-          up.abort();
+          leg.up.abort();
           metrics.errors.inc({ code: "bad_upstream" });
-          await write(errorEvent(new ApiError("bad_upstream", `${backend.id}: ${upstreamErr.message ?? "stream failed"}`)));
+          await write(errorEvent(new ApiError("bad_upstream", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`)));
           return close();
         }
         // After [DONE] keep reading: the upstream ends right away and its
         // connection goes back to the pool fully read.
-        if (account(next.value)) await write(sseEvent(next.value));
+        const payload = leg.rewrite ? leg.rewrite(next.value) : next.value;
+        if (account(payload)) await write(sseEvent(payload));
       }
     } catch (err) {
-      const failure = toFailure(err, a);
-      finish(failure.kind === "aborted" ? "client_cancelled" : failure.kind === "timeout" ? "timeout" : "error");
-      up.abort();
+      const failure = toFailure(err, leg.a);
+      finish(failure.kind === "aborted" ? "client_cancelled" : failure.kind === "timeout" ? "timeout" : "error", failure);
+      leg.up.abort();
       // The client is gone: nobody is left to read an error event.
       if (failure.kind === "aborted") return close();
       const apiErr = failureToApiError(failure);
       metrics.errors.inc({ code: apiErr.code });
-      ctx.log.warn("stream failed after first byte", { backend: backend.id, kind: failure.kind, error: failure.message });
+      ctx.log.warn("stream failed after first byte", { backend: leg.backend.id, kind: failure.kind, error: failure.message });
       try {
         await write(errorEvent(apiErr));
       } catch {
@@ -280,6 +422,7 @@ function relayStream(
     connection: "keep-alive",
     "x-request-id": ctx.requestId,
     "x-switchyard-backend": backend.id,
+    ...ctx.headers,
   };
   const out = ctx.outgoing;
   if (out) {
@@ -334,6 +477,7 @@ function relayRaw(backend: Backend, raw: { headers: Record<string, string>; body
         const next = await it.next();
         if (next.done) {
           a.cleanup();
+          a.report("ok");
           controller.close();
           return;
         }
@@ -341,14 +485,17 @@ function relayRaw(backend: Backend, raw: { headers: Record<string, string>; body
         controller.enqueue(next.value);
       } catch (err) {
         a.cleanup();
-        ctx.log.warn("raw relay failed", { backend: backend.id, error: toFailure(err, a).message });
+        const failure = toFailure(err, a);
+        a.report(outcomeOf(failure), { failure });
+        ctx.log.warn("raw relay failed", { backend: backend.id, error: failure.message });
         controller.error(err);
       }
     },
     cancel() {
       a.controller.abort(new UpstreamFailure("aborted", "client went away", false));
       a.cleanup();
+      a.report("neutral");
     },
   });
-  return new Response(stream, { status: 200, headers: { ...raw.headers, "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id } });
+  return new Response(stream, { status: 200, headers: { ...raw.headers, "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, ...ctx.headers } });
 }

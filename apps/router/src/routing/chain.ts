@@ -9,6 +9,7 @@ import type { WorkerRecord } from "@switchyard/state";
 import type { Backend } from "../backends/types.ts";
 import type { ChainStep, Config } from "../config.ts";
 import type { WorkerDirectory } from "./directory.ts";
+import { defaultRequestClass, explainRanking, promoteFree, type AttemptReporter, type RequestClass, type Score } from "./scorer.ts";
 
 export interface ProviderBackends {
   openrouter?: (model: string) => Backend;
@@ -16,10 +17,16 @@ export interface ProviderBackends {
 }
 
 export interface Resolution {
-  /** Candidates in chain order (workers least-loaded first within a step). */
+  /** Candidates in chain order (the scorer's order within a step). */
   backends: Backend[];
   /** Some step could serve this model at all (else: model_not_found). */
   known: boolean;
+  /** How each backend scored, in the order of `backends`. */
+  scores: Score[];
+  /** The ranking in one line (x-switchyard-route, the debug log). */
+  explain(): string;
+  /** Routing feedback: an attempt on `backend` starts; the reporter ends it. */
+  observe(backend: Backend): AttemptReporter;
 }
 
 /** Addresses that mean "this machine". */
@@ -49,7 +56,8 @@ export class BackendChain {
     return this.routing.tenantChains[tenantName] ?? this.routing.chain;
   }
 
-  private upstreamName(model: string, step: "worker" | "openrouter" | "anthropic"): string | undefined {
+  /** The name a kind of backend knows `model` by, if it serves it (admission finds a model's worker pool with it). */
+  upstreamName(model: string, step: "worker" | "openrouter" | "anthropic"): string | undefined {
     const alias = this.routing.models[model];
     if (alias) return alias[step];
     if (step === "worker") return model;
@@ -77,26 +85,40 @@ export class BackendChain {
     }
   }
 
-  resolve(model: string, tenantName: string): Resolution {
-    const backends: Backend[] = [];
+  /**
+   * The candidates for one request of class `cls`, ordered. Without a class
+   * it is a lookup (e.g. /v1/models): no exploration, no round-robin turn.
+   */
+  resolve(model: string, tenantName: string, cls?: RequestClass): Resolution {
+    const scorer = this.directory.scorer;
+    const klass = cls ?? defaultRequestClass;
+    let ranked: Array<{ backend: Backend; score: Score }> = [];
     let known = false;
     const workerModel = this.upstreamName(model, "worker");
     const served = workerModel ? this.directory.models().get(workerModel) : undefined;
-    const ready = workerModel && served?.length ? this.directory.candidates(workerModel) : [];
+    const ready = workerModel && served?.length ? this.directory.rank(workerModel, klass, cls !== undefined) : [];
     for (const step of this.chainOf(tenantName)) {
       if (step === "local" || step === "remote") {
         if (!served?.length) continue;
         known = true;
-        for (const w of ready) if (this.isLocal(w) === (step === "local")) backends.push(this.workerBackend(w, workerModel!));
+        for (const r of ready) if (this.isLocal(r.item) === (step === "local")) ranked.push({ backend: this.workerBackend(r.item, workerModel!), score: r.score });
       } else {
         const name = this.upstreamName(model, step);
         const b = name ? this.provider(step, name) : undefined;
         if (b) {
           known = true;
-          backends.push(b);
+          ranked.push({ backend: b, score: scorer.scoreBackend(b, klass) });
         }
       }
     }
-    return { backends, known };
+    if (scorer.cfg.mode === "score") ranked = promoteFree(ranked, scorer.cfg.freeComparableRatio);
+    const scores = ranked.map((r) => r.score);
+    return {
+      backends: ranked.map((r) => r.backend),
+      known,
+      scores,
+      explain: () => explainRanking(scores),
+      observe: (backend) => scorer.begin(backend, klass),
+    };
   }
 }

@@ -3,6 +3,7 @@
 // A worker whose heartbeat expired disappears at the next refresh.
 import { acceptsNewWork, type RegistryStore, type WorkerRecord } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
+import { defaultRequestClass, defaultScorerConfig, RouteScorer, type Ranked, type RequestClass } from "./scorer.ts";
 
 export class WorkerDirectory {
   private snapshot: WorkerRecord[] = [];
@@ -17,7 +18,14 @@ export class WorkerDirectory {
     private readonly store: RegistryStore,
     private readonly pollMs: number,
     private readonly log: Logger,
-  ) {}
+    /** Orders candidates (and, through its health tracker, ejects failing workers). */
+    readonly scorer: RouteScorer = new RouteScorer(defaultScorerConfig()),
+  ) {
+    this.onChange((workers) => {
+      scorer.health?.observeHeartbeats(workers);
+      scorer.retainWorkers(new Set(workers.map((w) => w.id)));
+    });
+  }
 
   async start(): Promise<void> {
     await this.refresh();
@@ -61,17 +69,19 @@ export class WorkerDirectory {
     return this.byModel;
   }
 
-  /** Workers that may take a new request for `model`, least loaded first. */
-  candidates(model: string): WorkerRecord[] {
+  /** Workers that may take a new request for `model`, best first (see rank); a look, not a routing decision. */
+  candidates(model: string, cls: RequestClass = defaultRequestClass): WorkerRecord[] {
+    return this.rank(model, cls, false).map((r) => r.item);
+  }
+
+  /**
+   * Workers that may take a new request for `model`, ordered by the scorer
+   * with how each scored: warming and draining workers excluded, ejected
+   * ones too (unless all are), degraded ones (CPU fallback) after the rest.
+   */
+  rank(model: string, cls: RequestClass = defaultRequestClass, decide = true): Ranked<WorkerRecord>[] {
     const eligible = (this.byModel.get(model) ?? []).filter(acceptsNewWork);
-    const load = (w: WorkerRecord) => (w.inFlight + w.queueDepth) / w.capacity;
-    // Shuffle first so equal loads spread across workers, then a stable sort.
-    for (let i = eligible.length - 1; i > 0; i--) {
-      const j = Math.floor(Math.random() * (i + 1));
-      [eligible[i], eligible[j]] = [eligible[j]!, eligible[i]!];
-    }
-    // Degraded workers (CPU fallback) go after healthy ones.
-    return eligible.sort((a, b) => Number(a.state === "degraded") - Number(b.state === "degraded") || load(a) - load(b));
+    return this.scorer.rankWorkers(eligible, cls, model, decide);
   }
 
   lastRefreshAgeMs(): number {

@@ -6,6 +6,7 @@ import { Hono, type Context } from "hono";
 import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { WorkerContext } from "./context.ts";
 import { errorJson } from "./errors.ts";
+import { FENCING_HEADER, FencingGuard } from "./fencing.ts";
 import { contentText, runGenerate, type GenerateBody } from "./generate.ts";
 import { runEmbeddings } from "./routes/embeddings.ts";
 import { runHiddenStates } from "./routes/hidden-states.ts";
@@ -37,6 +38,14 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
     if (ctx.draining) return errorJson(503, "worker is draining", "worker_draining");
     const engine = ctx.supervisor.client;
     if (ctx.supervisor.state === "warming" || !engine?.alive) return errorJson(503, "worker is warming up", "worker_warming");
+    await next();
+  });
+
+  // Lease fencing: refuse a dispatch whose token is older than one already seen.
+  const fencing = new FencingGuard();
+  app.use("/v1/*", async (c, next) => {
+    const verdict = fencing.admit(c.req.header(FENCING_HEADER));
+    if (!verdict.ok) return errorJson(verdict.status, verdict.message, verdict.code);
     await next();
   });
 

@@ -7,6 +7,10 @@ import type { AppDeps, AppEnv } from "../../deps.ts";
 import type { InferencePath } from "../../backends/types.ts";
 import { clientSignal, readJson } from "../../middleware.ts";
 import { dispatch } from "../../relay/dispatch.ts";
+import type { RelayContext } from "../../relay/context.ts";
+import type { Resolution } from "../../routing/chain.ts";
+import { requestClass } from "../../routing/scorer.ts";
+import { routeWithLeases } from "../../leases/service.ts";
 
 function fieldPath(path: PropertyKey[]): string {
   return path.reduce<string>((acc, p) => (typeof p === "number" ? `${acc}[${p}]` : acc ? `${acc}.${String(p)}` : String(p)), "");
@@ -32,12 +36,24 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
   const body = validate(schema, await readJson(c, deps.config.router.bodyLimitBytes)) as z.infer<S> & Record<string, unknown>;
   const model = body.model;
   const tenant = c.get("tenant");
-  const { backends, known } = deps.chain.resolve(model, tenant.tenantName);
+  // Admission: room for the tenant's band on the model's worker pool, or a wait in its fair queue (403/503/504 otherwise).
+  const admitted = await deps.admission?.admit({
+    model,
+    tenantName: tenant.tenantName,
+    priority: c.req.header("x-switchyard-priority"),
+    leased: c.req.header("x-switchyard-lease") !== undefined,
+    signal: clientSignal(c),
+    outgoing: c.env?.outgoing,
+  });
+  const resolution = deps.chain.resolve(model, tenant.tenantName, requestClass(path, body));
+  const { backends, known } = resolution;
   if (!known) {
+    admitted?.release();
     throw new ApiError("model_not_found", `model '${model}' is not served by any live worker or configured provider`, "model");
   }
   const retryAfter = String(deps.config.router.retryAfterS);
   if (backends.length === 0) {
+    admitted?.release();
     throw new ApiError("no_healthy_backend", `no worker for model '${model}' is ready (warming, draining or busy)`, null, { "retry-after": retryAfter });
   }
   // Streams always ask the upstream for usage (the ledger needs it); the
@@ -61,9 +77,11 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
     startedAtPerf: startedAt,
   });
   try {
+    // Leases: a holder's request runs only on its leased worker, carrying the fencing token; others skip leased workers.
+    const leased = await routeWithLeases(deps.leases, backends, { leaseId: c.req.header("x-switchyard-lease"), tenantId: tenant.tenantId, model, signal: clientSignal(c) });
     const result = await dispatch(
-      backends,
-      { path, body, stream: body.stream === true, ...(raw ? { raw } : {}) },
+      leased.backends,
+      { path, body, stream: body.stream === true, ...(raw ? { raw } : {}), ...(leased.fencingToken !== undefined ? { fencingToken: leased.fencingToken } : {}) },
       {
         requestId: c.get("requestId"),
         deadlines: deps.config.deadlines,
@@ -75,17 +93,43 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
         route: c.get("route"),
         outgoing: c.env?.outgoing,
         stripUsage,
-        admit: (b) => tab.admit(b),
+        ...routingContext(c, deps, resolution, model),
+        admit: (b) => {
+          admitted?.attempt(b);
+          return tab.admit(b);
+        },
         release: (b) => tab.release(b),
-        settle: (o) => tab.settle(o),
+        settle: (o) => {
+          admitted?.release();
+          tab.settle(o);
+        },
       },
     );
     if (body.stream === true) c.set("streaming", true);
     return result.response;
   } catch (err) {
+    admitted?.release();
     if (err instanceof ApiError && err.code === "no_healthy_backend") {
       throw new ApiError(err.code, err.message, null, { "retry-after": retryAfter });
     }
     throw err;
   }
+}
+
+/**
+ * Routing feedback for dispatch, the decision explained (x-switchyard-route
+ * when the client sends `x-switchyard-debug: route` or config asks; a debug
+ * log line), and stream resume when the request or config opts in.
+ */
+function routingContext(c: Context<AppEnv>, deps: AppDeps, resolution: Resolution, model: string): Pick<RelayContext, "observe" | "headers" | "resume"> {
+  const { scorer, resume } = deps.config.routing;
+  const header = scorer.debugHeader || /(^|[\s,])route([\s,]|$)/.test(c.req.header("x-switchyard-debug") ?? "");
+  const out: Pick<RelayContext, "observe" | "headers" | "resume"> = { observe: resolution.observe };
+  if (header || deps.config.log.level === "debug") {
+    const explained = resolution.explain();
+    c.get("log").debug("route", { model, candidates: explained });
+    if (header) out.headers = { "x-switchyard-route": explained };
+  }
+  if (resume.enabled || c.req.header("x-switchyard-resume") === "true") out.resume = { maxResumes: resume.maxResumes };
+  return out;
 }

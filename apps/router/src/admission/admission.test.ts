@@ -1,0 +1,135 @@
+// Unit tests of admission's parts: the fair queue, the pool load estimate and
+// band choice. The gate itself is tested through a real router in test/admission/.
+import { describe, expect, it } from "vitest";
+import type { WorkerRecord } from "@switchyard/state";
+import { loadConfig } from "../config.ts";
+import { bandPolicy, chooseBand } from "./bands.ts";
+import { FairQueue } from "./fair-queue.ts";
+import { PoolLoad } from "./pool.ts";
+
+describe("FairQueue", () => {
+  it("serves tenants round-robin, each in arrival order", () => {
+    const q = new FairQueue<{ tenant: string; n: number }>();
+    for (let n = 0; n < 5; n++) q.push({ tenant: "a", n });
+    q.push({ tenant: "b", n: 0 });
+    q.push({ tenant: "c", n: 0 });
+    q.push({ tenant: "b", n: 1 });
+    const order: string[] = [];
+    while (q.size > 0) {
+      const e = q.shift()!;
+      order.push(`${e.tenant}${e.n}`);
+    }
+    expect(order).toEqual(["a0", "b0", "c0", "a1", "b1", "a2", "a3", "a4"]);
+  });
+
+  it("removes an entry wherever it stands, once", () => {
+    const q = new FairQueue<{ tenant: string; n: number }>();
+    const entries = [0, 1, 2].map((n) => ({ tenant: "a", n }));
+    for (const e of entries) q.push(e);
+    expect(q.remove(entries[1]!)).toBe(true);
+    expect(q.remove(entries[1]!)).toBe(false);
+    expect(q.size).toBe(2);
+    expect([q.shift()!.n, q.shift()!.n]).toEqual([0, 2]);
+    expect(q.shift()).toBeUndefined();
+  });
+
+  it("a tenant that empties and comes back joins the end of the ring", () => {
+    const q = new FairQueue<{ tenant: string; n: number }>();
+    q.push({ tenant: "a", n: 0 });
+    q.push({ tenant: "b", n: 0 });
+    q.push({ tenant: "b", n: 1 });
+    expect(q.shift()!.tenant).toBe("a");
+    q.push({ tenant: "a", n: 1 });
+    expect([q.shift()!.tenant, q.shift()!.tenant, q.shift()!.tenant]).toEqual(["b", "a", "b"]);
+  });
+});
+
+const rec = (over: Partial<WorkerRecord>): WorkerRecord => ({
+  id: "w1",
+  url: "http://127.0.0.1:1",
+  models: ["m"],
+  state: "ready",
+  inFlight: 0,
+  queueDepth: 0,
+  capacity: 10,
+  device: "sim",
+  layerRanges: [],
+  version: "0",
+  startedAt: 0,
+  updatedAt: 1,
+  ...over,
+});
+
+describe("PoolLoad", () => {
+  it("is the worse of occupancy and queue depth over the pool's capacity", () => {
+    const p = new PoolLoad("m");
+    p.observe([rec({ id: "a", inFlight: 5, capacity: 10 }), rec({ id: "b", inFlight: 1, capacity: 10, queueDepth: 0 })]);
+    expect(p.saturation()).toBeCloseTo(0.3);
+    p.observe([rec({ id: "a", inFlight: 2, queueDepth: 12, capacity: 10, updatedAt: 2 })]);
+    expect(p.saturation()).toBeCloseTo(1.2);
+  });
+
+  it("ignores workers that take no new work; none left → capacity 0", () => {
+    const p = new PoolLoad("m");
+    p.observe([rec({ state: "draining", inFlight: 9 }), rec({ id: "b", state: "warming" })]);
+    expect(p.capacity).toBe(0);
+    expect(p.saturation()).toBe(0);
+  });
+
+  it("counts its own admissions between heartbeats, and a refresh without a new beat forgets nothing", () => {
+    const p = new PoolLoad("m");
+    const beat = [rec({ inFlight: 2, updatedAt: 100 })];
+    p.observe(beat);
+    for (let i = 0; i < 5; i++) p.admitted();
+    expect(p.inFlight()).toBe(7);
+    p.observe(beat); // same heartbeat re-read
+    expect(p.inFlight()).toBe(7);
+    p.finished();
+    expect(p.inFlight()).toBe(6);
+    // The next beat saw all of them (2 others + our 4): the base moves, nothing counted twice.
+    p.observe([rec({ inFlight: 6, updatedAt: 200 })]);
+    expect(p.inFlight()).toBe(6);
+    p.finished();
+    expect(p.inFlight()).toBe(5);
+  });
+
+  it("never estimates below what this router alone has outstanding (a beat taken before our requests arrived)", () => {
+    const p = new PoolLoad("m");
+    for (let i = 0; i < 4; i++) p.admitted();
+    p.observe([rec({ inFlight: 0, updatedAt: 300 })]);
+    expect(p.inFlight()).toBe(4);
+  });
+});
+
+describe("bands", () => {
+  const cfg = loadConfig({
+    env: {},
+    overrides: {
+      "admission.tenants": { live: { defaultBand: "interactive" }, bulk: { defaultBand: "batch", maxBand: "batch" }, mid: { maxBand: "interactive" } },
+    },
+  }).admission;
+
+  it("defaults: standard, may ask up to standard", () => {
+    expect(bandPolicy(cfg, "anyone")).toEqual({ defaultBand: "standard", maxBand: "standard" });
+    expect(chooseBand(cfg, "anyone", undefined)).toEqual({ ok: true, band: "standard" });
+    expect(chooseBand(cfg, "anyone", "batch")).toEqual({ ok: true, band: "batch" });
+    expect(chooseBand(cfg, "anyone", " Interactive ")).toMatchObject({ ok: false, reason: "priority_not_allowed", asked: "interactive", maxBand: "standard" });
+  });
+
+  it("a tenant's default band raises its maximum to at least that band", () => {
+    expect(bandPolicy(cfg, "live")).toEqual({ defaultBand: "interactive", maxBand: "interactive" });
+    expect(chooseBand(cfg, "bulk", "standard")).toMatchObject({ ok: false, reason: "priority_not_allowed" });
+    expect(chooseBand(cfg, "mid", "interactive")).toEqual({ ok: true, band: "interactive" });
+    expect(chooseBand(cfg, "mid", undefined)).toEqual({ ok: true, band: "standard" });
+  });
+
+  it("an unknown band is invalid", () => {
+    expect(chooseBand(cfg, "anyone", "urgent")).toMatchObject({ ok: false, reason: "invalid_priority" });
+  });
+
+  it("config refuses ceilings that rise as priority falls, and a default above the maximum", () => {
+    expect(() => loadConfig({ env: {}, overrides: { "admission.bands.batch.ceiling": 0.95 } })).toThrow(/ceilings/);
+    expect(() => loadConfig({ env: {}, overrides: { "admission.tenants": { x: { defaultBand: "interactive", maxBand: "batch" } } } })).toThrow(/defaultBand/);
+    expect(loadConfig({ env: { SWITCHYARD_ADMISSION__ENABLED: "false" } }).admission.enabled).toBe(false);
+  });
+});

@@ -1,0 +1,287 @@
+// The admission gate, between authentication and routing. A request gets its
+// priority band (bands.ts) and the worker pool its chain would send it to
+// first (the workers serving its model); it is admitted while the pool's
+// saturation (pool.ts) is below the band's ceiling. Over it, it waits in a
+// bounded per-pool, per-band queue — higher bands first, tenants round-robin
+// inside a band (fair-queue.ts). Full queue → 503 with Retry-After; waited
+// past the band's TTL → 504 with Retry-After; client gone → out of the queue
+// at once. An admitted request holds its place in the pool's load until it
+// ends (stream end, settle, or the response closing).
+//
+// Paid backends are not worker capacity: a request whose chain reaches a
+// paid backend before a worker of the pool, or whose pool has no worker
+// accepting work, is not gated; a
+// request that falls through to a paid backend gives its pool place back at
+// that attempt; and no wait outlasts the band's TTL. Congestion never moves a
+// request to a paid API by itself — a tenant that prefers paying to waiting
+// puts the paid step first in its chain.
+import type { ServerResponse } from "node:http";
+import { acceptsNewWork } from "@switchyard/state";
+import type { Backend } from "../backends/types.ts";
+import { priorityBands, type Config, type PriorityBand } from "../config.ts";
+import { ApiError } from "../errors.ts";
+import type { Logger } from "../observability/log.ts";
+import type { RouterMetrics } from "../observability/metrics.ts";
+import type { BackendChain } from "../routing/chain.ts";
+import type { WorkerDirectory } from "../routing/directory.ts";
+import { bandRank, chooseBand, type AdmissionConfig } from "./bands.ts";
+import { FairQueue } from "./fair-queue.ts";
+import { PoolLoad } from "./pool.ts";
+
+export interface AdmitRequest {
+  /** The model the client asked for. */
+  model: string;
+  tenantName: string;
+  /** `x-switchyard-priority` as sent. */
+  priority?: string;
+  /** The request carries a lease: it runs on its leased worker, so it is counted in the pool's load but never queued. */
+  leased?: boolean;
+  /** Aborts when the client goes away: a waiting request leaves the queue. */
+  signal: AbortSignal;
+  /** The Node response: an admitted request's place is given back when it closes, whatever else happened. */
+  outgoing?: ServerResponse;
+}
+
+/** An admitted request's hold on its pool. */
+export interface Admission {
+  readonly band: PriorityBand;
+  /** The worker pool (its model name) it counts against; undefined when not gated. */
+  readonly pool: string | undefined;
+  readonly waitedMs: number;
+  /** Before each dispatch attempt: a paid backend does not run on the pool, so the place is given back. */
+  attempt(backend: Backend): void;
+  /** The request ended (idempotent). */
+  release(): void;
+}
+
+export interface AdmissionGateDeps {
+  config: AdmissionConfig;
+  /** The longest a request may live (deadlines.totalMs): a place is never held much longer. */
+  maxHoldMs: number;
+  directory: WorkerDirectory;
+  /** The chain's naming and order rules (read only: resolving would move the scorer's round-robin). */
+  chain: Pick<BackendChain, "chainOf" | "isLocal" | "upstreamName">;
+  /** Paid providers configured (a paid step without one is skipped by the chain). */
+  providers: Config["providers"];
+  metrics: RouterMetrics;
+  log: Logger;
+}
+
+type Outcome = { ok: true; admission: Admission } | { ok: false; reason: "timeout" | "cancelled" };
+
+interface Waiter {
+  readonly tenant: string;
+  readonly band: PriorityBand;
+  readonly req: AdmitRequest;
+  readonly arrivedAt: number;
+  done(outcome: Outcome): void;
+}
+
+class Pool {
+  readonly load: PoolLoad;
+  readonly queues: Record<PriorityBand, FairQueue<Waiter>>;
+  constructor(readonly name: string) {
+    this.load = new PoolLoad(name);
+    this.queues = { interactive: new FairQueue(), standard: new FairQueue(), batch: new FairQueue() };
+  }
+  /** The highest band with someone waiting. */
+  headBand(): PriorityBand | undefined {
+    return priorityBands.find((b) => this.queues[b].size > 0);
+  }
+  waiting(): number {
+    return priorityBands.reduce((n, b) => n + this.queues[b].size, 0);
+  }
+}
+
+const ungated = (band: PriorityBand): Admission => ({ band, pool: undefined, waitedMs: 0, attempt: () => {}, release: () => {} });
+
+/** Grace over maxHoldMs before a place nobody gave back is reclaimed. */
+const HOLD_GRACE_MS = 10_000;
+
+export class AdmissionGate {
+  private readonly pools = new Map<string, Pool>();
+
+  constructor(private readonly deps: AdmissionGateDeps) {
+    deps.directory.onChange(() => {
+      for (const pool of this.pools.values()) {
+        pool.load.observe(deps.directory.models().get(pool.name) ?? []);
+        this.drain(pool);
+      }
+    });
+  }
+
+  /** Waits for this request's turn; throws the ApiError to answer with when it gets none. */
+  async admit(req: AdmitRequest): Promise<Admission> {
+    const cfg = this.deps.config;
+    const { metrics } = this.deps;
+    if (!cfg.enabled) return ungated(cfg.defaultBand);
+    const choice = chooseBand(cfg, req.tenantName, req.priority);
+    if (!choice.ok) {
+      if (choice.reason === "invalid_priority") {
+        metrics.admissionRejections.inc({ band: "none", reason: "invalid_priority" });
+        throw new ApiError("invalid_request", `x-switchyard-priority must be one of ${priorityBands.join(", ")} (got '${choice.asked}')`, "x-switchyard-priority");
+      }
+      metrics.admissionRejections.inc({ band: choice.asked, reason: "priority_not_allowed" });
+      throw new ApiError(
+        "priority_not_allowed",
+        `tenant '${req.tenantName}' may ask for priority up to '${choice.maxBand}'; '${choice.asked}' is above it`,
+        "x-switchyard-priority",
+      );
+    }
+    const band = choice.band;
+    if (req.signal.aborted) throw this.cancelled(band);
+    const poolName = this.poolOf(req.model, req.tenantName);
+    if (poolName === undefined) return ungated(band);
+    const pool = this.pool(poolName);
+    if (pool.load.capacity <= 0) return ungated(band);
+    const arrivedAt = performance.now();
+    if (req.leased || this.mayEnterNow(pool, band)) return this.grant(pool, band, req, arrivedAt, false);
+
+    const limits = cfg.bands[band];
+    if (pool.queues[band].size >= limits.maxQueue) {
+      metrics.admissionRejections.inc({ band, reason: "queue_full" });
+      throw new ApiError("queue_full", `the ${band} queue for ${pool.name} is full (${limits.maxQueue} waiting); retry later`, null, {
+        "retry-after": String(limits.retryAfterS),
+      });
+    }
+    const outcome = await new Promise<Outcome>((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      const waiter: Waiter = {
+        tenant: req.tenantName,
+        band,
+        req,
+        arrivedAt,
+        done: (o) => {
+          clearTimeout(timer);
+          req.signal.removeEventListener("abort", onAbort);
+          resolve(o);
+        },
+      };
+      const leave = (reason: "timeout" | "cancelled") => {
+        if (!pool.queues[band].remove(waiter)) return;
+        waiter.done({ ok: false, reason });
+        // A band that left may have been holding lower bands back.
+        this.drain(pool);
+      };
+      const onAbort = () => leave("cancelled");
+      timer = setTimeout(() => leave("timeout"), limits.ttlMs);
+      req.signal.addEventListener("abort", onAbort, { once: true });
+      pool.queues[band].push(waiter);
+      this.drain(pool);
+    });
+    if (outcome.ok) return outcome.admission;
+    if (outcome.reason === "cancelled") throw this.cancelled(band);
+    metrics.admissionRejections.inc({ band, reason: "timeout" });
+    throw new ApiError("queue_timeout", `waited ${limits.ttlMs} ms in the ${band} queue for ${pool.name} without room; retry later`, null, {
+      "retry-after": String(limits.retryAfterS),
+    });
+  }
+
+  /** A pool's state, for tests and debugging. */
+  inspect(model: string): { saturation: number; capacity: number; outstanding: number; waiting: Record<PriorityBand, number> } | undefined {
+    const pool = this.pools.get(model);
+    if (!pool) return undefined;
+    return {
+      saturation: pool.load.saturation(),
+      capacity: pool.load.capacity,
+      outstanding: pool.load.outstanding,
+      waiting: { interactive: pool.queues.interactive.size, standard: pool.queues.standard.size, batch: pool.queues.batch.size },
+    };
+  }
+
+  private cancelled(band: PriorityBand): ApiError {
+    this.deps.metrics.admissionRejections.inc({ band, reason: "cancelled" });
+    return new ApiError("request_cancelled", "the client went away while the request waited for admission");
+  }
+
+  /**
+   * The worker pool this request would reach first in its tenant's chain
+   * (the workers serving the model's worker name, accepting work), or
+   * undefined when a paid step comes first or no such worker exists.
+   */
+  private poolOf(model: string, tenantName: string): string | undefined {
+    const { chain, directory, providers } = this.deps;
+    const name = chain.upstreamName(model, "worker");
+    if (name === undefined) return undefined;
+    const workers = (directory.models().get(name) ?? []).filter(acceptsNewWork);
+    if (workers.length === 0) return undefined;
+    for (const step of chain.chainOf(tenantName)) {
+      if (step === "local" || step === "remote") {
+        if (workers.some((w) => chain.isLocal(w) === (step === "local"))) return name;
+      } else if (providers[step] && chain.upstreamName(model, step) !== undefined) {
+        return undefined;
+      }
+    }
+    return undefined;
+  }
+
+  private pool(name: string): Pool {
+    let pool = this.pools.get(name);
+    if (!pool) {
+      pool = new Pool(name);
+      pool.load.observe(this.deps.directory.models().get(name) ?? []);
+      this.pools.set(name, pool);
+      const p = pool;
+      const m = this.deps.metrics;
+      m.poolSaturation.set({ pool: name }, () => Math.round(p.load.saturation() * 1000) / 1000);
+      for (const band of priorityBands) m.admissionQueueDepth.set({ pool: name, band }, () => p.queues[band].size);
+    }
+    return pool;
+  }
+
+  /** Nobody of this band or a higher one is waiting, and the pool is below the band's ceiling. */
+  private mayEnterNow(pool: Pool, band: PriorityBand): boolean {
+    const head = pool.headBand();
+    if (head !== undefined && bandRank(head) <= bandRank(band)) return false;
+    return pool.load.saturation() < this.deps.config.bands[band].ceiling;
+  }
+
+  /**
+   * Admits waiters while the head band is below its ceiling. Strict
+   * priority: when the highest waiting band must wait, lower bands (whose
+   * ceilings are no higher) wait too. A pool that lost all its workers lets
+   * everyone through to the chain, which falls through or answers 503.
+   */
+  private drain(pool: Pool): void {
+    for (;;) {
+      const band = pool.headBand();
+      if (band === undefined) return;
+      if (pool.load.capacity > 0 && pool.load.saturation() >= this.deps.config.bands[band].ceiling) return;
+      const w = pool.queues[band].shift()!;
+      w.done({ ok: true, admission: this.grant(pool, band, w.req, w.arrivedAt, true) });
+    }
+  }
+
+  private grant(pool: Pool, band: PriorityBand, req: AdmitRequest, arrivedAt: number, queued: boolean): Admission {
+    const { metrics, log } = this.deps;
+    const waitedMs = performance.now() - arrivedAt;
+    pool.load.admitted();
+    metrics.admissionWait.observe({ band }, waitedMs / 1000);
+    metrics.admissionAdmitted.inc({ band, queued: String(queued) });
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      clearTimeout(reclaim);
+      pool.load.finished();
+      this.drain(pool);
+    };
+    // Every path that ends a request releases (settle, the response closing);
+    // this only guards the pool against a path that forgot.
+    const reclaim = setTimeout(() => {
+      log.warn("admission place reclaimed: the request never reported its end", { pool: pool.name, band });
+      release();
+    }, this.deps.maxHoldMs + HOLD_GRACE_MS);
+    reclaim.unref();
+    req.outgoing?.once("close", release);
+    return {
+      band,
+      pool: pool.name,
+      waitedMs,
+      attempt: (backend) => {
+        if (backend.paid) release();
+      },
+      release,
+    };
+  }
+}

@@ -1,0 +1,44 @@
+// POST /v1/leases — reserve a GPU worker: {model | worker, duration_s, wait_s?}
+// → 201 {id, worker, fencing_token, expires_at, …}. 409 when every matching
+// worker is leased (after wait_s), 503 when none is ready.
+import type { Context, Hono } from "hono";
+import { z } from "zod";
+import type { Config } from "../../../config.ts";
+import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { LeaseService } from "../../../leases/service.ts";
+import { authenticate, clientSignal, jsonBody, readJson } from "../../../middleware.ts";
+import { validate } from "../inference.ts";
+import { leaseJson } from "./view.ts";
+
+export function createLeaseSchema(cfg: Config["leases"]) {
+  return z
+    .strictObject({
+      model: z.string().min(1).max(256).optional(),
+      worker: z
+        .string()
+        .regex(/^[A-Za-z0-9._-]{1,64}$/, "a worker id")
+        .optional(),
+      duration_s: z.number().min(cfg.minDurationS).max(cfg.maxDurationS),
+      wait_s: z.number().min(0).max(cfg.maxWaitS).optional(),
+    })
+    .refine((b) => (b.model === undefined) !== (b.worker === undefined), { message: "give exactly one of model or worker", path: ["model"] });
+}
+
+export async function createLease(c: Context<AppEnv>, deps: AppDeps, leases: LeaseService, schema: ReturnType<typeof createLeaseSchema>): Promise<Response> {
+  const body = validate(schema, await readJson(c, deps.config.router.bodyLimitBytes));
+  const lease = await leases.acquire({
+    tenantId: c.get("tenant").tenantId,
+    target: body.worker !== undefined ? { worker: body.worker } : { model: body.model! },
+    durationMs: Math.max(1, Math.round(body.duration_s * 1000)),
+    waitMs: Math.round((body.wait_s ?? 0) * 1000),
+    signal: clientSignal(c),
+  });
+  return c.json(leaseJson({ lease, status: "active" }), 201, { location: `/v1/leases/${lease.id}` });
+}
+
+export function registerCreateLease(app: Hono<AppEnv>, deps: AppDeps): void {
+  const leases = deps.leases;
+  if (!leases) return;
+  const schema = createLeaseSchema(deps.config.leases);
+  app.post("/v1/leases", authenticate(deps), ...jsonBody(deps), (c) => createLease(c, deps, leases, schema));
+}

@@ -1,0 +1,28 @@
+// POST /v1/leases/{id}/extend — {duration_s}: the lease then ends duration_s
+// from now (never earlier than it already did). Only the holder, only while
+// the lease is live: 409 lease_expired after it ended, 404 for others' leases.
+import type { Context, Hono } from "hono";
+import { z } from "zod";
+import type { Config } from "../../../config.ts";
+import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { LeaseService } from "../../../leases/service.ts";
+import { authenticate, jsonBody, readJson } from "../../../middleware.ts";
+import { validate } from "../inference.ts";
+import { leaseJson } from "./view.ts";
+
+export function extendLeaseSchema(cfg: Config["leases"]) {
+  return z.strictObject({ duration_s: z.number().min(cfg.minDurationS).max(cfg.maxDurationS) });
+}
+
+export async function extendLease(c: Context<AppEnv>, deps: AppDeps, leases: LeaseService, schema: ReturnType<typeof extendLeaseSchema>): Promise<Response> {
+  const body = validate(schema, await readJson(c, deps.config.router.bodyLimitBytes));
+  const lease = await leases.extend(c.get("tenant").tenantId, c.req.param("id") ?? "", Math.max(1, Math.round(body.duration_s * 1000)));
+  return c.json(leaseJson({ lease, status: "active" }));
+}
+
+export function registerExtendLease(app: Hono<AppEnv>, deps: AppDeps): void {
+  const leases = deps.leases;
+  if (!leases) return;
+  const schema = extendLeaseSchema(deps.config.leases);
+  app.post("/v1/leases/:id/extend", authenticate(deps), ...jsonBody(deps), (c) => extendLease(c, deps, leases, schema));
+}

@@ -1,0 +1,12 @@
+// GET /v1/leases/{id} — one of the tenant's leases: active, released or
+// expired. Another tenant's lease is a 404, like one that never existed.
+import type { Hono } from "hono";
+import type { AppDeps, AppEnv } from "../../../deps.ts";
+import { authenticate } from "../../../middleware.ts";
+import { leaseJson } from "./view.ts";
+
+export function registerRetrieveLease(app: Hono<AppEnv>, deps: AppDeps): void {
+  const leases = deps.leases;
+  if (!leases) return;
+  app.get("/v1/leases/:id", authenticate(deps), async (c) => c.json(leaseJson(await leases.get(c.get("tenant").tenantId, c.req.param("id")))));
+}

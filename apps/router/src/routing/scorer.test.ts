@@ -1,0 +1,188 @@
+import { describe, expect, it } from "vitest";
+import type { WorkerRecord } from "@switchyard/state";
+import type { Backend } from "../backends/types.ts";
+import { StaticPriceBook } from "../billing/prices.ts";
+import { RouterMetrics } from "../observability/metrics.ts";
+import { WorkerHealth } from "./health.ts";
+import { defaultScorerConfig, explainRanking, promoteFree, requestClass, RouteScorer, type ScorerConfig, type Score } from "./scorer.ts";
+import { configSchema } from "../config.ts";
+
+const cls = requestClass("/v1/chat/completions", { stream: true, messages: [{ role: "user", content: "hi" }] });
+
+function worker(id: string, over: Partial<WorkerRecord> = {}): WorkerRecord {
+  return { id, url: `http://127.0.0.1:1/${id}`, models: ["m"], state: "ready", inFlight: 0, queueDepth: 0, capacity: 8, device: "sim", layerRanges: [], version: "1", startedAt: 1, updatedAt: 1, ...over };
+}
+
+function setup(over: Partial<ScorerConfig> = {}, opts: { now?: () => number; random?: () => number; health?: WorkerHealth; prices?: StaticPriceBook; metrics?: RouterMetrics } = {}) {
+  let t = 1_000;
+  const now = opts.now ?? (() => t);
+  const scorer = new RouteScorer({ ...defaultScorerConfig(), epsilon: 0, ...over }, { now, random: opts.random ?? (() => 0.5), ...opts });
+  const samples = (id: string, ms: number, n = 10, c = cls) => {
+    for (let i = 0; i < n; i++) scorer.record({ id: `worker:${id}` }, c, { outcome: "ok", ttftMs: ms, durationMs: ms * 2 });
+  };
+  return { scorer, samples, advance: (ms: number) => (t += ms) };
+}
+
+const order = (r: { item: WorkerRecord }[]) => r.map((x) => x.item.id);
+
+describe("request classes", () => {
+  it("are route × stream × prompt-size bucket", () => {
+    expect(cls.key).toBe("chat|stream|s");
+    expect(requestClass("/v1/completions", { prompt: "x".repeat(5_000) }).key).toBe("cmpl|whole|m");
+    expect(requestClass("/v1/embeddings", { input: "x".repeat(40_000) }).key).toBe("emb|whole|xl");
+    expect(requestClass("/v1/chat/completions", { messages: [], max_tokens: 12 }).maxOutput).toBe(12);
+  });
+});
+
+describe("RouteScorer", () => {
+  it("puts the backend with the lower p95 for this class first", () => {
+    const { scorer, samples } = setup();
+    samples("slow", 400);
+    samples("fast", 40);
+    expect(order(scorer.rankWorkers([worker("slow"), worker("fast")], cls, "m"))).toEqual(["fast", "slow"]);
+    // Another class knows nothing yet: equal priors, load decides (both idle: either order).
+    const other = requestClass("/v1/completions", { prompt: "hi" });
+    samples("slow", 10, 10, other);
+    samples("fast", 500, 10, other);
+    expect(order(scorer.rankWorkers([worker("slow"), worker("fast")], other, "m"))).toEqual(["slow", "fast"]);
+  });
+
+  it("streams are scored on time to first token, whole answers on duration", () => {
+    const { scorer } = setup();
+    const whole = requestClass("/v1/chat/completions", { messages: [] });
+    for (let i = 0; i < 10; i++) {
+      scorer.record({ id: "worker:a" }, whole, { outcome: "ok", durationMs: 300 });
+      scorer.record({ id: "worker:b" }, whole, { outcome: "ok", durationMs: 30 });
+    }
+    const [first] = scorer.rankWorkers([worker("a"), worker("b")], whole, "m");
+    expect(first!.item.id).toBe("b");
+    expect(first!.score.p95Ms).toBe(30);
+  });
+
+  it("weighs load: heartbeat in-flight and queue, and this router's own attempts", () => {
+    const { scorer, samples } = setup();
+    samples("a", 100);
+    samples("b", 100);
+    expect(order(scorer.rankWorkers([worker("a", { inFlight: 8 }), worker("b")], cls, "m"))).toEqual(["b", "a"]);
+    expect(order(scorer.rankWorkers([worker("a"), worker("b", { queueDepth: 4 })], cls, "m"))).toEqual(["a", "b"]);
+    // The heartbeat says idle, but this router just sent b three requests.
+    const backend = { id: "worker:b", workerId: "b", paid: false } as Backend;
+    const ends = [scorer.begin(backend, cls), scorer.begin(backend, cls), scorer.begin(backend, cls)];
+    const ranked = scorer.rankWorkers([worker("a"), worker("b")], cls, "m");
+    expect(order(ranked)).toEqual(["a", "b"]);
+    expect(ranked[1]!.score.inFlight).toBe(3);
+    for (const end of ends) end({ outcome: "ok", ttftMs: 100, durationMs: 100 });
+    // A reporter counts once: a second call changes nothing.
+    ends[0]!({ outcome: "ok", durationMs: 1 });
+    expect(scorer.inFlight("worker:b")).toBe(0);
+  });
+
+  it("weighs recent failures", () => {
+    const { scorer, samples } = setup();
+    samples("a", 100);
+    samples("b", 100);
+    scorer.record({ id: "worker:a" }, cls, { outcome: "failed", durationMs: 5, failure: "bad_status" });
+    const ranked = scorer.rankWorkers([worker("a"), worker("b")], cls, "m");
+    expect(order(ranked)).toEqual(["b", "a"]);
+    expect(ranked[1]!.score.failureRate).toBeGreaterThan(0);
+  });
+
+  it("a new backend borrows the median p95 of its measured peers until it has minSamples", () => {
+    const { scorer, samples } = setup({ minSamples: 5 });
+    samples("a", 100);
+    samples("b", 300);
+    samples("c", 200);
+    samples("new", 1, 4); // not enough yet
+    const ranked = scorer.rankWorkers([worker("a"), worker("b"), worker("c"), worker("new")], cls, "m");
+    const fresh = ranked.find((r) => r.item.id === "new")!.score;
+    expect(fresh.samples).toBe(0);
+    expect(fresh.p95Ms).toBe(200);
+  });
+
+  it("forgets samples older than the window (bounded, time-decayed)", () => {
+    const { scorer, samples, advance } = setup({ windowMs: 1_000, windowSize: 16 });
+    samples("a", 500, 100); // 100 samples into a ring of 16
+    samples("b", 100);
+    expect(order(scorer.rankWorkers([worker("a"), worker("b")], cls, "m"))).toEqual(["b", "a"]);
+    advance(2_000);
+    samples("b", 100);
+    // a's samples aged out: it gets b's p95 as its prior, a fair second chance.
+    const ranked = scorer.rankWorkers([worker("a"), worker("b")], cls, "m");
+    expect(ranked.find((r) => r.item.id === "a")!.score.samples).toBe(0);
+  });
+
+  it("keeps degraded workers last, drops ejected ones unless all are ejected", () => {
+    let t = 0;
+    const health = new WorkerHealth(configSchema.parse({}).routing.health, { now: () => t });
+    const { scorer, samples } = setup({}, { health });
+    samples("cpu", 1);
+    samples("gpu", 100);
+    expect(order(scorer.rankWorkers([worker("cpu", { state: "degraded" }), worker("gpu")], cls, "m"))).toEqual(["gpu", "cpu"]);
+    health.record("gpu", "failed", "connect");
+    expect(order(scorer.rankWorkers([worker("a"), worker("gpu")], cls, "m"))).toEqual(["a"]);
+    const panic = scorer.rankWorkers([worker("gpu")], cls, "m");
+    expect(order(panic)).toEqual(["gpu"]);
+    expect(panic[0]!.score.ejected).toBe(true);
+    t += 5_000;
+    expect(order(scorer.rankWorkers([worker("a"), worker("gpu")], cls, "m"))).toContain("gpu");
+  });
+
+  it("explores: with probability epsilon another healthy candidate goes first, and says so", () => {
+    const metrics = new RouterMetrics();
+    const rolls = [0.99, 0.99, 0.01, 0.99]; // shuffle, shuffle, explore?, which
+    let i = 0;
+    const { scorer, samples } = setup({ epsilon: 0.05 }, { random: () => rolls[i++ % rolls.length]!, metrics });
+    samples("a", 10);
+    samples("b", 100);
+    samples("c", 1_000);
+    const ranked = scorer.rankWorkers([worker("a"), worker("b"), worker("c")], cls, "m");
+    expect(ranked[0]!.score.explored).toBe(true);
+    expect(ranked[0]!.item.id).not.toBe("a");
+    expect(metrics.routeExplorations.get()).toBe(1);
+    expect(explainRanking(ranked.map((r) => r.score))).toMatch(/^worker:\w+ score=\S+ p95=\S+ms\(n=10\) inflight=0\/8 explore; worker:a /);
+  });
+
+  it("round_robin mode rotates whatever the latency", () => {
+    const { scorer, samples } = setup({ mode: "round_robin" });
+    samples("a", 1);
+    samples("b", 1_000);
+    const firsts = Array.from({ length: 4 }, () => scorer.rankWorkers([worker("a"), worker("b")], cls, "m")[0]!.item.id);
+    expect(firsts).toEqual(["a", "b", "a", "b"]);
+    // A look that routes nothing (directory.candidates, /v1/models) takes no turn.
+    expect(scorer.rankWorkers([worker("a"), worker("b")], cls, "m", false)[0]!.item.id).toBe("a");
+    expect(scorer.rankWorkers([worker("a"), worker("b")], cls, "m")[0]!.item.id).toBe("a");
+  });
+
+  it("penalises paid backends by their expected cost", () => {
+    const prices = new StaticPriceBook([{ backend: "openrouter", model: "x/y", inputMicroPerMtok: 100_000_000n, outputMicroPerMtok: 400_000_000n }]);
+    const { scorer } = setup({ costMsPerCent: 1_000, expectedOutputTokens: 100 }, { prices });
+    const paid = { id: "openrouter:x/y", kind: "openrouter", model: "x/y", paid: true } as Backend;
+    const s = scorer.scoreBackend(paid, requestClass("/v1/chat/completions", { messages: [], max_tokens: 100 }));
+    // 100 output tokens × 400 000 000 micro-cents per Mtok = 40 000 micro = 0.04 cents (+ the prompt's share).
+    expect(s.costCents).toBeGreaterThan(0.04);
+    expect(s.score).toBeGreaterThan(s.p95Ms + 40);
+  });
+
+  it("drops statistics of workers that left", () => {
+    const { scorer, samples } = setup();
+    samples("gone", 5);
+    samples("here", 500);
+    scorer.retainWorkers(new Set(["here"]));
+    const ranked = scorer.rankWorkers([worker("gone"), worker("here")], cls, "m");
+    expect(ranked.find((r) => r.item.id === "gone")!.score.samples).toBe(0);
+  });
+});
+
+describe("promoteFree", () => {
+  const score = (id: string, value: number, paid: boolean): { score: Score } => ({
+    score: { id, score: value, p95Ms: value, samples: 1, inFlight: 0, queued: 0, failureRate: 0, costCents: paid ? 1 : 0, paid, degraded: false, ejected: false, explored: false },
+  });
+  const ids = (xs: { score: Score }[]) => xs.map((x) => x.score.id);
+
+  it("moves a comparable free backend ahead of a paid one, never the reverse", () => {
+    expect(ids(promoteFree([score("paid", 100, true), score("free", 140, false)], 1.5))).toEqual(["free", "paid"]);
+    expect(ids(promoteFree([score("paid", 100, true), score("free", 400, false)], 1.5))).toEqual(["paid", "free"]);
+    expect(ids(promoteFree([score("free", 900, false), score("paid", 1, true)], 1.5))).toEqual(["free", "paid"]);
+    expect(ids(promoteFree([score("p1", 100, true), score("p2", 90, true), score("f", 120, false)], 1.5))).toEqual(["f", "p1", "p2"]);
+  });
+});

@@ -1,0 +1,418 @@
+// Orders the candidates of one chain step by what this router has seen:
+//
+//   score = p95 × (1 + loadWeight × load) × (1 + failureWeight × failures) + costMsPerCent × cents
+//
+//   p95       rolling p95 latency of this backend for this request class
+//             (time to first token for streams, duration otherwise), over
+//             the last `windowSize` samples younger than `windowMs`; until a
+//             backend has `minSamples`, the median of its peers' (new
+//             workers get a fair trial), or `defaultLatencyMs`
+//   load      (in flight + queued) / capacity — in flight is the larger of
+//             the heartbeat's count and this router's own live attempts
+//   failures  recent failure rate, failures / (attempts + 2)
+//   cents     expected cost of this request on a paid backend (price book)
+//
+// Lower is better. With probability `epsilon` a random other healthy
+// candidate goes first, so a backend that was slow once gets measured again.
+// Every ranking can explain itself (the x-switchyard-route header, a debug log line).
+import type { WorkerRecord } from "@switchyard/state";
+import type { Backend, InferencePath, UpstreamFailure } from "../backends/types.ts";
+import { promptTokensUpperBound, requestedMaxOutput } from "../billing/estimate.ts";
+import type { PriceBook } from "../billing/prices.ts";
+import { configSchema, type Config } from "../config.ts";
+import type { RouterMetrics } from "../observability/metrics.ts";
+import type { AttemptOutcome, WorkerHealth } from "./health.ts";
+
+export type ScorerConfig = Config["routing"]["scorer"];
+
+/** The defaults, for callers built without a config (embedders, tests). */
+export function defaultScorerConfig(): ScorerConfig {
+  return configSchema.parse({}).routing.scorer;
+}
+
+/** What kind of request this is, for latency statistics. */
+export interface RequestClass {
+  /** route × stream × prompt-size bucket, e.g. "chat|stream|s". */
+  key: string;
+  path: InferencePath;
+  stream: boolean;
+  /** Upper bound of prompt tokens (billing/estimate.ts). */
+  promptTokens: number;
+  /** max_tokens the client asked for, if any. */
+  maxOutput?: number;
+}
+
+const routeNames: Record<InferencePath, string> = {
+  "/v1/chat/completions": "chat",
+  "/v1/completions": "cmpl",
+  "/v1/embeddings": "emb",
+  "/v1/hidden_states": "hs",
+};
+
+function sizeBucket(tokens: number): string {
+  if (tokens <= 1_024) return "s";
+  if (tokens <= 8_192) return "m";
+  if (tokens <= 32_768) return "l";
+  return "xl";
+}
+
+export function requestClass(path: InferencePath, body: Record<string, unknown>): RequestClass {
+  const stream = body.stream === true;
+  const promptTokens = promptTokensUpperBound(path, body);
+  const maxOutput = requestedMaxOutput(path, body);
+  return { key: `${routeNames[path]}|${stream ? "stream" : "whole"}|${sizeBucket(promptTokens)}`, path, stream, promptTokens, ...(maxOutput ? { maxOutput } : {}) };
+}
+
+/** The class assumed by callers that don't say (a small streamed chat). */
+export const defaultRequestClass: RequestClass = requestClass("/v1/chat/completions", { stream: true, messages: [] });
+
+/** A ring of timestamped values: bounded memory, old samples age out. */
+class Window {
+  private readonly at: Float64Array;
+  private readonly values: Float64Array;
+  private next = 0;
+  private size = 0;
+  private cache: { p95: number; n: number; computedAt: number } | undefined;
+
+  constructor(capacity: number) {
+    this.at = new Float64Array(capacity);
+    this.values = new Float64Array(capacity);
+  }
+
+  add(now: number, value: number): void {
+    this.at[this.next] = now;
+    this.values[this.next] = value;
+    this.next = (this.next + 1) % this.at.length;
+    this.size = Math.min(this.size + 1, this.at.length);
+    // While few samples exist each one matters; later the p95 is refreshed on a timer.
+    if (this.cache && this.cache.n < 16) this.cache = undefined;
+  }
+
+  /** Values younger than windowMs. */
+  live(now: number, windowMs: number): number[] {
+    const out: number[] = [];
+    for (let i = 0; i < this.size; i++) if (now - this.at[i]! <= windowMs) out.push(this.values[i]!);
+    return out;
+  }
+
+  /** Sum and count of the values younger than windowMs. */
+  sum(now: number, windowMs: number): { sum: number; n: number } {
+    let sum = 0;
+    let n = 0;
+    for (let i = 0; i < this.size; i++) {
+      if (now - this.at[i]! <= windowMs) {
+        sum += this.values[i]!;
+        n++;
+      }
+    }
+    return { sum, n };
+  }
+
+  /** p95 and sample count, recomputed at most every 100 ms (sooner while samples are few). */
+  p95(now: number, windowMs: number): { p95: number; n: number } {
+    if (this.cache && now - this.cache.computedAt < 100) return this.cache;
+    const xs = this.live(now, windowMs).sort((a, b) => a - b);
+    const p95 = xs.length === 0 ? NaN : xs[Math.min(xs.length - 1, Math.ceil(0.95 * xs.length) - 1)]!;
+    this.cache = { p95, n: xs.length, computedAt: now };
+    return this.cache;
+  }
+}
+
+/** How one candidate scored, for ordering and for the explanation. */
+export interface Score {
+  /** Backend id, e.g. "worker:w2" or "openrouter:vendor/model". */
+  id: string;
+  score: number;
+  p95Ms: number;
+  /** Latency samples behind p95 (0: a prior was used). */
+  samples: number;
+  inFlight: number;
+  queued: number;
+  capacity?: number;
+  failureRate: number;
+  costCents: number;
+  paid: boolean;
+  degraded: boolean;
+  /** Held out by the health tracker, kept only because nothing else serves the model. */
+  ejected: boolean;
+  /** Put first by exploration rather than by its score. */
+  explored: boolean;
+}
+
+export interface Ranked<T> {
+  item: T;
+  score: Score;
+}
+
+/** Reports one attempt's end; called once. */
+export type AttemptReporter = (r: AttemptReport) => void;
+
+export interface AttemptReport {
+  outcome: AttemptOutcome;
+  /** Attempt start → first streamed event. */
+  ttftMs?: number;
+  /** Attempt start → end. */
+  durationMs: number;
+  failure?: UpstreamFailure["kind"];
+  status?: number;
+}
+
+const fmt = (x: number) => (Number.isFinite(x) ? (x >= 100 ? x.toFixed(0) : x.toFixed(1)) : "?");
+
+export function explainScore(s: Score): string {
+  const parts = [`${s.id} score=${fmt(s.score)}`, `p95=${fmt(s.p95Ms)}ms${s.samples === 0 ? "(prior)" : `(n=${s.samples})`}`, `inflight=${s.inFlight}${s.capacity ? `/${s.capacity}` : ""}`];
+  if (s.queued > 0) parts.push(`queued=${s.queued}`);
+  if (s.failureRate > 0) parts.push(`fail=${(s.failureRate * 100).toFixed(0)}%`);
+  if (s.paid) parts.push(`cost=${s.costCents.toFixed(4)}c`);
+  if (s.degraded) parts.push("degraded");
+  if (s.ejected) parts.push("ejected");
+  if (s.explored) parts.push("explore");
+  return parts.join(" ");
+}
+
+export function explainRanking(scores: readonly Score[]): string {
+  return scores.map(explainScore).join("; ");
+}
+
+export interface ScorerOptions {
+  prices?: PriceBook;
+  health?: WorkerHealth;
+  metrics?: RouterMetrics;
+  random?: () => number;
+  now?: () => number;
+}
+
+export class RouteScorer {
+  /** `${backendId}\0${class}` → latency samples. */
+  private readonly latency = new Map<string, Window>();
+  /** backendId → outcomes (1 failed, 0 ok). */
+  private readonly outcomes = new Map<string, Window>();
+  /** backendId → attempts this router has in flight. */
+  private readonly live = new Map<string, number>();
+  private readonly turns = new Map<string, number>();
+  private readonly random: () => number;
+
+  constructor(
+    readonly cfg: ScorerConfig,
+    private readonly opts: ScorerOptions = {},
+  ) {
+    this.random = opts.random ?? Math.random;
+  }
+
+  get health(): WorkerHealth | undefined {
+    return this.opts.health;
+  }
+
+  private now(): number {
+    return this.opts.now ? this.opts.now() : performance.now();
+  }
+
+  /** Attempts this router has in flight on a backend. */
+  inFlight(backendId: string): number {
+    return this.live.get(backendId) ?? 0;
+  }
+
+  private p95Of(backendId: string, cls: RequestClass, now: number): { p95: number; n: number } {
+    const w = this.latency.get(`${backendId}\u0000${cls.key}`);
+    if (!w) return { p95: NaN, n: 0 };
+    const r = w.p95(now, this.cfg.windowMs);
+    return r.n >= this.cfg.minSamples ? r : { p95: NaN, n: 0 };
+  }
+
+  private failureRate(backendId: string, now: number): number {
+    const w = this.outcomes.get(backendId);
+    if (!w) return 0;
+    const { sum: failed, n } = w.sum(now, this.cfg.windowMs);
+    return failed / (n + 2);
+  }
+
+  private costCents(backend: Backend | undefined, cls: RequestClass): number {
+    if (!backend?.paid) return 0;
+    const price = this.opts.prices?.price(backend.kind, backend.model);
+    if (!price) return 0;
+    const out = cls.path === "/v1/embeddings" ? 0 : (cls.maxOutput ?? this.cfg.expectedOutputTokens);
+    // Scoring only: a float is fine here, money itself never is one.
+    const micro = (cls.promptTokens * Number(price.inputMicroPerMtok) + out * Number(price.outputMicroPerMtok)) / 1e6;
+    return micro / 1e6;
+  }
+
+  private baseScore(p95: number, load: number, failureRate: number, cents: number): number {
+    return p95 * (1 + this.cfg.loadWeight * load) * (1 + this.cfg.failureWeight * failureRate) + this.cfg.costMsPerCent * cents;
+  }
+
+  /** Median of the known p95s among these ids, for backends not yet measured. */
+  private prior(known: number[]): number {
+    if (known.length === 0) return this.cfg.defaultLatencyMs;
+    const s = [...known].sort((a, b) => a - b);
+    return s[Math.floor((s.length - 1) / 2)]!;
+  }
+
+  /**
+   * Workers that may take this request, best first. `workers` are already
+   * filtered to those accepting work; ejected ones are dropped unless every
+   * one is ejected (then they are all kept, least recently ejected first:
+   * better a try than a certain 503). Degraded workers go after healthy ones.
+   * `decide`: this ranking routes a request (explores, takes a round-robin
+   * turn); false for lookups that only look.
+   */
+  rankWorkers(workers: readonly WorkerRecord[], cls: RequestClass, modelKey: string, decide = true): Ranked<WorkerRecord>[] {
+    const now = this.now();
+    const health = this.opts.health;
+    let pool = health ? workers.filter((w) => !health.isEjected(w.id)) : [...workers];
+    const panic = pool.length === 0 && workers.length > 0;
+    if (panic) pool = [...workers];
+    const measured = pool.map((w) => ({ w, id: `worker:${w.id}`, lat: this.p95Of(`worker:${w.id}`, cls, now) }));
+    const prior = this.prior(measured.filter((m) => m.lat.n > 0).map((m) => m.lat.p95));
+    const ranked: Ranked<WorkerRecord>[] = measured.map(({ w, id, lat }) => {
+      const inFlight = Math.max(w.inFlight, this.inFlight(id));
+      const load = (inFlight + w.queueDepth) / Math.max(1, w.capacity);
+      const failureRate = this.failureRate(id, now);
+      const p95 = lat.n > 0 ? lat.p95 : prior;
+      return {
+        item: w,
+        score: {
+          id,
+          score: this.baseScore(p95, load, failureRate, 0),
+          p95Ms: p95,
+          samples: lat.n,
+          inFlight,
+          queued: w.queueDepth,
+          capacity: w.capacity,
+          failureRate,
+          costCents: 0,
+          paid: false,
+          degraded: w.state === "degraded",
+          ejected: panic,
+          explored: false,
+        },
+      };
+    });
+    if (this.cfg.mode === "round_robin") return this.rotate(ranked, modelKey, decide);
+    // Shuffle first so equal scores spread, then a stable sort.
+    for (let i = ranked.length - 1; i > 0; i--) {
+      const j = Math.floor(this.random() * (i + 1));
+      [ranked[i], ranked[j]] = [ranked[j]!, ranked[i]!];
+    }
+    ranked.sort((a, b) => Number(a.score.degraded) - Number(b.score.degraded) || a.score.score - b.score.score);
+    if (decide) this.explore(ranked);
+    return ranked;
+  }
+
+  /** Round-robin baseline: rotate over the workers (by id), degraded last. */
+  private rotate(ranked: Ranked<WorkerRecord>[], modelKey: string, decide: boolean): Ranked<WorkerRecord>[] {
+    ranked.sort((a, b) => (a.item.id < b.item.id ? -1 : a.item.id > b.item.id ? 1 : 0));
+    const healthy = ranked.filter((r) => !r.score.degraded);
+    const degraded = ranked.filter((r) => r.score.degraded);
+    const turn = this.turns.get(modelKey) ?? 0;
+    if (decide) this.turns.set(modelKey, turn + 1);
+    const k = healthy.length > 0 ? turn % healthy.length : 0;
+    return [...healthy.slice(k), ...healthy.slice(0, k), ...degraded];
+  }
+
+  /** With probability epsilon, a random other healthy candidate goes first. */
+  private explore<T>(ranked: Ranked<T>[]): void {
+    const healthy = ranked.filter((r) => !r.score.degraded && !r.score.ejected).length;
+    if (healthy < 2 || this.cfg.epsilon <= 0 || this.random() >= this.cfg.epsilon) return;
+    const j = 1 + Math.floor(this.random() * (healthy - 1));
+    const [picked] = ranked.splice(j, 1);
+    picked!.score.explored = true;
+    ranked.unshift(picked!);
+    this.opts.metrics?.routeExplorations.inc();
+  }
+
+  /** A non-worker backend's score (paid APIs: no heartbeat, load from this router's own attempts). */
+  scoreBackend(backend: Backend, cls: RequestClass): Score {
+    const now = this.now();
+    const lat = this.p95Of(backend.id, cls, now);
+    const p95 = lat.n > 0 ? lat.p95 : this.cfg.defaultLatencyMs;
+    const inFlight = this.inFlight(backend.id);
+    const failureRate = this.failureRate(backend.id, now);
+    const costCents = this.costCents(backend, cls);
+    return {
+      id: backend.id,
+      // A provider's capacity is not ours to know: its latency samples carry its load.
+      score: this.baseScore(p95, 0, failureRate, costCents),
+      p95Ms: p95,
+      samples: lat.n,
+      inFlight,
+      queued: 0,
+      failureRate,
+      costCents,
+      paid: backend.paid,
+      degraded: false,
+      ejected: false,
+      explored: false,
+    };
+  }
+
+  /**
+   * An attempt on `backend` starts now; the returned reporter ends it (once):
+   * a latency sample for the class on success, the outcome for the failure
+   * rate and the health tracker, and this router's in-flight count.
+   */
+  begin(backend: Backend, cls: RequestClass): AttemptReporter {
+    const id = backend.id;
+    this.live.set(id, this.inFlight(id) + 1);
+    let ended = false;
+    return (r) => {
+      if (ended) return;
+      ended = true;
+      const left = this.inFlight(id) - 1;
+      if (left > 0) this.live.set(id, left);
+      else this.live.delete(id);
+      this.record(backend, cls, r);
+    };
+  }
+
+  /** Records an attempt's outcome (also used directly by tests and benches). */
+  record(backend: Pick<Backend, "id" | "workerId">, cls: RequestClass, r: AttemptReport): void {
+    const now = this.now();
+    const sample = cls.stream ? r.ttftMs : r.outcome === "ok" ? r.durationMs : undefined;
+    // A stream's first token is a fair sample even when its client left later.
+    if (sample !== undefined && (r.outcome !== "neutral" || cls.stream)) {
+      const key = `${backend.id}\u0000${cls.key}`;
+      let w = this.latency.get(key);
+      if (!w) {
+        w = new Window(this.cfg.windowSize);
+        this.latency.set(key, w);
+      }
+      w.add(now, sample);
+    }
+    if (r.outcome !== "neutral") {
+      let o = this.outcomes.get(backend.id);
+      if (!o) {
+        o = new Window(32);
+        this.outcomes.set(backend.id, o);
+      }
+      o.add(now, r.outcome === "failed" ? 1 : 0);
+    }
+    if (backend.workerId) this.opts.health?.record(backend.workerId, r.outcome, r.failure, r.status);
+  }
+
+  /** Forget the statistics of workers that left the registry (bounded memory). */
+  retainWorkers(ids: ReadonlySet<string>): void {
+    const keep = (backendId: string) => !backendId.startsWith("worker:") || ids.has(backendId.slice("worker:".length));
+    for (const k of this.latency.keys()) if (!keep(k.slice(0, k.indexOf("\u0000")))) this.latency.delete(k);
+    for (const k of this.outcomes.keys()) if (!keep(k)) this.outcomes.delete(k);
+  }
+}
+
+/**
+ * Orders one resolution's candidates across chain steps: the chain stays the
+ * outer order, but a free backend whose score is comparable to (at most
+ * `ratio` × ) a paid one's ahead of it moves in front of it. Never the reverse.
+ */
+export function promoteFree<T extends { score: Score }>(list: T[], ratio: number): T[] {
+  const out = [...list];
+  for (let i = 1; i < out.length; i++) {
+    const cur = out[i]!;
+    if (cur.score.paid) continue;
+    let j = i;
+    while (j > 0 && out[j - 1]!.score.paid && cur.score.score <= out[j - 1]!.score.score * ratio) j--;
+    if (j < i) {
+      out.splice(i, 1);
+      out.splice(j, 0, cur);
+    }
+  }
+  return out;
+}

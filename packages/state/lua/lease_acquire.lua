@@ -1,0 +1,22 @@
+-- Grant worker ARGV[2] to tenant ARGV[3] as lease ARGV[1] for ARGV[4] ms with
+-- fencing token ARGV[5], only if no live lease holds the worker and the token
+-- is larger than every token granted on it before.
+-- Payload: ok {id|record}; held {holder expires_ms}; stale_token {highest token}.
+local id, worker, tenant, duration, token = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local now = now_ms()
+local expired = prune(now)
+local current = redis.call('HGET', K_WORKERS, worker)
+if current then
+  local l = live(current)
+  if l then return {'held', now, {l.expires}, expired} end
+  redis.call('HDEL', K_WORKERS, worker)
+end
+local highest = redis.call('HGET', K_FENCE, worker)
+if highest and tonumber(token) <= tonumber(highest) then return {'stale_token', now, {highest}, expired} end
+if redis.call('HEXISTS', K_LEASES, id) == 1 then return redis.error_reply('lease id already in use') end
+local rec = encode({ worker = worker, tenant = tenant, token = token, granted = tostring(now), expires = tostring(now + duration) })
+redis.call('HSET', K_LEASES, id, rec)
+redis.call('HSET', K_WORKERS, worker, id)
+redis.call('ZADD', K_EXPIRY, now + duration, id)
+redis.call('HSET', K_FENCE, worker, token)
+return {'ok', now, {id .. '|' .. rec}, expired}

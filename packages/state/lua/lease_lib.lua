@@ -1,0 +1,57 @@
+-- Shared by every lease_*.lua script (the loader prepends it). All leases of
+-- a fabric share one hash tag ({leases}, one Cluster slot), so a router lists
+-- them with one call and every script is atomic over all four keys:
+--   KEYS[1] leases  hash: lease id -> "worker|tenant|token|granted_ms|expires_ms"
+--   KEYS[2] workers hash: worker id -> lease id of its (possibly expired) lease
+--   KEYS[3] expiry  zset: lease id scored by expires_ms
+--   KEYS[4] fence   hash: worker id -> highest fencing token granted on it
+-- Times are Redis' clock (TIME), one for every router. A lease is live while
+-- expires_ms > now. Every script first prunes expired leases and returns them
+-- (the caller audits each expiry once). Replies: {status, now, payload, expired}.
+redis.replicate_commands()
+local K_LEASES, K_WORKERS, K_EXPIRY, K_FENCE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- "worker|tenant|token|granted|expires" -> fields
+local function decode(rec)
+  local worker, tenant, token, granted, expires = string.match(rec, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  return { worker = worker, tenant = tenant, token = token, granted = granted, expires = expires }
+end
+
+local function encode(l)
+  return l.worker .. '|' .. l.tenant .. '|' .. l.token .. '|' .. l.granted .. '|' .. l.expires
+end
+
+-- Removes a lease everywhere; its worker is free unless it already moved on.
+local function drop(id, l)
+  redis.call('HDEL', K_LEASES, id)
+  redis.call('ZREM', K_EXPIRY, id)
+  if redis.call('HGET', K_WORKERS, l.worker) == id then redis.call('HDEL', K_WORKERS, l.worker) end
+end
+
+-- Expired leases leave the store; returns them as "id|record" strings.
+local function prune(now)
+  local out = {}
+  local gone = redis.call('ZRANGEBYSCORE', K_EXPIRY, '-inf', now, 'LIMIT', 0, 1000)
+  for _, id in ipairs(gone) do
+    local rec = redis.call('HGET', K_LEASES, id)
+    if rec then
+      drop(id, decode(rec))
+      out[#out + 1] = id .. '|' .. rec
+    else
+      redis.call('ZREM', K_EXPIRY, id)
+    end
+  end
+  return out
+end
+
+-- The live lease with this id (after prune, every lease present is live).
+local function live(id)
+  local rec = redis.call('HGET', K_LEASES, id)
+  if not rec then return nil end
+  return decode(rec)
+end

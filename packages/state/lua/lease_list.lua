@@ -1,0 +1,7 @@
+-- Every live lease. Payload: {id|record, ...}.
+local now = now_ms()
+local expired = prune(now)
+local out = {}
+local all = redis.call('HGETALL', K_LEASES)
+for i = 1, #all, 2 do out[#out + 1] = all[i] .. '|' .. all[i + 1] end
+return {'ok', now, out, expired}

@@ -1,0 +1,109 @@
+// In-process LeaseStore for single-machine mode: the same semantics as the
+// Redis scripts, on Maps. Each method runs to completion without awaiting, so
+// concurrent calls are as atomic here as a Lua script is in Redis.
+import { systemClock, type Clock } from "../clock.ts";
+import {
+  checkAcquire,
+  checkDuration,
+  checkLeaseId,
+  checkTenant,
+  type LeaseAcquireInput,
+  type LeaseAcquireResult,
+  type LeaseExtendInput,
+  type LeaseExtendResult,
+  type LeaseGetResult,
+  type LeaseHolderInput,
+  type Lease,
+  type LeaseList,
+  type LeaseStore,
+  type LeaseReleaseResult,
+} from "./store.ts";
+
+export class MemoryLeaseStore implements LeaseStore {
+  private readonly leases = new Map<string, Lease>();
+  /** worker id → id of its lease */
+  private readonly byWorker = new Map<string, string>();
+  /** worker id → highest token granted on it */
+  private readonly fence = new Map<string, number>();
+
+  constructor(private readonly clock: Clock = systemClock) {}
+
+  async acquire(input: LeaseAcquireInput): Promise<LeaseAcquireResult> {
+    checkAcquire(input);
+    const now = this.clock.now();
+    const expired = this.prune(now);
+    const current = this.byWorker.get(input.workerId);
+    const holder = current ? this.leases.get(current) : undefined;
+    if (holder) return { ok: false, reason: "held", holderExpiresAtMs: holder.expiresAtMs, nowMs: now, expired };
+    const highest = this.fence.get(input.workerId);
+    if (highest !== undefined && input.fencingToken <= highest) return { ok: false, reason: "stale_token", highestToken: highest, nowMs: now, expired };
+    if (this.leases.has(input.leaseId)) throw new Error("lease id already in use");
+    const lease: Lease = {
+      id: input.leaseId,
+      workerId: input.workerId,
+      tenantId: input.tenantId,
+      fencingToken: input.fencingToken,
+      grantedAtMs: now,
+      expiresAtMs: now + input.durationMs,
+    };
+    this.leases.set(lease.id, lease);
+    this.byWorker.set(lease.workerId, lease.id);
+    this.fence.set(lease.workerId, lease.fencingToken);
+    return { ok: true, lease: { ...lease }, nowMs: now, expired };
+  }
+
+  async get(leaseId: string): Promise<LeaseGetResult> {
+    checkLeaseId(leaseId);
+    const now = this.clock.now();
+    const expired = this.prune(now);
+    const lease = this.leases.get(leaseId);
+    return { lease: lease ? { ...lease } : undefined, nowMs: now, expired };
+  }
+
+  async extend(input: LeaseExtendInput): Promise<LeaseExtendResult> {
+    checkLeaseId(input.leaseId);
+    checkTenant(input.tenantId);
+    checkDuration(input.durationMs);
+    const now = this.clock.now();
+    const expired = this.prune(now);
+    const lease = this.leases.get(input.leaseId);
+    if (!lease || lease.tenantId !== input.tenantId) return { ok: false, reason: "not_found", nowMs: now, expired };
+    lease.expiresAtMs = Math.max(lease.expiresAtMs, now + input.durationMs);
+    return { ok: true, lease: { ...lease }, nowMs: now, expired };
+  }
+
+  async release(input: LeaseHolderInput): Promise<LeaseReleaseResult> {
+    checkLeaseId(input.leaseId);
+    checkTenant(input.tenantId);
+    const now = this.clock.now();
+    const expired = this.prune(now);
+    const lease = this.leases.get(input.leaseId);
+    if (!lease || lease.tenantId !== input.tenantId) return { ok: false, reason: "not_found", nowMs: now, expired };
+    this.drop(lease);
+    return { ok: true, lease: { ...lease }, nowMs: now, expired };
+  }
+
+  async list(): Promise<LeaseList> {
+    const now = this.clock.now();
+    const expired = this.prune(now);
+    const leases = [...this.leases.values()].map((l) => ({ ...l })).sort((a, b) => a.workerId.localeCompare(b.workerId));
+    return { leases, nowMs: now, expired };
+  }
+
+  private drop(lease: Lease): void {
+    this.leases.delete(lease.id);
+    if (this.byWorker.get(lease.workerId) === lease.id) this.byWorker.delete(lease.workerId);
+  }
+
+  /** Expired leases leave the store; the caller gets them once. */
+  private prune(now: number): Lease[] {
+    const out: Lease[] = [];
+    for (const lease of this.leases.values()) {
+      if (lease.expiresAtMs <= now) {
+        this.drop(lease);
+        out.push({ ...lease });
+      }
+    }
+    return out.sort((a, b) => a.expiresAtMs - b.expiresAtMs);
+  }
+}

@@ -1,0 +1,66 @@
+// The worker's lease fencing: the highest token seen wins, older tokens are
+// refused with 409 in the OpenAI error shape, requests without a token pass,
+// and only authenticated requests can move the highest token.
+import { describe, expect, it } from "vitest";
+import type { EngineSupervisor } from "../engine/supervisor.ts";
+import { createWorkerApp } from "./app.ts";
+import type { WorkerContext } from "./context.ts";
+import { FencingGuard } from "./fencing.ts";
+
+describe("FencingGuard", () => {
+  it("accepts equal or newer tokens, refuses older ones, ignores requests without one", () => {
+    const g = new FencingGuard();
+    expect(g.admit(undefined)).toEqual({ ok: true });
+    expect(g.admit("5")).toEqual({ ok: true, token: 5 });
+    expect(g.admit("5")).toEqual({ ok: true, token: 5 });
+    expect(g.admit("4")).toMatchObject({ ok: false, status: 409, code: "stale_fencing_token" });
+    expect(g.admit("9007199254740991")).toMatchObject({ ok: true });
+    expect(g.admit("6")).toMatchObject({ ok: false, code: "stale_fencing_token" });
+    expect(g.admit(undefined)).toEqual({ ok: true });
+    for (const bad of ["", "0", "-1", "1.5", "abc", "01", "12345678901234567", "9999999999999999"]) expect(g.admit(bad)).toMatchObject({ ok: false, status: 400, code: "invalid_fencing_token" });
+    expect(g).toMatchObject({ highest: 9007199254740991, accepted: 3, refused: 2 });
+  });
+});
+
+describe("worker HTTP API fencing", () => {
+  const TOKEN = "worker-secret-123";
+  // A ready engine with no models loaded: a request that gets past fencing answers 404 model_not_found.
+  const supervisor = { state: "ready", client: { alive: true }, loaded: new Map() } as unknown as EngineSupervisor;
+  const ctx: WorkerContext = {
+    supervisor,
+    token: TOKEN,
+    inFlight: 0,
+    begin: () => () => {},
+    draining: false,
+    idle: async () => {},
+    log: () => {},
+  };
+  const app = createWorkerApp(ctx);
+  const post = (fence?: string, auth = `Bearer ${TOKEN}`) =>
+    app.request("/v1/embeddings", {
+      method: "POST",
+      headers: { authorization: auth, "content-type": "application/json", ...(fence !== undefined ? { "x-switchyard-fencing-token": fence } : {}) },
+      body: JSON.stringify({ model: "m", input: "x" }),
+    });
+  const code = async (r: Response) => ((await r.json()) as { error: { code: string; type: string } }).error;
+
+  it("refuses a dispatch with an older token (409, OpenAI shape); newer, equal and token-less dispatches pass", async () => {
+    expect((await post("10")).status).toBe(404);
+    expect((await post("10")).status).toBe(404);
+    const stale = await post("9");
+    expect(stale.status).toBe(409);
+    expect(await code(stale)).toMatchObject({ code: "stale_fencing_token", type: "invalid_request_error" });
+    expect((await post()).status).toBe(404);
+    expect((await post("11")).status).toBe(404);
+    expect((await post("10")).status).toBe(409);
+    const bad = await post("ten");
+    expect(bad.status).toBe(400);
+    expect((await code(bad)).code).toBe("invalid_fencing_token");
+  });
+
+  it("an unauthenticated request cannot move the highest token", async () => {
+    const r = await post("999999", "Bearer wrong");
+    expect(r.status).toBe(401);
+    expect((await post("12")).status).toBe(404);
+  });
+});
