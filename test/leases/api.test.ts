@@ -100,6 +100,10 @@ describe("lease API", () => {
 
     const events = (await listLeaseEvents(fx.db.db, { worker: "api-a1" })).filter((ev) => ev.leaseId === g.body.id);
     expect(events.map((ev) => ev.event)).toEqual(["granted", "extended", "released"]);
+    // Each audited change is counted on /metrics too.
+    const metrics = await (await fetch(`${fx.router.adminUrl}/metrics`)).text();
+    expect(metrics).toMatch(/switchyard_lease_events_total\{event="granted"\} [1-9]/);
+    expect(metrics).toMatch(/switchyard_lease_events_total\{event="extended"\} [1-9]/);
     expect(events.every((ev) => ev.tenantId === fx.tenantId && ev.fencingToken === g.body.fencing_token)).toBe(true);
     expect(events[0]!.at.getTime()).toBe(Math.round(g.body.granted_at * 1000));
     expect(events[1]!.expiresAt.getTime()).toBe(Math.round(e.body.expires_at * 1000));

@@ -180,7 +180,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   // Leases: live ones in Redis (or this process), tokens and audit in Postgres.
   const leaseStore = opts.leases ?? (redis ? new RedisLeaseStore(redis, config.redis.keyPrefix) : new MemoryLeaseStore());
   const leaseDirectory = new LeaseDirectory(leaseStore, config.leases.pollMs, log, (expired, seenAtMs) => leaseService.sawExpired(expired, seenAtMs));
-  const leaseService: LeaseService = new LeaseService({ store: leaseStore, audit: new PostgresLeaseAudit(db.db), directory: leaseDirectory, workers: directory, config, log });
+  const leaseService: LeaseService = new LeaseService({ store: leaseStore, audit: new PostgresLeaseAudit(db.db), directory: leaseDirectory, workers: directory, config, log, metrics });
   const deps: AppDeps = {
     config,
     keys: new KeyResolver(keyStore, config.router.keyCacheMs),

@@ -9,6 +9,7 @@ import { ApiError } from "../errors.ts";
 import type { Logger } from "../observability/log.ts";
 import type { WorkerDirectory } from "../routing/directory.ts";
 import type { LeaseDirectory } from "../routing/leases.ts";
+import type { RouterMetrics } from "../observability/metrics.ts";
 import type { LeaseAudit, LeaseAuditEvent } from "./audit.ts";
 
 export type LeaseStatus = "active" | "released" | "expired";
@@ -44,6 +45,7 @@ export interface LeaseServiceOptions {
   workers: WorkerDirectory;
   config: Pick<Config, "leases" | "routing" | "router">;
   log: Logger;
+  metrics?: RouterMetrics;
 }
 
 /** A grant that lost a race for a token retries with a fresh one this many times. */
@@ -269,8 +271,9 @@ export class LeaseService {
     throw new Error(`no fresh fencing token for worker ${workerId} after ${TOKEN_TRIES} tries`);
   }
 
-  private record(events: LeaseAuditEvent[]): Promise<void> {
-    return this.audit.record(events);
+  private async record(events: LeaseAuditEvent[]): Promise<void> {
+    await this.audit.record(events);
+    for (const e of events) this.opts.metrics?.leaseEvents.inc({ event: e.event });
   }
 }
 

@@ -83,6 +83,7 @@ export class RouterMetrics {
   readonly ledgerRows = new Counter("switchyard_ledger_rows_total", "Ledger rows drained into Postgres, by outcome (committed|duplicate).");
   readonly ledgerLag = new Histogram("switchyard_ledger_lag_seconds", "Request end to its ledger row committed in Postgres.", [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]);
   readonly billingFailures = new Counter("switchyard_billing_failures_total", "Settle steps that failed (and were left to the hold's expiry and reconcile), by step.");
+  readonly leaseEvents = new Counter("switchyard_lease_events_total", "Lease changes audited by this router, by event (granted|extended|released|expired).");
   readonly workers = new Gauge("switchyard_workers", "Workers in the registry, by state.");
   readonly ejections = new Counter("switchyard_worker_ejections_total", "Workers ejected from rotation after consecutive failures, by reason (failing|unreachable).");
   readonly ejectedWorkers = new Gauge("switchyard_workers_ejected", "Workers this router holds out of rotation now.");
@@ -96,6 +97,6 @@ export class RouterMetrics {
   readonly poolSaturation = new Gauge("switchyard_pool_saturation", "Worker pool saturation as admission sees it (worse of slot occupancy and queue depth, over capacity), by pool.");
 
   render(): string {
-    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.budgetHolds, this.budgetAlerts, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation].map((m) => m.render()).join("\n") + "\n";
+    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation].map((m) => m.render()).join("\n") + "\n";
   }
 }
