@@ -15,20 +15,29 @@ export interface RouterProc {
 }
 
 export async function spawnRouter(env: Record<string, string>, label = "router"): Promise<RouterProc> {
-  const port = await freePort();
-  const adminPort = await freePort();
-  const proc = startProc(process.execPath, [bin, "router"], { SWITCHYARD_PORT: String(port), SWITCHYARD_ROUTER__ADMIN_PORT: String(adminPort), SWITCHYARD_LOG__LEVEL: "warn", ...env }, label);
-  const url = `http://127.0.0.1:${port}`;
-  await waitHttp(`${url}/healthz`, { timeoutMs: 60_000, ok: (s) => s === 200 });
-  return {
-    url,
-    proc,
-    stop: () => proc.stop(),
-    kill9: () =>
-      new Promise<void>((resolve) => {
-        if (proc.child.exitCode !== null || proc.child.signalCode !== null) return resolve();
-        proc.child.once("exit", () => resolve());
-        proc.child.kill("SIGKILL");
-      }),
-  };
+  // A port picked free can be taken by someone else before the router binds
+  // it: if the process dies before answering, try again on fresh ports.
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    const adminPort = await freePort();
+    const proc = startProc(process.execPath, [bin, "router"], { SWITCHYARD_PORT: String(port), SWITCHYARD_ROUTER__ADMIN_PORT: String(adminPort), SWITCHYARD_LOG__LEVEL: "warn", ...env }, label);
+    const url = `http://127.0.0.1:${port}`;
+    const exited = new Promise<"exited">((resolve) => proc.child.once("exit", () => resolve("exited")));
+    const up = waitHttp(`${url}/healthz`, { timeoutMs: 60_000, ok: (s) => s === 200 }).then(() => "up" as const);
+    if ((await Promise.race([up, exited])) === "up") {
+      return {
+        url,
+        proc,
+        stop: () => proc.stop(),
+        kill9: () =>
+          new Promise<void>((resolve) => {
+            if (proc.child.exitCode !== null || proc.child.signalCode !== null) return resolve();
+            proc.child.once("exit", () => resolve());
+            proc.child.kill("SIGKILL");
+          }),
+      };
+    }
+    up.catch(() => {});
+    if (attempt >= 3) throw new Error(`${label} exited before answering (3 attempts)`);
+  }
 }
