@@ -104,7 +104,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   }
   // Redis, when configured, holds the registry, the budget counters and the
   // ledger buffer; without it everything lives in this process (one machine).
-  const redis: Redis | undefined = config.redis.url ? connectRedis(config.redis.url) : undefined;
+  const redis: Redis | undefined = config.redis.url ? connectRedis(config.redis.url, { autoPipelining: true }) : undefined;
   if (redis) {
     // ioredis reconnects by itself and commands fail meanwhile (their callers
     // log); say once that Redis went away and once that it came back.

@@ -20,6 +20,12 @@ describe("budgetDay", () => {
     expect(budgetDay(new Date("2026-07-14T22:00:00Z"), "Europe/Paris")).toBe("2026-07-15");
   });
 
+  it("the UTC fast path agrees with the calendar lookup", () => {
+    for (let t = Date.UTC(2026, 0, 1) - 3; t < Date.UTC(2027, 0, 1); t += 3_600_000 * 7 + 1) {
+      expect(budgetDay(t, "UTC")).toBe(budgetDay(t, "Etc/UTC"));
+    }
+  });
+
   it("rejects unknown zones", () => {
     expect(() => budgetDay(0, "Mars/Olympus")).toThrow(RangeError);
     expect(isValidTimeZone("Mars/Olympus")).toBe(false);

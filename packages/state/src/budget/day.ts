@@ -4,6 +4,8 @@ const formatters = new Map<string, Intl.DateTimeFormat>();
 
 /** YYYY-MM-DD of `at` in the IANA zone `timeZone`; throws RangeError for an unknown zone. */
 export function budgetDay(at: Date | number, timeZone = "UTC"): string {
+  // UTC needs no calendar lookup (and is most tenants' zone): a fast path.
+  if (timeZone === "UTC") return new Date(at).toISOString().slice(0, 10);
   let f = formatters.get(timeZone);
   if (!f) {
     f = new Intl.DateTimeFormat("en-CA", { timeZone, year: "numeric", month: "2-digit", day: "2-digit" });
