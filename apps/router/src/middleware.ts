@@ -101,12 +101,20 @@ export async function readJson(c: Context<AppEnv>, limit: number): Promise<unkno
 }
 
 /** Aborts when the client goes away before the response is finished. */
+/** One signal per response, however many parts of the request path ask (admission, relay). */
+const signals = new WeakMap<object, AbortSignal>();
+
 export function clientSignal(c: Context<AppEnv>): AbortSignal {
   const outgoing = c.env?.outgoing;
   if (!outgoing) return c.req.raw.signal;
-  const ac = new AbortController();
-  outgoing.once("close", () => {
-    if (!outgoing.writableFinished) ac.abort();
-  });
-  return ac.signal;
+  let signal = signals.get(outgoing);
+  if (!signal) {
+    const ac = new AbortController();
+    outgoing.once("close", () => {
+      if (!outgoing.writableFinished) ac.abort();
+    });
+    signal = ac.signal;
+    signals.set(outgoing, signal);
+  }
+  return signal;
 }
