@@ -109,8 +109,9 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
     return result.response;
   } catch (err) {
     admitted?.release();
-    if (err instanceof ApiError && err.code === "no_healthy_backend") {
-      throw new ApiError(err.code, err.message, null, { "retry-after": retryAfter });
+    if (err instanceof ApiError && err.code === "no_healthy_backend" && !err.headers["retry-after"]) {
+      // Keep a more precise Retry-After when the thrower knew one (e.g. when the leases end).
+      throw new ApiError(err.code, err.message, null, { ...err.headers, "retry-after": retryAfter });
     }
     throw err;
   }
