@@ -100,6 +100,9 @@ describe("lease API", () => {
 
     const events = (await listLeaseEvents(fx.db.db, { worker: "api-a1" })).filter((ev) => ev.leaseId === g.body.id);
     expect(events.map((ev) => ev.event)).toEqual(["granted", "extended", "released"]);
+    // The audit is append-only.
+    await expect(fx.db.sql`update lease_events set fencing_token = 0 where lease_id = ${g.body.id}`).rejects.toThrow(/append-only/);
+    await expect(fx.db.sql`delete from lease_events where lease_id = ${g.body.id}`).rejects.toThrow(/append-only/);
     // Each audited change is counted on /metrics too.
     const metrics = await (await fetch(`${fx.router.adminUrl}/metrics`)).text();
     expect(metrics).toMatch(/switchyard_lease_events_total\{event="granted"\} [1-9]/);
