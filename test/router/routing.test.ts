@@ -81,9 +81,13 @@ describe("latency-aware scorer", () => {
     const fast = await sim("fast", { ttftMs: 5, tokens: 2 });
     const slow = await sim("slow", { ttftMs: 120, tokens: 2 });
     await waitForWorkers(2);
-    for (let i = 0; i < 12; i++) await (await post({ stream: true })).text();
-    const before = { fast: fast.served.get("/v1/chat/completions") ?? 0, slow: slow.served.get("/v1/chat/completions") ?? 0 };
-    expect(before.slow).toBeGreaterThanOrEqual(1); // it was measured, not just guessed at
+    // Learning: until a worker has minSamples (3) measurements it is assumed
+    // as fast as its peers, so the slow one keeps getting turns until it has
+    // been measured enough to be known slow.
+    const slowServed = () => slow.served.get("/v1/chat/completions") ?? 0;
+    for (let i = 0; i < 40 && (i < 12 || slowServed() < 3); i++) await (await post({ stream: true })).text();
+    const before = { fast: fast.served.get("/v1/chat/completions") ?? 0, slow: slowServed() };
+    expect(before.slow).toBeGreaterThanOrEqual(3); // it was measured, not just guessed at
     for (let i = 0; i < 10; i++) {
       const res = await post({ stream: true });
       await res.text();
