@@ -116,30 +116,45 @@ export class BudgetGuard {
 
 export class RequestTab {
   private budget: Promise<TenantBudget | null> | undefined;
-  private day: string;
+  /** The tenant's day; UTC until its budget (and zone) is known. Fixed at arrival. */
+  private dayCache: string | undefined;
   /** The backend whose hold is live, if any. */
   private holder: Backend | undefined;
   private settled = false;
-  private readonly promptUpper: number;
-  private readonly maxOutput: number;
-  private readonly outputKey: "max_tokens" | "max_completion_tokens";
+  private promptUpperCache: number | undefined;
 
   constructor(
     private readonly guard: BudgetGuard,
     readonly input: TabInput,
-  ) {
-    this.day = budgetDay(input.arrivedAtMs, "UTC");
-    this.promptUpper = promptTokensUpperBound(input.path, input.body);
-    const asked = requestedMaxOutput(input.path, input.body);
-    const cap = guard.deps.billing.maxOutputTokens;
-    this.maxOutput = asked === undefined ? cap : Math.min(asked, cap);
-    this.outputKey = input.body.max_completion_tokens !== undefined && input.body.max_tokens === undefined ? "max_completion_tokens" : "max_tokens";
+  ) {}
+
+  // Most requests go to free workers and never need these: they are worked
+  // out on first use (a paid attempt, an estimate), not for every request.
+  private get day(): string {
+    return (this.dayCache ??= budgetDay(this.input.arrivedAtMs, "UTC"));
+  }
+
+  /** Upper bound of the prompt's tokens (walks the whole body once). */
+  private get promptUpper(): number {
+    return (this.promptUpperCache ??= promptTokensUpperBound(this.input.path, this.input.body));
+  }
+
+  /** Output tokens held for, and sent to, a paid backend: the client's ask, capped. */
+  private get maxOutput(): number {
+    const asked = requestedMaxOutput(this.input.path, this.input.body);
+    const cap = this.guard.deps.billing.maxOutputTokens;
+    return asked === undefined ? cap : Math.min(asked, cap);
+  }
+
+  private get outputKey(): "max_tokens" | "max_completion_tokens" {
+    const b = this.input.body;
+    return b.max_completion_tokens !== undefined && b.max_tokens === undefined ? "max_completion_tokens" : "max_tokens";
   }
 
   private tenantBudget(): Promise<TenantBudget | null> {
     this.budget ??= this.guard.deps.budgets.budgetOf(this.input.tenant.tenantId).then((b) => {
       // The day is the tenant's: it rolls over at the budget zone's midnight.
-      if (b) this.day = budgetDay(this.input.arrivedAtMs, b.timeZone);
+      if (b) this.dayCache = budgetDay(this.input.arrivedAtMs, b.timeZone);
       return b;
     });
     return this.budget;
@@ -217,8 +232,7 @@ export class RequestTab {
       // A worker stream cut short (failed or cancelled) reports no usage: the
       // row still counts what reached the client, flagged as an estimate.
       if (o.usage || o.firstTokenAt === undefined) return { micro: 0n, source: "price_table", usage };
-      const prompt = Math.ceil(this.promptUpper / ESTIMATE_BYTES_PER_TOKEN);
-      return { micro: 0n, source: "estimate", usage: { prompt, completion: Math.max(1, o.chunks ?? 0), cached: 0, cacheWrite: 0 } };
+      return { micro: 0n, source: "estimate", usage: this.estimatedUsage(o) };
     }
     if (o.usage?.providerCostMicro !== undefined) return { micro: o.usage.providerCostMicro, source: "provider", usage };
     const price = this.priceOf(backend);
@@ -233,10 +247,14 @@ export class RequestTab {
     // No usage reported. If the upstream produced anything, it charged: estimate, never $0.
     const consumed = o.status === "ok" || o.firstTokenAt !== undefined || o.status === "client_cancelled";
     if (!consumed) return { micro: 0n, source: "price_table", usage };
-    const prompt = Math.ceil(this.promptUpper / ESTIMATE_BYTES_PER_TOKEN);
-    const completion = Math.max(1, o.chunks ?? 0);
-    const micro = usageCostMicro({ promptTokens: prompt, completionTokens: completion }, price);
-    return { micro: micro > 0n ? micro : 1n, source: "estimate", usage: { prompt, completion, cached: 0, cacheWrite: 0 } };
+    const estimated = this.estimatedUsage(o);
+    const micro = usageCostMicro({ promptTokens: estimated.prompt, completionTokens: estimated.completion }, price);
+    return { micro: micro > 0n ? micro : 1n, source: "estimate", usage: estimated };
+  }
+
+  /** Usage when none was reported: prompt ≈ its byte bound ÷ 3, completion = events relayed (≥ 1). */
+  private estimatedUsage(o: SettleOutcome): Usage {
+    return { prompt: Math.ceil(this.promptUpper / ESTIMATE_BYTES_PER_TOKEN), completion: Math.max(1, o.chunks ?? 0), cached: 0, cacheWrite: 0 };
   }
 
   /** Called once by the relay when the request ended; runs off the request path. */

@@ -159,19 +159,14 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
           attempts,
         };
       }
-      a.timer.arm("first_token", deadlines.firstTokenMs);
-      const events = up.events();
-      const first = await events.next();
-      if (first.done) throw new UpstreamFailure("protocol", `${backend.id} closed the stream before any event`, true);
-      const firstError = upstreamErrorEvent(first.value);
-      if (firstError) throw new UpstreamFailure("bad_status", `${backend.id} failed before the first token: ${firstError.message ?? "error event"}`, true);
+      const { events, first } = await firstEvent(backend, up, a, deadlines.firstTokenMs);
       metrics.ttft.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
       metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
       const leg: Leg = { backend, events, up, a, ttftMs: performance.now() - a.startedAt };
       // Opted in: a break mid-way continues on another free candidate.
       const state = ctx.resume && !backend.paid && resumable(req) ? new StreamResume(req, ctx.resume.maxResumes) : undefined;
       const resume = state && { state, open: (failed: Backend) => openContinuation(state, candidates, tried, failed, req.path, ctx) };
-      return { response: relayStream(leg, first.value, ctx, performance.now(), resume), backendId: backend.id, attempts };
+      return { response: relayStream(leg, first, ctx, performance.now(), resume), backendId: backend.id, attempts };
     } catch (err) {
       const failure = toFailure(err, a);
       a.cleanup();
@@ -255,15 +250,10 @@ async function openContinuation(
     let up: UpstreamResponse | undefined;
     try {
       up = await backend.open(cont.req, ctx, a.controller.signal);
-      a.timer.arm("first_token", deadlines.firstTokenMs);
-      const events = up.events();
-      const first = await events.next();
-      if (first.done) throw new UpstreamFailure("protocol", `${backend.id} closed the stream before any event`, true);
-      const err = upstreamErrorEvent(first.value);
-      if (err) throw new UpstreamFailure("bad_status", `${backend.id} failed before the first token: ${err.message ?? "error event"}`, true);
+      const { events, first } = await firstEvent(backend, up, a, deadlines.firstTokenMs);
       metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
       ctx.log.info("stream resumed", { from: failed.id, on: backend.id, produced: state.produced, resume: state.resumes });
-      return { leg: { backend, events, up, a, ttftMs: performance.now() - a.startedAt, rewrite: (p) => state.rewrite(p) }, first: first.value };
+      return { leg: { backend, events, up, a, ttftMs: performance.now() - a.startedAt, rewrite: (p) => state.rewrite(p) }, first };
     } catch (err) {
       const failure = toFailure(err, a);
       a.cleanup();
@@ -275,6 +265,21 @@ async function openContinuation(
     }
   }
   return undefined;
+}
+
+/**
+ * Waits for a stream's first event within the first-token deadline. Nothing
+ * has reached the client yet, so an upstream that closes or reports an error
+ * before it is a failure the caller may fail over from.
+ */
+async function firstEvent(backend: Backend, up: UpstreamResponse, a: Attempt, firstTokenMs: number): Promise<{ events: AsyncGenerator<string>; first: string }> {
+  a.timer.arm("first_token", firstTokenMs);
+  const events = up.events();
+  const first = await events.next();
+  if (first.done) throw new UpstreamFailure("protocol", `${backend.id} closed the stream before any event`, true);
+  const err = upstreamErrorEvent(first.value);
+  if (err) throw new UpstreamFailure("bad_status", `${backend.id} failed before the first token: ${err.message ?? "error event"}`, true);
+  return { events, first: first.value };
 }
 
 function relayStream(first: Leg, firstPayload: string, ctx: RelayContext, firstTokenAt: number, resume?: ResumeRun): Response {

@@ -3,15 +3,14 @@
 // A worker whose heartbeat expired disappears at the next refresh.
 import { acceptsNewWork, type RegistryStore, type WorkerRecord } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
+import { Poller } from "./poller.ts";
 import { defaultRequestClass, defaultScorerConfig, RouteScorer, type Ranked, type RequestClass } from "./scorer.ts";
 
 export class WorkerDirectory {
   private snapshot: WorkerRecord[] = [];
   /** model → workers serving it, derived once per refresh (read on every request). */
   private byModel = new Map<string, WorkerRecord[]>();
-  private timer: NodeJS.Timeout | undefined;
-  private refreshing: Promise<void> | undefined;
-  private lastOk = 0;
+  private readonly poller: Poller;
   private readonly listeners = new Set<(workers: WorkerRecord[]) => void>();
 
   constructor(
@@ -21,20 +20,19 @@ export class WorkerDirectory {
     /** Orders candidates (and, through its health tracker, ejects failing workers). */
     readonly scorer: RouteScorer = new RouteScorer(defaultScorerConfig()),
   ) {
+    this.poller = new Poller(pollMs, () => this.load(), log, "registry refresh failed");
     this.onChange((workers) => {
       scorer.health?.observeHeartbeats(workers);
       scorer.retainWorkers(new Set(workers.map((w) => w.id)));
     });
   }
 
-  async start(): Promise<void> {
-    await this.refresh();
-    this.timer = setInterval(() => void this.refresh(), this.pollMs);
-    this.timer.unref();
+  start(): Promise<void> {
+    return this.poller.start();
   }
 
   stop(): void {
-    if (this.timer) clearInterval(this.timer);
+    this.poller.stop();
   }
 
   onChange(fn: (workers: WorkerRecord[]) => void): void {
@@ -42,22 +40,15 @@ export class WorkerDirectory {
   }
 
   refresh(): Promise<void> {
-    // Coalesce overlapping refreshes when Redis is slow.
-    this.refreshing ??= (async () => {
-      try {
-        this.snapshot = await this.store.list();
-        const byModel = new Map<string, WorkerRecord[]>();
-        for (const w of this.snapshot) for (const m of w.models) byModel.set(m, [...(byModel.get(m) ?? []), w]);
-        this.byModel = byModel;
-        this.lastOk = Date.now();
-        for (const fn of this.listeners) fn(this.snapshot);
-      } catch (err) {
-        this.log.warn("registry refresh failed", { error: (err as Error).message });
-      }
-    })().finally(() => {
-      this.refreshing = undefined;
-    });
-    return this.refreshing;
+    return this.poller.refresh();
+  }
+
+  private async load(): Promise<void> {
+    this.snapshot = await this.store.list();
+    const byModel = new Map<string, WorkerRecord[]>();
+    for (const w of this.snapshot) for (const m of w.models) byModel.set(m, [...(byModel.get(m) ?? []), w]);
+    this.byModel = byModel;
+    for (const fn of this.listeners) fn(this.snapshot);
   }
 
   all(): WorkerRecord[] {
@@ -85,6 +76,6 @@ export class WorkerDirectory {
   }
 
   lastRefreshAgeMs(): number {
-    return this.lastOk === 0 ? Infinity : Date.now() - this.lastOk;
+    return this.poller.lastRefreshAgeMs();
   }
 }

@@ -5,6 +5,7 @@
 import type { Lease, LeaseStore } from "@switchyard/state";
 import type { Backend } from "../backends/types.ts";
 import type { Logger } from "../observability/log.ts";
+import { Poller } from "./poller.ts";
 
 export interface LeaseQueueOptions {
   /** Waiters per leased worker (in this router) at most; 0: never wait. */
@@ -27,9 +28,7 @@ export class LeaseDirectory {
   private byId = new Map<string, Lease>();
   /** Store clock − local clock, measured at the last refresh. */
   private offsetMs = 0;
-  private timer: NodeJS.Timeout | undefined;
-  private refreshing: Promise<void> | undefined;
-  private lastOk = 0;
+  private readonly poller: Poller;
   private readonly waiters = new Set<() => void>();
   private readonly queued = new Map<string, number>();
 
@@ -39,44 +38,38 @@ export class LeaseDirectory {
     private readonly log: Logger,
     /** Leases the store reported expired during a refresh (the audit). */
     private readonly onExpired: (expired: Lease[], seenAtMs: number) => void = () => {},
-  ) {}
+  ) {
+    this.poller = new Poller(pollMs, () => this.load(), log, "lease refresh failed");
+  }
 
-  async start(): Promise<void> {
-    await this.refresh();
-    this.timer = setInterval(() => void this.refresh(), this.pollMs);
-    this.timer.unref();
+  start(): Promise<void> {
+    return this.poller.start();
   }
 
   stop(): void {
-    if (this.timer) clearInterval(this.timer);
+    this.poller.stop();
     this.wake();
   }
 
   refresh(): Promise<void> {
-    this.refreshing ??= (async () => {
-      try {
-        const sentAt = Date.now();
-        const list = await this.store.list();
-        // The store's clock at the reply, against ours halfway through the call.
-        this.offsetMs = list.nowMs - Math.round((sentAt + Date.now()) / 2);
-        if (list.expired.length) this.onExpired(list.expired, list.nowMs);
-        const previous = this.byWorker;
-        this.byWorker = new Map(list.leases.map((l) => [l.workerId, l]));
-        this.byId = new Map(list.leases.map((l) => [l.id, l]));
-        this.lastOk = Date.now();
-        for (const [worker, l] of previous) {
-          if (this.byWorker.get(worker)?.id !== l.id) {
-            this.wake();
-            break;
-          }
-        }
-      } catch (err) {
-        this.log.warn("lease refresh failed", { error: (err as Error).message });
+    return this.poller.refresh();
+  }
+
+  private async load(): Promise<void> {
+    const sentAt = Date.now();
+    const list = await this.store.list();
+    // The store's clock at the reply, against ours halfway through the call.
+    this.offsetMs = list.nowMs - Math.round((sentAt + Date.now()) / 2);
+    if (list.expired.length) this.onExpired(list.expired, list.nowMs);
+    const previous = this.byWorker;
+    this.byWorker = new Map(list.leases.map((l) => [l.workerId, l]));
+    this.byId = new Map(list.leases.map((l) => [l.id, l]));
+    for (const [worker, l] of previous) {
+      if (this.byWorker.get(worker)?.id !== l.id) {
+        this.wake();
+        break;
       }
-    })().finally(() => {
-      this.refreshing = undefined;
-    });
-    return this.refreshing;
+    }
   }
 
   /** The store's clock now, as far as this router can tell. */
@@ -117,7 +110,7 @@ export class LeaseDirectory {
   }
 
   lastRefreshAgeMs(): number {
-    return this.lastOk === 0 ? Infinity : Date.now() - this.lastOk;
+    return this.poller.lastRefreshAgeMs();
   }
 
   /**
