@@ -100,6 +100,12 @@ function upstreamErrorEvent(payload: string): { message?: string; code?: string 
   }
 }
 
+/** Why a paid backend was passed over, in words a client (and its operator) can act on. */
+const skipReasons: Record<string, string> = {
+  unpriced: "skipped, unpriced: no price is set for it, so its cost cannot be bounded (an operator runs `switchyard prices set`)",
+  budget_unavailable: "skipped: the tenant's budget could not be read (Postgres unreachable); retry shortly",
+};
+
 export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: RelayContext): Promise<DispatchResult> {
   const { metrics, deadlines } = ctx;
   let last: UpstreamFailure | undefined;
@@ -188,7 +194,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
     if (skipped.some((s) => s.reason === "budget_exhausted")) {
       throw new ApiError("budget_exceeded", `the tenant's daily budget cannot cover this request on ${skipped.map((s) => s.backend.id).join(", ")}`, null, { "x-should-retry": "false" });
     }
-    const why = skipped.length > 0 ? ` (${skipped.map((s) => `${s.backend.id}: ${s.reason}`).join("; ")})` : "";
+    const why = skipped.length > 0 ? ` (${skipped.map((s) => `${s.backend.id}: ${skipReasons[s.reason] ?? s.reason}`).join("; ")})` : "";
     throw new ApiError("no_healthy_backend", `no healthy backend serves model ${String(req.body.model)}${why}`);
   }
   settleFailure(lastBackend, last);
