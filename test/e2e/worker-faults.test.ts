@@ -3,6 +3,8 @@
 // resume opted in, the stream finishes on another worker), SIGTERM drains a
 // worker process without losing its in-flight stream.
 import { spawn } from "node:child_process";
+import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startAgent, type AgentHandle } from "@switchyard/agent";
@@ -161,6 +163,55 @@ describe("worker faults (real engine)", () => {
       await agent.stop();
     }
   });
+
+  it("a device that fails at run time: the stream gets one error event, the engine restarts on the CPU kernels, the worker advertises degraded", async () => {
+    // Stands in for a GPU build: the real engine running llama on its candle
+    // device path (the code a CUDA build runs, here on the CPU device) with a
+    // fault that makes the 13th forward fail like a lost device. Warmup
+    // takes 2 steps and the first request 4; the second request breaks.
+    const dir = mkdtempSync(path.join(os.tmpdir(), "sy-gpu-"));
+    const fakeGpu = path.join(dir, "engine-gpu.sh");
+    writeFileSync(fakeGpu, `#!/bin/sh\nSWITCHYARD_FAULT_DEVICE_STEPS=12 exec '${engineBinary()}' --device cpu --llama-backend candle\n`);
+    chmodSync(fakeGpu, 0o755);
+    const logs: string[] = [];
+    const agent = await startAgent({
+      registry: fx.registry,
+      models: [LLM],
+      token: WORKER_TOKEN,
+      device: "cuda",
+      engineBinary: fakeGpu,
+      workerId: "gpu-lost",
+      log: (msg, fields) => logs.push(`${msg} ${JSON.stringify(fields ?? {})}`),
+    });
+    try {
+      await agent.supervisor.whenReady();
+      expect(agent.supervisor.state).toBe("ready");
+      expect(logs.some((l) => l.includes("llama on candle:cpu"))).toBe(true);
+      await waitFor(() => fx.router.deps.directory.candidates(LLM).some((w) => w.id === "gpu-lost"), { timeoutMs: 5000, what: "worker routable" });
+      const first = await chat({ max_tokens: 4 });
+      expect(first.status).toBe(200);
+      expect(first.headers.get("x-switchyard-backend")).toBe("worker:gpu-lost");
+
+      const res = await chat({ stream: true, max_tokens: 40 });
+      expect(res.status).toBe(200);
+      const events = payloads(await res.text());
+      const errors = events.filter((e) => e.startsWith('{"error"'));
+      expect(errors).toHaveLength(1);
+      expect(events.at(-1)).not.toBe("[DONE]");
+
+      await waitFor(() => agent.supervisor.state === "degraded", { timeoutMs: 30_000, what: "engine restarted on CPU" });
+      expect(agent.supervisor.restarts).toBe(1);
+      expect(logs.some((l) => l.includes("device failure"))).toBe(true);
+      await waitFor(() => fx.router.deps.directory.all().find((w) => w.id === "gpu-lost")?.state === "degraded", { timeoutMs: 5000, what: "degraded in registry" });
+      // Now on the CPU kernels (no fault there): it serves again.
+      const after = await chat({ max_tokens: 20 });
+      expect(after.status).toBe(200);
+      const body = (await after.json()) as { usage: { completion_tokens: number } };
+      expect(body.usage.completion_tokens).toBe(20);
+    } finally {
+      await agent.stop();
+    }
+  }, 120_000);
 
   it("SIGTERM drains: the in-flight stream finishes, the record goes, the process exits 0", async () => {
     const bin = path.resolve(import.meta.dirname, "../../apps/cli/bin/switchyard.mjs");

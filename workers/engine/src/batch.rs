@@ -149,9 +149,9 @@ fn done(request_id: &str, reason: FinishReason, prompt: usize, completion: usize
 }
 
 impl LlamaRuntime {
-    pub fn new(mut model: LlamaModel, max_batch: usize, max_seq_len: usize) -> Self {
-        model.ensure_rope(max_seq_len);
-        LlamaRuntime {
+    pub fn new(mut model: LlamaModel, max_batch: usize, max_seq_len: usize) -> anyhow::Result<Self> {
+        model.ensure_rope(max_seq_len)?;
+        Ok(LlamaRuntime {
             model,
             max_batch: max_batch.max(1),
             max_seq_len,
@@ -159,7 +159,7 @@ impl LlamaRuntime {
             active: Vec::new(),
             scratch: Scratch::default(),
             tokens_generated: 0,
-        }
+        })
     }
 
     pub fn has_work(&self) -> bool {
@@ -215,12 +215,19 @@ impl LlamaRuntime {
         }
     }
 
-    fn admit(&mut self) {
+    fn admit(&mut self, emit: &mut dyn FnMut(Event)) {
         while self.active.len() < self.max_batch {
             let Some(req) = self.queue.pop_front() else { break };
             let capacity = (req.prompt.len() + req.max_tokens).min(self.max_seq_len);
             let max_new = req.max_tokens.min(capacity - req.prompt.len());
-            let cache = KvCache::new(&self.model.cfg, capacity);
+            let cache = match self.model.new_cache(capacity) {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of device memory for this one: it fails, the rest run.
+                    emit(Event::error(&req.request_id, ErrorCode::Internal, format!("allocating the KV cache: {e:#}")));
+                    continue;
+                }
+            };
             self.active.push(Sequence {
                 request_id: req.request_id,
                 prompt: req.prompt,
@@ -239,11 +246,12 @@ impl LlamaRuntime {
 
     /// One batched forward over every active sequence, then sampling and
     /// events. Errors inside the model end the affected requests with an
-    /// Error event instead of taking the engine down.
-    pub fn step(&mut self, emit: &mut dyn FnMut(Event)) {
-        self.admit();
+    /// Error event instead of taking the engine down; the message comes back
+    /// so the engine can decide whether the device is still usable.
+    pub fn step(&mut self, emit: &mut dyn FnMut(Event)) -> Result<(), String> {
+        self.admit(emit);
         if self.active.is_empty() {
-            return;
+            return Ok(());
         }
         let mut budget = PREFILL_TOKENS_PER_STEP;
         for s in &mut self.active {
@@ -277,7 +285,7 @@ impl LlamaRuntime {
                 emit(Event::error(&s.request_id, ErrorCode::Internal, format!("model step failed: {msg}")));
             }
             self.scratch = Scratch::default();
-            return;
+            return Err(msg);
         }
         let vocab = self.model.cfg.vocab;
         let mut finished: Vec<(usize, FinishReason)> = Vec::new();
@@ -322,6 +330,7 @@ impl LlamaRuntime {
             let (prefill_us, decode_us) = timings(&s);
             emit(done(&s.request_id, reason, s.prompt.len(), s.generated, prefill_us, decode_us));
         }
+        Ok(())
     }
 }
 

@@ -17,6 +17,8 @@ pub struct BenchOptions {
     pub prompt_tokens: usize,
     pub threads: Option<usize>,
     pub repeats: usize,
+    pub device: String,
+    pub backend: String,
 }
 
 impl BenchOptions {
@@ -28,6 +30,8 @@ impl BenchOptions {
             prompt_tokens: 128,
             threads: None,
             repeats: 3,
+            device: "cpu".into(),
+            backend: "auto".into(),
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -41,6 +45,8 @@ impl BenchOptions {
                 "--prompt-tokens" => o.prompt_tokens = val()?.parse()?,
                 "--threads" => o.threads = Some(val()?.parse()?),
                 "--repeats" => o.repeats = val()?.parse()?,
+                "--device" => o.device = val()?,
+                "--llama-backend" => o.backend = val()?,
                 other => bail!("unknown bench argument {other:?}"),
             }
         }
@@ -61,16 +67,19 @@ fn prompt_ids(model: &LlamaModel, n: usize, salt: usize) -> Vec<u32> {
 
 pub fn run(o: &BenchOptions) -> Result<()> {
     let t0 = Instant::now();
-    let mut model = LlamaModel::load(&o.model)?;
+    let (dev, dev_name) = crate::devices::open(&o.device).map_err(anyhow::Error::msg)?;
+    let backend = crate::devices::llama_backend(&o.backend, &dev).map_err(anyhow::Error::msg)?;
+    let mut model = LlamaModel::load_on(&o.model, backend)?;
     let max_len = o.prompt_tokens.max(16) + o.tokens + 1;
-    model.ensure_rope(max_len);
+    model.ensure_rope(max_len)?;
     let cfg = model.cfg.clone();
     println!(
-        "model {} | {} layers, hidden {}, {} | load {:?} | threads {} | kernels {:?}",
+        "model {} | {} layers, hidden {}, {} | {} on {dev_name} | load {:?} | threads {} | kernels {:?}",
         o.model.display(),
         cfg.n_layers,
         cfg.hidden,
         model.matrix_types(),
+        model.backend_name(),
         t0.elapsed(),
         rayon::current_num_threads(),
         crate::kernels::isa()
@@ -81,7 +90,7 @@ pub fn run(o: &BenchOptions) -> Result<()> {
     let prompt = prompt_ids(&model, o.prompt_tokens, 0);
     let mut best = f64::MAX;
     for _ in 0..o.repeats.max(1) {
-        let mut cache = KvCache::new(&cfg, prompt.len());
+        let mut cache = model.new_cache(prompt.len())?;
         let t = Instant::now();
         model.step(&mut [SeqStep { tokens: &prompt, cache: &mut cache }], &mut s)?;
         best = best.min(t.elapsed().as_secs_f64());
@@ -96,7 +105,7 @@ pub fn run(o: &BenchOptions) -> Result<()> {
         let mut best = f64::MAX;
         for _ in 0..o.repeats.max(1) {
             let prompts: Vec<Vec<u32>> = (0..n).map(|i| prompt_ids(&model, short, i)).collect();
-            let mut caches: Vec<KvCache> = (0..n).map(|_| KvCache::new(&cfg, short + o.tokens)).collect();
+            let mut caches: Vec<KvCache> = (0..n).map(|_| model.new_cache(short + o.tokens)).collect::<Result<_>>()?;
             {
                 let mut steps: Vec<SeqStep> =
                     prompts.iter().zip(caches.iter_mut()).map(|(p, c)| SeqStep { tokens: p, cache: c }).collect();

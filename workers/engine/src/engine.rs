@@ -14,7 +14,7 @@ use candle_core::Device;
 
 use crate::batch::{panic_message, GenRequest, LlamaRuntime, MAX_QUEUED};
 use crate::bert::BertEmbedder;
-use crate::llama::{LlamaModel, Scratch};
+use crate::llama::{Backend, LlamaModel, Scratch};
 use crate::protocol::*;
 use crate::sampling::SamplingParams;
 use crate::tokenizer::ChatMessage as TplMessage;
@@ -34,6 +34,7 @@ enum Model {
 pub struct Engine {
     device: Device,
     device_name: String,
+    llama_backend: Backend,
     models: HashMap<String, Model>,
     out: Sender<Event>,
     /// Hidden-state and forward requests share one scratch per engine.
@@ -54,10 +55,11 @@ const DEFAULT_MAX_BATCH: usize = 8;
 const DEFAULT_MAX_SEQ_LEN: usize = 4096;
 
 impl Engine {
-    pub fn new(device: Device, device_name: String, out: Sender<Event>) -> Self {
+    pub fn new(device: Device, device_name: String, llama_backend: Backend, out: Sender<Event>) -> Self {
         Engine {
             device,
             device_name,
+            llama_backend,
             models: HashMap::new(),
             out,
             scratch: Scratch::default(),
@@ -74,8 +76,12 @@ impl Engine {
         self.models.values().any(|m| matches!(m, Model::Llama(r) if r.has_work()))
     }
 
-    /// Runs until Shutdown or EOF, then cancels whatever is left.
-    pub fn run(mut self, rx: Receiver<Incoming>) {
+    /// Runs until Shutdown or EOF, then cancels whatever is left. Exits 3
+    /// (device unusable) when a forward on the candle device fails: every
+    /// request on it has had its error event, and the agent restarts the
+    /// engine on the CPU kernels rather than keep a broken device serving.
+    pub fn run(mut self, rx: Receiver<Incoming>) -> std::process::ExitCode {
+        let mut code = std::process::ExitCode::SUCCESS;
         'outer: loop {
             // Block only when there is no decoding to do.
             let mut batch = Vec::new();
@@ -114,23 +120,36 @@ impl Engine {
                 eprintln!("switchyard-engine: stdin closed");
                 break 'outer;
             }
-            self.step_all();
+            if let Err(msg) = self.step_all() {
+                if matches!(self.llama_backend, Backend::Candle(_)) {
+                    eprintln!("switchyard-engine: device failure on {}, exiting: {msg}", self.device_name);
+                    code = std::process::ExitCode::from(3);
+                    break 'outer;
+                }
+            }
         }
         self.cancel_everything();
+        code
     }
 
-    fn step_all(&mut self) {
+    /// One decode step for every model with work; the first model step
+    /// that failed, if any (its requests already have error events).
+    fn step_all(&mut self) -> Result<(), String> {
         let out = self.out.clone();
         let mut emit = |ev: Event| {
             let _ = out.send(ev);
         };
+        let mut failed = Ok(());
         for m in self.models.values_mut() {
             if let Model::Llama(rt) = m {
                 if rt.has_work() {
-                    rt.step(&mut emit);
+                    if let Err(e) = rt.step(&mut emit) {
+                        failed = failed.and(Err(e));
+                    }
                 }
             }
         }
+        failed
     }
 
     fn cancel_everything(&mut self) {
@@ -243,12 +262,8 @@ impl Engine {
         }
         let loaded = match kind {
             ModelKind::LlamaGguf => {
-                if !self.device.is_cpu() {
-                    // The llama path runs on the engine's own quantized CPU
-                    // kernels; only BERT uses the candle device so far.
-                    eprintln!("switchyard-engine: llama models run on the CPU kernels even on {}", self.device_name);
-                }
-                let model = LlamaModel::load(path).map_err(|e| Failure(ErrorCode::LoadFailed, format!("{e:#}")))?;
+                let model = LlamaModel::load_on(path, self.llama_backend.clone())
+                    .map_err(|e| Failure(ErrorCode::LoadFailed, format!("{e:#}")))?;
                 let train = model.cfg.train_ctx;
                 let max_seq_len = match r.max_seq_len as usize {
                     0 => train.min(DEFAULT_MAX_SEQ_LEN),
@@ -262,11 +277,12 @@ impl Engine {
                     n => n,
                 };
                 eprintln!(
-                    "switchyard-engine: loaded {} ({} layers, hidden {}, {}; kernels {:?}) in {:?}",
+                    "switchyard-engine: loaded {} ({} layers, hidden {}, {}; {} with kernels {:?}) in {:?}",
                     r.model,
                     model.cfg.n_layers,
                     model.cfg.hidden,
                     model.matrix_types(),
+                    model.backend_name(),
                     crate::kernels::isa(),
                     t0.elapsed()
                 );
@@ -282,7 +298,9 @@ impl Engine {
                     weight_bytes: model.weight_bytes,
                     embedding_dim: 0,
                 };
-                self.models.insert(r.model.clone(), Model::Llama(Box::new(LlamaRuntime::new(model, max_batch, max_seq_len))));
+                self.models.insert(r.model.clone(), Model::Llama(Box::new(
+                    LlamaRuntime::new(model, max_batch, max_seq_len).map_err(|e| Failure(ErrorCode::LoadFailed, format!("{e:#}")))?,
+                )));
                 ev
             }
             ModelKind::Bert => {

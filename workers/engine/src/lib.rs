@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod bench;
 pub mod bert;
+pub mod devices;
 pub mod engine;
 pub mod kernels;
 pub mod llama;

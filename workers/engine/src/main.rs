@@ -5,50 +5,13 @@ use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 use std::sync::mpsc;
 
-use candle_core::Device;
 use switchyard_engine::engine::{Engine, Incoming};
 use switchyard_engine::protocol::{self, event, Event, Ready, Request};
 
 const USAGE: &str = "usage:
-  switchyard-engine [--device auto|cpu|cuda|metal] [--threads N]
-  switchyard-engine bench --model PATH.gguf [--streams 1,4,8,16] [--tokens 64] [--prompt-tokens 128] [--threads N]";
-
-fn parse_device(name: &str) -> Result<(Device, String), String> {
-    match name {
-        "cpu" => Ok((Device::Cpu, "cpu".into())),
-        "cuda" => {
-            if !cfg!(feature = "cuda") {
-                return Err("this binary was built without the `cuda` feature".into());
-            }
-            let dev = Device::new_cuda(0).map_err(|e| format!("CUDA device 0: {e}"))?;
-            // Touch the device so a broken driver fails here, not mid-request.
-            candle_core::Tensor::zeros(4, candle_core::DType::F32, &dev).map_err(|e| format!("CUDA device 0: {e}"))?;
-            Ok((dev, "cuda:0".into()))
-        }
-        "metal" => {
-            if !cfg!(feature = "metal") {
-                return Err("this binary was built without the `metal` feature".into());
-            }
-            let dev = Device::new_metal(0).map_err(|e| format!("Metal device 0: {e}"))?;
-            candle_core::Tensor::zeros(4, candle_core::DType::F32, &dev).map_err(|e| format!("Metal device 0: {e}"))?;
-            Ok((dev, "metal".into()))
-        }
-        "auto" => {
-            if cfg!(feature = "cuda") && candle_core::utils::cuda_is_available() {
-                if let Ok(d) = parse_device("cuda") {
-                    return Ok(d);
-                }
-            }
-            if cfg!(feature = "metal") && candle_core::utils::metal_is_available() {
-                if let Ok(d) = parse_device("metal") {
-                    return Ok(d);
-                }
-            }
-            Ok((Device::Cpu, "cpu".into()))
-        }
-        other => Err(format!("unknown device {other:?} (auto, cpu, cuda or metal)")),
-    }
-}
+  switchyard-engine [--device auto|cpu|cuda|metal] [--llama-backend auto|kernels|candle] [--threads N]
+  switchyard-engine bench --model PATH.gguf [--streams 1,4,8,16] [--tokens 64] [--prompt-tokens 128] [--threads N]
+                          [--device cpu|cuda|metal] [--llama-backend auto|kernels|candle]";
 
 fn init_threads(threads: Option<usize>) {
     let n = threads
@@ -79,11 +42,13 @@ fn main() -> ExitCode {
         };
     }
     let mut device = "auto".to_string();
+    let mut backend = "auto".to_string();
     let mut threads = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--device" => device = it.next().cloned().unwrap_or_default(),
+            "--llama-backend" => backend = it.next().cloned().unwrap_or_default(),
             "--threads" => threads = it.next().and_then(|v| v.parse().ok()),
             "--version" => {
                 println!("switchyard-engine {}", switchyard_engine::VERSION);
@@ -99,17 +64,25 @@ fn main() -> ExitCode {
             }
         }
     }
-    let (dev, dev_name) = match parse_device(&device) {
+    let (dev, dev_name) = match switchyard_engine::devices::open(&device) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("switchyard-engine: device {device:?} unavailable: {e}");
             return ExitCode::from(3);
         }
     };
+    let backend = match switchyard_engine::devices::llama_backend(&backend, &dev) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("{e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
     init_threads(threads);
     eprintln!(
-        "switchyard-engine {} on {dev_name}, {} threads, kernels {:?}",
+        "switchyard-engine {} on {dev_name}, llama on {}, {} threads, kernels {:?}",
         switchyard_engine::VERSION,
+        backend.name(),
         rayon::current_num_threads(),
         switchyard_engine::kernels::isa()
     );
@@ -166,8 +139,8 @@ fn main() -> ExitCode {
         }
     });
 
-    Engine::new(dev, dev_name, ev_tx).run(req_rx);
+    let code = Engine::new(dev, dev_name, backend, ev_tx).run(req_rx);
     // Engine dropped its sender: the writer drains what is left and exits.
     let _ = writer.join();
-    ExitCode::SUCCESS
+    code
 }

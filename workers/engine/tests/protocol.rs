@@ -387,3 +387,30 @@ fn embeddings_hidden_states_and_forward() {
     e.close_stdin();
     assert!(e.wait_exit().success());
 }
+
+/// The candle executor serves the same protocol (here on the CPU device, the
+/// code a GPU build runs), and a forward that fails on it ends the engine
+/// with exit code 3 after every affected request got its error event: the
+/// agent's cue to restart on the CPU kernels instead of serving from a
+/// broken device.
+#[test]
+fn candle_backend_serves_and_a_device_failure_exits_3() {
+    let mut e = EngineProc::spawn_with(
+        &["--device", "cpu", "--llama-backend", "candle"],
+        // The first generation (1 prefill + 7 decode steps) succeeds; the
+        // next step fails the way a lost device does.
+        &[("SWITCHYARD_FAULT_DEVICE_STEPS", "8")],
+    );
+    load_llama(&mut e, "smol", 4, 1024);
+    e.send("g1", chat("smol", "What is 12 + 7?", 8));
+    let (ids, text, done) = collect_generation(&e.until_end("g1"));
+    assert_eq!(&ids[..4], &[33, 34, 1232, 216], "llama.cpp's greedy start for this prompt");
+    assert!(text.starts_with("12 + "), "{text:?}");
+    assert_eq!(done.finish_reason, FinishReason::Length as i32);
+
+    e.send("g2", chat("smol", "Name a colour.", 8));
+    let err = expect_error(&mut e, "g2", ErrorCode::Internal);
+    assert!(err.contains("injected device fault"), "{err}");
+    let status = e.wait_exit();
+    assert_eq!(status.code(), Some(3), "a device failure must exit 3, got {status:?}");
+}

@@ -50,8 +50,13 @@ pub struct EngineProc {
 
 impl EngineProc {
     pub fn spawn() -> Self {
+        Self::spawn_with(&["--device", "cpu"], &[])
+    }
+
+    pub fn spawn_with(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard-engine"))
-            .args(["--device", "cpu"])
+            .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

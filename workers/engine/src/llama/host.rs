@@ -1,49 +1,18 @@
-//! The llama-architecture model: weights loaded from GGUF through candle's
-//! `gguf_file`, and a batched forward where every sequence owns its KV cache.
-//! One call runs any mix of rows: a decode token for each of B sequences, a
-//! prompt chunk being prefilled, or a plain layer range over activations
-//! (hidden states, split-model forwarding). Buffers live in `Scratch` and are
-//! reused between steps.
+//! The llama forward on the engine's own quantized CPU kernels (`kernels.rs`):
+//! a batched forward where every sequence owns its KV cache. One call runs any
+//! mix of rows: a decode token for each of B sequences, a prompt chunk being
+//! prefilled, or a plain layer range over activations (hidden states,
+//! split-model forwarding). Buffers live in `Scratch` and are reused between
+//! steps.
 
 use std::fs::File;
 use std::ops::Range;
-use std::path::Path;
 
-use anyhow::{bail, Context, Result};
-use candle_core::quantized::{gguf_file, GgmlDType};
-use candle_core::Device;
+use anyhow::{bail, Result};
+use candle_core::quantized::gguf_file;
 
-use crate::kernels::{self, quantize_activations, QActs, QMatrix};
-use crate::tokenizer::GgufTokenizer;
-
-#[derive(Clone, Debug)]
-pub struct LlamaConfig {
-    pub n_layers: usize,
-    pub hidden: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    pub ffn: usize,
-    pub vocab: usize,
-    pub rope_base: f32,
-    pub rope_dims: usize,
-    pub eps: f32,
-    /// Context length the model was trained for (GGUF `context_length`).
-    pub train_ctx: usize,
-}
-
-impl LlamaConfig {
-    pub fn q_dim(&self) -> usize {
-        self.n_heads * self.head_dim
-    }
-    pub fn kv_dim(&self) -> usize {
-        self.n_kv_heads * self.head_dim
-    }
-    /// KV cache bytes one token occupies (f32 keys and values, every layer).
-    pub fn kv_bytes_per_token(&self) -> usize {
-        2 * self.n_layers * self.kv_dim() * std::mem::size_of::<f32>()
-    }
-}
+use super::{load_host_matrix, load_vec, LlamaConfig, Scratch, SeqInput, SeqOutput};
+use crate::kernels::{self, quantize_activations, QMatrix};
 
 struct Layer {
     attn_norm: Vec<f32>,
@@ -56,9 +25,8 @@ struct Layer {
     w_down: QMatrix,
 }
 
-pub struct LlamaModel {
-    pub cfg: LlamaConfig,
-    pub tokenizer: GgufTokenizer,
+pub(super) struct HostModel {
+    cfg: LlamaConfig,
     layers: Vec<Layer>,
     tok_embd: QMatrix,
     out_norm: Vec<f32>,
@@ -66,14 +34,10 @@ pub struct LlamaModel {
     lm_head: Option<QMatrix>,
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
-    rope_len: usize,
-    pub weight_bytes: u64,
 }
 
-/// One sequence's keys and values, allocated once for the longest the
-/// sequence may get (prompt + max_tokens, capped by max_seq_len) so decode
-/// appends in place and never reallocates.
-pub struct KvCache {
+/// One sequence's keys and values on the host.
+pub(super) struct HostKv {
     /// Keys per layer, transposed: `[kv_dim][stride]` (element c of the key
     /// at position p is at `c * stride + p`). Attention then scores 16
     /// positions at a time with plain 16-wide FMAs down the head dimension
@@ -81,151 +45,47 @@ pub struct KvCache {
     k: Vec<Vec<f32>>,
     /// Values per layer, `[position][kv_dim]` (read a whole row at a time).
     v: Vec<Vec<f32>>,
-    pub len: usize,
-    pub capacity: usize,
-    kv_dim: usize,
-    /// `capacity` rounded up to 16, so a 16-position score block never
-    /// runs past a key row.
+    /// Capacity rounded up to 16, so a 16-position score block never runs
+    /// past a key row.
     stride: usize,
 }
 
-impl KvCache {
-    pub fn new(cfg: &LlamaConfig, capacity: usize) -> Self {
+impl HostKv {
+    pub(super) fn new(cfg: &LlamaConfig, capacity: usize) -> Self {
         let stride = capacity.next_multiple_of(16);
-        KvCache {
+        HostKv {
             k: (0..cfg.n_layers).map(|_| vec![0f32; stride * cfg.kv_dim()]).collect(),
             v: (0..cfg.n_layers).map(|_| vec![0f32; capacity * cfg.kv_dim()]).collect(),
-            len: 0,
-            capacity,
-            kv_dim: cfg.kv_dim(),
             stride,
         }
     }
-
-    pub fn bytes(&self) -> usize {
-        2 * self.k.len() * self.capacity * self.kv_dim * std::mem::size_of::<f32>()
-    }
 }
 
-/// Buffers reused across forward calls; they grow to the largest batch seen.
-#[derive(Default)]
-pub struct Scratch {
-    x: Vec<f32>,
-    xn: Vec<f32>,
-    qkv: Vec<f32>,
-    attn: Vec<f32>,
-    tmp: Vec<f32>,
-    gu: Vec<f32>,
-    h: Vec<f32>,
-    act: QActs,
-    pub logits: Vec<f32>,
-}
-
-/// New tokens of one sequence for a batched step.
-pub struct SeqStep<'a> {
-    pub tokens: &'a [u32],
-    pub cache: &'a mut KvCache,
-}
-
-fn metadata<'a>(c: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::Value> {
-    c.metadata.get(key).with_context(|| format!("GGUF metadata {key} missing"))
-}
-
-fn ggml_name(dt: GgmlDType) -> &'static str {
-    match dt {
-        GgmlDType::Q4_1 => "q4_1",
-        GgmlDType::Q8_0 => "q8_0",
-        _ => "other",
-    }
-}
-
-impl LlamaModel {
-    pub fn load(path: &Path) -> Result<Self> {
-        let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        let content = gguf_file::Content::read(&mut file).with_context(|| format!("reading GGUF {}", path.display()))?;
-        let arch = metadata(&content, "general.architecture")?.to_string()?.clone();
-        if arch != "llama" {
-            bail!("architecture {arch:?} is not supported (llama only)");
-        }
-        let u = |k: &str| -> Result<usize> { Ok(metadata(&content, &format!("llama.{k}"))?.to_u32()? as usize) };
-        let n_heads = u("attention.head_count")?;
-        let hidden = u("embedding_length")?;
-        let head_dim = hidden / n_heads;
-        let tokenizer = GgufTokenizer::from_gguf(&content.metadata)?;
-        let cfg = LlamaConfig {
-            n_layers: u("block_count")?,
-            hidden,
-            n_heads,
-            n_kv_heads: u("attention.head_count_kv").unwrap_or(n_heads),
-            head_dim,
-            ffn: u("feed_forward_length")?,
-            vocab: tokenizer.vocab_size(),
-            rope_base: metadata(&content, "llama.rope.freq_base").and_then(|v| Ok(v.to_f32()?)).unwrap_or(10000.0),
-            rope_dims: u("rope.dimension_count").unwrap_or(head_dim),
-            eps: metadata(&content, "llama.attention.layer_norm_rms_epsilon")?.to_f32()?,
-            train_ctx: u("context_length").unwrap_or(4096),
-        };
-        if cfg.n_heads % cfg.n_kv_heads != 0 || cfg.rope_dims > head_dim || cfg.rope_dims % 2 != 0 {
-            bail!("unsupported head layout: {cfg:?}");
-        }
-        // SWITCHYARD_REQUANT=q8_0 turns every matrix into Q8_0 (for comparing
-        // numerics); by default Q4_1 and Q8_0 stay as stored.
-        let force_q8 = std::env::var("SWITCHYARD_REQUANT").map(|v| v == "q8_0").unwrap_or(false);
-        let mut load_matrix = |name: &str| -> Result<QMatrix> {
-            let qt = content.tensor(&mut file, name, &Device::Cpu).with_context(|| format!("tensor {name}"))?;
-            let dims = qt.shape().dims().to_vec();
-            if dims.len() != 2 {
-                bail!("tensor {name} has shape {dims:?}, expected a matrix");
-            }
-            let (rows, cols) = (dims[0], dims[1]);
-            if !force_q8 {
-                if let Some(m) = QMatrix::from_ggml(ggml_name(qt.dtype()), &qt.data()?, rows, cols) {
-                    return Ok(m);
-                }
-            }
-            let values = qt.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
-            if cols % kernels::QK != 0 {
-                bail!("tensor {name} width {cols} is not a multiple of {}", kernels::QK);
-            }
-            Ok(QMatrix::quantize_q8_0(&values, rows, cols))
-        };
+impl HostModel {
+    pub(super) fn load(content: &gguf_file::Content, file: &mut File, cfg: &LlamaConfig) -> Result<Self> {
         // `packed()` moves each matrix into the layout of the fastest kernel
         // this CPU has (a no-op where that is the plain one).
-        let tok_embd = load_matrix("token_embd.weight")?.packed();
+        let tok_embd = load_host_matrix(content, file, "token_embd.weight")?.packed();
         let lm_head = if content.tensor_infos.contains_key("output.weight") {
-            Some(load_matrix("output.weight")?.packed())
+            Some(load_host_matrix(content, file, "output.weight")?.packed())
         } else {
             None
         };
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
-            let p = format!("blk.{i}");
-            let wq = load_matrix(&format!("{p}.attn_q.weight"))?;
-            let wk = load_matrix(&format!("{p}.attn_k.weight"))?;
-            let wv = load_matrix(&format!("{p}.attn_v.weight"))?;
-            let wo = load_matrix(&format!("{p}.attn_output.weight"))?;
-            let gate = load_matrix(&format!("{p}.ffn_gate.weight"))?;
-            let up = load_matrix(&format!("{p}.ffn_up.weight"))?;
-            let w_down = load_matrix(&format!("{p}.ffn_down.weight"))?;
+            let mut m = |what: &str| load_host_matrix(content, file, &format!("blk.{i}.{what}.weight"));
+            let (wq, wk, wv, wo) = (m("attn_q")?, m("attn_k")?, m("attn_v")?, m("attn_output")?);
+            let (gate, up, w_down) = (m("ffn_gate")?, m("ffn_up")?, m("ffn_down")?);
             layers.push(Layer {
-                attn_norm: Vec::new(),
+                attn_norm: load_vec(content, file, &format!("blk.{i}.attn_norm.weight"))?,
                 wqkv: QMatrix::concat_rows(vec![wq, wk, wv]).packed(),
                 wo: wo.packed(),
-                ffn_norm: Vec::new(),
+                ffn_norm: load_vec(content, file, &format!("blk.{i}.ffn_norm.weight"))?,
                 w_gate_up: QMatrix::concat_rows(vec![gate, up]).packed(),
                 w_down: w_down.packed(),
             });
         }
-        let mut load_vec = |name: &str| -> Result<Vec<f32>> {
-            let qt = content.tensor(&mut file, name, &Device::Cpu).with_context(|| format!("tensor {name}"))?;
-            Ok(qt.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?)
-        };
-        for (i, layer) in layers.iter_mut().enumerate() {
-            layer.attn_norm = load_vec(&format!("blk.{i}.attn_norm.weight"))?;
-            layer.ffn_norm = load_vec(&format!("blk.{i}.ffn_norm.weight"))?;
-        }
-        let out_norm = load_vec("output_norm.weight")?;
-
+        let out_norm = load_vec(content, file, "output_norm.weight")?;
         let l0 = &layers[0];
         if l0.wqkv.rows != cfg.q_dim() + 2 * cfg.kv_dim()
             || l0.wqkv.cols != cfg.hidden
@@ -235,25 +95,24 @@ impl LlamaModel {
         {
             bail!("tensor shapes do not match the GGUF hyperparameters {cfg:?}");
         }
-        let mut weight_bytes = tok_embd.bytes() + lm_head.as_ref().map_or(0, |m| m.bytes()) + out_norm.len() * 4;
-        for l in &layers {
-            weight_bytes += l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes();
-            weight_bytes += (l.attn_norm.len() + l.ffn_norm.len()) * 4;
-        }
-        let mut model = LlamaModel {
-            cfg,
-            tokenizer,
+        Ok(HostModel {
+            cfg: cfg.clone(),
             layers,
             tok_embd,
             out_norm,
             lm_head,
             rope_cos: Vec::new(),
             rope_sin: Vec::new(),
-            rope_len: 0,
-            weight_bytes: weight_bytes as u64,
-        };
-        model.ensure_rope(model.cfg.train_ctx);
-        Ok(model)
+        })
+    }
+
+    pub(super) fn weight_bytes(&self) -> u64 {
+        let mut bytes = self.tok_embd.bytes() + self.lm_head.as_ref().map_or(0, |m| m.bytes()) + self.out_norm.len() * 4;
+        for l in &self.layers {
+            bytes += l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes();
+            bytes += (l.attn_norm.len() + l.ffn_norm.len()) * 4;
+        }
+        bytes as u64
     }
 
     pub fn matrix_types(&self) -> String {
@@ -269,29 +128,9 @@ impl LlamaModel {
         )
     }
 
-    /// Precomputes RoPE cos/sin for positions < `len`, the way ggml does
-    /// (theta multiplied down in f32, so values match llama.cpp's closely).
-    pub fn ensure_rope(&mut self, len: usize) {
-        if len <= self.rope_len {
-            return;
-        }
-        let half = self.cfg.rope_dims / 2;
-        let theta_scale = self.cfg.rope_base.powf(-2.0 / self.cfg.rope_dims as f32);
-        self.rope_cos = vec![0f32; len * half];
-        self.rope_sin = vec![0f32; len * half];
-        for p in 0..len {
-            let mut theta = p as f32;
-            for i in 0..half {
-                self.rope_cos[p * half + i] = theta.cos();
-                self.rope_sin[p * half + i] = theta.sin();
-                theta *= theta_scale;
-            }
-        }
-        self.rope_len = len;
-    }
-
-    pub fn max_positions(&self) -> usize {
-        self.rope_len
+    pub(super) fn set_rope(&mut self, cos: Vec<f32>, sin: Vec<f32>) {
+        self.rope_cos = cos;
+        self.rope_sin = sin;
     }
 
     /// Adjacent-pair rotation (ggml's "normal" rope, which llama GGUFs use:
@@ -329,7 +168,7 @@ impl LlamaModel {
         &self,
         s: &mut Scratch,
         rows: &[(usize, usize)],
-        caches: &mut [&mut KvCache],
+        caches: &mut [&mut HostKv],
         layers: Range<usize>,
         capture: &mut dyn FnMut(usize, &[f32]),
     ) {
@@ -371,7 +210,7 @@ impl LlamaModel {
                 cache.v[li][pos * kvd..(pos + 1) * kvd].copy_from_slice(v);
             }
             {
-                let caches_ro: &[&mut KvCache] = caches;
+                let caches_ro: &[&mut HostKv] = caches;
                 let qkv_ro: &[f32] = qkv;
                 let nh = cfg.n_heads;
                 let out = kernels::SendPtr(attn.as_mut_ptr());
@@ -460,130 +299,61 @@ impl LlamaModel {
         }
     }
 
-    /// One batched step: each sequence's new tokens go through the model and
-    /// into its cache; `s.logits` gets `[seqs.len(), vocab]`, the logits after
-    /// each sequence's last new token.
-    pub fn step(&self, seqs: &mut [SeqStep], s: &mut Scratch) -> Result<()> {
-        let mut rows = Vec::new();
-        let mut all_tokens = Vec::new();
-        let mut last_rows = Vec::with_capacity(seqs.len());
-        for (i, sq) in seqs.iter().enumerate() {
-            if sq.tokens.is_empty() {
-                bail!("a sequence in the batch has no new tokens");
-            }
-            let start = sq.cache.len;
-            if start + sq.tokens.len() > sq.cache.capacity {
-                bail!("KV cache overflow: {} + {} > {}", start, sq.tokens.len(), sq.cache.capacity);
-            }
-            if start + sq.tokens.len() > self.rope_len {
-                bail!("position {} beyond the model's {} positions", start + sq.tokens.len(), self.rope_len);
-            }
-            for (j, &t) in sq.tokens.iter().enumerate() {
-                rows.push((i, start + j));
-                all_tokens.push(t);
-            }
-            last_rows.push(rows.len() - 1);
-        }
-        self.embed(&all_tokens, &mut s.x)?;
-        let mut caches: Vec<&mut KvCache> = seqs.iter_mut().map(|sq| &mut *sq.cache).collect();
-        self.run_blocks(s, &rows, &mut caches, 0..self.cfg.n_layers, &mut |_, _| {});
-        for sq in seqs.iter_mut() {
-            sq.cache.len += sq.tokens.len();
-        }
-        self.head(s, &last_rows);
+    /// One batched step over `rows` (see `run_blocks`), logits after each
+    /// row in `last_rows` into `s.logits`.
+    pub(super) fn step(
+        &self,
+        rows: &[(usize, usize)],
+        tokens: &[u32],
+        last_rows: &[usize],
+        caches: &mut [&mut HostKv],
+        s: &mut Scratch,
+    ) -> Result<()> {
+        self.embed(tokens, &mut s.x)?;
+        self.run_blocks(s, rows, caches, 0..self.cfg.n_layers, &mut |_, _| {});
+        self.head(s, last_rows);
         Ok(())
     }
 
-    /// Residual stream after the requested layers for one prompt (0 is the
-    /// embedding output, i the output of block i). Returns (layer, [n, hidden]).
-    pub fn hidden_states(&self, tokens: &[u32], layers: &[usize], s: &mut Scratch) -> Result<Vec<(usize, Vec<f32>)>> {
-        let n = tokens.len();
-        if n == 0 {
-            bail!("no tokens");
-        }
-        if n > self.rope_len {
-            bail!("{n} tokens exceed the model's {} positions", self.rope_len);
-        }
-        let last = layers.iter().copied().max().unwrap_or(0);
-        if last > self.cfg.n_layers {
-            bail!("layer {last} out of range 0..={}", self.cfg.n_layers);
-        }
-        self.embed(tokens, &mut s.x)?;
-        let mut out: Vec<(usize, Vec<f32>)> = Vec::new();
-        if layers.contains(&0) {
-            out.push((0, s.x.clone()));
-        }
-        let rows: Vec<(usize, usize)> = (0..n).map(|p| (0, p)).collect();
-        let mut cache = KvCache::new(&self.cfg, n);
-        let mut caches = vec![&mut cache];
-        self.run_blocks(s, &rows, &mut caches, 0..last, &mut |l, x| {
-            if layers.contains(&l) {
-                out.push((l, x.to_vec()));
-            }
-        });
-        // Return in the order asked for.
-        let mut ordered = Vec::with_capacity(layers.len());
-        for &l in layers {
-            let v = out.iter().find(|(ol, _)| *ol == l).map(|(_, v)| v.clone()).context("layer not captured")?;
-            ordered.push((l, v));
-        }
-        Ok(ordered)
-    }
-
-    /// Blocks [start, end) over `input` (`[n, hidden]` activations, or token
-    /// ids when start == 0), positions 0..n; with `logits` the final norm and
-    /// head follow and the result is `[n, vocab]`, else `[n, hidden]`.
-    pub fn forward_range(
+    /// One sequence at positions 0..n through blocks `layers`.
+    pub(super) fn forward_seq(
         &self,
-        start: usize,
-        end: usize,
-        tokens: &[u32],
-        activations: Option<&[f32]>,
+        input: SeqInput,
+        layers: Range<usize>,
+        capture: &[usize],
         logits: bool,
         s: &mut Scratch,
-    ) -> Result<Vec<f32>> {
-        let nl = self.cfg.n_layers;
-        if start > end || end > nl {
-            bail!("layer range [{start}, {end}) is not within [0, {nl}]");
-        }
-        if logits && end != nl {
-            bail!("logits=true needs layer_end == n_layers ({nl})");
-        }
-        let h = self.cfg.hidden;
-        let n = match activations {
-            Some(a) => {
-                if a.is_empty() || a.len() % h != 0 {
-                    bail!("activations hold {} floats, not a positive multiple of hidden size {h}", a.len());
-                }
+    ) -> Result<SeqOutput> {
+        let n = match input {
+            SeqInput::Tokens(t) => {
+                self.embed(t, &mut s.x)?;
+                t.len()
+            }
+            SeqInput::Activations(a) => {
                 s.x.clear();
                 s.x.extend_from_slice(a);
-                a.len() / h
-            }
-            None => {
-                if start != 0 {
-                    bail!("token ids are only accepted when layer_start == 0");
-                }
-                if tokens.is_empty() {
-                    bail!("neither activations nor token ids given");
-                }
-                self.embed(tokens, &mut s.x)?;
-                tokens.len()
+                a.len() / self.cfg.hidden
             }
         };
-        if n > self.rope_len {
-            bail!("{n} positions exceed the model's {}", self.rope_len);
+        let mut captured = Vec::new();
+        if capture.contains(&layers.start) {
+            captured.push((layers.start, s.x.clone()));
         }
         let rows: Vec<(usize, usize)> = (0..n).map(|p| (0, p)).collect();
-        let mut cache = KvCache::new(&self.cfg, n);
-        let mut caches = vec![&mut cache];
-        self.run_blocks(s, &rows, &mut caches, start..end, &mut |_, _| {});
-        if logits {
+        let mut cache = HostKv::new(&self.cfg, n);
+        self.run_blocks(s, &rows, &mut [&mut cache], layers, &mut |l, x| {
+            if capture.contains(&l) {
+                captured.push((l, x.to_vec()));
+            }
+        });
+        let out = if logits {
             let all: Vec<usize> = (0..n).collect();
             self.head(s, &all);
-            Ok(s.logits.clone())
+            s.logits.clone()
         } else {
-            Ok(s.x.clone())
-        }
+            s.x.clone()
+        };
+        Ok(SeqOutput { captured, out })
     }
 }
 

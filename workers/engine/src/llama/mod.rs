@@ -1,0 +1,445 @@
+//! The llama-architecture model: hyperparameters and tokenizer read from the
+//! GGUF, and one forward API with two executors behind it:
+//!
+//! - `host`: the engine's own quantized CPU kernels (Q4_1/Q8_0 with AVX-512
+//!   VNNI / AVX2), the fastest path on a CPU;
+//! - `device`: candle tensors and candle's quantized matmuls on any candle
+//!   device (CUDA, Metal, or the CPU, where it is the reference the tests
+//!   hold the device path to).
+//!
+//! Callers (the batch scheduler, hidden states, layer-range forwarding, the
+//! bench) see only `LlamaModel`, `KvCache`, `Scratch` and `SeqStep`; which
+//! executor runs is decided once, at load.
+
+mod device;
+mod host;
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use candle_core::quantized::{gguf_file, GgmlDType};
+use candle_core::Device;
+
+use crate::kernels::{self, QActs, QMatrix};
+use crate::tokenizer::GgufTokenizer;
+
+#[derive(Clone, Debug)]
+pub struct LlamaConfig {
+    pub n_layers: usize,
+    pub hidden: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub vocab: usize,
+    pub rope_base: f32,
+    pub rope_dims: usize,
+    pub eps: f32,
+    /// Context length the model was trained for (GGUF `context_length`).
+    pub train_ctx: usize,
+}
+
+impl LlamaConfig {
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+    /// KV cache bytes one token occupies (f32 keys and values, every layer).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.n_layers * self.kv_dim() * std::mem::size_of::<f32>()
+    }
+
+    /// RoPE cos/sin for positions < `len`, `[len][rope_dims / 2]`, computed
+    /// the way ggml does (theta multiplied down in f32, so values match
+    /// llama.cpp's closely). Both executors use these same tables.
+    fn rope_tables(&self, len: usize) -> (Vec<f32>, Vec<f32>) {
+        let half = self.rope_dims / 2;
+        let theta_scale = self.rope_base.powf(-2.0 / self.rope_dims as f32);
+        let mut cos = vec![0f32; len * half];
+        let mut sin = vec![0f32; len * half];
+        for p in 0..len {
+            let mut theta = p as f32;
+            for i in 0..half {
+                cos[p * half + i] = theta.cos();
+                sin[p * half + i] = theta.sin();
+                theta *= theta_scale;
+            }
+        }
+        (cos, sin)
+    }
+}
+
+/// Which executor runs the forward.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    /// The engine's own CPU kernels.
+    Kernels,
+    /// candle ops on this device.
+    Candle(Device),
+}
+
+impl Backend {
+    pub fn name(&self) -> String {
+        match self {
+            Backend::Kernels => "kernels".into(),
+            Backend::Candle(Device::Cpu) => "candle:cpu".into(),
+            Backend::Candle(d) if d.is_cuda() => "candle:cuda".into(),
+            Backend::Candle(_) => "candle:metal".into(),
+        }
+    }
+}
+
+enum Exec {
+    Host(host::HostModel),
+    Device(device::DeviceModel),
+}
+
+pub struct LlamaModel {
+    pub cfg: LlamaConfig,
+    pub tokenizer: GgufTokenizer,
+    exec: Exec,
+    rope_len: usize,
+    pub weight_bytes: u64,
+}
+
+/// One sequence's keys and values, allocated once for the longest the
+/// sequence may get (prompt + max_tokens, capped by max_seq_len) so decode
+/// appends in place and never reallocates. Lives where the executor computes.
+pub struct KvCache {
+    pub len: usize,
+    pub capacity: usize,
+    bytes: usize,
+    store: KvStore,
+}
+
+enum KvStore {
+    Host(host::HostKv),
+    Device(device::DeviceKv),
+}
+
+impl KvCache {
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// Buffers reused across forward calls; they grow to the largest batch seen.
+/// `logits` is where every executor leaves its output.
+#[derive(Default)]
+pub struct Scratch {
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    qkv: Vec<f32>,
+    attn: Vec<f32>,
+    tmp: Vec<f32>,
+    gu: Vec<f32>,
+    h: Vec<f32>,
+    act: QActs,
+    pub logits: Vec<f32>,
+}
+
+/// New tokens of one sequence for a batched step.
+pub struct SeqStep<'a> {
+    pub tokens: &'a [u32],
+    pub cache: &'a mut KvCache,
+}
+
+/// What a single-sequence forward starts from.
+pub(crate) enum SeqInput<'a> {
+    Tokens(&'a [u32]),
+    /// `[n, hidden]` activations entering the first block of the range.
+    Activations(&'a [f32]),
+}
+
+/// What a single-sequence forward returns: the residual stream after each
+/// block listed in `capture` (`(l, [n, hidden])`, l = 0 being the input), and
+/// the output (`[n, hidden]`, or `[n, vocab]` logits when asked).
+pub(crate) struct SeqOutput {
+    pub captured: Vec<(usize, Vec<f32>)>,
+    pub out: Vec<f32>,
+}
+
+fn metadata<'a>(c: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::Value> {
+    c.metadata.get(key).with_context(|| format!("GGUF metadata {key} missing"))
+}
+
+fn ggml_name(dt: GgmlDType) -> &'static str {
+    match dt {
+        GgmlDType::Q4_1 => "q4_1",
+        GgmlDType::Q8_0 => "q8_0",
+        _ => "other",
+    }
+}
+
+/// A GGUF matrix as a host `QMatrix`: Q4_1 and Q8_0 kept as stored, anything
+/// else requantized to Q8_0. SWITCHYARD_REQUANT=q8_0 turns every matrix into
+/// Q8_0 (for comparing numerics).
+fn load_host_matrix(content: &gguf_file::Content, file: &mut File, name: &str) -> Result<QMatrix> {
+    let force_q8 = std::env::var("SWITCHYARD_REQUANT").map(|v| v == "q8_0").unwrap_or(false);
+    let qt = content.tensor(file, name, &Device::Cpu).with_context(|| format!("tensor {name}"))?;
+    let dims = qt.shape().dims().to_vec();
+    if dims.len() != 2 {
+        bail!("tensor {name} has shape {dims:?}, expected a matrix");
+    }
+    let (rows, cols) = (dims[0], dims[1]);
+    if !force_q8 {
+        if let Some(m) = QMatrix::from_ggml(ggml_name(qt.dtype()), &qt.data()?, rows, cols) {
+            return Ok(m);
+        }
+    }
+    if cols % kernels::QK != 0 {
+        bail!("tensor {name} width {cols} is not a multiple of {}", kernels::QK);
+    }
+    let values = qt.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
+    Ok(QMatrix::quantize_q8_0(&values, rows, cols))
+}
+
+/// A GGUF vector (norm weights) as f32.
+fn load_vec(content: &gguf_file::Content, file: &mut File, name: &str) -> Result<Vec<f32>> {
+    let qt = content.tensor(file, name, &Device::Cpu).with_context(|| format!("tensor {name}"))?;
+    Ok(qt.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?)
+}
+
+/// Rows of one sequence for a step: positions `start..start + n` of `seq`.
+fn step_rows(seqs: &[SeqStep], rope_len: usize) -> Result<(Vec<(usize, usize)>, Vec<u32>, Vec<usize>)> {
+    let mut rows = Vec::new();
+    let mut all_tokens = Vec::new();
+    let mut last_rows = Vec::with_capacity(seqs.len());
+    for (i, sq) in seqs.iter().enumerate() {
+        if sq.tokens.is_empty() {
+            bail!("a sequence in the batch has no new tokens");
+        }
+        let start = sq.cache.len;
+        if start + sq.tokens.len() > sq.cache.capacity {
+            bail!("KV cache overflow: {} + {} > {}", start, sq.tokens.len(), sq.cache.capacity);
+        }
+        if start + sq.tokens.len() > rope_len {
+            bail!("position {} beyond the model's {} positions", start + sq.tokens.len(), rope_len);
+        }
+        for (j, &t) in sq.tokens.iter().enumerate() {
+            rows.push((i, start + j));
+            all_tokens.push(t);
+        }
+        last_rows.push(rows.len() - 1);
+    }
+    Ok((rows, all_tokens, last_rows))
+}
+
+impl LlamaModel {
+    /// Loads onto the engine's CPU kernels.
+    pub fn load(path: &Path) -> Result<Self> {
+        Self::load_on(path, Backend::Kernels)
+    }
+
+    pub fn load_on(path: &Path, backend: Backend) -> Result<Self> {
+        let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let content = gguf_file::Content::read(&mut file).with_context(|| format!("reading GGUF {}", path.display()))?;
+        let arch = metadata(&content, "general.architecture")?.to_string()?.clone();
+        if arch != "llama" {
+            bail!("architecture {arch:?} is not supported (llama only)");
+        }
+        let u = |k: &str| -> Result<usize> { Ok(metadata(&content, &format!("llama.{k}"))?.to_u32()? as usize) };
+        let n_heads = u("attention.head_count")?;
+        let hidden = u("embedding_length")?;
+        let head_dim = hidden / n_heads;
+        let tokenizer = GgufTokenizer::from_gguf(&content.metadata)?;
+        let cfg = LlamaConfig {
+            n_layers: u("block_count")?,
+            hidden,
+            n_heads,
+            n_kv_heads: u("attention.head_count_kv").unwrap_or(n_heads),
+            head_dim,
+            ffn: u("feed_forward_length")?,
+            vocab: tokenizer.vocab_size(),
+            rope_base: metadata(&content, "llama.rope.freq_base").and_then(|v| Ok(v.to_f32()?)).unwrap_or(10000.0),
+            rope_dims: u("rope.dimension_count").unwrap_or(head_dim),
+            eps: metadata(&content, "llama.attention.layer_norm_rms_epsilon")?.to_f32()?,
+            train_ctx: u("context_length").unwrap_or(4096),
+        };
+        if cfg.n_heads % cfg.n_kv_heads != 0 || cfg.rope_dims > head_dim || cfg.rope_dims % 2 != 0 {
+            bail!("unsupported head layout: {cfg:?}");
+        }
+        let (exec, weight_bytes) = match backend {
+            Backend::Kernels => {
+                let m = host::HostModel::load(&content, &mut file, &cfg)?;
+                let bytes = m.weight_bytes();
+                (Exec::Host(m), bytes)
+            }
+            Backend::Candle(dev) => {
+                let m = device::DeviceModel::load(&content, &mut file, &cfg, dev)?;
+                let bytes = m.weight_bytes();
+                (Exec::Device(m), bytes)
+            }
+        };
+        let mut model = LlamaModel { cfg, tokenizer, exec, rope_len: 0, weight_bytes };
+        model.ensure_rope(model.cfg.train_ctx)?;
+        Ok(model)
+    }
+
+    pub fn backend_name(&self) -> String {
+        match &self.exec {
+            Exec::Host(_) => "kernels".into(),
+            Exec::Device(d) => d.name(),
+        }
+    }
+
+    pub fn matrix_types(&self) -> String {
+        match &self.exec {
+            Exec::Host(h) => h.matrix_types(),
+            Exec::Device(d) => d.matrix_types(),
+        }
+    }
+
+    /// Makes positions < `len` usable (RoPE tables).
+    pub fn ensure_rope(&mut self, len: usize) -> Result<()> {
+        if len <= self.rope_len {
+            return Ok(());
+        }
+        let (cos, sin) = self.cfg.rope_tables(len);
+        match &mut self.exec {
+            Exec::Host(h) => h.set_rope(cos, sin),
+            Exec::Device(d) => d.set_rope(&cos, &sin, len)?,
+        }
+        self.rope_len = len;
+        Ok(())
+    }
+
+    pub fn max_positions(&self) -> usize {
+        self.rope_len
+    }
+
+    /// A KV cache for up to `capacity` positions, where this model computes.
+    pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
+        let store = match &self.exec {
+            Exec::Host(_) => KvStore::Host(host::HostKv::new(&self.cfg, capacity)),
+            Exec::Device(d) => KvStore::Device(d.new_kv(capacity)?),
+        };
+        let bytes = 2 * self.cfg.n_layers * capacity * self.cfg.kv_dim() * std::mem::size_of::<f32>();
+        Ok(KvCache { len: 0, capacity, bytes, store })
+    }
+
+    /// One batched step: each sequence's new tokens go through the model and
+    /// into its cache; `s.logits` gets `[seqs.len(), vocab]`, the logits after
+    /// each sequence's last new token.
+    pub fn step(&self, seqs: &mut [SeqStep], s: &mut Scratch) -> Result<()> {
+        let (rows, tokens, last_rows) = step_rows(seqs, self.rope_len)?;
+        for &t in &tokens {
+            if t as usize >= self.cfg.vocab {
+                bail!("token id {t} is outside the vocabulary ({})", self.cfg.vocab);
+            }
+        }
+        match &self.exec {
+            Exec::Host(h) => {
+                let mut caches: Vec<&mut host::HostKv> = seqs.iter_mut().map(|sq| sq.cache.store.host()).collect();
+                h.step(&rows, &tokens, &last_rows, &mut caches, s)?;
+            }
+            Exec::Device(d) => {
+                let caches: Vec<&device::DeviceKv> = seqs.iter().map(|sq| sq.cache.store.device()).collect();
+                d.step(&rows, &tokens, &last_rows, &caches, s)?;
+            }
+        }
+        for sq in seqs.iter_mut() {
+            sq.cache.len += sq.tokens.len();
+        }
+        Ok(())
+    }
+
+    fn forward_seq(&self, input: SeqInput, layers: Range<usize>, capture: &[usize], logits: bool, s: &mut Scratch) -> Result<SeqOutput> {
+        let n = match &input {
+            SeqInput::Tokens(t) => {
+                if let Some(&bad) = t.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+                    bail!("token id {bad} is outside the vocabulary ({})", self.cfg.vocab);
+                }
+                t.len()
+            }
+            SeqInput::Activations(a) => a.len() / self.cfg.hidden,
+        };
+        if n == 0 {
+            bail!("no tokens");
+        }
+        if n > self.rope_len {
+            bail!("{n} positions exceed the model's {}", self.rope_len);
+        }
+        match &self.exec {
+            Exec::Host(h) => h.forward_seq(input, layers, capture, logits, s),
+            Exec::Device(d) => d.forward_seq(input, layers, capture, logits),
+        }
+    }
+
+    /// Residual stream after the requested layers for one prompt (0 is the
+    /// embedding output, i the output of block i). Returns (layer, [n, hidden]).
+    pub fn hidden_states(&self, tokens: &[u32], layers: &[usize], s: &mut Scratch) -> Result<Vec<(usize, Vec<f32>)>> {
+        let last = layers.iter().copied().max().unwrap_or(0);
+        if last > self.cfg.n_layers {
+            bail!("layer {last} out of range 0..={}", self.cfg.n_layers);
+        }
+        let out = self.forward_seq(SeqInput::Tokens(tokens), 0..last, layers, false, s)?;
+        // Return in the order asked for.
+        let mut ordered = Vec::with_capacity(layers.len());
+        for &l in layers {
+            let v = out.captured.iter().find(|(ol, _)| *ol == l).map(|(_, v)| v.clone()).context("layer not captured")?;
+            ordered.push((l, v));
+        }
+        Ok(ordered)
+    }
+
+    /// Blocks [start, end) over `input` (`[n, hidden]` activations, or token
+    /// ids when start == 0), positions 0..n; with `logits` the final norm and
+    /// head follow and the result is `[n, vocab]`, else `[n, hidden]`.
+    pub fn forward_range(
+        &self,
+        start: usize,
+        end: usize,
+        tokens: &[u32],
+        activations: Option<&[f32]>,
+        logits: bool,
+        s: &mut Scratch,
+    ) -> Result<Vec<f32>> {
+        let nl = self.cfg.n_layers;
+        if start > end || end > nl {
+            bail!("layer range [{start}, {end}) is not within [0, {nl}]");
+        }
+        if logits && end != nl {
+            bail!("logits=true needs layer_end == n_layers ({nl})");
+        }
+        let h = self.cfg.hidden;
+        let input = match activations {
+            Some(a) => {
+                if a.is_empty() || a.len() % h != 0 {
+                    bail!("activations hold {} floats, not a positive multiple of hidden size {h}", a.len());
+                }
+                SeqInput::Activations(a)
+            }
+            None => {
+                if start != 0 {
+                    bail!("token ids are only accepted when layer_start == 0");
+                }
+                if tokens.is_empty() {
+                    bail!("neither activations nor token ids given");
+                }
+                SeqInput::Tokens(tokens)
+            }
+        };
+        Ok(self.forward_seq(input, start..end, &[], logits, s)?.out)
+    }
+}
+
+impl KvStore {
+    fn host(&mut self) -> &mut host::HostKv {
+        match self {
+            KvStore::Host(k) => k,
+            // Caches come from `LlamaModel::new_cache` of the same model.
+            KvStore::Device(_) => panic!("a device KV cache was handed to the host executor"),
+        }
+    }
+    fn device(&self) -> &device::DeviceKv {
+        match self {
+            KvStore::Device(k) => k,
+            KvStore::Host(_) => panic!("a host KV cache was handed to the device executor"),
+        }
+    }
+}
