@@ -74,6 +74,40 @@ describe("SmolLM2 through the router", () => {
     expect(raw!.completion_text.startsWith(res.choices[0]!.text)).toBe(true);
   });
 
+  it("continues a partial assistant message where it left off (continue_final_message, as stream resume sends it)", async () => {
+    const user = { role: "user" as const, content: "Name three fruits and say why they are healthy." };
+    const stream = await client.chat.completions.create({ model: LLM, messages: [user], temperature: 0, max_tokens: 16, stream: true });
+    const deltas: string[] = [];
+    for await (const chunk of stream) {
+      const d = chunk.choices[0]?.delta?.content;
+      if (d) deltas.push(d);
+    }
+    const whole = deltas.join("");
+    const partial = deltas.slice(0, 8).join("");
+    expect(partial.length).toBeGreaterThan(0);
+    const body = {
+      model: LLM,
+      messages: [user, { role: "assistant", content: partial }],
+      continue_final_message: true,
+      add_generation_prompt: false,
+      temperature: 0,
+      max_tokens: 8,
+    };
+    const res = await fetch(`${fx.router.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+    expect(res.status).toBe(200);
+    const cont = ((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content;
+    // The same greedy answer, not a new assistant turn after the partial one.
+    expect(partial + cont).toBe(whole);
+
+    const bad = await fetch(`${fx.router.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ ...body, messages: [user] }),
+    });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { message: string } }).error.message).toContain("continue_final_message");
+  });
+
   it("streams the same text it answers without streaming", async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "List three primary colors." }];
     const whole = await client.chat.completions.create({ model: LLM, messages, temperature: 0, max_tokens: 24 });

@@ -499,14 +499,15 @@ impl Engine {
 /// Prompt or chat messages, whichever oneof the request used.
 pub enum PromptInput {
     Prompt(String),
-    Messages(Vec<ChatMessage>),
+    /// Messages, and whether to continue the final (assistant) one.
+    Messages(Vec<ChatMessage>, bool),
 }
 
 impl From<generate::Input> for PromptInput {
     fn from(i: generate::Input) -> Self {
         match i {
             generate::Input::Prompt(p) => PromptInput::Prompt(p),
-            generate::Input::Messages(m) => PromptInput::Messages(m.messages),
+            generate::Input::Messages(m) => PromptInput::Messages(m.messages, m.continue_final_message),
         }
     }
 }
@@ -514,7 +515,7 @@ impl From<hidden_states::Input> for PromptInput {
     fn from(i: hidden_states::Input) -> Self {
         match i {
             hidden_states::Input::Prompt(p) => PromptInput::Prompt(p),
-            hidden_states::Input::Messages(m) => PromptInput::Messages(m.messages),
+            hidden_states::Input::Messages(m) => PromptInput::Messages(m.messages, m.continue_final_message),
         }
     }
 }
@@ -522,7 +523,7 @@ impl From<tokenize::Input> for PromptInput {
     fn from(i: tokenize::Input) -> Self {
         match i {
             tokenize::Input::Prompt(p) => PromptInput::Prompt(p),
-            tokenize::Input::Messages(m) => PromptInput::Messages(m.messages),
+            tokenize::Input::Messages(m) => PromptInput::Messages(m.messages, m.continue_final_message),
         }
     }
 }
@@ -539,13 +540,14 @@ fn tokenize_llama(model: &LlamaModel, input: &Option<PromptInput>) -> Result<Vec
             }
             tok.encode(p, true, true)
         }
-        Some(PromptInput::Messages(msgs)) => {
+        Some(PromptInput::Messages(msgs, continue_final)) => {
             if msgs.is_empty() {
                 return Err(invalid("messages is empty"));
             }
             let msgs: Vec<TplMessage> =
                 msgs.iter().map(|m| TplMessage { role: m.role.clone(), content: m.content.clone() }).collect();
-            let text = tok.apply_chat_template(&msgs).map_err(|e| invalid(format!("{e:#}")))?;
+            let text = if *continue_final { tok.apply_chat_template_continuing(&msgs) } else { tok.apply_chat_template(&msgs) }
+                .map_err(|e| invalid(format!("{e:#}")))?;
             // Templates that write the BOS themselves must not get a second one.
             let bos_in_text = tok.bos.and_then(|b| tok.token_text(b)).is_some_and(|b| text.starts_with(b));
             tok.encode(&text, !bos_in_text, true)

@@ -365,12 +365,42 @@ impl GgufTokenizer {
 
     /// Renders chat messages with the GGUF's template, generation prompt on.
     pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String> {
+        self.render_chat(messages, true)
+    }
+
+    /// The chat rendered so that generation continues the final message,
+    /// which must be the assistant's: no generation prompt, and the text cut
+    /// right after that message's content (dropping the end-of-turn marker
+    /// the template writes after it). The content is looked for as written,
+    /// then with surrounding whitespace trimmed (templates that trim).
+    pub fn apply_chat_template_continuing(&self, messages: &[ChatMessage]) -> Result<String> {
+        let last = messages.last().context("no messages")?;
+        if last.role != "assistant" {
+            bail!("continue_final_message needs the last message to be the assistant's (it is {:?})", last.role);
+        }
+        if last.content.trim().is_empty() {
+            // Nothing to continue: the assistant turn simply opens.
+            return self.render_chat(&messages[..messages.len() - 1], true);
+        }
+        let rendered = self.render_chat(messages, false)?;
+        for needle in [last.content.as_str(), last.content.trim()] {
+            if needle.is_empty() {
+                continue;
+            }
+            if let Some(at) = rendered.rfind(needle) {
+                return Ok(rendered[..at + needle.len()].to_string());
+            }
+        }
+        bail!("the chat template does not write the final message's text verbatim, so it cannot be continued")
+    }
+
+    fn render_chat(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
         let env = self.chat_env.as_ref().context("the model has no tokenizer.chat_template")?;
         let tpl = env.get_template("chat").map_err(|e| anyhow!("{e}"))?;
         let tok = |id: Option<u32>| id.and_then(|i| self.token_text(i)).unwrap_or("").to_string();
         tpl.render(minijinja::context! {
             messages => messages,
-            add_generation_prompt => true,
+            add_generation_prompt => add_generation_prompt,
             bos_token => tok(self.bos),
             eos_token => tok(self.eos),
         })

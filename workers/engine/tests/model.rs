@@ -69,6 +69,36 @@ fn chat_template_and_prompt_ids_match_reference() {
     }
 }
 
+/// Continuing a partial assistant message (how a resumed chat stream goes
+/// on): the prompt is the chat so far plus exactly the partial answer's
+/// tokens, with no end-of-turn marker and no new assistant header, so greedy
+/// decoding carries on with what the uninterrupted answer said next.
+#[test]
+fn continue_final_message_picks_up_mid_answer() {
+    let model = model();
+    let tok = &model.tokenizer;
+    let user = ChatMessage { role: "user".into(), content: "Name three fruits and say why they are healthy.".into() };
+    let prompt = tok.encode(&tok.apply_chat_template(std::slice::from_ref(&user)).unwrap(), false, true);
+    let (full, _) = greedy(model, &prompt, 14);
+    assert!(full.len() == 14, "greedy answer ended early: {full:?}");
+    let partial = tok.decode(&full[..8]);
+    let msgs = vec![user.clone(), ChatMessage { role: "assistant".into(), content: partial.clone() }];
+    let rendered = tok.apply_chat_template_continuing(&msgs).unwrap();
+    assert!(rendered.ends_with(&partial), "{rendered:?}");
+    let ids = tok.encode(&rendered, false, true);
+    let mut want = prompt.clone();
+    want.extend_from_slice(&full[..8]);
+    assert_eq!(ids, want, "continuation prompt is the chat plus the partial answer's tokens");
+    let (rest, _) = greedy(model, &ids, 6);
+    assert_eq!(rest, full[8..], "greedy continuation differs from the uninterrupted answer");
+
+    // Only an assistant message can be continued.
+    assert!(tok.apply_chat_template_continuing(std::slice::from_ref(&user)).is_err());
+    // An empty partial answer just opens the assistant turn.
+    let empty = vec![user.clone(), ChatMessage { role: "assistant".into(), content: String::new() }];
+    assert_eq!(tok.apply_chat_template_continuing(&empty).unwrap(), tok.apply_chat_template(&[user]).unwrap());
+}
+
 /// Greedy decode straight through the model (no scheduler).
 fn greedy(model: &LlamaModel, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
     let mut s = Scratch::default();

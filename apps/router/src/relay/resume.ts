@@ -7,9 +7,10 @@
 // uninterrupted stream with nothing repeated.
 //
 // Chat continuation asks with vLLM's fields (`continue_final_message: true`,
-// `add_generation_prompt: false`); a worker that ignores them starts a new
-// assistant turn after the partial one, which reads less smoothly but still
-// never repeats what the client already has.
+// `add_generation_prompt: false`), which Switchyard's own workers honour; a
+// worker that ignores them starts a new assistant turn after the partial
+// one, which reads less smoothly but still never repeats what the client
+// already has.
 import type { BackendRequest } from "../backends/types.ts";
 
 interface Ident {

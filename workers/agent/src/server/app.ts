@@ -66,7 +66,15 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
     if (bad) return bad;
     if (!Array.isArray(body.messages) || body.messages.length === 0) return errorJson(400, "messages: at least one message is required", "invalid_request", "messages");
     const messages = (body.messages as { role?: unknown; content?: unknown }[]).map((m) => ({ role: String(m.role ?? "user"), content: contentText(m.content) }));
-    return runGenerate(ctx, ctx.supervisor.client!, body as unknown as GenerateBody, { case: "messages", value: messages }, { chat: true, requestId: requestId(c), signal: c.req.raw.signal });
+    // vLLM's continuation fields: the router's stream resume sends them.
+    const continueFinal = body.continue_final_message === true;
+    if (continueFinal && messages.at(-1)!.role !== "assistant") {
+      return errorJson(400, "continue_final_message: the last message must be the assistant's", "invalid_request", "messages");
+    }
+    if (continueFinal && body.add_generation_prompt === true) {
+      return errorJson(400, "continue_final_message and add_generation_prompt cannot both be true", "invalid_request", "add_generation_prompt");
+    }
+    return runGenerate(ctx, ctx.supervisor.client!, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), signal: c.req.raw.signal });
   });
 
   app.post("/v1/completions", async (c) => {

@@ -20,7 +20,10 @@ export interface GenerateBody {
   stop?: string | string[] | null;
 }
 
-type Input = { case: "prompt"; value: string } | { case: "messages"; value: { role: string; content: string }[] };
+type Input =
+  | { case: "prompt"; value: string }
+  /** continueFinal: carry on the final (assistant) message instead of opening a new turn. */
+  | { case: "messages"; value: { role: string; content: string }[]; continueFinal?: boolean };
 
 export function contentText(content: unknown): string {
   if (typeof content === "string") return content;
@@ -41,6 +44,7 @@ function toGenerate(body: GenerateBody, input: Input): Generate {
             value: {
               $typeName: "switchyard.engine.v1.ChatMessages",
               messages: input.value.map((m) => ({ $typeName: "switchyard.engine.v1.ChatMessage", role: m.role, content: m.content })),
+              continueFinalMessage: input.continueFinal ?? false,
             },
           },
     maxTokens: body.max_tokens ?? body.max_completion_tokens ?? 256,
