@@ -10,6 +10,7 @@ pub mod engine;
 pub mod kernels;
 pub mod llama;
 pub mod par;
+pub mod parity;
 pub mod protocol;
 pub mod sampling;
 pub mod tokenizer;

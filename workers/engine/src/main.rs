@@ -11,7 +11,8 @@ use switchyard_engine::protocol::{self, event, Event, Ready, Request};
 const USAGE: &str = "usage:
   switchyard-engine [--device auto|cpu|cuda|metal] [--llama-backend auto|kernels|candle] [--threads N]
   switchyard-engine bench --model PATH.gguf [--streams 1,4,8,16] [--tokens 64] [--prompt-tokens 128] [--threads N]
-                          [--device cpu|cuda|metal] [--llama-backend auto|kernels|candle]";
+                          [--device cpu|cuda|metal] [--llama-backend auto|kernels|candle]
+  switchyard-engine parity [--model PATH.gguf] [--device auto|cpu|cuda|metal] [--steps 16]";
 
 fn init_threads(threads: Option<usize>) {
     let n = threads
@@ -37,6 +38,16 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("bench failed: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if args.first().map(|s| s.as_str()) == Some("parity") {
+        init_threads(None);
+        return match switchyard_engine::parity::run(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("parity: {e:#}");
                 ExitCode::FAILURE
             }
         };
