@@ -140,13 +140,16 @@ describe("worker faults (real engine)", () => {
 
   it("a device that fails at start: the engine restarts on CPU and the worker advertises degraded", async () => {
     // The CPU build asked for CUDA refuses to start (exit 3): exactly what a
-    // host whose GPU stack is broken looks like to the agent.
+    // host whose GPU stack is broken looks like to the agent. With
+    // SWITCHYARD_CUDA_ENGINE set to a real CUDA build
+    // (scripts/build-engine-cuda.sh) on a host without the CUDA libraries,
+    // the loader refuses it instead (exit 127), with the same outcome.
     const agent = await startAgent({
       registry: fx.registry,
       models: [LLM],
       token: WORKER_TOKEN,
       device: "cuda",
-      engineBinary: engineBinary(),
+      engineBinary: process.env.SWITCHYARD_CUDA_ENGINE ?? engineBinary(),
       workerId: "gpu-broken",
       log: () => {},
     });
