@@ -603,6 +603,121 @@ mod x86 {
     use super::{Tile, TILE};
     use std::arch::x86_64::*;
 
+    /// `super::scores16` on AVX-512: one zmm per partial sum; multiply and
+    /// add kept separate (no FMA) so the rounding matches the portable loop.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn scores16_avx512(q: &[f32], kt: *const f32, stride: usize, p0: usize, scale: f32, out: &mut [f32; 16]) {
+        let hd = q.len();
+        let key = |d: usize| _mm512_loadu_ps(kt.add(d * stride + p0));
+        let mut acc = [_mm512_setzero_ps(); 8];
+        let n8 = hd / 8 * 8;
+        for d8 in (0..n8).step_by(8) {
+            for (c, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(_mm512_set1_ps(q[d8 + c]), key(d8 + c)));
+            }
+        }
+        let mut dot = _mm512_setzero_ps();
+        for a in acc {
+            dot = _mm512_add_ps(dot, a);
+        }
+        for d in n8..hd {
+            dot = _mm512_add_ps(dot, _mm512_mul_ps(_mm512_set1_ps(q[d]), key(d)));
+        }
+        _mm512_storeu_ps(out.as_mut_ptr(), _mm512_mul_ps(dot, _mm512_set1_ps(scale)));
+    }
+
+    /// `super::scores16_heads` on AVX-512 for H heads: 8 partial sums per
+    /// head (8H zmm), one key load per dimension for all heads.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn scores16_heads_avx512<const H: usize>(
+        qs: &[f32],
+        hd: usize,
+        kt: *const f32,
+        stride: usize,
+        p0: usize,
+        scale: f32,
+        out: *mut f32,
+        out_stride: usize,
+    ) {
+        let key = |d: usize| _mm512_loadu_ps(kt.add(d * stride + p0));
+        let mut acc = [[_mm512_setzero_ps(); 8]; H];
+        let n8 = hd / 8 * 8;
+        for d8 in (0..n8).step_by(8) {
+            for c in 0..8 {
+                let k = key(d8 + c);
+                for h in 0..H {
+                    acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(_mm512_set1_ps(qs[h * hd + d8 + c]), k));
+                }
+            }
+        }
+        for h in 0..H {
+            let mut dot = _mm512_setzero_ps();
+            for a in acc[h] {
+                dot = _mm512_add_ps(dot, a);
+            }
+            for d in n8..hd {
+                dot = _mm512_add_ps(dot, _mm512_mul_ps(_mm512_set1_ps(qs[h * hd + d]), key(d)));
+            }
+            _mm512_storeu_ps(out.add(h * out_stride + p0), _mm512_mul_ps(dot, _mm512_set1_ps(scale)));
+        }
+    }
+
+    /// `super::weighted_values64` on AVX-512 for H heads (4H zmm sums).
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn weighted_values64_avx512<const H: usize>(
+        w: *const f32,
+        w_stride: usize,
+        n: usize,
+        vc: *const f32,
+        kvd: usize,
+        voff: usize,
+        out: *mut f32,
+        hd: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); 4]; H];
+        for j in 0..n {
+            let v = vc.add(j * kvd + voff);
+            let vs = [_mm512_loadu_ps(v), _mm512_loadu_ps(v.add(16)), _mm512_loadu_ps(v.add(32)), _mm512_loadu_ps(v.add(48))];
+            for h in 0..H {
+                let wj = _mm512_set1_ps(*w.add(h * w_stride + j));
+                for c in 0..4 {
+                    acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(wj, vs[c]));
+                }
+            }
+        }
+        for h in 0..H {
+            for c in 0..4 {
+                _mm512_storeu_ps(out.add(h * hd + c * 16), acc[h][c]);
+            }
+        }
+    }
+
+    /// `super::scores16` on AVX2: each 16-lane sum as two ymm halves.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn scores16_avx2(q: &[f32], kt: *const f32, stride: usize, p0: usize, scale: f32, out: &mut [f32; 16]) {
+        let hd = q.len();
+        let n8 = hd / 8 * 8;
+        for half in 0..2 {
+            let key = |d: usize| _mm256_loadu_ps(kt.add(d * stride + p0 + half * 8));
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for d8 in (0..n8).step_by(8) {
+                for (c, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(_mm256_set1_ps(q[d8 + c]), key(d8 + c)));
+                }
+            }
+            let mut dot = _mm256_setzero_ps();
+            for a in acc {
+                dot = _mm256_add_ps(dot, a);
+            }
+            for d in n8..hd {
+                dot = _mm256_add_ps(dot, _mm256_mul_ps(_mm256_set1_ps(q[d]), key(d)));
+            }
+            _mm256_storeu_ps(out.as_mut_ptr().add(half * 8), _mm256_mul_ps(dot, _mm256_set1_ps(scale)));
+        }
+    }
+
     #[inline(always)]
     unsafe fn hsum(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -886,6 +1001,117 @@ mod x86 {
     q8_0_kernel!(q8_0_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_vnni);
 }
 
+/// Attention scores of one query head against 16 consecutive positions of
+/// transposed keys: `out[i] = scale * dot(q, key p0 + i)`, where element d of
+/// the key at position p is `kt[d * stride + p]`. Eight partial sums (dims
+/// d % 8) are added up in order at the end: the same arithmetic, in the same
+/// order, as `dot_f32` per position (scores are bit-identical to a plain
+/// dot), with eight independent add chains instead of one.
+///
+/// # Safety
+/// `kt` must hold `q.len() * stride` floats and `p0 + 16 <= stride`.
+pub unsafe fn scores16(q: &[f32], kt: *const f32, stride: usize, p0: usize, scale: f32, out: &mut [f32; 16]) {
+    match isa() {
+        // Written with intrinsics: LLVM turns the portable loop below into
+        // scalar code through the stack, which made attention a quarter of
+        // a batch-8 decode step.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => x86::scores16_avx512(q, kt, stride, p0, scale, out),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86::scores16_avx2(q, kt, stride, p0, scale, out),
+        Isa::Scalar => scores16_portable(q, kt, stride, p0, scale, out),
+    }
+}
+
+/// `scores16` for `qs.len() / hd` query heads (1..=3) that share one KV
+/// head (grouped-query attention): each key block is loaded once for all of
+/// them. Head h's scores go to `out[h * out_stride + p0..][..16]`; per head
+/// the arithmetic is exactly `scores16`'s.
+///
+/// # Safety
+/// As `scores16`, and `out` must hold `heads * out_stride` floats with
+/// `p0 + 16 <= out_stride`.
+pub unsafe fn scores16_heads(qs: &[f32], hd: usize, kt: *const f32, stride: usize, p0: usize, scale: f32, out: *mut f32, out_stride: usize) {
+    let heads = qs.len() / hd;
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx512Vnni {
+        return match heads {
+            1 => x86::scores16_heads_avx512::<1>(qs, hd, kt, stride, p0, scale, out, out_stride),
+            2 => x86::scores16_heads_avx512::<2>(qs, hd, kt, stride, p0, scale, out, out_stride),
+            3 => x86::scores16_heads_avx512::<3>(qs, hd, kt, stride, p0, scale, out, out_stride),
+            _ => panic!("scores16_heads takes 1 to 3 heads, got {heads}"),
+        };
+    }
+    // Narrower vectors have too few registers to hold several heads' sums.
+    for h in 0..heads {
+        let o = &mut *(out.add(h * out_stride + p0) as *mut [f32; 16]);
+        scores16(&qs[h * hd..(h + 1) * hd], kt, stride, p0, scale, o);
+    }
+}
+
+/// Attention output for `heads` (1..=3) query heads sharing a KV head, 64
+/// dims at a time: `out[h * hd + i] = sum_j w[h * w_stride + j] * v_j[i]`
+/// over positions j in order, v_j = `vc[j * kvd + voff..][..64]`, i < 64.
+/// Multiply and add are separate, so per element it is the same arithmetic
+/// as an axpy per position; each value row is loaded once for all heads.
+///
+/// # Safety
+/// `w` holds `heads * w_stride` floats, `n <= w_stride`; `vc` holds
+/// `(n - 1) * kvd + voff + 64` floats; `out` holds `(heads - 1) * hd + 64`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn weighted_values64(heads: usize, w: *const f32, w_stride: usize, n: usize, vc: *const f32, kvd: usize, voff: usize, out: *mut f32, hd: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx512Vnni {
+        return match heads {
+            1 => x86::weighted_values64_avx512::<1>(w, w_stride, n, vc, kvd, voff, out, hd),
+            2 => x86::weighted_values64_avx512::<2>(w, w_stride, n, vc, kvd, voff, out, hd),
+            3 => x86::weighted_values64_avx512::<3>(w, w_stride, n, vc, kvd, voff, out, hd),
+            _ => panic!("weighted_values64 takes 1 to 3 heads, got {heads}"),
+        };
+    }
+    for h in 0..heads {
+        let mut acc = [0f32; 64];
+        for j in 0..n {
+            let wj = *w.add(h * w_stride + j);
+            let v = &*(vc.add(j * kvd + voff) as *const [f32; 64]);
+            for i in 0..64 {
+                acc[i] += wj * v[i];
+            }
+        }
+        std::ptr::copy_nonoverlapping(acc.as_ptr(), out.add(h * hd), 64);
+    }
+}
+
+unsafe fn scores16_portable(q: &[f32], kt: *const f32, stride: usize, p0: usize, scale: f32, out: &mut [f32; 16]) {
+    let hd = q.len();
+    let key = |d: usize| &*(kt.add(d * stride + p0) as *const [f32; 16]);
+    let mut acc = [[0f32; 16]; 8];
+    let n8 = hd / 8 * 8;
+    for d8 in (0..n8).step_by(8) {
+        for (c, a) in acc.iter_mut().enumerate() {
+            let (qd, k) = (q[d8 + c], key(d8 + c));
+            for i in 0..16 {
+                a[i] += qd * k[i];
+            }
+        }
+    }
+    let mut dot = [0f32; 16];
+    for a in &acc {
+        for i in 0..16 {
+            dot[i] += a[i];
+        }
+    }
+    for d in n8..hd {
+        let (qd, k) = (q[d], key(d));
+        for i in 0..16 {
+            dot[i] += qd * k[i];
+        }
+    }
+    for i in 0..16 {
+        out[i] = dot[i] * scale;
+    }
+}
+
 /// Plain f32 helpers used around the matmuls. Written as 8-wide chunks so
 /// LLVM vectorizes the reductions without fast-math.
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
@@ -935,6 +1161,63 @@ mod tests {
     fn lcg(seed: &mut u64) -> f32 {
         *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((*seed >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+    }
+
+    /// Every ISA's attention scores equal the portable loop bit for bit,
+    /// and the portable loop equals `dot_f32` per position.
+    #[test]
+    fn scores16_variants_are_bit_identical() {
+        let mut seed = 7u64;
+        for hd in [64usize, 72, 5] {
+            let stride = 48;
+            let q: Vec<f32> = (0..hd).map(|_| lcg(&mut seed)).collect();
+            let kt: Vec<f32> = (0..hd * stride).map(|_| lcg(&mut seed)).collect();
+            for p0 in [0usize, 16, 32] {
+                let mut want = [0f32; 16];
+                unsafe { scores16_portable(&q, kt.as_ptr(), stride, p0, 0.125, &mut want) };
+                for i in 0..16 {
+                    let key: Vec<f32> = (0..hd).map(|d| kt[d * stride + p0 + i]).collect();
+                    assert_eq!(want[i].to_bits(), (dot_f32(&q, &key) * 0.125).to_bits(), "portable vs dot_f32, hd {hd}");
+                }
+                let mut got = [0f32; 16];
+                unsafe { scores16(&q, kt.as_ptr(), stride, p0, 0.125, &mut got) };
+                assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{:?}, hd {hd}, p0 {p0}", isa());
+                #[cfg(target_arch = "x86_64")]
+                if is_x86_feature_detected!("avx2") {
+                    unsafe { x86::scores16_avx2(&q, kt.as_ptr(), stride, p0, 0.125, &mut got) };
+                    assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "avx2, hd {hd}, p0 {p0}");
+                }
+            }
+        }
+    }
+
+    /// Heads sharing a KV head get exactly what they get one at a time.
+    #[test]
+    fn grouped_attention_kernels_equal_per_head() {
+        let mut seed = 11u64;
+        let (hd, stride, n, kvd, voff) = (64usize, 48usize, 37usize, 192usize, 64usize);
+        let kt: Vec<f32> = (0..hd * stride).map(|_| lcg(&mut seed)).collect();
+        let vc: Vec<f32> = (0..n * kvd).map(|_| lcg(&mut seed)).collect();
+        for heads in 1..=3usize {
+            let qs: Vec<f32> = (0..heads * hd).map(|_| lcg(&mut seed)).collect();
+            let mut got = vec![0f32; heads * stride];
+            unsafe { scores16_heads(&qs, hd, kt.as_ptr(), stride, 16, 0.125, got.as_mut_ptr(), stride) };
+            for h in 0..heads {
+                let mut want = [0f32; 16];
+                unsafe { scores16_portable(&qs[h * hd..(h + 1) * hd], kt.as_ptr(), stride, 16, 0.125, &mut want) };
+                assert_eq!(got[h * stride + 16..h * stride + 32].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.map(f32::to_bits), "scores, {heads} heads, head {h}");
+            }
+            let w: Vec<f32> = (0..heads * stride).map(|_| lcg(&mut seed).abs()).collect();
+            let mut out = vec![0f32; heads * hd];
+            unsafe { weighted_values64(heads, w.as_ptr(), stride, n, vc.as_ptr(), kvd, voff, out.as_mut_ptr(), hd) };
+            for h in 0..heads {
+                let mut want = vec![0f32; 64];
+                for j in 0..n {
+                    axpy(w[h * stride + j], &vc[j * kvd + voff..j * kvd + voff + 64], &mut want);
+                }
+                assert_eq!(out[h * hd..h * hd + 64].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "values, {heads} heads, head {h}");
+            }
+        }
     }
 
     fn random_q4_1(rows: usize, cols: usize, seed: &mut u64) -> QMatrix {

@@ -29,6 +29,7 @@ fn chat(model: &str, content: &str, max_tokens: u32) -> request::Kind {
         model: model.into(),
         input: Some(generate::Input::Messages(ChatMessages {
             messages: vec![ChatMessage { role: "user".into(), content: content.into() }],
+            continue_final_message: false,
         })),
         max_tokens,
         ..Default::default()

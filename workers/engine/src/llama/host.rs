@@ -212,29 +212,31 @@ impl HostModel {
             {
                 let caches_ro: &[&mut HostKv] = caches;
                 let qkv_ro: &[f32] = qkv;
-                let nh = cfg.n_heads;
+                let nkv = cfg.n_kv_heads;
                 let out = kernels::SendPtr(attn.as_mut_ptr());
-                // One task per (row, query head): enough tasks to keep both
-                // threads busy even for a single decoding sequence.
+                // One task per (row, KV head), covering the query heads that
+                // share it, so its keys and values are read once for all of
+                // them (at batch 8 re-reading them per query head made
+                // attention a quarter of the step).
                 let task = |t: usize| {
-                    let (r, head) = (t / nh, t % nh);
+                    let (r, kvh) = (t / nkv, t % nkv);
                     let (seq, pos) = rows[r];
                     let c = &caches_ro[seq];
-                    let kvh = head / group;
-                    let q = &qkv_ro[r * qkv_w + head * hd..r * qkv_w + (head + 1) * hd];
+                    let heads = kvh * group * hd..(kvh + 1) * group * hd;
+                    let q = &qkv_ro[r * qkv_w + heads.start..r * qkv_w + heads.end];
                     let o = out;
-                    // SAFETY: each task writes only its own head of row r.
-                    let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(r * qd + head * hd), hd) };
+                    // SAFETY: each task writes only its own heads of row r.
+                    let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(r * qd + heads.start), heads.len()) };
                     let kt = &c.k[li][kvh * hd * c.stride..(kvh + 1) * hd * c.stride];
-                    attend_head(q, kt, c.stride, &c.v[li], kvd, kvh * hd, pos + 1, scale, oh);
+                    attend_group(q, hd, kt, c.stride, &c.v[li], kvd, kvh * hd, pos + 1, scale, oh);
                 };
                 // Attention is cheap next to the matmuls at short contexts;
                 // fork only when there is enough of it to pay for the threads.
-                let work: usize = rows.iter().map(|&(_, p)| p + 1).sum::<usize>() * nh * hd;
+                let work: usize = rows.iter().map(|&(_, p)| p + 1).sum::<usize>() * cfg.n_heads * hd;
                 if work > 16_384 {
-                    crate::par::pool().run(m * nh, &task);
+                    crate::par::pool().run(m * nkv, &task);
                 } else {
-                    (0..m * nh).for_each(task);
+                    (0..m * nkv).for_each(task);
                 }
             }
             quantize_activations(attn, qd, act);
@@ -360,85 +362,76 @@ impl HostModel {
 /// Values per SiLU task (see `run_blocks`).
 const SILU_CHUNK: usize = 256;
 
-/// One query head `q` over positions 0..n: scores against the transposed
-/// keys `kt` (`[head_dim][stride]`), softmax, then the weighted sum of the
-/// value rows (`vc[p * kvd + voff ..][..head_dim]`) into `out`.
+/// The query heads in `q` (`[heads][hd]`, all sharing one KV head) over
+/// positions 0..n: scores against the transposed keys `kt`
+/// (`[hd][stride]`), softmax, then the weighted sum of the value rows
+/// (`vc[p * kvd + voff ..][..hd]`) into `out` (`[heads][hd]`). Heads go
+/// through the kernels three at a time, each key and value row loaded once
+/// for the three.
 #[allow(clippy::too_many_arguments)]
-fn attend_head(q: &[f32], kt: &[f32], stride: usize, vc: &[f32], kvd: usize, voff: usize, n: usize, scale: f32, out: &mut [f32]) {
-    let hd = q.len();
+fn attend_group(q: &[f32], hd: usize, kt: &[f32], stride: usize, vc: &[f32], kvd: usize, voff: usize, n: usize, scale: f32, out: &mut [f32]) {
+    let heads = q.len() / hd;
     SCORES.with(|cell| {
         let mut scores = cell.borrow_mut();
+        // One row of n16 scores per head. Lanes past n read stale or zero
+        // keys and are never used.
         let n16 = n.next_multiple_of(16);
-        scores.resize(n16, 0.0);
-        // 16 positions per pass: acc[i] is the dot of q with key p0 + i,
-        // built one head dimension at a time (one vector FMA each). Lanes
-        // past n read stale or zero keys and are never used.
-        // One bounds check for the whole key block instead of one per load.
-        assert!(n16 <= stride && kt.len() >= hd * stride);
-        for (p0, sc) in (0..n16).step_by(16).zip(scores.chunks_exact_mut(16)) {
-            // Eight partial sums (dims d % 8) added up in order at the end:
-            // the same arithmetic, in the same order, as `kernels::dot_f32`
-            // per position, so scores are bit-identical to a plain dot; and
-            // eight independent chains instead of one add-latency chain.
-            let mut acc = [[0f32; 16]; 8];
-            // SAFETY: d < hd and p0 + 16 <= n16 <= stride (asserted).
-            let key = |d: usize| unsafe { &*(kt.as_ptr().add(d * stride + p0) as *const [f32; 16]) };
-            let n8 = hd / 8 * 8;
-            for d8 in (0..n8).step_by(8) {
-                for (c, a) in acc.iter_mut().enumerate() {
-                    let (qd, k) = (q[d8 + c], key(d8 + c));
-                    for i in 0..16 {
-                        a[i] += qd * k[i];
-                    }
-                }
-            }
-            // Whole vectors only (a per-lane loop here gets vectorized into
-            // gathers).
-            let mut dot = [0f32; 16];
-            for a in &acc {
-                for i in 0..16 {
-                    dot[i] += a[i];
-                }
-            }
-            for d in n8..hd {
-                let (qd, k) = (q[d], key(d));
-                for i in 0..16 {
-                    dot[i] += qd * k[i];
-                }
-            }
-            for i in 0..16 {
-                sc[i] = dot[i] * scale;
+        scores.resize(heads * n16, 0.0);
+        // One bounds check for everything the kernels read and write.
+        assert!(n16 <= stride && kt.len() >= hd * stride && out.len() == q.len());
+        assert!(n == 0 || vc.len() >= (n - 1) * kvd + voff + hd);
+        for h0 in (0..heads).step_by(3) {
+            let hs = (heads - h0).min(3);
+            let qs = &q[h0 * hd..(h0 + hs) * hd];
+            for p0 in (0..n16).step_by(16) {
+                // SAFETY: p0 + 16 <= n16 <= stride, kt holds hd * stride,
+                // scores holds heads * n16 (asserted / resized above).
+                unsafe { kernels::scores16_heads(qs, hd, kt.as_ptr(), stride, p0, scale, scores.as_mut_ptr().add(h0 * n16), n16) };
             }
         }
-        let scores = &mut scores[..n];
-        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        let mut sum = 0f32;
-        for sc in scores.iter_mut() {
-            *sc = (*sc - max).exp();
-            sum += *sc;
+        for h in 0..heads {
+            let s = &mut scores[h * n16..h * n16 + n];
+            let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut sum = 0f32;
+            for sc in s.iter_mut() {
+                *sc = (*sc - max).exp();
+                sum += *sc;
+            }
+            let inv = 1.0 / sum;
+            for sc in s.iter_mut() {
+                *sc *= inv;
+            }
         }
-        let inv = 1.0 / sum;
         if hd % 64 == 0 {
-            // 64 output dims (four 16-wide chains) held in registers across
-            // all positions; per element the same adds in the same order as
-            // an axpy per position, without reloading and storing `out`.
-            assert!(n == 0 || vc.len() >= (n - 1) * kvd + voff + hd);
-            for (dc, oc) in out.chunks_exact_mut(64).enumerate() {
-                let mut acc = [0f32; 64];
-                for (j, &p) in scores.iter().enumerate() {
-                    let w = p * inv;
-                    // SAFETY: in bounds by the assert above.
-                    let v = unsafe { &*(vc.as_ptr().add(j * kvd + voff + dc * 64) as *const [f32; 64]) };
-                    for i in 0..64 {
-                        acc[i] += w * v[i];
-                    }
+            // 64 output dims per head held in registers across all
+            // positions; per element the same adds in the same order as an
+            // axpy per position, without reloading and storing `out`.
+            for h0 in (0..heads).step_by(3) {
+                let hs = (heads - h0).min(3);
+                for dc in 0..hd / 64 {
+                    // SAFETY: in bounds by the asserts above.
+                    unsafe {
+                        kernels::weighted_values64(
+                            hs,
+                            scores.as_ptr().add(h0 * n16),
+                            n16,
+                            n,
+                            vc.as_ptr(),
+                            kvd,
+                            voff + dc * 64,
+                            out.as_mut_ptr().add(h0 * hd + dc * 64),
+                            hd,
+                        )
+                    };
                 }
-                oc.copy_from_slice(&acc);
             }
         } else {
             out.fill(0.0);
-            for (j, sc) in scores.iter().enumerate() {
-                kernels::axpy(sc * inv, &vc[j * kvd + voff..j * kvd + voff + hd], out);
+            for h in 0..heads {
+                let o = &mut out[h * hd..(h + 1) * hd];
+                for (j, &w) in scores[h * n16..h * n16 + n].iter().enumerate() {
+                    kernels::axpy(w, &vc[j * kvd + voff..j * kvd + voff + hd], o);
+                }
             }
         }
     });
