@@ -38,7 +38,16 @@ async function engineRound(bin: string, model: string, threads: number, streams:
 function ensureReference(): void {
   if (existsSync(path.join(refDir, "node_modules", "node-llama-cpp"))) return;
   process.stderr.write("» installing node-llama-cpp (CPU prebuilt only) in bench/reference\n");
-  execFileSync("npm", ["ci", "--omit=optional", "--no-audit", "--no-fund"], { cwd: refDir, stdio: "inherit", env: { ...process.env, NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true" } });
+  const opts = { cwd: refDir, stdio: "inherit" as const, env: { ...process.env, NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true" } };
+  try {
+    execFileSync("npm", ["ci", "--omit=optional", "--no-audit", "--no-fund"], opts);
+  } catch {
+    // Newer npm refuses `ci` when the lockfile lacks entries for other
+    // platforms' optional prebuilts (they are omitted on purpose); `install`
+    // still takes every version it has from the lockfile.
+    process.stderr.write("» npm ci refused the lockfile; installing with npm install (versions from the lockfile)\n");
+    execFileSync("npm", ["install", "--omit=optional", "--no-audit", "--no-fund", "--no-save"], opts);
+  }
 }
 
 async function llamaRound(model: string, runs: number): Promise<{ prefill: number; decode: number; engine: string }> {
