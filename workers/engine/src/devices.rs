@@ -8,23 +8,8 @@ use candle_core::Device;
 pub fn open(name: &str) -> Result<(Device, String), String> {
     match name {
         "cpu" => Ok((Device::Cpu, "cpu".into())),
-        "cuda" => {
-            if !cfg!(feature = "cuda") {
-                return Err("this binary was built without the `cuda` feature".into());
-            }
-            let dev = Device::new_cuda(0).map_err(|e| format!("CUDA device 0: {e}"))?;
-            // Touch the device so a broken driver fails here, not mid-request.
-            candle_core::Tensor::zeros(4, candle_core::DType::F32, &dev).map_err(|e| format!("CUDA device 0: {e}"))?;
-            Ok((dev, "cuda:0".into()))
-        }
-        "metal" => {
-            if !cfg!(feature = "metal") {
-                return Err("this binary was built without the `metal` feature".into());
-            }
-            let dev = Device::new_metal(0).map_err(|e| format!("Metal device 0: {e}"))?;
-            candle_core::Tensor::zeros(4, candle_core::DType::F32, &dev).map_err(|e| format!("Metal device 0: {e}"))?;
-            Ok((dev, "metal".into()))
-        }
+        "cuda" => accelerator(cfg!(feature = "cuda"), "cuda", "CUDA device 0", || Device::new_cuda(0), "cuda:0"),
+        "metal" => accelerator(cfg!(feature = "metal"), "metal", "Metal device 0", || Device::new_metal(0), "metal"),
         "auto" => {
             if cfg!(feature = "cuda") && candle_core::utils::cuda_is_available() {
                 if let Ok(d) = open("cuda") {
@@ -40,6 +25,22 @@ pub fn open(name: &str) -> Result<(Device, String), String> {
         }
         other => Err(format!("unknown device {other:?} (auto, cpu, cuda or metal)")),
     }
+}
+
+fn accelerator(
+    built: bool,
+    feature: &str,
+    what: &str,
+    new: impl FnOnce() -> candle_core::Result<Device>,
+    name: &str,
+) -> Result<(Device, String), String> {
+    if !built {
+        return Err(format!("this binary was built without the `{feature}` feature"));
+    }
+    let dev = new().map_err(|e| format!("{what}: {e}"))?;
+    // Touch the device so a broken driver fails here, not mid-request.
+    candle_core::Tensor::zeros(4, candle_core::DType::F32, &dev).map_err(|e| format!("{what}: {e}"))?;
+    Ok((dev, name.into()))
 }
 
 /// Which llama executor runs on `device`: `auto` is the engine's own kernels

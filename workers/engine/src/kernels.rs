@@ -603,31 +603,10 @@ mod x86 {
     use super::{Tile, TILE};
     use std::arch::x86_64::*;
 
-    /// `super::scores16` on AVX-512: one zmm per partial sum; multiply and
-    /// add kept separate (no FMA) so the rounding matches the portable loop.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn scores16_avx512(q: &[f32], kt: *const f32, stride: usize, p0: usize, scale: f32, out: &mut [f32; 16]) {
-        let hd = q.len();
-        let key = |d: usize| _mm512_loadu_ps(kt.add(d * stride + p0));
-        let mut acc = [_mm512_setzero_ps(); 8];
-        let n8 = hd / 8 * 8;
-        for d8 in (0..n8).step_by(8) {
-            for (c, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_add_ps(*a, _mm512_mul_ps(_mm512_set1_ps(q[d8 + c]), key(d8 + c)));
-            }
-        }
-        let mut dot = _mm512_setzero_ps();
-        for a in acc {
-            dot = _mm512_add_ps(dot, a);
-        }
-        for d in n8..hd {
-            dot = _mm512_add_ps(dot, _mm512_mul_ps(_mm512_set1_ps(q[d]), key(d)));
-        }
-        _mm512_storeu_ps(out.as_mut_ptr(), _mm512_mul_ps(dot, _mm512_set1_ps(scale)));
-    }
-
-    /// `super::scores16_heads` on AVX-512 for H heads: 8 partial sums per
-    /// head (8H zmm), one key load per dimension for all heads.
+    /// `super::scores16_heads` on AVX-512 for H heads (and `scores16` for
+    /// one): 8 partial sums per head (8H zmm), one key load per dimension
+    /// for all heads; multiply and add kept separate (no FMA) so the rounding
+    /// matches the portable loop.
     #[target_feature(enable = "avx512f")]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn scores16_heads_avx512<const H: usize>(
@@ -659,7 +638,7 @@ mod x86 {
             for d in n8..hd {
                 dot = _mm512_add_ps(dot, _mm512_mul_ps(_mm512_set1_ps(qs[h * hd + d]), key(d)));
             }
-            _mm512_storeu_ps(out.add(h * out_stride + p0), _mm512_mul_ps(dot, _mm512_set1_ps(scale)));
+            _mm512_storeu_ps(out.add(h * out_stride), _mm512_mul_ps(dot, _mm512_set1_ps(scale)));
         }
     }
 
@@ -1016,7 +995,7 @@ pub unsafe fn scores16(q: &[f32], kt: *const f32, stride: usize, p0: usize, scal
         // scalar code through the stack, which made attention a quarter of
         // a batch-8 decode step.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => x86::scores16_avx512(q, kt, stride, p0, scale, out),
+        Isa::Avx512Vnni => x86::scores16_heads_avx512::<1>(q, q.len(), kt, stride, p0, scale, out.as_mut_ptr(), 16),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => x86::scores16_avx2(q, kt, stride, p0, scale, out),
         Isa::Scalar => scores16_portable(q, kt, stride, p0, scale, out),
@@ -1025,12 +1004,11 @@ pub unsafe fn scores16(q: &[f32], kt: *const f32, stride: usize, p0: usize, scal
 
 /// `scores16` for `qs.len() / hd` query heads (1..=3) that share one KV
 /// head (grouped-query attention): each key block is loaded once for all of
-/// them. Head h's scores go to `out[h * out_stride + p0..][..16]`; per head
+/// them. Head h's 16 scores go to `out[h * out_stride..][..16]`; per head
 /// the arithmetic is exactly `scores16`'s.
 ///
 /// # Safety
-/// As `scores16`, and `out` must hold `heads * out_stride` floats with
-/// `p0 + 16 <= out_stride`.
+/// As `scores16`, and `out` must hold `(heads - 1) * out_stride + 16` floats.
 pub unsafe fn scores16_heads(qs: &[f32], hd: usize, kt: *const f32, stride: usize, p0: usize, scale: f32, out: *mut f32, out_stride: usize) {
     let heads = qs.len() / hd;
     #[cfg(target_arch = "x86_64")]
@@ -1044,7 +1022,7 @@ pub unsafe fn scores16_heads(qs: &[f32], hd: usize, kt: *const f32, stride: usiz
     }
     // Narrower vectors have too few registers to hold several heads' sums.
     for h in 0..heads {
-        let o = &mut *(out.add(h * out_stride + p0) as *mut [f32; 16]);
+        let o = &mut *(out.add(h * out_stride) as *mut [f32; 16]);
         scores16(&qs[h * hd..(h + 1) * hd], kt, stride, p0, scale, o);
     }
 }
@@ -1201,7 +1179,7 @@ mod tests {
         for heads in 1..=3usize {
             let qs: Vec<f32> = (0..heads * hd).map(|_| lcg(&mut seed)).collect();
             let mut got = vec![0f32; heads * stride];
-            unsafe { scores16_heads(&qs, hd, kt.as_ptr(), stride, 16, 0.125, got.as_mut_ptr(), stride) };
+            unsafe { scores16_heads(&qs, hd, kt.as_ptr(), stride, 16, 0.125, got.as_mut_ptr().add(16), stride) };
             for h in 0..heads {
                 let mut want = [0f32; 16];
                 unsafe { scores16_portable(&qs[h * hd..(h + 1) * hd], kt.as_ptr(), stride, 16, 0.125, &mut want) };

@@ -386,7 +386,7 @@ fn attend_group(q: &[f32], hd: usize, kt: &[f32], stride: usize, vc: &[f32], kvd
             for p0 in (0..n16).step_by(16) {
                 // SAFETY: p0 + 16 <= n16 <= stride, kt holds hd * stride,
                 // scores holds heads * n16 (asserted / resized above).
-                unsafe { kernels::scores16_heads(qs, hd, kt.as_ptr(), stride, p0, scale, scores.as_mut_ptr().add(h0 * n16), n16) };
+                unsafe { kernels::scores16_heads(qs, hd, kt.as_ptr(), stride, p0, scale, scores.as_mut_ptr().add(h0 * n16 + p0), n16) };
             }
         }
         for h in 0..heads {

@@ -1,6 +1,6 @@
 // POST /v1/hidden_states on the worker: per-layer activations as safetensors
 // bytes (default) or JSON floats (Accept: application/json).
-import { DType, Pooling, type Tensor } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { DType, Pooling, type ChatMessages, type Tensor } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { EngineClient } from "../../engine/client.ts";
 import { EngineError } from "../../engine/client.ts";
 import type { WorkerContext } from "../context.ts";
@@ -18,7 +18,7 @@ export async function runHiddenStates(ctx: WorkerContext, engine: EngineClient, 
   if (dtype === undefined) return errorJson(400, "dtype: one of f32, f16", "invalid_request", "dtype");
   const layers = body.layers === undefined || body.layers === "all" ? [] : body.layers;
   if (!Array.isArray(layers) || !layers.every((l) => Number.isInteger(l) && l >= 0)) return errorJson(400, "layers: 'all' or an array of layer indices", "invalid_request", "layers");
-  let input: { case: "prompt"; value: string } | { case: "messages"; value: { $typeName: "switchyard.engine.v1.ChatMessages"; messages: { $typeName: "switchyard.engine.v1.ChatMessage"; role: string; content: string }[] } };
+  let input: { case: "prompt"; value: string } | { case: "messages"; value: ChatMessages };
   if (typeof body.input === "string") input = { case: "prompt", value: body.input };
   else if (Array.isArray(body.messages) && body.messages.length > 0) {
     input = {
@@ -26,6 +26,7 @@ export async function runHiddenStates(ctx: WorkerContext, engine: EngineClient, 
       value: {
         $typeName: "switchyard.engine.v1.ChatMessages",
         messages: (body.messages as { role?: unknown; content?: unknown }[]).map((m) => ({ $typeName: "switchyard.engine.v1.ChatMessage", role: String(m.role ?? "user"), content: contentText(m.content) })),
+        continueFinalMessage: false,
       },
     };
   } else return errorJson(400, "input (a string) or messages is required", "invalid_request", "input");
