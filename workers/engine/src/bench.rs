@@ -134,8 +134,8 @@ pub fn run(o: &BenchOptions) -> Result<()> {
             "| {n} | {per_stream:.1} | {aggregate:.1} | {:.2} | {:.2} | {} ({} per token) |",
             aggregate / single_rate,
             best * 1000.0 / steps,
-            cfg.kv_bytes_per_token() * (short + o.tokens),
-            cfg.kv_bytes_per_token()
+            model.kv_bytes_per_token() * (short + o.tokens),
+            model.kv_bytes_per_token()
         );
     }
     Ok(())

@@ -612,14 +612,14 @@ mod x86 {
     pub unsafe fn scores16_heads_avx512<const H: usize>(
         qs: &[f32],
         hd: usize,
-        kt: *const f32,
+        kt: *const half::f16,
         stride: usize,
         p0: usize,
         scale: f32,
         out: *mut f32,
         out_stride: usize,
     ) {
-        let key = |d: usize| _mm512_loadu_ps(kt.add(d * stride + p0));
+        let key = |d: usize| _mm512_cvtph_ps(_mm256_loadu_si256(kt.add(d * stride + p0) as *const __m256i));
         let mut acc = [[_mm512_setzero_ps(); 8]; H];
         let n8 = hd / 8 * 8;
         for d8 in (0..n8).step_by(8) {
@@ -649,7 +649,7 @@ mod x86 {
         w: *const f32,
         w_stride: usize,
         n: usize,
-        vc: *const f32,
+        vc: *const half::f16,
         kvd: usize,
         voff: usize,
         out: *mut f32,
@@ -658,7 +658,8 @@ mod x86 {
         let mut acc = [[_mm512_setzero_ps(); 4]; H];
         for j in 0..n {
             let v = vc.add(j * kvd + voff);
-            let vs = [_mm512_loadu_ps(v), _mm512_loadu_ps(v.add(16)), _mm512_loadu_ps(v.add(32)), _mm512_loadu_ps(v.add(48))];
+            let ld = |o: usize| _mm512_cvtph_ps(_mm256_loadu_si256(v.add(o) as *const __m256i));
+            let vs = [ld(0), ld(16), ld(32), ld(48)];
             for h in 0..H {
                 let wj = _mm512_set1_ps(*w.add(h * w_stride + j));
                 for c in 0..4 {
@@ -674,12 +675,12 @@ mod x86 {
     }
 
     /// `super::scores16` on AVX2: each 16-lane sum as two ymm halves.
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn scores16_avx2(q: &[f32], kt: *const f32, stride: usize, p0: usize, scale: f32, out: &mut [f32; 16]) {
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn scores16_avx2(q: &[f32], kt: *const half::f16, stride: usize, p0: usize, scale: f32, out: &mut [f32; 16]) {
         let hd = q.len();
         let n8 = hd / 8 * 8;
         for half in 0..2 {
-            let key = |d: usize| _mm256_loadu_ps(kt.add(d * stride + p0 + half * 8));
+            let key = |d: usize| _mm256_cvtph_ps(_mm_loadu_si128(kt.add(d * stride + p0 + half * 8) as *const __m128i));
             let mut acc = [_mm256_setzero_ps(); 8];
             for d8 in (0..n8).step_by(8) {
                 for (c, a) in acc.iter_mut().enumerate() {
@@ -989,7 +990,7 @@ mod x86 {
 ///
 /// # Safety
 /// `kt` must hold `q.len() * stride` floats and `p0 + 16 <= stride`.
-pub unsafe fn scores16(q: &[f32], kt: *const f32, stride: usize, p0: usize, scale: f32, out: &mut [f32; 16]) {
+pub unsafe fn scores16(q: &[f32], kt: *const f16, stride: usize, p0: usize, scale: f32, out: &mut [f32; 16]) {
     match isa() {
         // Written with intrinsics: LLVM turns the portable loop below into
         // scalar code through the stack, which made attention a quarter of
@@ -1009,7 +1010,7 @@ pub unsafe fn scores16(q: &[f32], kt: *const f32, stride: usize, p0: usize, scal
 ///
 /// # Safety
 /// As `scores16`, and `out` must hold `(heads - 1) * out_stride + 16` floats.
-pub unsafe fn scores16_heads(qs: &[f32], hd: usize, kt: *const f32, stride: usize, p0: usize, scale: f32, out: *mut f32, out_stride: usize) {
+pub unsafe fn scores16_heads(qs: &[f32], hd: usize, kt: *const f16, stride: usize, p0: usize, scale: f32, out: *mut f32, out_stride: usize) {
     let heads = qs.len() / hd;
     #[cfg(target_arch = "x86_64")]
     if isa() == Isa::Avx512Vnni {
@@ -1037,7 +1038,7 @@ pub unsafe fn scores16_heads(qs: &[f32], hd: usize, kt: *const f32, stride: usiz
 /// `w` holds `heads * w_stride` floats, `n <= w_stride`; `vc` holds
 /// `(n - 1) * kvd + voff + 64` floats; `out` holds `(heads - 1) * hd + 64`.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn weighted_values64(heads: usize, w: *const f32, w_stride: usize, n: usize, vc: *const f32, kvd: usize, voff: usize, out: *mut f32, hd: usize) {
+pub unsafe fn weighted_values64(heads: usize, w: *const f32, w_stride: usize, n: usize, vc: *const f16, kvd: usize, voff: usize, out: *mut f32, hd: usize) {
     #[cfg(target_arch = "x86_64")]
     if isa() == Isa::Avx512Vnni {
         return match heads {
@@ -1051,7 +1052,7 @@ pub unsafe fn weighted_values64(heads: usize, w: *const f32, w_stride: usize, n:
         let mut acc = [0f32; 64];
         for j in 0..n {
             let wj = *w.add(h * w_stride + j);
-            let v = &*(vc.add(j * kvd + voff) as *const [f32; 64]);
+            let v = (*(vc.add(j * kvd + voff) as *const [f16; 64])).map(f16::to_f32);
             for i in 0..64 {
                 acc[i] += wj * v[i];
             }
@@ -1060,9 +1061,9 @@ pub unsafe fn weighted_values64(heads: usize, w: *const f32, w_stride: usize, n:
     }
 }
 
-unsafe fn scores16_portable(q: &[f32], kt: *const f32, stride: usize, p0: usize, scale: f32, out: &mut [f32; 16]) {
+unsafe fn scores16_portable(q: &[f32], kt: *const f16, stride: usize, p0: usize, scale: f32, out: &mut [f32; 16]) {
     let hd = q.len();
-    let key = |d: usize| &*(kt.add(d * stride + p0) as *const [f32; 16]);
+    let key = |d: usize| (*(kt.add(d * stride + p0) as *const [f16; 16])).map(f16::to_f32);
     let mut acc = [[0f32; 16]; 8];
     let n8 = hd / 8 * 8;
     for d8 in (0..n8).step_by(8) {
@@ -1149,12 +1150,12 @@ mod tests {
         for hd in [64usize, 72, 5] {
             let stride = 48;
             let q: Vec<f32> = (0..hd).map(|_| lcg(&mut seed)).collect();
-            let kt: Vec<f32> = (0..hd * stride).map(|_| lcg(&mut seed)).collect();
+            let kt: Vec<f16> = (0..hd * stride).map(|_| f16::from_f32(lcg(&mut seed))).collect();
             for p0 in [0usize, 16, 32] {
                 let mut want = [0f32; 16];
                 unsafe { scores16_portable(&q, kt.as_ptr(), stride, p0, 0.125, &mut want) };
                 for i in 0..16 {
-                    let key: Vec<f32> = (0..hd).map(|d| kt[d * stride + p0 + i]).collect();
+                    let key: Vec<f32> = (0..hd).map(|d| kt[d * stride + p0 + i].to_f32()).collect();
                     assert_eq!(want[i].to_bits(), (dot_f32(&q, &key) * 0.125).to_bits(), "portable vs dot_f32, hd {hd}");
                 }
                 let mut got = [0f32; 16];
@@ -1174,8 +1175,9 @@ mod tests {
     fn grouped_attention_kernels_equal_per_head() {
         let mut seed = 11u64;
         let (hd, stride, n, kvd, voff) = (64usize, 48usize, 37usize, 192usize, 64usize);
-        let kt: Vec<f32> = (0..hd * stride).map(|_| lcg(&mut seed)).collect();
-        let vc: Vec<f32> = (0..n * kvd).map(|_| lcg(&mut seed)).collect();
+        let kt: Vec<f16> = (0..hd * stride).map(|_| f16::from_f32(lcg(&mut seed))).collect();
+        let vc: Vec<f16> = (0..n * kvd).map(|_| f16::from_f32(lcg(&mut seed))).collect();
+        let vf: Vec<f32> = vc.iter().map(|v| v.to_f32()).collect();
         for heads in 1..=3usize {
             let qs: Vec<f32> = (0..heads * hd).map(|_| lcg(&mut seed)).collect();
             let mut got = vec![0f32; heads * stride];
@@ -1191,7 +1193,7 @@ mod tests {
             for h in 0..heads {
                 let mut want = vec![0f32; 64];
                 for j in 0..n {
-                    axpy(w[h * stride + j], &vc[j * kvd + voff..j * kvd + voff + 64], &mut want);
+                    axpy(w[h * stride + j], &vf[j * kvd + voff..j * kvd + voff + 64], &mut want);
                 }
                 assert_eq!(out[h * hd..h * hd + 64].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "values, {heads} heads, head {h}");
             }

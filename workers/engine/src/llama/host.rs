@@ -13,6 +13,7 @@ use candle_core::quantized::gguf_file;
 
 use super::{load_host_matrix, load_vec, LlamaConfig, Scratch, SeqInput, SeqOutput};
 use crate::kernels::{self, quantize_activations, QMatrix};
+use half::f16;
 
 struct Layer {
     attn_norm: Vec<f32>,
@@ -36,15 +37,18 @@ pub(super) struct HostModel {
     rope_sin: Vec<f32>,
 }
 
-/// One sequence's keys and values on the host.
+/// One sequence's keys and values on the host, stored as f16 like
+/// llama.cpp's default cache: half the memory per sequence of f32, and half
+/// the bytes attention streams through per step; the kernels widen them to
+/// f32 as they load.
 pub(super) struct HostKv {
     /// Keys per layer, transposed: `[kv_dim][stride]` (element c of the key
     /// at position p is at `c * stride + p`). Attention then scores 16
     /// positions at a time with plain 16-wide FMAs down the head dimension
     /// instead of one horizontal dot product per position.
-    k: Vec<Vec<f32>>,
+    k: Vec<Vec<f16>>,
     /// Values per layer, `[position][kv_dim]` (read a whole row at a time).
-    v: Vec<Vec<f32>>,
+    v: Vec<Vec<f16>>,
     /// Capacity rounded up to 16, so a 16-position score block never runs
     /// past a key row.
     stride: usize,
@@ -54,8 +58,8 @@ impl HostKv {
     pub(super) fn new(cfg: &LlamaConfig, capacity: usize) -> Self {
         let stride = capacity.next_multiple_of(16);
         HostKv {
-            k: (0..cfg.n_layers).map(|_| vec![0f32; stride * cfg.kv_dim()]).collect(),
-            v: (0..cfg.n_layers).map(|_| vec![0f32; capacity * cfg.kv_dim()]).collect(),
+            k: (0..cfg.n_layers).map(|_| vec![f16::ZERO; stride * cfg.kv_dim()]).collect(),
+            v: (0..cfg.n_layers).map(|_| vec![f16::ZERO; capacity * cfg.kv_dim()]).collect(),
             stride,
         }
     }
@@ -205,9 +209,11 @@ impl HostModel {
                 let cache = &mut caches[seq];
                 let stride = cache.stride;
                 for (c, &kc) in k.iter().enumerate() {
-                    cache.k[li][c * stride + pos] = kc;
+                    cache.k[li][c * stride + pos] = f16::from_f32(kc);
                 }
-                cache.v[li][pos * kvd..(pos + 1) * kvd].copy_from_slice(v);
+                for (dst, &vc) in cache.v[li][pos * kvd..(pos + 1) * kvd].iter_mut().zip(v.iter()) {
+                    *dst = f16::from_f32(vc);
+                }
             }
             {
                 let caches_ro: &[&mut HostKv] = caches;
@@ -369,7 +375,7 @@ const SILU_CHUNK: usize = 256;
 /// through the kernels three at a time, each key and value row loaded once
 /// for the three.
 #[allow(clippy::too_many_arguments)]
-fn attend_group(q: &[f32], hd: usize, kt: &[f32], stride: usize, vc: &[f32], kvd: usize, voff: usize, n: usize, scale: f32, out: &mut [f32]) {
+fn attend_group(q: &[f32], hd: usize, kt: &[f16], stride: usize, vc: &[f16], kvd: usize, voff: usize, n: usize, scale: f32, out: &mut [f32]) {
     let heads = q.len() / hd;
     SCORES.with(|cell| {
         let mut scores = cell.borrow_mut();
@@ -427,10 +433,14 @@ fn attend_group(q: &[f32], hd: usize, kt: &[f32], stride: usize, vc: &[f32], kvd
             }
         } else {
             out.fill(0.0);
+            let mut v = vec![0f32; hd];
             for h in 0..heads {
                 let o = &mut out[h * hd..(h + 1) * hd];
                 for (j, &w) in scores[h * n16..h * n16 + n].iter().enumerate() {
-                    kernels::axpy(w, &vc[j * kvd + voff..j * kvd + voff + hd], o);
+                    for (x, y) in v.iter_mut().zip(&vc[j * kvd + voff..j * kvd + voff + hd]) {
+                        *x = y.to_f32();
+                    }
+                    kernels::axpy(w, &v, o);
                 }
             }
         }

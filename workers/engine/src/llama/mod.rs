@@ -48,10 +48,6 @@ impl LlamaConfig {
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
     }
-    /// KV cache bytes one token occupies (f32 keys and values, every layer).
-    pub fn kv_bytes_per_token(&self) -> usize {
-        2 * self.n_layers * self.kv_dim() * std::mem::size_of::<f32>()
-    }
 
     /// RoPE cos/sin for positions < `len`, `[len][rope_dims / 2]`, computed
     /// the way ggml does (theta multiplied down in f32, so values match
@@ -312,14 +308,23 @@ impl LlamaModel {
         self.rope_len
     }
 
+    /// KV cache bytes one token occupies, keys and values of every layer:
+    /// f16 on the host (as llama.cpp), f32 on a candle device.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        let elem = match &self.exec {
+            Exec::Host(_) => std::mem::size_of::<half::f16>(),
+            Exec::Device(_) => std::mem::size_of::<f32>(),
+        };
+        2 * self.cfg.n_layers * self.cfg.kv_dim() * elem
+    }
+
     /// A KV cache for up to `capacity` positions, where this model computes.
     pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
         let store = match &self.exec {
             Exec::Host(_) => KvStore::Host(host::HostKv::new(&self.cfg, capacity)),
             Exec::Device(d) => KvStore::Device(d.new_kv(capacity)?),
         };
-        let bytes = 2 * self.cfg.n_layers * capacity * self.cfg.kv_dim() * std::mem::size_of::<f32>();
-        Ok(KvCache { len: 0, capacity, bytes, store })
+        Ok(KvCache { len: 0, capacity, bytes: capacity * self.kv_bytes_per_token(), store })
     }
 
     /// One batched step: each sequence's new tokens go through the model and
