@@ -2,14 +2,9 @@
 // store must hold, settle, release and rebuild money the same way.
 import { describe, expect, it } from "vitest";
 import type { BudgetStore } from "@switchyard/state";
+import type { ClockedHarness } from "./twins.ts";
 
-export interface BudgetHarness {
-  store: BudgetStore;
-  /** Let `ms` of store time pass (real sleep for Redis, manual clock for memory). */
-  elapse(ms: number): Promise<void>;
-  /** The store's clock now, in the unit of BudgetHold.expiresAtMs. */
-  now(): Promise<number>;
-}
+export type BudgetHarness = ClockedHarness<BudgetStore>;
 
 const DAY = "2026-11-30";
 const HOUR = 3_600_000;

@@ -1,36 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { budgetKeys, ManualClock, MemoryBudgetStore, RedisBudgetStore } from "@switchyard/state";
-import { createTestRedis, sleep, type TestRedis } from "../helpers/env.ts";
-import { budgetContract, type BudgetHarness } from "./budget.contract.ts";
+import { budgetKeys, MemoryBudgetStore, RedisBudgetStore } from "@switchyard/state";
+import { createTestRedis } from "../helpers/env.ts";
+import { budgetContract } from "./budget.contract.ts";
+import { runOnBothTwins } from "./twins.ts";
 
-const redisOf = new WeakMap<BudgetHarness, TestRedis>();
-
-budgetContract(
-  "redis",
-  async () => {
-    const r = await createTestRedis();
-    const h: BudgetHarness = {
-      store: new RedisBudgetStore(r.redis, r.prefix),
-      elapse: sleep,
-      now: async () => {
-        const [sec, usec] = await r.redis.time();
-        return Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
-      },
-    };
-    redisOf.set(h, r);
-    return h;
-  },
-  async (h) => redisOf.get(h)!.cleanup(),
-);
-
-budgetContract(
-  "in-process",
-  async () => {
-    const clock = new ManualClock();
-    return { store: new MemoryBudgetStore(clock), elapse: async (ms) => clock.advance(ms), now: async () => clock.now() };
-  },
-  async () => {},
-);
+runOnBothTwins(budgetContract, {
+  redis: (r) => new RedisBudgetStore(r.redis, r.prefix),
+  memory: (clock) => new MemoryBudgetStore(clock),
+});
 
 describe("RedisBudgetStore keys", () => {
   it("every key of a tenant's day carries the tenant hash tag and a TTL", async () => {

@@ -2,14 +2,9 @@
 // store must grant, refuse, extend, release and expire leases the same way.
 import { describe, expect, it } from "vitest";
 import { newLeaseId, type LeaseStore } from "@switchyard/state";
+import type { ClockedHarness } from "./twins.ts";
 
-export interface LeaseHarness {
-  store: LeaseStore;
-  /** Let `ms` of store time pass (real sleep for Redis, manual clock for memory). */
-  elapse(ms: number): Promise<void>;
-  /** The store's clock now, in the unit of Lease.expiresAtMs. */
-  now(): Promise<number>;
-}
+export type LeaseHarness = ClockedHarness<LeaseStore>;
 
 const HOUR = 3_600_000;
 let n = 0;

@@ -1,36 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { leaseKeys, ManualClock, MemoryLeaseStore, newLeaseId, RedisLeaseStore } from "@switchyard/state";
-import { createTestRedis, sleep, type TestRedis } from "../helpers/env.ts";
-import { leaseContract, type LeaseHarness } from "./lease.contract.ts";
+import { leaseKeys, MemoryLeaseStore, newLeaseId, RedisLeaseStore } from "@switchyard/state";
+import { createTestRedis } from "../helpers/env.ts";
+import { leaseContract } from "./lease.contract.ts";
+import { runOnBothTwins } from "./twins.ts";
 
-const redisOf = new WeakMap<LeaseHarness, TestRedis>();
-
-leaseContract(
-  "redis",
-  async () => {
-    const r = await createTestRedis();
-    const h: LeaseHarness = {
-      store: new RedisLeaseStore(r.redis, r.prefix),
-      elapse: sleep,
-      now: async () => {
-        const [sec, usec] = await r.redis.time();
-        return Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
-      },
-    };
-    redisOf.set(h, r);
-    return h;
-  },
-  async (h) => redisOf.get(h)!.cleanup(),
-);
-
-leaseContract(
-  "in-process",
-  async () => {
-    const clock = new ManualClock();
-    return { store: new MemoryLeaseStore(clock), elapse: async (ms) => clock.advance(ms), now: async () => clock.now() };
-  },
-  async () => {},
-);
+runOnBothTwins(leaseContract, {
+  redis: (r) => new RedisLeaseStore(r.redis, r.prefix),
+  memory: (clock) => new MemoryLeaseStore(clock),
+});
 
 describe("RedisLeaseStore keys", () => {
   it("every lease key carries the {leases} hash tag; an empty store leaves only the fence", async () => {
