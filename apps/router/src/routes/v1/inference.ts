@@ -1,7 +1,7 @@
 // Shared by the three inference routes: validate against the route's schema,
 // resolve the model to live candidates, dispatch with failover.
 import type { Context } from "hono";
-import type { z } from "zod";
+import { z } from "zod";
 import { ApiError } from "../../errors.ts";
 import type { AppDeps, AppEnv } from "../../deps.ts";
 import type { InferencePath } from "../../backends/types.ts";
@@ -11,6 +11,21 @@ import type { RelayContext } from "../../relay/context.ts";
 import type { Resolution } from "../../routing/chain.ts";
 import { requestClass } from "../../routing/scorer.ts";
 import { routeWithLeases } from "../../leases/service.ts";
+
+/** The generation fields chat and text completions share, as OpenAI defines them. */
+export const generationFields = {
+  model: z.string().min(1),
+  stream: z.boolean().nullish(),
+  stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),
+  max_tokens: z.number().int().positive().nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().gt(0).max(1).nullish(),
+  top_k: z.number().int().nonnegative().nullish(),
+  n: z.literal(1).nullish(),
+  seed: z.number().int().nullish(),
+  stop: z.union([z.string(), z.array(z.string()).max(4)]).nullish(),
+  user: z.string().nullish(),
+};
 
 function fieldPath(path: PropertyKey[]): string {
   return path.reduce<string>((acc, p) => (typeof p === "number" ? `${acc}[${p}]` : acc ? `${acc}.${String(p)}` : String(p)), "");
