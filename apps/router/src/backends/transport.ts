@@ -19,3 +19,12 @@ export function transportFailure(err: unknown, signal: AbortSignal, label: strin
   if (code && connectCodes.has(code)) return new UpstreamFailure("connect", `${label} connection failed (${code})`, true);
   return new UpstreamFailure("protocol", `${label} request failed: ${(err as Error)?.message ?? String(err)}`, true);
 }
+
+/** A non-2xx answer's body as text for the error message; "" when it cannot be read (the status alone decides then). */
+export async function errorBodyText(body: { text(): Promise<string> }): Promise<string> {
+  try {
+    return await body.text();
+  } catch {
+    return "";
+  }
+}

@@ -4,7 +4,7 @@
 import { Pool } from "undici";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
-import { transportFailure } from "../transport.ts";
+import { errorBodyText, transportFailure } from "../transport.ts";
 import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse } from "../types.ts";
 import { AnthropicStreamError, type MessagesResponse, MessagesStreamTranslator, UntranslatableRequest, fromMessagesResponse, toMessagesRequest } from "./translate.ts";
 
@@ -142,12 +142,7 @@ export class AnthropicBackend implements Backend {
       throw classify(err, signal);
     }
     if (res.statusCode < 200 || res.statusCode >= 300) {
-      let text = "";
-      try {
-        text = await res.body.text();
-      } catch {
-        // body unreadable: the status alone decides
-      }
+      const text = await errorBodyText(res.body);
       throw statusFailure(res.statusCode, text);
     }
     const resBody = res.body;

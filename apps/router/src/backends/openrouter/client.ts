@@ -6,7 +6,7 @@
 import { Pool } from "undici";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
-import { transportFailure } from "../transport.ts";
+import { errorBodyText, transportFailure } from "../transport.ts";
 import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse } from "../types.ts";
 
 export interface OpenRouterOptions {
@@ -133,12 +133,7 @@ export class OpenRouterBackend implements Backend {
     }
     const s = res.statusCode;
     if (s < 200 || s >= 300) {
-      let text = "";
-      try {
-        text = await res.body.text();
-      } catch {
-        // body unreadable: the status alone decides
-      }
+      const text = await errorBodyText(res.body);
       const e = errorIn(text);
       const clientError = isClientError(s);
       throw new UpstreamFailure(

@@ -4,7 +4,7 @@ import { Pool } from "undici";
 import { workerCallSecret, type WorkerRecord } from "@switchyard/state";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
-import { transportFailure } from "../transport.ts";
+import { errorBodyText, transportFailure } from "../transport.ts";
 import { type Backend, type BackendRequest, UpstreamFailure, type UpstreamResponse } from "../types.ts";
 
 export interface WorkerPoolOptions {
@@ -122,12 +122,7 @@ export class WorkerBackend implements Backend {
       throw classify(err, signal);
     }
     if (res.statusCode < 200 || res.statusCode >= 300) {
-      let text = "";
-      try {
-        text = await res.body.text();
-      } catch {
-        // body unreadable: the status alone decides
-      }
+      const text = await errorBodyText(res.body);
       let upstreamError: UpstreamFailure["upstreamError"];
       try {
         upstreamError = (JSON.parse(text) as { error?: UpstreamFailure["upstreamError"] }).error;
