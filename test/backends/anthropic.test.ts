@@ -1,17 +1,13 @@
-// The Anthropic backend: translate.ts as pure functions, then AnthropicBackend
+// The Anthropic backend: the translation (request/response/stream.ts) as pure functions, then AnthropicBackend
 // over real HTTP against FakeAnthropic, reading usage the way billing does.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { AnthropicBackend, AnthropicConnections, type AnthropicOptions } from "../../apps/router/src/backends/anthropic/client.ts";
-import {
-  AnthropicStreamError,
-  MessagesStreamTranslator,
-  UntranslatableRequest,
-  fromMessagesResponse,
-  toMessagesRequest,
-  type MessagesResponse,
-} from "../../apps/router/src/backends/anthropic/translate.ts";
+import { toMessagesRequest } from "../../apps/router/src/backends/anthropic/request.ts";
+import { fromMessagesResponse } from "../../apps/router/src/backends/anthropic/response.ts";
+import { MessagesStreamTranslator } from "../../apps/router/src/backends/anthropic/stream.ts";
+import { AnthropicStreamError, UntranslatableRequest, type MessagesResponse } from "../../apps/router/src/backends/anthropic/wire.ts";
 import { type BackendRequest, UpstreamFailure } from "../../apps/router/src/backends/types.ts";
 import { usageFrom } from "../../apps/router/src/backends/usage.ts";
 import type { RelayContext } from "../../apps/router/src/relay/context.ts";

@@ -1,12 +1,16 @@
 // Anthropic's Messages API as a Backend: OpenAI chat in, OpenAI chat out.
-// translate.ts reshapes the bodies; this file owns the connection, headers
-// and how Anthropic's failures map onto UpstreamFailure.
+// request.ts, response.ts and stream.ts reshape the bodies; this file owns
+// the connection, headers and how Anthropic's failures map onto
+// UpstreamFailure.
 import { Pool } from "undici";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { errorBodyText, transportFailure } from "../transport.ts";
 import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse } from "../types.ts";
-import { AnthropicStreamError, type MessagesResponse, MessagesStreamTranslator, UntranslatableRequest, fromMessagesResponse, toMessagesRequest } from "./translate.ts";
+import { toMessagesRequest } from "./request.ts";
+import { fromMessagesResponse } from "./response.ts";
+import { MessagesStreamTranslator } from "./stream.ts";
+import { AnthropicStreamError, type MessagesResponse, UntranslatableRequest } from "./wire.ts";
 
 export interface AnthropicOptions {
   /** https://api.anthropic.com (a path prefix is kept, for gateways in front of it). */

@@ -1,0 +1,201 @@
+// OpenAI chat request → Anthropic Messages request (see wire.ts).
+import {
+  isObject,
+  UntranslatableRequest,
+  type ContentBlock,
+  type ImageBlock,
+  type Json,
+  type MessagesRequest,
+  type TextBlock,
+  type ToolResultBlock,
+  type ToolUseBlock,
+} from "./wire.ts";
+
+function reject(param: string, message: string): never {
+  throw new UntranslatableRequest(`${param}: ${message}`, param);
+}
+
+const dataUrl = /^data:([^;,]+);base64,(.*)$/s;
+
+/** One OpenAI content part as an Anthropic block (null: nothing to send). */
+function partBlock(part: unknown, at: string): TextBlock | ImageBlock | null {
+  if (!isObject(part)) reject(at, "content parts must be objects");
+  const cache = part.cache_control !== undefined ? { cache_control: part.cache_control } : {};
+  if (part.type === "text") {
+    if (typeof part.text !== "string") reject(`${at}.text`, "must be a string");
+    // Anthropic refuses empty text blocks; an empty part says nothing anyway.
+    return part.text === "" ? null : { type: "text", text: part.text, ...cache };
+  }
+  if (part.type === "image_url") {
+    const url = isObject(part.image_url) ? part.image_url.url : part.image_url;
+    if (typeof url !== "string") reject(`${at}.image_url.url`, "must be a string");
+    const m = dataUrl.exec(url);
+    if (m) return { type: "image", source: { type: "base64", media_type: m[1]!, data: m[2]! }, ...cache };
+    if (/^https?:\/\//i.test(url)) return { type: "image", source: { type: "url", url }, ...cache };
+    reject(`${at}.image_url.url`, "only base64 data: URLs and http(s) URLs can be sent to Anthropic");
+  }
+  reject(`${at}.type`, `content part type '${String(part.type)}' cannot be sent to Anthropic`);
+}
+
+function contentBlocks(content: unknown, at: string): Array<TextBlock | ImageBlock> {
+  if (content === undefined || content === null) return [];
+  if (typeof content === "string") return content === "" ? [] : [{ type: "text", text: content }];
+  if (!Array.isArray(content)) reject(at, "must be a string or an array of content parts");
+  return content.map((p, j) => partBlock(p, `${at}[${j}]`)).filter((b): b is TextBlock | ImageBlock => b !== null);
+}
+
+function toolUse(call: unknown, at: string): ToolUseBlock {
+  if (!isObject(call) || call.type !== "function" || !isObject(call.function)) reject(at, "only function tool calls can be sent to Anthropic");
+  const fn = call.function;
+  if (typeof call.id !== "string" || typeof fn.name !== "string") reject(at, "tool calls need an id and a function name");
+  let input: unknown = {};
+  const args = fn.arguments;
+  if (typeof args === "string" && args.trim() !== "") {
+    try {
+      input = JSON.parse(args);
+    } catch {
+      reject(`${at}.function.arguments`, "must be valid JSON");
+    }
+  } else if (isObject(args)) {
+    input = args;
+  }
+  // Anthropic takes tool input as an object, never a bare value.
+  if (!isObject(input)) reject(`${at}.function.arguments`, "must be a JSON object");
+  return { type: "tool_use", id: call.id, name: fn.name, input };
+}
+
+function toolResult(msg: Json, at: string): ToolResultBlock {
+  if (typeof msg.tool_call_id !== "string") reject(`${at}.tool_call_id`, "is required for tool messages");
+  const block: ToolResultBlock = { type: "tool_result", tool_use_id: msg.tool_call_id };
+  if (typeof msg.content === "string") {
+    if (msg.content !== "") block.content = msg.content;
+  } else {
+    const blocks = contentBlocks(msg.content, `${at}.content`);
+    if (blocks.length > 0) block.content = blocks;
+  }
+  return block;
+}
+
+function toolsFrom(tools: unknown): MessagesRequest["tools"] {
+  if (!Array.isArray(tools)) reject("tools", "must be an array");
+  return tools.map((t, i) => {
+    if (!isObject(t) || t.type !== "function" || !isObject(t.function)) reject(`tools[${i}]`, "only function tools can be sent to Anthropic");
+    const fn = t.function;
+    if (typeof fn.name !== "string") reject(`tools[${i}].function.name`, "is required");
+    return {
+      name: fn.name,
+      ...(typeof fn.description === "string" ? { description: fn.description } : {}),
+      // Anthropic requires a schema; OpenAI lets a parameterless function omit it.
+      input_schema: isObject(fn.parameters) ? fn.parameters : { type: "object", properties: {} },
+    };
+  });
+}
+
+function toolChoiceFrom(choice: unknown, parallel: unknown): MessagesRequest["tool_choice"] {
+  let tc: NonNullable<MessagesRequest["tool_choice"]>;
+  if (choice === undefined || choice === null || choice === "auto") tc = { type: "auto" };
+  else if (choice === "none") return { type: "none" };
+  else if (choice === "required") tc = { type: "any" };
+  else if (isObject(choice) && choice.type === "function" && isObject(choice.function) && typeof choice.function.name === "string") {
+    tc = { type: "tool", name: choice.function.name };
+  } else reject("tool_choice", "must be 'auto', 'none', 'required' or a function");
+  if (parallel === false) return { ...tc, disable_parallel_tool_use: true };
+  return choice === undefined || choice === null ? undefined : tc;
+}
+
+/** OpenAI fields with no Messages equivalent that change what the client gets back. */
+function rejectInexpressible(body: Json): void {
+  if (typeof body.n === "number" && body.n > 1) reject("n", "Anthropic returns one choice per request; n must be 1");
+  if (body.logprobs === true) reject("logprobs", "Anthropic does not return log probabilities");
+  if (typeof body.top_logprobs === "number" && body.top_logprobs > 0) reject("top_logprobs", "Anthropic does not return log probabilities");
+  if (isObject(body.logit_bias) && Object.keys(body.logit_bias).length > 0) reject("logit_bias", "Anthropic has no logit bias");
+  if (isObject(body.response_format) && body.response_format.type !== "text") {
+    reject("response_format", `'${String(body.response_format.type)}' cannot be enforced by Anthropic`);
+  }
+  if (body.audio != null || (Array.isArray(body.modalities) && body.modalities.some((m) => m !== "text"))) {
+    reject("modalities", "Anthropic answers with text only");
+  }
+}
+
+/**
+ * The Messages request for an OpenAI chat body. Sampling hints Anthropic
+ * lacks (seed, presence/frequency penalties) are dropped, not rejected:
+ * they do not change the shape of the answer.
+ */
+export function toMessagesRequest(body: Json, upstreamModel: string, defaults: { maxTokens: number }): MessagesRequest {
+  rejectInexpressible(body);
+  if (!Array.isArray(body.messages)) reject("messages", "must be an array");
+
+  const system: TextBlock[] = [];
+  const turns: Array<{ role: "user" | "assistant"; blocks: ContentBlock[] }> = [];
+  // Anthropic wants alternating turns: same-role neighbours become one turn,
+  // and tool results travel in the user turn that follows the tool calls.
+  const push = (role: "user" | "assistant", blocks: ContentBlock[]) => {
+    if (blocks.length === 0) return;
+    const last = turns[turns.length - 1];
+    if (last?.role === role) last.blocks.push(...blocks);
+    else turns.push({ role, blocks });
+  };
+  body.messages.forEach((m, i) => {
+    const at = `messages[${i}]`;
+    if (!isObject(m)) reject(at, "must be an object");
+    switch (m.role) {
+      case "system":
+      case "developer":
+        for (const b of contentBlocks(m.content, `${at}.content`)) {
+          if (b.type !== "text") reject(`${at}.content`, "system messages can hold text only");
+          system.push(b);
+        }
+        return;
+      case "user":
+        return push("user", contentBlocks(m.content, `${at}.content`));
+      case "assistant": {
+        const calls = Array.isArray(m.tool_calls) ? m.tool_calls.map((c, j) => toolUse(c, `${at}.tool_calls[${j}]`)) : [];
+        return push("assistant", [...contentBlocks(m.content, `${at}.content`), ...calls]);
+      }
+      case "tool":
+        return push("user", [toolResult(m, at)]);
+      default:
+        reject(`${at}.role`, `role '${String(m.role)}' cannot be sent to Anthropic`);
+    }
+  });
+
+  const req: MessagesRequest = {
+    model: upstreamModel,
+    max_tokens: num(body.max_completion_tokens) ?? num(body.max_tokens) ?? defaults.maxTokens,
+    messages: turns.map(({ role, blocks }) => {
+      const only = blocks[0];
+      const plain = blocks.length === 1 && only?.type === "text" && only.cache_control === undefined;
+      return { role, content: plain ? only.text : blocks };
+    }),
+  };
+  if (system.length > 0) {
+    // Blocks only where one carries cache_control; otherwise one plain string.
+    req.system = system.some((b) => b.cache_control !== undefined) ? system : system.map((b) => b.text).join("\n\n");
+  }
+  const temperature = num(body.temperature);
+  // OpenAI's range is 0..2, Anthropic's 0..1: clamp rather than refuse.
+  if (temperature !== undefined) req.temperature = Math.min(1, Math.max(0, temperature));
+  const topP = num(body.top_p);
+  if (topP !== undefined) req.top_p = topP;
+  const topK = num(body.top_k);
+  if (topK !== undefined) req.top_k = topK;
+  const stop = typeof body.stop === "string" ? [body.stop] : Array.isArray(body.stop) ? body.stop.filter((s): s is string => typeof s === "string") : [];
+  if (stop.length > 0) req.stop_sequences = stop;
+  if (body.stream === true) req.stream = true;
+  if (body.tools !== undefined && body.tools !== null) {
+    const tools = toolsFrom(body.tools);
+    if (tools && tools.length > 0) {
+      req.tools = tools;
+      const tc = toolChoiceFrom(body.tool_choice, body.parallel_tool_calls);
+      if (tc) req.tool_choice = tc;
+    }
+  }
+  if (typeof body.user === "string" && body.user !== "") req.metadata = { user_id: body.user };
+  return req;
+}
+
+function num(v: unknown): number | undefined {
+  return typeof v === "number" && Number.isFinite(v) ? v : undefined;
+}
+

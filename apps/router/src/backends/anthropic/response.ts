@@ -1,0 +1,61 @@
+// Anthropic Messages response → OpenAI chat completion (see wire.ts).
+import type { AnthropicUsage, Json, MessagesResponse, OpenAIUsage } from "./wire.ts";
+
+const finishReasons: Record<string, string> = {
+  end_turn: "stop",
+  stop_sequence: "stop",
+  pause_turn: "stop",
+  max_tokens: "length",
+  model_context_window_exceeded: "length",
+  tool_use: "tool_calls",
+  refusal: "content_filter",
+};
+
+export function finishReason(stopReason: string | null | undefined): string {
+  return (stopReason && finishReasons[stopReason]) || "stop";
+}
+
+function count(v: unknown): number {
+  return typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0;
+}
+
+/** OpenAI usage from Anthropic's: prompt_tokens counts cached and cache-written tokens too. */
+export function openaiUsage(u: AnthropicUsage | undefined): OpenAIUsage | undefined {
+  if (!u) return undefined;
+  const cached = count(u.cache_read_input_tokens);
+  const cacheWrite = count(u.cache_creation_input_tokens);
+  const prompt = count(u.input_tokens) + cached + cacheWrite;
+  const completion = count(u.output_tokens);
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
+    prompt_tokens_details: { cached_tokens: cached, cache_write_tokens: cacheWrite },
+  };
+}
+
+export const nowSeconds = () => Math.floor(Date.now() / 1000);
+
+/** The OpenAI `chat.completion` for a Messages response. Unknown block types (thinking) are skipped. */
+export function fromMessagesResponse(msg: MessagesResponse, requestedModel?: string): Json {
+  const text = msg.content
+    .filter((b) => b.type === "text")
+    .map((b) => b.text ?? "")
+    .join("");
+  const toolCalls = msg.content
+    .filter((b) => b.type === "tool_use")
+    .map((b) => ({ id: b.id ?? "", type: "function", function: { name: b.name ?? "", arguments: JSON.stringify(b.input ?? {}) } }));
+  const message: Json = { role: "assistant", content: text === "" && toolCalls.length > 0 ? null : text, refusal: null };
+  if (toolCalls.length > 0) message.tool_calls = toolCalls;
+  const out: Json = {
+    id: `chatcmpl-${msg.id}`,
+    object: "chat.completion",
+    created: nowSeconds(),
+    model: requestedModel ?? msg.model,
+    choices: [{ index: 0, message, finish_reason: finishReason(msg.stop_reason), logprobs: null }],
+  };
+  const usage = openaiUsage(msg.usage);
+  if (usage) out.usage = usage;
+  return out;
+}
+

@@ -1,0 +1,119 @@
+// Anthropic Messages stream events → OpenAI chat completion chunks (see wire.ts).
+import { AnthropicStreamError, type AnthropicUsage, type OpenAIUsage, type Json } from "./wire.ts";
+import { finishReason, openaiUsage, nowSeconds } from "./response.ts";
+
+export interface MessagesStreamEvent {
+  type: string;
+  index?: number;
+  message?: { id?: string; model?: string; usage?: AnthropicUsage };
+  content_block?: { type: string; id?: string; name?: string };
+  delta?: { type?: string; text?: string; partial_json?: string; stop_reason?: string | null };
+  usage?: AnthropicUsage;
+  error?: { type?: string; message?: string };
+}
+
+/**
+ * Feed it Anthropic's SSE payloads in order; it answers each with the OpenAI
+ * chunk payloads to relay (often none). Nothing is emitted until the first
+ * content arrives, so an early `error` event still happens before the
+ * relay's first event and may fail over.
+ */
+export class MessagesStreamTranslator {
+  private id = "chatcmpl-anthropic";
+  private model: string;
+  private readonly created = nowSeconds();
+  private started = false;
+  private finished = false;
+  private stopReason: string | null = null;
+  private usage: AnthropicUsage | undefined;
+  /** Anthropic content-block index → OpenAI tool_calls index, and whether any arguments went out. */
+  private readonly tools = new Map<number, { index: number; sentArgs: boolean }>();
+
+  constructor(private readonly opts: { includeUsage: boolean; model?: string }) {
+    this.model = opts.model ?? "";
+  }
+
+  feed(payload: string | MessagesStreamEvent): string[] {
+    const ev = (typeof payload === "string" ? JSON.parse(payload) : payload) as MessagesStreamEvent;
+    if (this.finished) return [];
+    switch (ev.type) {
+      case "message_start": {
+        const m = ev.message ?? {};
+        if (m.id) this.id = `chatcmpl-${m.id}`;
+        if (m.model && !this.opts.model) this.model = m.model;
+        this.mergeUsage(m.usage);
+        return [];
+      }
+      case "content_block_start": {
+        const b = ev.content_block;
+        if (b?.type !== "tool_use") return [];
+        const index = this.tools.size;
+        this.tools.set(ev.index ?? 0, { index, sentArgs: false });
+        return this.emit({ tool_calls: [{ index, id: b.id ?? "", type: "function", function: { name: b.name ?? "", arguments: "" } }] });
+      }
+      case "content_block_delta": {
+        const d = ev.delta ?? {};
+        if (d.type === "text_delta" && d.text) return this.emit({ content: d.text });
+        if (d.type === "input_json_delta" && d.partial_json) {
+          const tool = this.tools.get(ev.index ?? 0);
+          if (!tool) return [];
+          tool.sentArgs = true;
+          return this.emit({ tool_calls: [{ index: tool.index, function: { arguments: d.partial_json } }] });
+        }
+        return []; // thinking, signatures, citations: not part of an OpenAI chat answer
+      }
+      case "content_block_stop": {
+        const tool = this.tools.get(ev.index ?? 0);
+        // A tool without parameters streams no JSON at all; clients parse arguments.
+        if (tool && !tool.sentArgs) {
+          tool.sentArgs = true;
+          return this.emit({ tool_calls: [{ index: tool.index, function: { arguments: "{}" } }] });
+        }
+        return [];
+      }
+      case "message_delta":
+        if (ev.delta?.stop_reason !== undefined) this.stopReason = ev.delta.stop_reason;
+        this.mergeUsage(ev.usage);
+        return [];
+      case "message_stop": {
+        this.finished = true;
+        const out = this.emit({}, finishReason(this.stopReason));
+        const usage = openaiUsage(this.usage);
+        if (this.opts.includeUsage && usage) out.push(this.chunk([], usage));
+        out.push("[DONE]");
+        return out;
+      }
+      case "error":
+        throw new AnthropicStreamError(ev.error?.type ?? "api_error", ev.error?.message ?? "stream error");
+      default:
+        return []; // ping, and event types Anthropic may add later
+    }
+  }
+
+  /** Usage counts in message_delta are cumulative: the last value wins, never a sum. */
+  private mergeUsage(u: AnthropicUsage | undefined): void {
+    if (!u) return;
+    const next: AnthropicUsage = { ...this.usage };
+    for (const k of ["input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"] as const) {
+      if (typeof u[k] === "number") next[k] = u[k];
+    }
+    this.usage = next;
+  }
+
+  /** The chunk for this delta, preceded by the role chunk the first time. */
+  private emit(delta: Json, finish: string | null = null): string[] {
+    const out: string[] = [];
+    if (!this.started) {
+      this.started = true;
+      out.push(this.chunk([{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null, logprobs: null }]));
+    }
+    out.push(this.chunk([{ index: 0, delta, finish_reason: finish, logprobs: null }]));
+    return out;
+  }
+
+  // No `"usage": null` on ordinary chunks (as OpenAI sends): the relay parses
+  // only payloads containing "usage", and that keeps its hot loop cheap.
+  private chunk(choices: Json[], usage?: OpenAIUsage): string {
+    return JSON.stringify({ id: this.id, object: "chat.completion.chunk", created: this.created, model: this.model, choices, ...(usage ? { usage } : {}) });
+  }
+}

@@ -1,0 +1,97 @@
+// OpenAI chat ⇄ Anthropic Messages, both directions, as pure functions (the
+// client does the I/O): request.ts reshapes request bodies, response.ts
+// whole answers, stream.ts stream events, so the relay sees OpenAI shapes
+// with an OpenAI `usage` block. This file: the errors they raise and the
+// wire shapes they share.
+
+/** The request asks for something the Messages API cannot express (a 400 for the client). */
+export class UntranslatableRequest extends Error {
+  override name = "UntranslatableRequest";
+  constructor(
+    message: string,
+    readonly param: string | null,
+  ) {
+    super(message);
+  }
+}
+
+/** Anthropic's own `event: error` inside a 200 stream (e.g. overloaded_error). */
+export class AnthropicStreamError extends Error {
+  override name = "AnthropicStreamError";
+  constructor(
+    readonly errorType: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+// ---- Anthropic wire shapes (only the fields we read or write) ----
+
+export interface TextBlock {
+  type: "text";
+  text: string;
+  cache_control?: unknown;
+}
+export interface ImageBlock {
+  type: "image";
+  source: { type: "base64"; media_type: string; data: string } | { type: "url"; url: string };
+  cache_control?: unknown;
+}
+export interface ToolUseBlock {
+  type: "tool_use";
+  id: string;
+  name: string;
+  input: Record<string, unknown>;
+}
+export interface ToolResultBlock {
+  type: "tool_result";
+  tool_use_id: string;
+  content?: string | Array<TextBlock | ImageBlock>;
+}
+export type ContentBlock = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock;
+
+export interface MessagesRequest {
+  model: string;
+  max_tokens: number;
+  messages: Array<{ role: "user" | "assistant"; content: string | ContentBlock[] }>;
+  system?: string | TextBlock[];
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  stop_sequences?: string[];
+  stream?: boolean;
+  tools?: Array<{ name: string; description?: string; input_schema: unknown }>;
+  tool_choice?: { type: "auto" | "any" | "none"; disable_parallel_tool_use?: boolean } | { type: "tool"; name: string; disable_parallel_tool_use?: boolean };
+  metadata?: { user_id: string };
+}
+
+export interface AnthropicUsage {
+  input_tokens?: number | null;
+  output_tokens?: number | null;
+  cache_read_input_tokens?: number | null;
+  cache_creation_input_tokens?: number | null;
+}
+
+export interface MessagesResponse {
+  id: string;
+  type: "message";
+  role: "assistant";
+  model: string;
+  content: Array<{ type: string; text?: string; id?: string; name?: string; input?: unknown }>;
+  stop_reason: string | null;
+  stop_sequence?: string | null;
+  usage?: AnthropicUsage;
+}
+
+/** OpenAI's usage block, with cache reads/writes where the router's usageFrom looks for them. */
+export interface OpenAIUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number; cache_write_tokens: number };
+}
+
+export type Json = Record<string, unknown>;
+
+export const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
