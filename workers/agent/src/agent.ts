@@ -33,6 +33,8 @@ export interface AgentOptions {
   ttlMs?: number;
   drainGraceMs?: number;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
+  /** File that keeps the highest lease fencing token across restarts (none: in memory only). */
+  fencingStatePath?: string;
 }
 
 export interface AgentHandle {
@@ -105,6 +107,7 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
       };
     },
     idle: () => (inFlight === 0 ? Promise.resolve() : new Promise((r) => idleWaiters.push(r))),
+    fencingStatePath: opts.fencingStatePath,
   };
 
   const app = createWorkerApp(ctx);

@@ -1,7 +1,8 @@
 // `switchyard worker`: join this host to a fabric. Fetches the models, builds
 // or finds the engine, serves routers and heartbeats into Redis until SIGTERM
 // (which drains).
-import { startAgent } from "@switchyard/agent";
+import path from "node:path";
+import { defaultCacheDir, startAgent } from "@switchyard/agent";
 import { connectRedis, RedisRegistryStore } from "@switchyard/state";
 import { untilSignal } from "../signals.ts";
 import { UsageError } from "../usage.ts";
@@ -44,6 +45,9 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
     advertise: flags.advertise,
     engineBinary: flags.engine,
     maxBatch: flags["max-batch"] ? Number(flags["max-batch"]) : undefined,
+    // A worker with a stable id remembers the newest lease it served across
+    // restarts, so a superseded holder cannot slip in after one.
+    fencingStatePath: flags.id ? path.join(defaultCacheDir(), "workers", `${flags.id}.fence`) : undefined,
   });
   process.stderr.write(`worker ${agent.id} serving ${agent.models.map((m) => m.name).join(", ")} at ${agent.url}\n`);
   const sig = await untilSignal();

@@ -42,7 +42,7 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
   });
 
   // Lease fencing: refuse a dispatch whose token is older than one already seen.
-  const fencing = new FencingGuard();
+  const fencing = new FencingGuard(ctx.fencingStatePath);
   app.use("/v1/*", async (c, next) => {
     const verdict = fencing.admit(c.req.header(FENCING_HEADER));
     if (!verdict.ok) return errorJson(verdict.status, verdict.message, verdict.code);

@@ -14,4 +14,6 @@ export interface WorkerContext {
   /** Resolves when in-flight reaches zero (used by drain). */
   idle(): Promise<void>;
   log: (msg: string, fields?: Record<string, unknown>) => void;
+  /** Where the highest lease fencing token seen is kept across restarts (none: in memory only). */
+  fencingStatePath?: string;
 }

@@ -1,6 +1,9 @@
 // The worker's lease fencing: the highest token seen wins, older tokens are
 // refused with 409 in the OpenAI error shape, requests without a token pass,
 // and only authenticated requests can move the highest token.
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { describe, expect, it } from "vitest";
 import type { EngineSupervisor } from "../engine/supervisor.ts";
 import { createWorkerApp } from "./app.ts";
@@ -19,6 +22,25 @@ describe("FencingGuard", () => {
     expect(g.admit(undefined)).toEqual({ ok: true });
     for (const bad of ["", "0", "-1", "1.5", "abc", "01", "12345678901234567", "9999999999999999"]) expect(g.admit(bad)).toMatchObject({ ok: false, status: 400, code: "invalid_fencing_token" });
     expect(g).toMatchObject({ highest: 9007199254740991, accepted: 3, refused: 2 });
+  });
+
+  it("with a state file, the highest token survives a restart of the worker", () => {
+    const file = path.join(mkdtempSync(path.join(os.tmpdir(), "sy-fence-")), "workers", "w1.fence");
+    const before = new FencingGuard(file);
+    expect(before.admit("7")).toEqual({ ok: true, token: 7 });
+    expect(readFileSync(file, "utf8").trim()).toBe("7");
+    // A new process for the same worker: the superseded holder (6) is still refused.
+    const after = new FencingGuard(file);
+    expect(after.highest).toBe(7);
+    const stale = after.admit("6");
+    expect(stale).toMatchObject({ ok: false, status: 409, code: "stale_fencing_token" });
+    expect(!stale.ok && stale.message).toContain(file);
+    expect(after.admit("7")).toEqual({ ok: true, token: 7 });
+    expect(after.admit("8")).toEqual({ ok: true, token: 8 });
+    expect(new FencingGuard(file).highest).toBe(8);
+    // A damaged file stops the worker rather than forget the fence.
+    writeFileSync(file, "garbage");
+    expect(() => new FencingGuard(file)).toThrow(/unreadable/);
   });
 });
 

@@ -2,8 +2,13 @@
 // (x-switchyard-fencing-token); tokens only grow, so a request with a token
 // older than one this worker already accepted comes from a lease that has been
 // superseded (a paused client, a router with a stale view) and is refused.
-// The highest token lives in this process only: a restarted worker starts
-// from zero again (see docs/LEASES.md). Requests without a token pass.
+// With a state file, the highest token survives a restart of the worker
+// process: it is written (atomically, before the request is admitted) each
+// time it grows, which happens once per lease, not per request. Requests
+// without a token pass.
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import path from "node:path";
+
 export const FENCING_HEADER = "x-switchyard-fencing-token";
 
 export type FencingVerdict =
@@ -15,6 +20,30 @@ export class FencingGuard {
   highest = 0;
   accepted = 0;
   refused = 0;
+
+  /** `statePath`: where the highest token is kept across restarts (none: in this process only). */
+  constructor(private readonly statePath?: string) {
+    if (!statePath) return;
+    let text: string;
+    try {
+      text = readFileSync(statePath, "utf8");
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
+      throw err;
+    }
+    const n = Number(text.trim());
+    // A damaged file must not silently reopen the door to old tokens.
+    if (!Number.isSafeInteger(n) || n < 0) throw new Error(`fencing state ${statePath} is unreadable (${JSON.stringify(text.slice(0, 40))}); delete it only if no lease can be outstanding`);
+    this.highest = n;
+  }
+
+  private persist(token: number): void {
+    if (!this.statePath) return;
+    mkdirSync(path.dirname(this.statePath), { recursive: true });
+    const tmp = `${this.statePath}.${process.pid}.tmp`;
+    writeFileSync(tmp, `${token}\n`);
+    renameSync(tmp, this.statePath);
+  }
 
   /** Checks and records in one synchronous step (nothing can interleave). */
   admit(header: string | undefined | null): FencingVerdict {
@@ -32,10 +61,16 @@ export class FencingGuard {
         ok: false,
         status: 409,
         code: "stale_fencing_token",
-        message: `fencing token ${token} is older than ${this.highest}, already seen by this worker: the lease was superseded`,
+        message: `fencing token ${token} is older than ${this.highest}, already seen by this worker: the lease was superseded${
+          this.statePath ? ` (if this fabric's state was reset, delete ${this.statePath})` : ""
+        }`,
       };
     }
-    this.highest = token;
+    if (token > this.highest) {
+      // Durable before the request runs: a crash right after cannot forget it.
+      this.persist(token);
+      this.highest = token;
+    }
     this.accepted++;
     return { ok: true, token };
   }
