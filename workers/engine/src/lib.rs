@@ -13,6 +13,7 @@ pub mod par;
 pub mod parity;
 pub mod protocol;
 pub mod sampling;
+pub mod slice;
 pub mod tokenizer;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -12,7 +12,8 @@ const USAGE: &str = "usage:
   switchyard-engine [--device auto|cpu|cuda|metal] [--llama-backend auto|kernels|candle] [--threads N]
   switchyard-engine bench --model PATH.gguf [--streams 1,4,8,16] [--tokens 64] [--prompt-tokens 128] [--threads N]
                           [--device cpu|cuda|metal] [--llama-backend auto|kernels|candle]
-  switchyard-engine parity [--model PATH.gguf] [--device auto|cpu|cuda|metal] [--steps 16]";
+  switchyard-engine parity [--model PATH.gguf] [--device auto|cpu|cuda|metal] [--steps 16]
+  switchyard-engine gguf-slice IN.gguf OUT.gguf --layers N";
 
 fn init_threads(threads: Option<usize>) {
     let n = threads
@@ -38,6 +39,15 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("bench failed: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if args.first().map(|s| s.as_str()) == Some("gguf-slice") {
+        return match switchyard_engine::slice::run(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gguf-slice: {e:#}");
                 ExitCode::FAILURE
             }
         };

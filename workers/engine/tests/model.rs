@@ -221,6 +221,26 @@ fn hidden_state_of_last_layer_reproduces_logits_on(model: &LlamaModel) {
     assert!(d < 1e-3, "split forward differs by {d}");
 }
 
+/// A model cut to its first 4 blocks (`gguf-slice`) computes exactly what
+/// the full model's first 4 blocks do.
+#[test]
+fn sliced_gguf_computes_the_same_first_layers() {
+    let dir = std::env::temp_dir().join(format!("sy-slice-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("smol-4.gguf");
+    switchyard_engine::slice::slice_gguf(&common::smollm_path(), &out, 4).unwrap();
+    let sliced = LlamaModel::load(&out).unwrap();
+    assert_eq!(sliced.cfg.n_layers, 4);
+    assert_eq!(sliced.cfg.vocab, model().cfg.vocab);
+    let prompt = model().tokenizer.encode("The capital of France is", true, true);
+    let mut s = Scratch::default();
+    let full = model().forward_range(0, 4, &prompt, None, false, &mut s).unwrap();
+    let cut = sliced.forward_range(0, 4, &prompt, None, false, &mut s).unwrap();
+    assert_eq!(full, cut);
+    assert!(std::fs::metadata(&out).unwrap().len() < std::fs::metadata(common::smollm_path()).unwrap().len() / 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn run_runtime(rt: &mut LlamaRuntime, reqs: Vec<GenRequest>) -> Vec<(String, Vec<u32>)> {
     let ids: Vec<String> = reqs.iter().map(|r| r.request_id.clone()).collect();
     for r in reqs {
