@@ -108,6 +108,52 @@ describe("SmolLM2 through the router", () => {
     expect(((await bad.json()) as { error: { message: string } }).error.message).toContain("continue_final_message");
   });
 
+  it("reports logprobs (chat streamed and not, legacy completions) in OpenAI's shapes", async () => {
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "What is 12 + 7?" }];
+    const whole = await client.chat.completions.create({ model: LLM, messages, temperature: 0, max_tokens: 8, logprobs: true, top_logprobs: 3 });
+    const content = whole.choices[0]!.logprobs!.content!;
+    expect(content).toHaveLength(whole.usage!.completion_tokens);
+    expect(content.map((c) => c.token).join("")).toBe(whole.choices[0]!.message.content);
+    for (const c of content) {
+      expect(c.logprob).toBeLessThanOrEqual(0);
+      expect(Buffer.from(c.bytes!).toString("utf8")).toBe(c.token);
+      expect(c.top_logprobs).toHaveLength(3);
+      // Greedy: the chosen token is the most likely one.
+      expect(c.top_logprobs[0]!).toEqual({ token: c.token, logprob: c.logprob, bytes: c.bytes });
+      expect(c.top_logprobs[0]!.logprob).toBeGreaterThanOrEqual(c.top_logprobs[2]!.logprob);
+    }
+
+    const stream = await client.chat.completions.create({ model: LLM, messages, temperature: 0, max_tokens: 8, logprobs: true, stream: true });
+    const streamed: OpenAI.ChatCompletionTokenLogprob[] = [];
+    let text = "";
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta?.content ?? "";
+      streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+    }
+    expect(text).toBe(whole.choices[0]!.message.content);
+    expect(streamed.map((c) => [c.token, c.logprob])).toEqual(content.map((c) => [c.token, c.logprob]));
+    expect(streamed.every((c) => c.top_logprobs.length === 0)).toBe(true);
+
+    const legacy = await client.completions.create({ model: LLM, prompt: "The capital of France is", temperature: 0, max_tokens: 6, logprobs: 2 });
+    const lp = legacy.choices[0]!.logprobs!;
+    expect(lp.tokens).toHaveLength(6);
+    expect(lp.tokens!.join("")).toBe(legacy.choices[0]!.text);
+    expect(lp.text_offset![0]).toBe(0);
+    for (let i = 0; i < 6; i++) {
+      expect(lp.token_logprobs![i]).toBeLessThanOrEqual(0);
+      expect(lp.top_logprobs![i]![lp.tokens![i]!]).toBe(lp.token_logprobs![i]);
+      if (i > 0) expect(lp.text_offset![i]).toBe(lp.text_offset![i - 1]! + lp.tokens![i - 1]!.length);
+    }
+
+    const bad = await fetch(`${fx.router.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: LLM, messages, top_logprobs: 2 }),
+    });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { message: string } }).error.message).toContain("top_logprobs");
+  });
+
   it("streams the same text it answers without streaming", async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "List three primary colors." }];
     const whole = await client.chat.completions.create({ model: LLM, messages, temperature: 0, max_tokens: 24 });

@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 use crate::llama::{KvCache, LlamaModel, Scratch, SeqStep};
-use crate::protocol::{event, Done, ErrorCode, Event, FinishReason, Tokens, Usage};
+use crate::protocol::{event, Done, ErrorCode, Event, FinishReason, TokenLogprob, TokenLogprobs, Tokens, Usage};
 use crate::sampling::{Sampler, SamplingParams};
 
 /// Prompt tokens fed per step across all prefilling sequences: long prompts
@@ -109,6 +109,8 @@ pub struct GenRequest {
     pub max_tokens: usize,
     pub params: SamplingParams,
     pub stops: Vec<String>,
+    /// Some(k): report each token's logprob and the k most likely alternatives.
+    pub logprobs: Option<usize>,
 }
 
 struct Sequence {
@@ -119,6 +121,7 @@ struct Sequence {
     max_new: usize,
     cache: KvCache,
     sampler: Sampler,
+    logprobs: Option<usize>,
     text: TextStream,
     /// Tokens fed at the next step (a prompt chunk, or the last sampled token).
     feed: Vec<u32>,
@@ -236,6 +239,7 @@ impl LlamaRuntime {
                 max_new,
                 cache,
                 sampler: Sampler::new(req.params),
+                logprobs: req.logprobs,
                 text: TextStream::new(req.stops),
                 feed: Vec::new(),
                 t_admit: Instant::now(),
@@ -308,7 +312,16 @@ impl LlamaRuntime {
             s.generated += 1;
             self.tokens_generated += 1;
             let (text, stopped) = s.text.push(self.model.tokenizer.token_bytes(tok));
-            emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![tok], text })));
+            let logprobs = match s.logprobs {
+                None => vec![],
+                Some(k) => {
+                    let tokenizer = &self.model.tokenizer;
+                    let entry = |id: u32, logprob: f32| TokenLogprob { id, token: tokenizer.token_bytes(id).to_vec(), logprob };
+                    let (lp, top) = crate::sampling::logprobs(logits, tok, k);
+                    vec![TokenLogprobs { chosen: Some(entry(tok, lp)), top: top.into_iter().map(|(id, l)| entry(id, l)).collect() }]
+                }
+            };
+            emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![tok], text, logprobs })));
             if stopped {
                 finished.push((i, FinishReason::Stop));
             } else if s.generated >= s.max_new {
@@ -325,7 +338,7 @@ impl LlamaRuntime {
             // whatever was held back as a possible stop prefix goes out now.
             let tail = s.text.finish();
             if !tail.is_empty() {
-                emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![], text: tail })));
+                emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![], text: tail, logprobs: vec![] })));
             }
             let (prefill_us, decode_us) = timings(&s);
             emit(done(&s.request_id, reason, s.prompt.len(), s.generated, prefill_us, decode_us));

@@ -355,6 +355,12 @@ impl Engine {
         if !g.top_p.is_finite() || !(0.0..=1.0).contains(&g.top_p) {
             return Err(invalid("top_p must be within [0, 1]"));
         }
+        if g.top_logprobs > 20 {
+            return Err(invalid("top_logprobs must be at most 20"));
+        }
+        if g.top_logprobs > 0 && !g.logprobs {
+            return Err(invalid("top_logprobs needs logprobs"));
+        }
         let rt = self.llama(&g.model)?;
         let prompt = tokenize_llama(&rt.model, &g.input.map(Into::into))?;
         if prompt.len() >= rt.max_seq_len {
@@ -372,6 +378,7 @@ impl Engine {
             max_tokens: g.max_tokens as usize,
             params: SamplingParams { temperature: g.temperature, top_p: g.top_p, top_k: g.top_k, seed: g.seed },
             stops: g.stop,
+            logprobs: g.logprobs.then_some(g.top_logprobs as usize),
         });
         Ok(())
     }

@@ -75,6 +75,30 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// Log-probabilities of the model's own distribution (log-softmax of the raw
+/// logits, before temperature/top-k/top-p, as OpenAI reports them): the
+/// chosen token's, and the `k` most likely tokens', most likely first.
+pub fn logprobs(logits: &[f32], chosen: u32, k: usize) -> (f32, Vec<(u32, f32)>) {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let sum: f64 = logits.iter().map(|&v| ((v - max) as f64).exp()).sum();
+    let lse = max + sum.ln() as f32;
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
+    if k > 0 {
+        for (i, &v) in logits.iter().enumerate() {
+            if top.len() == k && v <= top[k - 1].1 {
+                continue;
+            }
+            let at = top.partition_point(|&(_, t)| t >= v);
+            top.insert(at, (i as u32, v));
+            top.truncate(k);
+        }
+    }
+    for t in &mut top {
+        t.1 -= lse;
+    }
+    (logits[chosen as usize] - lse, top)
+}
+
 impl Sampler {
     pub fn new(params: SamplingParams) -> Self {
         let seed = params.seed.unwrap_or_else(entropy_seed);
@@ -139,6 +163,20 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logprobs_are_the_log_softmax_with_the_top_k_in_order() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0, -1.0];
+        let (lp, top) = logprobs(&logits, 2, 3);
+        let z: f64 = logits.iter().map(|&v| (v as f64).exp()).sum();
+        assert!((lp as f64 - (2.0 - z.ln())).abs() < 1e-6);
+        // Ties keep the lower id first; most likely first.
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 3, 2]);
+        assert!((top[0].1 as f64 - (3.0 - z.ln())).abs() < 1e-6);
+        let mass: f64 = logits.iter().map(|&v| (v as f64 - z.ln()).exp()).sum();
+        assert!((mass - 1.0).abs() < 1e-9);
+        assert!(logprobs(&logits, 0, 0).1.is_empty());
+    }
 
     fn params(temperature: f32, top_p: f32, top_k: u32, seed: u64) -> SamplingParams {
         SamplingParams { temperature, top_p, top_k, seed: Some(seed) }

@@ -267,7 +267,7 @@ fn run_runtime(rt: &mut LlamaRuntime, reqs: Vec<GenRequest>) -> Vec<(String, Vec
 }
 
 fn gen(id: &str, prompt: Vec<u32>, n: usize) -> GenRequest {
-    GenRequest { request_id: id.into(), prompt, max_tokens: n, params: SamplingParams::default(), stops: vec![] }
+    GenRequest { request_id: id.into(), prompt, max_tokens: n, params: SamplingParams::default(), stops: vec![], logprobs: None }
 }
 
 #[test]

@@ -415,3 +415,56 @@ fn candle_backend_serves_and_a_device_failure_exits_3() {
     let status = e.wait_exit();
     assert_eq!(status.code(), Some(3), "a device failure must exit 3, got {status:?}");
 }
+
+/// Logprobs: one entry per sampled token, the chosen token's bytes and
+/// log-probability, the most likely alternatives in order; with greedy
+/// decoding the chosen token is the most likely one. Bad asks are refused.
+#[test]
+fn generation_reports_logprobs_when_asked() {
+    let mut e = EngineProc::spawn();
+    load_llama(&mut e, "smol", 4, 1024);
+    let ask = |top_logprobs: u32, logprobs: bool| {
+        let request::Kind::Generate(mut g) = chat("smol", "What is 12 + 7?", 8) else { unreachable!() };
+        g.logprobs = logprobs;
+        g.top_logprobs = top_logprobs;
+        request::Kind::Generate(g)
+    };
+    e.send("lp", ask(3, true));
+    let events = e.until_end("lp");
+    let (ids, text, _) = collect_generation(&events);
+    let entries: Vec<&TokenLogprobs> = events
+        .iter()
+        .filter_map(|ev| match &ev.kind {
+            Some(event::Kind::Tokens(t)) => {
+                assert_eq!(t.logprobs.len(), t.ids.len(), "one logprobs entry per id");
+                Some(t.logprobs.iter())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(entries.len(), ids.len());
+    let mut bytes = Vec::new();
+    for (lp, &id) in entries.iter().zip(&ids) {
+        let chosen = lp.chosen.as_ref().unwrap();
+        assert_eq!(chosen.id, id);
+        bytes.extend_from_slice(&chosen.token);
+        assert!(chosen.logprob <= 0.0 && chosen.logprob.is_finite());
+        assert_eq!(lp.top.len(), 3);
+        assert!(lp.top.windows(2).all(|w| w[0].logprob >= w[1].logprob), "most likely first");
+        // Greedy: the chosen token is the most likely one.
+        assert_eq!(lp.top[0].id, id);
+        assert_eq!(lp.top[0].logprob, chosen.logprob);
+        let mass: f32 = lp.top.iter().map(|t| t.logprob.exp()).sum();
+        assert!(mass <= 1.0 + 1e-4, "top-3 probabilities sum to {mass}");
+    }
+    assert_eq!(String::from_utf8(bytes).unwrap(), text, "the chosen tokens' bytes spell the text");
+
+    // Without logprobs, none are sent.
+    e.send("plain", chat("smol", "What is 12 + 7?", 4));
+    assert!(e.until_end("plain").iter().all(|ev| !matches!(&ev.kind, Some(event::Kind::Tokens(t)) if !t.logprobs.is_empty())));
+    e.send("too-many", ask(21, true));
+    assert!(expect_error(&mut e, "too-many", ErrorCode::InvalidRequest).contains("at most 20"));
+    e.send("no-flag", ask(2, false));
+    assert!(expect_error(&mut e, "no-flag", ErrorCode::InvalidRequest).contains("needs logprobs"));
+}

@@ -133,6 +133,8 @@ export class EngineSupervisor {
             topP: 0,
             topK: 0,
             stop: [],
+            logprobs: false,
+            topLogprobs: 0,
           },
         }));
       } else {

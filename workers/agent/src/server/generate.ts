@@ -1,7 +1,7 @@
 // OpenAI chat/completions requests → engine Generate, engine events → OpenAI
 // JSON or SSE chunks. Shared by the chat and the legacy completions routes.
 import { randomUUID } from "node:crypto";
-import { FinishReason, type Generate } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { FinishReason, type Generate, type TokenLogprob, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { EngineClient } from "../engine/client.ts";
 import { EngineError } from "../engine/client.ts";
 import type { WorkerContext } from "./context.ts";
@@ -18,6 +18,52 @@ export interface GenerateBody {
   top_k?: number | null;
   seed?: number | null;
   stop?: string | string[] | null;
+  /** chat: a boolean; legacy completions: how many alternatives (0–5). */
+  logprobs?: boolean | number | null;
+  /** chat only: alternatives per token (0–20), needs logprobs: true. */
+  top_logprobs?: number | null;
+}
+
+/** What the request asks for in logprobs (undefined: none). */
+type LogprobsAsk = { top: number } | undefined;
+
+/** OpenAI's rules for the two shapes of the logprobs fields; a string is the 400 to answer. */
+export function logprobsAsk(body: GenerateBody, chat: boolean): LogprobsAsk | string {
+  if (chat) {
+    if (body.logprobs != null && typeof body.logprobs !== "boolean") return "logprobs: must be a boolean";
+    const top = body.top_logprobs ?? 0;
+    if (!Number.isInteger(top) || top < 0 || top > 20) return "top_logprobs: an integer from 0 to 20";
+    if (top > 0 && body.logprobs !== true) return "top_logprobs: needs logprobs: true";
+    return body.logprobs === true ? { top } : undefined;
+  }
+  if (body.logprobs == null) return undefined;
+  if (typeof body.logprobs !== "number" || !Number.isInteger(body.logprobs) || body.logprobs < 0 || body.logprobs > 5) return "logprobs: an integer from 0 to 5";
+  return { top: body.logprobs };
+}
+
+const utf8 = new TextDecoder();
+const tokenText = (t: TokenLogprob | undefined) => utf8.decode(t?.token ?? new Uint8Array());
+
+/** Engine logprobs → the chat shape (`choices[].logprobs.content`). */
+function chatLogprobs(entries: TokenLogprobs[]) {
+  const one = (t: TokenLogprob | undefined) => ({ token: tokenText(t), logprob: t?.logprob ?? 0, bytes: [...(t?.token ?? [])] });
+  return { content: entries.map((e) => ({ ...one(e.chosen), top_logprobs: e.top.map(one) })), refusal: null };
+}
+
+/** Engine logprobs → the legacy completions shape; `offset` is where the first token's text starts. */
+function completionLogprobs(entries: TokenLogprobs[], offset: number) {
+  const tokens = entries.map((e) => tokenText(e.chosen));
+  const text_offset: number[] = [];
+  for (const t of tokens) {
+    text_offset.push(offset);
+    offset += t.length;
+  }
+  return {
+    tokens,
+    token_logprobs: entries.map((e) => e.chosen?.logprob ?? 0),
+    top_logprobs: entries.map((e) => Object.fromEntries(e.top.map((t) => [tokenText(t), t.logprob]))),
+    text_offset,
+  };
 }
 
 type Input =
@@ -31,7 +77,7 @@ export function contentText(content: unknown): string {
   return "";
 }
 
-function toGenerate(body: GenerateBody, input: Input): Generate {
+function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsAsk): Generate {
   const stop = body.stop == null ? [] : Array.isArray(body.stop) ? body.stop : [body.stop];
   return {
     $typeName: "switchyard.engine.v1.Generate",
@@ -53,6 +99,8 @@ function toGenerate(body: GenerateBody, input: Input): Generate {
     topK: body.top_k ?? 0,
     seed: body.seed == null ? undefined : BigInt(Math.abs(Math.trunc(body.seed))),
     stop,
+    logprobs: logprobs !== undefined,
+    topLogprobs: logprobs?.top ?? 0,
   };
 }
 
@@ -73,10 +121,14 @@ export async function runGenerate(
   input: Input,
   opts: { chat: boolean; requestId: string; signal: AbortSignal },
 ): Promise<Response> {
+  const ask = logprobsAsk(body, opts.chat);
+  if (typeof ask === "string") return errorJson(400, ask, "invalid_request", ask.split(":")[0]);
   const engineId = `${opts.requestId}:${randomUUID().slice(0, 8)}`;
   const id = `${opts.chat ? "chatcmpl" : "cmpl"}-${randomUUID().replaceAll("-", "")}`;
   const created = Math.floor(Date.now() / 1000);
-  const events = engine.call({ case: "generate", value: toGenerate(body, input) }, engineId);
+  const events = engine.call({ case: "generate", value: toGenerate(body, input, ask) }, engineId);
+  const formatLogprobs = (entries: TokenLogprobs[], offset: number) =>
+    ask === undefined ? null : opts.chat ? chatLogprobs(entries) : completionLogprobs(entries, offset);
   const onAbort = () => engine.cancel(engineId);
   opts.signal.addEventListener("abort", onAbort, { once: true });
   const end = ctx.begin();
@@ -88,16 +140,19 @@ export async function runGenerate(
   if (!body.stream) {
     try {
       let text = "";
+      const entries: TokenLogprobs[] = [];
       for await (const ev of events) {
-        if (ev.kind.case === "tokens") text += ev.kind.value.text;
-        else if (ev.kind.case === "done") {
+        if (ev.kind.case === "tokens") {
+          text += ev.kind.value.text;
+          entries.push(...ev.kind.value.logprobs);
+        } else if (ev.kind.case === "done") {
           const u = ev.kind.value.usage;
           const usage = { prompt_tokens: u?.promptTokens ?? 0, completion_tokens: u?.completionTokens ?? 0, total_tokens: (u?.promptTokens ?? 0) + (u?.completionTokens ?? 0) };
           const finish = finishName(ev.kind.value.finishReason);
           return Response.json(
             opts.chat
-              ? { id, object: "chat.completion", created, model: body.model, choices: [{ index: 0, message: { role: "assistant", content: text }, finish_reason: finish, logprobs: null }], usage }
-              : { id, object: "text_completion", created, model: body.model, choices: [{ index: 0, text, finish_reason: finish, logprobs: null }], usage },
+              ? { id, object: "chat.completion", created, model: body.model, choices: [{ index: 0, message: { role: "assistant", content: text }, finish_reason: finish, logprobs: formatLogprobs(entries, 0) }], usage }
+              : { id, object: "text_completion", created, model: body.model, choices: [{ index: 0, text, finish_reason: finish, logprobs: formatLogprobs(entries, 0) }], usage },
           );
         }
       }
@@ -123,12 +178,20 @@ export async function runGenerate(
   const includeUsage = body.stream_options?.include_usage === true;
   const enc = new TextEncoder();
   const sse = (payload: string) => enc.encode(`data: ${payload}\n\n`);
-  const chunk = (delta: Record<string, unknown> | string, finish: string | null) =>
-    JSON.stringify(
+  // Logprobs ride on the next chunk that goes out: a token's text can be
+  // held back (an unfinished UTF-8 character, a possible stop sequence).
+  let pending: TokenLogprobs[] = [];
+  let sentChars = 0;
+  const chunk = (delta: Record<string, unknown> | string, finish: string | null) => {
+    const logprobs = formatLogprobs(pending, sentChars);
+    pending = [];
+    sentChars += typeof delta === "string" ? delta.length : typeof delta.content === "string" ? delta.content.length : 0;
+    return JSON.stringify(
       opts.chat
-        ? { id, object: "chat.completion.chunk", created, model: body.model, choices: [{ index: 0, delta, finish_reason: finish, logprobs: null }] }
-        : { id, object: "text_completion", created, model: body.model, choices: [{ index: 0, text: delta, finish_reason: finish, logprobs: null }] },
+        ? { id, object: "chat.completion.chunk", created, model: body.model, choices: [{ index: 0, delta, finish_reason: finish, logprobs }] }
+        : { id, object: "text_completion", created, model: body.model, choices: [{ index: 0, text: delta, finish_reason: finish, logprobs }] },
     );
+  };
   let sentRole = false;
   const stream = new ReadableStream<Uint8Array>({
     async start(controller) {
@@ -137,6 +200,7 @@ export async function runGenerate(
         while (!current.done) {
           const ev = current.value;
           if (ev.kind.case === "tokens") {
+            pending.push(...ev.kind.value.logprobs);
             if (ev.kind.value.text) {
               const delta = opts.chat ? (sentRole ? { content: ev.kind.value.text } : { role: "assistant", content: ev.kind.value.text }) : ev.kind.value.text;
               sentRole = true;

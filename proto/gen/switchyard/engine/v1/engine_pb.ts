@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/engine/v1/engine.proto.
  */
 export const file_switchyard_engine_v1_engine: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL2VuZ2luZS92MS9lbmdpbmUucHJvdG8SFHN3aXRjaHlhcmQuZW5naW5lLnYxIvoDCgdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSNQoKbG9hZF9tb2RlbBgKIAEoCzIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkxvYWRNb2RlbEgAEjIKCGdlbmVyYXRlGAsgASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuR2VuZXJhdGVIABIsCgVlbWJlZBgMIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVtYmVkSAASOwoNaGlkZGVuX3N0YXRlcxgNIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc0gAEjAKB2ZvcndhcmQYDiABKAsyHS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkSAASLgoGY2FuY2VsGA8gASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2FuY2VsSAASMwoFc3RhdHMYECABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TdGF0c1JlcXVlc3RIABIyCghzaHV0ZG93bhgRIAEoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNodXRkb3duSAASMgoIdG9rZW5pemUYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbml6ZUgAQgYKBGtpbmQifwoJTG9hZE1vZGVsEg0KBW1vZGVsGAEgASgJEi0KBGtpbmQYAiABKA4yHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Nb2RlbEtpbmQSDAoEcGF0aBgDIAEoCRITCgttYXhfc2VxX2xlbhgEIAEoDRIRCgltYXhfYmF0Y2gYBSABKA0iLAoLQ2hhdE1lc3NhZ2USDAoEcm9sZRgBIAEoCRIPCgdjb250ZW50GAIgASgJIt0BCghHZW5lcmF0ZRINCgVtb2RlbBgBIAEoCRIQCgZwcm9tcHQYAiABKAlIABI2CghtZXNzYWdlcxgDIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNoYXRNZXNzYWdlc0gAEhIKCm1heF90b2tlbnMYBCABKA0SEwoLdGVtcGVyYXR1cmUYBSABKAISDQoFdG9wX3AYBiABKAISDQoFdG9wX2sYByABKA0SEQoEc2VlZBgIIAEoBEgBiAEBEgwKBHN0b3AYCSADKAlCBwoFaW5wdXRCBwoFX3NlZWQiYwoMQ2hhdE1lc3NhZ2VzEjMKCG1lc3NhZ2VzGAEgAygLMiEuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2USHgoWY29udGludWVfZmluYWxfbWVzc2FnZRgCIAEoCCImCgVFbWJlZBINCgVtb2RlbBgBIAEoCRIOCgZpbnB1dHMYAiADKAki3AEKDEhpZGRlblN0YXRlcxINCgVtb2RlbBgBIAEoCRIQCgZwcm9tcHQYAiABKAlIABI2CghtZXNzYWdlcxgDIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNoYXRNZXNzYWdlc0gAEg4KBmxheWVycxgEIAMoDRIuCgdwb29saW5nGAUgASgOMh0uc3dpdGNoeWFyZC5lbmdpbmUudjEuUG9vbGluZxIqCgVkdHlwZRgGIAEoDjIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkRUeXBlQgcKBWlucHV0IpYBCgdGb3J3YXJkEg0KBW1vZGVsGAEgASgJEhMKC2xheWVyX3N0YXJ0GAIgASgNEhEKCWxheWVyX2VuZBgDIAEoDRIxCgthY3RpdmF0aW9ucxgEIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIRCgl0b2tlbl9pZHMYBSADKA0SDgoGbG9naXRzGAYgASgIIiMKBkNhbmNlbBIZChF0YXJnZXRfcmVxdWVzdF9pZBgBIAEoCSIOCgxTdGF0c1JlcXVlc3QiCgoIU2h1dGRvd24ibAoIVG9rZW5pemUSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIAEIHCgVpbnB1dCJRCgZUZW5zb3ISKgoFZHR5cGUYASABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZRINCgVzaGFwZRgCIAMoBBIMCgRkYXRhGAMgASgMIqEECgVFdmVudBISCgpyZXF1ZXN0X2lkGAEgASgJEi4KBmxvYWRlZBgKIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLkxvYWRlZEgAEi4KBnRva2VucxgLIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2Vuc0gAEioKBGRvbmUYDCABKAsyGi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Eb25lSAASNgoKZW1iZWRkaW5ncxgNIAEoCzIgLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVtYmVkZGluZ3NIABJBCg1oaWRkZW5fc3RhdGVzGA4gASgLMiguc3dpdGNoeWFyZC5lbmdpbmUudjEuSGlkZGVuU3RhdGVzUmVzdWx0SAASNgoHZm9yd2FyZBgPIAEoCzIjLnN3aXRjaHlhcmQuZW5naW5lLnYxLkZvcndhcmRSZXN1bHRIABIsCgVlcnJvchgQIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVycm9ySAASLAoFc3RhdHMYESABKAsyGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TdGF0c0gAEjMKCXRva2VuX2lkcxgSIAEoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuSWRzSAASLAoFcmVhZHkYEyABKAsyGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5SZWFkeUgAQgYKBGtpbmQiKAoFUmVhZHkSDgoGZGV2aWNlGAEgASgJEg8KB3ZlcnNpb24YAiABKAki5wEKBkxvYWRlZBINCgVtb2RlbBgBIAEoCRItCgRraW5kGAIgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuTW9kZWxLaW5kEhAKCG5fbGF5ZXJzGAMgASgNEhMKC2hpZGRlbl9zaXplGAQgASgNEhIKCnZvY2FiX3NpemUYBSABKA0SEwoLbWF4X3NlcV9sZW4YBiABKA0SEQoJbWF4X2JhdGNoGAcgASgNEg8KB2xvYWRfbXMYCCABKAQSFAoMd2VpZ2h0X2J5dGVzGAkgASgEEhUKDWVtYmVkZGluZ19kaW0YCiABKA0iIwoGVG9rZW5zEgsKA2lkcxgBIAMoDRIMCgR0ZXh0GAIgASgJIjkKBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKA0SGQoRY29tcGxldGlvbl90b2tlbnMYAiABKA0ilAEKBERvbmUSOQoNZmluaXNoX3JlYXNvbhgBIAEoDjIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkZpbmlzaFJlYXNvbhIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlEhIKCnByZWZpbGxfdXMYAyABKAQSEQoJZGVjb2RlX3VzGAQgASgEImcKCkVtYmVkZGluZ3MSLQoHdmVjdG9ycxgBIAMoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlImUKEkhpZGRlblN0YXRlc1Jlc3VsdBIOCgZsYXllcnMYASADKA0SLQoHdGVuc29ycxgCIAMoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIQCghuX3Rva2VucxgDIAEoDSI9Cg1Gb3J3YXJkUmVzdWx0EiwKBm91dHB1dBgBIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvciIXCghUb2tlbklkcxILCgNpZHMYASADKA0iRwoFRXJyb3ISLQoEY29kZRgBIAEoDjIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVycm9yQ29kZRIPCgdtZXNzYWdlGAIgASgJIrIBCgVTdGF0cxIYChBhY3RpdmVfc2VxdWVuY2VzGAEgASgNEhcKD3F1ZXVlZF9yZXF1ZXN0cxgCIAEoDRIRCgltYXhfYmF0Y2gYAyABKA0SFgoOa3ZfY2FjaGVfYnl0ZXMYBCABKAQSEQoJcnNzX2J5dGVzGAUgASgEEg4KBmRldmljZRgGIAEoCRIOCgZtb2RlbHMYByADKAkSGAoQdG9rZW5zX2dlbmVyYXRlZBgIIAEoBCpXCglNb2RlbEtpbmQSGgoWTU9ERUxfS0lORF9VTlNQRUNJRklFRBAAEhkKFU1PREVMX0tJTkRfTExBTUFfR0dVRhABEhMKD01PREVMX0tJTkRfQkVSVBACKlgKB1Bvb2xpbmcSFwoTUE9PTElOR19VTlNQRUNJRklFRBAAEhAKDFBPT0xJTkdfTk9ORRABEhAKDFBPT0xJTkdfTUVBThACEhAKDFBPT0xJTkdfTEFTVBADKjwKBURUeXBlEhUKEURUWVBFX1VOU1BFQ0lGSUVEEAASDQoJRFRZUEVfRjMyEAESDQoJRFRZUEVfRjE2EAIqfAoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAMq7gEKCUVycm9yQ29kZRIaChZFUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASHgoaRVJST1JfQ09ERV9JTlZBTElEX1JFUVVFU1QQARIfChtFUlJPUl9DT0RFX01PREVMX05PVF9MT0FERUQQAhIdChlFUlJPUl9DT0RFX0NPTlRFWFRfTEVOR1RIEAMSGQoVRVJST1JfQ09ERV9PVkVSTE9BREVEEAQSFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAFEhUKEUVSUk9SX0NPREVfREVWSUNFEAYSGgoWRVJST1JfQ09ERV9MT0FEX0ZBSUxFRBAHYgZwcm90bzM");
+  fileDesc("CiFzd2l0Y2h5YXJkL2VuZ2luZS92MS9lbmdpbmUucHJvdG8SFHN3aXRjaHlhcmQuZW5naW5lLnYxIvoDCgdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSNQoKbG9hZF9tb2RlbBgKIAEoCzIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkxvYWRNb2RlbEgAEjIKCGdlbmVyYXRlGAsgASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuR2VuZXJhdGVIABIsCgVlbWJlZBgMIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVtYmVkSAASOwoNaGlkZGVuX3N0YXRlcxgNIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc0gAEjAKB2ZvcndhcmQYDiABKAsyHS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkSAASLgoGY2FuY2VsGA8gASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2FuY2VsSAASMwoFc3RhdHMYECABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TdGF0c1JlcXVlc3RIABIyCghzaHV0ZG93bhgRIAEoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNodXRkb3duSAASMgoIdG9rZW5pemUYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbml6ZUgAQgYKBGtpbmQifwoJTG9hZE1vZGVsEg0KBW1vZGVsGAEgASgJEi0KBGtpbmQYAiABKA4yHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Nb2RlbEtpbmQSDAoEcGF0aBgDIAEoCRITCgttYXhfc2VxX2xlbhgEIAEoDRIRCgltYXhfYmF0Y2gYBSABKA0iLAoLQ2hhdE1lc3NhZ2USDAoEcm9sZRgBIAEoCRIPCgdjb250ZW50GAIgASgJIoUCCghHZW5lcmF0ZRINCgVtb2RlbBgBIAEoCRIQCgZwcm9tcHQYAiABKAlIABI2CghtZXNzYWdlcxgDIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNoYXRNZXNzYWdlc0gAEhIKCm1heF90b2tlbnMYBCABKA0SEwoLdGVtcGVyYXR1cmUYBSABKAISDQoFdG9wX3AYBiABKAISDQoFdG9wX2sYByABKA0SEQoEc2VlZBgIIAEoBEgBiAEBEgwKBHN0b3AYCSADKAkSEAoIbG9ncHJvYnMYCiABKAgSFAoMdG9wX2xvZ3Byb2JzGAsgASgNQgcKBWlucHV0QgcKBV9zZWVkImMKDENoYXRNZXNzYWdlcxIzCghtZXNzYWdlcxgBIAMoCzIhLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNoYXRNZXNzYWdlEh4KFmNvbnRpbnVlX2ZpbmFsX21lc3NhZ2UYAiABKAgiJgoFRW1iZWQSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJItwBCgxIaWRkZW5TdGF0ZXMSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABIOCgZsYXllcnMYBCADKA0SLgoHcG9vbGluZxgFIAEoDjIdLnN3aXRjaHlhcmQuZW5naW5lLnYxLlBvb2xpbmcSKgoFZHR5cGUYBiABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZUIHCgVpbnB1dCKWAQoHRm9yd2FyZBINCgVtb2RlbBgBIAEoCRITCgtsYXllcl9zdGFydBgCIAEoDRIRCglsYXllcl9lbmQYAyABKA0SMQoLYWN0aXZhdGlvbnMYBCABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISEQoJdG9rZW5faWRzGAUgAygNEg4KBmxvZ2l0cxgGIAEoCCIjCgZDYW5jZWwSGQoRdGFyZ2V0X3JlcXVlc3RfaWQYASABKAkiDgoMU3RhdHNSZXF1ZXN0IgoKCFNodXRkb3duImwKCFRva2VuaXplEg0KBW1vZGVsGAEgASgJEhAKBnByb21wdBgCIAEoCUgAEjYKCG1lc3NhZ2VzGAMgASgLMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2VzSABCBwoFaW5wdXQiUQoGVGVuc29yEioKBWR0eXBlGAEgASgOMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuRFR5cGUSDQoFc2hhcGUYAiADKAQSDAoEZGF0YRgDIAEoDCKhBAoFRXZlbnQSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgZsb2FkZWQYCiABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Mb2FkZWRIABIuCgZ0b2tlbnMYCyABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbnNIABIqCgRkb25lGAwgASgLMhouc3dpdGNoeWFyZC5lbmdpbmUudjEuRG9uZUgAEjYKCmVtYmVkZGluZ3MYDSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FbWJlZGRpbmdzSAASQQoNaGlkZGVuX3N0YXRlcxgOIAEoCzIoLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc1Jlc3VsdEgAEjYKB2ZvcndhcmQYDyABKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkUmVzdWx0SAASLAoFZXJyb3IYECABKAsyGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FcnJvckgAEiwKBXN0YXRzGBEgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuU3RhdHNIABIzCgl0b2tlbl9pZHMYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbklkc0gAEiwKBXJlYWR5GBMgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuUmVhZHlIAEIGCgRraW5kIigKBVJlYWR5Eg4KBmRldmljZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJIucBCgZMb2FkZWQSDQoFbW9kZWwYASABKAkSLQoEa2luZBgCIAEoDjIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLk1vZGVsS2luZBIQCghuX2xheWVycxgDIAEoDRITCgtoaWRkZW5fc2l6ZRgEIAEoDRISCgp2b2NhYl9zaXplGAUgASgNEhMKC21heF9zZXFfbGVuGAYgASgNEhEKCW1heF9iYXRjaBgHIAEoDRIPCgdsb2FkX21zGAggASgEEhQKDHdlaWdodF9ieXRlcxgJIAEoBBIVCg1lbWJlZGRpbmdfZGltGAogASgNIloKBlRva2VucxILCgNpZHMYASADKA0SDAoEdGV4dBgCIAEoCRI1Cghsb2dwcm9icxgDIAMoCzIjLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuTG9ncHJvYnMiOgoMVG9rZW5Mb2dwcm9iEgoKAmlkGAEgASgNEg0KBXRva2VuGAIgASgMEg8KB2xvZ3Byb2IYAyABKAIidAoNVG9rZW5Mb2dwcm9icxIyCgZjaG9zZW4YASABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2ISLwoDdG9wGAIgAygLMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5Mb2dwcm9iIjkKBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKA0SGQoRY29tcGxldGlvbl90b2tlbnMYAiABKA0ilAEKBERvbmUSOQoNZmluaXNoX3JlYXNvbhgBIAEoDjIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkZpbmlzaFJlYXNvbhIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlEhIKCnByZWZpbGxfdXMYAyABKAQSEQoJZGVjb2RlX3VzGAQgASgEImcKCkVtYmVkZGluZ3MSLQoHdmVjdG9ycxgBIAMoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlImUKEkhpZGRlblN0YXRlc1Jlc3VsdBIOCgZsYXllcnMYASADKA0SLQoHdGVuc29ycxgCIAMoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIQCghuX3Rva2VucxgDIAEoDSI9Cg1Gb3J3YXJkUmVzdWx0EiwKBm91dHB1dBgBIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvciIXCghUb2tlbklkcxILCgNpZHMYASADKA0iRwoFRXJyb3ISLQoEY29kZRgBIAEoDjIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVycm9yQ29kZRIPCgdtZXNzYWdlGAIgASgJIrIBCgVTdGF0cxIYChBhY3RpdmVfc2VxdWVuY2VzGAEgASgNEhcKD3F1ZXVlZF9yZXF1ZXN0cxgCIAEoDRIRCgltYXhfYmF0Y2gYAyABKA0SFgoOa3ZfY2FjaGVfYnl0ZXMYBCABKAQSEQoJcnNzX2J5dGVzGAUgASgEEg4KBmRldmljZRgGIAEoCRIOCgZtb2RlbHMYByADKAkSGAoQdG9rZW5zX2dlbmVyYXRlZBgIIAEoBCpXCglNb2RlbEtpbmQSGgoWTU9ERUxfS0lORF9VTlNQRUNJRklFRBAAEhkKFU1PREVMX0tJTkRfTExBTUFfR0dVRhABEhMKD01PREVMX0tJTkRfQkVSVBACKlgKB1Bvb2xpbmcSFwoTUE9PTElOR19VTlNQRUNJRklFRBAAEhAKDFBPT0xJTkdfTk9ORRABEhAKDFBPT0xJTkdfTUVBThACEhAKDFBPT0xJTkdfTEFTVBADKjwKBURUeXBlEhUKEURUWVBFX1VOU1BFQ0lGSUVEEAASDQoJRFRZUEVfRjMyEAESDQoJRFRZUEVfRjE2EAIqfAoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAMq7gEKCUVycm9yQ29kZRIaChZFUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASHgoaRVJST1JfQ09ERV9JTlZBTElEX1JFUVVFU1QQARIfChtFUlJPUl9DT0RFX01PREVMX05PVF9MT0FERUQQAhIdChlFUlJPUl9DT0RFX0NPTlRFWFRfTEVOR1RIEAMSGQoVRVJST1JfQ09ERV9PVkVSTE9BREVEEAQSFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAFEhUKEUVSUk9SX0NPREVfREVWSUNFEAYSGgoWRVJST1JfQ09ERV9MT0FEX0ZBSUxFRBAHYgZwcm90bzM");
 
 /**
  * @generated from message switchyard.engine.v1.Request
@@ -232,6 +232,21 @@ export type Generate = Message<"switchyard.engine.v1.Generate"> & {
    * @generated from field: repeated string stop = 9;
    */
   stop: string[];
+
+  /**
+   * Return each sampled token's log-probability and, with top_logprobs > 0,
+   * the most likely alternatives at that step (at most 20). Log-probabilities
+   * are of the model's own distribution (log-softmax of the logits, before
+   * temperature, top-k and top-p), as OpenAI reports them.
+   *
+   * @generated from field: bool logprobs = 10;
+   */
+  logprobs: boolean;
+
+  /**
+   * @generated from field: uint32 top_logprobs = 11;
+   */
+  topLogprobs: number;
 };
 
 /**
@@ -692,6 +707,13 @@ export type Tokens = Message<"switchyard.engine.v1.Tokens"> & {
    * @generated from field: string text = 2;
    */
   text: string;
+
+  /**
+   * One per id when the request asked for logprobs.
+   *
+   * @generated from field: repeated switchyard.engine.v1.TokenLogprobs logprobs = 3;
+   */
+  logprobs: TokenLogprobs[];
 };
 
 /**
@@ -700,6 +722,59 @@ export type Tokens = Message<"switchyard.engine.v1.Tokens"> & {
  */
 export const TokensSchema: GenMessage<Tokens> = /*@__PURE__*/
   messageDesc(file_switchyard_engine_v1_engine, 16);
+
+/**
+ * @generated from message switchyard.engine.v1.TokenLogprob
+ */
+export type TokenLogprob = Message<"switchyard.engine.v1.TokenLogprob"> & {
+  /**
+   * @generated from field: uint32 id = 1;
+   */
+  id: number;
+
+  /**
+   * The token's bytes (a token may hold part of a UTF-8 character).
+   *
+   * @generated from field: bytes token = 2;
+   */
+  token: Uint8Array;
+
+  /**
+   * @generated from field: float logprob = 3;
+   */
+  logprob: number;
+};
+
+/**
+ * Describes the message switchyard.engine.v1.TokenLogprob.
+ * Use `create(TokenLogprobSchema)` to create a new message.
+ */
+export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 17);
+
+/**
+ * @generated from message switchyard.engine.v1.TokenLogprobs
+ */
+export type TokenLogprobs = Message<"switchyard.engine.v1.TokenLogprobs"> & {
+  /**
+   * @generated from field: switchyard.engine.v1.TokenLogprob chosen = 1;
+   */
+  chosen?: TokenLogprob | undefined;
+
+  /**
+   * Most likely first.
+   *
+   * @generated from field: repeated switchyard.engine.v1.TokenLogprob top = 2;
+   */
+  top: TokenLogprob[];
+};
+
+/**
+ * Describes the message switchyard.engine.v1.TokenLogprobs.
+ * Use `create(TokenLogprobsSchema)` to create a new message.
+ */
+export const TokenLogprobsSchema: GenMessage<TokenLogprobs> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 18);
 
 /**
  * @generated from message switchyard.engine.v1.Usage
@@ -721,7 +796,7 @@ export type Usage = Message<"switchyard.engine.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 17);
+  messageDesc(file_switchyard_engine_v1_engine, 19);
 
 /**
  * @generated from message switchyard.engine.v1.Done
@@ -753,7 +828,7 @@ export type Done = Message<"switchyard.engine.v1.Done"> & {
  * Use `create(DoneSchema)` to create a new message.
  */
 export const DoneSchema: GenMessage<Done> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 18);
+  messageDesc(file_switchyard_engine_v1_engine, 20);
 
 /**
  * @generated from message switchyard.engine.v1.Embeddings
@@ -777,7 +852,7 @@ export type Embeddings = Message<"switchyard.engine.v1.Embeddings"> & {
  * Use `create(EmbeddingsSchema)` to create a new message.
  */
 export const EmbeddingsSchema: GenMessage<Embeddings> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 19);
+  messageDesc(file_switchyard_engine_v1_engine, 21);
 
 /**
  * @generated from message switchyard.engine.v1.HiddenStatesResult
@@ -807,7 +882,7 @@ export type HiddenStatesResult = Message<"switchyard.engine.v1.HiddenStatesResul
  * Use `create(HiddenStatesResultSchema)` to create a new message.
  */
 export const HiddenStatesResultSchema: GenMessage<HiddenStatesResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 20);
+  messageDesc(file_switchyard_engine_v1_engine, 22);
 
 /**
  * @generated from message switchyard.engine.v1.ForwardResult
@@ -826,7 +901,7 @@ export type ForwardResult = Message<"switchyard.engine.v1.ForwardResult"> & {
  * Use `create(ForwardResultSchema)` to create a new message.
  */
 export const ForwardResultSchema: GenMessage<ForwardResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 21);
+  messageDesc(file_switchyard_engine_v1_engine, 23);
 
 /**
  * @generated from message switchyard.engine.v1.TokenIds
@@ -843,7 +918,7 @@ export type TokenIds = Message<"switchyard.engine.v1.TokenIds"> & {
  * Use `create(TokenIdsSchema)` to create a new message.
  */
 export const TokenIdsSchema: GenMessage<TokenIds> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 22);
+  messageDesc(file_switchyard_engine_v1_engine, 24);
 
 /**
  * @generated from message switchyard.engine.v1.Error
@@ -865,7 +940,7 @@ export type Error = Message<"switchyard.engine.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 23);
+  messageDesc(file_switchyard_engine_v1_engine, 25);
 
 /**
  * @generated from message switchyard.engine.v1.Stats
@@ -917,7 +992,7 @@ export type Stats = Message<"switchyard.engine.v1.Stats"> & {
  * Use `create(StatsSchema)` to create a new message.
  */
 export const StatsSchema: GenMessage<Stats> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 24);
+  messageDesc(file_switchyard_engine_v1_engine, 26);
 
 /**
  * @generated from enum switchyard.engine.v1.ModelKind
