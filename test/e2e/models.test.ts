@@ -154,6 +154,17 @@ describe("SmolLM2 through the router", () => {
     expect(((await bad.json()) as { error: { message: string } }).error.message).toContain("top_logprobs");
   });
 
+  it("a prompt that starts like an earlier one reuses its computed prefix (usage.prompt_tokens_details.cached_tokens)", async () => {
+    const system = { role: "system" as const, content: "You answer questions about the solar system in one short sentence, citing the planet's order from the sun." };
+    const first = await client.chat.completions.create({ model: LLM, messages: [system, { role: "user", content: "Tell me about Mars." }], temperature: 0, max_tokens: 4 });
+    const second = await client.chat.completions.create({ model: LLM, messages: [system, { role: "user", content: "Tell me about Venus." }], temperature: 0, max_tokens: 4 });
+    const cached = (second.usage as { prompt_tokens_details?: { cached_tokens?: number } }).prompt_tokens_details?.cached_tokens ?? 0;
+    // The system prompt and the chat markers before the question (~30 tokens).
+    expect(cached).toBeGreaterThan(20);
+    expect(cached).toBeLessThan(second.usage!.prompt_tokens);
+    expect(first.usage!.prompt_tokens).toBeGreaterThan(cached);
+  });
+
   it("streams the same text it answers without streaming", async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "List three primary colors." }];
     const whole = await client.chat.completions.create({ model: LLM, messages, temperature: 0, max_tokens: 24 });

@@ -119,6 +119,10 @@ struct Sequence {
     prefilled: usize,
     generated: usize,
     max_new: usize,
+    /// Sampled tokens, in order (what the cache holds after the prompt).
+    out: Vec<u32>,
+    /// Prompt tokens taken from the prefix cache.
+    cached: usize,
     cache: KvCache,
     sampler: Sampler,
     logprobs: Option<usize>,
@@ -129,6 +133,20 @@ struct Sequence {
     t_first: Option<Instant>,
 }
 
+/// A finished sequence's keys and values, kept for prompts that start with
+/// the same tokens (a shared system prompt, the conversation so far).
+struct PrefixEntry {
+    tokens: Vec<u32>,
+    cache: KvCache,
+    last_used: u64,
+}
+
+/// Shorter common prefixes are recomputed: not worth an entry's lookup.
+const MIN_PREFIX_REUSE: usize = 8;
+
+/// Default bound on the prefix cache (SWITCHYARD_PREFIX_CACHE_MB overrides; 0 turns it off).
+const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
+
 pub struct LlamaRuntime {
     pub model: LlamaModel,
     pub max_batch: usize,
@@ -137,18 +155,44 @@ pub struct LlamaRuntime {
     active: Vec<Sequence>,
     scratch: Scratch,
     pub tokens_generated: u64,
+    prefix: Vec<PrefixEntry>,
+    prefix_cap: usize,
+    prefix_clock: u64,
+    pub prefix_hits: u64,
+    pub prefix_tokens_reused: u64,
 }
 
-fn done(request_id: &str, reason: FinishReason, prompt: usize, completion: usize, prefill_us: u64, decode_us: u64) -> Event {
-    Event::new(
-        request_id,
-        event::Kind::Done(Done {
-            finish_reason: reason as i32,
-            usage: Some(Usage { prompt_tokens: prompt as u32, completion_tokens: completion as u32 }),
-            prefill_us,
-            decode_us,
-        }),
-    )
+/// The Done event of a request cancelled before admission.
+fn done(request_id: &str, reason: FinishReason, prompt: usize, completion: usize) -> Event {
+    Done {
+        finish_reason: reason as i32,
+        usage: Some(Usage { prompt_tokens: prompt as u32, completion_tokens: completion as u32 }),
+        ..Default::default()
+    }
+    .into_event(request_id)
+}
+
+/// The Done event of a sequence that was admitted.
+fn done_of(s: &Sequence, reason: FinishReason) -> Event {
+    let (prefill_us, decode_us) = timings(s);
+    Done {
+        finish_reason: reason as i32,
+        usage: Some(Usage { prompt_tokens: s.prompt.len() as u32, completion_tokens: s.generated as u32 }),
+        prefill_us,
+        decode_us,
+        cached_prompt_tokens: s.cached as u32,
+    }
+    .into_event(&s.request_id)
+}
+
+impl Done {
+    fn into_event(self, request_id: &str) -> Event {
+        Event::new(request_id, event::Kind::Done(self))
+    }
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 impl LlamaRuntime {
@@ -162,7 +206,70 @@ impl LlamaRuntime {
             active: Vec::new(),
             scratch: Scratch::default(),
             tokens_generated: 0,
+            prefix: Vec::new(),
+            prefix_cap: std::env::var("SWITCHYARD_PREFIX_CACHE_MB")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .map_or(DEFAULT_PREFIX_CACHE_BYTES, |mb| mb << 20),
+            prefix_clock: 0,
+            prefix_hits: 0,
+            prefix_tokens_reused: 0,
         })
+    }
+
+    /// Bounds the prefix cache (0 turns it off and empties it).
+    pub fn set_prefix_cache_bytes(&mut self, bytes: usize) {
+        self.prefix_cap = bytes;
+        self.evict_prefixes();
+    }
+
+    pub fn prefix_cache_bytes(&self) -> u64 {
+        self.prefix.iter().map(|e| e.cache.bytes() as u64).sum()
+    }
+
+    fn evict_prefixes(&mut self) {
+        while self.prefix_cache_bytes() > self.prefix_cap as u64 {
+            let lru = (0..self.prefix.len()).min_by_key(|&i| self.prefix[i].last_used).expect("non-empty");
+            self.prefix.swap_remove(lru);
+        }
+    }
+
+    /// Fills `cache` with the longest cached prefix of `prompt` (leaving at
+    /// least its last token to compute: its logits start the answer); how
+    /// many positions it took.
+    fn reuse_prefix(&mut self, prompt: &[u32], cache: &mut KvCache) -> usize {
+        let limit = prompt.len().saturating_sub(1);
+        let best = (0..self.prefix.len()).map(|i| (common_prefix(&self.prefix[i].tokens, prompt).min(limit), i)).max();
+        let Some((n, i)) = best else { return 0 };
+        if n < MIN_PREFIX_REUSE || cache.copy_prefix_from(&self.prefix[i].cache, n).is_err() {
+            return 0;
+        }
+        self.prefix_clock += 1;
+        self.prefix[i].last_used = self.prefix_clock;
+        self.prefix_hits += 1;
+        self.prefix_tokens_reused += n as u64;
+        n
+    }
+
+    /// Keeps what a finished sequence computed, trimmed to the positions it
+    /// holds, unless an entry already covers it; entries it covers go.
+    fn keep_prefix(&mut self, s: &Sequence) {
+        let n = s.cache.len;
+        if self.prefix_cap == 0 || n < MIN_PREFIX_REUSE {
+            return;
+        }
+        let tokens: Vec<u32> = s.prompt.iter().chain(&s.out).copied().take(n).collect();
+        if self.prefix.iter().any(|e| e.tokens.starts_with(&tokens)) {
+            return;
+        }
+        let Ok(mut tight) = self.model.new_cache(n) else { return };
+        if tight.copy_prefix_from(&s.cache, n).is_err() || tight.bytes() > self.prefix_cap {
+            return;
+        }
+        self.prefix.retain(|e| !tokens.starts_with(&e.tokens));
+        self.prefix_clock += 1;
+        self.prefix.push(PrefixEntry { tokens, cache: tight, last_used: self.prefix_clock });
+        self.evict_prefixes();
     }
 
     pub fn has_work(&self) -> bool {
@@ -194,13 +301,13 @@ impl LlamaRuntime {
     pub fn cancel(&mut self, request_id: &str, emit: &mut dyn FnMut(Event)) -> bool {
         if let Some(i) = self.queue.iter().position(|q| q.request_id == request_id) {
             let q = self.queue.remove(i).unwrap();
-            emit(done(&q.request_id, FinishReason::Cancelled, q.prompt.len(), 0, 0, 0));
+            emit(done(&q.request_id, FinishReason::Cancelled, q.prompt.len(), 0));
             return true;
         }
         if let Some(i) = self.active.iter().position(|s| s.request_id == request_id) {
             let s = self.active.swap_remove(i);
-            let (prefill_us, decode_us) = timings(&s);
-            emit(done(&s.request_id, FinishReason::Cancelled, s.prompt.len(), s.generated, prefill_us, decode_us));
+            emit(done_of(&s, FinishReason::Cancelled));
+            self.keep_prefix(&s);
             return true;
         }
         false
@@ -223,7 +330,7 @@ impl LlamaRuntime {
             let Some(req) = self.queue.pop_front() else { break };
             let capacity = (req.prompt.len() + req.max_tokens).min(self.max_seq_len);
             let max_new = req.max_tokens.min(capacity - req.prompt.len());
-            let cache = match self.model.new_cache(capacity) {
+            let mut cache = match self.model.new_cache(capacity) {
                 Ok(c) => c,
                 Err(e) => {
                     // Out of device memory for this one: it fails, the rest run.
@@ -231,12 +338,15 @@ impl LlamaRuntime {
                     continue;
                 }
             };
+            let cached = self.reuse_prefix(&req.prompt, &mut cache);
             self.active.push(Sequence {
                 request_id: req.request_id,
                 prompt: req.prompt,
-                prefilled: 0,
+                prefilled: cached,
                 generated: 0,
                 max_new,
+                out: Vec::new(),
+                cached,
                 cache,
                 sampler: Sampler::new(req.params),
                 logprobs: req.logprobs,
@@ -310,6 +420,7 @@ impl LlamaRuntime {
                 continue;
             }
             s.generated += 1;
+            s.out.push(tok);
             self.tokens_generated += 1;
             let (text, stopped) = s.text.push(self.model.tokenizer.token_bytes(tok));
             let logprobs = match s.logprobs {
@@ -340,8 +451,8 @@ impl LlamaRuntime {
             if !tail.is_empty() {
                 emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![], text: tail, logprobs: vec![] })));
             }
-            let (prefill_us, decode_us) = timings(&s);
-            emit(done(&s.request_id, reason, s.prompt.len(), s.generated, prefill_us, decode_us));
+            emit(done_of(&s, reason));
+            self.keep_prefix(&s);
         }
         Ok(())
     }

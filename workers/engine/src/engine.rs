@@ -233,6 +233,9 @@ impl Engine {
                 s.max_batch += rt.max_batch as u32;
                 s.kv_cache_bytes += rt.kv_cache_bytes();
                 s.tokens_generated += rt.tokens_generated;
+                s.prefix_cache_bytes += rt.prefix_cache_bytes();
+                s.prefix_cache_hits += rt.prefix_hits;
+                s.prefix_tokens_reused += rt.prefix_tokens_reused;
             }
         }
         s

@@ -10,7 +10,7 @@ use switchyard_engine::batch::{GenRequest, LlamaRuntime};
 use switchyard_engine::bert::BertEmbedder;
 use switchyard_engine::llama::{Backend, LlamaModel, Scratch, SeqStep};
 use switchyard_engine::parity;
-use switchyard_engine::protocol::{event, Event};
+use switchyard_engine::protocol::{event, Done, Event};
 use switchyard_engine::sampling::{argmax, SamplingParams};
 use switchyard_engine::tokenizer::ChatMessage;
 
@@ -264,6 +264,76 @@ fn run_runtime(rt: &mut LlamaRuntime, reqs: Vec<GenRequest>) -> Vec<(String, Vec
             (id, toks)
         })
         .collect()
+}
+
+/// Runs requests one after another; each one's tokens and Done.
+fn run_each(rt: &mut LlamaRuntime, reqs: Vec<GenRequest>) -> Vec<(Vec<u32>, Done)> {
+    reqs.into_iter()
+        .map(|r| {
+            let id = r.request_id.clone();
+            rt.submit(r);
+            let mut events = Vec::new();
+            while rt.has_work() {
+                rt.step(&mut |e| events.push(e)).expect("model step");
+            }
+            let mut toks = Vec::new();
+            for e in events.into_iter().filter(|e| e.request_id == id) {
+                match e.kind {
+                    Some(event::Kind::Tokens(t)) => toks.extend(t.ids),
+                    Some(event::Kind::Done(d)) => return (toks, d),
+                    other => panic!("{id}: {other:?}"),
+                }
+            }
+            panic!("{id}: no Done");
+        })
+        .collect()
+}
+
+/// Prompts that start like an earlier one (a shared system prompt, the
+/// conversation so far) take its keys and values from the prefix cache and
+/// compute only the rest — and generate exactly what they would have
+/// without it.
+#[test]
+fn prefix_cache_reuses_shared_prompts_without_changing_output() {
+    let tok = &model().tokenizer;
+    let system = "You are a careful assistant for a hardware store. Answer briefly, name the aisle, and never invent stock.";
+    let chat = |msgs: &[(&str, &str)]| {
+        let m: Vec<ChatMessage> = msgs.iter().map(|(r, c)| ChatMessage { role: (*r).into(), content: (*c).into() }).collect();
+        tok.encode(&tok.apply_chat_template(&m).unwrap(), false, true)
+    };
+    let a = chat(&[("system", system), ("user", "Where are the hammers?")]);
+    let b = chat(&[("system", system), ("user", "Do you sell garden hoses?")]);
+    let shared = common_prefix_len(&a, &b);
+    assert!(shared > 20, "the two prompts share {shared} tokens");
+
+    let mut cached = LlamaRuntime::new(LlamaModel::load(&common::smollm_path()).unwrap(), 4, 512).unwrap();
+    cached.set_prefix_cache_bytes(64 << 20);
+    let mut plain = LlamaRuntime::new(LlamaModel::load(&common::smollm_path()).unwrap(), 4, 512).unwrap();
+    plain.set_prefix_cache_bytes(0);
+
+    let first = run_each(&mut cached, vec![gen("a", a.clone(), 10)]).remove(0);
+    assert_eq!(first.1.cached_prompt_tokens, 0, "nothing cached yet");
+    let second = run_each(&mut cached, vec![gen("b", b.clone(), 10)]).remove(0);
+    assert_eq!(second.1.cached_prompt_tokens as usize, shared, "b reuses the shared system prompt");
+    assert_eq!(second.0, run_each(&mut plain, vec![gen("b", b.clone(), 10)]).remove(0).0, "same output without the cache");
+
+    // The next turn of a's conversation: everything a computed is reused.
+    let answer = tok.decode(&first.0);
+    let c = chat(&[("system", system), ("user", "Where are the hammers?"), ("assistant", &answer), ("user", "And nails?")]);
+    let third = run_each(&mut cached, vec![gen("c", c.clone(), 10)]).remove(0);
+    assert!(third.1.cached_prompt_tokens as usize >= a.len(), "reused {} of a's {} prompt tokens", third.1.cached_prompt_tokens, a.len());
+    assert_eq!(third.0, run_each(&mut plain, vec![gen("c", c, 10)]).remove(0).0);
+    assert_eq!((cached.prefix_hits, plain.prefix_hits), (2, 0));
+    assert!(cached.prefix_cache_bytes() > 0 && cached.prefix_cache_bytes() <= 64 << 20);
+    assert_eq!(plain.prefix_cache_bytes(), 0);
+
+    // A bound smaller than one entry keeps nothing.
+    cached.set_prefix_cache_bytes(1024);
+    assert_eq!(cached.prefix_cache_bytes(), 0);
+}
+
+fn common_prefix_len(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 fn gen(id: &str, prompt: Vec<u32>, n: usize) -> GenRequest {

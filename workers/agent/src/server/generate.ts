@@ -1,7 +1,7 @@
 // OpenAI chat/completions requests → engine Generate, engine events → OpenAI
 // JSON or SSE chunks. Shared by the chat and the legacy completions routes.
 import { randomUUID } from "node:crypto";
-import { FinishReason, type Generate, type TokenLogprob, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { FinishReason, type Done, type Generate, type TokenLogprob, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { EngineClient } from "../engine/client.ts";
 import { EngineError } from "../engine/client.ts";
 import type { WorkerContext } from "./context.ts";
@@ -104,6 +104,13 @@ function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsAsk): Ge
   };
 }
 
+/** OpenAI's usage block; prompt tokens served from the engine's prefix cache count as cached. */
+function usageOf(done: Done) {
+  const prompt = done.usage?.promptTokens ?? 0;
+  const completion = done.usage?.completionTokens ?? 0;
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: done.cachedPromptTokens } };
+}
+
 const finishName = (r: FinishReason) => (r === FinishReason.LENGTH ? "length" : "stop");
 
 const engineErrorStatus = (err: unknown): { status: number; code: string; message: string } => {
@@ -146,8 +153,7 @@ export async function runGenerate(
           text += ev.kind.value.text;
           entries.push(...ev.kind.value.logprobs);
         } else if (ev.kind.case === "done") {
-          const u = ev.kind.value.usage;
-          const usage = { prompt_tokens: u?.promptTokens ?? 0, completion_tokens: u?.completionTokens ?? 0, total_tokens: (u?.promptTokens ?? 0) + (u?.completionTokens ?? 0) };
+          const usage = usageOf(ev.kind.value);
           const finish = finishName(ev.kind.value.finishReason);
           return Response.json(
             opts.chat
@@ -210,8 +216,7 @@ export async function runGenerate(
             if (ev.kind.value.finishReason === FinishReason.CANCELLED) break;
             controller.enqueue(sse(chunk(opts.chat ? (sentRole ? {} : { role: "assistant", content: "" }) : "", finishName(ev.kind.value.finishReason))));
             if (includeUsage) {
-              const u = ev.kind.value.usage;
-              const usage = { prompt_tokens: u?.promptTokens ?? 0, completion_tokens: u?.completionTokens ?? 0, total_tokens: (u?.promptTokens ?? 0) + (u?.completionTokens ?? 0) };
+              const usage = usageOf(ev.kind.value);
               controller.enqueue(sse(JSON.stringify({ id, object: opts.chat ? "chat.completion.chunk" : "text_completion", created, model: body.model, choices: [], usage })));
             }
             controller.enqueue(sse("[DONE]"));

@@ -62,6 +62,15 @@ pub(super) struct DeviceKv {
     v: Vec<Tensor>,
 }
 
+impl DeviceKv {
+    pub(super) fn copy_prefix_from(&mut self, src: &DeviceKv, n: usize) -> Result<()> {
+        for (d, s) in self.k.iter().zip(&src.k).chain(self.v.iter().zip(&src.v)) {
+            d.slice_set(&s.narrow(1, 0, n)?.contiguous()?, 1, 0)?;
+        }
+        Ok(())
+    }
+}
+
 impl DeviceModel {
     pub(super) fn load(content: &gguf_file::Content, file: &mut File, cfg: &LlamaConfig, dev: Device) -> Result<Self> {
         if cfg.rope_dims != cfg.head_dim {

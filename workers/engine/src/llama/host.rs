@@ -55,6 +55,19 @@ pub(super) struct HostKv {
 }
 
 impl HostKv {
+    pub(super) fn copy_prefix_from(&mut self, src: &HostKv, n: usize) {
+        let kv_dim = src.k.first().map_or(0, |k| k.len() / src.stride);
+        for (dk, sk) in self.k.iter_mut().zip(&src.k) {
+            // Transposed keys: one run of n positions per key dimension.
+            for c in 0..kv_dim {
+                dk[c * self.stride..][..n].copy_from_slice(&sk[c * src.stride..][..n]);
+            }
+        }
+        for (dv, sv) in self.v.iter_mut().zip(&src.v) {
+            dv[..n * kv_dim].copy_from_slice(&sv[..n * kv_dim]);
+        }
+    }
+
     pub(super) fn new(cfg: &LlamaConfig, capacity: usize) -> Self {
         let stride = capacity.next_multiple_of(16);
         HostKv {

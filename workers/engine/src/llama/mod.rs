@@ -121,6 +121,22 @@ impl KvCache {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// Takes positions 0..n from `src` (another cache of the same model):
+    /// keys and values depend only on the tokens up to their position, so a
+    /// prompt that starts with `src`'s first n tokens can skip computing them.
+    pub fn copy_prefix_from(&mut self, src: &KvCache, n: usize) -> Result<()> {
+        if n > src.len || n > self.capacity {
+            bail!("prefix of {n} positions: source holds {}, capacity is {}", src.len, self.capacity);
+        }
+        match (&mut self.store, &src.store) {
+            (KvStore::Host(d), KvStore::Host(s)) => d.copy_prefix_from(s, n),
+            (KvStore::Device(d), KvStore::Device(s)) => d.copy_prefix_from(s, n)?,
+            _ => bail!("KV caches of different executors"),
+        }
+        self.len = n;
+        Ok(())
+    }
 }
 
 /// Buffers reused across forward calls; they grow to the largest batch seen.
