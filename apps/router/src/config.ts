@@ -193,6 +193,8 @@ export const configSchema = z.object({
           costMsPerCent: z.number().min(0).default(1000),
           /** A free backend goes ahead of a paid one in an earlier step when its score is at most this many times the paid one's. */
           freeComparableRatio: z.number().min(1).default(1.5),
+          /** A worker that last served this request's long first message (its engine caches the prefix) has its score multiplied by this; 1 turns affinity off. */
+          prefixAffinity: z.number().gt(0).max(1).default(0.5),
           /** Chance a request explores: a random other healthy candidate goes first. */
           epsilon: z.number().min(0).max(1).default(0.05),
           /** Latency samples kept per backend × request class… */

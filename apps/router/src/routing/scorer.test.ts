@@ -186,3 +186,47 @@ describe("promoteFree", () => {
     expect(ids(promoteFree([score("p1", 100, true), score("p2", 90, true), score("f", 120, false)], 1.5))).toEqual(["f", "p1", "p2"]);
   });
 });
+
+describe("prefix affinity", () => {
+  const system = { role: "system", content: "You are the support assistant of a hardware store. ".repeat(6) };
+  const ask = (q: string, model = "m") => requestClass("/v1/chat/completions", { model, stream: true, messages: [system, { role: "user", content: q }] });
+
+  it("names a request by its long first message (and model), not by short ones", () => {
+    expect(ask("a?").prefixKey).toBeDefined();
+    expect(ask("a?").prefixKey).toBe(ask("something else entirely?").prefixKey);
+    expect(ask("a?", "other").prefixKey).not.toBe(ask("a?").prefixKey);
+    expect(cls.prefixKey).toBeUndefined();
+    expect(requestClass("/v1/completions", { model: "m", prompt: "x".repeat(300) }).prefixKey).toBeDefined();
+    expect(requestClass("/v1/completions", { model: "m", prompt: "x".repeat(99) }).prefixKey).toBeUndefined();
+  });
+
+  it("sends a request to the worker that last served its prefix, while that worker has room", () => {
+    const { scorer } = setup();
+    const workers = [worker("a"), worker("b"), worker("c")];
+    scorer.record({ id: "worker:b" }, ask("Where are the hammers?"), { outcome: "ok", ttftMs: 50, durationMs: 80 });
+    const ranked = scorer.rankWorkers(workers, ask("Do you sell hoses?"), "m");
+    expect(ranked[0]!.item.id).toBe("b");
+    expect(ranked[0]!.score.affinity).toBe(true);
+    expect(explainRanking(ranked.map((r) => r.score))).toContain("prefix");
+    // Another prefix: no preference from it.
+    const other = requestClass("/v1/chat/completions", { model: "m", stream: true, messages: [{ role: "system", content: "y".repeat(300) }] });
+    expect(scorer.rankWorkers(workers, other, "m").every((r) => !r.score.affinity)).toBe(true);
+    // Saturated, it loses the preference; a failure does not move it.
+    expect(scorer.rankWorkers([worker("a"), worker("b", { inFlight: 8 })], ask("q"), "m")[0]!.item.id).toBe("a");
+    scorer.record({ id: "worker:a" }, ask("q"), { outcome: "failed", durationMs: 5 });
+    expect(scorer.rankWorkers(workers, ask("q"), "m")[0]!.item.id).toBe("b");
+    // The latest good answer moves it.
+    scorer.record({ id: "worker:c" }, ask("q"), { outcome: "ok", ttftMs: 50, durationMs: 80 });
+    expect(scorer.rankWorkers(workers, ask("q"), "m")[0]!.item.id).toBe("c");
+  });
+
+  it("is off at prefixAffinity 1, and never reaches paid backends", () => {
+    const { scorer } = setup({ prefixAffinity: 1 });
+    scorer.record({ id: "worker:b" }, ask("q"), { outcome: "ok", ttftMs: 50, durationMs: 80 });
+    expect(scorer.rankWorkers([worker("a"), worker("b")], ask("q"), "m").every((r) => !r.score.affinity)).toBe(true);
+    const { scorer: s2 } = setup();
+    s2.record({ id: "openrouter:m" }, ask("q"), { outcome: "ok", ttftMs: 50, durationMs: 80 });
+    expect(s2.rankWorkers([worker("a"), worker("b")], ask("q"), "m").every((r) => !r.score.affinity)).toBe(true);
+  });
+});
+

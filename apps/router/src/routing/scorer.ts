@@ -12,9 +12,16 @@
 //   failures  recent failure rate, failures / (attempts + 2)
 //   cents     expected cost of this request on a paid backend (price book)
 //
+// Prefix affinity: a request whose first message (or prompt) is long and
+// was last served well by a worker goes there if it is not saturated — that
+// worker's engine holds the prefix's keys and values in its prefix cache, so
+// its time to first token is a fraction of another's. Its score is
+// multiplied by `prefixAffinity` (1 turns it off).
+//
 // Lower is better. With probability `epsilon` a random other healthy
 // candidate goes first, so a backend that was slow once gets measured again.
 // Every ranking can explain itself (the x-switchyard-route header, a debug log line).
+import { createHash } from "node:crypto";
 import type { WorkerRecord } from "@switchyard/state";
 import type { Backend, InferencePath, UpstreamFailure } from "../backends/types.ts";
 import { promptTokensUpperBound, requestedMaxOutput } from "../billing/estimate.ts";
@@ -40,6 +47,25 @@ export interface RequestClass {
   promptTokens: number;
   /** max_tokens the client asked for, if any. */
   maxOutput?: number;
+  /** Names the request's long shared prefix (first message or prompt), if it has one. */
+  prefixKey?: string;
+}
+
+/** Shorter first messages are cheap to recompute: no affinity for them. */
+export const PREFIX_MIN_CHARS = 100;
+/** Characters of the first message that name its prefix. */
+const PREFIX_KEY_CHARS = 4_096;
+
+function prefixKey(path: InferencePath, body: Record<string, unknown>): string | undefined {
+  let text: unknown;
+  if (path === "/v1/chat/completions") {
+    const first = Array.isArray(body.messages) ? (body.messages[0] as { role?: unknown; content?: unknown } | undefined) : undefined;
+    text = first && typeof first.content === "string" ? `${String(first.role)}\u0000${first.content}` : undefined;
+  } else if (path === "/v1/completions") {
+    text = Array.isArray(body.prompt) ? body.prompt[0] : body.prompt;
+  }
+  if (typeof text !== "string" || text.length < PREFIX_MIN_CHARS) return undefined;
+  return createHash("sha1").update(String(body.model)).update("\u0000").update(text.slice(0, PREFIX_KEY_CHARS)).digest("base64url");
 }
 
 const routeNames: Record<InferencePath, string> = {
@@ -60,7 +86,15 @@ export function requestClass(path: InferencePath, body: Record<string, unknown>)
   const stream = body.stream === true;
   const promptTokens = promptTokensUpperBound(path, body);
   const maxOutput = requestedMaxOutput(path, body);
-  return { key: `${routeNames[path]}|${stream ? "stream" : "whole"}|${sizeBucket(promptTokens)}`, path, stream, promptTokens, ...(maxOutput ? { maxOutput } : {}) };
+  const prefix = prefixKey(path, body);
+  return {
+    key: `${routeNames[path]}|${stream ? "stream" : "whole"}|${sizeBucket(promptTokens)}`,
+    path,
+    stream,
+    promptTokens,
+    ...(maxOutput ? { maxOutput } : {}),
+    ...(prefix ? { prefixKey: prefix } : {}),
+  };
 }
 
 /** The class assumed by callers that don't say (a small streamed chat). */
@@ -137,6 +171,8 @@ export interface Score {
   ejected: boolean;
   /** Put first by exploration rather than by its score. */
   explored: boolean;
+  /** Its score got the prefix-affinity discount (it last served this prompt's prefix). */
+  affinity?: boolean;
 }
 
 export interface Ranked<T> {
@@ -167,6 +203,7 @@ export function explainScore(s: Score): string {
   if (s.degraded) parts.push("degraded");
   if (s.ejected) parts.push("ejected");
   if (s.explored) parts.push("explore");
+  if (s.affinity) parts.push("prefix");
   return parts.join(" ");
 }
 
@@ -182,6 +219,9 @@ export interface ScorerOptions {
   now?: () => number;
 }
 
+/** Prefixes remembered per router (oldest forgotten first). */
+const AFFINITY_ENTRIES = 10_000;
+
 export class RouteScorer {
   /** `${backendId}\0${class}` → latency samples. */
   private readonly latency = new Map<string, Window>();
@@ -190,6 +230,8 @@ export class RouteScorer {
   /** backendId → attempts this router has in flight. */
   private readonly live = new Map<string, number>();
   private readonly turns = new Map<string, number>();
+  /** prefix key → the worker backend that last served it well (insertion order = age). */
+  private readonly affinity = new Map<string, string>();
   private readonly random: () => number;
 
   constructor(
@@ -268,11 +310,13 @@ export class RouteScorer {
       const load = (inFlight + w.queueDepth) / Math.max(1, w.capacity);
       const failureRate = this.failureRate(id, now);
       const p95 = lat.n > 0 ? lat.p95 : prior;
+      // A saturated worker would queue the request: its cache is no help then.
+      const affinity = cls.prefixKey !== undefined && this.cfg.prefixAffinity < 1 && load < 1 && this.affinity.get(cls.prefixKey) === id;
       return {
         item: w,
         score: {
           id,
-          score: this.baseScore(p95, load, failureRate, 0),
+          score: this.baseScore(p95, load, failureRate, 0) * (affinity ? this.cfg.prefixAffinity : 1),
           p95Ms: p95,
           samples: lat.n,
           inFlight,
@@ -284,6 +328,7 @@ export class RouteScorer {
           degraded: w.state === "degraded",
           ejected: panic,
           explored: false,
+          ...(affinity ? { affinity } : {}),
         },
       };
     });
@@ -367,6 +412,11 @@ export class RouteScorer {
   /** Records an attempt's outcome (also used directly by tests and benches). */
   record(backend: Pick<Backend, "id" | "workerId">, cls: RequestClass, r: AttemptReport): void {
     const now = this.now();
+    if (cls.prefixKey !== undefined && r.outcome === "ok" && backend.id.startsWith("worker:")) {
+      this.affinity.delete(cls.prefixKey);
+      this.affinity.set(cls.prefixKey, backend.id);
+      if (this.affinity.size > AFFINITY_ENTRIES) this.affinity.delete(this.affinity.keys().next().value!);
+    }
     const sample = cls.stream ? r.ttftMs : r.outcome === "ok" ? r.durationMs : undefined;
     // A stream's first token is a fair sample even when its client left later.
     if (sample !== undefined && (r.outcome !== "neutral" || cls.stream)) {

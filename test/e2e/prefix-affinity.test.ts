@@ -1,0 +1,68 @@
+// Prefix-aware routing with the real engine: requests that share a long
+// system prompt go to the worker whose engine already holds that prefix's
+// keys and values, and each reuses them (usage.prompt_tokens_details). With
+// affinity off the same requests spread and recompute the prefix.
+import { afterAll, describe, expect, it } from "vitest";
+import type { AgentHandle } from "@switchyard/agent";
+import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+import { startTestWorker, WORKER_TOKEN } from "../helpers/worker.ts";
+
+const LLM = "smollm2-135m-instruct";
+const system = {
+  role: "system",
+  content:
+    "You are the assistant of a hardware store. Answer in one short sentence, name the aisle where the item is, say whether it is in stock, and never invent products the store does not sell. Opening hours are 8 to 18 on weekdays.",
+};
+const questions = ["Where are the hammers?", "Do you sell garden hoses?", "Where is the paint?", "Do you have ladders?", "Where are the screws?", "Do you sell lamps?"];
+
+const fixtures: RouterFixture[] = [];
+const agents: AgentHandle[] = [];
+
+afterAll(async () => {
+  await Promise.all(agents.map((a) => a.stop()));
+  await Promise.all(fixtures.map((f) => f.close()));
+});
+
+async function ask(fx: RouterFixture, question: string): Promise<{ worker: string; cached: number; prompt: number }> {
+  const res = await fetch(`${fx.router.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: LLM, messages: [system, { role: "user", content: question }], temperature: 0, max_tokens: 2 }),
+  });
+  expect(res.status).toBe(200);
+  const body = (await res.json()) as { usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } };
+  return { worker: res.headers.get("x-switchyard-backend")!, cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0, prompt: body.usage.prompt_tokens };
+}
+
+async function twoWorkers(affinity: number, ids: [string, string]) {
+  const fx = await startTestRouter({ "workers.token": WORKER_TOKEN, "routing.scorer.epsilon": 0, "routing.scorer.prefixAffinity": affinity });
+  fixtures.push(fx);
+  for (const id of ids) agents.push(await startTestWorker(fx, { id, models: [LLM] }));
+  return fx;
+}
+
+describe("prefix-aware routing (real engine)", () => {
+  it("keeps a shared system prompt on the worker that caches it", async () => {
+    const fx = await twoWorkers(0.5, ["pa-1", "pa-2"]);
+    const first = await ask(fx, questions[0]!);
+    expect(first.cached).toBe(0);
+    for (const q of questions.slice(1)) {
+      const r = await ask(fx, q);
+      expect(r.worker).toBe(first.worker);
+      // The system prompt and the chat markers before the question.
+      expect(r.cached).toBeGreaterThan(30);
+      expect(r.cached).toBeLessThan(r.prompt);
+    }
+  }, 120_000);
+
+  it("without affinity the same requests spread, and each worker recomputes the prefix at its first one", async () => {
+    const fx = await twoWorkers(1, ["pb-1", "pb-2"]);
+    // Equal scores break ties at random: ask until both have served (the
+    // chance that 30 tries all land on one worker is 2^-29).
+    const served: Awaited<ReturnType<typeof ask>>[] = [];
+    for (let i = 0; i < 30 && new Set(served.map((r) => r.worker)).size < 2; i++) served.push(await ask(fx, questions[i % questions.length]!));
+    const workers = new Set(served.map((r) => r.worker));
+    expect(workers.size).toBe(2);
+    for (const w of workers) expect(served.find((r) => r.worker === w)!.cached).toBe(0);
+  }, 120_000);
+});
