@@ -295,6 +295,16 @@ fn run_each(rt: &mut LlamaRuntime, reqs: Vec<GenRequest>) -> Vec<(Vec<u32>, Done
 /// without it.
 #[test]
 fn prefix_cache_reuses_shared_prompts_without_changing_output() {
+    prefix_cache_reuses_shared_prompts_on(Backend::Kernels);
+}
+
+/// The same on the device path (device-to-device copies of the cache).
+#[test]
+fn candle_device_path_prefix_cache_reuses_shared_prompts() {
+    prefix_cache_reuses_shared_prompts_on(Backend::Candle(candle_core::Device::Cpu));
+}
+
+fn prefix_cache_reuses_shared_prompts_on(backend: Backend) {
     let tok = &model().tokenizer;
     let system = "You are a careful assistant for a hardware store. Answer briefly, name the aisle, and never invent stock.";
     let chat = |msgs: &[(&str, &str)]| {
@@ -306,9 +316,10 @@ fn prefix_cache_reuses_shared_prompts_without_changing_output() {
     let shared = common_prefix_len(&a, &b);
     assert!(shared > 20, "the two prompts share {shared} tokens");
 
-    let mut cached = LlamaRuntime::new(LlamaModel::load(&common::smollm_path()).unwrap(), 4, 512).unwrap();
+    let load = || LlamaModel::load_on(&common::smollm_path(), backend.clone()).unwrap();
+    let mut cached = LlamaRuntime::new(load(), 4, 512).unwrap();
     cached.set_prefix_cache_bytes(64 << 20);
-    let mut plain = LlamaRuntime::new(LlamaModel::load(&common::smollm_path()).unwrap(), 4, 512).unwrap();
+    let mut plain = LlamaRuntime::new(load(), 4, 512).unwrap();
     plain.set_prefix_cache_bytes(0);
 
     let first = run_each(&mut cached, vec![gen("a", a.clone(), 10)]).remove(0);
