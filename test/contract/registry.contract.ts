@@ -20,6 +20,7 @@ export function record(id: string, over: Partial<WorkerRecord> = {}): WorkerReco
     capacity: 8,
     device: "cpu",
     layerRanges: [],
+    prefixes: [],
     version: "1",
     startedAt: 1,
     updatedAt: 2,

@@ -4,6 +4,8 @@
 // affinity off the same requests spread and recompute the prefix.
 import { afterAll, describe, expect, it } from "vitest";
 import type { AgentHandle } from "@switchyard/agent";
+import { prefixKey } from "@switchyard/state";
+import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { startTestWorker, WORKER_TOKEN } from "../helpers/worker.ts";
 
@@ -52,6 +54,23 @@ describe("prefix-aware routing (real engine)", () => {
       // The system prompt and the chat markers before the question.
       expect(r.cached).toBeGreaterThan(30);
       expect(r.cached).toBeLessThan(r.prompt);
+    }
+  }, 120_000);
+
+  it("another router follows the prefixes workers advertise in their heartbeats", async () => {
+    const fx = await twoWorkers(0.5, ["pc-1", "pc-2"]);
+    const first = await ask(fx, questions[0]!);
+    const key = prefixKey("/v1/chat/completions", { messages: [system] })!;
+    const holder = agents.find((a) => `worker:${a.id}` === first.worker)!;
+    expect((await holder.record()).prefixes).toContain(key);
+    // A router that has never seen this prompt, on the same registry.
+    const other = await startTestRouter({ "workers.token": WORKER_TOKEN, "routing.scorer.epsilon": 0, "redis.keyPrefix": fx.redis.prefix });
+    fixtures.push(other);
+    await waitFor(() => other.router.deps.directory.all().some((w) => `worker:${w.id}` === first.worker && w.prefixes.includes(key)), { timeoutMs: 5000, what: "advertised prefix" });
+    for (const q of questions.slice(1, 4)) {
+      const r = await ask(other, q);
+      expect(r.worker).toBe(first.worker);
+      expect(r.cached).toBeGreaterThan(30);
     }
   }, 120_000);
 

@@ -30,7 +30,8 @@ export async function startTestRouter(overrides: Record<string, unknown> = {}): 
       ...overrides,
     },
   });
-  const registry = new RedisRegistryStore(redis.redis, redis.prefix);
+  // A second router on the first one's registry: pass its redis.keyPrefix.
+  const registry = new RedisRegistryStore(redis.redis, (overrides["redis.keyPrefix"] as string | undefined) ?? redis.prefix);
   // SY_TEST_LOG=debug|info|warn shows the router's log lines while debugging a test.
   const level = process.env.SY_TEST_LOG as "debug" | "info" | "warn" | undefined;
   const router = await startRouter(config, { registry, db, log: level ? createLogger(level, { service: "router" }) : silentLogger });

@@ -1,6 +1,7 @@
 export * from "./clock.ts";
 export * from "./redis.ts";
 export * from "./registry/record.ts";
+export * from "./registry/prefix.ts";
 export * from "./registry/store.ts";
 export { MemoryRegistryStore } from "./registry/memory.ts";
 export { RedisRegistryStore, workerKey } from "./registry/redis.ts";

@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import os from "node:os";
 import { serve, type ServerType } from "@hono/node-server";
-import type { RegistryStore, WorkerRecord, WorkerState } from "@switchyard/state";
+import { MAX_ADVERTISED_PREFIXES, type RegistryStore, type WorkerRecord, type WorkerState } from "@switchyard/state";
 import { ensureEngine, type EngineFlavor } from "./engine/binary.ts";
 import { EngineSupervisor } from "./engine/supervisor.ts";
 import { checkAdvertiseUrl } from "./advertise.ts";
@@ -88,6 +88,9 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
 
   let inFlight = 0;
   const idleWaiters: (() => void)[] = [];
+  // Prompt prefixes the engine computed lately, oldest first (Map order), for
+  // the heartbeat: routers send requests with these prefixes here.
+  const prefixes = new Map<string, true>();
   const ctx: WorkerContext = {
     supervisor,
     token: opts.token,
@@ -108,6 +111,11 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     },
     idle: () => (inFlight === 0 ? Promise.resolve() : new Promise((r) => idleWaiters.push(r))),
     fencingStatePath: opts.fencingStatePath,
+    notePrefix(key) {
+      prefixes.delete(key);
+      prefixes.set(key, true);
+      if (prefixes.size > MAX_ADVERTISED_PREFIXES) prefixes.delete(prefixes.keys().next().value!);
+    },
   };
 
   const app = createWorkerApp(ctx);
@@ -146,6 +154,7 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
       device: supervisor.device,
       memoryBytes,
       layerRanges: [...supervisor.loaded.values()].filter((l) => l.nLayers > 0).map((l) => ({ model: l.model, start: 0, end: l.nLayers })),
+      prefixes: [...prefixes.keys()].reverse(),
       version: "0.1.0",
       startedAt,
       updatedAt: Date.now(),

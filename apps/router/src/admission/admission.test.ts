@@ -54,6 +54,7 @@ const rec = (over: Partial<WorkerRecord>): WorkerRecord => ({
   capacity: 10,
   device: "sim",
   layerRanges: [],
+  prefixes: [],
   version: "0",
   startedAt: 0,
   updatedAt: 1,

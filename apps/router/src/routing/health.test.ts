@@ -22,6 +22,7 @@ const hb = (id: string, over: Partial<WorkerRecord> = {}): WorkerRecord => ({
   capacity: 8,
   device: "sim",
   layerRanges: [],
+  prefixes: [],
   version: "1",
   startedAt: 1,
   updatedAt: 1,

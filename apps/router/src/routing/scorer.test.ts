@@ -10,7 +10,7 @@ import { configSchema } from "../config.ts";
 const cls = requestClass("/v1/chat/completions", { stream: true, messages: [{ role: "user", content: "hi" }] });
 
 function worker(id: string, over: Partial<WorkerRecord> = {}): WorkerRecord {
-  return { id, url: `http://127.0.0.1:1/${id}`, models: ["m"], state: "ready", inFlight: 0, queueDepth: 0, capacity: 8, device: "sim", layerRanges: [], version: "1", startedAt: 1, updatedAt: 1, ...over };
+  return { id, url: `http://127.0.0.1:1/${id}`, models: ["m"], state: "ready", inFlight: 0, queueDepth: 0, capacity: 8, device: "sim", layerRanges: [], prefixes: [], version: "1", startedAt: 1, updatedAt: 1, ...over };
 }
 
 function setup(over: Partial<ScorerConfig> = {}, opts: { now?: () => number; random?: () => number; health?: WorkerHealth; prices?: StaticPriceBook; metrics?: RouterMetrics } = {}) {
@@ -191,10 +191,10 @@ describe("prefix affinity", () => {
   const system = { role: "system", content: "You are the support assistant of a hardware store. ".repeat(6) };
   const ask = (q: string, model = "m") => requestClass("/v1/chat/completions", { model, stream: true, messages: [system, { role: "user", content: q }] });
 
-  it("names a request by its long first message (and model), not by short ones", () => {
+  it("names a request by its long first message, not by short ones", () => {
     expect(ask("a?").prefixKey).toBeDefined();
     expect(ask("a?").prefixKey).toBe(ask("something else entirely?").prefixKey);
-    expect(ask("a?", "other").prefixKey).not.toBe(ask("a?").prefixKey);
+    expect(requestClass("/v1/chat/completions", { model: "m", messages: [{ role: "system", content: "z".repeat(150) }] }).prefixKey).not.toBe(ask("a?").prefixKey);
     expect(cls.prefixKey).toBeUndefined();
     expect(requestClass("/v1/completions", { model: "m", prompt: "x".repeat(300) }).prefixKey).toBeDefined();
     expect(requestClass("/v1/completions", { model: "m", prompt: "x".repeat(99) }).prefixKey).toBeUndefined();
@@ -218,6 +218,15 @@ describe("prefix affinity", () => {
     // The latest good answer moves it.
     scorer.record({ id: "worker:c" }, ask("q"), { outcome: "ok", ttftMs: 50, durationMs: 80 });
     expect(scorer.rankWorkers(workers, ask("q"), "m")[0]!.item.id).toBe("c");
+  });
+
+  it("follows the prefixes a worker advertises in its heartbeat (what other routers taught it)", () => {
+    const { scorer } = setup();
+    const key = ask("q").prefixKey!;
+    const ranked = scorer.rankWorkers([worker("a"), worker("b", { prefixes: ["other", key] }), worker("c")], ask("q"), "m");
+    expect(ranked[0]!.item.id).toBe("b");
+    expect(ranked[0]!.score.affinity).toBe(true);
+    expect(scorer.rankWorkers([worker("a"), worker("b", { prefixes: [key], inFlight: 8 })], ask("q"), "m")[0]!.item.id).toBe("a");
   });
 
   it("is off at prefixAffinity 1, and never reaches paid backends", () => {

@@ -12,17 +12,17 @@
 //   failures  recent failure rate, failures / (attempts + 2)
 //   cents     expected cost of this request on a paid backend (price book)
 //
-// Prefix affinity: a request whose first message (or prompt) is long and
-// was last served well by a worker goes there if it is not saturated — that
-// worker's engine holds the prefix's keys and values in its prefix cache, so
-// its time to first token is a fraction of another's. Its score is
-// multiplied by `prefixAffinity` (1 turns it off).
+// Prefix affinity: a request whose first message (or prompt) is long goes,
+// if it is not saturated, to a worker whose engine holds that prefix's keys
+// and values — one that advertises the prefix in its heartbeat, or that this
+// router last saw serve it well — since its time to first token is a
+// fraction of another's. Its score is multiplied by `prefixAffinity` (1
+// turns it off).
 //
 // Lower is better. With probability `epsilon` a random other healthy
 // candidate goes first, so a backend that was slow once gets measured again.
 // Every ranking can explain itself (the x-switchyard-route header, a debug log line).
-import { createHash } from "node:crypto";
-import type { WorkerRecord } from "@switchyard/state";
+import { prefixKey, type WorkerRecord } from "@switchyard/state";
 import type { Backend, InferencePath, UpstreamFailure } from "../backends/types.ts";
 import { promptTokensUpperBound, requestedMaxOutput } from "../billing/estimate.ts";
 import type { PriceBook } from "../billing/prices.ts";
@@ -49,23 +49,6 @@ export interface RequestClass {
   maxOutput?: number;
   /** Names the request's long shared prefix (first message or prompt), if it has one. */
   prefixKey?: string;
-}
-
-/** Shorter first messages are cheap to recompute: no affinity for them. */
-export const PREFIX_MIN_CHARS = 100;
-/** Characters of the first message that name its prefix. */
-const PREFIX_KEY_CHARS = 4_096;
-
-function prefixKey(path: InferencePath, body: Record<string, unknown>): string | undefined {
-  let text: unknown;
-  if (path === "/v1/chat/completions") {
-    const first = Array.isArray(body.messages) ? (body.messages[0] as { role?: unknown; content?: unknown } | undefined) : undefined;
-    text = first && typeof first.content === "string" ? `${String(first.role)}\u0000${first.content}` : undefined;
-  } else if (path === "/v1/completions") {
-    text = Array.isArray(body.prompt) ? body.prompt[0] : body.prompt;
-  }
-  if (typeof text !== "string" || text.length < PREFIX_MIN_CHARS) return undefined;
-  return createHash("sha1").update(String(body.model)).update("\u0000").update(text.slice(0, PREFIX_KEY_CHARS)).digest("base64url");
 }
 
 const routeNames: Record<InferencePath, string> = {
@@ -311,7 +294,11 @@ export class RouteScorer {
       const failureRate = this.failureRate(id, now);
       const p95 = lat.n > 0 ? lat.p95 : prior;
       // A saturated worker would queue the request: its cache is no help then.
-      const affinity = cls.prefixKey !== undefined && this.cfg.prefixAffinity < 1 && load < 1 && this.affinity.get(cls.prefixKey) === id;
+      const affinity =
+        cls.prefixKey !== undefined &&
+        this.cfg.prefixAffinity < 1 &&
+        load < 1 &&
+        (this.affinity.get(cls.prefixKey) === id || w.prefixes.includes(cls.prefixKey));
       return {
         item: w,
         score: {

@@ -28,6 +28,8 @@ export const workerRecordSchema = z.object({
   device: z.string().default("cpu"),
   memoryBytes: z.number().int().nonnegative().optional(),
   layerRanges: z.array(layerRangeSchema).default([]),
+  /** Names (registry/prefix.ts) of prompt prefixes the engine computed recently, newest first: routers send requests with these prefixes here. */
+  prefixes: z.array(z.string().max(64)).max(64).default([]),
   version: z.string().default("0"),
   startedAt: z.number().int(),
   /** Wall-clock ms of this heartbeat (the record is rewritten every beat). */

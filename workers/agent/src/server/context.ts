@@ -16,4 +16,6 @@ export interface WorkerContext {
   log: (msg: string, fields?: Record<string, unknown>) => void;
   /** Where the highest lease fencing token seen is kept across restarts (none: in memory only). */
   fencingStatePath?: string;
+  /** A generation with this prompt prefix (registry/prefix.ts) finished: the engine now caches it. */
+  notePrefix(key: string): void;
 }

@@ -56,6 +56,7 @@ describe("worker HTTP API fencing", () => {
     draining: false,
     idle: async () => {},
     log: () => {},
+    notePrefix: () => {},
   };
   const app = createWorkerApp(ctx);
   const post = (fence?: string, auth = `Bearer ${TOKEN}`) =>

@@ -126,7 +126,8 @@ export async function runGenerate(
   engine: EngineClient,
   body: GenerateBody,
   input: Input,
-  opts: { chat: boolean; requestId: string; signal: AbortSignal },
+  /** prefix: the name of the prompt's long prefix, advertised once the engine has computed it. */
+  opts: { chat: boolean; requestId: string; signal: AbortSignal; prefix?: string },
 ): Promise<Response> {
   const ask = logprobsAsk(body, opts.chat);
   if (typeof ask === "string") return errorJson(400, ask, "invalid_request", ask.split(":")[0]);
@@ -153,6 +154,7 @@ export async function runGenerate(
           text += ev.kind.value.text;
           entries.push(...ev.kind.value.logprobs);
         } else if (ev.kind.case === "done") {
+          if (opts.prefix) ctx.notePrefix(opts.prefix);
           const usage = usageOf(ev.kind.value);
           const finish = finishName(ev.kind.value.finishReason);
           return Response.json(
@@ -214,6 +216,7 @@ export async function runGenerate(
             }
           } else if (ev.kind.case === "done") {
             if (ev.kind.value.finishReason === FinishReason.CANCELLED) break;
+            if (opts.prefix) ctx.notePrefix(opts.prefix);
             controller.enqueue(sse(chunk(opts.chat ? (sentRole ? {} : { role: "assistant", content: "" }) : "", finishName(ev.kind.value.finishReason))));
             if (includeUsage) {
               const usage = usageOf(ev.kind.value);
