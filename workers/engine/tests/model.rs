@@ -241,7 +241,8 @@ fn sliced_gguf_computes_the_same_first_layers() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn run_runtime(rt: &mut LlamaRuntime, reqs: Vec<GenRequest>) -> Vec<(String, Vec<u32>)> {
+/// Runs requests together (one batch) to the end: each one's tokens and Done, in order.
+fn run_together(rt: &mut LlamaRuntime, reqs: Vec<GenRequest>) -> Vec<(Vec<u32>, Done)> {
     let ids: Vec<String> = reqs.iter().map(|r| r.request_id.clone()).collect();
     for r in reqs {
         rt.submit(r);
@@ -252,41 +253,27 @@ fn run_runtime(rt: &mut LlamaRuntime, reqs: Vec<GenRequest>) -> Vec<(String, Vec
     }
     ids.into_iter()
         .map(|id| {
-            let toks = events
-                .iter()
-                .filter(|e| e.request_id == id)
-                .flat_map(|e| match &e.kind {
-                    Some(event::Kind::Tokens(t)) => t.ids.clone(),
-                    Some(event::Kind::Error(err)) => panic!("{id}: {err:?}"),
-                    _ => vec![],
-                })
-                .collect();
-            (id, toks)
-        })
-        .collect()
-}
-
-/// Runs requests one after another; each one's tokens and Done.
-fn run_each(rt: &mut LlamaRuntime, reqs: Vec<GenRequest>) -> Vec<(Vec<u32>, Done)> {
-    reqs.into_iter()
-        .map(|r| {
-            let id = r.request_id.clone();
-            rt.submit(r);
-            let mut events = Vec::new();
-            while rt.has_work() {
-                rt.step(&mut |e| events.push(e)).expect("model step");
-            }
             let mut toks = Vec::new();
-            for e in events.into_iter().filter(|e| e.request_id == id) {
-                match e.kind {
-                    Some(event::Kind::Tokens(t)) => toks.extend(t.ids),
-                    Some(event::Kind::Done(d)) => return (toks, d),
+            for e in events.iter().filter(|e| e.request_id == id) {
+                match &e.kind {
+                    Some(event::Kind::Tokens(t)) => toks.extend(&t.ids),
+                    Some(event::Kind::Done(d)) => return (toks, d.clone()),
                     other => panic!("{id}: {other:?}"),
                 }
             }
             panic!("{id}: no Done");
         })
         .collect()
+}
+
+fn run_runtime(rt: &mut LlamaRuntime, reqs: Vec<GenRequest>) -> Vec<(String, Vec<u32>)> {
+    let ids: Vec<String> = reqs.iter().map(|r| r.request_id.clone()).collect();
+    ids.into_iter().zip(run_together(rt, reqs)).map(|(id, (toks, _))| (id, toks)).collect()
+}
+
+/// Runs requests one after another; each one's tokens and Done.
+fn run_each(rt: &mut LlamaRuntime, reqs: Vec<GenRequest>) -> Vec<(Vec<u32>, Done)> {
+    reqs.into_iter().map(|r| run_together(rt, vec![r]).remove(0)).collect()
 }
 
 /// Prompts that start like an earlier one (a shared system prompt, the
