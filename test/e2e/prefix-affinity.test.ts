@@ -74,6 +74,22 @@ describe("prefix-aware routing (real engine)", () => {
     }
   }, 120_000);
 
+  it("a worker whose engine keeps no prefix cache advertises none", async () => {
+    process.env.SWITCHYARD_PREFIX_CACHE_MB = "0";
+    let fx: RouterFixture;
+    try {
+      fx = await startTestRouter({ "workers.token": WORKER_TOKEN, "routing.scorer.epsilon": 0 });
+      fixtures.push(fx);
+      agents.push(await startTestWorker(fx, { id: "pd-1", models: [LLM] }));
+    } finally {
+      delete process.env.SWITCHYARD_PREFIX_CACHE_MB;
+    }
+    await ask(fx, questions[0]!);
+    const again = await ask(fx, questions[1]!);
+    expect(again.cached).toBe(0);
+    expect((await agents.at(-1)!.record()).prefixes).toEqual([]);
+  }, 120_000);
+
   it("without affinity the same requests spread, and each worker recomputes the prefix at its first one", async () => {
     const fx = await twoWorkers(1, ["pb-1", "pb-2"]);
     // Equal scores break ties at random: ask until both have served (the

@@ -128,6 +128,8 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
   const startedAt = Date.now();
   let queueDepth = 0;
   let memoryBytes = 0;
+  // Whether the engine keeps a prefix cache at all (SWITCHYARD_PREFIX_CACHE_MB=0 turns it off).
+  let prefixCaching = true;
 
   const record = async (): Promise<WorkerRecord> => {
     const engine = supervisor.client;
@@ -137,6 +139,7 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
         if (ev.kind.case === "stats") {
           queueDepth = ev.kind.value.queuedRequests;
           memoryBytes = Number(ev.kind.value.rssBytes);
+          prefixCaching = prefixes.size === 0 || ev.kind.value.prefixCacheBytes > 0n;
         }
       } catch {
         // keep the last known values
@@ -154,7 +157,8 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
       device: supervisor.device,
       memoryBytes,
       layerRanges: [...supervisor.loaded.values()].filter((l) => l.nLayers > 0).map((l) => ({ model: l.model, start: 0, end: l.nLayers })),
-      prefixes: [...prefixes.keys()].reverse(),
+      // Only what the engine can actually reuse is worth routing by.
+      prefixes: prefixCaching ? [...prefixes.keys()].reverse() : [],
       version: "0.1.0",
       startedAt,
       updatedAt: Date.now(),
