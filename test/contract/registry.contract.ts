@@ -2,12 +2,9 @@
 // store must behave the same.
 import { describe, expect, it } from "vitest";
 import type { RegistryStore, WorkerRecord } from "@switchyard/state";
+import type { ClockedHarness } from "./twins.ts";
 
-export interface RegistryHarness {
-  store: RegistryStore;
-  /** Let `ms` of registry time pass (real sleep for Redis, manual clock for memory). */
-  elapse(ms: number): Promise<void>;
-}
+export type RegistryHarness = ClockedHarness<RegistryStore>;
 
 export function record(id: string, over: Partial<WorkerRecord> = {}): WorkerRecord {
   return {

@@ -1,6 +1,7 @@
-// The two twins of a clocked store (budgets, leases) under one contract: the
-// Redis implementation on a fresh key prefix of the real Redis, timed by
-// Redis's own clock, and the in-process one on a manual clock.
+// The two twins of a clocked store (registry, budgets, leases) under one
+// contract: the Redis implementation on a fresh key prefix of the real
+// Redis, timed by Redis's own clock, and the in-process one on a manual
+// clock.
 import { ManualClock } from "@switchyard/state";
 import { createTestRedis, sleep, type TestRedis } from "../helpers/env.ts";
 
