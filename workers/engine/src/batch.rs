@@ -10,6 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 use crate::llama::{KvCache, LlamaModel, Scratch, SeqStep};
+use crate::prefix::{PrefixCache, DEFAULT_PREFIX_CACHE_BYTES};
 use crate::protocol::{event, Done, ErrorCode, Event, FinishReason, TokenLogprob, TokenLogprobs, Tokens, Usage};
 use crate::sampling::{Sampler, SamplingParams};
 
@@ -133,20 +134,6 @@ struct Sequence {
     t_first: Option<Instant>,
 }
 
-/// A finished sequence's keys and values, kept for prompts that start with
-/// the same tokens (a shared system prompt, the conversation so far).
-struct PrefixEntry {
-    tokens: Vec<u32>,
-    cache: KvCache,
-    last_used: u64,
-}
-
-/// Shorter common prefixes are recomputed: not worth an entry's lookup.
-const MIN_PREFIX_REUSE: usize = 8;
-
-/// Default bound on the prefix cache (SWITCHYARD_PREFIX_CACHE_MB overrides; 0 turns it off).
-const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
-
 pub struct LlamaRuntime {
     pub model: LlamaModel,
     pub max_batch: usize,
@@ -155,11 +142,7 @@ pub struct LlamaRuntime {
     active: Vec<Sequence>,
     scratch: Scratch,
     pub tokens_generated: u64,
-    prefix: Vec<PrefixEntry>,
-    prefix_cap: usize,
-    prefix_clock: u64,
-    pub prefix_hits: u64,
-    pub prefix_tokens_reused: u64,
+    prefix: PrefixCache,
 }
 
 /// The Done event of a request cancelled before admission.
@@ -191,9 +174,7 @@ impl Done {
     }
 }
 
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
+
 
 impl LlamaRuntime {
     pub fn new(mut model: LlamaModel, max_batch: usize, max_seq_len: usize) -> anyhow::Result<Self> {
@@ -206,70 +187,30 @@ impl LlamaRuntime {
             active: Vec::new(),
             scratch: Scratch::default(),
             tokens_generated: 0,
-            prefix: Vec::new(),
-            prefix_cap: std::env::var("SWITCHYARD_PREFIX_CACHE_MB")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-                .map_or(DEFAULT_PREFIX_CACHE_BYTES, |mb| mb << 20),
-            prefix_clock: 0,
-            prefix_hits: 0,
-            prefix_tokens_reused: 0,
+            prefix: PrefixCache::new(
+                std::env::var("SWITCHYARD_PREFIX_CACHE_MB").ok().and_then(|v| v.parse::<usize>().ok()).map_or(DEFAULT_PREFIX_CACHE_BYTES, |mb| mb << 20),
+            ),
         })
     }
 
     /// Bounds the prefix cache (0 turns it off and empties it).
     pub fn set_prefix_cache_bytes(&mut self, bytes: usize) {
-        self.prefix_cap = bytes;
-        self.evict_prefixes();
+        self.prefix.set_cap(bytes);
     }
 
     pub fn prefix_cache_bytes(&self) -> u64 {
-        self.prefix.iter().map(|e| e.cache.bytes() as u64).sum()
+        self.prefix.bytes()
     }
 
-    fn evict_prefixes(&mut self) {
-        while self.prefix_cache_bytes() > self.prefix_cap as u64 {
-            let lru = (0..self.prefix.len()).min_by_key(|&i| self.prefix[i].last_used).expect("non-empty");
-            self.prefix.swap_remove(lru);
-        }
+    /// Prompts that took a prefix from the cache, and the positions they took.
+    pub fn prefix_stats(&self) -> (u64, u64) {
+        (self.prefix.hits, self.prefix.tokens_reused)
     }
 
-    /// Fills `cache` with the longest cached prefix of `prompt` (leaving at
-    /// least its last token to compute: its logits start the answer); how
-    /// many positions it took.
-    fn reuse_prefix(&mut self, prompt: &[u32], cache: &mut KvCache) -> usize {
-        let limit = prompt.len().saturating_sub(1);
-        let best = (0..self.prefix.len()).map(|i| (common_prefix(&self.prefix[i].tokens, prompt).min(limit), i)).max();
-        let Some((n, i)) = best else { return 0 };
-        if n < MIN_PREFIX_REUSE || cache.copy_prefix_from(&self.prefix[i].cache, n).is_err() {
-            return 0;
-        }
-        self.prefix_clock += 1;
-        self.prefix[i].last_used = self.prefix_clock;
-        self.prefix_hits += 1;
-        self.prefix_tokens_reused += n as u64;
-        n
-    }
-
-    /// Keeps what a finished sequence computed, trimmed to the positions it
-    /// holds, unless an entry already covers it; entries it covers go.
-    fn keep_prefix(&mut self, s: &Sequence) {
-        let n = s.cache.len;
-        if self.prefix_cap == 0 || n < MIN_PREFIX_REUSE {
-            return;
-        }
-        let tokens: Vec<u32> = s.prompt.iter().chain(&s.out).copied().take(n).collect();
-        if self.prefix.iter().any(|e| e.tokens.starts_with(&tokens)) {
-            return;
-        }
-        let Ok(mut tight) = self.model.new_cache(n) else { return };
-        if tight.copy_prefix_from(&s.cache, n).is_err() || tight.bytes() > self.prefix_cap {
-            return;
-        }
-        self.prefix.retain(|e| !tokens.starts_with(&e.tokens));
-        self.prefix_clock += 1;
-        self.prefix.push(PrefixEntry { tokens, cache: tight, last_used: self.prefix_clock });
-        self.evict_prefixes();
+    /// Keeps what sequence `s` computed so far (prompt, then what it generated).
+    fn keep_prefix(prefix: &mut PrefixCache, model: &LlamaModel, s: &Sequence) {
+        let tokens: Vec<u32> = s.prompt.iter().chain(&s.out).copied().take(s.cache.len).collect();
+        prefix.keep(model, tokens, &s.cache);
     }
 
     pub fn has_work(&self) -> bool {
@@ -307,7 +248,7 @@ impl LlamaRuntime {
         if let Some(i) = self.active.iter().position(|s| s.request_id == request_id) {
             let s = self.active.swap_remove(i);
             emit(done_of(&s, FinishReason::Cancelled));
-            self.keep_prefix(&s);
+            Self::keep_prefix(&mut self.prefix, &self.model, &s);
             return true;
         }
         false
@@ -338,7 +279,7 @@ impl LlamaRuntime {
                     continue;
                 }
             };
-            let cached = self.reuse_prefix(&req.prompt, &mut cache);
+            let cached = self.prefix.reuse(&req.prompt, &mut cache);
             self.active.push(Sequence {
                 request_id: req.request_id,
                 prompt: req.prompt,
@@ -409,6 +350,9 @@ impl LlamaRuntime {
                 if s.prefilled < s.prompt.len() {
                     continue;
                 }
+                // Its prompt is computed: requests arriving while it still
+                // generates can take it (a burst behind one system prompt).
+                Self::keep_prefix(&mut self.prefix, &self.model, s);
             }
             let logits = &self.scratch.logits[i * vocab..(i + 1) * vocab];
             let tok = s.sampler.sample(logits);
@@ -452,7 +396,7 @@ impl LlamaRuntime {
                 emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![], text: tail, logprobs: vec![] })));
             }
             emit(done_of(&s, reason));
-            self.keep_prefix(&s);
+            Self::keep_prefix(&mut self.prefix, &self.model, &s);
         }
         Ok(())
     }

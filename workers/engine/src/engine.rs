@@ -234,8 +234,9 @@ impl Engine {
                 s.kv_cache_bytes += rt.kv_cache_bytes();
                 s.tokens_generated += rt.tokens_generated;
                 s.prefix_cache_bytes += rt.prefix_cache_bytes();
-                s.prefix_cache_hits += rt.prefix_hits;
-                s.prefix_tokens_reused += rt.prefix_tokens_reused;
+                let (hits, reused) = rt.prefix_stats();
+                s.prefix_cache_hits += hits;
+                s.prefix_tokens_reused += reused;
             }
         }
         s

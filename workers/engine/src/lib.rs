@@ -11,6 +11,7 @@ pub mod kernels;
 pub mod llama;
 pub mod par;
 pub mod parity;
+pub mod prefix;
 pub mod protocol;
 pub mod sampling;
 pub mod slice;

@@ -321,13 +321,56 @@ fn prefix_cache_reuses_shared_prompts_on(backend: Backend) {
     let third = run_each(&mut cached, vec![gen("c", c.clone(), 10)]).remove(0);
     assert!(third.1.cached_prompt_tokens as usize >= a.len(), "reused {} of a's {} prompt tokens", third.1.cached_prompt_tokens, a.len());
     assert_eq!(third.0, run_each(&mut plain, vec![gen("c", c, 10)]).remove(0).0);
-    assert_eq!((cached.prefix_hits, plain.prefix_hits), (2, 0));
+    assert_eq!((cached.prefix_stats().0, plain.prefix_stats().0), (2, 0));
     assert!(cached.prefix_cache_bytes() > 0 && cached.prefix_cache_bytes() <= 64 << 20);
     assert_eq!(plain.prefix_cache_bytes(), 0);
 
     // A bound smaller than one entry keeps nothing.
     cached.set_prefix_cache_bytes(1024);
     assert_eq!(cached.prefix_cache_bytes(), 0);
+}
+
+/// A request that arrives while another with the same system prompt is still
+/// generating takes that prompt's keys and values (kept when its prefill
+/// finished), and still generates what it would alone.
+#[test]
+fn prefix_cache_serves_a_burst_behind_one_system_prompt() {
+    let tok = &model().tokenizer;
+    let system = "You are a careful assistant for a hardware store. Answer briefly, name the aisle, and never invent stock.";
+    let chat = |q: &str| {
+        let m = [ChatMessage { role: "system".into(), content: system.into() }, ChatMessage { role: "user".into(), content: q.into() }];
+        tok.encode(&tok.apply_chat_template(&m).unwrap(), false, true)
+    };
+    let (a, b) = (chat("Where are the hammers?"), chat("Do you sell garden hoses?"));
+    let mut rt = LlamaRuntime::new(LlamaModel::load(&common::smollm_path()).unwrap(), 4, 512).unwrap();
+    rt.set_prefix_cache_bytes(64 << 20);
+    let mut events = Vec::new();
+    rt.submit(gen("a", a, 24));
+    rt.step(&mut |e| events.push(e)).unwrap(); // a's prompt is computed; a keeps generating
+    assert!(rt.has_work());
+    rt.submit(gen("b", b.clone(), 10));
+    while rt.has_work() {
+        rt.step(&mut |e| events.push(e)).unwrap();
+    }
+    let done_b = events
+        .iter()
+        .find_map(|e| match &e.kind {
+            Some(event::Kind::Done(d)) if e.request_id == "b" => Some(d.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(done_b.cached_prompt_tokens > 20, "b reused {} tokens", done_b.cached_prompt_tokens);
+    let toks_b: Vec<u32> = events
+        .iter()
+        .filter(|e| e.request_id == "b")
+        .flat_map(|e| match &e.kind {
+            Some(event::Kind::Tokens(t)) => t.ids.clone(),
+            _ => vec![],
+        })
+        .collect();
+    let mut plain = LlamaRuntime::new(LlamaModel::load(&common::smollm_path()).unwrap(), 4, 512).unwrap();
+    plain.set_prefix_cache_bytes(0);
+    assert_eq!(toks_b, run_each(&mut plain, vec![gen("b", b, 10)]).remove(0).0);
 }
 
 fn common_prefix_len(a: &[u32], b: &[u32]) -> usize {
