@@ -20,6 +20,8 @@ const med = (xs: number[]) => percentile(xs, 50);
 
 interface EngineRound {
   prefill: number;
+  /** Time to first token of the prompt computed whole, and with all but its last 16 tokens from the prefix cache. */
+  ttft?: { cold: number; warm: number; cached: number };
   rows: Map<number, { perStream: number; aggregate: number; kvBytesPerToken: number }>;
 }
 
@@ -32,7 +34,8 @@ async function engineRound(bin: string, model: string, threads: number, streams:
     if (m) rows.set(Number(m[1]), { perStream: Number(m[2]), aggregate: Number(m[3]), kvBytesPerToken: Number(m[4]) });
   }
   if (!Number.isFinite(prefill) || rows.size === 0) throw new Error(`could not read the engine bench output:\n${stdout}`);
-  return { prefill, rows };
+  const t = /time to first token, \d+-token prompt: ([\d.]+) ms computed, ([\d.]+) ms with (\d+) tokens/.exec(stdout);
+  return { prefill, rows, ...(t ? { ttft: { cold: Number(t[1]), warm: Number(t[2]), cached: Number(t[3]) } } : {}) };
 }
 
 function ensureReference(): void {
@@ -94,6 +97,13 @@ export async function runEngineBench(opts: { quick: boolean }): Promise<number> 
   out.push("|---|---:|---:|---:|");
   out.push(`| prefill tok/s | ${fmt(med(eng.map((e) => e.prefill)))} | ${fmt(med(ref.map((r) => r.prefill)))} | ${fmt(med(eng.map((e) => e.prefill)) / med(ref.map((r) => r.prefill)), 2)}× |`);
   out.push(`| decode tok/s, 1 stream | ${fmt(single)} | ${fmt(llamaDecode)} | ${fmt(single / llamaDecode, 2)}× |`);
+  const ttft = eng.map((e) => e.ttft).filter((t) => t !== undefined);
+  if (ttft.length > 0) {
+    const cold = med(ttft.map((t) => t.cold));
+    const warm = med(ttft.map((t) => t.warm));
+    out.push("");
+    out.push(`Prefix cache: time to first token of the 128-token prompt ${fmt(cold, 2)} ms computed, ${fmt(warm, 2)} ms with ${ttft[0]!.cached} tokens from the cache (${fmt(cold / warm)}×).`);
+  }
   out.push("");
   out.push("| streams | per-stream tok/s | aggregate tok/s | × single stream | KV cache per sequence (bytes/token) |");
   out.push("|---:|---:|---:|---:|---:|");
