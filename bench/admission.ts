@@ -11,16 +11,14 @@ import { setMaxListeners } from "node:events";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import postgres from "postgres";
 import { Redis } from "ioredis";
 import { Pool } from "undici";
-import { createKey, createTenant, connectDb, runMigrations } from "@switchyard/db";
 import { RedisRegistryStore } from "@switchyard/state";
 import { openLoop, percentile, type Target } from "./lib/load.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "./lib/procs.ts";
+import { benchScratch } from "./lib/scratch.ts";
 
 const root = repoRoot();
-const PG = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
 const cli = path.join(root, "apps/cli/bin/switchyard.mjs");
 
@@ -121,25 +119,14 @@ export async function runAdmissionBench(opts: { quick: boolean; log?: (line: str
     rounds: opts.quick ? 1 : 3,
   };
   const slots = plan.workers * plan.slotsPerWorker;
-  const tag = `sy_bench_adm_${Date.now().toString(36)}`;
-  const prefix = `${tag}:`;
-  const admin = postgres(PG, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`create database ${tag}`);
-  const dbUrl = Object.assign(new URL(PG), { pathname: `/${tag}` }).toString();
+  const scratch = await benchScratch("adm_");
+  const { prefix, dbUrl } = scratch;
   const procs: Proc[] = [];
   const dir = mkdtempSync(path.join(tmpdir(), "sy-bench-adm-"));
   const redis = new Redis(REDIS);
   const registry = new RedisRegistryStore(redis, prefix);
   try {
-    await runMigrations(dbUrl);
-    const db = connectDb(dbUrl, { max: 1 });
-    const keys: Record<string, string> = {};
-    for (const name of ["bench-interactive", "bench-batch"]) {
-      const t = await createTenant(db.db, name);
-      if (!t.ok) throw new Error(`tenant ${name}`);
-      keys[name] = (await createKey(db.db, t.tenant.id)).key;
-    }
-    await db.close();
+    const keys = await scratch.tenantKeys(["bench-interactive", "bench-batch"]);
     const configFile = path.join(dir, "switchyard.yaml");
     writeFileSync(
       configFile,
@@ -322,10 +309,7 @@ export async function runAdmissionBench(opts: { quick: boolean; log?: (line: str
     return passed === checks.length ? 0 : 1;
   } finally {
     await Promise.all(procs.map((p) => p.stop()));
-    await admin.unsafe(`drop database if exists ${tag} with (force)`).catch(() => {});
-    await admin.end();
-    const ks = await redis.keys(`${prefix}*`);
-    if (ks.length) await redis.del(...ks);
+    await scratch.drop(redis);
     redis.disconnect();
     rmSync(dir, { recursive: true, force: true });
   }

@@ -4,15 +4,14 @@
 // lag into Postgres. Own database and Redis key prefix, both removed after.
 import { randomUUID } from "node:crypto";
 import os from "node:os";
-import postgres from "postgres";
-import { connectDb, insertLedgerRows, runMigrations, type DbHandle, type NewLedgerRow } from "@switchyard/db";
+import { connectDb, insertLedgerRows, type DbHandle, type NewLedgerRow } from "@switchyard/db";
 import { RedisBudgetStore, budgetDay, connectRedis } from "@switchyard/state";
 import type { Redis } from "ioredis";
 import { RedisLedgerBuffer } from "../apps/router/src/billing/ledger-stream.ts";
 import { createLogger } from "../apps/router/src/observability/log.ts";
 import { percentile } from "./lib/load.ts";
+import { benchScratch } from "./lib/scratch.ts";
 
-const PG = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
 
 const RESERVE_SETTLE_TARGET_US = 200;
@@ -95,18 +94,14 @@ function ledgerRow(i: number, finishedAt: Date): NewLedgerRow {
 
 export async function benchMoney(opts: { quick: boolean; log: (s: string) => void }): Promise<{ ok: boolean; checks: MoneyCheck[] }> {
   const { quick, log } = opts;
-  const tag = `sy_bench_money_${Date.now().toString(36)}`;
-  const prefix = `${tag}:`;
-  const admin = postgres(PG, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`create database ${tag}`);
-  const dbUrl = Object.assign(new URL(PG), { pathname: `/${tag}` }).toString();
+  const scratch = await benchScratch("money_");
+  const { prefix, dbUrl } = scratch;
   const redis = connectRedis(REDIS);
   let dbh: DbHandle | undefined;
   let ledger: RedisLedgerBuffer | undefined;
   const out: string[] = [];
   const checks: MoneyCheck[] = [];
   try {
-    await runMigrations(dbUrl);
     // The router's pool size (connectDb's default).
     dbh = connectDb(dbUrl);
     const db = dbh.db;
@@ -361,10 +356,7 @@ export async function benchMoney(opts: { quick: boolean; log: (s: string) => voi
   } finally {
     await ledger?.close().catch(() => {});
     await dbh?.close().catch(() => {});
-    await admin.unsafe(`drop database if exists ${tag} with (force)`).catch(() => {});
-    await admin.end();
-    const keys = await redis.keys(`${prefix}*`).catch(() => [] as string[]);
-    if (keys.length) await redis.del(...keys).catch(() => {});
+    await scratch.drop(redis);
     redis.disconnect();
   }
 }

@@ -6,17 +6,15 @@
 // cold start to ready. Everything runs side by side in one run. Last section:
 // the money path (bench/money.ts), whose PASS/FAIL sets the exit code.
 import path from "node:path";
-import postgres from "postgres";
 import { Redis } from "ioredis";
-import { createKey, createTenant, connectDb, runMigrations } from "@switchyard/db";
 import { benchMoney } from "./money.ts";
 import { closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
 import { startLiteLLM } from "./lib/litellm.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "./lib/procs.ts";
+import { benchScratch } from "./lib/scratch.ts";
 
 const root = repoRoot();
 const here = path.join(root, "bench");
-const PG = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
 
 const tsx = (file: string, env: Record<string, string>, label: string) => startProc(process.execPath, ["--import", "tsx", path.join(here, file)], env, label);
@@ -39,19 +37,11 @@ export async function runRouterBench(opts: { quick: boolean; levels?: number[]; 
 }
 
 async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }): Promise<number> {
-  const tag = `sy_bench_${Date.now().toString(36)}`;
-  const prefix = `${tag}:`;
-  const admin = postgres(PG, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`create database ${tag}`);
-  const dbUrl = Object.assign(new URL(PG), { pathname: `/${tag}` }).toString();
+  const scratch = await benchScratch("");
+  const { prefix, dbUrl } = scratch;
   const procs: Proc[] = [];
   try {
-    await runMigrations(dbUrl);
-    const db = connectDb(dbUrl, { max: 1 });
-    const t = await createTenant(db.db, "bench");
-    if (!t.ok) throw new Error("tenant");
-    const { key } = await createKey(db.db, t.tenant.id);
-    await db.close();
+    const key = await scratch.tenantKey("bench");
 
     const simPort = await freePort();
     const sim = tsx("sim-main.ts", { PORT: String(simPort), REDIS_URL: REDIS, PREFIX: prefix, TOKENS: "5" }, "sim");
@@ -212,11 +202,8 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }):
     return 0;
   } finally {
     await Promise.all(procs.map((p) => p.stop()));
-    await admin.unsafe(`drop database if exists ${tag} with (force)`).catch(() => {});
-    await admin.end();
     const r = new Redis(REDIS);
-    const keys = await r.keys(`${prefix}*`);
-    if (keys.length) await r.del(...keys);
+    await scratch.drop(r);
     r.disconnect();
   }
 }

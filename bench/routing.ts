@@ -9,16 +9,14 @@
 // still completes. Exit code 1 when latency-aware routing does not beat
 // round-robin's p95 or resume does not complete streams (the load stopped being real).
 import path from "node:path";
-import postgres from "postgres";
 import { Pool } from "undici";
 import { Redis } from "ioredis";
-import { createKey, createTenant, connectDb, runMigrations } from "@switchyard/db";
 import { RedisRegistryStore } from "@switchyard/state";
 import { percentile } from "./lib/load.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "./lib/procs.ts";
+import { benchScratch } from "./lib/scratch.ts";
 
 const root = repoRoot();
-const PG = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
 const cli = path.join(root, "apps/cli/bin/switchyard.mjs");
 const simMain = path.join(root, "bench/sim-main.ts");
@@ -105,22 +103,14 @@ async function startSim(spec: SimSpec, prefix: string): Promise<{ proc: Proc; ur
 }
 
 export async function runRoutingBench(opts: { quick: boolean }): Promise<number> {
-  const tag = `sy_bench_routing_${Date.now().toString(36)}`;
-  const prefix = `${tag}:`;
-  const admin = postgres(PG, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`create database ${tag}`);
-  const dbUrl = Object.assign(new URL(PG), { pathname: `/${tag}` }).toString();
+  const scratch = await benchScratch("routing_");
+  const { prefix, dbUrl } = scratch;
   const procs: Proc[] = [];
   const out = (s = "") => process.stdout.write(`${s}\n`);
   const benchRedis = new Redis(REDIS);
   const registry = new RedisRegistryStore(benchRedis, prefix);
   try {
-    await runMigrations(dbUrl);
-    const db = connectDb(dbUrl, { max: 1 });
-    const t = await createTenant(db.db, "bench");
-    if (!t.ok) throw new Error("tenant");
-    const { key } = await createKey(db.db, t.tenant.id);
-    await db.close();
+    const key = await scratch.tenantKey("bench");
 
     // Three workers, 1×/2×/4× per-token time; each batch step slows as it fills (capacity 8).
     const base = { ttftMs: 40, interTokenMs: 10, tokens: 20 };
@@ -276,10 +266,7 @@ export async function runRoutingBench(opts: { quick: boolean }): Promise<number>
     return routingMet && resumeMet ? 0 : 1;
   } finally {
     await Promise.all(procs.map((p) => p.stop()));
-    await admin.unsafe(`drop database if exists ${tag} with (force)`).catch(() => {});
-    await admin.end();
-    const keys = await benchRedis.keys(`${prefix}*`);
-    if (keys.length) await benchRedis.del(...keys);
+    await scratch.drop(benchRedis);
     benchRedis.disconnect();
   }
 }
