@@ -174,11 +174,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       const resume = state && { state, open: (failed: Backend) => openContinuation(state, candidates, tried, failed, req.path, ctx) };
       return { response: relayStream(leg, first, ctx, performance.now(), resume), backendId: backend.id, attempts };
     } catch (err) {
-      const failure = toFailure(err, a);
-      a.cleanup();
-      up?.abort();
-      a.report(outcomeOf(failure), { failure });
-      metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: failure.kind });
+      const failure = endFailedAttempt(err, a, up, backend, ctx);
       ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, error: failure.message });
       ctx.release?.(backend);
       if (!failure.retryable) {
@@ -261,16 +257,22 @@ async function openContinuation(
       ctx.log.info("stream resumed", { from: failed.id, on: backend.id, produced: state.produced, resume: state.resumes });
       return { leg: { backend, events, up, a, ttftMs: performance.now() - a.startedAt, rewrite: (p) => state.rewrite(p) }, first };
     } catch (err) {
-      const failure = toFailure(err, a);
-      a.cleanup();
-      up?.abort();
-      a.report(outcomeOf(failure), { failure });
-      metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: failure.kind });
+      const failure = endFailedAttempt(err, a, up, backend, ctx);
       ctx.log.warn("resume attempt failed", { backend: backend.id, kind: failure.kind, error: failure.message });
       if (!failure.retryable) return undefined;
     }
   }
   return undefined;
+}
+
+/** Ends an attempt that failed before its first byte reached the client: timers off, upstream closed, outcome reported and counted. */
+function endFailedAttempt(err: unknown, a: Attempt, up: UpstreamResponse | undefined, backend: Backend, ctx: RelayContext): UpstreamFailure {
+  const failure = toFailure(err, a);
+  a.cleanup();
+  up?.abort();
+  a.report(outcomeOf(failure), { failure });
+  ctx.metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: failure.kind });
+  return failure;
 }
 
 /**
