@@ -78,42 +78,43 @@ impl DeviceModel {
         }
         let mut weight_bytes = 0u64;
         let mut types = Vec::new();
-        let mut matrix = |name: &str| -> Result<QMatMul> {
+        // Every device tensor comes through here: read onto the device,
+        // counted; matrices stay quantized, vectors (norms) become f32.
+        let mut tensor = |name: &str| -> Result<candle_core::quantized::QTensor> {
             let qt = content.tensor(file, name, &dev).with_context(|| format!("tensor {name} onto {dev:?}"))?;
             weight_bytes += qt.storage_size_in_bytes() as u64;
+            Ok(qt)
+        };
+        let mut matrix = |tensor: &mut dyn FnMut(&str) -> Result<candle_core::quantized::QTensor>, name: &str| -> Result<QMatMul> {
+            let qt = tensor(name)?;
             if types.len() < 8 {
                 types.push(format!("{:?}", qt.dtype()));
             }
             Ok(QMatMul::from_qtensor(qt)?)
         };
+        let vector = |tensor: &mut dyn FnMut(&str) -> Result<candle_core::quantized::QTensor>, name: &str| -> Result<Tensor> {
+            Ok(tensor(name)?.dequantize(&dev)?.to_dtype(DType::F32)?)
+        };
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
-            let p = format!("blk.{i}");
+            let t = &mut tensor;
+            let w = |what: &str| format!("blk.{i}.{what}.weight");
             layers.push(Layer {
-                attn_norm: Tensor::zeros(1, DType::F32, &Device::Cpu)?,
-                wq: matrix(&format!("{p}.attn_q.weight"))?,
-                wk: matrix(&format!("{p}.attn_k.weight"))?,
-                wv: matrix(&format!("{p}.attn_v.weight"))?,
-                wo: matrix(&format!("{p}.attn_output.weight"))?,
-                ffn_norm: Tensor::zeros(1, DType::F32, &Device::Cpu)?,
-                w_gate: matrix(&format!("{p}.ffn_gate.weight"))?,
-                w_up: matrix(&format!("{p}.ffn_up.weight"))?,
-                w_down: matrix(&format!("{p}.ffn_down.weight"))?,
+                attn_norm: vector(t, &w("attn_norm"))?,
+                wq: matrix(t, &w("attn_q"))?,
+                wk: matrix(t, &w("attn_k"))?,
+                wv: matrix(t, &w("attn_v"))?,
+                wo: matrix(t, &w("attn_output"))?,
+                ffn_norm: vector(t, &w("ffn_norm"))?,
+                w_gate: matrix(t, &w("ffn_gate"))?,
+                w_up: matrix(t, &w("ffn_up"))?,
+                w_down: matrix(t, &w("ffn_down"))?,
             });
         }
         let head_name = if content.tensor_infos.contains_key("output.weight") { "output.weight" } else { "token_embd.weight" };
-        let head = matrix(head_name)?;
+        let head = matrix(&mut tensor, head_name)?;
         let head_rows = content.tensor_infos[head_name].shape.dims()[0];
-        let mut vector = |name: &str| -> Result<Tensor> {
-            let qt = content.tensor(file, name, &dev).with_context(|| format!("tensor {name}"))?;
-            weight_bytes += qt.storage_size_in_bytes() as u64;
-            Ok(qt.dequantize(&dev)?.to_dtype(DType::F32)?)
-        };
-        for (i, layer) in layers.iter_mut().enumerate() {
-            layer.attn_norm = vector(&format!("blk.{i}.attn_norm.weight"))?;
-            layer.ffn_norm = vector(&format!("blk.{i}.ffn_norm.weight"))?;
-        }
-        let out_norm = vector("output_norm.weight")?;
+        let out_norm = vector(&mut tensor, "output_norm.weight")?;
         let tok_embd = load_host_matrix(content, file, "token_embd.weight")?;
         if tok_embd.cols != cfg.hidden || tok_embd.rows < cfg.vocab || head_rows < cfg.vocab {
             bail!("tensor shapes do not match the GGUF hyperparameters {cfg:?}");
@@ -135,14 +136,6 @@ impl DeviceModel {
             fail_after: std::env::var("SWITCHYARD_FAULT_DEVICE_STEPS").ok().and_then(|v| v.parse().ok()),
             steps: std::sync::atomic::AtomicUsize::new(0),
         })
-    }
-
-    pub(super) fn name(&self) -> String {
-        match &self.dev {
-            Device::Cpu => "candle:cpu".into(),
-            d if d.is_cuda() => "candle:cuda".into(),
-            _ => "candle:metal".into(),
-        }
     }
 
     pub(super) fn matrix_types(&self) -> String {

@@ -97,6 +97,7 @@ enum Exec {
 pub struct LlamaModel {
     pub cfg: LlamaConfig,
     pub tokenizer: GgufTokenizer,
+    backend: Backend,
     exec: Exec,
     rope_len: usize,
     pub weight_bytes: u64,
@@ -275,7 +276,7 @@ impl LlamaModel {
         if cfg.n_heads % cfg.n_kv_heads != 0 || cfg.rope_dims > head_dim || cfg.rope_dims % 2 != 0 {
             bail!("unsupported head layout: {cfg:?}");
         }
-        let (exec, weight_bytes) = match backend {
+        let (exec, weight_bytes) = match backend.clone() {
             Backend::Kernels => {
                 let m = host::HostModel::load(&content, &mut file, &cfg)?;
                 let bytes = m.weight_bytes();
@@ -287,16 +288,13 @@ impl LlamaModel {
                 (Exec::Device(m), bytes)
             }
         };
-        let mut model = LlamaModel { cfg, tokenizer, exec, rope_len: 0, weight_bytes };
+        let mut model = LlamaModel { cfg, tokenizer, backend, exec, rope_len: 0, weight_bytes };
         model.ensure_rope(model.cfg.train_ctx)?;
         Ok(model)
     }
 
     pub fn backend_name(&self) -> String {
-        match &self.exec {
-            Exec::Host(_) => "kernels".into(),
-            Exec::Device(d) => d.name(),
-        }
+        self.backend.name()
     }
 
     pub fn matrix_types(&self) -> String {
