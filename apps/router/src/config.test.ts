@@ -38,4 +38,30 @@ describe("config", () => {
     writeFileSync(file, "router: [unclosed");
     expect(() => loadConfig({ file, env: {} })).toThrow(/not valid YAML/);
   });
+
+  it("an unknown key in the file stops with its path and the key it probably meant", () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "sycfg-"));
+    const file = path.join(dir, "typo.yaml");
+    writeFileSync(file, "redis:\n  ulr: redis://127.0.0.1:6379\nrouter:\n  bodyLimitByte: 10\nrouting:\n  models:\n    fast:\n      workr: smollm2\n");
+    let message = "";
+    try {
+      loadConfig({ file, env: {} });
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      message = (err as Error).message;
+    }
+    expect(message).toMatch(/redis\.ulr: unknown key .*did you mean redis\.url\?/);
+    expect(message).toMatch(/router\.bodyLimitByte: unknown key .*did you mean router\.bodyLimitBytes\?/);
+    // Record values (an alias's backends) are checked too.
+    expect(message).toMatch(/routing\.models\.fast\.workr: unknown key .*did you mean routing\.models\.fast\.worker\?/);
+  });
+
+  it("an unknown key from the environment names the variable and the one it probably meant", () => {
+    expect(() => loadConfig({ env: { SWITCHYARD_REDIS__ULR: "redis://x:1" } })).toThrow(/redis\.ulr: unknown key \(from SWITCHYARD_REDIS__ULR\); did you mean SWITCHYARD_REDIS__URL\?/);
+    expect(() => loadConfig({ env: { SWITCHYARD_ROUTER__BODY_LIMIT_BYTE: "5" } })).toThrow(/did you mean SWITCHYARD_ROUTER__BODY_LIMIT_BYTES\?/);
+    // Far from every known key: no guess, still an error.
+    expect(() => loadConfig({ env: { SWITCHYARD_ZEBRA__STRIPES: "1" } })).toThrow(/^invalid configuration:\n {2}zebra: unknown key \(from SWITCHYARD_ZEBRA__STRIPES\)$/);
+    expect(() => loadConfig({ env: { SWITCHYARD___PROTO____POLLUTED: "1" } })).toThrow(ConfigError);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+  });
 });

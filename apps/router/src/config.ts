@@ -7,6 +7,7 @@
 import { readFileSync, existsSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import { unknownConfigKeys } from "./config-keys.ts";
 
 const deadlinesSchema = z.object({
   /** TCP connect to the backend. */
@@ -299,6 +300,14 @@ function camel(s: string): string {
   return s.toLowerCase().replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
 }
 
+/** The SWITCHYARD_* variable that sets a dotted config path. */
+function envName(dotted: string): string {
+  return `SWITCHYARD_${dotted
+    .split(".")
+    .map((k) => k.replace(/([a-z0-9])([A-Z])/g, "$1_$2").toUpperCase())
+    .join("__")}`;
+}
+
 function coerce(raw: string): unknown {
   if (/^-?\d+(\.\d+)?$/.test(raw)) return Number(raw);
   if (raw === "true") return true;
@@ -307,6 +316,8 @@ function coerce(raw: string): unknown {
 }
 
 function setPath(target: Record<string, unknown>, path: string[], value: unknown): void {
+  // A key named like a prototype slot would reach Object.prototype, not the config.
+  if (path.some((k) => k === "__proto__" || k === "constructor" || k === "prototype")) throw new ConfigError(`invalid configuration key '${path.join(".")}'`);
   let node = target;
   for (const key of path.slice(0, -1)) {
     const next = node[key];
@@ -335,16 +346,31 @@ export function loadConfig(opts: LoadConfigOptions = {}): Config {
       throw new ConfigError(`config file ${file} is not valid YAML: ${(err as Error).message}`);
     }
   }
+  // Where each environment-set key came from, to name the variable in errors.
+  const fromEnv = new Map<string, string>();
   for (const [name, value] of Object.entries(env)) {
     if (value === undefined || value === "") continue;
-    const alias = envAliases[name];
+    const alias = Object.hasOwn(envAliases, name) ? envAliases[name] : undefined;
     if (alias) {
       setPath(raw, alias, coerce(value));
+      fromEnv.set(alias.join("."), name);
     } else if (name.startsWith("SWITCHYARD_") && name.includes("__")) {
-      setPath(raw, name.slice("SWITCHYARD_".length).split("__").map(camel), coerce(value));
+      const keyPath = name.slice("SWITCHYARD_".length).split("__").map(camel);
+      setPath(raw, keyPath, coerce(value));
+      fromEnv.set(keyPath.join("."), name);
     }
   }
   for (const [k, v] of Object.entries(opts.overrides ?? {})) setPath(raw, k.split("."), v);
+  const unknown = unknownConfigKeys(configSchema, raw);
+  if (unknown.length > 0) {
+    const lines = unknown.map((u) => {
+      const env = fromEnv.get(u.path) ?? [...fromEnv].find(([p]) => p.startsWith(`${u.path}.`))?.[1];
+      const where = env ? ` (from ${env})` : file ? ` (in ${file})` : "";
+      const hint = u.suggestion ? `; did you mean ${env ? envName(u.suggestion) : u.suggestion}?` : "";
+      return `  ${u.path}: unknown key${where}${hint}`;
+    });
+    throw new ConfigError(`invalid configuration:\n${lines.join("\n")}`);
+  }
   const parsed = configSchema.safeParse(raw);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `  ${i.path.join(".") || "(root)"}: ${i.message}`);
