@@ -132,6 +132,8 @@ export async function runAdmissionBench(opts: { quick: boolean; log?: (line: str
       configFile,
       [
         "admission:",
+        // One tenant's 500 batch streams all wait their turn (the per-tenant bound would refuse most of them).
+        "  maxQueuedPerTenant: 100000",
         "  tenants:",
         "    bench-interactive: { defaultBand: interactive, maxBand: interactive }",
         "    bench-batch: { defaultBand: batch, maxBand: batch }",

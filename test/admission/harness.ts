@@ -58,11 +58,15 @@ export interface Call {
 
 /**
  * A streamed chat. `hold`: a long stream (holds a decode slot until aborted);
- * otherwise one short token.
+ * `sim`: a stream of this shape; otherwise one short token.
  */
-export function call(h: Harness, tenant: string, opts: { label?: string; hold?: boolean; priority?: string; model?: string } = {}): Call {
+export function call(
+  h: Harness,
+  tenant: string,
+  opts: { label?: string; hold?: boolean; priority?: string; model?: string; sim?: { tokens: number; interTokenMs?: number; ttftMs?: number } } = {},
+): Call {
   const ac = new AbortController();
-  const sim = opts.hold ? { tokens: 10_000, interTokenMs: 20 } : { tokens: 1, ttftMs: 20 };
+  const sim = opts.sim ?? (opts.hold ? { tokens: 10_000, interTokenMs: 20 } : { tokens: 1, ttftMs: 20 });
   const headers: Record<string, string> = { authorization: `Bearer ${h.keys[tenant]}`, "content-type": "application/json" };
   if (opts.priority) headers["x-switchyard-priority"] = opts.priority;
   const done = (async () => {

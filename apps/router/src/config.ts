@@ -62,8 +62,15 @@ const admissionSchema = z
         batch: bandSchema({ ceiling: 0.7, maxQueue: 10_000, ttlMs: 120_000, retryAfterS: 10 }),
       })
       .prefault({}),
-    /** Per tenant (by name); a tenant given only defaultBand may ask up to at least that band. */
-    tenants: z.record(z.string(), z.object({ defaultBand: priorityBand.optional(), maxBand: priorityBand.optional() })).default({}),
+    /** Requests one tenant may have waiting per worker pool, all bands together (beyond: 429 tenant_queue_full); each band's maxQueue still bounds all tenants together. */
+    maxQueuedPerTenant: z.number().int().positive().default(100),
+    /**
+     * Per tenant (by name); a tenant given only defaultBand may ask up to at least that band.
+     * weight: its share of a pool's slots against the other tenants holding or waiting for them (default 1).
+     */
+    tenants: z
+      .record(z.string(), z.object({ defaultBand: priorityBand.optional(), maxBand: priorityBand.optional(), weight: z.number().positive().max(1_000).optional() }))
+      .default({}),
   })
   .superRefine((a, ctx) => {
     const rank = (b: PriorityBand) => priorityBands.indexOf(b);

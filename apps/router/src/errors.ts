@@ -17,6 +17,8 @@ export const errorCodes = {
   upstream_invalid_request: { status: 400, type: "invalid_request_error" },
   internal_error: { status: 500, type: "server_error" },
   bad_upstream: { status: 502, type: "upstream_error" },
+  /** A worker or provider answered more than router.maxUpstream*Bytes allow. */
+  upstream_response_too_large: { status: 502, type: "upstream_error" },
   no_healthy_backend: { status: 503, type: "service_unavailable" },
   upstream_timeout: { status: 504, type: "timeout_error" },
   // Leases (docs/LEASES.md).
@@ -29,6 +31,8 @@ export const errorCodes = {
   // Admission (apps/router/src/admission/).
   priority_not_allowed: { status: 403, type: "permission_error" },
   queue_full: { status: 503, type: "service_unavailable" },
+  /** This tenant alone has admission.maxQueuedPerTenant requests waiting: its own excess, not the service's. */
+  tenant_queue_full: { status: 429, type: "rate_limit_error" },
   queue_timeout: { status: 504, type: "timeout_error" },
   /** The client left while queued; nobody reads this answer (nginx's 499). */
   request_cancelled: { status: 499, type: "invalid_request_error" },

@@ -33,6 +33,23 @@ describe("FairQueue", () => {
     expect(q.shift()).toBeUndefined();
   });
 
+  it("shiftFairest serves the lowest-ranked tenant first, equals in ring order, and counts per tenant", () => {
+    const q = new FairQueue<{ tenant: string; n: number }>();
+    for (let n = 0; n < 3; n++) q.push({ tenant: "a", n });
+    q.push({ tenant: "b", n: 0 });
+    q.push({ tenant: "c", n: 0 });
+    expect([q.countOf("a"), q.countOf("b"), q.countOf("nobody")]).toEqual([3, 1, 0]);
+    // a holds 4 slots, b 1, c 1: b and c (equal) go first in ring order, a last.
+    const held: Record<string, number> = { a: 4, b: 1, c: 1 };
+    const order: string[] = [];
+    while (q.size > 0) {
+      const e = q.shiftFairest((t) => held[t]!);
+      held[e.tenant]!++;
+      order.push(`${e.tenant}${e.n}`);
+    }
+    expect(order).toEqual(["b0", "c0", "a0", "a1", "a2"]);
+  });
+
   it("a tenant that empties and comes back joins the end of the ring", () => {
     const q = new FairQueue<{ tenant: string; n: number }>();
     q.push({ tenant: "a", n: 0 });

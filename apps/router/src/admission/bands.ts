@@ -16,6 +16,16 @@ export function higherBand(a: PriorityBand, b: PriorityBand): PriorityBand {
   return bandRank(a) <= bandRank(b) ? a : b;
 }
 
+/** A tenant's own admission entry: own keys only (a tenant named `constructor` is not Object.prototype's). */
+export function tenantEntry(cfg: AdmissionConfig, tenantName: string): AdmissionConfig["tenants"][string] | undefined {
+  return Object.hasOwn(cfg.tenants, tenantName) ? cfg.tenants[tenantName] : undefined;
+}
+
+/** A tenant's weight in a pool's fair share (default 1). */
+export function tenantWeight(cfg: AdmissionConfig, tenantName: string): number {
+  return tenantEntry(cfg, tenantName)?.weight ?? 1;
+}
+
 export interface BandPolicy {
   defaultBand: PriorityBand;
   maxBand: PriorityBand;
@@ -26,7 +36,7 @@ export interface BandPolicy {
  * only a default band may ask up to at least that band.
  */
 export function bandPolicy(cfg: AdmissionConfig, tenantName: string): BandPolicy {
-  const t = cfg.tenants[tenantName];
+  const t = tenantEntry(cfg, tenantName);
   const defaultBand = t?.defaultBand ?? cfg.defaultBand;
   const maxBand = t?.maxBand ?? higherBand(cfg.maxBand, defaultBand);
   return { defaultBand, maxBand };

@@ -1,7 +1,9 @@
-// One band's waiting room on one pool: a FIFO per tenant, tenants served
-// round-robin (a tenant with a thousand waiting requests takes one turn per
-// round, like everyone else). Removal is O(1), so a cancelled request leaves
-// at once wherever it stands.
+// One band's waiting room on one pool: a FIFO per tenant. `shiftFairest`
+// serves the tenant a rank puts first (the gate ranks by slots held per unit
+// of weight: the tenant furthest below its fair share), ties in ring order —
+// so equal tenants take turns and a tenant with a thousand waiting requests
+// gets one turn per round, like everyone else. Removal is O(1), so a
+// cancelled request leaves at once wherever it stands.
 export interface QueueEntry {
   readonly tenant: string;
 }
@@ -15,6 +17,11 @@ export class FairQueue<T extends QueueEntry> {
     return this.count;
   }
 
+  /** How many entries this tenant has waiting. */
+  countOf(tenant: string): number {
+    return this.byTenant.get(tenant)?.size ?? 0;
+  }
+
   push(entry: T): void {
     let fifo = this.byTenant.get(entry.tenant);
     if (!fifo) {
@@ -25,16 +32,32 @@ export class FairQueue<T extends QueueEntry> {
     this.count++;
   }
 
-  /** The next entry: the oldest of the tenant whose turn it is; that tenant moves to the ring's end. */
+  /** The next entry in plain round-robin: the oldest of the tenant whose turn it is. */
   shift(): T | undefined {
-    const next = this.byTenant.entries().next();
-    if (next.done) return undefined;
-    const [tenant, fifo] = next.value;
+    return this.shiftFairest(() => 0);
+  }
+
+  /**
+   * The oldest entry of the waiting tenant with the lowest rank (the first
+   * in the ring among equals); that tenant moves to the ring's end. O(tenants waiting).
+   */
+  shiftFairest(rank: (tenant: string) => number): T | undefined {
+    let best: string | undefined;
+    let bestRank = Infinity;
+    for (const tenant of this.byTenant.keys()) {
+      const r = rank(tenant);
+      if (best === undefined || r < bestRank) {
+        best = tenant;
+        bestRank = r;
+      }
+    }
+    if (best === undefined) return undefined;
+    const fifo = this.byTenant.get(best)!;
     const entry = fifo.values().next().value as T;
     fifo.delete(entry);
     this.count--;
-    this.byTenant.delete(tenant);
-    if (fifo.size > 0) this.byTenant.set(tenant, fifo);
+    this.byTenant.delete(best);
+    if (fifo.size > 0) this.byTenant.set(best, fifo);
     return entry;
   }
 

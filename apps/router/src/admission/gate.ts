@@ -2,11 +2,26 @@
 // priority band (bands.ts) and the worker pool its chain would send it to
 // first (the workers serving its model); it is admitted while the pool's
 // saturation (pool.ts) is below the band's ceiling. Over it, it waits in a
-// bounded per-pool, per-band queue — higher bands first, tenants round-robin
-// inside a band (fair-queue.ts). Full queue → 503 with Retry-After; waited
-// past the band's TTL → 504 with Retry-After; client gone → out of the queue
-// at once. An admitted request holds its place in the pool's load until it
-// ends (stream end, settle, or the response closing).
+// bounded per-pool, per-band queue — higher bands first (fair-queue.ts).
+// Inside a band, tenants get weighted fair shares of the pool's slots: when
+// a slot frees, it goes to the waiting tenant holding the fewest slots per
+// unit of weight (`admission.tenants.<t>.weight`), so a tenant over its share
+// is served after everyone below theirs; and a request that arrives while
+// anyone of its band waits queues behind them, so nobody over its share takes
+// a free slot ahead of a waiting tenant. Nobody waiting: one tenant may use
+// the whole pool (work-conserving). A tenant with
+// `admission.maxQueuedPerTenant` requests waiting on a pool gets 429 for the
+// next (its flood never fills the band's shared bound); full band queue →
+// 503 with Retry-After; waited past the band's TTL → 504 with Retry-After;
+// client gone → out of the queue at once. An admitted request holds its place
+// in the pool's load until it ends (stream end, settle, or the response closing).
+//
+// All of this is per router process: slots held and waiting requests are
+// what this router admitted (pool saturation alone includes the others, from
+// heartbeats). With N routers, each one's fair share is of the whole pool's
+// room as it sees it, so a tenant spread over N routers can hold up to about
+// N shares while it competes on each; the per-tenant queue bound is per
+// router too (docs/ROUTING.md, Admission).
 //
 // Paid backends are not worker capacity: a request whose chain reaches a
 // paid backend before a worker of the pool, or whose pool has no worker
@@ -24,7 +39,7 @@ import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 import type { BackendChain } from "../routing/chain.ts";
 import type { WorkerDirectory } from "../routing/directory.ts";
-import { bandRank, chooseBand, type AdmissionConfig } from "./bands.ts";
+import { bandRank, chooseBand, tenantWeight, type AdmissionConfig } from "./bands.ts";
 import { FairQueue } from "./fair-queue.ts";
 import { PoolLoad } from "./pool.ts";
 
@@ -80,9 +95,32 @@ interface Waiter {
 class Pool {
   readonly load: PoolLoad;
   readonly queues: Record<PriorityBand, FairQueue<Waiter>>;
+  /** tenant → places it holds on the pool (this router's admissions that have not ended). */
+  private readonly held = new Map<string, number>();
   constructor(readonly name: string) {
     this.load = new PoolLoad(name);
     this.queues = { interactive: new FairQueue(), standard: new FairQueue(), batch: new FairQueue() };
+  }
+  heldBy(tenant: string): number {
+    return this.held.get(tenant) ?? 0;
+  }
+  hold(tenant: string): void {
+    this.held.set(tenant, this.heldBy(tenant) + 1);
+  }
+  unhold(tenant: string): void {
+    const left = this.heldBy(tenant) - 1;
+    if (left > 0) this.held.set(tenant, left);
+    else this.held.delete(tenant);
+  }
+  /** This tenant's requests waiting on the pool, all bands together. */
+  waitingOf(tenant: string): number {
+    return priorityBands.reduce((n, b) => n + this.queues[b].countOf(tenant), 0);
+  }
+  /** Tenants holding or waiting for the pool's slots: the ones its fair shares divide it among. */
+  activeTenants(): Set<string> {
+    const active = new Set(this.held.keys());
+    for (const b of priorityBands) for (const t of this.queues[b].tenants().keys()) active.add(t);
+    return active;
   }
   /** The highest band with someone waiting. */
   headBand(): PriorityBand | undefined {
@@ -138,6 +176,17 @@ export class AdmissionGate {
     if (req.leased || this.mayEnterNow(pool, band)) return this.grant(pool, band, req, arrivedAt, false);
 
     const limits = cfg.bands[band];
+    // The tenant's own bound first: its flood is its own excess (429), and it
+    // never fills the band's shared bound for everyone else.
+    if (pool.waitingOf(req.tenantName) >= cfg.maxQueuedPerTenant) {
+      metrics.admissionRejections.inc({ band, reason: "tenant_queue_full" });
+      throw new ApiError(
+        "tenant_queue_full",
+        `tenant '${req.tenantName}' already has ${cfg.maxQueuedPerTenant} requests waiting for ${pool.name} (admission.maxQueuedPerTenant); retry later`,
+        null,
+        { "retry-after": String(limits.retryAfterS) },
+      );
+    }
     if (pool.queues[band].size >= limits.maxQueue) {
       metrics.admissionRejections.inc({ band, reason: "queue_full" });
       throw new ApiError("queue_full", `the ${band} queue for ${pool.name} is full (${limits.maxQueue} waiting); retry later`, null, {
@@ -177,16 +226,31 @@ export class AdmissionGate {
     });
   }
 
-  /** A pool's state, for tests and debugging. */
-  inspect(model: string): { saturation: number; capacity: number; outstanding: number; waiting: Record<PriorityBand, number> } | undefined {
+  /** A pool's state, for tests and debugging: per tenant, places held, requests waiting and its fair share of the slots. */
+  inspect(model: string):
+    | {
+        saturation: number;
+        capacity: number;
+        outstanding: number;
+        waiting: Record<PriorityBand, number>;
+        tenants: Map<string, { held: number; waiting: number; share: number }>;
+      }
+    | undefined {
     const pool = this.pools.get(model);
     if (!pool) return undefined;
+    const active = [...pool.activeTenants()];
+    const totalWeight = active.reduce((sum, t) => sum + this.weight(t), 0);
     return {
       saturation: pool.load.saturation(),
       capacity: pool.load.capacity,
       outstanding: pool.load.outstanding,
       waiting: { interactive: pool.queues.interactive.size, standard: pool.queues.standard.size, batch: pool.queues.batch.size },
+      tenants: new Map(active.map((t) => [t, { held: pool.heldBy(t), waiting: pool.waitingOf(t), share: (pool.load.capacity * this.weight(t)) / totalWeight }])),
     };
+  }
+
+  private weight(tenant: string): number {
+    return tenantWeight(this.deps.config, tenant);
   }
 
   private cancelled(band: PriorityBand): ApiError {
@@ -239,15 +303,18 @@ export class AdmissionGate {
   /**
    * Admits waiters while the head band is below its ceiling. Strict
    * priority: when the highest waiting band must wait, lower bands (whose
-   * ceilings are no higher) wait too. A pool that lost all its workers lets
+   * ceilings are no higher) wait too. Inside the band, the place goes to the
+   * tenant furthest below its fair share (fewest places held per unit of
+   * weight; equals take turns). A pool that lost all its workers lets
    * everyone through to the chain, which falls through or answers 503.
    */
   private drain(pool: Pool): void {
+    const byShare = (tenant: string) => pool.heldBy(tenant) / this.weight(tenant);
     for (;;) {
       const band = pool.headBand();
       if (band === undefined) return;
       if (pool.load.capacity > 0 && pool.load.saturation() >= this.deps.config.bands[band].ceiling) return;
-      const w = pool.queues[band].shift()!;
+      const w = pool.queues[band].shiftFairest(byShare)!;
       w.done({ ok: true, admission: this.grant(pool, band, w.req, w.arrivedAt, true) });
     }
   }
@@ -256,6 +323,7 @@ export class AdmissionGate {
     const { metrics, log } = this.deps;
     const waitedMs = performance.now() - arrivedAt;
     pool.load.admitted();
+    pool.hold(req.tenantName);
     metrics.admissionWait.observe({ band }, waitedMs / 1000);
     metrics.admissionAdmitted.inc({ band, queued: String(queued) });
     let released = false;
@@ -264,6 +332,7 @@ export class AdmissionGate {
       released = true;
       clearTimeout(reclaim);
       pool.load.finished();
+      pool.unhold(req.tenantName);
       this.drain(pool);
     };
     // Every path that ends a request releases (settle, the response closing);

@@ -85,6 +85,7 @@ export class RouterMetrics {
   readonly billingFailures = new Counter("switchyard_billing_failures_total", "Settle steps that failed (and were left to the hold's expiry and reconcile), by step.");
   readonly leaseEvents = new Counter("switchyard_lease_events_total", "Lease changes audited by this router, by event (granted|extended|released|expired).");
   readonly workers = new Gauge("switchyard_workers", "Workers in the registry, by state.");
+  readonly registryRefusals = new Counter("switchyard_registry_refusals_total", "Worker records (or advertised models) routers refused, once per worker and reason while it lasts (id_mismatch|too_large|invalid_record|invalid_key|unsafe_url|not_invited|model_not_allowed).");
   readonly ejections = new Counter("switchyard_worker_ejections_total", "Workers ejected from rotation after consecutive failures, by reason (failing|unreachable).");
   readonly ejectedWorkers = new Gauge("switchyard_workers_ejected", "Workers this router holds out of rotation now.");
   readonly routeExplorations = new Counter("switchyard_route_explorations_total", "Requests sent to a candidate other than the best-scored one, to keep learning.");
@@ -93,7 +94,7 @@ export class RouterMetrics {
   readonly admissionQueueDepth = new Gauge("switchyard_admission_queue_depth", "Requests waiting for admission, by worker pool and priority band.");
   readonly admissionWait = new Histogram("switchyard_admission_wait_seconds", "Arrival at the admission gate to admission, by band (admitted requests).", [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]);
   readonly admissionAdmitted = new Counter("switchyard_admission_admitted_total", "Requests admitted onto a worker pool, by band and whether they queued first.");
-  readonly admissionRejections = new Counter("switchyard_admission_rejections_total", "Requests refused by admission, by band and reason (queue_full|timeout|cancelled|priority_not_allowed|invalid_priority).");
+  readonly admissionRejections = new Counter("switchyard_admission_rejections_total", "Requests refused by admission, by band and reason (queue_full|tenant_queue_full|timeout|cancelled|priority_not_allowed|invalid_priority).");
   readonly poolSaturation = new Gauge("switchyard_pool_saturation", "Worker pool saturation as admission sees it (worse of slot occupancy and queue depth, over capacity), by pool.");
 
   render(): string {
