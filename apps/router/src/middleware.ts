@@ -7,19 +7,34 @@ import type { AppDeps, AppEnv } from "./deps.ts";
 
 const clientIdPattern = /^[A-Za-z0-9._:-]{8,128}$/;
 
+/**
+ * The id a client sent for its own correlation (`x-client-request-id`, or
+ * `x-request-id` as older clients send it), when it is a sane token. It is
+ * logged and echoed back as `x-client-request-id`, never used as a key: two
+ * requests may carry the same one.
+ */
+export function clientRequestId(c: Context<AppEnv>): string | undefined {
+  const incoming = c.req.header("x-client-request-id") ?? c.req.header("x-request-id");
+  return incoming !== undefined && clientIdPattern.test(incoming) ? incoming : undefined;
+}
+
 export function requestContext(deps: AppDeps): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
-    const incoming = c.req.header("x-request-id");
-    const requestId = incoming && clientIdPattern.test(incoming) ? incoming : `req_${randomUUID().replaceAll("-", "")}`;
+    // Every request gets an id the router mints: budget holds, settles, the
+    // ledger, leases and upstream calls key on it, so a client repeating an
+    // id can never merge two requests (issue 10, item 2).
+    const requestId = `req_${randomUUID().replaceAll("-", "")}`;
+    const clientId = clientRequestId(c);
     const startedAt = performance.now();
     c.set("requestId", requestId);
     c.set("startedAt", startedAt);
     c.set("route", c.req.path);
-    c.set("log", deps.log.child({ request_id: requestId }));
+    c.set("log", deps.log.child(clientId ? { request_id: requestId, client_request_id: clientId } : { request_id: requestId }));
     // Set before next(): Hono applies it to responses it builds; touching
     // c.res after next() would materialise a full Response per request.
     // Responses built by the relay carry the id themselves.
     c.header("x-request-id", requestId);
+    if (clientId) c.header("x-client-request-id", clientId);
     await next();
     const status = c.res.status;
     deps.metrics.requests.inc({ route: c.get("route"), status: String(status) });

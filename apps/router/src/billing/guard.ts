@@ -42,6 +42,7 @@ export interface GuardDeps {
 }
 
 export interface TabInput {
+  /** The id the router minted for this request (never a client's x-request-id): holds, settles and the ledger key on it. */
   requestId: string;
   tenant: KeyOwner;
   path: InferencePath;

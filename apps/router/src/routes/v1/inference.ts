@@ -5,7 +5,7 @@ import { z } from "zod";
 import { ApiError } from "../../errors.ts";
 import type { AppDeps, AppEnv } from "../../deps.ts";
 import type { InferencePath } from "../../backends/types.ts";
-import { clientSignal, readJson } from "../../middleware.ts";
+import { clientRequestId, clientSignal, readJson } from "../../middleware.ts";
 import { dispatch } from "../../relay/dispatch.ts";
 import type { RelayContext } from "../../relay/context.ts";
 import type { Resolution } from "../../routing/chain.ts";
@@ -146,6 +146,9 @@ function routingContext(c: Context<AppEnv>, deps: AppDeps, resolution: Resolutio
     c.get("log").debug("route", { model, candidates: explained });
     if (header) out.headers = { "x-switchyard-route": explained };
   }
+  // The relay builds its own responses: the client's correlation id rides along.
+  const clientId = clientRequestId(c);
+  if (clientId) out.headers = { ...out.headers, "x-client-request-id": clientId };
   if (resume.enabled || c.req.header("x-switchyard-resume") === "true") out.resume = { maxResumes: resume.maxResumes };
   return out;
 }
