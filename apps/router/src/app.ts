@@ -32,6 +32,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   registerReleaseLease(app, deps);
 
   app.notFound((c) => {
+    c.set("route", "unmatched"); // one metrics label for every path no route knows
     const err = new ApiError("not_found", `no route for ${c.req.method} ${c.req.path}`);
     deps.metrics.errors.inc({ code: err.code });
     return c.json(errorBody(err, c.get("requestId")), 404);

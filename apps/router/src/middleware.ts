@@ -2,6 +2,7 @@
 // the body checks (content type, size) every JSON route shares.
 import { randomUUID } from "node:crypto";
 import type { Context, MiddlewareHandler } from "hono";
+import { matchedRoutes } from "hono/route";
 import { ApiError } from "./errors.ts";
 import type { AppDeps, AppEnv } from "./deps.ts";
 
@@ -28,7 +29,13 @@ export function requestContext(deps: AppDeps): MiddlewareHandler<AppEnv> {
     const startedAt = performance.now();
     c.set("requestId", requestId);
     c.set("startedAt", startedAt);
-    c.set("route", c.req.path);
+    // Metrics label by the matched route pattern, never the raw path: paths
+    // are the client's to choose, and every distinct label is a series kept
+    // forever (issue 10, item 9). Routing ran before middleware, so the
+    // match is known here: the last one is the route, unless it is this
+    // middleware itself (app.notFound says "unmatched" too).
+    const matched = matchedRoutes(c);
+    c.set("route", matched.length - 1 > c.req.routeIndex ? matched[matched.length - 1]!.path : "unmatched");
     c.set("log", deps.log.child(clientId ? { request_id: requestId, client_request_id: clientId } : { request_id: requestId }));
     // Set before next(): Hono applies it to responses it builds; touching
     // c.res after next() would materialise a full Response per request.
