@@ -47,9 +47,39 @@ export function promptTokensUpperBound(path: InferencePath, body: Record<string,
   return n;
 }
 
-/** The completion length the client asked for at most, or undefined when it set none (embeddings: 0). */
+const limitOf = (v: unknown): number | undefined => (typeof v === "number" && Number.isFinite(v) && v >= 0 ? Math.floor(v) : undefined);
+
+/** The completion length the client asked for at most — the smaller of its two fields — or undefined when it set none (embeddings: 0). */
 export function requestedMaxOutput(path: InferencePath, body: Record<string, unknown>): number | undefined {
   if (path === "/v1/embeddings" || path === "/v1/hidden_states") return 0;
-  const v = body.max_completion_tokens ?? body.max_tokens;
-  return typeof v === "number" && Number.isFinite(v) && v >= 0 ? Math.floor(v) : undefined;
+  const a = limitOf(body.max_tokens);
+  const b = limitOf(body.max_completion_tokens);
+  return a === undefined ? b : b === undefined ? a : Math.min(a, b);
+}
+
+/** The one field a normalized body carries its output limit in. */
+export function outputLimitField(path: InferencePath, body: Record<string, unknown>): "max_tokens" | "max_completion_tokens" {
+  return path === "/v1/chat/completions" && body.max_completion_tokens != null && body.max_tokens == null ? "max_completion_tokens" : "max_tokens";
+}
+
+/**
+ * One output limit per request. OpenAI names it twice (`max_tokens`,
+ * `max_completion_tokens`); a client sending both must not get the larger
+ * one past the cap through the other. The rule: the smaller of the two when
+ * both are set (null is unset); the body keeps one field — on chat the one
+ * the client used, `max_tokens` when it used both; on text completions
+ * always `max_tokens` — and loses the other. The budget hold is computed
+ * from that value (capped at billing.maxOutputTokens), and the capped value
+ * is what a paid upstream receives, in that one field.
+ */
+export function normalizeMaxOutput(path: InferencePath, body: Record<string, unknown>): void {
+  if (path !== "/v1/chat/completions" && path !== "/v1/completions") return;
+  // The common shapes are already normal (and a delete costs the object its fast layout).
+  if (body.max_completion_tokens === undefined) return;
+  if (body.max_tokens === undefined && path === "/v1/chat/completions") return;
+  const limit = requestedMaxOutput(path, body);
+  const field = outputLimitField(path, body);
+  delete body.max_tokens;
+  delete body.max_completion_tokens;
+  if (limit !== undefined) body[field] = limit;
 }

@@ -19,7 +19,7 @@ import type { SettleOutcome } from "../relay/context.ts";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 import type { BudgetDirectory, TenantBudget } from "./budgets.ts";
-import { promptTokensUpperBound, requestedMaxOutput } from "./estimate.ts";
+import { outputLimitField, promptTokensUpperBound, requestedMaxOutput } from "./estimate.ts";
 import type { LedgerSink } from "./ledger.ts";
 import type { PriceBook } from "./prices.ts";
 
@@ -147,9 +147,12 @@ export class RequestTab {
     return asked === undefined ? cap : Math.min(asked, cap);
   }
 
-  private get outputKey(): "max_tokens" | "max_completion_tokens" {
-    const b = this.input.body;
-    return b.max_completion_tokens !== undefined && b.max_tokens === undefined ? "max_completion_tokens" : "max_tokens";
+  /** The one output-limit field the upstream gets: the body's own (normalizeMaxOutput), the other dropped. */
+  private get outputPatch(): Record<string, unknown> {
+    const key = outputLimitField(this.input.path, this.input.body);
+    const other = key === "max_tokens" ? "max_completion_tokens" : "max_tokens";
+    // undefined leaves the field out of the JSON the backend sends.
+    return this.input.body[other] !== undefined ? { [key]: this.maxOutput, [other]: undefined } : { [key]: this.maxOutput };
   }
 
   private tenantBudget(): Promise<TenantBudget | null> {
@@ -175,7 +178,7 @@ export class RequestTab {
       return { ok: false, reason: "unpriced" };
     }
     // The hold assumes this many output tokens: the upstream is told the same.
-    const patch = this.input.path === "/v1/embeddings" ? undefined : { [this.outputKey]: this.maxOutput };
+    const patch = this.input.path === "/v1/embeddings" || this.input.path === "/v1/hidden_states" ? undefined : this.outputPatch;
     let budget: TenantBudget | null;
     try {
       budget = await this.tenantBudget();

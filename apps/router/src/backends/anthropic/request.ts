@@ -162,7 +162,8 @@ export function toMessagesRequest(body: Json, upstreamModel: string, defaults: {
 
   const req: MessagesRequest = {
     model: upstreamModel,
-    max_tokens: num(body.max_completion_tokens) ?? num(body.max_tokens) ?? defaults.maxTokens,
+    // Both names set: the smaller (the router normalizes bodies to one; this holds for any caller).
+    max_tokens: smaller(num(body.max_completion_tokens), num(body.max_tokens)) ?? defaults.maxTokens,
     messages: turns.map(({ role, blocks }) => {
       const only = blocks[0];
       const plain = blocks.length === 1 && only?.type === "text" && only.cache_control === undefined;
@@ -193,6 +194,10 @@ export function toMessagesRequest(body: Json, upstreamModel: string, defaults: {
   }
   if (typeof body.user === "string" && body.user !== "") req.metadata = { user_id: body.user };
   return req;
+}
+
+function smaller(a: number | undefined, b: number | undefined): number | undefined {
+  return a === undefined ? b : b === undefined ? a : Math.min(a, b);
 }
 
 function num(v: unknown): number | undefined {

@@ -11,6 +11,7 @@ import type { RelayContext } from "../../relay/context.ts";
 import type { Resolution } from "../../routing/chain.ts";
 import { requestClass } from "../../routing/scorer.ts";
 import { routeWithLeases } from "../../leases/service.ts";
+import { normalizeMaxOutput } from "../../billing/estimate.ts";
 
 /** The generation fields chat and text completions share, as OpenAI defines them. */
 export const generationFields = {
@@ -18,6 +19,8 @@ export const generationFields = {
   stream: z.boolean().nullish(),
   stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),
   max_tokens: z.number().int().positive().nullish(),
+  /** OpenAI's newer name for max_tokens; the two become one value (normalizeMaxOutput). */
+  max_completion_tokens: z.number().int().positive().nullish(),
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),
   top_k: z.number().int().nonnegative().nullish(),
@@ -49,6 +52,8 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
   raw?: { accept: string },
 ): Promise<Response> {
   const body = validate(schema, await readJson(c, deps.config.router.bodyLimitBytes)) as z.infer<S> & Record<string, unknown>;
+  // One output limit, before the budget hold and before any upstream sees the body.
+  normalizeMaxOutput(path, body);
   const model = body.model;
   const tenant = c.get("tenant");
   // Admission: room for the tenant's band on the model's worker pool, or a wait in its fair queue (403/503/504 otherwise).

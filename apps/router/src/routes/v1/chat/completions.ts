@@ -16,7 +16,6 @@ export const chatMessageSchema = z.looseObject({
 export const chatCompletionSchema = z.looseObject({
   ...generationFields,
   messages: z.array(chatMessageSchema).min(1),
-  max_completion_tokens: z.number().int().positive().nullish(),
 });
 
 export function registerChatCompletions(app: Hono<AppEnv>, deps: AppDeps): void {
