@@ -44,12 +44,52 @@ function runningCluster(dir: string): number | undefined {
   }
 }
 
+/** The uid and gid of the `postgres` system user, if it exists yet (the package creates it on first start). */
+function postgresUser(): { uid: number; gid: number } | undefined {
+  try {
+    for (const line of readFileSync("/etc/passwd", "utf8").split("\n")) {
+      const f = line.split(":");
+      if (f[0] === "postgres") return { uid: Number(f[2]), gid: Number(f[3]) };
+    }
+  } catch {
+    // no /etc/passwd: only the "others" bits can be judged
+  }
+  return undefined;
+}
+
+/** The first directory from / down to `dir` that the postgres user may not traverse. */
+async function untraversableAncestor(dir: string): Promise<{ dir: string; mode: number; uid: number } | undefined> {
+  const pgUser = postgresUser();
+  const chain: string[] = [];
+  for (let d = dir; ; d = path.dirname(d)) {
+    chain.unshift(d);
+    if (path.dirname(d) === d) break;
+  }
+  for (const d of chain) {
+    const st = await stat(d);
+    const mode = st.mode & 0o777;
+    const ok = (mode & 0o001) !== 0 || (pgUser !== undefined && ((st.uid === pgUser.uid && (mode & 0o100) !== 0) || (st.gid === pgUser.gid && (mode & 0o010) !== 0)));
+    if (!ok) return { dir: d, mode, uid: st.uid };
+  }
+  return undefined;
+}
+
+/** The URL of the embedded cluster running from <home>/pg, if one is running (e.g. under `switchyard up`). */
+export function runningEmbeddedUrl(home: string): string | undefined {
+  const port = runningCluster(path.resolve(home, "pg"));
+  return port ? embeddedUrl(port) : undefined;
+}
+
+function embeddedUrl(port: number): string {
+  return `postgres://postgres:switchyard@127.0.0.1:${port}/postgres`;
+}
+
 export async function startEmbeddedPostgres(home: string, opts: { port?: number; log?: (m: string) => void } = {}): Promise<EmbeddedPg> {
   const dir = path.resolve(home, "pg");
   const existing = runningCluster(dir);
   if (existing) {
     // Share the cluster another Switchyard process started; it owns shutdown.
-    return { url: `postgres://postgres:switchyard@127.0.0.1:${existing}/postgres`, stop: async () => {} };
+    return { url: embeddedUrl(existing), stop: async () => {} };
   }
   // The package installs SIGINT/SIGTERM handlers (async-exit-hook) that stop
   // PostgreSQL and exit(143) at once — before a worker could drain. Our
@@ -69,6 +109,15 @@ export async function startEmbeddedPostgres(home: string, opts: { port?: number;
     // Secrets inside (the api-key file) keep their own 0600 mode.
     const mode = (await stat(home)).mode & 0o777;
     if ((mode & 0o011) !== 0o011) await chmod(home, mode | 0o711);
+    // Directories above home are the user's to open, not ours: say which one
+    // blocks the postgres user (initdb would only say "exited with code 1").
+    const blocked = await untraversableAncestor(path.resolve(home));
+    if (blocked) {
+      throw new Error(
+        `embedded PostgreSQL runs as the 'postgres' user (you are root), which cannot enter ${blocked.dir} (mode ${blocked.mode.toString(8).padStart(3, "0")}, owner uid ${blocked.uid}): ` +
+          `run 'chmod o+x ${blocked.dir}' or choose a SWITCHYARD_HOME (now ${path.resolve(home)}) whose every parent directory others may enter`,
+      );
+    }
   }
   const log = opts.log ?? (() => {});
   const pg = new EmbeddedPostgres({
@@ -85,6 +134,5 @@ export async function startEmbeddedPostgres(home: string, opts: { port?: number;
   });
   if (!existsSync(path.join(dir, "PG_VERSION"))) await pg.initialise();
   await pg.start();
-  const url = `postgres://postgres:switchyard@127.0.0.1:${port}/postgres`;
-  return { url, stop: () => pg.stop() };
+  return { url: embeddedUrl(port), stop: () => pg.stop() };
 }

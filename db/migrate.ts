@@ -6,7 +6,7 @@ import { drizzle } from "drizzle-orm/postgres-js";
 import { migrate } from "drizzle-orm/postgres-js/migrator";
 import postgres from "postgres";
 
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 
 /** migrations/ at the repository root, found from this module (sources or the dist/ bundle). */
 function findMigrations(): string {
@@ -27,4 +27,39 @@ export async function runMigrations(url: string): Promise<void> {
   } finally {
     await sql.end({ timeout: 2 });
   }
+}
+
+/** Where a database stands against migrations/: applied, missing, or ahead of this code. */
+export interface MigrationStatus {
+  /** Migrations in migrations/ (the journal). */
+  expected: number;
+  /** Of those, how many the database has applied. */
+  applied: number;
+  /** Tags of the migrations not applied yet, oldest first. */
+  pending: string[];
+  /** The database has migrations this code does not know (a newer release migrated it). */
+  ahead: boolean;
+}
+
+interface JournalEntry {
+  tag: string;
+  when: number;
+}
+
+function journal(): JournalEntry[] {
+  return (JSON.parse(readFileSync(path.join(migrationsFolder, "meta", "_journal.json"), "utf8")) as { entries: JournalEntry[] }).entries;
+}
+
+/**
+ * Compares the database with migrations/. drizzle's migrator records each
+ * applied migration in drizzle.__drizzle_migrations with its journal time
+ * (`created_at` = the entry's `when`) and applies those newer than the last.
+ */
+export async function migrationStatus(sql: postgres.Sql): Promise<MigrationStatus> {
+  const entries = journal();
+  const [{ exists }] = (await sql`select to_regclass('drizzle.__drizzle_migrations') is not null as exists`) as unknown as [{ exists: boolean }];
+  const rows = exists ? ((await sql`select created_at from drizzle.__drizzle_migrations`) as unknown as Array<{ created_at: string | number }>) : [];
+  const last = rows.reduce((m, r) => Math.max(m, Number(r.created_at)), 0);
+  const pending = entries.filter((e) => e.when > last).map((e) => e.tag);
+  return { expected: entries.length, applied: entries.length - pending.length, pending, ahead: last > Math.max(0, ...entries.map((e) => e.when)) };
 }

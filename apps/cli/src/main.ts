@@ -6,6 +6,13 @@ import { UsageError, usage } from "./usage.ts";
 
 export async function main(argv: string[]): Promise<number> {
   try {
+    // psql's own flags (-c, -At, …) pass through untouched: only a leading --config is ours.
+    if (argv[0] === "psql") {
+      const rest = argv.slice(1);
+      const config = rest[0] === "--config" ? rest[1] : undefined;
+      if (rest[0] === "--config" && config === undefined) throw new UsageError("psql: --config needs a file");
+      return await (await import("./commands/db.ts")).psqlCommand(config === undefined ? rest : rest.slice(2), { config });
+    }
     const { values, positionals } = parseArgs({
       args: argv,
       allowPositionals: true,
@@ -33,6 +40,8 @@ export async function main(argv: string[]): Promise<number> {
         "max-batch": { type: "string" },
         engine: { type: "string" },
         "no-worker": { type: "boolean" },
+        "fencing-key": { type: "string" },
+        embedded: { type: "boolean" },
         // budgets, prices
         "daily-cents": { type: "string" },
         "daily-usd": { type: "string" },
@@ -70,6 +79,8 @@ export async function main(argv: string[]): Promise<number> {
         const { workersCommand } = await import("./commands/workers.ts");
         return await workersCommand(rest, values);
       }
+      case "db":
+        return await (await import("./commands/db.ts")).dbCommand(rest, values);
       case "migrate":
         return await (await import("./commands/migrate.ts")).migrateCommand(values);
       case "tenants":

@@ -7,9 +7,11 @@ export const usage = `switchyard — a distributed inference fabric
 
 Usage:
   switchyard up                         router + local worker, embedded state (single machine)
-  switchyard router [--config FILE]     start a router (Redis + Postgres from config/env)
+  switchyard router [--config FILE] [--embedded]
+                                        start a router replica: needs redis.url and database.url
+                                        (--embedded: in-process state + embedded PostgreSQL, to experiment)
   switchyard worker --redis URL --token SECRET [--model NAME|PATH|hf://…]… [--advertise URL]
-           [--port 9100] [--device auto|cpu|cuda|metal] [--id ID]
+           [--port 9100] [--device auto|cpu|cuda|metal] [--id ID] [--fencing-key KEY]
                                         join this host as a worker (SIGTERM drains)
   switchyard workers invite NAME [--model M]… [--advertise URL]
                                         per-worker Redis ACL user + secret; prints the join command
@@ -17,6 +19,9 @@ Usage:
   switchyard spend [--from YYYY-MM-DD] [--to YYYY-MM-DD] [--tenant NAME] [--by day|backend|model] [--format table|csv]
                                         spend from the ledger (defaults: today, table)
   switchyard migrate                    apply database migrations
+  switchyard db url                     print the database URL (the embedded one while 'up' runs)
+  switchyard psql [--config FILE] [PSQL ARGS]…
+                                        open psql on that database (arguments go to psql)
   switchyard tenants create NAME        create a tenant
   switchyard tenants list               list tenants
   switchyard keys create --tenant NAME [--name LABEL]

@@ -11,6 +11,7 @@ import type { BackendChain } from "./routing/chain.ts";
 import type { WorkerDirectory } from "./routing/directory.ts";
 import type { AdmissionGate } from "./admission/gate.ts";
 import type { LeaseService } from "./leases/service.ts";
+import type { StartupSummary } from "./observability/summary.ts";
 
 export interface Readiness {
   redis: boolean;
@@ -32,6 +33,8 @@ export interface AppDeps {
   admission?: AdmissionGate;
   /** GPU leases (docs/LEASES.md); without them /v1/leases is not served. */
   leases?: LeaseService;
+  /** What this process is using (registry, budgets, ledger, database, chain, providers), for /readyz. */
+  summary?: StartupSummary;
 }
 
 export type AppEnv = {

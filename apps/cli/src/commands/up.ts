@@ -4,7 +4,7 @@
 // data directory so later starts reuse it.
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { createKey, createTenant, findTenant, hashKey, lookupKeyByHash, type Db } from "@switchyard/db";
 import { startAgent, type AgentHandle } from "@switchyard/agent";
@@ -12,6 +12,7 @@ import { startRouter } from "@switchyard/router";
 import { MemoryRegistryStore } from "@switchyard/state";
 import { configFrom, openDb } from "../context.ts";
 import { untilSignal } from "../signals.ts";
+import { databaseUrlFile } from "./db.ts";
 
 async function ensureLocalKey(db: Db, home: string): Promise<{ key: string; created: boolean }> {
   const keyFile = path.join(home, "api-key");
@@ -39,10 +40,14 @@ export async function upCommand(flags: { config?: string; model?: string[]; devi
   const step = (msg: string) => process.stderr.write(`» ${msg}\n`);
   step(`starting embedded PostgreSQL in ${path.resolve(config.home, "pg")}`);
   const db = await openDb(config, { migrate: true, quiet: true });
-  step("database migrated");
+  // Finance reaches the ledger with this URL (psql, switchyard psql); the port is random.
+  const urlFile = databaseUrlFile(config);
+  await writeFile(urlFile, db.url + "\n", { mode: 0o600 });
+  await chmod(urlFile, 0o600);
+  step(`database migrated: ${db.url}  (saved in ${urlFile}; 'switchyard psql' opens it)`);
   const { key, created } = await ensureLocalKey(db.db, config.home);
   const registry = new MemoryRegistryStore();
-  const router = await startRouter(config, { registry, db });
+  const router = await startRouter(config, { registry, db, embeddedDatabase: !config.database.url });
   process.stderr.write(
     [
       "",
