@@ -7,6 +7,7 @@
 import { readFileSync, existsSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import { parseCidr } from "./routing/worker-url.ts";
 import { unknownConfigKeys } from "./config-keys.ts";
 
 const deadlinesSchema = z.object({
@@ -105,6 +106,12 @@ export const configSchema = z.object({
       maxConnectionsPerWorker: z.number().int().min(1).default(8192),
       /** Retry-After (seconds) sent with 503 when no worker can serve. */
       retryAfterS: z.number().int().min(1).default(1),
+      /** Largest non-streamed (JSON) answer read from a worker or provider; beyond → 502 upstream_response_too_large. */
+      maxUpstreamBodyBytes: z.number().int().positive().default(8 * 1024 * 1024),
+      /** Largest /v1/hidden_states answer (safetensors bytes, relayed as they come). */
+      maxUpstreamHiddenStatesBytes: z.number().int().positive().default(256 * 1024 * 1024),
+      /** Longest SSE line, and largest SSE event, read from a worker or provider. */
+      maxUpstreamEventBytes: z.number().int().positive().default(1024 * 1024),
     })
     .prefault({}),
   deadlines: deadlinesSchema.prefault({}),
@@ -125,6 +132,8 @@ export const configSchema = z.object({
     .object({
       /** How often a router re-reads the worker registry. */
       pollMs: z.number().int().min(50).default(250),
+      /** Worker records over this many bytes are refused unread (a worker must not make routers parse megabytes every poll). */
+      maxRecordBytes: z.number().int().min(1024).max(1024 * 1024).default(16 * 1024),
     })
     .prefault({}),
   workers: z
@@ -137,6 +146,17 @@ export const configSchema = z.object({
        * host that runs `switchyard workers invite`. Takes precedence over token.
        */
       secretKey: z.string().min(16).optional(),
+      /**
+       * Networks (CIDRs) worker URLs may point into, checked on every
+       * address a worker's host resolves to; empty: anywhere but the
+       * always-refused addresses (link-local, cloud metadata, unspecified,
+       * multicast, this router's own listeners and its Redis and Postgres).
+       */
+      allowedNetworks: z
+        .array(
+          z.string().refine((c) => parseCidr(c) !== undefined, { message: "must be a CIDR such as 10.0.0.0/8 or fd00::/8" }),
+        )
+        .default([]),
     })
     .prefault({}),
   log: z
@@ -282,6 +302,18 @@ export const configSchema = z.object({
     })
     .prefault({}),
   admission: admissionSchema.prefault({}),
+  /**
+   * /v1/embeddings request bounds (400 beyond). Workers refuse more than
+   * 2048 inputs or 4 MiB of text themselves, so these may only go lower.
+   */
+  embeddings: z
+    .object({
+      /** Inputs (strings in the `input` array) per request; OpenAI's limit is 2048. */
+      maxInputs: z.number().int().min(1).max(2048).default(2048),
+      /** Characters across all inputs of one request. */
+      maxInputChars: z.number().int().min(1).max(1_048_576).default(1_048_576),
+    })
+    .prefault({}),
 });
 
 export type Config = z.infer<typeof configSchema>;
@@ -323,8 +355,8 @@ function coerce(raw: string): unknown {
 }
 
 function setPath(target: Record<string, unknown>, path: string[], value: unknown): void {
-  // A key named like a prototype slot would reach Object.prototype, not the config.
-  if (path.some((k) => k === "__proto__" || k === "constructor" || k === "prototype")) throw new ConfigError(`invalid configuration key '${path.join(".")}'`);
+  // `__proto__` would reach Object.prototype, not the config.
+  if (path.includes("__proto__")) throw new ConfigError(`invalid configuration key '${path.join(".")}'`);
   let node = target;
   for (const key of path.slice(0, -1)) {
     const next = node[key];

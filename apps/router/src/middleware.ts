@@ -112,9 +112,51 @@ async function readBody(c: Context<AppEnv>, limit: number): Promise<string> {
   return Buffer.from(buf).toString("utf8");
 }
 
-/** Parses the JSON body; invalid JSON is a 400 invalid_json. */
+/**
+ * Deepest nesting of objects and arrays a request body may have. Real bodies
+ * (tool schemas, structured-output schemas) stay far below it; a deeper one
+ * would parse, then overflow the stack of whatever walks it next (the
+ * schema, the cost estimate, JSON.stringify on the way upstream) — a 500
+ * instead of the client's 400.
+ */
+export const MAX_JSON_DEPTH = 128;
+
+/**
+ * True when `text` opens more than `max` objects/arrays at once. One pass,
+ * nothing allocated: string literals are skipped with indexOf (their
+ * brackets don't count), brackets outside them are counted. Malformed JSON
+ * gives some answer; JSON.parse refuses it afterwards either way.
+ */
+export function nestsDeeperThan(text: string, max: number): boolean {
+  // Nesting deeper than max needs more than max opening brackets.
+  if (text.length <= max) return false;
+  let depth = 0;
+  const n = text.length;
+  for (let i = 0; i < n; i++) {
+    const ch = text.charCodeAt(i);
+    if (ch === 0x22 /* " */) {
+      let end = i;
+      for (;;) {
+        end = text.indexOf('"', end + 1);
+        if (end < 0) return false; // unterminated string: not JSON
+        let slashes = 0;
+        while (text.charCodeAt(end - 1 - slashes) === 0x5c /* \ */) slashes++;
+        if ((slashes & 1) === 0) break; // an even run of backslashes escapes itself, not the quote
+      }
+      i = end;
+    } else if (ch === 0x7b /* { */ || ch === 0x5b /* [ */) {
+      if (++depth > max) return true;
+    } else if (ch === 0x7d /* } */ || ch === 0x5d /* ] */) {
+      depth--;
+    }
+  }
+  return false;
+}
+
+/** Parses the JSON body; invalid JSON, or JSON nested deeper than MAX_JSON_DEPTH, is a 400 invalid_json. */
 export async function readJson(c: Context<AppEnv>, limit: number): Promise<unknown> {
   const text = await readBody(c, limit);
+  if (nestsDeeperThan(text, MAX_JSON_DEPTH)) throw new ApiError("invalid_json", `request body nests objects/arrays deeper than ${MAX_JSON_DEPTH} levels`);
   try {
     return JSON.parse(text);
   } catch {

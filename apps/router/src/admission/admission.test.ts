@@ -43,7 +43,7 @@ describe("FairQueue", () => {
     const held: Record<string, number> = { a: 4, b: 1, c: 1 };
     const order: string[] = [];
     while (q.size > 0) {
-      const e = q.shiftFairest((t) => held[t]!);
+      const e = q.shiftFairest((t) => held[t]!)!;
       held[e.tenant]!++;
       order.push(`${e.tenant}${e.n}`);
     }

@@ -20,6 +20,21 @@ export function transportFailure(err: unknown, signal: AbortSignal, label: strin
   return new UpstreamFailure("protocol", `${label} request failed: ${(err as Error)?.message ?? String(err)}`, true);
 }
 
+/**
+ * An upstream answer over one of the limits: a failure of that upstream
+ * (it counts against a worker's health), 502 upstream_response_too_large to
+ * the client before the first byte, one SSE error event after it.
+ */
+export class UpstreamTooLarge extends UpstreamFailure {
+  override name = "UpstreamTooLarge";
+  constructor(
+    message: string,
+    readonly limitBytes: number,
+  ) {
+    super("protocol", message, true);
+  }
+}
+
 /** A non-2xx answer's body as text for the error message; "" when it cannot be read (the status alone decides then). */
 export async function errorBodyText(body: { text(): Promise<string> }): Promise<string> {
   try {

@@ -2,6 +2,8 @@
 // the answer. Failover happens only while nothing has reached the client: a
 // stream's response is not started until its first upstream event arrived.
 // After that, a failure ends the stream with exactly one SSE error event.
+// Every upstream event is checked before it is relayed: `[DONE]` or a JSON
+// object, sent to the client as one `data:` line the router validated.
 import { ApiError, errorBody } from "../errors.ts";
 import type { Backend, BackendRequest, InferencePath, UpstreamResponse } from "../backends/types.ts";
 import { UpstreamFailure } from "../backends/types.ts";
@@ -90,14 +92,41 @@ function failureToApiError(f: UpstreamFailure): ApiError {
   return new ApiError("bad_upstream", f.message);
 }
 
-/** A worker's own `{"error":…}` event, if this payload is one. */
-function upstreamErrorEvent(payload: string): { message?: string; code?: string } | undefined {
-  if (!payload.startsWith('{"error"')) return undefined;
+/** One upstream SSE payload, checked: `obj` is the JSON object it holds (none for `[DONE]`), `line` what the client gets. */
+interface CheckedEvent {
+  line: string;
+  obj?: Record<string, unknown>;
+}
+
+const DONE_EVENT: CheckedEvent = { line: SSE_DONE };
+const lineBreak = /[\r\n]/;
+
+/**
+ * An upstream's event is untrusted: anything but `[DONE]` or a JSON object
+ * is a protocol failure of that upstream. Data spread over several lines (or
+ * JSON with line breaks between tokens) is serialised again as one line, so
+ * the client's parser can only ever see the event the router saw.
+ */
+function checkEvent(backend: Backend, payload: string): CheckedEvent {
+  if (payload === SSE_DONE) return DONE_EVENT;
+  let obj: unknown;
   try {
-    return (JSON.parse(payload) as { error?: { message?: string; code?: string } }).error ?? {};
+    obj = JSON.parse(payload);
   } catch {
-    return {};
+    obj = undefined;
   }
+  if (obj === null || typeof obj !== "object" || Array.isArray(obj)) {
+    throw new UpstreamFailure("protocol", `${backend.id} sent an SSE event that is not a JSON object`, true);
+  }
+  return { line: lineBreak.test(payload) ? JSON.stringify(obj) : payload, obj: obj as Record<string, unknown> };
+}
+
+/** A worker's own `{"error":…}` event, if this is one. */
+function upstreamErrorEvent(ev: CheckedEvent): { message?: string } | undefined {
+  const e = ev.obj?.error;
+  if (e === undefined || e === null) return undefined;
+  const message = (e as { message?: unknown }).message;
+  return { message: typeof message === "string" ? message.slice(0, 1_000) : undefined };
 }
 
 /** Why a paid backend was passed over, in words a client (and its operator) can act on. */
@@ -212,7 +241,7 @@ interface Leg {
 interface ResumeRun {
   state: StreamResume;
   /** Opens a continuation after `failed` broke; undefined when no backend could take it. */
-  open(failed: Backend): Promise<{ leg: Leg; first: string } | undefined>;
+  open(failed: Backend): Promise<{ leg: Leg; first: CheckedEvent } | undefined>;
 }
 
 /**
@@ -227,7 +256,7 @@ async function openContinuation(
   failed: Backend,
   path: InferencePath,
   ctx: RelayContext,
-): Promise<{ leg: Leg; first: string } | undefined> {
+): Promise<{ leg: Leg; first: CheckedEvent } | undefined> {
   const { deadlines, metrics } = ctx;
   if (state.resumes >= state.maxResumes) return undefined;
   const cont = state.continuation();
@@ -241,7 +270,7 @@ async function openContinuation(
     const events = (async function* () {
       yield* payloads.slice(1);
     })();
-    return { leg: { backend: failed, events, up: { abort: () => {} }, a: startAttempt(ctx), ttftMs: 0 }, first: payloads[0]! };
+    return { leg: { backend: failed, events, up: { abort: () => {} }, a: startAttempt(ctx), ttftMs: 0 }, first: checkEvent(failed, payloads[0]!) };
   }
   for (const backend of candidates) {
     if (ctx.signal.aborted) return undefined;
@@ -280,17 +309,18 @@ function endFailedAttempt(err: unknown, a: Attempt, up: UpstreamResponse | undef
  * has reached the client yet, so an upstream that closes or reports an error
  * before it is a failure the caller may fail over from.
  */
-async function firstEvent(backend: Backend, up: UpstreamResponse, a: Attempt, firstTokenMs: number): Promise<{ events: AsyncGenerator<string>; first: string }> {
+async function firstEvent(backend: Backend, up: UpstreamResponse, a: Attempt, firstTokenMs: number): Promise<{ events: AsyncGenerator<string>; first: CheckedEvent }> {
   a.timer.arm("first_token", firstTokenMs);
   const events = up.events();
-  const first = await events.next();
-  if (first.done) throw new UpstreamFailure("protocol", `${backend.id} closed the stream before any event`, true);
-  const err = upstreamErrorEvent(first.value);
+  const next = await events.next();
+  if (next.done) throw new UpstreamFailure("protocol", `${backend.id} closed the stream before any event`, true);
+  const first = checkEvent(backend, next.value);
+  const err = upstreamErrorEvent(first);
   if (err) throw new UpstreamFailure("bad_status", `${backend.id} failed before the first token: ${err.message ?? "error event"}`, true);
-  return { events, first: first.value };
+  return { events, first };
 }
 
-function relayStream(first: Leg, firstPayload: string, ctx: RelayContext, firstTokenAt: number, resume?: ResumeRun): Response {
+function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext, firstTokenAt: number, resume?: ResumeRun): Response {
   const { deadlines, metrics } = ctx;
   const backend = first.backend;
   let leg = first;
@@ -306,31 +336,32 @@ function relayStream(first: Leg, firstPayload: string, ctx: RelayContext, firstT
     metrics.duration.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
     ctx.settle?.({ backend: leg.backend, status, usage, firstTokenAt, chunks });
   };
-  /** Accounts one payload; false when it must not reach the client. */
-  const account = (payload: string): boolean => {
-    if (payload === SSE_DONE) {
+  /** Accounts one checked event (from the parse checkEvent did); false when it must not reach the client. */
+  const account = (ev: CheckedEvent): boolean => {
+    const parsed = ev.obj;
+    if (!parsed) {
       sawDone = true;
       return true;
     }
     chunks++;
-    // Only the final chunk carries usage; avoid parsing every token event.
-    if (payload.includes('"usage"')) {
-      try {
-        const parsed = JSON.parse(payload) as { choices?: unknown[] };
-        const u = usageFrom(parsed, payload);
-        if (u) {
-          usage = u;
-          metrics.tokens.inc({ kind: "prompt" }, u.prompt);
-          metrics.tokens.inc({ kind: "completion" }, u.completion);
-          // We asked for usage on the client's behalf: keep its stream as it expects.
-          if (ctx.stripUsage && Array.isArray(parsed.choices) && parsed.choices.length === 0) return false;
-        }
-      } catch {
-        // not JSON: relayed untouched
+    if (parsed.usage) {
+      const u = usageFrom(parsed, ev.line);
+      if (u) {
+        usage = u;
+        metrics.tokens.inc({ kind: "prompt" }, u.prompt);
+        metrics.tokens.inc({ kind: "completion" }, u.completion);
+        // We asked for usage on the client's behalf: keep its stream as it expects.
+        if (ctx.stripUsage && Array.isArray(parsed.choices) && parsed.choices.length === 0) return false;
       }
     }
-    resume?.state.track(payload);
+    resume?.state.track(ev.line);
     return true;
+  };
+  /** A continuation's event, made to look like the first upstream's (only legs that rewrite pay a second parse). */
+  const rewritten = (ev: CheckedEvent): CheckedEvent => {
+    if (!leg.rewrite || !ev.obj) return ev;
+    const line = leg.rewrite(ev.line);
+    return line === ev.line ? ev : { line, obj: JSON.parse(line) as Record<string, unknown> };
   };
   const errorEvent = (err: ApiError) => sseEvent(JSON.stringify(errorBody(err, ctx.requestId)));
   /** Client went away: abort the upstream so the worker frees the slot. */
@@ -363,12 +394,12 @@ function relayStream(first: Leg, firstPayload: string, ctx: RelayContext, firstT
     }
     metrics.streamResumes.inc({ outcome: "resumed" });
     leg = next.leg;
-    const payload = leg.rewrite ? leg.rewrite(next.first) : next.first;
-    if (account(payload)) await write(sseEvent(payload));
+    const ev = rewritten(next.first);
+    if (account(ev)) await write(sseEvent(ev.line));
     leg.a.timer.arm("idle", deadlines.idleMs);
     return true;
   };
-  account(firstPayload);
+  account(firstEv);
   leg.a.timer.arm("idle", deadlines.idleMs);
 
   // Relays events until the upstream ends or fails. `write` resolves when the
@@ -376,11 +407,13 @@ function relayStream(first: Leg, firstPayload: string, ctx: RelayContext, firstT
   // the stream with exactly one error event (unless it resumes elsewhere).
   const pump = async (write: (bytes: Uint8Array) => void | Promise<void>, close: () => void) => {
     try {
-      await write(sseEvent(firstPayload));
+      await write(sseEvent(firstEv.line));
       for (;;) {
         let next: IteratorResult<string>;
+        let ev: CheckedEvent = DONE_EVENT;
         try {
           next = await leg.events.next();
+          if (!next.done && !sawDone) ev = checkEvent(leg.backend, next.value);
         } catch (err) {
           if (resume && (await resumeAfter(toFailure(err, leg.a), write))) continue;
           throw err;
@@ -395,7 +428,10 @@ function relayStream(first: Leg, firstPayload: string, ctx: RelayContext, firstT
           return close();
         }
         leg.a.timer.refresh();
-        const upstreamErr = upstreamErrorEvent(next.value);
+        // After [DONE] keep reading, relaying nothing: the upstream ends right
+        // away and its connection goes back to the pool fully read.
+        if (sawDone) continue;
+        const upstreamErr = upstreamErrorEvent(ev);
         if (upstreamErr) {
           if (resume && (await resumeAfter(new UpstreamFailure("bad_status", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`, true), write))) continue;
           // The worker already ended the stream with its error event: relay
@@ -406,10 +442,8 @@ function relayStream(first: Leg, firstPayload: string, ctx: RelayContext, firstT
           await write(errorEvent(new ApiError("bad_upstream", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`)));
           return close();
         }
-        // After [DONE] keep reading: the upstream ends right away and its
-        // connection goes back to the pool fully read.
-        const payload = leg.rewrite ? leg.rewrite(next.value) : next.value;
-        if (account(payload)) await write(sseEvent(payload));
+        const out = rewritten(ev);
+        if (account(out)) await write(sseEvent(out.line));
       }
     } catch (err) {
       const failure = toFailure(err, leg.a);

@@ -53,12 +53,12 @@ export class BackendChain {
   ) {}
 
   chainOf(tenantName: string): readonly ChainStep[] {
-    return this.routing.tenantChains[tenantName] ?? this.routing.chain;
+    return (Object.hasOwn(this.routing.tenantChains, tenantName) ? this.routing.tenantChains[tenantName] : undefined) ?? this.routing.chain;
   }
 
   /** The name a kind of backend knows `model` by, if it serves it (admission finds a model's worker pool with it). */
   upstreamName(model: string, step: "worker" | "openrouter" | "anthropic"): string | undefined {
-    const alias = this.routing.models[model];
+    const alias = Object.hasOwn(this.routing.models, model) ? this.routing.models[model] : undefined;
     if (alias) return alias[step];
     if (step === "worker") return model;
     if (step === "openrouter") return /^[\w.-]+\/[\w.:-]+$/.test(model) ? model : undefined;

@@ -68,7 +68,7 @@ function isClientError(status: number): boolean {
 }
 
 function streamFailure(err: AnthropicStreamError): UpstreamFailure {
-  const status = errorTypeStatus[err.errorType] ?? 500;
+  const status = Object.hasOwn(errorTypeStatus, err.errorType) ? errorTypeStatus[err.errorType]! : 500;
   const client = isClientError(status);
   const message = `anthropic: ${err.message}`;
   return client

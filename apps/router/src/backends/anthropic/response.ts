@@ -12,7 +12,7 @@ const finishReasons: Record<string, string> = {
 };
 
 export function finishReason(stopReason: string | null | undefined): string {
-  return (stopReason && finishReasons[stopReason]) || "stop";
+  return (stopReason && Object.hasOwn(finishReasons, stopReason) && finishReasons[stopReason]) || "stop";
 }
 
 function count(v: unknown): number {

@@ -5,14 +5,14 @@ import { z } from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { chatMessageSchema } from "../chat/completions.ts";
-import { handleInference } from "../inference.ts";
+import { handleInference, UINT32_MAX } from "../inference.ts";
 
 export const hiddenStatesSchema = z
   .looseObject({
     model: z.string().min(1),
     input: z.string().min(1).optional(),
     messages: z.array(chatMessageSchema).min(1).optional(),
-    layers: z.union([z.literal("all"), z.array(z.number().int().nonnegative()).min(1).max(1024)]).optional(),
+    layers: z.union([z.literal("all"), z.array(z.number().int().nonnegative().max(UINT32_MAX)).min(1).max(1024)]).optional(),
     pooling: z.enum(["none", "mean", "last"]).optional(),
     dtype: z.enum(["f32", "f16"]).optional(),
   })
