@@ -62,5 +62,11 @@ export function createAdminApp(deps: AppDeps): Hono {
     return c.text(deps.metrics.render(), 200, { "content-type": "text/plain; version=0.0.4" });
   });
   admin.get("/healthz", (c) => c.json({ status: "ok" }));
+  // The operator's view: the same readiness plus where the state lives (hosts, no secrets).
+  admin.get("/readyz", async (c) => {
+    const r = await deps.readiness();
+    const ok = r.redis && r.postgres;
+    return c.json({ status: ok ? "ready" : "not_ready", ...r, workers: deps.directory.all().length, ...(deps.summary ? { state: deps.summary } : {}) }, ok ? 200 : 503);
+  });
   return admin;
 }

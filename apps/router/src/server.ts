@@ -6,7 +6,7 @@ import type { AddressInfo } from "node:net";
 import { serve, type ServerType } from "@hono/node-server";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { connectDb, insertLedgerRows, recordBudgetAlert, startEmbeddedPostgres, type DbHandle, type EmbeddedPg } from "@switchyard/db";
+import { connectDb, insertLedgerRows, migrationStatus, runMigrations, recordBudgetAlert, startEmbeddedPostgres, type DbHandle, type EmbeddedPg } from "@switchyard/db";
 import {
   connectRedis,
   MemoryBudgetStore,
@@ -43,6 +43,8 @@ import { AdmissionGate } from "./admission/gate.ts";
 import { LeaseDirectory } from "./routing/leases.ts";
 import { PostgresLeaseAudit } from "./leases/audit.ts";
 import { LeaseService } from "./leases/service.ts";
+import { redactedHost, startupSummary } from "./observability/summary.ts";
+import { ConfigError } from "./config.ts";
 
 export interface RouterHandle {
   url: string;
@@ -63,6 +65,26 @@ export interface StartRouterOptions {
   /** Use this lease store instead of building one from config (single-machine mode). */
   leases?: LeaseStore;
   log?: Logger;
+  /** The database passed in is an embedded one (`switchyard up`): said so in the start-up summary. */
+  embeddedDatabase?: boolean;
+}
+
+/**
+ * A router never runs on a database its queries do not fit: one that is
+ * behind migrations/ is refused with what to run (an embedded one, which
+ * only this machine uses, is migrated instead).
+ */
+async function assertMigrated(db: DbHandle, embedded: boolean): Promise<void> {
+  if (embedded) {
+    await runMigrations(db.url);
+    return;
+  }
+  const status = await migrationStatus(db.sql);
+  if (status.pending.length > 0) {
+    throw new ConfigError(
+      `database ${redactedHost(db.url)} is not migrated: ${status.applied} of ${status.expected} migrations applied (pending: ${status.pending.join(", ")}); run 'switchyard migrate' with the same database.url first`,
+    );
+  }
 }
 
 function listen(fetch: (req: Request) => Response | Promise<Response>, host: string, port: number, tls?: { certFile: string; keyFile: string }) {
@@ -102,6 +124,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     }
     db = connectDb(url);
   }
+  await assertMigrated(db, !!embedded);
   // Redis, when configured, holds the registry, the budget counters and the
   // ledger buffer; without it everything lives in this process (one machine).
   const redis: Redis | undefined = config.redis.url ? connectRedis(config.redis.url, { autoPipelining: true }) : undefined;
@@ -195,6 +218,14 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       return { redis: r, postgres: p };
     },
   };
+  const summary = startupSummary(config, {
+    ...(config.redis.url ? { redisUrl: config.redis.url } : {}),
+    registryShared: registry instanceof RedisRegistryStore,
+    budgetsShared: budgetStore instanceof RedisBudgetStore,
+    databaseUrl: db.url,
+    embeddedDatabase: embedded !== undefined || opts.embeddedDatabase === true,
+  });
+  deps.summary = summary;
   // Between authentication and routing: bands, ceilings and fair queues per worker pool.
   deps.admission = new AdmissionGate({ config: config.admission, maxHoldMs: config.deadlines.totalMs, directory, chain: deps.chain, providers: config.providers, metrics, log });
   await prices.start();
@@ -208,7 +239,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const scheme = config.router.tls ? "https" : "http";
   const url = `${scheme}://${config.router.host}:${main.port}`;
   const adminUrl = `http://${config.router.adminHost}:${adm.port}`;
-  log.info("router listening", { url, admin: adminUrl, registry: config.redis.url ? "redis" : "in-process", database: opts.db ? "shared" : embedded ? "embedded" : "external" });
+  log.info("router listening", { url, admin: adminUrl, ...summary });
   return {
     url,
     adminUrl,
