@@ -1,9 +1,11 @@
 // Prefix-aware routing with the real engine: requests that share a long
 // system prompt go to the worker whose engine already holds that prefix's
 // keys and values, and each reuses them (usage.prompt_tokens_details). With
-// affinity off the same requests spread and recompute the prefix.
+// affinity off the same requests spread and recompute the prefix. Names are
+// per tenant: another tenant's identical prompt shows no affinity.
 import { afterAll, describe, expect, it } from "vitest";
 import type { AgentHandle } from "@switchyard/agent";
+import { createKey, createTenant } from "@switchyard/db";
 import { prefixKey } from "@switchyard/state";
 import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
@@ -25,15 +27,20 @@ afterAll(async () => {
   await Promise.all(fixtures.map((f) => f.close()));
 });
 
-async function ask(fx: RouterFixture, question: string): Promise<{ worker: string; cached: number; prompt: number }> {
+async function ask(fx: RouterFixture, question: string, key = fx.key): Promise<{ worker: string; cached: number; prompt: number; route: string }> {
   const res = await fetch(`${fx.router.url}/v1/chat/completions`, {
     method: "POST",
-    headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "x-switchyard-debug": "route" },
     body: JSON.stringify({ model: LLM, messages: [system, { role: "user", content: question }], temperature: 0, max_tokens: 2 }),
   });
   expect(res.status).toBe(200);
   const body = (await res.json()) as { usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } };
-  return { worker: res.headers.get("x-switchyard-backend")!, cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0, prompt: body.usage.prompt_tokens };
+  return {
+    worker: res.headers.get("x-switchyard-backend")!,
+    cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0,
+    prompt: body.usage.prompt_tokens,
+    route: res.headers.get("x-switchyard-route") ?? "",
+  };
 }
 
 async function twoWorkers(affinity: number, ids: [string, string]) {
@@ -60,7 +67,7 @@ describe("prefix-aware routing (real engine)", () => {
   it("another router follows the prefixes workers advertise in their heartbeats", async () => {
     const fx = await twoWorkers(0.5, ["pc-1", "pc-2"]);
     const first = await ask(fx, questions[0]!);
-    const key = prefixKey("/v1/chat/completions", { messages: [system] })!;
+    const key = prefixKey("/v1/chat/completions", { messages: [system] }, String(fx.tenantId))!;
     const holder = agents.find((a) => `worker:${a.id}` === first.worker)!;
     expect((await holder.record()).prefixes).toContain(key);
     // A router that has never seen this prompt, on the same registry.
@@ -72,6 +79,32 @@ describe("prefix-aware routing (real engine)", () => {
       expect(r.worker).toBe(first.worker);
       expect(r.cached).toBeGreaterThan(30);
     }
+  }, 120_000);
+
+  it("is per tenant: another tenant sending the same prompt sees no affinity, from memory or heartbeats; the first tenant's follow-ups keep it", async () => {
+    const fx = await twoWorkers(0.5, ["pt-1", "pt-2"]);
+    // The fixture's own tenant plays beta; alpha is a second tenant with the same prompt.
+    const t = await createTenant(fx.db.db, "alpha");
+    if (!t.ok) throw new Error("tenant alpha");
+    const alphaKey = (await createKey(fx.db.db, t.tenant.id)).key;
+    const beta = await ask(fx, questions[0]!);
+    const holder = agents.find((a) => `worker:${a.id}` === beta.worker)!;
+    const betaName = prefixKey("/v1/chat/completions", { messages: [system] }, String(fx.tenantId))!;
+    const alphaName = prefixKey("/v1/chat/completions", { messages: [system] }, String(t.tenant.id))!;
+    expect(alphaName).not.toBe(betaName);
+    expect((await holder.record()).prefixes).toEqual([betaName]);
+    await waitFor(() => fx.router.deps.directory.all().some((w) => w.prefixes.includes(betaName)), { timeoutMs: 5000, what: "beta's prefix advertised" });
+
+    const alpha = await ask(fx, questions[0]!, alphaKey);
+    expect(alpha.route).toContain("worker:");
+    expect(alpha.route).not.toContain("prefix");
+    // What alpha's worker advertises now is alpha's own name, which beta's requests never match.
+    expect((await agents.find((a) => `worker:${a.id}` === alpha.worker)!.record()).prefixes).toContain(alphaName);
+
+    const again = await ask(fx, questions[1]!);
+    expect(again.worker).toBe(beta.worker);
+    expect(again.route.split("; ").find((p) => p.startsWith(`${beta.worker} `))).toContain("prefix");
+    expect(again.cached).toBeGreaterThan(30);
   }, 120_000);
 
   it("a worker whose engine keeps no prefix cache advertises none", async () => {

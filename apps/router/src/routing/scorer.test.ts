@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
-import type { WorkerRecord } from "@switchyard/state";
+import { PREFIX_NAME_FIELD, prefixKey, routerPrefixName, type WorkerRecord } from "@switchyard/state";
 import type { Backend } from "../backends/types.ts";
 import { StaticPriceBook } from "../billing/prices.ts";
 import { RouterMetrics } from "../observability/metrics.ts";
 import { WorkerHealth } from "./health.ts";
-import { defaultScorerConfig, explainRanking, promoteFree, requestClass, RouteScorer, type ScorerConfig, type Score } from "./scorer.ts";
+import { defaultScorerConfig, explainRanking, promoteFree, requestClass, RouteScorer, withPrefixName, type ScorerConfig, type Score } from "./scorer.ts";
 import { configSchema } from "../config.ts";
 
 const cls = requestClass("/v1/chat/completions", { stream: true, messages: [{ role: "user", content: "hi" }] });
@@ -189,15 +189,50 @@ describe("promoteFree", () => {
 
 describe("prefix affinity", () => {
   const system = { role: "system", content: "You are the support assistant of a hardware store. ".repeat(6) };
-  const ask = (q: string, model = "m") => requestClass("/v1/chat/completions", { model, stream: true, messages: [system, { role: "user", content: q }] });
+  // Tenant "1" unless said otherwise: prefix names are per tenant.
+  const ask = (q: string, model = "m", tenant = "1") => requestClass("/v1/chat/completions", { model, stream: true, messages: [system, { role: "user", content: q }] }, tenant);
 
   it("names a request by its long first message, not by short ones", () => {
     expect(ask("a?").prefixKey).toBeDefined();
     expect(ask("a?").prefixKey).toBe(ask("something else entirely?").prefixKey);
-    expect(requestClass("/v1/chat/completions", { model: "m", messages: [{ role: "system", content: "z".repeat(150) }] }).prefixKey).not.toBe(ask("a?").prefixKey);
+    expect(requestClass("/v1/chat/completions", { model: "m", messages: [{ role: "system", content: "z".repeat(150) }] }, "1").prefixKey).not.toBe(ask("a?").prefixKey);
     expect(cls.prefixKey).toBeUndefined();
-    expect(requestClass("/v1/completions", { model: "m", prompt: "x".repeat(300) }).prefixKey).toBeDefined();
-    expect(requestClass("/v1/completions", { model: "m", prompt: "x".repeat(99) }).prefixKey).toBeUndefined();
+    expect(requestClass("/v1/completions", { model: "m", prompt: "x".repeat(300) }, "1").prefixKey).toBeDefined();
+    expect(requestClass("/v1/completions", { model: "m", prompt: "x".repeat(99) }, "1").prefixKey).toBeUndefined();
+    // No tenant, no name.
+    expect(requestClass("/v1/completions", { model: "m", prompt: "x".repeat(300) }).prefixKey).toBeUndefined();
+  });
+
+  it("names the same prompt differently for each tenant", () => {
+    expect(ask("a?", "m", "2").prefixKey).toBeDefined();
+    expect(ask("a?", "m", "2").prefixKey).not.toBe(ask("a?", "m", "1").prefixKey);
+    // The scope's length is part of the name: tenant "1" + text never collides with tenant "1x" + shifted text.
+    expect(prefixKey("/v1/completions", { prompt: "x".repeat(300) }, "1")).not.toBe(prefixKey("/v1/completions", { prompt: "x".repeat(300) }, "11"));
+  });
+
+  it("another tenant's identical prompt gets no affinity and no 'prefix' in the explanation, from memory or heartbeats", () => {
+    const { scorer } = setup();
+    const workers = [worker("a"), worker("b", { prefixes: [ask("q", "m", "beta").prefixKey!] }), worker("c")];
+    scorer.record({ id: "worker:c" }, ask("Where are the hammers?", "m", "beta"), { outcome: "ok", ttftMs: 50, durationMs: 80 });
+    const forAlpha = scorer.rankWorkers(workers, ask("Where are the hammers?", "m", "alpha"), "m");
+    expect(forAlpha.every((r) => !r.score.affinity)).toBe(true);
+    expect(explainRanking(forAlpha.map((r) => r.score))).not.toContain("prefix");
+    // Beta's own follow-up still has it (both its memory and the heartbeat point somewhere).
+    const forBeta = scorer.rankWorkers(workers, ask("Do you sell hoses?", "m", "beta"), "m");
+    expect(forBeta.filter((r) => r.score.affinity).map((r) => r.item.id).sort()).toEqual(["b", "c"]);
+  });
+
+  it("a worker attempt carries the request's prefix name (null when none), over the client's; a paid attempt carries nothing", () => {
+    const named = ask("q");
+    expect(withPrefixName({ ok: true }, { workerId: "w" }, named)).toEqual({ ok: true, patch: { [PREFIX_NAME_FIELD]: named.prefixKey } });
+    expect(withPrefixName({ ok: true, patch: { max_tokens: 5 } }, { workerId: "w" }, cls)).toEqual({ ok: true, patch: { max_tokens: 5, [PREFIX_NAME_FIELD]: null } });
+    expect(withPrefixName({ ok: true }, {}, named)).toEqual({ ok: true });
+    expect(withPrefixName({ ok: false, reason: "unpriced" }, { workerId: "w" }, named)).toEqual({ ok: false, reason: "unpriced" });
+    // The worker takes only a well-formed name.
+    expect(routerPrefixName({ [PREFIX_NAME_FIELD]: named.prefixKey })).toBe(named.prefixKey);
+    expect(routerPrefixName({ [PREFIX_NAME_FIELD]: null })).toBeUndefined();
+    expect(routerPrefixName({ [PREFIX_NAME_FIELD]: "x".repeat(65) })).toBeUndefined();
+    expect(routerPrefixName({ [PREFIX_NAME_FIELD]: "has spaces in it, not a name" })).toBeUndefined();
   });
 
   it("sends a request to the worker that last served its prefix, while that worker has room", () => {
@@ -209,7 +244,7 @@ describe("prefix affinity", () => {
     expect(ranked[0]!.score.affinity).toBe(true);
     expect(explainRanking(ranked.map((r) => r.score))).toContain("prefix");
     // Another prefix: no preference from it.
-    const other = requestClass("/v1/chat/completions", { model: "m", stream: true, messages: [{ role: "system", content: "y".repeat(300) }] });
+    const other = requestClass("/v1/chat/completions", { model: "m", stream: true, messages: [{ role: "system", content: "y".repeat(300) }] }, "1");
     expect(scorer.rankWorkers(workers, other, "m").every((r) => !r.score.affinity)).toBe(true);
     // Saturated, it loses the preference; a failure does not move it.
     expect(scorer.rankWorkers([worker("a"), worker("b", { inFlight: 8 })], ask("q"), "m")[0]!.item.id).toBe("a");

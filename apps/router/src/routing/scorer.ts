@@ -17,14 +17,17 @@
 // and values — one that advertises the prefix in its heartbeat, or that this
 // router last saw serve it well — since its time to first token is a
 // fraction of another's. Its score is multiplied by `prefixAffinity` (1
-// turns it off).
+// turns it off). Prefix names are per tenant (registry/prefix.ts): another
+// tenant's identical prompt has another name, so affinity, its explanation
+// and what workers advertise never tell one tenant what another sent.
 //
 // Lower is better. With probability `epsilon` a random other healthy
 // candidate goes first, so a backend that was slow once gets measured again.
 // Every ranking can explain itself (the x-switchyard-route header, a debug log line).
-import { prefixKey, type WorkerRecord } from "@switchyard/state";
+import { PREFIX_NAME_FIELD, prefixKey, type WorkerRecord } from "@switchyard/state";
 import type { Backend, InferencePath, UpstreamFailure } from "../backends/types.ts";
 import { promptTokensUpperBound, requestedMaxOutput } from "../billing/estimate.ts";
+import type { Admission as BillingAdmission } from "../billing/guard.ts";
 import type { PriceBook } from "../billing/prices.ts";
 import { configSchema, type Config } from "../config.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
@@ -47,7 +50,7 @@ export interface RequestClass {
   promptTokens: number;
   /** max_tokens the client asked for, if any. */
   maxOutput?: number;
-  /** Names the request's long shared prefix (first message or prompt), if it has one. */
+  /** Names the request's long shared prefix (first message or prompt) for its tenant, if it has one. */
   prefixKey?: string;
 }
 
@@ -65,11 +68,15 @@ function sizeBucket(tokens: number): string {
   return "xl";
 }
 
-export function requestClass(path: InferencePath, body: Record<string, unknown>): RequestClass {
+/**
+ * `tenant`: the tenant's id, the scope of the prefix name (without one the
+ * request gets no prefix name, and no affinity).
+ */
+export function requestClass(path: InferencePath, body: Record<string, unknown>, tenant?: string): RequestClass {
   const stream = body.stream === true;
   const promptTokens = promptTokensUpperBound(path, body);
   const maxOutput = requestedMaxOutput(path, body);
-  const prefix = prefixKey(path, body);
+  const prefix = tenant === undefined ? undefined : prefixKey(path, body, tenant);
   return {
     key: `${routeNames[path]}|${stream ? "stream" : "whole"}|${sizeBucket(promptTokens)}`,
     path,
@@ -78,6 +85,17 @@ export function requestClass(path: InferencePath, body: Record<string, unknown>)
     ...(maxOutput ? { maxOutput } : {}),
     ...(prefix ? { prefixKey: prefix } : {}),
   };
+}
+
+/**
+ * An attempt's body fields for a worker: the request's tenant-scoped prefix
+ * name (null when it has none), which the worker advertises once its engine
+ * has the prefix cached. Set by the router on every worker attempt, over
+ * whatever the client put in that field; paid backends never get it.
+ */
+export function withPrefixName(admission: BillingAdmission, backend: Pick<Backend, "workerId">, cls: RequestClass): BillingAdmission {
+  if (!admission.ok || backend.workerId === undefined) return admission;
+  return { ...admission, patch: { ...admission.patch, [PREFIX_NAME_FIELD]: cls.prefixKey ?? null } };
 }
 
 /** The class assumed by callers that don't say (a small streamed chat). */

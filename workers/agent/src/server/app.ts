@@ -10,7 +10,7 @@ import { FENCING_HEADER, FencingGuard } from "./fencing.ts";
 import { contentText, runGenerate, type GenerateBody } from "./generate.ts";
 import { runEmbeddings } from "./routes/embeddings.ts";
 import { runHiddenStates } from "./routes/hidden-states.ts";
-import { prefixKey } from "@switchyard/state";
+import { routerPrefixName } from "@switchyard/state";
 
 function tokenMatches(header: string | undefined, token: string): boolean {
   const m = header ? /^Bearer\s+(\S+)$/i.exec(header) : null;
@@ -59,6 +59,9 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
   };
 
   const requestId = (c: Context) => c.req.header("x-request-id") ?? "req";
+  // Prefix names come from the router, scoped to the request's tenant
+  // (registry/prefix.ts): the worker never names a prompt itself, so what it
+  // advertises can't tell anyone that another tenant sent the same prompt.
 
   app.post("/v1/chat/completions", async (c) => {
     const body = await jsonBody(c);
@@ -75,7 +78,7 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
     if (continueFinal && body.add_generation_prompt === true) {
       return errorJson(400, "continue_final_message and add_generation_prompt cannot both be true", "invalid_request", "add_generation_prompt");
     }
-    return runGenerate(ctx, ctx.supervisor.client!, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), signal: c.req.raw.signal, prefix: prefixKey("/v1/chat/completions", body) });
+    return runGenerate(ctx, ctx.supervisor.client!, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body) });
   });
 
   app.post("/v1/completions", async (c) => {
@@ -85,7 +88,7 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
     if (bad) return bad;
     const prompt = Array.isArray(body.prompt) ? body.prompt[0] : body.prompt;
     if (typeof prompt !== "string") return errorJson(400, "prompt: a string is required", "invalid_request", "prompt");
-    return runGenerate(ctx, ctx.supervisor.client!, body as unknown as GenerateBody, { case: "prompt", value: prompt }, { chat: false, requestId: requestId(c), signal: c.req.raw.signal, prefix: prefixKey("/v1/completions", body) });
+    return runGenerate(ctx, ctx.supervisor.client!, body as unknown as GenerateBody, { case: "prompt", value: prompt }, { chat: false, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body) });
   });
 
   app.post("/v1/embeddings", async (c) => {

@@ -2,6 +2,7 @@
 // resolve the model to live candidates, dispatch with failover.
 import type { Context } from "hono";
 import { z } from "zod";
+import { PREFIX_NAME_FIELD } from "@switchyard/state";
 import { ApiError } from "../../errors.ts";
 import type { AppDeps, AppEnv } from "../../deps.ts";
 import type { InferencePath } from "../../backends/types.ts";
@@ -9,7 +10,7 @@ import { clientRequestId, clientSignal, readJson } from "../../middleware.ts";
 import { dispatch } from "../../relay/dispatch.ts";
 import type { RelayContext } from "../../relay/context.ts";
 import type { Resolution } from "../../routing/chain.ts";
-import { requestClass } from "../../routing/scorer.ts";
+import { requestClass, withPrefixName } from "../../routing/scorer.ts";
 import { routeWithLeases } from "../../leases/service.ts";
 import { normalizeMaxOutput } from "../../billing/estimate.ts";
 
@@ -77,7 +78,10 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
     signal: clientSignal(c),
     outgoing: c.env?.outgoing,
   });
-  const resolution = deps.chain.resolve(model, tenant.tenantName, requestClass(path, body));
+  // Prefix names are per tenant and the router's alone: a client's own switchyard_prefix never reaches a worker.
+  delete (body as Record<string, unknown>)[PREFIX_NAME_FIELD];
+  const cls = requestClass(path, body, String(tenant.tenantId));
+  const resolution = deps.chain.resolve(model, tenant.tenantName, cls);
   const { backends, known } = resolution;
   if (!known) {
     admitted?.release();
@@ -128,7 +132,7 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
         ...routingContext(c, deps, resolution, model),
         admit: (b) => {
           admitted?.attempt(b);
-          return tab.admit(b);
+          return tab.admit(b).then((a) => withPrefixName(a, b, cls));
         },
         release: (b) => tab.release(b),
         settle: (o) => {
