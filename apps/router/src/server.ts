@@ -150,7 +150,15 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const health = new WorkerHealth(config.routing.health, { metrics, log });
   const scorer = new RouteScorer(config.routing.scorer, { prices, health, metrics });
   const directory = new WorkerDirectory(registry, config.registry.pollMs, log, scorer);
-  const connections = new WorkerConnections({ connectTimeoutMs: config.deadlines.connectMs, maxConnections: config.router.maxConnectionsPerWorker, token: config.workers.token, secretKey: config.workers.secretKey });
+  // Everything read from an upstream is bounded (transport.ts).
+  const upstreamLimits = { maxBodyBytes: config.router.maxUpstreamBodyBytes, maxRawBodyBytes: config.router.maxUpstreamHiddenStatesBytes, maxEventBytes: config.router.maxUpstreamEventBytes };
+  const connections = new WorkerConnections({
+    connectTimeoutMs: config.deadlines.connectMs,
+    maxConnections: config.router.maxConnectionsPerWorker,
+    token: config.workers.token,
+    secretKey: config.workers.secretKey,
+    limits: upstreamLimits,
+  });
   directory.onChange((workers) => connections.retain(new Set(workers.map((w) => new URL(w.url).origin))));
   const keyStore = new PostgresKeyStore(db.db);
   const dbHandle = db;
@@ -190,13 +198,13 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const closers: Array<() => Promise<void>> = [];
   const orCfg = config.providers.openrouter;
   if (orCfg) {
-    const conns = new OpenRouterConnections({ ...orCfg, connectTimeoutMs: config.deadlines.connectMs });
+    const conns = new OpenRouterConnections({ ...orCfg, connectTimeoutMs: config.deadlines.connectMs, limits: upstreamLimits });
     providers.openrouter = (model) => new OpenRouterBackend(model, conns);
     closers.push(() => conns.close());
   }
   const anCfg = config.providers.anthropic;
   if (anCfg) {
-    const conns = new AnthropicConnections({ ...anCfg, connectTimeoutMs: config.deadlines.connectMs });
+    const conns = new AnthropicConnections({ ...anCfg, connectTimeoutMs: config.deadlines.connectMs, limits: upstreamLimits });
     providers.anthropic = (model) => new AnthropicBackend(model, conns);
     closers.push(() => conns.close());
   }

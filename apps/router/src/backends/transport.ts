@@ -20,6 +20,24 @@ export function transportFailure(err: unknown, signal: AbortSignal, label: strin
   return new UpstreamFailure("protocol", `${label} request failed: ${(err as Error)?.message ?? String(err)}`, true);
 }
 
+/** What the router reads from any upstream at most: everything read from one is untrusted (router.maxUpstream*). */
+export interface UpstreamLimits {
+  /** A whole non-streamed (JSON) body. */
+  maxBodyBytes: number;
+  /** A body relayed as bytes (hidden states' safetensors): streamed, but not without end. */
+  maxRawBodyBytes: number;
+  /** One SSE line, and the data of one SSE event. */
+  maxEventBytes: number;
+}
+
+const MiB = 1024 * 1024;
+export const defaultUpstreamLimits: Readonly<UpstreamLimits> = { maxBodyBytes: 8 * MiB, maxRawBodyBytes: 256 * MiB, maxEventBytes: MiB };
+
+/** An error answer is read this far at most: its message is all the router keeps of it. */
+export const ERROR_BODY_MAX_BYTES = 64 * 1024;
+/** Longest upstream error message passed on (in our message, or to the client for client errors). */
+const ERROR_MESSAGE_MAX_CHARS = 1_000;
+
 /**
  * An upstream answer over one of the limits: a failure of that upstream
  * (it counts against a worker's health), 502 upstream_response_too_large to
@@ -35,11 +53,87 @@ export class UpstreamTooLarge extends UpstreamFailure {
   }
 }
 
-/** A non-2xx answer's body as text for the error message; "" when it cannot be read (the status alone decides then). */
-export async function errorBodyText(body: { text(): Promise<string> }): Promise<string> {
+/** An undici response body (or anything alike): read by chunks, destroyed to stop early. */
+export interface UpstreamBody extends AsyncIterable<Uint8Array> {
+  destroy(err?: Error): unknown;
+}
+
+function declaredLength(contentLength: unknown): number {
+  return typeof contentLength === "string" && /^\d{1,16}$/.test(contentLength) ? Number(contentLength) : -1;
+}
+
+/** Refuses an answer whose content-length already says it is over `max` (before a byte of it is read). */
+export function checkDeclaredLength(body: UpstreamBody, contentLength: unknown, max: number, what: string): void {
+  const declared = declaredLength(contentLength);
+  if (declared > max) {
+    body.destroy();
+    throw new UpstreamTooLarge(`${what} declared ${declared} bytes, over the limit of ${max}`, max);
+  }
+}
+
+/** A whole body as text, read chunk by chunk: past `max` bytes it is dropped and refused, never buffered further. */
+export async function readBodyText(body: UpstreamBody, max: number, what: string, contentLength?: unknown): Promise<string> {
+  checkDeclaredLength(body, contentLength, max, what);
+  const parts: Uint8Array[] = [];
+  let n = 0;
+  for await (const chunk of body) {
+    n += chunk.byteLength;
+    if (n > max) {
+      body.destroy();
+      throw new UpstreamTooLarge(`${what} is over the limit of ${max} bytes`, max);
+    }
+    parts.push(chunk);
+  }
+  return Buffer.concat(parts, n).toString("utf8");
+}
+
+/** A body relayed as bytes, counted as it goes: past `max` bytes it throws UpstreamTooLarge. */
+export async function* boundedBody(body: UpstreamBody, max: number, what: string): AsyncGenerator<Uint8Array> {
+  let n = 0;
+  for await (const chunk of body) {
+    n += chunk.byteLength;
+    if (n > max) {
+      body.destroy();
+      throw new UpstreamTooLarge(`${what} is over the limit of ${max} bytes`, max);
+    }
+    yield chunk;
+  }
+}
+
+/** A non-2xx answer's body as text for the error message, its first ERROR_BODY_MAX_BYTES only; "" when it cannot be read (the status alone decides then). */
+export async function errorBodyText(body: UpstreamBody, max = ERROR_BODY_MAX_BYTES): Promise<string> {
+  const parts: Uint8Array[] = [];
+  let n = 0;
   try {
-    return await body.text();
+    for await (const chunk of body) {
+      const room = max - n;
+      if (chunk.byteLength >= room) {
+        parts.push(chunk.subarray(0, room));
+        n = max;
+        break; // leaving the loop destroys the rest
+      }
+      parts.push(chunk);
+      n += chunk.byteLength;
+    }
   } catch {
     return "";
   }
+  return Buffer.concat(parts, n).toString("utf8");
+}
+
+/** An upstream's OpenAI-shaped `{"error":…}` from an error body, its fields checked (strings only, message clipped). */
+export function upstreamErrorOf(text: string): UpstreamFailure["upstreamError"] {
+  let e: unknown;
+  try {
+    e = (JSON.parse(text) as { error?: unknown } | null)?.error;
+  } catch {
+    return undefined;
+  }
+  if (!e || typeof e !== "object") return undefined;
+  const { message, param, code } = e as Record<string, unknown>;
+  return {
+    message: typeof message === "string" ? message.slice(0, ERROR_MESSAGE_MAX_CHARS) : undefined,
+    param: typeof param === "string" ? param.slice(0, 200) : null,
+    code: typeof code === "string" ? code.slice(0, 100) : null,
+  };
 }

@@ -7,6 +7,7 @@
 import { ApiError, errorBody } from "../errors.ts";
 import type { Backend, BackendRequest, InferencePath, UpstreamResponse } from "../backends/types.ts";
 import { UpstreamFailure } from "../backends/types.ts";
+import { UpstreamTooLarge } from "../backends/transport.ts";
 import type { RelayContext } from "./context.ts";
 import { PhaseTimer } from "./deadlines.ts";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
@@ -87,6 +88,7 @@ function failureToApiError(f: UpstreamFailure): ApiError {
   if (f.kind === "client_error") {
     return new ApiError("upstream_invalid_request", f.upstreamError?.message ?? f.message, f.upstreamError?.param ?? null);
   }
+  if (f instanceof UpstreamTooLarge) return new ApiError("upstream_response_too_large", f.message);
   if (f.kind === "timeout") return new ApiError("upstream_timeout", f.message);
   if (f.kind === "aborted") return new ApiError("upstream_timeout", f.message);
   return new ApiError("bad_upstream", f.message);

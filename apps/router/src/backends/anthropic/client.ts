@@ -5,7 +5,7 @@
 import { Pool } from "undici";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
-import { errorBodyText, transportFailure } from "../transport.ts";
+import { defaultUpstreamLimits, errorBodyText, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
 import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse } from "../types.ts";
 import { toMessagesRequest } from "./request.ts";
 import { fromMessagesResponse } from "./response.ts";
@@ -21,6 +21,8 @@ export interface AnthropicOptions {
   /** Anthropic requires max_tokens; used when the client sent none. */
   defaultMaxTokens: number;
   connectTimeoutMs: number;
+  /** What is read from Anthropic at most (bodies, SSE lines and events). */
+  limits?: Partial<UpstreamLimits>;
 }
 
 /** One keep-alive pool to Anthropic's origin, shared by every Anthropic model. */
@@ -28,8 +30,10 @@ export class AnthropicConnections {
   readonly pool: Pool;
   /** Path prefix of baseUrl, without a trailing slash. */
   readonly basePath: string;
+  readonly limits: Readonly<UpstreamLimits>;
 
   constructor(readonly options: AnthropicOptions) {
+    this.limits = { ...defaultUpstreamLimits, ...options.limits };
     const u = new URL(options.baseUrl);
     this.basePath = u.pathname.replace(/\/$/, "");
     this.pool = new Pool(u.origin, {
@@ -119,7 +123,7 @@ export class AnthropicBackend implements Backend {
       // Routing should never send these here; another candidate may serve them.
       throw new UpstreamFailure("protocol", `anthropic does not serve ${req.path}${req.raw ? " as raw bytes" : ""}`, true);
     }
-    const { options, basePath, pool } = this.connections;
+    const { options, basePath, pool, limits } = this.connections;
     let body;
     try {
       body = toMessagesRequest(req.body, this.model, { maxTokens: options.defaultMaxTokens });
@@ -155,7 +159,7 @@ export class AnthropicBackend implements Backend {
       text: async () => {
         let text: string;
         try {
-          text = await resBody.text();
+          text = await readBodyText(resBody, limits.maxBodyBytes, "anthropic's answer", res.headers["content-length"]);
         } catch (err) {
           throw classify(err, signal);
         }
@@ -174,7 +178,7 @@ export class AnthropicBackend implements Backend {
       events: async function* () {
         const translator = new MessagesStreamTranslator({ includeUsage });
         try {
-          for await (const payload of parseSse(resBody)) yield* translator.feed(payload);
+          for await (const payload of parseSse(resBody, { maxEventBytes: limits.maxEventBytes, label: "anthropic" })) yield* translator.feed(payload);
         } catch (err) {
           throw classify(err, signal);
         }

@@ -6,7 +6,7 @@
 import { Pool } from "undici";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
-import { errorBodyText, transportFailure } from "../transport.ts";
+import { boundedBody, defaultUpstreamLimits, errorBodyText, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
 import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse } from "../types.ts";
 
 export interface OpenRouterOptions {
@@ -18,6 +18,8 @@ export interface OpenRouterOptions {
   /** Sent as X-Title, shown next to the referer on OpenRouter's side. */
   title?: string;
   connectTimeoutMs: number;
+  /** What is read from OpenRouter at most (bodies, SSE lines and events). */
+  limits?: Partial<UpstreamLimits>;
 }
 
 /** One keep-alive pool for OpenRouter's origin, shared by every model's backend. */
@@ -27,8 +29,10 @@ export class OpenRouterConnections {
   readonly basePath: string;
   /** Headers sent with every call: the key and the app's attribution. */
   readonly headers: Readonly<Record<string, string>>;
+  readonly limits: Readonly<UpstreamLimits>;
 
   constructor(opts: OpenRouterOptions) {
+    this.limits = { ...defaultUpstreamLimits, ...opts.limits };
     const u = new URL(opts.baseUrl);
     this.basePath = u.pathname.replace(/\/+$/, "");
     this.pool = new Pool(u.origin, {
@@ -149,12 +153,13 @@ export class OpenRouterBackend implements Backend {
     for (const [k, v] of Object.entries(res.headers)) {
       if (typeof v === "string" && (k === "content-type" || k === "content-length")) relayHeaders[k] = v;
     }
+    const limits = c.limits;
     return {
       raw: () => ({
         headers: relayHeaders,
         body: (async function* () {
           try {
-            for await (const chunk of upstream) yield chunk as Uint8Array;
+            yield* boundedBody(upstream, limits.maxRawBodyBytes, "openrouter's answer");
           } catch (err) {
             throw classify(err, signal);
           }
@@ -163,7 +168,7 @@ export class OpenRouterBackend implements Backend {
       text: async () => {
         let text: string;
         try {
-          text = await upstream.text();
+          text = await readBodyText(upstream, limits.maxBodyBytes, "openrouter's answer", res.headers["content-length"]);
         } catch (err) {
           throw classify(err, signal);
         }
@@ -176,7 +181,7 @@ export class OpenRouterBackend implements Backend {
       events: async function* () {
         try {
           // parseSse drops `: OPENROUTER PROCESSING` keep-alives: they are not progress.
-          for await (const payload of parseSse(upstream)) {
+          for await (const payload of parseSse(upstream, { maxEventBytes: limits.maxEventBytes, label: "openrouter" })) {
             // A mid-stream failure is an ordinary chunk with an `error` member.
             // Retryable: if it is the very first event the relay may still fail over.
             const e = payload === "[DONE]" ? undefined : errorIn(payload);

@@ -4,7 +4,16 @@ import { Pool } from "undici";
 import { workerCallSecret, type WorkerRecord } from "@switchyard/state";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
-import { errorBodyText, transportFailure } from "../transport.ts";
+import {
+  boundedBody,
+  checkDeclaredLength,
+  defaultUpstreamLimits,
+  errorBodyText,
+  readBodyText,
+  transportFailure,
+  type UpstreamLimits,
+  upstreamErrorOf,
+} from "../transport.ts";
 import { type Backend, type BackendRequest, UpstreamFailure, type UpstreamResponse } from "../types.ts";
 
 export interface WorkerPoolOptions {
@@ -15,12 +24,17 @@ export interface WorkerPoolOptions {
   token?: string;
   /** Derive each worker's own secret from its id (invited workers). */
   secretKey?: string;
+  /** What is read from a worker at most (bodies, SSE lines and events). */
+  limits?: Partial<UpstreamLimits>;
 }
 
 /** Keeps one connection pool per worker origin. */
 export class WorkerConnections {
   private readonly pools = new Map<string, Pool>();
-  constructor(private readonly opts: WorkerPoolOptions) {}
+  readonly limits: Readonly<UpstreamLimits>;
+  constructor(private readonly opts: WorkerPoolOptions) {
+    this.limits = { ...defaultUpstreamLimits, ...opts.limits };
+  }
 
   pool(origin: string): Pool {
     let p = this.pools.get(origin);
@@ -122,13 +136,7 @@ export class WorkerBackend implements Backend {
       throw classify(err, signal);
     }
     if (res.statusCode < 200 || res.statusCode >= 300) {
-      const text = await errorBodyText(res.body);
-      let upstreamError: UpstreamFailure["upstreamError"];
-      try {
-        upstreamError = (JSON.parse(text) as { error?: UpstreamFailure["upstreamError"] }).error;
-      } catch {
-        upstreamError = undefined;
-      }
+      const upstreamError = upstreamErrorOf(await errorBodyText(res.body));
       const s = res.statusCode;
       // 4xx other than overload/timeout means the request itself is wrong:
       // another worker would refuse it too, so pass it through. A 404 is
@@ -143,7 +151,12 @@ export class WorkerBackend implements Backend {
         upstreamError,
       );
     }
+    // A worker's answer is untrusted: bounded as it is read.
     const body = res.body;
+    const limits = this.connections.limits;
+    const label = `worker ${this.worker.id}`;
+    const contentLength = res.headers["content-length"];
+    if (req.raw) checkDeclaredLength(body, contentLength, limits.maxRawBodyBytes, `${label}'s answer`);
     const relayHeaders: Record<string, string> = {};
     for (const [k, v] of Object.entries(res.headers)) {
       if (typeof v === "string" && (k === "content-type" || k === "content-length" || k.startsWith("x-switchyard-"))) relayHeaders[k] = v;
@@ -153,7 +166,7 @@ export class WorkerBackend implements Backend {
         headers: relayHeaders,
         body: (async function* () {
           try {
-            for await (const chunk of body) yield chunk as Uint8Array;
+            yield* boundedBody(body, limits.maxRawBodyBytes, `${label}'s answer`);
           } catch (err) {
             throw classify(err, signal);
           }
@@ -161,14 +174,14 @@ export class WorkerBackend implements Backend {
       }),
       text: async () => {
         try {
-          return await body.text();
+          return await readBodyText(body, limits.maxBodyBytes, `${label}'s answer`, contentLength);
         } catch (err) {
           throw classify(err, signal);
         }
       },
       events: async function* () {
         try {
-          yield* parseSse(body);
+          yield* parseSse(body, { maxEventBytes: limits.maxEventBytes, label });
         } catch (err) {
           throw classify(err, signal);
         }
