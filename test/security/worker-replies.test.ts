@@ -1,7 +1,9 @@
 // Attacks by a worker on the router through its answers (issue 10, items 5
-// 5): bodies, error bodies, SSE lines and hidden-states bytes far over the
-// limits must not cost the router their size in memory, must reach the
-// client as one clear error, and must count against the worker's health.
+// and 12): bodies, error bodies, SSE lines and hidden-states bytes far over
+// the limits must not cost the router their size in memory, must reach the
+// client as one clear error, and must count against the worker's health;
+// headers a worker sets on hidden states must not reach the client unless
+// they are on the router's allow-list.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { waitFor } from "../helpers/env.ts";
@@ -184,6 +186,52 @@ describe("oversized SSE from a worker", () => {
 });
 
 describe("hidden states from a worker", () => {
+  const safetensors = Buffer.from("not really safetensors, but bytes");
+
+  it("only allow-listed headers reach the client: the worker's route and fencing token do not", async () => {
+    await hostile("forges-headers", (_req, res) => {
+      res.writeHead(200, {
+        "content-type": "application/octet-stream",
+        "content-length": String(safetensors.length),
+        "x-switchyard-route": "worker=victim; reason=forged",
+        "x-switchyard-fencing-token": "9007199254740991",
+        "x-switchyard-backend": "worker:victim",
+        "x-switchyard-tokens": "12",
+        "x-switchyard-layers": "0,30",
+        "set-cookie": "session=stolen",
+        "access-control-allow-origin": "*",
+      });
+      res.end(safetensors);
+    });
+    const res = await post("/v1/hidden_states", { model: "m", input: "hello" });
+    expect(res.status).toBe(200);
+    expect(Buffer.from(await res.arrayBuffer())).toEqual(safetensors);
+    expect(res.headers.get("content-type")).toBe("application/octet-stream");
+    expect(res.headers.get("x-switchyard-tokens")).toBe("12");
+    expect(res.headers.get("x-switchyard-layers")).toBe("0,30");
+    expect(res.headers.get("x-switchyard-backend")).toBe("worker:forges-headers");
+    expect(res.headers.get("x-switchyard-route")).toBeNull();
+    expect(res.headers.get("x-switchyard-fencing-token")).toBeNull();
+    expect(res.headers.get("set-cookie")).toBeNull();
+    expect(res.headers.get("access-control-allow-origin")).toBeNull();
+    // Asked for, the route explanation is the router's own.
+    const debug = await post("/v1/hidden_states", { model: "m", input: "hello" }, { "x-switchyard-debug": "route" });
+    await debug.arrayBuffer();
+    expect(debug.headers.get("x-switchyard-route") ?? "").not.toMatch(/forged|victim/);
+  });
+
+  it("an allow-listed header with a malformed value is dropped, an unexpected content-type replaced", async () => {
+    await hostile("bad-values", (_req, res) => {
+      res.writeHead(200, { "content-type": "text/html", "x-switchyard-tokens": "12; drop table", "x-switchyard-layers": "a,b" });
+      res.end("<script>alert(1)</script>");
+    });
+    const res = await post("/v1/hidden_states", { model: "m", input: "hello" });
+    await res.arrayBuffer();
+    expect(res.headers.get("content-type")).toBe("application/octet-stream");
+    expect(res.headers.get("x-switchyard-tokens")).toBeNull();
+    expect(res.headers.get("x-switchyard-layers")).toBeNull();
+  });
+
   it("a declared length over router.maxUpstreamHiddenStatesBytes is a 502 before any byte", async () => {
     const w = await hostile("hs-declares-huge", async (_req, res) => {
       res.writeHead(200, { "content-type": "application/octet-stream", "content-length": String(300 * MiB) });

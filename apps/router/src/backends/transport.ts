@@ -137,3 +137,26 @@ export function upstreamErrorOf(text: string): UpstreamFailure["upstreamError"] 
     code: typeof code === "string" ? code.slice(0, 100) : null,
   };
 }
+
+/**
+ * The headers of a body relayed as bytes (hidden states) that reach the
+ * client: an allow-list, each value checked. Whatever else an upstream sets
+ * (x-switchyard-route, x-switchyard-fencing-token, cookies…) stays here.
+ */
+const rawHeaderChecks: Record<string, RegExp> = {
+  "content-type": /^application\/(?:octet-stream|json)(?:\s*;[\x20-\x7e]{0,100})?$/i,
+  "content-length": /^\d{1,16}$/,
+  /** Hidden states: prompt tokens the tensors cover, and the layers they hold (README). */
+  "x-switchyard-tokens": /^\d{1,9}$/,
+  "x-switchyard-layers": /^\d{1,5}(?:,\d{1,5}){0,1023}$/,
+};
+
+export function rawRelayHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name in rawHeaderChecks) {
+    const v = headers[name];
+    if (typeof v === "string" && rawHeaderChecks[name]!.test(v)) out[name] = v;
+  }
+  if (!out["content-type"]) out["content-type"] = "application/octet-stream";
+  return out;
+}

@@ -6,7 +6,7 @@
 import { Pool } from "undici";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
-import { boundedBody, defaultUpstreamLimits, errorBodyText, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
+import { boundedBody, defaultUpstreamLimits, errorBodyText, rawRelayHeaders, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
 import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse } from "../types.ts";
 
 export interface OpenRouterOptions {
@@ -149,14 +149,10 @@ export class OpenRouterBackend implements Backend {
       );
     }
     const upstream = res.body;
-    const relayHeaders: Record<string, string> = {};
-    for (const [k, v] of Object.entries(res.headers)) {
-      if (typeof v === "string" && (k === "content-type" || k === "content-length")) relayHeaders[k] = v;
-    }
     const limits = c.limits;
     return {
       raw: () => ({
-        headers: relayHeaders,
+        headers: rawRelayHeaders(res.headers),
         body: (async function* () {
           try {
             yield* boundedBody(upstream, limits.maxRawBodyBytes, "openrouter's answer");

@@ -9,6 +9,7 @@ import {
   checkDeclaredLength,
   defaultUpstreamLimits,
   errorBodyText,
+  rawRelayHeaders,
   readBodyText,
   transportFailure,
   type UpstreamLimits,
@@ -151,19 +152,16 @@ export class WorkerBackend implements Backend {
         upstreamError,
       );
     }
-    // A worker's answer is untrusted: bounded as it is read.
+    // A worker's answer is untrusted: bounded as it is read, and only the
+    // headers the router means to expose pass (transport.ts).
     const body = res.body;
     const limits = this.connections.limits;
     const label = `worker ${this.worker.id}`;
     const contentLength = res.headers["content-length"];
     if (req.raw) checkDeclaredLength(body, contentLength, limits.maxRawBodyBytes, `${label}'s answer`);
-    const relayHeaders: Record<string, string> = {};
-    for (const [k, v] of Object.entries(res.headers)) {
-      if (typeof v === "string" && (k === "content-type" || k === "content-length" || k.startsWith("x-switchyard-"))) relayHeaders[k] = v;
-    }
     return {
       raw: () => ({
-        headers: relayHeaders,
+        headers: rawRelayHeaders(res.headers),
         body: (async function* () {
           try {
             yield* boundedBody(body, limits.maxRawBodyBytes, `${label}'s answer`);
