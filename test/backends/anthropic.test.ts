@@ -148,7 +148,9 @@ describe("toMessagesRequest", () => {
     expect(r).toMatchObject({ top_p: 0.9, top_k: 40, stream: true, metadata: { user_id: "u-42" } });
     expect(r).not.toHaveProperty("seed");
     expect(toMessagesRequest({ ...base, max_tokens: 50 }, "m", defaults).max_tokens).toBe(50);
-    expect(toMessagesRequest({ ...base, max_tokens: 50, max_completion_tokens: 70 }, "m", defaults).max_tokens).toBe(70);
+    // Both set: the smaller, whichever field carries it (issue 10, item 11).
+    expect(toMessagesRequest({ ...base, max_tokens: 50, max_completion_tokens: 70 }, "m", defaults).max_tokens).toBe(50);
+    expect(toMessagesRequest({ ...base, max_tokens: 1_000_000, max_completion_tokens: 10 }, "m", defaults).max_tokens).toBe(10);
   });
 
   it("rejects what Anthropic cannot express, naming the parameter", () => {
