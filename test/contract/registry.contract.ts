@@ -1,10 +1,17 @@
 // One contract for every RegistryStore: the Redis store and the in-process
-// store must behave the same.
+// store must behave the same — also when a worker writes its own key with
+// something else than its own record.
 import { describe, expect, it } from "vitest";
-import type { RegistryStore, WorkerRecord } from "@switchyard/state";
+import type { RegistryStore, WorkerInviteGrant, WorkerRecord } from "@switchyard/state";
 import type { ClockedHarness } from "./twins.ts";
 
-export type RegistryHarness = ClockedHarness<RegistryStore>;
+/** A store plus what a worker (any text into its own key) and an admin (its invite) can write. */
+export type ContractRegistry = RegistryStore & {
+  putRaw(workerId: string, text: string, ttlMs: number): Promise<void>;
+  putInvite(workerId: string, grant: WorkerInviteGrant): Promise<void>;
+};
+
+export type RegistryHarness = ClockedHarness<ContractRegistry>;
 
 export function record(id: string, over: Partial<WorkerRecord> = {}): WorkerRecord {
   return {
@@ -87,6 +94,59 @@ export function registryContract(name: string, make: () => Promise<RegistryHarne
         const badId = record("../etc");
         expect(await h.store.publish(badId, 1000)).toEqual({ ok: false, reason: "invalid_record" });
         expect(await h.store.list()).toEqual([]);
+      } finally {
+        await cleanup(h);
+      }
+    });
+
+    it("identity is the key: a record naming another worker's id is refused and reported, the real one stays", async () => {
+      const h = await make();
+      try {
+        const victim = record("victim", { url: "http://10.0.0.7:9100" });
+        await h.store.publish(victim, 10_000);
+        // Worker "evil" may write only its own key — it writes victim's name and its own URL there.
+        await h.store.putRaw("evil", JSON.stringify(record("victim", { url: "http://10.6.6.6:9100" })), 10_000);
+        expect(await h.store.list()).toEqual([victim]);
+        const listing = await h.store.listing();
+        expect(listing.workers).toEqual([victim]);
+        expect(listing.rejected).toEqual([{ workerId: "evil", reason: "id_mismatch", detail: expect.stringContaining("victim") }]);
+        // Its own record under its own key is fine.
+        await h.store.putRaw("evil", JSON.stringify(record("evil")), 10_000);
+        expect((await h.store.list()).map((r) => r.id).sort()).toEqual(["evil", "victim"]);
+      } finally {
+        await cleanup(h);
+      }
+    });
+
+    it("refuses oversized and malformed records before using them; a record up to the limit is read", async () => {
+      const h = await make();
+      try {
+        await h.store.putRaw("huge", JSON.stringify(record("huge", { version: "x".repeat(64 * 1024) })), 10_000);
+        await h.store.putRaw("junk", "{not json", 10_000);
+        await h.store.putRaw("shape", JSON.stringify({ id: "shape", url: "http://10.0.0.1:1" }), 10_000);
+        const near = record("near", { version: "y".repeat(15 * 1024) });
+        await h.store.putRaw("near", JSON.stringify(near), 10_000);
+        const listing = await h.store.listing();
+        expect(listing.workers).toEqual([near]);
+        expect(Object.fromEntries(listing.rejected.map((r) => [r.workerId, r.reason]))).toEqual({ huge: "too_large", junk: "invalid_record", shape: "invalid_record" });
+      } finally {
+        await cleanup(h);
+      }
+    });
+
+    it("invites: listed with their worker, never as a worker themselves", async () => {
+      const h = await make();
+      try {
+        await h.store.putInvite("w-a", { models: ["m1"], createdAt: 5 });
+        await h.store.putInvite("w-ghost", { models: ["m1"], createdAt: 5 });
+        expect(await h.store.list()).toEqual([]);
+        await h.store.publish(record("w-a", { models: ["m1", "m2"] }), 10_000);
+        await h.store.publish(record("w-b"), 10_000);
+        const listing = await h.store.listing();
+        expect(listing.workers.map((w) => w.id).sort()).toEqual(["w-a", "w-b"]);
+        // The store reports what was advertised; the router applies the invite.
+        expect(listing.workers.find((w) => w.id === "w-a")?.models).toEqual(["m1", "m2"]);
+        expect([...listing.invites]).toEqual([["w-a", { models: ["m1"], createdAt: 5 }]]);
       } finally {
         await cleanup(h);
       }

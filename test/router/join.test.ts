@@ -53,7 +53,7 @@ const chat = () =>
 
 describe("joining safely", () => {
   it("an invited worker registers, and routers call it with its own derived secret", async () => {
-    const invite = await inviteWorker(admin, { prefix: PREFIX, workerId: "gpu-box-1", secretKey: SECRET_KEY });
+    const invite = await inviteWorker(admin, { prefix: PREFIX, workerId: "gpu-box-1", secretKey: SECRET_KEY, models: ["joined-model"] });
     expect(invite.callSecret).toBe(workerCallSecret(SECRET_KEY, "gpu-box-1"));
     const { conn, store } = workerRegistry(invite.redisUser, invite.redisPassword);
     const w = await new SimWorker({ id: "gpu-box-1", models: ["joined-model"], registry: store, token: invite.callSecret }).start();
@@ -67,8 +67,8 @@ describe("joining safely", () => {
   });
 
   it("a worker cannot overwrite or delete another worker's record", async () => {
-    const a = await inviteWorker(admin, { prefix: PREFIX, workerId: "box-a", secretKey: SECRET_KEY });
-    await inviteWorker(admin, { prefix: PREFIX, workerId: "box-b", secretKey: SECRET_KEY });
+    const a = await inviteWorker(admin, { prefix: PREFIX, workerId: "box-a", secretKey: SECRET_KEY, models: ["m"] });
+    await inviteWorker(admin, { prefix: PREFIX, workerId: "box-b", secretKey: SECRET_KEY, models: ["m"] });
     const adminStore = new RedisRegistryStore(admin, PREFIX);
     const victim = new SimWorker({ id: "box-b", models: ["m"] });
     await victim.start();
@@ -93,7 +93,7 @@ describe("joining safely", () => {
     const none = workerRegistry();
     await expect(none.store.publish({ ...new SimWorker({ id: "intruder", models: ["joined-model"] }).record(), url: "http://127.0.0.1:9" }, 10_000)).rejects.toThrow(/NOAUTH|Authentication required/);
     none.conn.disconnect();
-    const invite = await inviteWorker(admin, { prefix: PREFIX, workerId: "intruder", secretKey: SECRET_KEY });
+    const invite = await inviteWorker(admin, { prefix: PREFIX, workerId: "intruder", secretKey: SECRET_KEY, models: ["m"] });
     const wrong = workerRegistry(invite.redisUser, "not-the-password");
     await expect(wrong.store.publish({ ...new SimWorker({ id: "intruder", models: ["m"] }).record(), url: "http://127.0.0.1:9" }, 10_000)).rejects.toThrow(/WRONGPASS|invalid/i);
     wrong.conn.disconnect();
@@ -107,7 +107,7 @@ describe("joining safely", () => {
 
   it("a worker presenting the wrong secret is refused by the worker API (and the router fails over)", async () => {
     // A worker configured with the shared token, not its derived secret, refuses the router.
-    const invite = await inviteWorker(admin, { prefix: PREFIX, workerId: "misconfigured", secretKey: SECRET_KEY });
+    const invite = await inviteWorker(admin, { prefix: PREFIX, workerId: "misconfigured", secretKey: SECRET_KEY, models: ["lonely-model"] });
     const { conn, store } = workerRegistry(invite.redisUser, invite.redisPassword);
     const w = await new SimWorker({ id: "misconfigured", models: ["lonely-model"], registry: store, token: "some-other-secret" }).start();
     try {

@@ -35,6 +35,8 @@ export interface AgentOptions {
   log?: (msg: string, fields?: Record<string, unknown>) => void;
   /** File that keeps the highest lease fencing token across restarts (none: in memory only). */
   fencingStatePath?: string;
+  /** The routers' public fencing key (the join command's --fencing-key): only router-signed fencing tokens count. */
+  fencingKey?: string;
 }
 
 export interface AgentHandle {
@@ -111,6 +113,7 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     },
     idle: () => (inFlight === 0 ? Promise.resolve() : new Promise((r) => idleWaiters.push(r))),
     fencingStatePath: opts.fencingStatePath,
+    ...(opts.fencingKey ? { fencingKey: { workerId: id, publicKey: opts.fencingKey } } : {}),
     notePrefix(key) {
       prefixes.delete(key);
       prefixes.set(key, true);

@@ -1,6 +1,7 @@
 // `switchyard workers invite NAME` / `workers revoke NAME` (admin): a per-
-// worker Redis ACL user that can write only that worker's record, the secret
-// routers will present to it, and the one-line join command for its owner.
+// worker Redis ACL user that can write only that worker's record, the invite
+// routers read (the models it may serve), the secret routers will present to
+// it, the routers' public fencing key, and the one-line join command.
 import { connectRedis, inviteWorker, joinRedisUrl, revokeWorker } from "@switchyard/state";
 import { configFrom } from "../context.ts";
 import { UsageError } from "../usage.ts";
@@ -15,18 +16,19 @@ export async function workersCommand(args: string[], flags: { config?: string; m
   const redis = connectRedis(config.redis.url);
   try {
     if (verb === "revoke") {
-      const gone = await revokeWorker(redis, name);
+      const gone = await revokeWorker(redis, name, { prefix: config.redis.keyPrefix });
       process.stdout.write(gone ? `revoked worker ${name}: it can no longer heartbeat\n` : `no invited worker named ${name}\n`);
       return gone ? 0 : 1;
     }
     const secretKey = config.workers.secretKey;
     if (!secretKey) throw new UsageError("workers invite: set workers.secretKey (SWITCHYARD_WORKER_SECRET_KEY) to the key your routers use");
-    const invite = await inviteWorker(redis, { prefix: config.redis.keyPrefix, workerId: name, secretKey });
-    const models = (flags.model?.length ? flags.model : ["smollm2-135m-instruct"]).map((m) => `--model ${m}`).join(" ");
+    // The invite bounds what routers route to this worker: nothing it advertises beyond these models.
+    const invite = await inviteWorker(redis, { prefix: config.redis.keyPrefix, workerId: name, secretKey, models: flags.model?.length ? flags.model : ["smollm2-135m-instruct"] });
+    const models = invite.models.map((m) => `--model '${m}'`).join(" ");
     const advertise = flags.advertise ?? "http://THIS-HOST:9100";
     const prefix = config.redis.keyPrefix === "sy:" ? "" : ` --key-prefix '${config.redis.keyPrefix}'`;
     process.stderr.write(`invited worker ${name}. Give its owner this command (it carries secrets; it is shown once):\n\n`);
-    process.stdout.write(`npx switchyard worker --id ${name} --redis '${joinRedisUrl(config.redis.url, invite)}'${prefix} --token '${invite.callSecret}' ${models} --advertise ${advertise}\n`);
+    process.stdout.write(`npx switchyard worker --id ${name} --redis '${joinRedisUrl(config.redis.url, invite)}'${prefix} --token '${invite.callSecret}' --fencing-key ${invite.fencingKey} ${models} --advertise ${advertise}\n`);
     return 0;
   } finally {
     redis.disconnect();

@@ -3,11 +3,14 @@
 // worker's record), and a call secret derived from the routers' secret key,
 // which routers present on every request to that worker. Nothing per worker
 // has to be stored for routers: they derive the same secret from the id.
+// The invite itself (the models the worker may serve) is an admin-written key
+// next to the worker's, which routers read and the worker cannot write.
 import { createHmac, randomBytes } from "node:crypto";
 import type { Redis } from "ioredis";
-import { workerKey } from "./redis.ts";
-
-export const workerIdPattern = /^[A-Za-z0-9._-]{1,64}$/;
+import { fencingPublicKey } from "./fencing-key.ts";
+import { workerIdPattern } from "./record.ts";
+import { globEscape, inviteKey, workerKey } from "./redis.ts";
+import type { WorkerInviteGrant } from "./store.ts";
 
 export function workerAclUser(workerId: string): string {
   return `sy-worker-${workerId}`;
@@ -23,17 +26,27 @@ export interface Invite {
   redisUser: string;
   redisPassword: string;
   callSecret: string;
+  /** The models routers will route to this worker for (whatever else it advertises is ignored). */
+  models: string[];
+  /** The public key routers sign fencing tokens with (the worker's --fencing-key). */
+  fencingKey: string;
 }
 
 /**
- * Creates (or rotates) the worker's ACL user. The user may run only the few
- * commands a heartbeat needs, on its own key only.
+ * Creates (or rotates) the worker's ACL user and records its invite. The user
+ * may run only the few commands a heartbeat needs, on its own key only — not
+ * on its invite, which routers read to bound what it may be routed for.
  */
-export async function inviteWorker(admin: Redis, opts: { prefix: string; workerId: string; secretKey: string }): Promise<Invite> {
+export async function inviteWorker(admin: Redis, opts: { prefix: string; workerId: string; secretKey: string; models: string[] }): Promise<Invite> {
   if (!workerIdPattern.test(opts.workerId)) throw new Error(`invalid worker id '${opts.workerId}': letters, digits, '.', '_' or '-' (max 64)`);
+  const models = [...new Set(opts.models)];
+  if (models.length === 0 || models.some((m) => m.length === 0 || m.length > 256)) throw new Error("an invite names at least one model (each 1–256 characters)");
   const redisUser = workerAclUser(opts.workerId);
   const redisPassword = randomBytes(24).toString("base64url");
-  const key = workerKey(opts.prefix, opts.workerId);
+  // ACL key patterns are globs: the prefix must match only itself.
+  const key = globEscape(workerKey(opts.prefix, opts.workerId));
+  const grant: WorkerInviteGrant = { models, createdAt: Date.now() };
+  await admin.set(inviteKey(opts.prefix, opts.workerId), JSON.stringify(grant));
   await admin.call(
     "ACL",
     "SETUSER",
@@ -52,11 +65,13 @@ export async function inviteWorker(admin: Redis, opts: { prefix: string; workerI
     "+auth",
     "+client|setname",
   );
-  return { workerId: opts.workerId, redisUser, redisPassword, callSecret: workerCallSecret(opts.secretKey, opts.workerId) };
+  return { workerId: opts.workerId, redisUser, redisPassword, callSecret: workerCallSecret(opts.secretKey, opts.workerId), models, fencingKey: fencingPublicKey(opts.secretKey) };
 }
 
-export async function revokeWorker(admin: Redis, workerId: string): Promise<boolean> {
+/** Deletes the worker's ACL user and its invite (routers stop routing to it at their next poll). */
+export async function revokeWorker(admin: Redis, workerId: string, opts: { prefix?: string } = {}): Promise<boolean> {
   const n = (await admin.call("ACL", "DELUSER", workerAclUser(workerId))) as number;
+  if (opts.prefix !== undefined) await admin.del(inviteKey(opts.prefix, workerId));
   return n > 0;
 }
 

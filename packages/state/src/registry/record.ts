@@ -43,3 +43,49 @@ export type WorkerRecordInput = z.input<typeof workerRecordSchema>;
 export function acceptsNewWork(w: WorkerRecord): boolean {
   return w.state === "ready" || w.state === "degraded";
 }
+
+/** Worker ids: also the Redis key suffix and the ACL user's name. */
+export const workerIdPattern = /^[A-Za-z0-9._-]{1,64}$/;
+
+export type DecodedRecord = { ok: true; record: WorkerRecord } | { ok: false; reason: "id_mismatch" | "too_large" | "invalid_record" | "invalid_key"; detail: string };
+
+/**
+ * A stored record as routers must read it: `keyId` is the id its key belongs
+ * to — the one thing the writer could not choose (its ACL user may write only
+ * that key) — and a record naming any other id is refused. Size is checked
+ * before parsing.
+ */
+export function decodeRecord(keyId: string, raw: string, maxBytes: number): DecodedRecord {
+  if (!workerIdPattern.test(keyId)) return { ok: false, reason: "invalid_key", detail: "the key's suffix is not a worker id" };
+  // UTF-16 length ≤ bytes ≤ 3 × it: the cheap test first.
+  if (raw.length > maxBytes || (raw.length * 3 > maxBytes && Buffer.byteLength(raw) > maxBytes)) {
+    return { ok: false, reason: "too_large", detail: `record is over ${maxBytes} bytes` };
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    return { ok: false, reason: "invalid_record", detail: "record is not JSON" };
+  }
+  const parsed = workerRecordSchema.safeParse(json);
+  if (!parsed.success) return { ok: false, reason: "invalid_record", detail: parsed.error.issues.slice(0, 3).map((i) => `${i.path.join(".")}: ${i.message}`).join("; ") };
+  if (parsed.data.id !== keyId) return { ok: false, reason: "id_mismatch", detail: `record says id '${parsed.data.id.slice(0, 64)}' but is stored under worker '${keyId}'` };
+  return { ok: true, record: parsed.data };
+}
+
+/** An invite as stored next to the worker keys (docs/REGISTRY.md). */
+export const inviteGrantSchema = z.object({
+  models: z.array(z.string().min(1).max(256)).max(256),
+  createdAt: z.number().int(),
+});
+
+/** An invite as stored, or undefined when absent or unreadable (an unreadable invite allows nothing). */
+export function decodeInvite(raw: string | null | undefined): z.infer<typeof inviteGrantSchema> | undefined {
+  if (typeof raw !== "string") return undefined;
+  try {
+    const parsed = inviteGrantSchema.safeParse(JSON.parse(raw));
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
+  }
+}

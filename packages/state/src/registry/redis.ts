@@ -1,20 +1,42 @@
 // Redis registry: one key per worker, `<prefix>{registry}:worker:<id>`, value
-// the JSON record, PX = TTL. The hash tag keeps every record in one slot so a
-// Redis Cluster can SCAN them from one node. Routers list by SCAN + MGET;
-// with a few hundred workers that is one round trip per poll.
+// the JSON record, PX = TTL; invites (admin-written) at
+// `<prefix>{registry}:invite:<id>`. The hash tag keeps them in one slot so a
+// Redis Cluster can SCAN them from one node. Routers list by SCAN + one Lua
+// read (records and invites together, oversized values refused unsent); with
+// a few hundred workers that is two round trips per poll.
 import type { Redis } from "ioredis";
-import { workerRecordSchema, type WorkerRecord } from "./record.ts";
-import type { PublishResult, RegistryStore } from "./store.ts";
+import { decodeInvite, decodeRecord, workerRecordSchema, type WorkerRecord } from "./record.ts";
+import { registryCommands } from "./scripts.ts";
+import { DEFAULT_MAX_RECORD_BYTES, type PublishResult, type RegistryListing, type RegistryStore, type RejectedRecord, type WorkerInviteGrant } from "./store.ts";
 
 export function workerKey(prefix: string, workerId: string): string {
   return `${prefix}{registry}:worker:${workerId}`;
 }
 
+/** The invite of worker `workerId`: written by the admin, readable by routers, not writable by the worker. */
+export function inviteKey(prefix: string, workerId: string): string {
+  return `${prefix}{registry}:invite:${workerId}`;
+}
+
+/** A glob (SCAN MATCH, ACL key pattern) matching exactly `s`. */
+export function globEscape(s: string): string {
+  return s.replace(/[*?[\]\\]/g, "\\$&");
+}
+
+export interface RedisRegistryOptions {
+  /** Records over this many bytes are refused without being read. */
+  maxRecordBytes?: number;
+}
+
 export class RedisRegistryStore implements RegistryStore {
+  private readonly maxRecordBytes: number;
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
-  ) {}
+    opts: RedisRegistryOptions = {},
+  ) {
+    this.maxRecordBytes = opts.maxRecordBytes ?? DEFAULT_MAX_RECORD_BYTES;
+  }
 
   async publish(record: WorkerRecord, ttlMs: number): Promise<PublishResult> {
     const parsed = workerRecordSchema.safeParse(record);
@@ -29,31 +51,54 @@ export class RedisRegistryStore implements RegistryStore {
     return { ok: true };
   }
 
+  /**
+   * Stores `text` as worker `workerId`'s record, unchecked: what a worker's
+   * own ACL user can do to its key. Tests of the read side use it.
+   */
+  async putRaw(workerId: string, text: string, ttlMs: number): Promise<void> {
+    await this.redis.set(workerKey(this.prefix, workerId), text, "PX", Math.max(1, Math.round(ttlMs)));
+  }
+
   async remove(workerId: string): Promise<void> {
     await this.redis.del(workerKey(this.prefix, workerId));
   }
 
   async list(): Promise<WorkerRecord[]> {
-    const pattern = workerKey(this.prefix, "*");
-    const keys: string[] = [];
+    return (await this.listing()).workers;
+  }
+
+  async listing(): Promise<RegistryListing> {
+    const keyPrefix = workerKey(this.prefix, "");
+    const pattern = `${globEscape(keyPrefix)}*`;
+    const ids: string[] = [];
     let cursor = "0";
     do {
       const [next, batch] = await this.redis.scan(cursor, "MATCH", pattern, "COUNT", 1000);
       cursor = next;
-      keys.push(...batch);
+      // The id is the key: the one thing a worker's ACL user could not choose.
+      for (const key of batch) ids.push(key.slice(keyPrefix.length));
     } while (cursor !== "0");
-    if (keys.length === 0) return [];
-    const values = await this.redis.mget(...keys);
-    const out: WorkerRecord[] = [];
-    for (const raw of values) {
-      if (raw === null) continue; // expired between SCAN and MGET
-      try {
-        const parsed = workerRecordSchema.safeParse(JSON.parse(raw));
-        if (parsed.success) out.push(parsed.data);
-      } catch {
-        // A malformed record is ignored rather than taking the directory down.
+    const out: RegistryListing = { workers: [], invites: new Map(), rejected: [] };
+    if (ids.length === 0) return out;
+    const keys = [...ids.map((id) => workerKey(this.prefix, id)), ...ids.map((id) => inviteKey(this.prefix, id))];
+    const values = await registryCommands(this.redis).syRegistry_read(String(keys.length), ...keys, String(this.maxRecordBytes));
+    ids.forEach((id, i) => {
+      const raw = values[i];
+      if (raw === null || raw === undefined) return; // expired between SCAN and read
+      if (typeof raw === "number") {
+        out.rejected.push(raw < 0 ? { workerId: id, reason: "invalid_record", detail: "the key does not hold a string" } : { workerId: id, reason: "too_large", detail: `record is ${raw} bytes, over ${this.maxRecordBytes}` });
+        return;
       }
-    }
+      const decoded = decodeRecord(id, raw, this.maxRecordBytes);
+      if (!decoded.ok) {
+        out.rejected.push({ workerId: id, reason: decoded.reason, detail: decoded.detail } satisfies RejectedRecord);
+        return;
+      }
+      out.workers.push(decoded.record);
+      const invite = values[ids.length + i];
+      const grant = typeof invite === "string" ? decodeInvite(invite) : undefined;
+      if (grant) out.invites.set(id, grant satisfies WorkerInviteGrant);
+    });
     return out;
   }
 

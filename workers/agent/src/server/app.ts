@@ -6,7 +6,7 @@ import { Hono, type Context } from "hono";
 import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { WorkerContext } from "./context.ts";
 import { errorJson } from "./errors.ts";
-import { FENCING_HEADER, FencingGuard } from "./fencing.ts";
+import { FENCING_HEADER, FENCING_SIGNATURE_HEADER, FencingGuard } from "./fencing.ts";
 import { contentText, runGenerate, type GenerateBody } from "./generate.ts";
 import { runEmbeddings } from "./routes/embeddings.ts";
 import { runHiddenStates } from "./routes/hidden-states.ts";
@@ -43,9 +43,9 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
   });
 
   // Lease fencing: refuse a dispatch whose token is older than one already seen.
-  const fencing = new FencingGuard(ctx.fencingStatePath);
+  const fencing = new FencingGuard(ctx.fencingStatePath, ctx.fencingKey);
   app.use("/v1/*", async (c, next) => {
-    const verdict = fencing.admit(c.req.header(FENCING_HEADER));
+    const verdict = fencing.admit(c.req.header(FENCING_HEADER), c.req.header(FENCING_SIGNATURE_HEADER));
     if (!verdict.ok) return errorJson(verdict.status, verdict.message, verdict.code);
     await next();
   });

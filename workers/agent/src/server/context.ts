@@ -16,6 +16,8 @@ export interface WorkerContext {
   log: (msg: string, fields?: Record<string, unknown>) => void;
   /** Where the highest lease fencing token seen is kept across restarts (none: in memory only). */
   fencingStatePath?: string;
+  /** With the routers' public fencing key, only router-signed fencing tokens for this worker's id count. */
+  fencingKey?: { workerId: string; publicKey: string };
   /** A generation with this prompt prefix (registry/prefix.ts) finished: the engine now caches it. */
   notePrefix(key: string): void;
 }

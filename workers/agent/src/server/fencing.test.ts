@@ -8,7 +8,8 @@ import { describe, expect, it } from "vitest";
 import type { EngineSupervisor } from "../engine/supervisor.ts";
 import { createWorkerApp } from "./app.ts";
 import type { WorkerContext } from "./context.ts";
-import { FencingGuard } from "./fencing.ts";
+import { fencingPublicKey, FencingSigner } from "@switchyard/state";
+import { FENCING_SIGNATURE_HEADER, FencingGuard } from "./fencing.ts";
 
 describe("FencingGuard", () => {
   it("accepts equal or newer tokens, refuses older ones, ignores requests without one", () => {
@@ -85,5 +86,47 @@ describe("worker HTTP API fencing", () => {
     const r = await post("999999", "Bearer wrong");
     expect(r.status).toBe(401);
     expect((await post("12")).status).toBe(404);
+  });
+});
+
+describe("signed fencing tokens (invited workers)", () => {
+  const SECRET = "routers-secret-key-0123456789";
+  const publicKey = fencingPublicKey(SECRET);
+  const signer = new FencingSigner(SECRET);
+
+  it("counts a token only with a router's signature for this worker's id", () => {
+    const g = new FencingGuard(undefined, { workerId: "w1", publicKey });
+    expect(g.admit(undefined)).toEqual({ ok: true });
+    expect(g.admit("5", signer.sign("w1", 5))).toEqual({ ok: true, token: 5 });
+    expect(g.admit("5", signer.sign("w1", 5))).toEqual({ ok: true, token: 5 });
+    for (const sig of [undefined, "", "x", signer.sign("w2", 9007199254740991), signer.sign("w1", 6)]) {
+      expect(g.admit("9007199254740991", sig)).toMatchObject({ ok: false, status: 403, code: "unsigned_fencing_token" });
+    }
+    expect(g.highest).toBe(5);
+    expect(g.admit("6", signer.sign("w1", 6))).toEqual({ ok: true, token: 6 });
+    // A signed but older token is still stale.
+    expect(g.admit("5", signer.sign("w1", 5))).toMatchObject({ ok: false, status: 409 });
+    // A signature from another secret key does not verify.
+    expect(g.admit("7", new FencingSigner("some-other-secret-key-000").sign("w1", 7))).toMatchObject({ ok: false, status: 403 });
+  });
+
+  it("refuses a malformed fencing key at start", () => {
+    expect(() => new FencingGuard(undefined, { workerId: "w1", publicKey: "not-a-key" })).toThrow(/32 bytes/);
+  });
+
+  it("over HTTP: an authenticated caller without the router's signature cannot move the highest token", async () => {
+    const TOKEN = "worker-secret-456";
+    const supervisor = { state: "ready", client: { alive: true }, loaded: new Map() } as unknown as EngineSupervisor;
+    const app = createWorkerApp({ supervisor, token: TOKEN, inFlight: 0, begin: () => () => {}, draining: false, idle: async () => {}, log: () => {}, notePrefix: () => {}, fencingKey: { workerId: "w9", publicKey } });
+    const post = (fence: string, sig?: string) =>
+      app.request("/v1/embeddings", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", "x-switchyard-fencing-token": fence, ...(sig ? { [FENCING_SIGNATURE_HEADER]: sig } : {}) },
+        body: JSON.stringify({ model: "m", input: "x" }),
+      });
+    const forged = await post("9007199254740991");
+    expect(forged.status).toBe(403);
+    expect(((await forged.json()) as { error: { code: string } }).error.code).toBe("unsigned_fencing_token");
+    expect((await post("3", signer.sign("w9", 3))).status).toBe(404); // past fencing: no model loaded
   });
 });

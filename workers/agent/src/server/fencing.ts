@@ -5,15 +5,27 @@
 // With a state file, the highest token survives a restart of the worker
 // process: it is written (atomically, before the request is admitted) each
 // time it grows, which happens once per lease, not per request. Requests
-// without a token pass.
+// without a token pass. With the routers' fencing key (invited workers), a
+// token counts only with a router's signature for this worker's id
+// (registry/fencing-key.ts): whoever else reaches the worker, even with its
+// call secret, cannot push its highest token up and lock out real leases.
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import type { KeyObject } from "node:crypto";
 import path from "node:path";
+import { FENCING_SIGNATURE_HEADER, parseFencingPublicKey, verifyFencingToken } from "@switchyard/state";
 
 export const FENCING_HEADER = "x-switchyard-fencing-token";
+export { FENCING_SIGNATURE_HEADER };
 
 export type FencingVerdict =
   | { ok: true; token?: number }
-  | { ok: false; status: 400 | 409; code: "invalid_fencing_token" | "stale_fencing_token"; message: string };
+  | { ok: false; status: 400 | 403 | 409; code: "invalid_fencing_token" | "stale_fencing_token" | "unsigned_fencing_token"; message: string };
+
+/** Who this worker is and the routers' public fencing key (the join command's --fencing-key). */
+export interface FencingKey {
+  workerId: string;
+  publicKey: string;
+}
 
 export class FencingGuard {
   /** The highest token accepted so far (0: none yet). */
@@ -21,8 +33,19 @@ export class FencingGuard {
   accepted = 0;
   refused = 0;
 
-  /** `statePath`: where the highest token is kept across restarts (none: in this process only). */
-  constructor(private readonly statePath?: string) {
+  private readonly verifier: { workerId: string; key: KeyObject } | undefined;
+  /** The last signature verified, so a lease's requests (one token) cost one verification. */
+  private lastSigned: { token: number; signature: string } | undefined;
+
+  /**
+   * `statePath`: where the highest token is kept across restarts (none: in
+   * this process only); `key`: require routers' signatures on tokens.
+   */
+  constructor(
+    private readonly statePath?: string,
+    key?: FencingKey,
+  ) {
+    this.verifier = key ? { workerId: key.workerId, key: parseFencingPublicKey(key.publicKey) } : undefined;
     if (!statePath) return;
     let text: string;
     try {
@@ -46,7 +69,7 @@ export class FencingGuard {
   }
 
   /** Checks and records in one synchronous step (nothing can interleave). */
-  admit(header: string | undefined | null): FencingVerdict {
+  admit(header: string | undefined | null, signature?: string | null): FencingVerdict {
     if (header === undefined || header === null) return { ok: true };
     if (!/^[1-9]\d{0,15}$/.test(header)) {
       return { ok: false, status: 400, code: "invalid_fencing_token", message: `${FENCING_HEADER} must be a positive integer` };
@@ -54,6 +77,13 @@ export class FencingGuard {
     const token = Number(header);
     if (!Number.isSafeInteger(token)) {
       return { ok: false, status: 400, code: "invalid_fencing_token", message: `${FENCING_HEADER} must be below 2^53` };
+    }
+    if (this.verifier && !(this.lastSigned?.token === token && this.lastSigned.signature === signature)) {
+      if (!verifyFencingToken(this.verifier.key, this.verifier.workerId, token, signature)) {
+        this.refused++;
+        return { ok: false, status: 403, code: "unsigned_fencing_token", message: `${FENCING_HEADER} needs a router's ${FENCING_SIGNATURE_HEADER} for worker '${this.verifier.workerId}'` };
+      }
+      this.lastSigned = { token, signature: signature! };
     }
     if (token < this.highest) {
       this.refused++;

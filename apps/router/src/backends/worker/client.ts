@@ -1,7 +1,7 @@
 // Talks to a worker's OpenAI-compatible HTTP API. One undici Pool per worker
 // origin keeps connections warm; the pool is shared by every request.
 import { Pool } from "undici";
-import { workerCallSecret, type WorkerRecord } from "@switchyard/state";
+import { FENCING_SIGNATURE_HEADER, FencingSigner, workerCallSecret, type WorkerRecord } from "@switchyard/state";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
 import {
@@ -68,6 +68,14 @@ export class WorkerConnections {
     return s;
   }
 
+  private signer: FencingSigner | undefined;
+
+  /** The routers' signature over a fencing token for one worker (invited workers accept only signed tokens). */
+  fencingSignature(workerId: string, token: number): string | undefined {
+    if (!this.opts.secretKey) return undefined;
+    return (this.signer ??= new FencingSigner(this.opts.secretKey)).sign(workerId, token);
+  }
+
   /** Drop pools of workers that left the registry. */
   retain(origins: Set<string>): void {
     for (const [origin, pool] of this.pools) {
@@ -124,6 +132,8 @@ export class WorkerBackend implements Backend {
     const token = this.connections.tokenFor(this.worker.id);
     if (token) headers.authorization = `Bearer ${token}`;
     if (req.fencingToken !== undefined) headers["x-switchyard-fencing-token"] = String(req.fencingToken);
+    const signature = req.fencingToken !== undefined ? this.connections.fencingSignature(this.worker.id, req.fencingToken) : undefined;
+    if (signature) headers[FENCING_SIGNATURE_HEADER] = signature;
     let res;
     try {
       res = await this.connections.pool(this.origin).request({

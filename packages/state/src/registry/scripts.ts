@@ -1,0 +1,36 @@
+// Loads the registry's Lua script from packages/state/lua/ and registers it on
+// a Redis connection once, with ioredis defineCommand (EVALSHA, falling back
+// to EVAL after NOSCRIPT).
+import { existsSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Redis } from "ioredis";
+
+export type RegistryCommands = {
+  /** registry_read.lua: keys…, maxBytes → per key false | -1 | length | value. */
+  syRegistry_read(...keysThenArgs: string[]): Promise<Array<string | number | null>>;
+};
+
+function loadSource(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 8; i++) {
+    for (const candidate of [path.join(dir, "lua"), path.join(dir, "packages", "state", "lua")]) {
+      const file = path.join(candidate, "registry_read.lua");
+      if (existsSync(file)) return readFileSync(file, "utf8");
+    }
+    dir = path.dirname(dir);
+  }
+  throw new Error("cannot find packages/state/lua/registry_read.lua");
+}
+
+let source: string | undefined;
+const registered = new WeakSet<Redis>();
+
+/** The connection, with the registry command defined on it (once per connection). */
+export function registryCommands(redis: Redis): Redis & RegistryCommands {
+  if (!registered.has(redis)) {
+    redis.defineCommand("syRegistry_read", { lua: (source ??= loadSource()) });
+    registered.add(redis);
+  }
+  return redis as Redis & RegistryCommands;
+}
