@@ -26,7 +26,7 @@ import { BudgetGuard } from "./billing/guard.ts";
 import { BatchingLedgerWriter, type LedgerSink } from "./billing/ledger.ts";
 import { RedisLedgerBuffer } from "./billing/ledger-stream.ts";
 import { PostgresPriceBook } from "./billing/prices.ts";
-import { BackendChain, type ProviderBackends } from "./routing/chain.ts";
+import { BackendChain, workerMayServe, type ProviderBackends } from "./routing/chain.ts";
 import type { Redis } from "ioredis";
 import { createAdminApp, createApp } from "./app.ts";
 import { PostgresKeyStore } from "./auth/key-store.ts";
@@ -37,6 +37,7 @@ import type { AppDeps } from "./deps.ts";
 import { createLogger, type Logger } from "./observability/log.ts";
 import { RouterMetrics } from "./observability/metrics.ts";
 import { WorkerDirectory } from "./routing/directory.ts";
+import { WorkerUrlPolicy } from "./routing/worker-url.ts";
 import { WorkerHealth } from "./routing/health.ts";
 import { RouteScorer } from "./routing/scorer.ts";
 import { AdmissionGate } from "./admission/gate.ts";
@@ -112,6 +113,25 @@ function closeServer(server: ServerType): Promise<void> {
   });
 }
 
+/** The router's own listeners (as configured) and its Redis and Postgres: never a worker's address. */
+async function addStateEndpoints(policy: WorkerUrlPolicy, config: Config, databaseUrl: string | undefined): Promise<void> {
+  if (config.router.port !== 0) await policy.addOwnEndpoint("this router's listener", config.router.host, config.router.port);
+  if (config.router.adminPort !== 0) await policy.addOwnEndpoint("this router's admin listener", config.router.adminHost, config.router.adminPort);
+  for (const [what, url, port] of [
+    ["this router's Redis", config.redis.url, 6379],
+    ["this router's Postgres", databaseUrl, 5432],
+  ] as const) {
+    if (!url) continue;
+    try {
+      const u = new URL(url);
+      if (u.hostname) await policy.addOwnEndpoint(what, u.hostname, Number(u.port || port));
+      // postgres://…?host=/socket or host=a,b lists: the plain host:port is what a worker URL could name.
+    } catch {
+      // not a URL (a socket path): no worker URL can name it
+    }
+  }
+}
+
 export async function startRouter(config: Config, opts: StartRouterOptions = {}): Promise<RouterHandle> {
   const log = opts.log ?? createLogger(config.log.level, { service: "router" });
   let embedded: EmbeddedPg | undefined;
@@ -143,13 +163,24 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       log.info("redis reachable again");
     });
   }
-  const registry = opts.registry ?? (redis ? new RedisRegistryStore(redis, config.redis.keyPrefix) : new MemoryRegistryStore());
+  const registry =
+    opts.registry ??
+    (redis ? new RedisRegistryStore(redis, config.redis.keyPrefix, { maxRecordBytes: config.registry.maxRecordBytes }) : new MemoryRegistryStore(undefined, { maxRecordBytes: config.registry.maxRecordBytes }));
   const metrics = new RouterMetrics();
   const prices = new PostgresPriceBook(db.db, config.billing.refreshMs, log);
   // Routing: candidates ordered by what this router saw (latency, load, failures, cost); failing workers ejected.
   const health = new WorkerHealth(config.routing.health, { metrics, log });
   const scorer = new RouteScorer(config.routing.scorer, { prices, health, metrics });
-  const directory = new WorkerDirectory(registry, config.registry.pollMs, log, scorer);
+  // Worker records are untrusted: URLs checked against SSRF (never this router's own
+  // listeners, Redis or Postgres), models bounded by invites and never a paid backend's name.
+  const workerUrls = new WorkerUrlPolicy({ allowedNetworks: config.workers.allowedNetworks });
+  await addStateEndpoints(workerUrls, config, db.url);
+  const directory = new WorkerDirectory(registry, config.registry.pollMs, log, scorer, {
+    urls: workerUrls,
+    requireInvites: config.workers.secretKey !== undefined,
+    mayServe: (model) => workerMayServe(config.routing, model),
+    metrics,
+  });
   // Everything read from an upstream is bounded (transport.ts).
   const upstreamLimits = { maxBodyBytes: config.router.maxUpstreamBodyBytes, maxRawBodyBytes: config.router.maxUpstreamHiddenStatesBytes, maxEventBytes: config.router.maxUpstreamEventBytes };
   const connections = new WorkerConnections({
@@ -247,6 +278,12 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const scheme = config.router.tls ? "https" : "http";
   const url = `${scheme}://${config.router.host}:${main.port}`;
   const adminUrl = `http://${config.router.adminHost}:${adm.port}`;
+  // Port 0 in config: the listeners' real ports are known only now.
+  if (main.port !== config.router.port || adm.port !== config.router.adminPort) {
+    await workerUrls.addOwnEndpoint("this router's listener", config.router.host, main.port);
+    await workerUrls.addOwnEndpoint("this router's admin listener", config.router.adminHost, adm.port);
+    await directory.refresh();
+  }
   log.info("router listening", { url, admin: adminUrl, ...summary });
   return {
     url,

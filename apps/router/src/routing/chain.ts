@@ -29,6 +29,24 @@ export interface Resolution {
   observe(backend: Backend): AttemptReporter;
 }
 
+/** Names that mean a paid backend by convention: "vendor/model" is an OpenRouter id, "claude-…" an Anthropic one. */
+export function conventionalUpstream(model: string, step: "openrouter" | "anthropic"): string | undefined {
+  if (step === "openrouter") return /^[\w.-]+\/[\w.:-]+$/.test(model) ? model : undefined;
+  return model.startsWith("claude-") ? model : undefined;
+}
+
+/**
+ * Whether a worker advertising `name` may be routed for it: when an alias
+ * names it as its worker model, or when it is nobody's alias and does not
+ * name a paid backend by convention. A worker advertising "openai/gpt-4o-mini"
+ * or "claude-…" must never receive prompts meant for a paid provider.
+ */
+export function workerMayServe(routing: Config["routing"], name: string): boolean {
+  for (const alias of Object.values(routing.models)) if (alias.worker === name) return true;
+  if (Object.hasOwn(routing.models, name)) return false;
+  return conventionalUpstream(name, "openrouter") === undefined && conventionalUpstream(name, "anthropic") === undefined;
+}
+
 /** Addresses that mean "this machine". */
 function localHosts(): Set<string> {
   const hosts = new Set(["localhost", "127.0.0.1", "::1", "[::1]", hostname().toLowerCase()]);
@@ -60,9 +78,9 @@ export class BackendChain {
   upstreamName(model: string, step: "worker" | "openrouter" | "anthropic"): string | undefined {
     const alias = Object.hasOwn(this.routing.models, model) ? this.routing.models[model] : undefined;
     if (alias) return alias[step];
-    if (step === "worker") return model;
-    if (step === "openrouter") return /^[\w.-]+\/[\w.:-]+$/.test(model) ? model : undefined;
-    return model.startsWith("claude-") ? model : undefined;
+    // Without an alias a paid backend's name is never a worker's (workerMayServe).
+    if (step === "worker") return conventionalUpstream(model, "openrouter") || conventionalUpstream(model, "anthropic") ? undefined : model;
+    return conventionalUpstream(model, step);
   }
 
   private provider(kind: "openrouter" | "anthropic", model: string): Backend | undefined {

@@ -1,10 +1,26 @@
 // The router's view of the worker registry: a snapshot refreshed every
 // pollMs from the RegistryStore, so the request path never waits on Redis.
-// A worker whose heartbeat expired disappears at the next refresh.
-import { acceptsNewWork, type RegistryStore, type WorkerRecord } from "@switchyard/state";
+// A worker whose heartbeat expired disappears at the next refresh. Records
+// are untrusted: the store refuses those not written under their own id (or
+// too large to read); here unsafe URLs, uninvited workers and models a
+// worker may not serve are refused too — each logged once, not every poll.
+import { acceptsNewWork, type RegistryListing, type RegistryStore, type WorkerRecord } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
+import type { RouterMetrics } from "../observability/metrics.ts";
 import { Poller } from "./poller.ts";
 import { defaultRequestClass, defaultScorerConfig, RouteScorer, type Ranked, type RequestClass } from "./scorer.ts";
+import { hostOf, type WorkerUrlPolicy } from "./worker-url.ts";
+
+/** What a record must pass, beyond the store's checks, to become routable. */
+export interface DirectoryPolicy {
+  /** Worker URLs (SSRF): scheme, refused and allowed networks, resolved addresses. */
+  urls?: WorkerUrlPolicy;
+  /** Invite mode: only models on a worker's invite count, and a worker without one is not routable. */
+  requireInvites?: boolean;
+  /** Whether workers may be routed for an advertised model name at all (aliases, paid-name conventions). */
+  mayServe?: (model: string) => boolean;
+  metrics?: RouterMetrics;
+}
 
 export class WorkerDirectory {
   private snapshot: WorkerRecord[] = [];
@@ -19,6 +35,7 @@ export class WorkerDirectory {
     private readonly log: Logger,
     /** Orders candidates (and, through its health tracker, ejects failing workers). */
     readonly scorer: RouteScorer = new RouteScorer(defaultScorerConfig()),
+    private readonly policy: DirectoryPolicy = {},
   ) {
     this.poller = new Poller(pollMs, () => this.load(), log, "registry refresh failed");
     this.onChange((workers) => {
@@ -43,12 +60,48 @@ export class WorkerDirectory {
     return this.poller.refresh();
   }
 
+  /** Refusals seen at the last refresh (worker id + reason): each is logged when it first appears. */
+  private refusals = new Set<string>();
+
   private async load(): Promise<void> {
-    this.snapshot = await this.store.list();
+    this.snapshot = await this.vet(await this.store.listing());
     const byModel = new Map<string, WorkerRecord[]>();
     for (const w of this.snapshot) for (const m of w.models) byModel.set(m, [...(byModel.get(m) ?? []), w]);
     this.byModel = byModel;
     for (const fn of this.listeners) fn(this.snapshot);
+  }
+
+  /** The routable part of a listing: workers whose records, URLs and invites pass, with only the models they may serve. */
+  private async vet(listing: RegistryListing): Promise<WorkerRecord[]> {
+    const seen = new Set<string>();
+    const refuse = (workerId: string, reason: string, detail: string) => {
+      const key = `${workerId}\u0000${reason}`;
+      seen.add(key);
+      if (this.refusals.has(key)) return;
+      this.log.warn("worker record refused", { worker: workerId, reason, detail });
+      this.policy.metrics?.registryRefusals.inc({ reason });
+    };
+    for (const r of listing.rejected) refuse(r.workerId, r.reason, r.detail);
+    const { urls, requireInvites, mayServe } = this.policy;
+    const verdicts = urls ? await Promise.all(listing.workers.map((w) => urls.check(w.url))) : [];
+    const out: WorkerRecord[] = [];
+    listing.workers.forEach((w, i) => {
+      const verdict = verdicts[i];
+      if (verdict?.ok === "pending") return; // its host is still resolving: not routable yet
+      if (verdict && !verdict.ok) return refuse(w.id, "unsafe_url", `${w.url.slice(0, 200)}: ${verdict.reason}`);
+      const invite = listing.invites.get(w.id);
+      if (requireInvites && !invite) return refuse(w.id, "not_invited", "no invite for this worker (switchyard workers invite)");
+      const allowed = invite && requireInvites ? new Set(invite.models) : undefined;
+      const models = w.models.filter((m) => (!allowed || allowed.has(m)) && (!mayServe || mayServe(m)));
+      if (models.length < w.models.length) {
+        const dropped = w.models.filter((m) => !models.includes(m));
+        refuse(w.id, "model_not_allowed", `advertised ${dropped.slice(0, 8).map((m) => JSON.stringify(m.slice(0, 80))).join(", ")}${dropped.length > 8 ? ", …" : ""}: not on its invite, or the name of a paid backend`);
+      }
+      out.push(models.length === w.models.length ? w : { ...w, models });
+    });
+    this.refusals = seen;
+    urls?.retainHosts(new Set(listing.workers.map((w) => hostOf(w.url) ?? "")));
+    return out;
   }
 
   all(): WorkerRecord[] {
