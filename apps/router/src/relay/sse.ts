@@ -20,12 +20,11 @@ const SPACE = 0x20;
 const DEFAULT_MAX_EVENT_BYTES = 1024 * 1024;
 
 const encoder = new TextEncoder();
-// A BOM is stripped once, at the start of the stream, not from every value.
-const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
 
-/** Whether `line` is the field name "data" followed by a colon or nothing. */
-function isDataField(line: Uint8Array, nameEnd: number): boolean {
-  return nameEnd === 4 && line[0] === 0x64 && line[1] === 0x61 && line[2] === 0x74 && line[3] === 0x61;
+/** The chunk as a Buffer without copying (undici's chunks already are): ranges decode without a view each. */
+function asBuffer(chunk: Uint8Array | string): Buffer {
+  if (typeof chunk === "string") return Buffer.from(chunk, "utf8");
+  return Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
 }
 
 /**
@@ -37,7 +36,7 @@ export async function* parseSse(chunks: AsyncIterable<Uint8Array | string>, opts
   const max = opts.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
   const who = opts.label ?? "upstream";
   // Pieces of a line that began in an earlier chunk (copies: chunks are not ours to keep).
-  let pending: Uint8Array[] = [];
+  let pending: Buffer[] = [];
   let pendingBytes = 0;
   let data = "";
   let dataBytes = 0;
@@ -48,7 +47,7 @@ export async function* parseSse(chunks: AsyncIterable<Uint8Array | string>, opts
   const tooLarge = (what: string) => new UpstreamTooLarge(`${who} sent an SSE ${what} over the limit of ${max} bytes`, max);
 
   for await (const raw of chunks) {
-    const chunk = typeof raw === "string" ? encoder.encode(raw) : raw;
+    const chunk = asBuffer(raw);
     const n = chunk.length;
     let pos = 0;
     if (skipLf && n > 0) {
@@ -61,43 +60,40 @@ export async function* parseSse(chunks: AsyncIterable<Uint8Array | string>, opts
     while (pos < n) {
       if (lf !== -1 && lf < pos) lf = chunk.indexOf(LF, pos);
       if (cr !== -1 && cr < pos) cr = chunk.indexOf(CR, pos);
-      const end = lf === -1 ? cr : cr === -1 ? lf : lf < cr ? lf : cr;
-      if (end === -1) {
+      const eol = lf === -1 ? cr : cr === -1 ? lf : lf < cr ? lf : cr;
+      if (eol === -1) {
         pendingBytes += n - pos;
         if (pendingBytes > max) throw tooLarge("line");
-        pending.push(new Uint8Array(chunk.subarray(pos)));
+        pending.push(Buffer.from(chunk.subarray(pos)));
         break;
       }
-      let line: Uint8Array;
-      if (pendingBytes > 0) {
-        const total = pendingBytes + (end - pos);
-        if (total > max) throw tooLarge("line");
-        line = new Uint8Array(total);
-        let at = 0;
-        for (const p of pending) {
-          line.set(p, at);
-          at += p.length;
-        }
-        line.set(chunk.subarray(pos, end), at);
-        pending = [];
-        pendingBytes = 0;
-      } else {
-        if (end - pos > max) throw tooLarge("line");
-        line = chunk.subarray(pos, end);
-      }
-      pos = end + 1;
-      if (chunk[end] === CR) {
-        if (pos < n) {
-          if (chunk[pos] === LF) pos++;
+      // The line is buf[start, end); `next` is where the following one starts.
+      let buf = chunk;
+      let start = pos;
+      let end = eol;
+      let next = eol + 1;
+      if (chunk[eol] === CR) {
+        if (next < n) {
+          if (chunk[next] === LF) next++;
         } else skipLf = true;
       }
+      if (pendingBytes > 0) {
+        if (pendingBytes + (eol - pos) > max) throw tooLarge("line");
+        pending.push(chunk.subarray(pos, eol));
+        buf = Buffer.concat(pending);
+        start = 0;
+        end = buf.length;
+        pending = [];
+        pendingBytes = 0;
+      } else if (eol - pos > max) throw tooLarge("line");
+      pos = next;
       if (atStart) {
         atStart = false;
-        if (line[0] === 0xef && line[1] === 0xbb && line[2] === 0xbf) line = line.subarray(3);
+        if (end - start >= 3 && buf[start] === 0xef && buf[start + 1] === 0xbb && buf[start + 2] === 0xbf) start += 3;
       }
 
       // One line: blank dispatches, ":" is a comment, otherwise "field[: value]".
-      if (line.length === 0) {
+      if (start === end) {
         if (hasData) {
           const payload = data;
           data = "";
@@ -107,16 +103,19 @@ export async function* parseSse(chunks: AsyncIterable<Uint8Array | string>, opts
         }
         continue;
       }
-      if (line[0] === COLON) continue;
-      let colon = line.indexOf(COLON);
-      if (colon === -1) colon = line.length;
-      if (!isDataField(line, colon)) continue;
-      let from = colon + 1;
-      if (from < line.length && line[from] === SPACE) from++;
-      const valueBytes = Math.max(0, line.length - from);
-      dataBytes += valueBytes + (hasData ? 1 : 0);
+      if (buf[start] === COLON) continue;
+      // Only `data` matters: the name is exactly those four bytes, then a colon or the end.
+      if (end - start < 4 || !(buf[start] === 0x64 && buf[start + 1] === 0x61 && buf[start + 2] === 0x74 && buf[start + 3] === 0x61)) continue;
+      let from = start + 4;
+      if (from < end) {
+        if (buf[from] !== COLON) continue;
+        from++;
+        if (from < end && buf[from] === SPACE) from++;
+      }
+      dataBytes += end - from + (hasData ? 1 : 0);
       if (dataBytes > max) throw tooLarge("event");
-      const value = valueBytes > 0 ? decoder.decode(line.subarray(from)) : "";
+      // A BOM inside a value is kept (Buffer decoding never strips one).
+      const value = from < end ? buf.toString("utf8", from, end) : "";
       data = hasData ? `${data}\n${value}` : value;
       hasData = true;
     }
