@@ -17,7 +17,9 @@ beforeAll(async () => {
   fx = await startTestRouter({
     "deadlines.totalMs": 60_000,
     "deadlines.idleMs": 10_000,
-    // Hidden states are bytes relayed as they come: a small cap keeps this test quick.
+    // Small caps keep this file quick and its memory bounds tight: 6 × 8 MiB
+    // at most held at once below (the default is 32 MiB).
+    "router.maxUpstreamBodyBytes": 8 * MiB,
     "router.maxUpstreamHiddenStatesBytes": 16 * MiB,
   });
 });
@@ -79,6 +81,21 @@ describe("oversized answers from a worker", () => {
     // The router stopped reading soon after the limit: the worker could not push it all.
     expect(w.bytesWritten).toBeLessThan(64 * MiB);
     expect(health("huge-json").consecutiveFailures).toBe(1);
+  });
+
+  it("a sound answer just under the cap is relayed whole (embeddings are legitimately large)", async () => {
+    const vector = Array.from({ length: 384 }, (_, i) => Math.sin(i) / 3);
+    const answer = JSON.stringify({ object: "list", model: "m", data: Array.from({ length: 1000 }, (_, index) => ({ object: "embedding", index, embedding: vector })), usage: { prompt_tokens: 1000, total_tokens: 1000 } });
+    expect(answer.length).toBeGreaterThan(7 * MiB);
+    expect(answer.length).toBeLessThan(8 * MiB);
+    await hostile("big-but-fine", (_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(answer);
+    });
+    const res = await post("/v1/embeddings", { model: "m", input: ["a", "b"] });
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe(answer);
+    expect(health("big-but-fine").consecutiveFailures).toBe(0);
   });
 
   it("a declared content-length over the limit is refused before reading it", async () => {
@@ -169,6 +186,16 @@ describe("oversized SSE from a worker", () => {
     expect(growthBytes).toBeLessThan(100 * MiB);
     expect(w.bytesWritten).toBeLessThan(64 * MiB);
     expect(health("endless-line").consecutiveFailures).toBe(1);
+  });
+
+  it("an event just under the limit is relayed", async () => {
+    const big = chunk("c1", "x".repeat(1000 * 1024));
+    await hostile("big-event", (_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end(`data: ${JSON.stringify(big)}\n\ndata: [DONE]\n\n`);
+    });
+    const res = await post("/v1/chat/completions", chat(true));
+    expect(payloads(await res.text())).toEqual([JSON.stringify(big), "[DONE]"]);
   });
 
   it("an event over the limit before the first byte is a clean 502", async () => {

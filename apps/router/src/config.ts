@@ -106,8 +106,11 @@ export const configSchema = z.object({
       maxConnectionsPerWorker: z.number().int().min(1).default(8192),
       /** Retry-After (seconds) sent with 503 when no worker can serve. */
       retryAfterS: z.number().int().min(1).default(1),
-      /** Largest non-streamed (JSON) answer read from a worker or provider; beyond → 502 upstream_response_too_large. */
-      maxUpstreamBodyBytes: z.number().int().positive().default(8 * 1024 * 1024),
+      /**
+       * Largest non-streamed (JSON) answer read from a worker or provider; beyond → 502 upstream_response_too_large.
+       * Above what a sound worker sends within the request limits: 2048 MiniLM embeddings as JSON floats are ~17 MB.
+       */
+      maxUpstreamBodyBytes: z.number().int().positive().default(32 * 1024 * 1024),
       /** Largest /v1/hidden_states answer (safetensors bytes, relayed as they come). */
       maxUpstreamHiddenStatesBytes: z.number().int().positive().default(256 * 1024 * 1024),
       /** Longest SSE line, and largest SSE event, read from a worker or provider. */

@@ -31,7 +31,7 @@ export interface UpstreamLimits {
 }
 
 const MiB = 1024 * 1024;
-export const defaultUpstreamLimits: Readonly<UpstreamLimits> = { maxBodyBytes: 8 * MiB, maxRawBodyBytes: 256 * MiB, maxEventBytes: MiB };
+export const defaultUpstreamLimits: Readonly<UpstreamLimits> = { maxBodyBytes: 32 * MiB, maxRawBodyBytes: 256 * MiB, maxEventBytes: MiB };
 
 /** An error answer is read this far at most: its message is all the router keeps of it. */
 export const ERROR_BODY_MAX_BYTES = 64 * 1024;
