@@ -2,7 +2,7 @@
 // `switchyard up` and the integration tests.
 import { readFileSync } from "node:fs";
 import { createServer as createHttpsServer } from "node:https";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, LookupFunction } from "node:net";
 import { serve, type ServerType } from "@hono/node-server";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
@@ -189,6 +189,8 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     token: config.workers.token,
     secretKey: config.workers.secretKey,
     limits: upstreamLimits,
+    // Worker host names connect only to the addresses the URL check approved (no DNS rebinding).
+    lookup: workerUrls.pinnedLookup as LookupFunction,
   });
   directory.onChange((workers) => connections.retain(new Set(workers.map((w) => new URL(w.url).origin))));
   const keyStore = new PostgresKeyStore(db.db);

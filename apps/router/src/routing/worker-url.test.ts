@@ -1,7 +1,10 @@
 // The router's check of worker URLs (SSRF): schemes, refused ranges in every
 // spelling, resolved addresses, the allow-list, the router's own endpoints,
 // and DNS kept off the request path (bounded wait, cached).
+import { createServer } from "node:http";
+import type { AddressInfo, LookupFunction } from "node:net";
 import { describe, expect, it } from "vitest";
+import { WorkerConnections } from "../backends/worker/client.ts";
 import { parseCidr, WorkerUrlPolicy } from "./worker-url.ts";
 
 const dns = (table: Record<string, string[]>) => async (host: string) => {
@@ -97,5 +100,34 @@ describe("WorkerUrlPolicy", () => {
     expect(await p.check("http://slow.example:9100")).toEqual({ ok: true });
     expect(await p.check("http://slow.example:9100")).toEqual({ ok: true });
     expect(lookups).toBe(1);
+  });
+
+  it("worker connections reach only the addresses the check approved (DNS rebinding is not followed)", async () => {
+    const server = createServer((_, res) => res.end("ok")).listen(0, "127.0.0.1");
+    await new Promise((r) => server.once("listening", r));
+    const port = (server.address() as AddressInfo).port;
+    let table: Record<string, string[]> = { "gpu.test": ["127.0.0.1"] };
+    const p = new WorkerUrlPolicy({ cacheMs: 1, resolve: async (h) => table[h] ?? [] });
+    const conns = new WorkerConnections({ connectTimeoutMs: 1000, lookup: p.pinnedLookup as LookupFunction });
+    const get = async (origin: string) => {
+      const res = await conns.pool(origin).request({ path: "/", method: "GET" });
+      return res.body.text();
+    };
+    try {
+      expect(await p.check(`http://gpu.test:${port}`)).toEqual({ ok: true });
+      expect(await get(`http://gpu.test:${port}`)).toBe("ok");
+      // Never checked: no address to connect to.
+      await expect(get(`http://unchecked.test:${port}`)).rejects.toThrow(/no address approved/);
+      // The name now points at metadata: the next check refuses it, and a new connection is not made.
+      table = { "gpu.test": ["169.254.169.254"] };
+      await new Promise((r) => setTimeout(r, 5));
+      await p.check(`http://gpu.test:${port}`); // refreshes the stale resolution
+      expect(await p.check(`http://gpu.test:${port}`)).toMatchObject({ ok: false });
+      await conns.close();
+      await expect(get(`http://gpu.test:${port}`)).rejects.toThrow(/no address approved/);
+    } finally {
+      await conns.close();
+      server.close();
+    }
   });
 });

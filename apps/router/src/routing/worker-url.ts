@@ -156,6 +156,8 @@ export class WorkerUrlPolicy {
   private readonly waitMs: number;
   private readonly now: () => number;
   private readonly cache = new Map<string, Resolution>();
+  /** Host → the addresses its last passing check saw (what worker connections may reach). */
+  private readonly approved = new Map<string, string[]>();
   private readonly own: OwnEndpoint[] = [];
   private readonly interfaces: Bytes[];
 
@@ -217,10 +219,31 @@ export class WorkerUrlPolicy {
     }
     for (const a of addresses) {
       const why = this.refusal(a, port, host);
-      if (why) return { ok: false, reason: why };
+      if (why) {
+        this.approved.delete(host);
+        return { ok: false, reason: why };
+      }
     }
+    if (!isIP(host)) this.approved.set(host, addresses);
     return { ok: true };
   }
+
+  /**
+   * A net.connect `lookup` for worker connections: answers with the
+   * addresses the last check approved for the host, never a fresh
+   * resolution, so a name that re-resolves somewhere else after the check
+   * (DNS rebinding) is not followed.
+   */
+  readonly pinnedLookup = (hostname: string, options: { all?: boolean; family?: number | string }, callback: (...args: unknown[]) => void): void => {
+    const host = hostname.replace(/^\[|\]$/g, "").toLowerCase().replace(/\.$/, "");
+    const addresses = (this.approved.get(host) ?? []).filter((a) => !options.family || String(options.family).endsWith(String(isIP(a))));
+    if (addresses.length === 0) {
+      callback(Object.assign(new Error(`${hostname}: no address approved for worker connections`), { code: "ENOTFOUND", hostname }));
+      return;
+    }
+    if (options.all) callback(null, addresses.map((address) => ({ address, family: isIP(address) })));
+    else callback(null, addresses[0], isIP(addresses[0]!));
+  };
 
   private refusal(address: string, port: number, host: string): string | undefined {
     const b = bytesOf(address);
@@ -273,5 +296,6 @@ export class WorkerUrlPolicy {
   /** Forget resolutions not used by any of `hosts` (the directory calls it with the live workers' hosts). */
   retainHosts(hosts: Set<string>): void {
     for (const h of this.cache.keys()) if (!hosts.has(h)) this.cache.delete(h);
+    for (const h of this.approved.keys()) if (!hosts.has(h)) this.approved.delete(h);
   }
 }

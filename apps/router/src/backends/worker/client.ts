@@ -1,6 +1,7 @@
 // Talks to a worker's OpenAI-compatible HTTP API. One undici Pool per worker
 // origin keeps connections warm; the pool is shared by every request.
 import { Pool } from "undici";
+import type { LookupFunction } from "node:net";
 import { FENCING_SIGNATURE_HEADER, FencingSigner, workerCallSecret, type WorkerRecord } from "@switchyard/state";
 import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
@@ -25,6 +26,8 @@ export interface WorkerPoolOptions {
   token?: string;
   /** Derive each worker's own secret from its id (invited workers). */
   secretKey?: string;
+  /** Resolves worker host names when connecting (the router pins them to the addresses its URL check approved). */
+  lookup?: LookupFunction;
   /** What is read from a worker at most (bodies, SSE lines and events). */
   limits?: Partial<UpstreamLimits>;
 }
@@ -44,6 +47,7 @@ export class WorkerConnections {
         connections: this.opts.maxConnections ?? 8192,
         pipelining: 1,
         connectTimeout: this.opts.connectTimeoutMs,
+        ...(this.opts.lookup ? { connect: { lookup: this.opts.lookup } } : {}),
         // Our own timers enforce header/idle deadlines with clear reasons.
         headersTimeout: 0,
         bodyTimeout: 0,
