@@ -3,7 +3,7 @@
 import { describe, expect, it } from "vitest";
 import type { WorkerRecord } from "@switchyard/state";
 import { loadConfig } from "../config.ts";
-import { bandPolicy, chooseBand } from "./bands.ts";
+import { bandPolicy, chooseBand, tenantWeight } from "./bands.ts";
 import { FairQueue } from "./fair-queue.ts";
 import { PoolLoad } from "./pool.ts";
 
@@ -139,6 +139,15 @@ describe("bands", () => {
     expect(chooseBand(cfg, "bulk", "standard")).toMatchObject({ ok: false, reason: "priority_not_allowed" });
     expect(chooseBand(cfg, "mid", "interactive")).toEqual({ ok: true, band: "interactive" });
     expect(chooseBand(cfg, "mid", undefined)).toEqual({ ok: true, band: "standard" });
+  });
+
+  it("fair-share keys: maxQueuedPerTenant (default 100, env too) and a positive weight per tenant, looked up by own keys only", () => {
+    expect(cfg.maxQueuedPerTenant).toBe(100);
+    expect(loadConfig({ env: { SWITCHYARD_ADMISSION__MAX_QUEUED_PER_TENANT: "5" } }).admission.maxQueuedPerTenant).toBe(5);
+    expect(() => loadConfig({ env: {}, overrides: { "admission.tenants": { x: { weight: 0 } } } })).toThrow();
+    const weighted = loadConfig({ env: {}, overrides: { "admission.tenants": { heavy: { weight: 3 } } } }).admission;
+    expect([tenantWeight(weighted, "heavy"), tenantWeight(weighted, "anyone"), tenantWeight(weighted, "constructor")]).toEqual([3, 1, 1]);
+    expect(bandPolicy(weighted, "constructor")).toEqual({ defaultBand: "standard", maxBand: "standard" });
   });
 
   it("an unknown band is invalid", () => {
