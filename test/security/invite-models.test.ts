@@ -4,15 +4,17 @@
 // a worker only for models on its invite (an admin-written key the worker
 // cannot write), and never for a name that maps to a paid backend unless an
 // alias names it as a worker model — in invite mode and in shared-token mode.
+import { spawn } from "node:child_process";
+import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { setPrice } from "@switchyard/db";
-import { inviteKey, RedisRegistryStore, revokeWorker } from "@switchyard/state";
+import { fencingPublicKey, inviteKey, RedisRegistryStore, revokeWorker } from "@switchyard/state";
 import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { SimWorker } from "../fixtures/sim-worker.ts";
 import { sleep, waitFor } from "../helpers/env.ts";
 import { startTestRouter } from "../helpers/router.ts";
-import { PREFIX, startFabric, type Fabric } from "./fabric.ts";
+import { PREFIX, SECRET_KEY, startFabric, type Fabric } from "./fabric.ts";
 
 const OR_MODEL = "openai/gpt-4o-mini";
 const AN_MODEL = "claude-3-5-sonnet-latest";
@@ -93,6 +95,32 @@ describe("an invite bounds what a worker is routed for", () => {
       await stray.stop();
     }
   });
+
+  it("'switchyard workers invite --model' records the invite and prints the routers' fencing key; revoke removes both", async () => {
+    const root = path.resolve(import.meta.dirname, "../..");
+    const env: Record<string, string | undefined> = { ...process.env, REDIS_URL: fx.redis.url, SWITCHYARD_WORKER_SECRET_KEY: SECRET_KEY, SWITCHYARD_REDIS__KEY_PREFIX: undefined, SWITCHYARD_CONFIG: undefined };
+    const cli = (args: string[]) =>
+      new Promise<{ code: number | null; out: string; err: string }>((resolve) => {
+        const child = spawn(process.execPath, [path.join(root, "apps/cli/bin/switchyard.mjs"), ...args], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
+        let out = "";
+        let err = "";
+        child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+        child.stderr.on("data", (d: Buffer) => (err += d.toString()));
+        child.once("exit", (code) => resolve({ code, out, err }));
+      });
+    const r = await cli(["workers", "invite", "cli-box", "--model", "m-a", "--model", "m-b", "--advertise", "http://10.0.0.8:9100"]);
+    expect(r.code, r.err).toBe(0);
+    expect(r.out).toContain(`--fencing-key ${fencingPublicKey(SECRET_KEY)}`);
+    expect(r.out).toContain("--model 'm-a' --model 'm-b'");
+    expect(JSON.parse((await fx.admin.get(inviteKey(PREFIX, "cli-box")))!)).toMatchObject({ models: ["m-a", "m-b"] });
+    // The worker refuses a fencing key that is not one (rather than run unfenced).
+    const bad = await cli(["worker", "--redis", fx.redis.url, "--token", "t0123456789", "--id", "cli-box", "--fencing-key", "not-a-key"]);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toMatch(/--fencing-key.*32 bytes/);
+    const gone = await cli(["workers", "revoke", "cli-box"]);
+    expect(gone.code, gone.err).toBe(0);
+    expect(await fx.admin.exists(inviteKey(PREFIX, "cli-box"))).toBe(0);
+  }, 60_000);
 
   it("revoking removes the invite: the worker leaves rotation at the next poll", async () => {
     await evil.heartbeat();
