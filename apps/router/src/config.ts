@@ -198,9 +198,10 @@ export const configSchema = z.object({
       tenantChains: z.record(z.string(), z.array(chainStep).min(1)).default({}),
       /**
        * Model aliases: one name the client uses, the name each kind of
-       * backend knows. Without an alias a model goes to workers serving that
-       * name, to OpenRouter when it looks like an OpenRouter id ("vendor/model"),
-       * to Anthropic when it starts with "claude-".
+       * backend knows. Without an alias a model goes to OpenRouter when it
+       * looks like an OpenRouter id ("vendor/model"), to Anthropic when it
+       * starts with "claude-", and otherwise to workers serving that name; a
+       * paid backend's name reaches workers only through an alias's `worker`.
        */
       models: z
         .record(
