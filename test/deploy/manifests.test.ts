@@ -67,7 +67,6 @@ interface PodTemplate {
   spec: PodSpec;
 }
 
-/* eslint-disable @typescript-eslint/no-explicit-any */
 const spec = (o: KubeObject): any => (o as any).spec;
 const template = (o: KubeObject): PodTemplate => spec(o).template as PodTemplate;
 const workloads = (objs: KubeObject[]) => objs.filter((o) => ["Deployment", "DaemonSet", "Job", "StatefulSet"].includes(o.kind));
