@@ -4,8 +4,8 @@
 // bridge too. Links can be cut (`ip link set down`), a path between two hosts
 // partitioned (blackhole routes on both ends: packets silently dropped, as
 // 100 % loss would) and a link slowed (HTB rate limit). Needs root, `ip` and
-// `tc`. Everything is named syh<pid>-…: a run first removes what a crashed
-// run (dead pid) left, and removes its own at the end or on exit.
+// `tc`. Everything a fabric makes is named syh<pid>_<n>…: a run first removes
+// what a crashed run (dead pid) left, and removes its own at the end or on exit.
 //
 // The kernel here has no sch_netem (CONFIG_NET_SCH_NETEM unset), so delay and
 // loss are modelled with what it has: blackhole routes for loss, HTB for a
@@ -75,12 +75,12 @@ function deleteNamespace(ns: string): void {
 export function cleanupStale(): string[] {
   const removed: string[] = [];
   const owner = (name: string) => {
-    const m = new RegExp(`^${PREFIX}(\\d+)(?:-|$)`).exec(name);
+    const m = new RegExp(`^${PREFIX}(\\d+)_\\d+(?:-|$)`).exec(name);
     return m ? Number(m[1]) : undefined;
   };
   for (const ns of namespaces()) {
     const pid = owner(ns);
-    if (pid === undefined || (alive(pid) && pid !== process.pid)) continue;
+    if (pid === undefined || alive(pid)) continue;
     deleteNamespace(ns);
     removed.push(ns);
   }
@@ -88,7 +88,7 @@ export function cleanupStale(): string[] {
     const name = /^\d+:\s+([^:@\s]+)/.exec(line)?.[1];
     if (!name) continue;
     const pid = owner(name);
-    if (pid === undefined || (alive(pid) && pid !== process.pid)) continue;
+    if (pid === undefined || alive(pid)) continue;
     ip(["link", "del", name], { ignoreErrors: true });
     removed.push(name);
   }
@@ -142,9 +142,15 @@ export class Fabric {
     process.exit(sig === "SIGINT" ? 130 : 143);
   };
 
-  private constructor(readonly subnet: string) {
-    this.sw = `${PREFIX}${process.pid}-sw`;
-    this.rootLink = `${PREFIX}${process.pid}`;
+  private static made = 0;
+
+  private constructor(
+    readonly subnet: string,
+    /** The name every namespace and link of this fabric starts with (also the test process's own link). */
+    readonly tag = `${PREFIX}${process.pid}_${Fabric.made++}`,
+  ) {
+    this.sw = `${tag}-sw`;
+    this.rootLink = tag;
     this.clientIp = `${subnet}.1`;
   }
 
@@ -176,7 +182,7 @@ export class Fabric {
   addHost(name: string): Host {
     if (!/^[a-z0-9-]{1,12}$/.test(name)) throw new Error(`host name '${name}': 1–12 of a-z0-9-`);
     if (this.hosts.has(name)) throw new Error(`host ${name} exists`);
-    const host: Host = { name, ns: `${PREFIX}${process.pid}-${name}`, ip: `${this.subnet}.${this.next++}`, bridgePort: `p-${name}` };
+    const host: Host = { name, ns: `${this.tag}-${name}`, ip: `${this.subnet}.${this.next++}`, bridgePort: `p-${name}` };
     ip(["netns", "add", host.ns]);
     this.hosts.set(name, host);
     ip(["-n", host.ns, "link", "set", "lo", "up"]);
@@ -301,7 +307,7 @@ export class Fabric {
 
   /** A private directory (removed with the fabric), `owner` uid/gid optional. */
   tmpDir(label: string, owner?: { uid: number; gid: number }): string {
-    const dir = mkdtempSync(path.join(tmpdir(), `${PREFIX}${process.pid}-${label}-`));
+    const dir = mkdtempSync(path.join(tmpdir(), `${this.tag}-${label}-`));
     if (owner) {
       chownSync(dir, owner.uid, owner.gid);
       chmodSync(dir, 0o700);
@@ -331,7 +337,7 @@ export class Fabric {
 
   /** What of this fabric is still on the machine (empty after destroy). */
   leftovers(): string[] {
-    const mine = `${PREFIX}${process.pid}`;
+    const mine = this.tag;
     const links = ip(["-o", "link", "show"], { ignoreErrors: true })
       .split("\n")
       .map((l) => /^\d+:\s+([^:@\s]+)/.exec(l)?.[1])

@@ -66,8 +66,8 @@ async function invite(name: string, model: string): Promise<string[]> {
   return words.slice(3);
 }
 
-async function startSim(name: string): Promise<void> {
-  const args = await invite(name, "sim-chat");
+async function startSim(name: string, model = "sim-chat"): Promise<void> {
+  const args = await invite(name, model);
   const flag = (f: string) => args[args.indexOf(f) + 1]!;
   const host = fabric.host(name);
   const p = fabric.spawn(name, process.execPath, ["--import", "tsx", SIM_HOST], {
@@ -78,7 +78,7 @@ async function startSim(name: string): Promise<void> {
     HOST: host.ip,
     PORT: "9100",
     ADVERTISE: flag("--advertise"),
-    MODELS: "sim-chat",
+    MODELS: model,
     TOKENS: "5",
     INTER_TOKEN_MS: "10",
   });
@@ -113,6 +113,31 @@ async function chat(model = "sim-chat"): Promise<Answer> {
   }
 }
 
+/** One streamed chat: who served it (its content) and when its first byte reached the client. */
+async function streamChat(model: string): Promise<{ id: string; firstByteMs: number }> {
+  const t0 = performance.now();
+  const res = await fetch(`${routerUrl}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+    body: JSON.stringify({ model, stream: true, messages: [{ role: "user", content: "hi" }] }),
+    signal: AbortSignal.timeout(20_000),
+  });
+  expect(res.status).toBe(200);
+  let firstByteMs = NaN;
+  let text = "";
+  const decoder = new TextDecoder();
+  for await (const chunk of res.body!) {
+    if (Number.isNaN(firstByteMs)) firstByteMs = performance.now() - t0;
+    text += decoder.decode(chunk, { stream: true });
+  }
+  const content = text
+    .split("\n")
+    .filter((l) => l.startsWith("data: {"))
+    .map((l) => (JSON.parse(l.slice(6)) as { choices?: Array<{ delta?: { content?: string } }> }).choices?.[0]?.delta?.content ?? "")
+    .join("");
+  return { id: /from (\S+)/.exec(content)?.[1] ?? `? ${text.slice(0, 200)}`, firstByteMs };
+}
+
 /** Requests from `concurrency` clients until `stop()`; every answer kept. */
 function traffic(concurrency: number) {
   const answers: Answer[] = [];
@@ -135,7 +160,7 @@ const inRotation = async (id: string) => (await chat()).route.includes(`worker:$
 
 beforeAll(async () => {
   fabric = Fabric.create();
-  for (const h of ["router", "redis", "pg", REAL_ID, "sim-a", "sim-b"]) fabric.addHost(h);
+  for (const h of ["router", "redis", "pg", REAL_ID, "sim-a", "sim-b", "sim-fast", "sim-slow"]) fabric.addHost(h);
   redis = await startNsRedis(fabric, "redis", { password: REDIS_PASSWORD });
   admin = new Redis(redis.adminUrl, { maxRetriesPerRequest: 2 });
   pg = await startNsPostgres(fabric, "pg");
@@ -168,7 +193,7 @@ beforeAll(async () => {
     },
     { timeoutMs: 60_000, intervalMs: 100, what: "router healthy in its namespace" },
   );
-  await Promise.all([startSim("sim-a"), startSim("sim-b")]);
+  await Promise.all([startSim("sim-a"), startSim("sim-b"), startSim("sim-fast", "sim-lat"), startSim("sim-slow", "sim-lat")]);
   await waitFor(async () => (await inRotation("sim-a")) && (await inRotation("sim-b")), { timeoutMs: 20_000, intervalMs: 100, what: "both sims in rotation" });
 }, 180_000);
 
@@ -268,5 +293,27 @@ describe("many hosts", () => {
     const t = traffic(4);
     await waitFor(() => t.served("sim-b") >= 1, { timeoutMs: 15_000, what: "sim-b serving after the heal" });
     expect((await t.stop()).filter((a) => a.status !== 200)).toEqual([]);
+  }, 120_000);
+  it("a slow link shows up in routing latency: the router prefers the worker behind the fast one", async () => {
+    // Its own pair of workers and model, so nothing the other tests did (failures) weighs on the scores.
+    // No netem in this kernel: the slow link is a 32 kbit/s one (HTB), every packet sim-slow sends waits its turn.
+    fabric.slowLink("sim-slow", 32);
+    const answers: Array<{ id: string; firstByteMs: number }> = [];
+    try {
+      for (let i = 0; i < 40; i++) answers.push(await streamChat("sim-lat"));
+    } finally {
+      fabric.clearLink("sim-slow");
+    }
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
+    const of = (id: string) => answers.filter((a) => a.id === id).map((a) => a.firstByteMs);
+    const late = answers.slice(20);
+    console.log(
+      `slow link: first byte median via the fast link ${median(of("sim-fast")).toFixed(0)} ms (n=${of("sim-fast").length}), via the slow one ${median(of("sim-slow")).toFixed(0)} ms (n=${of("sim-slow").length}); last 20 requests on the fast one: ${late.filter((a) => a.id === "sim-fast").length}`,
+    );
+    expect(answers.every((a) => a.id === "sim-fast" || a.id === "sim-slow")).toBe(true);
+    // The slow link is measured (the router tried it), and it is slower by far more than the noise of a loaded box.
+    expect(median(of("sim-slow")) - median(of("sim-fast"))).toBeGreaterThan(100);
+    // Once measured, latency-aware routing sends nearly everything over the fast link (epsilon explores a few).
+    expect(late.filter((a) => a.id === "sim-fast").length).toBeGreaterThanOrEqual(16);
   }, 120_000);
 });
