@@ -94,7 +94,8 @@ export class WorkerDirectory {
       const allowed = invite && requireInvites ? new Set(invite.models) : undefined;
       const models = w.models.filter((m) => (!allowed || allowed.has(m)) && (!mayServe || mayServe(m)));
       if (models.length < w.models.length) {
-        const dropped = w.models.filter((m) => !models.includes(m));
+        const kept = new Set(models);
+        const dropped = w.models.filter((m) => !kept.has(m));
         refuse(w.id, "model_not_allowed", `advertised ${dropped.slice(0, 8).map((m) => JSON.stringify(m.slice(0, 80))).join(", ")}${dropped.length > 8 ? ", …" : ""}: not on its invite, or the name of a paid backend`);
       }
       out.push(models.length === w.models.length ? w : { ...w, models });
