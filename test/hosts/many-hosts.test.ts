@@ -6,6 +6,7 @@
 // failover cases: a cable cut mid-traffic, and a partition between one worker
 // and Redis only (it leaves rotation within the heartbeat TTL and comes back
 // once the partition heals).
+import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -101,7 +102,8 @@ async function chat(model = "sim-chat"): Promise<Answer> {
     const res = await fetch(`${routerUrl}/v1/chat/completions`, {
       method: "POST",
       headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "x-switchyard-debug": "route" },
-      body: JSON.stringify({ model, messages: [{ role: "user", content: "hi" }] }),
+      // Short answers: a loaded CPU engine stays well inside deadlines.headersMs.
+      body: JSON.stringify({ model, max_tokens: 8, messages: [{ role: "user", content: "hi" }] }),
       signal: AbortSignal.timeout(20_000),
     });
     const body = await res.text();
@@ -170,10 +172,13 @@ beforeAll(async () => {
   apiKey = (await cli(["keys", "create", "--tenant", "hosts"])).trim();
   const routerIp = fabric.host("router").ip;
   routerUrl = `http://${routerIp}:8080`;
+  // Worker URLs only inside the fabric's network (a list: only a config file can say it, env values are scalars).
+  const config = path.join(fabric.tmpDir("config"), "switchyard.yaml");
+  writeFileSync(config, `workers:\n  allowedNetworks: ["${fabric.subnet}.0/24"]\n`);
   router = fabric.spawn(
     "router",
     process.execPath,
-    [CLI, "router"],
+    [CLI, "router", "--config", config],
     hostEnv({
       SWITCHYARD_HOME: fabric.tmpDir("home"),
       SWITCHYARD_HOST: routerIp,
@@ -232,7 +237,7 @@ describe("many hosts", () => {
     // Every record in the registry names its host's fabric address, none a loopback one.
     const keys = await admin.keys("sy:{registry}:worker:*");
     const records = (await admin.mget(...keys)).map((r) => JSON.parse(r!) as { id: string; url: string });
-    expect(records.map((r) => r.id).sort()).toEqual([REAL_ID, "sim-a", "sim-b"]);
+    expect(records.map((r) => r.id).sort()).toEqual([REAL_ID, "sim-a", "sim-b", "sim-fast", "sim-slow"]);
     for (const r of records) expect(r.url).toBe(`http://${fabric.host(r.id).ip}:9100`);
   }, 180_000);
 
