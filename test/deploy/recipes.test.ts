@@ -186,7 +186,8 @@ describe("deploy/docker/Dockerfile", () => {
     const sources = JSON.parse(/const sources = (\[[^\]]*\])/.exec(bin)![1]!) as string[];
     const copied = copies("app").filter((c) => !c.from).flatMap((c) => c.sources);
     for (const s of sources) expect(copied.some((c) => s === c || s.startsWith(`${c}/`)), `${s} is bundled but not copied`).toBe(true);
-    expect(runs("app").join(" ")).toContain("node apps/cli/bin/switchyard.mjs --help");
+    // Built as root in a mkdtemp (0700) directory: the image's user must be able to read it.
+    expect(runs("app").join(" ")).toMatch(/node apps\/cli\/bin\/switchyard\.mjs --help .*&& chmod -R a\+rX dist/);
     expect(copies("app")).toContainEqual({ from: undefined, sources: ["deploy/k8s/base/switchyard.yaml"], dest: "/etc/switchyard/switchyard.yaml" });
   });
 
