@@ -6,9 +6,10 @@
 // failover cases: a cable cut mid-traffic, and a partition between one worker
 // and Redis only (it leaves rotation within the heartbeat TTL and comes back
 // once the partition heals).
-import { writeFileSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { Redis } from "ioredis";
+import { defaultCacheDir } from "@switchyard/agent";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep, waitFor } from "../helpers/env.ts";
 import { Fabric, startNsPostgres, startNsRedis, type NsPostgres, type NsProcess, type NsRedis } from "../helpers/netns.ts";
@@ -205,6 +206,8 @@ beforeAll(async () => {
 afterAll(async () => {
   admin?.disconnect();
   await real?.stop(10_000);
+  // The worker keeps its newest fencing token per id across restarts; this run's is not worth keeping.
+  rmSync(path.join(defaultCacheDir(), "workers", `${REAL_ID}.fence`), { force: true });
   await pg?.stop();
   await fabric?.destroy();
   expect(fabric?.leftovers() ?? []).toEqual([]);
