@@ -4,11 +4,11 @@
 // pinned into a venv under ~/.cache/switchyard on first use.
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseAllDocuments } from "yaml";
+import { parse as parseYaml, parseAllDocuments, stringify as stringifyYaml } from "yaml";
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const here = path.join(repoRoot, "test", "deploy", "kube-validate");
@@ -23,15 +23,19 @@ export interface KubeObject {
   [field: string]: unknown;
 }
 
-/** kubectl, or an error that says what is missing (a deployment test never skips). */
+/** kubectl with kustomize v5 (kubectl 1.27+), or an error that says what is missing (a deployment test never skips). */
 export function kubectl(): string {
   const probe = spawnSync("kubectl", ["version", "--client"], { encoding: "utf8" });
+  const install = "Install kubectl 1.27 or newer (its built-in kustomize is v5; Debian bookworm's kubernetes-client package, 1.20, is too old) and run again.";
   if (probe.error || probe.status !== 0) {
     throw new Error(
-      "kubectl is not installed (or does not run): test/deploy renders deploy/k8s with `kubectl kustomize`. " +
-        "Install kubectl (Debian: the kubernetes-client package, or the upstream binary) and run again." +
+      `kubectl is not installed (or does not run): test/deploy renders deploy/k8s with \`kubectl kustomize\`. ${install}` +
         (probe.error ? ` (${probe.error.message})` : ` (exit ${probe.status}: ${probe.stderr.trim()})`),
     );
+  }
+  const kustomize = /Kustomize Version: v(\d+)\./.exec(probe.stdout);
+  if (!kustomize || Number(kustomize[1]) < 5) {
+    throw new Error(`kubectl's kustomize is too old or unknown (${probe.stdout.replace(/\s+/g, " ").trim()}): deploy/k8s needs kustomize v5. ${install}`);
   }
   return "kubectl";
 }
@@ -50,9 +54,11 @@ export function kustomize(dir: string): KubeObject[] {
 
 /**
  * A copy of deploy/k8s with each overlay's secrets/*.env.example in place of
- * the real secrets/*.env the operator writes, rendered at `overlay`.
+ * the real secrets/*.env the operator writes, rendered at `overlay` — with
+ * `components` (deploy/k8s/components/<name>) added to that overlay, as its
+ * comment tells an operator to.
  */
-export function renderOverlay(overlay: string): { objects: KubeObject[]; cleanup(): void } {
+export function renderOverlay(overlay: string, opts: { components?: string[] } = {}): { objects: KubeObject[]; cleanup(): void } {
   const tmp = mkdtempSync(path.join(os.tmpdir(), "sy-deploy-"));
   try {
     cpSync(path.join(repoRoot, "deploy", "k8s"), path.join(tmp, "k8s"), { recursive: true });
@@ -62,7 +68,15 @@ export function renderOverlay(overlay: string): { objects: KubeObject[]; cleanup
         if (f.endsWith(".env.example")) cpSync(path.join(secrets, f), path.join(secrets, f.slice(0, -".example".length)));
       }
     }
-    const objects = kustomize(path.join(tmp, "k8s", "overlays", overlay));
+    const dir = path.join(tmp, "k8s", "overlays", overlay);
+    if (opts.components?.length) {
+      // Where the overlay's comment says to list them: its own transformers (images) then apply to them too.
+      const file = path.join(dir, "kustomization.yaml");
+      const k = parseYaml(readFileSync(file, "utf8")) as { components?: string[] };
+      k.components = [...(k.components ?? []), ...opts.components.map((c) => `../../components/${c}`)];
+      writeFileSync(file, stringifyYaml(k));
+    }
+    const objects = kustomize(dir);
     return { objects, cleanup: () => rmSync(tmp, { recursive: true, force: true }) };
   } catch (err) {
     rmSync(tmp, { recursive: true, force: true });

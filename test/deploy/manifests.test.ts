@@ -357,6 +357,32 @@ describe("workers", () => {
   });
 });
 
+describe("components/cpu-workers", () => {
+  let cpu: KubeObject[];
+  let done = () => {};
+  beforeAll(() => {
+    const r = renderOverlay("production", { components: ["cpu-workers"] });
+    cpu = r.objects;
+    done = r.cleanup;
+  }, 120_000);
+  afterAll(() => done());
+
+  it("turns the DaemonSet into CPU workers: the worker image, --device cpu, no GPU asked for, and still valid", () => {
+    const ds = find(cpu, "DaemonSet", "switchyard-worker");
+    const pod = template(ds).spec;
+    const c = container(cpu, "DaemonSet", "switchyard-worker", "worker");
+    expect(c.image).toMatch(/\/switchyard-worker:[^:]+$/);
+    expect(pod.initContainers?.[0]?.image).toBe(c.image);
+    expect(c.args).toEqual(["--device", "cpu"]);
+    expect(JSON.stringify(pod)).not.toContain("nvidia.com/gpu");
+    expect(pod.nodeSelector).toEqual({ "switchyard/worker": "cpu" });
+    // Everything else is the production overlay's, unchanged.
+    expect(cpu.filter((o) => o.kind !== "DaemonSet")).toEqual(prod.filter((o) => o.kind !== "DaemonSet"));
+    const failures = validateObjects([ds]).filter((r) => !r.ok);
+    expect(failures).toEqual([]);
+  });
+});
+
 describe("migration", () => {
   it("the Job runs `switchyard migrate` from the router image against the configured database, never an embedded one", () => {
     const job = find(prod, "Job", "switchyard-migrate");
@@ -376,7 +402,9 @@ describe("images and security", () => {
     const dockerfile = readFileSync(path.join(repoRoot, "deploy", "docker", "Dockerfile"), "utf8");
     const targets = new Set([...dockerfile.matchAll(/^FROM\s+\S+\s+AS\s+(\S+)/gim)].map((m) => m[1]!));
     const images = new Set<string>();
-    for (const objs of [base, prod]) {
+    const cpu = renderOverlay("production", { components: ["cpu-workers"] });
+    cpu.cleanup();
+    for (const objs of [base, prod, cpu.objects]) {
       for (const w of workloads(objs)) for (const c of [...template(w).spec.containers, ...(template(w).spec.initContainers ?? [])]) images.add(c.image);
     }
     expect(images.size).toBeGreaterThan(0);
@@ -386,6 +414,8 @@ describe("images and security", () => {
       expect(targets.has(m![1]!), `${image}: no stage '${m![1]}' in deploy/docker/Dockerfile`).toBe(true);
       expect(m![2]).not.toBe("latest");
     }
+    // All three recipes' images are used by some rendering.
+    expect([...images].map((i) => /switchyard-([a-z0-9-]+):/.exec(i)![1]).sort()).toEqual(expect.arrayContaining(["router", "worker", "worker-cuda"]));
   });
 
   it("pods run as non-root with no service account token, containers drop every capability on a read-only root, with requests and limits", () => {
