@@ -64,4 +64,11 @@ describe("config", () => {
     expect(() => loadConfig({ env: { SWITCHYARD___PROTO____POLLUTED: "1" } })).toThrow(ConfigError);
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
   });
+
+  it("lists and maps come from the environment as JSON", () => {
+    const c = loadConfig({ env: { SWITCHYARD_ROUTING__CHAIN: '["remote","openrouter"]', SWITCHYARD_WORKERS__ALLOWED_NETWORKS: '["10.0.0.0/8"]' } });
+    expect(c.routing.chain).toEqual(["remote", "openrouter"]);
+    expect(c.workers.allowedNetworks).toEqual(["10.0.0.0/8"]);
+    expect(() => loadConfig({ env: { SWITCHYARD_ROUTING__CHAIN: '["remote",' } })).toThrow(/starts like JSON but does not parse/);
+  });
 });

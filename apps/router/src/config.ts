@@ -355,6 +355,14 @@ function coerce(raw: string): unknown {
   if (/^-?\d+(\.\d+)?$/.test(raw)) return Number(raw);
   if (raw === "true") return true;
   if (raw === "false") return false;
+  // Lists and maps (routing.chain, workers.allowedNetworks) as JSON: `["10.0.0.0/8"]`.
+  if (/^\s*[[{]/.test(raw)) {
+    try {
+      return JSON.parse(raw) as unknown;
+    } catch {
+      throw new ConfigError(`environment value ${raw.slice(0, 40)} starts like JSON but does not parse`);
+    }
+  }
   return raw;
 }
 
