@@ -333,6 +333,8 @@ describe("workers", () => {
     // The example invite is keyed the way the entrypoint reads it: <node>.redis-url, <node>.token.
     expect(secretValue(prod, secretName!, `${resolved.SWITCHYARD_WORKER_ID}.redis-url`)).toMatch(/^redis:\/\/sy-worker-gpu-node-1:/);
     expect(secretValue(prod, secretName!, `${resolved.SWITCHYARD_WORKER_ID}.token`)).toBeTruthy();
+    // Workers write their records under the prefix routers read.
+    expect(resolved.SWITCHYARD_REDIS__KEY_PREFIX).toBe(routerConfig.redis.keyPrefix);
     const port = Number(resolved.SWITCHYARD_WORKER_PORT);
     expect(resolved.SWITCHYARD_ADVERTISE).toBe(`http://10.1.2.3:${port}`);
     expect(c.ports?.map((p) => p.containerPort)).toEqual([port]);
