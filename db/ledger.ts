@@ -4,7 +4,7 @@
 import { and, desc, eq, inArray, lte, sql, type SQL } from "drizzle-orm";
 import type { Sql } from "postgres";
 import type { Db } from "./client.ts";
-import { budgets, prices, spendLedger, tenants, type NewLedgerRow, type Price } from "./schema/index.ts";
+import { budgets, crashCostSources, prices, spendLedger, tenants, type NewLedgerRow, type Price } from "./schema/index.ts";
 
 /** Rows per INSERT: 19 columns × 1000 stays far below Postgres' 65,535 parameters. */
 export const LEDGER_BATCH_ROWS = 1000;
@@ -97,9 +97,15 @@ export interface SpendRow {
   completionTokens: number;
   cachedTokens: number;
   costMicro: bigint;
+  /** Of `requests`, those another router finished after the serving one died (cost_source provider_lookup, usage_on_crash, hold_on_crash). */
+  crashFinishedRequests: number;
+  /** Their cost, included in costMicro. */
+  crashFinishedCostMicro: bigint;
 }
 
 const dayPattern = /^\d{4}-\d{2}-\d{2}$/;
+/** Rows finished by another router after the serving one died. */
+const crashFinished = sql`${spendLedger.costSource} in (${sql.join(crashCostSources.map((s) => sql`${s}`), sql`, `)})`;
 const bigintOf = (v: unknown) => BigInt(v as string);
 
 /**
@@ -132,6 +138,8 @@ export async function spendByDay(db: Db, q: SpendQuery): Promise<SpendRow[]> {
       completionTokens: sql<number>`sum(${spendLedger.completionTokens})`.mapWith(Number),
       cachedTokens: sql<number>`sum(${spendLedger.cachedTokens})`.mapWith(Number),
       costMicro: sql<bigint>`sum(${spendLedger.costMicro})::bigint`.mapWith(bigintOf),
+      crashFinishedRequests: sql<number>`count(*) filter (where ${crashFinished})`.mapWith(Number),
+      crashFinishedCostMicro: sql<bigint>`coalesce(sum(${spendLedger.costMicro}) filter (where ${crashFinished}), 0)::bigint`.mapWith(bigintOf),
     })
     .from(spendLedger)
     .leftJoin(tenants, eq(tenants.id, spendLedger.tenantId))

@@ -12,7 +12,17 @@ import { sql } from "drizzle-orm";
 import { bigint, check, date, index, integer, numeric, pgEnum, pgTable, pgView, primaryKey, text } from "drizzle-orm/pg-core";
 import { createdAt, tstz } from "./columns.ts";
 
-export const costSources = ["provider", "price_table", "estimate"] as const;
+/**
+ * How a row's cost is known. At the normal end: `provider` (its reported
+ * cost), `price_table` (usage × prices), `estimate` (no usage reported).
+ * Finished by another router after the serving one died (crash-finished):
+ * `provider_lookup` (the provider said what the generation cost),
+ * `usage_on_crash` (the last usage seen, priced), `hold_on_crash` (nothing
+ * known: the hold, the worst case — never $0).
+ */
+export const costSources = ["provider", "price_table", "estimate", "provider_lookup", "usage_on_crash", "hold_on_crash"] as const;
+/** The sources of rows another router finished after the serving one died. */
+export const crashCostSources = ["provider_lookup", "usage_on_crash", "hold_on_crash"] as const;
 export type CostSource = (typeof costSources)[number];
 export const costSource = pgEnum("cost_source", costSources);
 
@@ -80,6 +90,11 @@ export const spendDaily = pgView("spend_daily", {
   cachedTokens: bigint("cached_tokens", { mode: "number" }).notNull(),
   costMicro: bigint("cost_micro", { mode: "bigint" }).notNull(),
   costUsd: numeric("cost_usd").notNull(),
+  /** Rows finished by another router after the serving one died (migration 0007). */
+  crashFinishedRequests: bigint("crash_finished_requests", { mode: "number" }).notNull(),
+  crashFinishedCostMicro: bigint("crash_finished_cost_micro", { mode: "bigint" }).notNull(),
+  /** Of those, rows at the hold (nothing was known about the cost). */
+  holdOnCrashRequests: bigint("hold_on_crash_requests", { mode: "number" }).notNull(),
 }).existing();
 
 /** Spend per tenant × day against the tenant's daily limit. */
@@ -94,4 +109,6 @@ export const spendVsBudget = pgView("spend_vs_budget", {
   limitMicro: bigint("limit_micro", { mode: "bigint" }),
   remainingMicro: bigint("remaining_micro", { mode: "bigint" }),
   percentUsed: numeric("percent_used"),
+  crashFinishedRequests: bigint("crash_finished_requests", { mode: "number" }).notNull(),
+  crashFinishedCostMicro: bigint("crash_finished_cost_micro", { mode: "bigint" }).notNull(),
 }).existing();

@@ -56,11 +56,11 @@ describe("switchyard CLI", () => {
     }
     const table = await sy(["spend", "--from", day, "--to", day, "--tenant", "initech"]);
     expect(table.code).toBe(0);
-    expect(table.stdout).toMatch(/2026-11-29\s+initech\s+3\s+30\s+15\s+100012300\s+1\.000123\n/);
+    expect(table.stdout).toMatch(/2026-11-29\s+initech\s+3\s+30\s+15\s+100012300\s+1\.000123\s+0\s+0\n/);
     const csv = await sy(["spend", "--from", day, "--to", day, "--by", "model", "--format", "csv"]);
     expect(csv.stdout.trim().split("\n")).toEqual([
-      "day,tenant,backend,model,requests,prompt_tokens,completion_tokens,cost_micro_cents,cost_usd",
-      "2026-11-29,initech,openrouter,m1,3,30,15,100012300,1.000123",
+      "day,tenant,backend,model,requests,prompt_tokens,completion_tokens,cost_micro_cents,cost_usd,crash_finished,crash_finished_micro_cents",
+      "2026-11-29,initech,openrouter,m1,3,30,15,100012300,1.000123,0,0",
     ]);
     expect((await sy(["spend", "--from", "2026-13-01"])).code).toBe(2);
     expect((await sy(["spend", "--by", "week"])).stderr).toMatch(/--by must be day, backend or model/);

@@ -287,6 +287,14 @@ export const configSchema = z.object({
       ledgerFlushMs: z.number().int().min(1).default(100),
       /** A buffered row read by a router that stopped answering is taken over after this long. */
       ledgerClaimIdleMs: z.number().int().min(100).default(15_000),
+      /**
+       * How often a router looks for paid attempts orphaned by a dead router
+       * (their intents untouched for ledgerClaimIdleMs) and finishes those
+       * whose hold has expired: the provider's own cost, else the hold.
+       */
+      orphanScanMs: z.number().int().min(50).default(5_000),
+      /** Orphans whose cost is looked up at the provider at once, at most. */
+      orphanLookupConcurrency: z.number().int().min(1).max(64).default(8),
     })
     .prefault({}),
   /** GPU leases (docs/LEASES.md). */

@@ -15,16 +15,20 @@ import {
   type LeaseStore,
   MemoryRegistryStore,
   RedisBudgetStore,
+  RedisIntentJournal,
   RedisRegistryStore,
   type BudgetStore,
   type RegistryStore,
 } from "@switchyard/state";
 import { AnthropicBackend, AnthropicConnections } from "./backends/anthropic/client.ts";
+import { AnthropicCostLookup } from "./backends/anthropic/cost-lookup.ts";
 import { OpenRouterBackend, OpenRouterConnections } from "./backends/openrouter/client.ts";
+import { OpenRouterCostLookup } from "./backends/openrouter/cost-lookup.ts";
 import { PostgresBudgets } from "./billing/budgets.ts";
 import { BudgetGuard } from "./billing/guard.ts";
 import { BatchingLedgerWriter, type LedgerSink } from "./billing/ledger.ts";
 import { RedisLedgerBuffer } from "./billing/ledger-stream.ts";
+import { OrphanFinisher, type CrashCostLookup } from "./billing/orphans.ts";
 import { PostgresPriceBook } from "./billing/prices.ts";
 import { BackendChain, workerMayServe, type ProviderBackends } from "./routing/chain.ts";
 import type { Redis } from "ioredis";
@@ -199,12 +203,14 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   // With Redis: the durable ledger stream and the shared budget counters.
   // Without (one machine): an in-memory buffer and in-process counters.
   let ledgerStream: RedisLedgerBuffer | undefined;
+  let intents: RedisIntentJournal | undefined;
   let ledger: LedgerSink;
   let budgetStore = opts.budgets;
   if (redis) {
+    const consumer = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
     ledgerStream = new RedisLedgerBuffer(redis, writeRows, {
       prefix: config.redis.keyPrefix,
-      consumer: `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`,
+      consumer,
       batch: config.billing.ledgerBatch,
       flushMs: config.billing.ledgerFlushMs,
       claimIdleMs: config.billing.ledgerClaimIdleMs,
@@ -212,6 +218,8 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       metrics,
     });
     ledger = ledgerStream;
+    // Paid attempts' intents: a router that dies mid-request leaves them for another to finish.
+    intents = new RedisIntentJournal(redis, { prefix: config.redis.keyPrefix, ledgerKey: ledgerStream.key, consumer, claimIdleMs: config.billing.ledgerClaimIdleMs });
     budgetStore ??= new RedisBudgetStore(redis, config.redis.keyPrefix);
   } else {
     ledger = new BatchingLedgerWriter(writeRows, { log, maxBatch: config.billing.ledgerBatch });
@@ -226,21 +234,29 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     billing: config.billing,
     log,
     metrics,
+    ...(intents ? { intents } : {}),
   });
+  if (config.billing.holdTtlMs <= config.deadlines.totalMs) {
+    log.warn("billing.holdTtlMs should be above deadlines.totalMs: a live request's hold (and intent) may expire before it ends", { holdTtlMs: config.billing.holdTtlMs, totalMs: config.deadlines.totalMs });
+  }
   const providers: ProviderBackends = {};
+  const costLookups: Partial<Record<string, CrashCostLookup>> = {};
   const closers: Array<() => Promise<void>> = [];
   const orCfg = config.providers.openrouter;
   if (orCfg) {
     const conns = new OpenRouterConnections({ ...orCfg, connectTimeoutMs: config.deadlines.connectMs, limits: upstreamLimits });
     providers.openrouter = (model) => new OpenRouterBackend(model, conns);
+    costLookups.openrouter = new OpenRouterCostLookup(conns);
     closers.push(() => conns.close());
   }
   const anCfg = config.providers.anthropic;
   if (anCfg) {
     const conns = new AnthropicConnections({ ...anCfg, connectTimeoutMs: config.deadlines.connectMs, limits: upstreamLimits });
     providers.anthropic = (model) => new AnthropicBackend(model, conns);
+    costLookups.anthropic = new AnthropicCostLookup();
     closers.push(() => conns.close());
   }
+  const orphans = intents && new OrphanFinisher(intents, guard, costLookups, { scanMs: config.billing.orphanScanMs, concurrency: config.billing.orphanLookupConcurrency });
   // Leases: live ones in Redis (or this process), tokens and audit in Postgres.
   const leaseStore = opts.leases ?? (redis ? new RedisLeaseStore(redis, config.redis.keyPrefix) : new MemoryLeaseStore());
   const leaseDirectory = new LeaseDirectory(leaseStore, config.leases.pollMs, log, (expired, seenAtMs) => leaseService.sawExpired(expired, seenAtMs));
@@ -271,6 +287,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   deps.admission = new AdmissionGate({ config: config.admission, maxHoldMs: config.deadlines.totalMs, directory, chain: deps.chain, providers: config.providers, metrics, log });
   await prices.start();
   await ledgerStream?.start();
+  await orphans?.start();
   await directory.start();
   await leaseDirectory.start();
   const app = createApp(deps);
@@ -300,6 +317,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       await deps.keys.flush();
       prices.stop();
       await guard.drain();
+      await orphans?.close();
       await leaseService.drain();
       await ledger.close();
       await connections.close();

@@ -1,5 +1,7 @@
 // `switchyard spend --from DATE --to DATE [--tenant NAME] [--by day|backend|model]
 // [--format table|csv]`: what finance reads, straight from the spend ledger.
+// The last two columns count the requests another router finished after the
+// serving one died (cost looked up, or held), so they stand out.
 // Money is printed exactly: micro-cents as integers and USD as a decimal
 // derived from them with integer arithmetic (db/money.ts).
 import { findTenant, formatMicroAsUsd, spendByDay, type SpendRow } from "@switchyard/db";
@@ -40,7 +42,7 @@ export async function spendCommand(flags: { config?: string; from?: string; to?:
       tenantId = t.id;
     }
     const rows: SpendRow[] = await spendByDay(db.db, { from, to, tenantId, by });
-    const header = ["day", "tenant", ...(by !== "day" ? ["backend"] : []), ...(by === "model" ? ["model"] : []), "requests", "prompt_tokens", "completion_tokens", "cost_micro_cents", "cost_usd"];
+    const header = ["day", "tenant", ...(by !== "day" ? ["backend"] : []), ...(by === "model" ? ["model"] : []), "requests", "prompt_tokens", "completion_tokens", "cost_micro_cents", "cost_usd", "crash_finished", "crash_finished_micro_cents"];
     const lines = rows.map((r) => [
       r.day,
       r.tenantName ?? String(r.tenantId),
@@ -51,12 +53,15 @@ export async function spendCommand(flags: { config?: string; from?: string; to?:
       String(r.completionTokens),
       r.costMicro.toString(),
       formatMicroAsUsd(r.costMicro),
+      // Requests another router finished after the serving one died (included above).
+      String(r.crashFinishedRequests),
+      r.crashFinishedCostMicro.toString(),
     ]);
     if (format === "csv") {
       process.stdout.write([header, ...lines].map((l) => l.map(csvField).join(",")).join("\n") + "\n");
     } else {
       const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
-      const fmt = (l: string[]) => l.map((v, i) => (i >= header.length - 5 ? v.padStart(widths[i]!) : v.padEnd(widths[i]!))).join("  ");
+      const fmt = (l: string[]) => l.map((v, i) => (i >= header.length - 7 ? v.padStart(widths[i]!) : v.padEnd(widths[i]!))).join("  ");
       process.stdout.write([fmt(header), ...lines.map(fmt)].join("\n") + "\n");
       if (lines.length === 0) process.stderr.write(`no spend between ${from} and ${to}\n`);
     }

@@ -10,6 +10,11 @@
 // Self-hosted workers are never held or charged, but get their ledger row.
 // Anything that fails after the answer left is logged and counted: the hold
 // expires by itself and `switchyard budgets reconcile` rebuilds the counters.
+// With Redis, each paid attempt also writes an intent next to its hold (same
+// round trip) and the settle retires it while writing the row, in one step:
+// if this router dies mid-request, another finishes the request from the
+// intent (orphans.ts) — and if this one was only paused and comes back, it
+// finds the request finished and does nothing.
 import { budgetDay, type BudgetStore } from "@switchyard/state";
 import { usageCostMicro, worstCaseMicro, type CostSource, type KeyOwner, type NewLedgerRow, type TokenPrice } from "@switchyard/db";
 import type { Backend, InferencePath } from "../backends/types.ts";
@@ -21,10 +26,18 @@ import type { RouterMetrics } from "../observability/metrics.ts";
 import type { BudgetDirectory, TenantBudget } from "./budgets.ts";
 import { outputLimitField, promptTokensUpperBound, requestedMaxOutput } from "./estimate.ts";
 import type { LedgerSink } from "./ledger.ts";
+import { encodeLedgerRow } from "./ledger-stream.ts";
+import { encodeProgressUsage, type AttemptProgress, type IntentJournal, type IntentProgress, type PaidIntent } from "./orphans.ts";
 import type { PriceBook } from "./prices.ts";
 
 export type Admission =
-  | { ok: true; /** Body fields this attempt must send (the output cap the hold assumed). */ patch?: Record<string, unknown> }
+  | {
+      ok: true;
+      /** Body fields this attempt must send (the output cap the hold assumed). */
+      patch?: Record<string, unknown>;
+      /** For a paid attempt with an intent: the relay reports the generation id (first chunk) and usage seen, so a router that outlives this one can finish it. */
+      progress?: (p: AttemptProgress) => void;
+    }
   | { ok: false; reason: "budget_exhausted" | "unpriced" | "budget_unavailable" };
 
 /** Records an alert row; true only for the one caller that inserted it (once per tenant × day × threshold). */
@@ -39,6 +52,8 @@ export interface GuardDeps {
   billing: Config["billing"];
   log: Logger;
   metrics: RouterMetrics;
+  /** The intents journal (with Redis): a paid attempt's intent, so that another router can finish it if this one dies. */
+  intents?: IntentJournal;
 }
 
 export interface TabInput {
@@ -123,6 +138,8 @@ export class RequestTab {
   private holder: Backend | undefined;
   private settled = false;
   private promptUpperCache: number | undefined;
+  /** The paid attempt's intent: its id once written (undefined if the write failed), what it revealed so far. */
+  private intent: { backend: Backend; id: Promise<string | undefined>; progress: IntentProgress } | undefined;
 
   constructor(
     private readonly guard: BudgetGuard,
@@ -186,20 +203,36 @@ export class RequestTab {
       deps.log.warn("budget unknown (Postgres unreachable, nothing cached): paid backend skipped", { error: (err as Error).message });
       return { ok: false, reason: "budget_unavailable" };
     }
-    if (!budget) {
+    if (!budget && !deps.intents) {
       deps.metrics.budgetHolds.inc({ outcome: "unlimited" });
       return { ok: true, ...(patch ? { patch } : {}) };
     }
     const worst = worstCaseMicro(this.promptUpper, this.maxOutput, price);
-    const r = await deps.store.reserve({
-      tenantId: this.input.tenant.tenantId,
-      day: this.day,
-      requestId: this.input.requestId,
-      amountMicro: worst,
-      limitMicro: budget.limitMicro,
-      ttlMs: deps.billing.holdTtlMs,
-    });
+    // Written before the reserve is sent, in the same tick: auto-pipelining
+    // puts both in one round trip, and the intent is in Redis before the hold.
+    const intent = this.openIntent(backend, worst, budget !== null);
+    const progress = intent && ((p: AttemptProgress) => this.progress(backend, p));
+    if (!budget) {
+      deps.metrics.budgetHolds.inc({ outcome: "unlimited" });
+      await intent?.id;
+      return { ok: true, ...(patch ? { patch } : {}), ...(progress ? { progress } : {}) };
+    }
+    let r: Awaited<ReturnType<BudgetStore["reserve"]>>;
+    try {
+      r = await deps.store.reserve({
+        tenantId: this.input.tenant.tenantId,
+        day: this.day,
+        requestId: this.input.requestId,
+        amountMicro: worst,
+        limitMicro: budget.limitMicro,
+        ttlMs: deps.billing.holdTtlMs,
+      });
+    } catch (err) {
+      this.retireIntent();
+      throw err;
+    }
     if (!r.ok) {
+      this.retireIntent();
       deps.metrics.budgetHolds.inc({ outcome: "refused" });
       deps.log.info("paid backend skipped: budget would be exceeded", {
         backend: backend.id,
@@ -210,11 +243,76 @@ export class RequestTab {
     }
     deps.metrics.budgetHolds.inc({ outcome: "held" });
     this.holder = backend;
-    return { ok: true, ...(patch ? { patch } : {}) };
+    await intent?.id;
+    return { ok: true, ...(patch ? { patch } : {}), ...(progress ? { progress } : {}) };
+  }
+
+  /** Starts writing the attempt's intent (with Redis); its id resolves undefined if Redis refused it. */
+  private openIntent(backend: Backend, worst: bigint, held: boolean): RequestTab["intent"] {
+    const { deps } = this.guard;
+    if (!deps.intents) return undefined;
+    const { input } = this;
+    const record: PaidIntent = {
+      requestId: input.requestId,
+      tenantId: input.tenant.tenantId,
+      keyId: input.tenant.keyId ?? null,
+      day: this.day,
+      backend: backend.kind,
+      model: backend.model,
+      holdMicro: worst.toString(),
+      held,
+      startedAtMs: input.arrivedAtMs,
+      attemptAtMs: Date.now(),
+      holdTtlMs: deps.billing.holdTtlMs,
+    };
+    const id = deps.intents.open(JSON.stringify(record)).catch((err: unknown) => {
+      deps.metrics.billingFailures.inc({ step: "intent" });
+      deps.log.warn("intent not written; if this router dies mid-request, the request has no ledger row", { requestId: input.requestId, error: (err as Error).message });
+      return undefined;
+    });
+    this.intent = { backend, id, progress: {} };
+    return this.intent;
+  }
+
+  /** The attempt ended without charge (refused, failed before its first byte): its intent goes, off the request path. */
+  private retireIntent(): void {
+    const intent = this.intent;
+    const journal = this.guard.deps.intents;
+    this.intent = undefined;
+    if (!intent || !journal) return;
+    this.guard.track(
+      intent.id.then(async (id) => {
+        if (id) await journal.retire(id);
+      }),
+    );
+  }
+
+  /** What the relay saw of the paid attempt on `backend`: noted beside its intent, off the request path. */
+  progress(backend: Backend, p: AttemptProgress): void {
+    const intent = this.intent;
+    const journal = this.guard.deps.intents;
+    if (!intent || intent.backend !== backend || !journal) return;
+    const pr = intent.progress;
+    let changed = false;
+    if (p.generationId && pr.generationId === undefined && p.generationId.length <= 200) {
+      pr.generationId = p.generationId;
+      pr.firstTokenAtMs = Date.now();
+      changed = true;
+    }
+    if (p.usage) {
+      pr.usage = encodeProgressUsage(p.usage);
+      changed = true;
+    }
+    if (!changed) return;
+    const text = JSON.stringify(pr);
+    void intent.id
+      .then((id) => (id ? journal.note(id, text) : undefined))
+      .catch((err: unknown) => this.guard.deps.log.warn("intent progress not noted", { requestId: this.input.requestId, error: (err as Error).message }));
   }
 
   /** The attempt on `backend` failed before its first byte: give its hold back. */
   release(backend: Backend): void {
+    if (this.intent?.backend === backend) this.retireIntent();
     if (this.holder !== backend) return;
     this.holder = undefined;
     const { deps } = this.guard;
@@ -301,7 +399,14 @@ export class RequestTab {
   async settleNow(o: SettleOutcome, finishedAtPerf = performance.now()): Promise<void> {
     const { deps } = this.guard;
     const row = this.row(o, finishedAtPerf);
-    await deps.ledger.record(row);
+    if (!(await this.recordRow(row, o.backend))) {
+      // Another router finished this request from its intent while this one
+      // was silent past the hold's TTL (paused, partitioned): its row and
+      // settle stand; this one adds nothing.
+      this.holder = undefined;
+      deps.log.warn("request already finished by another router (this one was silent past its hold's TTL); nothing recorded or settled here", { requestId: this.input.requestId, backend: o.backend.id });
+      return;
+    }
     // Free backends touch no budget unless a paid attempt's hold is still live.
     if (!o.backend.paid && !this.holder) return;
     let budget: TenantBudget | null = null;
@@ -321,5 +426,33 @@ export class RequestTab {
     }
     this.holder = undefined;
     if (budget) await this.guard.checkThresholds(ref.tenantId, this.day, budget, spent);
+  }
+
+  /**
+   * Writes the request's row: for a paid attempt with an intent, atomically
+   * with retiring the intent. False when the intent was already gone — the
+   * request was finished by another router — and nothing was written.
+   */
+  private async recordRow(row: NewLedgerRow, backend: Backend): Promise<boolean> {
+    const { deps } = this.guard;
+    const intent = this.intent;
+    if (intent) this.intent = undefined;
+    const id = intent && deps.intents ? await intent.id : undefined;
+    if (!id || intent?.backend !== backend) {
+      if (id) void deps.intents!.retire(id).catch(() => {}); // cannot happen: paid attempts do not resume elsewhere
+      await deps.ledger.record(row);
+      return true;
+    }
+    try {
+      return await deps.intents!.finish(id, encodeLedgerRow(row));
+    } catch (err) {
+      // Redis away: the row goes through the sink's own retry; the intent
+      // stays this router's (touched) until Redis answers again.
+      deps.metrics.billingFailures.inc({ step: "intent" });
+      deps.log.warn("intent not retired; row written without it", { requestId: row.requestId, error: (err as Error).message });
+      await deps.ledger.record(row);
+      void deps.intents!.retire(id).catch(() => {});
+      return true;
+    }
   }
 }

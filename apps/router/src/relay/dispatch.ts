@@ -151,6 +151,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
     if (ctx.signal.aborted) throw new ApiError("upstream_timeout", "client went away before dispatch");
     if (!backend.supports(req.path)) continue;
     let attemptReq = req;
+    let progress: Leg["progress"];
     if (ctx.admit) {
       const admission = await ctx.admit(backend);
       if (!admission.ok) {
@@ -158,6 +159,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
         continue;
       }
       if (admission.patch) attemptReq = { ...req, body: { ...req.body, ...admission.patch } };
+      progress = admission.progress;
     }
     attempts++;
     tried.add(backend);
@@ -199,7 +201,9 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       const { events, first } = await firstEvent(backend, up, a, deadlines.firstTokenMs);
       metrics.ttft.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
       metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
-      const leg: Leg = { backend, events, up, a, ttftMs: performance.now() - a.startedAt };
+      // The first chunk names the generation (a paid attempt's intent keeps it, for a crash).
+      if (progress && typeof first.obj?.id === "string") progress({ generationId: first.obj.id });
+      const leg: Leg = { backend, events, up, a, ttftMs: performance.now() - a.startedAt, ...(progress ? { progress } : {}) };
       // Opted in: a break mid-way continues on another free candidate.
       const state = ctx.resume && !backend.paid && resumable(req) ? new StreamResume(req, ctx.resume.maxResumes) : undefined;
       const resume = state && { state, open: (failed: Backend) => openContinuation(state, candidates, tried, failed, req.path, ctx) };
@@ -238,6 +242,8 @@ interface Leg {
   ttftMs: number;
   /** Continuations' payloads are rewritten to look like the first upstream's. */
   rewrite?: (payload: string) => string;
+  /** A paid attempt's progress report (Admission.progress): the usage seen goes beside its intent. */
+  progress?: (p: { generationId?: string; usage?: Usage }) => void;
 }
 
 interface ResumeRun {
@@ -350,6 +356,7 @@ function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext, first
       const u = usageFrom(parsed, ev.line);
       if (u) {
         usage = u;
+        leg.progress?.({ usage: u });
         metrics.tokens.inc({ kind: "prompt" }, u.prompt);
         metrics.tokens.inc({ kind: "completion" }, u.completion);
         // We asked for usage on the client's behalf: keep its stream as it expects.

@@ -1,0 +1,271 @@
+// Money survives a router crash. Before each paid attempt the tab writes an
+// intent to the journal (next to the hold, same round trip); the attempt's
+// normal end retires it and writes the ledger row in one step. A router that
+// dies mid-request leaves its intents pending and, soon, idle: any other
+// router takes them over (XAUTOCLAIM) and, once the hold has expired — no
+// live router can still be serving the request then, since the hold outlives
+// deadlines.totalMs — finishes each one: the provider's own cost where it can
+// say (CrashCostLookup, in each provider's folder), else the hold (the worst
+// case, never $0); one ledger row, one settle of the tenant's day.
+import type { NewLedgerRow, TokenPrice } from "@switchyard/db";
+import type { ClaimedIntent, RedisIntentJournal } from "@switchyard/state";
+import type { Usage } from "../backends/usage.ts";
+import type { BudgetGuard } from "./guard.ts";
+import { encodeLedgerRow } from "./ledger-stream.ts";
+
+/** The journal as the tab uses it (the Redis journal; absent on one machine without Redis). */
+export type IntentJournal = Pick<RedisIntentJournal, "open" | "note" | "finish" | "retire">;
+
+/** What an intent records: enough to write the request's row without its router. */
+export interface PaidIntent {
+  requestId: string;
+  tenantId: number;
+  keyId: number | null;
+  /** The tenant's budget day the hold was taken on. */
+  day: string;
+  backend: string;
+  /** The upstream's model name (the ledger keeps it). */
+  model: string;
+  /** The hold's amount (the worst case), micro-cents as a decimal string. */
+  holdMicro: string;
+  /** Whether a hold was taken (false: the tenant has no limit; the amount is still the worst case). */
+  held: boolean;
+  /** The request's arrival, epoch ms: the ledger row's started_at (its key, with the request id). */
+  startedAtMs: number;
+  /** This attempt's start, epoch ms. */
+  attemptAtMs: number;
+  /** The hold's TTL: the orphan is finished only once it has passed. */
+  holdTtlMs: number;
+}
+
+/** What the attempt revealed as it went (a progress note beside the intent). */
+export interface IntentProgress {
+  /** The provider's id for the generation, from the first chunk. */
+  generationId?: string;
+  firstTokenAtMs?: number;
+  /** The last usage block seen (OpenRouter's and Anthropic's come with the final chunk). */
+  usage?: { prompt: number; completion: number; cached: number; cacheWrite: number; providerCostMicro?: string };
+}
+
+/** Progress a relay reports for an attempt (dispatch calls it; see Admission.progress). */
+export interface AttemptProgress {
+  generationId?: string;
+  usage?: Usage;
+}
+
+export interface CrashCostInput {
+  model: string;
+  generationId?: string;
+  /** The last usage seen before the router died, if any. */
+  usage?: Usage;
+  /** The price in force for the backend and model. */
+  price?: TokenPrice;
+  signal: AbortSignal;
+}
+
+export interface CrashCost {
+  micro: bigint;
+  source: "provider_lookup" | "usage_on_crash";
+  usage: Usage;
+  generationId?: string;
+}
+
+/**
+ * What a provider says an orphaned attempt cost. Each paid provider has one
+ * in its own folder (OpenRouter asks its generation endpoint; Anthropic
+ * prices the last usage seen); undefined means "cannot say": the hold.
+ */
+export interface CrashCostLookup {
+  cost(input: CrashCostInput): Promise<CrashCost | undefined>;
+}
+
+export function encodeProgressUsage(u: Usage): NonNullable<IntentProgress["usage"]> {
+  return {
+    prompt: u.prompt,
+    completion: u.completion,
+    cached: u.cached,
+    cacheWrite: u.cacheWrite,
+    ...(u.providerCostMicro !== undefined ? { providerCostMicro: u.providerCostMicro.toString() } : {}),
+  };
+}
+
+function decodeProgressUsage(u: IntentProgress["usage"]): Usage | undefined {
+  if (!u) return undefined;
+  const n = (v: unknown) => (Number.isSafeInteger(v) && (v as number) >= 0 ? (v as number) : 0);
+  const usage: Usage = { prompt: n(u.prompt), completion: n(u.completion), cached: n(u.cached), cacheWrite: n(u.cacheWrite) };
+  if (typeof u.providerCostMicro === "string" && /^\d{1,16}$/.test(u.providerCostMicro)) usage.providerCostMicro = BigInt(u.providerCostMicro);
+  return usage;
+}
+
+export interface OrphanFinisherOptions {
+  scanMs: number;
+  concurrency: number;
+  /** A provider lookup gives up after this long (default 10 s): the hold then. */
+  lookupTimeoutMs?: number;
+}
+
+interface Waiting {
+  claimed: ClaimedIntent;
+  intent: PaidIntent;
+  progress: IntentProgress;
+}
+
+/** Finishes the paid attempts of routers that died: one row, one settle each. */
+export class OrphanFinisher {
+  private readonly waiting = new Map<string, Waiting>();
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly journal: RedisIntentJournal,
+    private readonly guard: BudgetGuard,
+    /** By backend kind. */
+    private readonly lookups: Readonly<Partial<Record<string, CrashCostLookup>>>,
+    private readonly opts: OrphanFinisherOptions,
+  ) {}
+
+  async start(): Promise<void> {
+    await this.journal.ensureGroup();
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.closed) return;
+    this.timer = setTimeout(() => {
+      this.running = this.scan()
+        .then(() => undefined)
+        .catch((err: unknown) => this.guard.deps.log.warn("orphan scan failed; retrying", { error: (err as Error).message }))
+        .finally(() => {
+          this.running = undefined;
+          this.schedule();
+        });
+    }, this.opts.scanMs);
+    this.timer.unref();
+  }
+
+  /** One pass: keep this router's intents fresh, take over silent routers' ones, finish those whose hold expired. */
+  async scan(): Promise<{ finished: number }> {
+    const { log } = this.guard.deps;
+    await this.journal.touch();
+    const { nowMs, claimed } = await this.journal.claimSilent();
+    for (const c of claimed) {
+      if (this.journal.isMine(c.id) || this.waiting.has(c.id)) continue;
+      let intent: PaidIntent;
+      let progress: IntentProgress = {};
+      try {
+        intent = JSON.parse(c.intent) as PaidIntent;
+        if (typeof intent.requestId !== "string" || !Number.isSafeInteger(intent.tenantId) || !/^\d+$/.test(intent.holdMicro)) throw new Error("not an intent");
+      } catch (err) {
+        log.error("unreadable intent dropped from the journal", { id: c.id, error: (err as Error).message });
+        await this.journal.retire(c.id);
+        continue;
+      }
+      try {
+        if (c.progress) progress = JSON.parse(c.progress) as IntentProgress;
+      } catch {
+        progress = {};
+      }
+      this.waiting.set(c.id, { claimed: c, intent, progress });
+      log.info("paid attempt of a silent router taken over", { requestId: intent.requestId, backend: intent.backend, openedAtMs: c.openedAtMs });
+    }
+    const due = [...this.waiting.values()].filter((w) => nowMs >= w.claimed.openedAtMs + w.intent.holdTtlMs);
+    let finished = 0;
+    let next = 0;
+    const worker = async () => {
+      while (next < due.length && !this.closed) {
+        const w = due[next++]!;
+        try {
+          if (await this.finish(w)) finished++;
+        } catch (err) {
+          // Left waiting: tried again on the next pass.
+          log.warn("orphaned paid attempt not finished yet; retrying", { requestId: w.intent.requestId, error: (err as Error).message });
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(this.opts.concurrency, due.length) }, worker));
+    return { finished };
+  }
+
+  /** Finishes one orphan; false when another router finished it first. */
+  private async finish(w: Waiting): Promise<boolean> {
+    const { deps } = this.guard;
+    const { intent, progress, claimed } = w;
+    const lastUsage = decodeProgressUsage(progress.usage);
+    let cost: CrashCost | undefined;
+    const lookup = this.lookups[intent.backend];
+    if (lookup) {
+      try {
+        cost = await lookup.cost({
+          model: intent.model,
+          ...(progress.generationId ? { generationId: progress.generationId } : {}),
+          ...(lastUsage ? { usage: lastUsage } : {}),
+          ...(deps.prices.price(intent.backend, intent.model) ? { price: deps.prices.price(intent.backend, intent.model)! } : {}),
+          signal: AbortSignal.timeout(this.opts.lookupTimeoutMs ?? 10_000),
+        });
+      } catch (err) {
+        deps.log.warn("cost lookup failed; the orphan is charged at its hold", { requestId: intent.requestId, backend: intent.backend, error: (err as Error).message });
+      }
+    }
+    const usage: Usage = cost?.usage ?? lastUsage ?? { prompt: 0, completion: 0, cached: 0, cacheWrite: 0 };
+    const micro = cost?.micro ?? BigInt(intent.holdMicro);
+    const now = Date.now();
+    const row: NewLedgerRow = {
+      requestId: intent.requestId,
+      tenantId: intent.tenantId,
+      keyId: intent.keyId,
+      backend: intent.backend,
+      model: intent.model,
+      worker: null,
+      promptTokens: usage.prompt,
+      completionTokens: usage.completion,
+      cachedTokens: Math.min(usage.cached, usage.prompt),
+      cacheWriteTokens: Math.min(usage.cacheWrite, usage.prompt),
+      costMicro: micro,
+      costSource: cost?.source ?? "hold_on_crash",
+      // The client saw its connection drop with the router.
+      status: "error",
+      startedAt: new Date(intent.startedAtMs),
+      firstTokenAt: progress.firstTokenAtMs !== undefined ? new Date(progress.firstTokenAtMs) : null,
+      // When it was finished here: its real end is not known.
+      finishedAt: new Date(now),
+      ttftMs: progress.firstTokenAtMs !== undefined ? Math.max(0, Math.round(progress.firstTokenAtMs - intent.startedAtMs)) : null,
+      durationMs: Math.max(0, Math.round(now - intent.startedAtMs)),
+      providerGenerationId: cost?.generationId ?? progress.generationId ?? null,
+    };
+    const won = await this.journal.finish(claimed.id, encodeLedgerRow(row));
+    this.waiting.delete(claimed.id);
+    if (!won) {
+      deps.log.info("orphaned paid attempt already finished elsewhere", { requestId: intent.requestId });
+      return false;
+    }
+    deps.log.warn("paid attempt of a dead router finished", { requestId: intent.requestId, backend: intent.backend, costSource: row.costSource, costMicro: micro.toString(), holdMicro: intent.holdMicro });
+    let spent: bigint;
+    try {
+      spent = (await deps.store.settle({ tenantId: intent.tenantId, day: intent.day, requestId: intent.requestId, actualMicro: micro })).spentMicro;
+    } catch (err) {
+      deps.metrics.billingFailures.inc({ step: "settle" });
+      deps.log.warn("budget settle of a finished orphan failed; reconcile restores the spend from the ledger", { requestId: intent.requestId, error: (err as Error).message });
+      return true;
+    }
+    try {
+      const budget = await deps.budgets.budgetOf(intent.tenantId);
+      if (budget) await this.guard.checkThresholds(intent.tenantId, intent.day, budget, spent);
+    } catch {
+      // alerts are best effort here; the next settle checks again
+    }
+    return true;
+  }
+
+  /** Orphans taken over and not yet due (tests, the admin page). */
+  get pending(): number {
+    return this.waiting.size;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.running;
+    await this.journal.close();
+  }
+}

@@ -1,0 +1,224 @@
+// The intents journal: before each paid attempt a router appends an intent
+// (who pays, where it runs, the hold) to a Redis stream and makes it a
+// pending entry of its own consumer in one script. A live router keeps its
+// intents' idle time low (XCLAIM, every claimIdleMs / 3); a dead or paused
+// one stops, so its intents go idle and another router takes them over with
+// XAUTOCLAIM — as the ledger drain does with unacknowledged rows. Whoever
+// finishes an attempt deletes its intent and appends its ledger row in one
+// script (budget_intent_finish.lua): exactly one finisher, exactly one row.
+// The keys share the `{ledger}` hash tag with the ledger stream (one Cluster
+// slot), so that script is atomic. Policy (when an orphan is due, what it
+// cost) lives with the caller: this room only moves entries.
+import { existsSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Redis } from "ioredis";
+
+const scriptNames = ["open", "finish"] as const;
+type IntentCommands = {
+  syIntent_open(stream: string, group: string, consumer: string, intent: string): Promise<string>;
+  syIntent_finish(stream: string, ledger: string, progress: string, group: string, id: string, row: string): Promise<number>;
+};
+
+function luaDir(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 8; i++) {
+    for (const candidate of [path.join(dir, "lua"), path.join(dir, "packages", "state", "lua")]) {
+      if (existsSync(path.join(candidate, "budget_intent_open.lua"))) return candidate;
+    }
+    dir = path.dirname(dir);
+  }
+  throw new Error("cannot find packages/state/lua (intent Lua scripts)");
+}
+
+const registered = new WeakSet<Redis>();
+function intentCommands(redis: Redis): Redis & IntentCommands {
+  if (!registered.has(redis)) {
+    const dir = luaDir();
+    const keys: Record<(typeof scriptNames)[number], number> = { open: 1, finish: 3 };
+    for (const name of scriptNames) {
+      redis.defineCommand(`syIntent_${name}`, { numberOfKeys: keys[name], lua: readFileSync(path.join(dir, `budget_intent_${name}.lua`), "utf8") });
+    }
+    registered.add(redis);
+  }
+  return redis as Redis & IntentCommands;
+}
+
+/** The intents stream of a key prefix (same hash tag as the ledger stream). */
+export function intentStreamKey(prefix: string): string {
+  return `${prefix}{ledger}:intents`;
+}
+
+/** Where an intent's progress (generation id, last usage seen) is kept. */
+export function intentProgressKey(prefix: string, id: string): string {
+  return `${prefix}{ledger}:intent:${id}`;
+}
+
+export interface IntentJournalOptions {
+  prefix: string;
+  /** The ledger stream a finished attempt's row goes to (same hash tag). */
+  ledgerKey: string;
+  /** This router's consumer name (unique per process). */
+  consumer: string;
+  /** An intent whose router has not touched it this long is taken over. */
+  claimIdleMs: number;
+  /** How long progress notes live without a finish (default one day). */
+  progressTtlMs?: number;
+}
+
+/** An intent taken over from a silent router. */
+export interface ClaimedIntent {
+  id: string;
+  /** The intent as its router wrote it. */
+  intent: string;
+  /** Its latest progress note, if any. */
+  progress: string | undefined;
+  /** Redis' clock when it was opened (the entry id's time). */
+  openedAtMs: number;
+}
+
+const GROUP = "intents";
+const TOUCH_BATCH = 500;
+
+export class RedisIntentJournal {
+  readonly key: string;
+  private readonly redis: Redis & IntentCommands;
+  /** Intents this router opened and has not finished: touched so nobody takes them over. */
+  private readonly mine = new Set<string>();
+  /** Intents taken over from silent routers, waiting to be finished here. */
+  private readonly adopted = new Set<string>();
+  private groupReady: Promise<void> | undefined;
+  private lastTouch = 0;
+
+  constructor(
+    redis: Redis,
+    private readonly opts: IntentJournalOptions,
+  ) {
+    this.redis = intentCommands(redis);
+    this.key = intentStreamKey(opts.prefix);
+  }
+
+  ensureGroup(): Promise<void> {
+    this.groupReady ??= this.redis.xgroup("CREATE", this.key, GROUP, "0", "MKSTREAM").then(
+      () => undefined,
+      (err: Error) => {
+        if (!String(err.message).includes("BUSYGROUP")) {
+          this.groupReady = undefined;
+          throw err;
+        }
+      },
+    );
+    return this.groupReady;
+  }
+
+  /** Appends an intent, pending on this router; resolves to its id. */
+  async open(intent: string): Promise<string> {
+    const id = String(await this.redis.syIntent_open(this.key, GROUP, this.opts.consumer, intent));
+    this.mine.add(id);
+    return id;
+  }
+
+  /** Replaces the intent's progress note (fire and forget on the hot path). */
+  async note(id: string, progress: string): Promise<void> {
+    await this.redis.set(intentProgressKey(this.opts.prefix, id), progress, "PX", this.opts.progressTtlMs ?? 86_400_000);
+  }
+
+  /**
+   * Finishes the attempt: its intent goes and its ledger row enters the
+   * ledger stream, atomically. False when it was already finished (by
+   * another router that took it over): then nothing was written.
+   */
+  async finish(id: string, row: string): Promise<boolean> {
+    const won = await this.redis.syIntent_finish(this.key, this.opts.ledgerKey, intentProgressKey(this.opts.prefix, id), GROUP, id, row);
+    this.mine.delete(id);
+    this.adopted.delete(id);
+    return Number(won) === 1;
+  }
+
+  /** Drops an intent without a row (the attempt was refused or failed before anything was charged). */
+  async retire(id: string): Promise<void> {
+    await this.redis.multi().xack(this.key, GROUP, id).xdel(this.key, id).del(intentProgressKey(this.opts.prefix, id)).exec();
+    this.mine.delete(id);
+    this.adopted.delete(id);
+  }
+
+  /** Whether this router opened the intent and has not finished it (a live request). */
+  isMine(id: string): boolean {
+    return this.mine.has(id);
+  }
+
+  /** Gives up a taken-over intent without finishing it (another router may). */
+  forget(id: string): void {
+    this.adopted.delete(id);
+  }
+
+  /** Intents this router holds (its own live ones and those taken over). */
+  get held(): number {
+    return this.mine.size + this.adopted.size;
+  }
+
+  /**
+   * Resets the idle time of every intent this router holds, at most every
+   * claimIdleMs / 3 unless forced. Taken-over intents no longer pending were
+   * finished elsewhere: they are forgotten.
+   */
+  async touch(force = false): Promise<void> {
+    const now = Date.now();
+    if (!force && now - this.lastTouch < this.opts.claimIdleMs / 3) return;
+    this.lastTouch = now;
+    const ids = [...this.mine, ...this.adopted];
+    const alive = new Set<string>();
+    for (let i = 0; i < ids.length; i += TOUCH_BATCH) {
+      const batch = ids.slice(i, i + TOUCH_BATCH);
+      const got = (await this.redis.xclaim(this.key, GROUP, this.opts.consumer, 0, ...batch, "JUSTID")) as unknown as string[];
+      for (const id of got) alive.add(String(id));
+    }
+    for (const id of this.adopted) if (!alive.has(id)) this.adopted.delete(id);
+  }
+
+  /**
+   * Takes over intents no router has touched for claimIdleMs (their routers
+   * died or froze), up to `max`; returns them with their progress and Redis'
+   * clock now. Already-finished (deleted) ones are dropped by Redis itself.
+   */
+  async claimSilent(max = 1_000): Promise<{ nowMs: number; claimed: ClaimedIntent[] }> {
+    await this.ensureGroup();
+    const claimed: ClaimedIntent[] = [];
+    let cursor = "0-0";
+    do {
+      const res = (await this.redis.xautoclaim(this.key, GROUP, this.opts.consumer, this.opts.claimIdleMs, cursor, "COUNT", Math.min(100, max - claimed.length))) as [string, Array<[string, string[] | null]>, string[]?];
+      cursor = String(res[0]);
+      for (const [id, fields] of res[1] ?? []) {
+        const text = fields?.[1];
+        if (!text) continue;
+        claimed.push({ id: String(id), intent: text, progress: undefined, openedAtMs: Number(String(id).split("-")[0]) });
+      }
+    } while (cursor !== "0-0" && claimed.length < max);
+    const pipe = this.redis.pipeline();
+    pipe.time();
+    for (const c of claimed) pipe.get(intentProgressKey(this.opts.prefix, c.id));
+    const out = (await pipe.exec()) ?? [];
+    const [sec, usec] = (out[0]?.[1] as [string, string] | undefined) ?? [String(Math.floor(Date.now() / 1000)), "0"];
+    claimed.forEach((c, i) => {
+      const p = out[i + 1]?.[1];
+      if (typeof p === "string") c.progress = p;
+      if (!this.mine.has(c.id)) this.adopted.add(c.id);
+    });
+    return { nowMs: Number(sec) * 1000 + Math.floor(Number(usec) / 1000), claimed };
+  }
+
+  /** Intents in the journal (every router's), for tests. */
+  async depth(): Promise<number> {
+    return this.redis.xlen(this.key);
+  }
+
+  /** Leaves the group only when nothing is pending on this router (deleting a consumer drops its pending entries). */
+  async close(): Promise<void> {
+    try {
+      const mine = (await this.redis.xpending(this.key, GROUP, "-", "+", 1, this.opts.consumer)) as unknown[];
+      if (mine.length === 0) await this.redis.xgroup("DELCONSUMER", this.key, GROUP, this.opts.consumer);
+    } catch {
+      // Redis away: the consumer stays; harmless.
+    }
+  }
+}
