@@ -5,7 +5,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SimWorker } from "../fixtures/sim-worker.ts";
 import { sleep, waitFor } from "../helpers/env.ts";
-import { startFabric, type Fabric } from "./fabric.ts";
+import { workerKey } from "@switchyard/state";
+import { PREFIX, startFabric, type Fabric } from "./fabric.ts";
+
+const workerKeyOf = (id: string) => workerKey(PREFIX, id);
 
 let fx: Fabric;
 let honest: SimWorker;
@@ -67,4 +70,18 @@ describe("worker record size", () => {
       await bloat.stop();
     }
   }, 30_000);
+
+  it("a heartbeat written without a TTL is refused: a worker cannot stay in rotation after it dies", async () => {
+    const e = await fx.invite("immortal", ["size-model"]);
+    const immortal = await new SimWorker({ id: "immortal", models: ["size-model"] }).start();
+    // Its ACL user may SET its own key without PX.
+    await e.conn.set(workerKeyOf("immortal"), JSON.stringify(immortal.record()));
+    await waitFor(() => fx.logs.some((l) => l.msg === "worker record refused" && l.worker === "immortal" && l.reason === "no_ttl"), { what: "refusal logged" });
+    expect(fx.router.deps.directory.all().map((w) => w.id)).not.toContain("immortal");
+    // The same record with an expiry is routable.
+    await e.conn.set(workerKeyOf("immortal"), JSON.stringify(immortal.record()), "PX", 60_000);
+    await waitFor(() => fx.router.deps.directory.all().some((w) => w.id === "immortal"), { what: "immortal with a TTL listed" });
+    await e.conn.del(workerKeyOf("immortal"));
+    await immortal.stop();
+  });
 });

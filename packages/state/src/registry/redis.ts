@@ -81,12 +81,18 @@ export class RedisRegistryStore implements RegistryStore {
     const out: RegistryListing = { workers: [], invites: new Map(), rejected: [] };
     if (ids.length === 0) return out;
     const keys = [...ids.map((id) => workerKey(this.prefix, id)), ...ids.map((id) => inviteKey(this.prefix, id))];
-    const values = await registryCommands(this.redis).syRegistry_read(String(keys.length), ...keys, String(this.maxRecordBytes));
+    const values = await registryCommands(this.redis).syRegistry_read(String(keys.length), ...keys, String(this.maxRecordBytes), String(ids.length));
     ids.forEach((id, i) => {
       const raw = values[i];
       if (raw === null || raw === undefined) return; // expired between SCAN and read
       if (typeof raw === "number") {
-        out.rejected.push(raw < 0 ? { workerId: id, reason: "invalid_record", detail: "the key does not hold a string" } : { workerId: id, reason: "too_large", detail: `record is ${raw} bytes, over ${this.maxRecordBytes}` });
+        out.rejected.push(
+          raw === -2
+            ? { workerId: id, reason: "no_ttl", detail: "the record was written without an expiry (a heartbeat must expire)" }
+            : raw < 0
+              ? { workerId: id, reason: "invalid_record", detail: "the key does not hold a string" }
+              : { workerId: id, reason: "too_large", detail: `record is ${raw} bytes, over ${this.maxRecordBytes}` },
+        );
         return;
       }
       const decoded = decodeRecord(id, raw, this.maxRecordBytes);

@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import type { Redis } from "ioredis";
 
 export type RegistryCommands = {
-  /** registry_read.lua: keys…, maxBytes → per key false | -1 | length | value. */
+  /** registry_read.lua: keys…, maxBytes, heartbeat key count → per key false | -1 | -2 | length | value. */
   syRegistry_read(...keysThenArgs: string[]): Promise<Array<string | number | null>>;
 };
 

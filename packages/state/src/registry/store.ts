@@ -14,6 +14,8 @@ export type RecordRefusal =
   | "id_mismatch"
   /** Over maxRecordBytes: refused before parsing. */
   | "too_large"
+  /** Written without a TTL: it would never expire, so the worker could never leave rotation by dying. */
+  | "no_ttl"
   /** Not JSON, or not a worker record. */
   | "invalid_record"
   /** The key's suffix is not a worker id. */
