@@ -1,6 +1,7 @@
 //! The request loop: owns the loaded models, answers every request with
-//! events, and interleaves batched decode steps with newly arriving
-//! requests. Nothing a request carries can take the loop down: inputs are
+//! events, and interleaves batched decode steps, embedding chunks and newly
+//! arriving requests (each turn: new requests, one decode step per llama
+//! model, one chunk per embedding model). Nothing a request carries can take the loop down: inputs are
 //! validated, model work runs under catch_unwind, and failures become Error
 //! events for that request id.
 
@@ -13,7 +14,7 @@ use std::time::Instant;
 use candle_core::Device;
 
 use crate::batch::{panic_message, GenRequest, LlamaRuntime, MAX_QUEUED};
-use crate::bert::BertEmbedder;
+use crate::bert::{BertEmbedder, BertRuntime, EmbedJob, MAX_QUEUED_EMBEDS};
 use crate::llama::{Backend, LlamaModel, Scratch};
 use crate::protocol::*;
 use crate::sampling::SamplingParams;
@@ -28,7 +29,16 @@ pub enum Incoming {
 
 enum Model {
     Llama(Box<LlamaRuntime>),
-    Bert(Box<BertEmbedder>),
+    Bert(Box<BertRuntime>),
+}
+
+impl Model {
+    fn has_work(&self) -> bool {
+        match self {
+            Model::Llama(rt) => rt.has_work(),
+            Model::Bert(rt) => rt.has_work(),
+        }
+    }
 }
 
 pub struct Engine {
@@ -53,6 +63,11 @@ fn invalid(msg: impl Into<String>) -> Failure {
 
 const DEFAULT_MAX_BATCH: usize = 8;
 const DEFAULT_MAX_SEQ_LEN: usize = 4096;
+/// Inputs per embeddings request at most (OpenAI's limit; the agent and the
+/// router refuse more before it gets here).
+pub const MAX_EMBED_INPUTS: usize = 2048;
+/// Bytes of text per embeddings request at most, all inputs together.
+pub const MAX_EMBED_BYTES: usize = 4 << 20;
 
 impl Engine {
     pub fn new(device: Device, device_name: String, llama_backend: Backend, out: Sender<Event>) -> Self {
@@ -73,7 +88,7 @@ impl Engine {
     }
 
     fn busy(&self) -> bool {
-        self.models.values().any(|m| matches!(m, Model::Llama(r) if r.has_work()))
+        self.models.values().any(Model::has_work)
     }
 
     /// Runs until Shutdown or EOF, then cancels whatever is left. Exits 3
@@ -83,7 +98,7 @@ impl Engine {
     pub fn run(mut self, rx: Receiver<Incoming>) -> std::process::ExitCode {
         let mut code = std::process::ExitCode::SUCCESS;
         'outer: loop {
-            // Block only when there is no decoding to do.
+            // Block only when there is no decoding or embedding to do.
             let mut batch = Vec::new();
             if !self.busy() {
                 match rx.recv() {
@@ -132,8 +147,11 @@ impl Engine {
         code
     }
 
-    /// One decode step for every model with work; the first model step
-    /// that failed, if any (its requests already have error events).
+    /// One decode step for every llama model with work and one embedding
+    /// chunk for every BERT model with work: a running generation waits for
+    /// at most one chunk per token, however large the embeddings requests
+    /// are. The first llama step that failed, if any (its requests already
+    /// have error events).
     fn step_all(&mut self) -> Result<(), String> {
         let out = self.out.clone();
         let mut emit = |ev: Event| {
@@ -141,12 +159,14 @@ impl Engine {
         };
         let mut failed = Ok(());
         for m in self.models.values_mut() {
-            if let Model::Llama(rt) = m {
-                if rt.has_work() {
+            match m {
+                Model::Llama(rt) if rt.has_work() => {
                     if let Err(e) = rt.step(&mut emit) {
                         failed = failed.and(Err(e));
                     }
                 }
+                Model::Bert(rt) if rt.has_work() => rt.step(&mut emit),
+                _ => {}
             }
         }
         failed
@@ -158,8 +178,9 @@ impl Engine {
             let _ = out.send(ev);
         };
         for m in self.models.values_mut() {
-            if let Model::Llama(rt) = m {
-                rt.cancel_all(&mut emit);
+            match m {
+                Model::Llama(rt) => rt.cancel_all(&mut emit),
+                Model::Bert(rt) => rt.cancel_all(&mut emit),
             }
         }
     }
@@ -196,10 +217,12 @@ impl Engine {
                     let _ = out.send(ev);
                 };
                 for m in self.models.values_mut() {
-                    if let Model::Llama(rt) = m {
-                        if rt.cancel(&r.target_request_id, &mut emit) {
-                            break;
-                        }
+                    let found = match m {
+                        Model::Llama(rt) => rt.cancel(&r.target_request_id, &mut emit),
+                        Model::Bert(rt) => rt.cancel(&r.target_request_id, &mut emit),
+                    };
+                    if found {
+                        break;
                     }
                 }
                 // Cancelling something already finished is not an error.
@@ -257,12 +280,17 @@ impl Engine {
         let t0 = Instant::now();
         // A model loaded again under the same name replaces the old one; its
         // running generations end as cancelled.
-        if let Some(Model::Llama(mut old)) = self.models.remove(&r.model) {
-            let out = self.out.clone();
-            old.cancel_all(&mut |ev| {
-                let _ = out.send(ev);
-            });
-            self.tokens_generated_retired += old.tokens_generated;
+        let out = self.out.clone();
+        let mut emit = |ev: Event| {
+            let _ = out.send(ev);
+        };
+        match self.models.remove(&r.model) {
+            Some(Model::Llama(mut old)) => {
+                old.cancel_all(&mut emit);
+                self.tokens_generated_retired += old.tokens_generated;
+            }
+            Some(Model::Bert(mut old)) => old.cancel_all(&mut emit),
+            None => {}
         }
         let loaded = match kind {
             ModelKind::LlamaGguf => {
@@ -321,7 +349,7 @@ impl Engine {
                     weight_bytes: bert.weight_bytes,
                     embedding_dim: bert.hidden as u32,
                 };
-                self.models.insert(r.model.clone(), Model::Bert(Box::new(bert)));
+                self.models.insert(r.model.clone(), Model::Bert(Box::new(BertRuntime::new(bert))));
                 ev
             }
             ModelKind::Unspecified => return Err(invalid("load_model.kind is unspecified")),
@@ -340,7 +368,10 @@ impl Engine {
     }
 
     fn in_flight(&self, id: &str) -> bool {
-        self.models.values().any(|m| matches!(m, Model::Llama(rt) if rt.contains(id)))
+        self.models.values().any(|m| match m {
+            Model::Llama(rt) => rt.contains(id),
+            Model::Bert(rt) => rt.contains(id),
+        })
     }
 
     fn generate(&mut self, id: &str, g: Generate) -> Outcome {
@@ -397,21 +428,34 @@ impl Engine {
         Ok(())
     }
 
+    /// Queues an embeddings request: the loop runs it a chunk per turn and
+    /// answers with one Embeddings event (or Done cancelled).
     fn embed(&mut self, id: &str, e: Embed) -> Outcome {
-        let bert = match self.models.get(&e.model) {
-            Some(Model::Bert(b)) => b,
+        if id.is_empty() {
+            return Err(invalid("request_id is empty"));
+        }
+        if self.in_flight(id) {
+            return Err(invalid(format!("request id {id:?} is already in flight")));
+        }
+        let rt = match self.models.get_mut(&e.model) {
+            Some(Model::Bert(rt)) => rt,
             Some(Model::Llama(_)) => return Err(invalid(format!("model {:?} is not an embedding model", e.model))),
             None => return Err(Failure(ErrorCode::ModelNotLoaded, format!("model {:?} is not loaded", e.model))),
         };
         if e.inputs.is_empty() {
             return Err(invalid("embed.inputs is empty"));
         }
-        let (vectors, tokens) = bert.embed(&e.inputs).map_err(|err| Failure(ErrorCode::Internal, format!("{err:#}")))?;
-        let ev = Embeddings {
-            vectors: vectors.iter().map(|v| Tensor::from_f32(&[v.len()], v)).collect(),
-            usage: Some(Usage { prompt_tokens: tokens as u32, completion_tokens: 0 }),
-        };
-        self.emit(Event::new(id, event::Kind::Embeddings(ev)));
+        if e.inputs.len() > MAX_EMBED_INPUTS {
+            return Err(invalid(format!("embed.inputs has {} inputs; at most {MAX_EMBED_INPUTS} per request", e.inputs.len())));
+        }
+        let bytes: usize = e.inputs.iter().map(String::len).sum();
+        if bytes > MAX_EMBED_BYTES {
+            return Err(invalid(format!("embed.inputs total {bytes} bytes; at most {MAX_EMBED_BYTES} per request")));
+        }
+        if rt.queued_len() >= MAX_QUEUED_EMBEDS {
+            return Err(Failure(ErrorCode::Overloaded, format!("{} embeddings requests already queued", rt.queued_len())));
+        }
+        rt.submit(EmbedJob::new(id.to_string(), e.inputs));
         Ok(())
     }
 

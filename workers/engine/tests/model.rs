@@ -474,3 +474,51 @@ fn embeddings_batch_equals_single() {
         assert!(diff < 1e-4, "padding changed the embedding by {diff}");
     }
 }
+
+/// The engine runs an embeddings request in chunks of at most
+/// CHUNK_TOKENS padded positions (so generation steps run between them):
+/// each chunk keeps to that bound, and the vectors are what one forward over
+/// all 64 inputs gives and what each input gives alone (to float rounding;
+/// 1.4e-7 at most when measured).
+#[test]
+fn chunked_embeddings_equal_one_forward() {
+    use switchyard_engine::bert::{EmbedJob, CHUNK_TOKENS};
+    let bert = minilm();
+    let texts = common::embedding_inputs(64);
+    let encodings: Vec<_> = texts.iter().map(|t| bert.encode(t).unwrap()).collect();
+    let lens: Vec<usize> = encodings.iter().map(|e| e.get_ids().len()).collect();
+    let total: usize = lens.iter().sum();
+    assert!(total > 16 * CHUNK_TOKENS, "inputs too short to need many chunks: {total} tokens");
+    let mut job = EmbedJob::new("j".into(), texts.clone());
+    let mut chunks = 0;
+    loop {
+        let before = job.vectors.len();
+        let finished = job.step(bert, CHUNK_TOKENS).unwrap();
+        let taken = &lens[before..job.vectors.len()];
+        assert!(!taken.is_empty());
+        let padded = taken.len() * taken.iter().max().unwrap();
+        assert!(taken.len() == 1 || padded <= CHUNK_TOKENS, "chunk {chunks}: {padded} padded positions");
+        chunks += 1;
+        if finished {
+            break;
+        }
+    }
+    assert!(chunks >= 16, "{chunks} chunks");
+    assert_eq!(job.tokens, total);
+    let (chunked, tokens) = bert.embed(&texts).unwrap();
+    assert_eq!(tokens, total);
+    assert_eq!(chunked, job.vectors);
+    let whole = bert.forward(&encodings).unwrap();
+    assert_eq!(chunked.len(), 64);
+    let max_diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    for (i, (c, w)) in chunked.iter().zip(&whole).enumerate() {
+        assert_eq!(c.len(), 384);
+        let d = max_diff(c, w);
+        assert!(d < 1e-5, "input {i}: chunked differs from one forward by {d}");
+    }
+    for i in [0, 17, 63] {
+        let alone = bert.forward(std::slice::from_ref(&encodings[i])).unwrap();
+        let d = max_diff(&chunked[i], &alone[0]);
+        assert!(d < 1e-5, "input {i}: chunked differs from alone by {d}");
+    }
+}

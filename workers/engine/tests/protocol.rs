@@ -468,3 +468,92 @@ fn generation_reports_logprobs_when_asked() {
     e.send("no-flag", ask(2, false));
     assert!(expect_error(&mut e, "no-flag", ErrorCode::InvalidRequest).contains("needs logprobs"));
 }
+
+fn load_minilm(e: &mut EngineProc, name: &str) {
+    e.send(
+        "load-bert",
+        request::Kind::LoadModel(LoadModel {
+            model: name.into(),
+            kind: ModelKind::Bert as i32,
+            path: common::minilm_dir().to_string_lossy().into_owned(),
+            ..Default::default()
+        }),
+    );
+    match e.until_end("load-bert").pop().unwrap().kind {
+        Some(event::Kind::Loaded(l)) => assert_eq!(l.embedding_dim, 384),
+        other => panic!("expected Loaded, got {other:?}"),
+    }
+}
+
+fn embed(model: &str, inputs: Vec<String>) -> request::Kind {
+    request::Kind::Embed(Embed { model: model.into(), inputs })
+}
+
+/// Issue 10 item 7: one large embeddings request used to run whole inside
+/// the engine loop, so a chat sent right after it waited for all of it.
+/// Now the request runs a chunk per turn between decode steps: the chat
+/// finishes first, and the vectors are the same as the request run alone.
+#[test]
+fn a_large_embeddings_request_does_not_stall_generation() {
+    let mut e = EngineProc::spawn();
+    load_llama(&mut e, "smol", 4, 512);
+    load_minilm(&mut e, "minilm");
+    let texts = common::embedding_inputs(64);
+    let t0 = std::time::Instant::now();
+    e.send("emb", embed("minilm", texts.clone()));
+    e.send("chat", chat("smol", "Say hi.", 2));
+    let (ids, _, done) = collect_generation(&e.until_end("chat"));
+    let t_chat = t0.elapsed();
+    assert_eq!(ids.len() as u32, done.usage.unwrap().completion_tokens);
+    assert!(!e.has_arrived("emb"), "the embeddings request finished before a 2-token chat sent after it");
+    let vectors = match e.until_end("emb").pop().unwrap().kind {
+        Some(event::Kind::Embeddings(em)) => em.vectors.iter().map(|t| t.to_f32().unwrap()).collect::<Vec<_>>(),
+        other => panic!("expected Embeddings, got {other:?}"),
+    };
+    let t_emb = t0.elapsed();
+    eprintln!("64 embeddings in {t_emb:?}; the 2-token chat sent with them finished in {t_chat:?}");
+    assert!(t_chat * 4 < t_emb, "chat {t_chat:?} is not a small fraction of the embeddings' {t_emb:?}");
+    // Interleaving does not change the vectors: the same request alone.
+    e.send("emb-alone", embed("minilm", texts));
+    let alone = match e.until_end("emb-alone").pop().unwrap().kind {
+        Some(event::Kind::Embeddings(em)) => em.vectors.iter().map(|t| t.to_f32().unwrap()).collect::<Vec<_>>(),
+        other => panic!("expected Embeddings, got {other:?}"),
+    };
+    assert_eq!(vectors.len(), 64);
+    assert_eq!(vectors, alone);
+}
+
+/// Embeddings requests take turns chunk by chunk: a one-input request sent
+/// after a 64-input one is answered first; a queued one can be cancelled;
+/// oversized requests are refused before any work.
+#[test]
+fn embeddings_requests_take_turns_and_are_bounded() {
+    let mut e = EngineProc::spawn();
+    load_minilm(&mut e, "minilm");
+    e.send("big", embed("minilm", common::embedding_inputs(64)));
+    e.send("small", embed("minilm", vec!["How do I reset my password?".into()]));
+    e.send("doomed", embed("minilm", common::embedding_inputs(32)));
+    e.send("c", request::Kind::Cancel(Cancel { target_request_id: "doomed".into() }));
+    match e.until_end("small").pop().unwrap().kind {
+        Some(event::Kind::Embeddings(em)) => assert_eq!(em.vectors.len(), 1),
+        other => panic!("expected Embeddings, got {other:?}"),
+    }
+    assert!(!e.has_arrived("big"), "a one-input request waited for a 64-input one");
+    match e.until_end("doomed").pop().unwrap().kind {
+        Some(event::Kind::Done(d)) => assert_eq!(d.finish_reason, FinishReason::Cancelled as i32),
+        other => panic!("expected Done cancelled, got {other:?}"),
+    }
+    match e.until_end("big").pop().unwrap().kind {
+        Some(event::Kind::Embeddings(em)) => assert_eq!(em.vectors.len(), 64),
+        other => panic!("expected Embeddings, got {other:?}"),
+    }
+    let too_many = vec!["x".to_string(); switchyard_engine::engine::MAX_EMBED_INPUTS + 1];
+    e.send("too-many", embed("minilm", too_many));
+    let msg = expect_error(&mut e, "too-many", ErrorCode::InvalidRequest);
+    assert!(msg.contains("at most 2048"), "{msg}");
+    let too_long = vec!["y".repeat(switchyard_engine::engine::MAX_EMBED_BYTES / 2 + 1); 2];
+    e.send("too-long", embed("minilm", too_long));
+    expect_error(&mut e, "too-long", ErrorCode::InvalidRequest);
+    e.close_stdin();
+    assert!(e.wait_exit().success());
+}

@@ -106,6 +106,14 @@ impl EngineProc {
         }
     }
 
+    /// Whether an event for `id` has arrived and is waiting to be read.
+    pub fn has_arrived(&mut self, id: &str) -> bool {
+        while let Ok(ev) = self.events.try_recv() {
+            self.backlog.push(ev);
+        }
+        self.backlog.iter().any(|e| e.request_id == id)
+    }
+
     /// All events for `id` up to and including its Done or Error.
     pub fn until_end(&mut self, id: &str) -> Vec<Event> {
         let mut out = Vec::new();
@@ -166,4 +174,41 @@ pub fn collect_generation(events: &[Event]) -> (Vec<u32>, String, protocol::Done
         }
     }
     panic!("no Done among {} events", events.len());
+}
+
+/// `n` English passages of about 100 MiniLM tokens each (75–95 words,
+/// varying so chunks pad), the same every run: realistic embeddings inputs.
+pub fn embedding_inputs(n: usize) -> Vec<String> {
+    const WORDS: &[&str] = &[
+        "the", "router", "sends", "each", "request", "to", "a", "worker", "that", "serves", "its", "model", "and", "keeps",
+        "latency", "low", "while", "tenants", "share", "capacity", "fairly", "under", "load", "with", "budgets", "held",
+        "before", "dispatch", "streams", "resume", "on", "another", "host", "when", "one", "fails", "embeddings", "are",
+        "computed", "in", "batches", "of", "sentences", "whose", "vectors", "rank", "similar", "documents", "above",
+        "unrelated", "ones", "for", "search", "clustering", "deduplication", "customer", "support", "tickets", "invoices",
+        "weather", "reports", "recipes", "travel", "itineraries", "quarterly", "revenue", "grew", "by", "percent",
+    ];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..n)
+        .map(|_| {
+            let words = 75 + (next() % 21) as usize;
+            let mut s = String::new();
+            for w in 0..words {
+                if w > 0 {
+                    s.push(' ');
+                }
+                s.push_str(WORDS[(next() % WORDS.len() as u64) as usize]);
+                if w % 15 == 14 {
+                    s.push('.');
+                }
+            }
+            s.push('.');
+            s
+        })
+        .collect()
 }

@@ -5,9 +5,18 @@ import { EngineError } from "../../engine/client.ts";
 import type { WorkerContext } from "../context.ts";
 import { errorJson } from "../errors.ts";
 
+/** Inputs per request at most: OpenAI's limit, the engine's, and the router's default (config embeddings.maxInputs). */
+export const EMBEDDINGS_MAX_INPUTS = 2048;
+/** Characters across all inputs of one request at most (the engine's 4 MiB of UTF-8 holds this many). */
+export const EMBEDDINGS_MAX_INPUT_CHARS = 1_048_576;
+
 export async function runEmbeddings(ctx: WorkerContext, engine: EngineClient, body: Record<string, unknown>): Promise<Response> {
   const inputs = typeof body.input === "string" ? [body.input] : Array.isArray(body.input) && body.input.every((s) => typeof s === "string") ? (body.input as string[]) : undefined;
   if (!inputs || inputs.length === 0) return errorJson(400, "input: a string or a non-empty array of strings is required", "invalid_request", "input");
+  if (inputs.length > EMBEDDINGS_MAX_INPUTS) return errorJson(400, `input: at most ${EMBEDDINGS_MAX_INPUTS} inputs per request (got ${inputs.length})`, "invalid_request", "input");
+  let chars = 0;
+  for (const s of inputs) chars += s.length;
+  if (chars > EMBEDDINGS_MAX_INPUT_CHARS) return errorJson(400, `input: at most ${EMBEDDINGS_MAX_INPUT_CHARS} characters across all inputs per request (got ${chars})`, "invalid_request", "input");
   const base64 = body.encoding_format === "base64";
   const end = ctx.begin();
   try {
