@@ -7,12 +7,35 @@ import { handleInference, UINT32_MAX } from "../inference.ts";
 
 export const embeddingsSchema = z.looseObject({
   model: z.string().min(1),
-  input: z.union([z.string(), z.array(z.string()).min(1).max(2048)]),
+  input: z.union([z.string(), z.array(z.string()).min(1)]),
   encoding_format: z.enum(["float", "base64"]).nullish(),
   dimensions: z.number().int().positive().max(UINT32_MAX).nullish(),
   user: z.string().nullish(),
 });
 
+/** How much one request may ask to embed (config `embeddings`). */
+export interface EmbeddingsLimits {
+  maxInputs: number;
+  maxInputChars: number;
+}
+
+/** The request schema under the configured limits: more inputs or text than they allow is a 400 naming `input`. */
+export function embeddingsSchemaFor(limits: EmbeddingsLimits) {
+  return embeddingsSchema.superRefine((body, ctx) => {
+    const inputs = typeof body.input === "string" ? [body.input] : body.input;
+    if (inputs.length > limits.maxInputs) {
+      ctx.addIssue({ code: "custom", path: ["input"], message: `at most ${limits.maxInputs} inputs per request (got ${inputs.length})` });
+      return;
+    }
+    let chars = 0;
+    for (const s of inputs) chars += s.length;
+    if (chars > limits.maxInputChars) {
+      ctx.addIssue({ code: "custom", path: ["input"], message: `at most ${limits.maxInputChars} characters across all inputs per request (got ${chars})` });
+    }
+  });
+}
+
 export function registerEmbeddings(app: Hono<AppEnv>, deps: AppDeps): void {
-  app.post("/v1/embeddings", authenticate(deps), ...jsonBody(deps), (c) => handleInference(c, deps, "/v1/embeddings", embeddingsSchema));
+  const schema = embeddingsSchemaFor(deps.config.embeddings);
+  app.post("/v1/embeddings", authenticate(deps), ...jsonBody(deps), (c) => handleInference(c, deps, "/v1/embeddings", schema));
 }
