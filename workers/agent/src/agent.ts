@@ -127,7 +127,7 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     const s = serve({ fetch: app.fetch, hostname: host, port: opts.port ?? 0 }, (info: AddressInfo) => resolve({ server: s, port: info.port }));
     s.once("error", reject);
   });
-  const url = opts.advertise ?? `http://${host === "0.0.0.0" ? "127.0.0.1" : host}:${port}`;
+  const url = opts.advertise ?? `http://${reachableHost(host)}:${port}`;
   const startedAt = Date.now();
   let queueDepth = 0;
   let memoryBytes = 0;
@@ -205,4 +205,18 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     })());
 
   return { id, url, supervisor, models, ctx, record, heartbeat: beat, stop };
+}
+
+/**
+ * The address other hosts reach a worker listening on `host` at: the host
+ * itself, or — listening on every interface without --advertise — this
+ * machine's first non-loopback IPv4 address (a loopback URL in the registry
+ * would be unreachable from every router on another host).
+ */
+export function reachableHost(host: string): string {
+  if (host !== "0.0.0.0" && host !== "::") return host.includes(":") ? `[${host}]` : host;
+  for (const list of Object.values(os.networkInterfaces())) {
+    for (const a of list ?? []) if (a.family === "IPv4" && !a.internal) return a.address;
+  }
+  return "127.0.0.1";
 }
