@@ -3,7 +3,7 @@
 // (dist/cli-*/, built by esbuild in ~0.3 s whenever the sources change) so a router starts in a few hundred milliseconds instead of
 // transpiling ~100 files on every start. SWITCHYARD_NO_BUNDLE=1 runs the
 // sources through tsx instead.
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
@@ -60,6 +60,9 @@ async function ensureBundle() {
       banner: { js: "import { createRequire as __syCreateRequire } from 'node:module'; const require = __syCreateRequire(import.meta.url);" },
       logLevel: "error",
     });
+    // mkdtemp made it owner-only; the bundle is code, not a secret: other
+    // users of this checkout (a container's unprivileged user) must read it.
+    chmodSync(tmp, 0o755);
     try {
       renameSync(tmp, outdir);
     } catch {
