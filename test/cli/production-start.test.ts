@@ -1,7 +1,7 @@
 // A production router never starts half-configured (issue 19), tried as an
 // operator would: the CLI as a subprocess, its exit code and its words.
 import { execFile, spawn } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
@@ -111,6 +111,17 @@ describe("switchyard router refuses to start half-configured", () => {
 });
 
 describe("embedded state", () => {
+  it("admin commands without database.url never create an embedded database (a migration job missing DATABASE_URL fails)", async () => {
+    const home = path.join(scratch, "never-up");
+    for (const args of [["migrate"], ["tenants", "list"], ["keys", "list", "--tenant", "x"]]) {
+      const r = await sy(args, { SWITCHYARD_HOME: home });
+      expect(r.code, args.join(" ")).toBe(2);
+      expect(r.stderr).toContain("database.url is not set (DATABASE_URL) and there is no embedded database under");
+      expect(r.stderr).toContain("switchyard up");
+    }
+    expect(existsSync(path.join(home, "pg"))).toBe(false);
+  });
+
   it("up under a directory the postgres user cannot enter says which one and how to fix it", async () => {
     // As root, embedded PostgreSQL runs as `postgres`: a private parent (mktemp -d is 0700) stops initdb.
     expect(process.getuid?.()).toBe(0); // CI and this machine run tests as root; the check only exists there
@@ -144,6 +155,11 @@ describe("embedded state", () => {
       const url = await sy(["db", "url"], env);
       expect(url.code).toBe(0);
       expect(url.stdout.trim()).toBe(printed);
+      // Admin commands use the embedded database `up` made, and say so.
+      const tenants = await sy(["tenants", "list"], env);
+      expect(tenants.code).toBe(0);
+      expect(tenants.stderr).toContain("using the embedded PostgreSQL of 'switchyard up'");
+      expect(tenants.stdout).toMatch(/local/);
       const psql = await sy(["psql", "-At", "-c", "select name from tenants order by id"], env);
       expect(psql.code).toBe(0);
       expect(psql.stdout.trim()).toBe("local");

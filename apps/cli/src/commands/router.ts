@@ -20,7 +20,7 @@ export async function routerCommand(flags: { config?: string; embedded?: boolean
   if (flags.embedded) {
     // Local experiments: embedded Postgres (migrated) and, without redis.url, in-process state.
     process.stderr.write("» --embedded: state in this process (and an embedded PostgreSQL) unless redis.url / database.url are set\n");
-    const db = config.database.url ? undefined : await openDb(config, { migrate: true, quiet: true });
+    const db = config.database.url ? undefined : await openDb(config, { migrate: true, quiet: true, createEmbedded: true });
     const router = await startRouter(config, db ? { db, embeddedDatabase: true } : {});
     await untilSignal();
     await router.close();

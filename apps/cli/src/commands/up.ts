@@ -39,7 +39,7 @@ export async function upCommand(flags: { config?: string; model?: string[]; devi
   await mkdir(config.home, { recursive: true });
   const step = (msg: string) => process.stderr.write(`» ${msg}\n`);
   step(`starting embedded PostgreSQL in ${path.resolve(config.home, "pg")}`);
-  const db = await openDb(config, { migrate: true, quiet: true });
+  const db = await openDb(config, { migrate: true, quiet: true, createEmbedded: true });
   // Finance reaches the ledger with this URL (psql, switchyard psql); the port is random.
   const urlFile = databaseUrlFile(config);
   await writeFile(urlFile, db.url + "\n", { mode: 0o600 });
