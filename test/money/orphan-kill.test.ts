@@ -1,0 +1,94 @@
+// kill -9 of a router in the middle of 50 paid streams: the other router
+// takes its intents over and, once their holds have expired, finishes each
+// request at what OpenRouter says the generation cost (GET /generation).
+// Every request gets exactly one row, the ledger equals what the provider
+// charged to the micro-cent, and the tenant's day in Redis equals the ledger.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { budgetDay, RedisBudgetStore } from "@switchyard/state";
+import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
+import { createTestDb, createTestRedis, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
+import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
+import { CLAIM_IDLE_MS, HOLD_TTL_MS, ORPHAN_SCAN_MS, openStream, reconcileCli, routerEnv, seedTenant } from "./crash-helpers.ts";
+
+const STREAMS = 50;
+
+let db: TestDb;
+let redis: TestRedis;
+let fake: FakeOpenRouter;
+let a: RouterProc;
+let b: RouterProc;
+let key: string;
+let tenantId: number;
+
+beforeAll(async () => {
+  db = await createTestDb();
+  redis = await createTestRedis();
+  fake = await new FakeOpenRouter({ apiKey: "sk-or-kill" }).start();
+  // Long enough to be cut by the kill: 40 tokens, 100 ms apart.
+  fake.defaultScenario = { kind: "slow", interTokenMs: 100, completionTokens: 40 };
+  ({ tenantId, key } = await seedTenant(db, "killed"));
+  const env = routerEnv(db, redis, fake, "sk-or-kill");
+  [a, b] = await Promise.all([spawnRouter(env, "router-a"), spawnRouter(env, "router-b")]);
+}, 180_000);
+
+afterAll(async () => {
+  await a?.kill9();
+  await b?.stop();
+  await fake?.stop();
+  await db?.drop();
+  await redis?.cleanup();
+});
+
+describe("kill -9 in the middle of 50 paid streams", () => {
+  it("every request is finished once, at the provider's own cost; Redis equals the ledger equals the invoice", async () => {
+    const t0 = Date.now();
+    const streams = await Promise.all(Array.from({ length: STREAMS }, (_, i) => openStream(a.url, key, `stream ${i} ${"x".repeat(i)}`)));
+    const ids = streams.map((s) => s.requestId);
+    expect(new Set(ids).size).toBe(STREAMS);
+    await a.kill9();
+    await Promise.all(streams.map((s) => s.rest));
+    // The fake saw every stream cut short, and charged each for what it generated.
+    await waitFor(() => fake.generations.size === STREAMS && [...fake.generations.values()].every((g) => g.cancelled), { what: "the fake to book 50 cut-short generations" });
+
+    // Within the hold's TTL (from the attempts' start) + the take-over idle time + a scan and a drain.
+    const bound = HOLD_TTL_MS + CLAIM_IDLE_MS + 2 * ORPHAN_SCAN_MS + 4_000;
+    await waitFor(async () => (await db.sql`select count(*)::int as n from spend_ledger where tenant_id = ${tenantId}`)[0]!.n >= STREAMS, {
+      timeoutMs: bound + 10_000,
+      intervalMs: 100,
+      what: "a ledger row for each of the 50 killed requests",
+    });
+    const took = Date.now() - t0;
+    console.log(`50 orphaned streams finished ${took} ms after they started (hold TTL ${HOLD_TTL_MS} ms, claim idle ${CLAIM_IDLE_MS} ms)`);
+    expect(took).toBeLessThanOrEqual(bound);
+
+    const rows = await db.sql<{ request_id: string; cost_micro: string; cost_source: string; provider_generation_id: string | null; prompt_tokens: number; completion_tokens: number; status: string }[]>`
+      select request_id, cost_micro::text, cost_source, provider_generation_id, prompt_tokens, completion_tokens, status from spend_ledger where tenant_id = ${tenantId}`;
+    expect(rows).toHaveLength(STREAMS); // exactly one each
+    expect(new Set(rows.map((r) => r.request_id))).toEqual(new Set(ids));
+    for (const r of rows) {
+      expect(r.cost_source).toBe("provider_lookup");
+      expect(r.status).toBe("error");
+      const g = fake.generations.get(r.provider_generation_id ?? "");
+      expect(g, `generation of ${r.request_id}`).toBeDefined();
+      expect(BigInt(r.cost_micro)).toBe(fake.chargedMicro([g!.id]));
+      expect([r.prompt_tokens, r.completion_tokens]).toEqual([g!.prompt, g!.completion]);
+      expect(g!.completion).toBeGreaterThanOrEqual(2);
+    }
+    const ledger = rows.reduce((s, r) => s + BigInt(r.cost_micro), 0n);
+    expect(ledger).toBe(fake.chargedMicro()); // the invoice, to the micro-cent
+    expect(ledger).toBeGreaterThan(0n);
+    // Each request was looked up (and only those).
+    expect(fake.requests.filter((r) => r.path.startsWith("/api/v1/generation?id=")).length).toBeGreaterThanOrEqual(STREAMS);
+
+    // The day was charged once per request: the counters already equal the ledger…
+    const store = new RedisBudgetStore(redis.redis, redis.prefix);
+    const day = budgetDay(Date.now(), "UTC");
+    expect(await store.snapshot(tenantId, day)).toMatchObject({ spentMicro: ledger, heldMicro: 0n });
+    // …and `budgets reconcile` agrees.
+    const rec = await reconcileCli(db, redis, "killed");
+    expect(rec.code, rec.out).toBe(0);
+    expect(await store.snapshot(tenantId, day)).toMatchObject({ spentMicro: ledger, heldMicro: 0n });
+    // Nothing is left in the journal.
+    expect(await redis.redis.xlen(`${redis.prefix}{ledger}:intents`)).toBe(0);
+  }, 120_000);
+});
