@@ -32,14 +32,15 @@ pub struct BertEmbedder {
 }
 
 /// Padded positions (inputs × the longest of them) per forward: one chunk,
-/// the most embedding work the engine does between two decode steps (about
-/// 2 MiniLM inputs of 100 tokens, ~0.1 s on two CPU cores), so a running
+/// the most embedding work the engine does between two decode steps (one
+/// MiniLM input of 100 tokens, ~40 ms on two idle CPU cores), so a running
 /// generation gets a token per chunk whatever the embeddings requests ask.
 /// A single input longer than this still goes alone (it is at most
-/// `max_seq_len`, 256 for MiniLM). `SWITCHYARD_EMBED_CHUNK_TOKENS` sets it:
-/// larger chunks cost less CPU per token on a busy machine (fewer parallel
-/// regions) and delay running generations more.
-pub const CHUNK_TOKENS: usize = 256;
+/// `max_seq_len`, 256 for MiniLM). `SWITCHYARD_EMBED_CHUNK_TOKENS` sets it.
+/// Measured on the shared 2-core box: 128 and 256 cost the same CPU; 1024
+/// and up (fewer parallel matmul regions) took up to half the CPU per token
+/// while other processes competed for the cores, and delay generations more.
+pub const CHUNK_TOKENS: usize = 128;
 /// Inputs per forward at most, however short they are.
 pub const CHUNK_INPUTS: usize = 32;
 
