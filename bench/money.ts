@@ -5,9 +5,9 @@
 import { randomUUID } from "node:crypto";
 import os from "node:os";
 import { connectDb, insertLedgerRows, type DbHandle, type NewLedgerRow } from "@switchyard/db";
-import { RedisBudgetStore, budgetDay, connectRedis } from "@switchyard/state";
+import { RedisBudgetStore, RedisIntentJournal, budgetDay, connectRedis } from "@switchyard/state";
 import type { Redis } from "ioredis";
-import { RedisLedgerBuffer } from "../apps/router/src/billing/ledger-stream.ts";
+import { encodeLedgerRow, RedisLedgerBuffer } from "../apps/router/src/billing/ledger-stream.ts";
 import { createLogger } from "../apps/router/src/observability/log.ts";
 import { percentile } from "./lib/load.ts";
 import { benchScratch } from "./lib/scratch.ts";
@@ -97,6 +97,8 @@ export async function benchMoney(opts: { quick: boolean; log: (s: string) => voi
   const scratch = await benchScratch("money_");
   const { prefix, dbUrl } = scratch;
   const redis = connectRedis(REDIS);
+  // As the router connects: commands issued in one tick share a round trip.
+  const piped = connectRedis(REDIS, { autoPipelining: true });
   let dbh: DbHandle | undefined;
   let ledger: RedisLedgerBuffer | undefined;
   const out: string[] = [];
@@ -132,8 +134,34 @@ export async function benchMoney(opts: { quick: boolean; log: (s: string) => voi
       await redis.ping();
       await redis.ping();
     };
+    // The whole money path of a paid request as the router runs it (auto-pipelined
+    // connection): reserve, the row into the ledger stream, settle — and the same
+    // with the crash intent (issue 18): intent + reserve in one round trip, then the
+    // row written by the script that retires the intent, then settle.
+    const pstore = new RedisBudgetStore(piped, prefix);
+    const benchLedgerKey = `${prefix}{ledger}:bench-stream`;
+    const journal = new RedisIntentJournal(piped, { prefix, ledgerKey: benchLedgerKey, consumer: "bench", claimIdleMs: 15_000 });
+    await journal.ensureGroup();
+    const rowText = encodeLedgerRow(ledgerRow(0, new Date()));
+    const rowPair = async (tenantId: number) => {
+      const requestId = `req_bench_${(rid++).toString(36)}`;
+      const r = await pstore.reserve({ tenantId, day, requestId, amountMicro: holdMicro, limitMicro: roomy, ttlMs: 660_000 });
+      if (!r.ok) throw new Error("reserve refused under a roomy limit");
+      await piped.xadd(benchLedgerKey, "*", "r", rowText);
+      await pstore.settle({ tenantId, day, requestId, actualMicro });
+    };
+    const intentPair = async (tenantId: number) => {
+      const requestId = `req_bench_${(rid++).toString(36)}`;
+      const intent = JSON.stringify({ requestId, tenantId, keyId: 1, day, backend: "openrouter", model: "openai/gpt-4o-mini", holdMicro: String(holdMicro), held: true, startedAtMs: Date.now(), attemptAtMs: Date.now(), holdTtlMs: 660_000 });
+      const [id, r] = await Promise.all([journal.open(intent), pstore.reserve({ tenantId, day, requestId, amountMicro: holdMicro, limitMicro: roomy, ttlMs: 660_000 })]);
+      if (!r.ok) throw new Error("reserve refused under a roomy limit");
+      if (!(await journal.finish(id, rowText))) throw new Error("intent already finished");
+      await pstore.settle({ tenantId, day, requestId, actualMicro });
+    };
     const paths = [
       { name: "lua reserve + settle", pair: luaPair, commands: ["evalsha", "eval"] },
+      { name: "reserve + row XADD + settle", pair: rowPair, commands: ["evalsha", "eval", "xadd"] },
+      { name: "+ crash intent (issue 18)", pair: intentPair, commands: ["evalsha", "eval"] },
       { name: "naive GET, compare, INCRBY", pair: naivePair, commands: ["get", "incrby"] },
       { name: "2× PING (round-trip floor)", pair: floorPair, commands: ["ping"] },
     ];
@@ -176,6 +204,7 @@ export async function benchMoney(opts: { quick: boolean; log: (s: string) => voi
         ]);
       }
     }
+    await redis.del(benchLedgerKey, `${prefix}{ledger}:intents`);
     const lua1 = acc[`lua reserve + settle@1`]!;
     const lua64 = acc[`lua reserve + settle@64`]!;
     const lua1Mean = lua1.latUs.reduce((s, x) => s + x, 0) / lua1.latUs.length;
@@ -358,5 +387,6 @@ export async function benchMoney(opts: { quick: boolean; log: (s: string) => voi
     await dbh?.close().catch(() => {});
     await scratch.drop(redis);
     redis.disconnect();
+    piped.disconnect();
   }
 }
