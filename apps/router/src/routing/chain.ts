@@ -59,6 +59,9 @@ function localHosts(): Set<string> {
   return hosts;
 }
 
+/** Provider backends (one per provider × model name) kept between requests at most. */
+const PROVIDER_CACHE_MAX = 1024;
+
 export class BackendChain {
   private readonly local = localHosts();
   private readonly cache = new Map<string, Backend>();
@@ -88,11 +91,22 @@ export class BackendChain {
     if (!make) return undefined;
     const key = `${kind}\u0000${model}`;
     let b = this.cache.get(key);
-    if (!b) {
+    if (b) {
+      // Most recently used last: the eviction below drops the oldest.
+      this.cache.delete(key);
+    } else {
       b = make(model);
-      this.cache.set(key, b);
+      // Any "vendor/model" a client sends makes a provider backend: bounded, or
+      // distinct made-up names would grow the router's memory without limit.
+      if (this.cache.size >= PROVIDER_CACHE_MAX) this.cache.delete(this.cache.keys().next().value!);
     }
+    this.cache.set(key, b);
     return b;
+  }
+
+  /** Provider backends kept (tests look). */
+  cachedProviders(): number {
+    return this.cache.size;
   }
 
   isLocal(w: WorkerRecord): boolean {
