@@ -1,9 +1,12 @@
-// The two twins of a clocked store (registry, budgets, leases) under one
+// The twins of a clocked store (registry, budgets, leases) under one
 // contract: the Redis implementation on a fresh key prefix of the real
-// Redis, timed by Redis's own clock, and the in-process one on a manual
-// clock.
-import { ManualClock } from "@switchyard/state";
-import { createTestRedis, sleep, type TestRedis } from "../helpers/env.ts";
+// single-node Redis and of a real 3-master + 3-replica Redis Cluster (started
+// for the file, removed after it), both timed by Redis's own clock, and the
+// in-process one on a manual clock.
+import { afterAll } from "vitest";
+import { ManualClock, openRedis, scanKeys, type RedisLike } from "@switchyard/state";
+import { createTestRedis, sleep, uniqueName } from "../helpers/env.ts";
+import { startRedisCluster, type TestCluster } from "../helpers/redis-cluster.ts";
 
 export interface ClockedHarness<S> {
   store: S;
@@ -13,27 +16,62 @@ export interface ClockedHarness<S> {
   now(): Promise<number>;
 }
 
+/** What a Redis twin is built from: a connection (one node or a Cluster) and a key prefix of its own. */
+export interface RedisTwinInput {
+  redis: RedisLike;
+  prefix: string;
+}
+
 type Contract<S> = (name: string, make: () => Promise<ClockedHarness<S>>, cleanup: (h: ClockedHarness<S>) => Promise<void>) => void;
 
-export function runOnBothTwins<S>(contract: Contract<S>, twins: { redis: (r: TestRedis) => S; memory: (clock: ManualClock) => S }): void {
-  const redisOf = new WeakMap<ClockedHarness<S>, TestRedis>();
-  contract(
-    "redis",
-    async () => {
-      const r = await createTestRedis();
-      const h: ClockedHarness<S> = {
-        store: twins.redis(r),
-        elapse: sleep,
-        now: async () => {
-          const [sec, usec] = await r.redis.time();
-          return Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
-        },
-      };
-      redisOf.set(h, r);
-      return h;
+async function redisNow(r: RedisLike): Promise<number> {
+  const [sec, usec] = await r.time();
+  return Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+}
+
+let cluster: Promise<TestCluster> | undefined;
+/** One cluster per test file, started on first use. */
+export function fileCluster(): Promise<TestCluster> {
+  if (!cluster) {
+    cluster = startRedisCluster();
+    afterAll(async () => (await cluster)?.stop(), 60_000);
+  }
+  return cluster;
+}
+
+/** A fresh prefix on the file's cluster; cleanup deletes its keys on every master. */
+export async function createClusterRedis(): Promise<RedisTwinInput & { cleanup(): Promise<void> }> {
+  const c = await fileCluster();
+  const redis = await openRedis({ cluster: c.seeds });
+  const prefix = `${uniqueName("c")}:`;
+  return {
+    redis,
+    prefix,
+    cleanup: async () => {
+      // Keys of several slots: one DEL each (a multi-key DEL must stay in one slot).
+      for (const k of await scanKeys(redis, `${prefix}*`)) await redis.del(k);
+      redis.disconnect();
     },
-    async (h) => redisOf.get(h)!.cleanup(),
-  );
+  };
+}
+
+export function runOnBothTwins<S>(contract: Contract<S>, twins: { redis: (r: RedisTwinInput) => S; memory: (clock: ManualClock) => S }): void {
+  const cleanups = new WeakMap<ClockedHarness<S>, () => Promise<void>>();
+  for (const [name, open] of [
+    ["redis", createTestRedis],
+    ["redis cluster", createClusterRedis],
+  ] as const) {
+    contract(
+      name,
+      async () => {
+        const r = await open();
+        const h: ClockedHarness<S> = { store: twins.redis(r), elapse: sleep, now: () => redisNow(r.redis) };
+        cleanups.set(h, r.cleanup);
+        return h;
+      },
+      async (h) => cleanups.get(h)!(),
+    );
+  }
   contract(
     "in-process",
     async () => {

@@ -12,7 +12,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Redis } from "ioredis";
+import type { RedisLike } from "../redis.ts";
 
 const scriptNames = ["open", "finish"] as const;
 type IntentCommands = {
@@ -31,8 +31,8 @@ function luaDir(): string {
   throw new Error("cannot find packages/state/lua (intent Lua scripts)");
 }
 
-const registered = new WeakSet<Redis>();
-function intentCommands(redis: Redis): Redis & IntentCommands {
+const registered = new WeakSet<RedisLike>();
+function intentCommands(redis: RedisLike): RedisLike & IntentCommands {
   if (!registered.has(redis)) {
     const dir = luaDir();
     const keys: Record<(typeof scriptNames)[number], number> = { open: 1, finish: 3 };
@@ -41,7 +41,7 @@ function intentCommands(redis: Redis): Redis & IntentCommands {
     }
     registered.add(redis);
   }
-  return redis as Redis & IntentCommands;
+  return redis as RedisLike & IntentCommands;
 }
 
 /** The intents stream of a key prefix (same hash tag as the ledger stream). */
@@ -82,7 +82,7 @@ const TOUCH_BATCH = 500;
 
 export class RedisIntentJournal {
   readonly key: string;
-  private readonly redis: Redis & IntentCommands;
+  private readonly redis: RedisLike & IntentCommands;
   /** Intents this router opened and has not finished: touched so nobody takes them over. */
   private readonly mine = new Set<string>();
   /** Intents taken over from silent routers, waiting to be finished here. */
@@ -91,7 +91,7 @@ export class RedisIntentJournal {
   private lastTouch = 0;
 
   constructor(
-    redis: Redis,
+    redis: RedisLike,
     private readonly opts: IntentJournalOptions,
   ) {
     this.redis = intentCommands(redis);
@@ -170,7 +170,7 @@ export class RedisIntentJournal {
     const alive = new Set<string>();
     for (let i = 0; i < ids.length; i += TOUCH_BATCH) {
       const batch = ids.slice(i, i + TOUCH_BATCH);
-      const got = (await this.redis.xclaim(this.key, GROUP, this.opts.consumer, 0, ...batch, "JUSTID")) as unknown as string[];
+      const got = (await this.redis.call("xclaim", this.key, GROUP, this.opts.consumer, "0", ...batch, "JUSTID")) as string[];
       for (const id of got) alive.add(String(id));
     }
     for (const id of this.adopted) if (!alive.has(id)) this.adopted.delete(id);

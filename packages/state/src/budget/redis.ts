@@ -2,7 +2,7 @@
 // four keys, `${prefix}{tenant:<id>}:budget:<day>:{state,holds,expiry,settled}`.
 // The hash tag puts one tenant's keys in one Cluster slot, so every script
 // is atomic; hold expiry uses Redis' own clock.
-import type { Redis } from "ioredis";
+import type { RedisLike } from "../redis.ts";
 import { budgetCommands, type BudgetCommands } from "./scripts.ts";
 import {
   checkDayRef,
@@ -37,11 +37,11 @@ type Str = string | number | Buffer;
 const big = (v: unknown): bigint => BigInt(String(v as Str));
 
 export class RedisBudgetStore implements BudgetStore {
-  private readonly redis: Redis & BudgetCommands;
+  private readonly redis: RedisLike & BudgetCommands;
   private readonly keyTtl: string;
 
   constructor(
-    redis: Redis,
+    redis: RedisLike,
     private readonly prefix: string,
     opts: RedisBudgetStoreOptions = {},
   ) {

@@ -4,7 +4,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Redis } from "ioredis";
+import type { RedisLike } from "../redis.ts";
 
 const scriptNames = ["reserve", "settle", "release", "snapshot", "holds", "rebuild"] as const;
 export type BudgetScript = (typeof scriptNames)[number];
@@ -40,14 +40,14 @@ function loadSources(): Record<BudgetScript, string> {
   return (sources = out);
 }
 
-const registered = new WeakSet<Redis>();
+const registered = new WeakSet<RedisLike>();
 
 /** The connection, with the budget commands defined on it (once per connection). */
-export function budgetCommands(redis: Redis): Redis & BudgetCommands {
+export function budgetCommands(redis: RedisLike): RedisLike & BudgetCommands {
   if (!registered.has(redis)) {
     const src = loadSources();
     for (const name of scriptNames) redis.defineCommand(`syBudget_${name}`, { numberOfKeys: BUDGET_SCRIPT_KEYS, lua: src[name] });
     registered.add(redis);
   }
-  return redis as Redis & BudgetCommands;
+  return redis as RedisLike & BudgetCommands;
 }

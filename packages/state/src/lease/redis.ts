@@ -2,7 +2,7 @@
 // `${prefix}{leases}:{records,workers,expiry,fence}` (one hash tag, one
 // Cluster slot: atomic across workers, listed in one call). Expiry is checked
 // in the scripts against Redis' own clock.
-import type { Redis } from "ioredis";
+import type { RedisLike } from "../redis.ts";
 import { leaseCommands, type LeaseCommands } from "./scripts.ts";
 import {
   checkAcquire,
@@ -42,10 +42,10 @@ function decode(raw: unknown): Lease {
 }
 
 export class RedisLeaseStore implements LeaseStore {
-  private readonly redis: Redis & LeaseCommands;
+  private readonly redis: RedisLike & LeaseCommands;
   private readonly keys: string[];
 
-  constructor(redis: Redis, prefix: string) {
+  constructor(redis: RedisLike, prefix: string) {
     this.redis = leaseCommands(redis);
     this.keys = leaseKeys(prefix);
   }

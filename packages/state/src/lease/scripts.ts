@@ -4,7 +4,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Redis } from "ioredis";
+import type { RedisLike } from "../redis.ts";
 
 const scriptNames = ["acquire", "get", "extend", "release", "list"] as const;
 export type LeaseScript = (typeof scriptNames)[number];
@@ -39,14 +39,14 @@ function loadSources(): Record<LeaseScript, string> {
   return (sources = out);
 }
 
-const registered = new WeakSet<Redis>();
+const registered = new WeakSet<RedisLike>();
 
 /** The connection, with the lease commands defined on it (once per connection). */
-export function leaseCommands(redis: Redis): Redis & LeaseCommands {
+export function leaseCommands(redis: RedisLike): RedisLike & LeaseCommands {
   if (!registered.has(redis)) {
     const src = loadSources();
     for (const name of scriptNames) redis.defineCommand(`syLease_${name}`, { numberOfKeys: LEASE_SCRIPT_KEYS, lua: src[name] });
     registered.add(redis);
   }
-  return redis as Redis & LeaseCommands;
+  return redis as RedisLike & LeaseCommands;
 }

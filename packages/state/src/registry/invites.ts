@@ -6,7 +6,7 @@
 // The invite itself (the models the worker may serve) is an admin-written key
 // next to the worker's, which routers read and the worker cannot write.
 import { createHmac, randomBytes } from "node:crypto";
-import type { Redis } from "ioredis";
+import { redisAllNodes, type RedisLike } from "../redis.ts";
 import { fencingPublicKey } from "./fencing-key.ts";
 import { workerIdPattern } from "./record.ts";
 import { globEscape, inviteKey, workerKey } from "./redis.ts";
@@ -37,7 +37,7 @@ export interface Invite {
  * may run only the few commands a heartbeat needs, on its own key only — not
  * on its invite, which routers read to bound what it may be routed for.
  */
-export async function inviteWorker(admin: Redis, opts: { prefix: string; workerId: string; secretKey: string; models: string[] }): Promise<Invite> {
+export async function inviteWorker(admin: RedisLike, opts: { prefix: string; workerId: string; secretKey: string; models: string[] }): Promise<Invite> {
   if (!workerIdPattern.test(opts.workerId)) throw new Error(`invalid worker id '${opts.workerId}': letters, digits, '.', '_' or '-' (max 64)`);
   const models = [...new Set(opts.models)];
   if (models.length === 0 || models.some((m) => m.length === 0 || m.length > 256)) throw new Error("an invite names at least one model (each 1–256 characters)");
@@ -47,30 +47,18 @@ export async function inviteWorker(admin: Redis, opts: { prefix: string; workerI
   const key = globEscape(workerKey(opts.prefix, opts.workerId));
   const grant: WorkerInviteGrant = { models, createdAt: Date.now() };
   await admin.set(inviteKey(opts.prefix, opts.workerId), JSON.stringify(grant));
-  await admin.call(
-    "ACL",
-    "SETUSER",
-    redisUser,
-    "reset",
-    "on",
-    `>${redisPassword}`,
-    `~${key}`,
-    "resetchannels",
-    "-@all",
-    "+set",
-    "+del",
-    "+pexpire",
-    "+ping",
-    "+hello",
-    "+auth",
-    "+client|setname",
-  );
+  // ACL users are per node and neither replicated nor spread by a Cluster:
+  // every node gets the user, replicas too (they become masters on failover).
+  // A Cluster client also needs CLUSTER SLOTS to learn the slot map.
+  const rules = [`>${redisPassword}`, `~${key}`, "resetchannels", "-@all", "+set", "+del", "+pexpire", "+ping", "+hello", "+auth", "+client|setname", "+cluster|slots"];
+  for (const node of redisAllNodes(admin)) await node.call("ACL", "SETUSER", redisUser, "reset", "on", ...rules);
   return { workerId: opts.workerId, redisUser, redisPassword, callSecret: workerCallSecret(opts.secretKey, opts.workerId), models, fencingKey: fencingPublicKey(opts.secretKey) };
 }
 
 /** Deletes the worker's ACL user and its invite (routers stop routing to it at their next poll). */
-export async function revokeWorker(admin: Redis, workerId: string, opts: { prefix?: string } = {}): Promise<boolean> {
-  const n = (await admin.call("ACL", "DELUSER", workerAclUser(workerId))) as number;
+export async function revokeWorker(admin: RedisLike, workerId: string, opts: { prefix?: string } = {}): Promise<boolean> {
+  let n = 0;
+  for (const node of redisAllNodes(admin)) n = Math.max(n, (await node.call("ACL", "DELUSER", workerAclUser(workerId))) as number);
   if (opts.prefix !== undefined) await admin.del(inviteKey(opts.prefix, workerId));
   return n > 0;
 }

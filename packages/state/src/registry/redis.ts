@@ -1,10 +1,11 @@
 // Redis registry: one key per worker, `<prefix>{registry}:worker:<id>`, value
 // the JSON record, PX = TTL; invites (admin-written) at
-// `<prefix>{registry}:invite:<id>`. The hash tag keeps them in one slot so a
-// Redis Cluster can SCAN them from one node. Routers list by SCAN + one Lua
-// read (records and invites together, oversized values refused unsent); with
-// a few hundred workers that is two round trips per poll.
-import type { Redis } from "ioredis";
+// `<prefix>{registry}:invite:<id>`. The hash tag keeps them in one slot, so
+// the Lua read is atomic on a Redis Cluster too; SCAN is per node, so the
+// listing scans every master (only the slot's owner answers with keys).
+// Routers list by SCAN + one Lua read (records and invites together,
+// oversized values refused unsent): two round trips per poll per master.
+import { scanKeys, type RedisLike } from "../redis.ts";
 import { decodeInvite, decodeRecord, workerRecordSchema, type WorkerRecord } from "./record.ts";
 import { registryCommands } from "./scripts.ts";
 import { DEFAULT_MAX_RECORD_BYTES, type PublishResult, type RegistryListing, type RegistryStore, type RejectedRecord, type WorkerInviteGrant } from "./store.ts";
@@ -31,7 +32,7 @@ export interface RedisRegistryOptions {
 export class RedisRegistryStore implements RegistryStore {
   private readonly maxRecordBytes: number;
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisLike,
     private readonly prefix: string,
     opts: RedisRegistryOptions = {},
   ) {
@@ -70,14 +71,8 @@ export class RedisRegistryStore implements RegistryStore {
   async listing(): Promise<RegistryListing> {
     const keyPrefix = workerKey(this.prefix, "");
     const pattern = `${globEscape(keyPrefix)}*`;
-    const ids: string[] = [];
-    let cursor = "0";
-    do {
-      const [next, batch] = await this.redis.scan(cursor, "MATCH", pattern, "COUNT", 1000);
-      cursor = next;
-      // The id is the key: the one thing a worker's ACL user could not choose.
-      for (const key of batch) ids.push(key.slice(keyPrefix.length));
-    } while (cursor !== "0");
+    // The id is the key: the one thing a worker's ACL user could not choose.
+    const ids = (await scanKeys(this.redis, pattern)).map((key) => key.slice(keyPrefix.length));
     const out: RegistryListing = { workers: [], invites: new Map(), rejected: [] };
     if (ids.length === 0) return out;
     const keys = [...ids.map((id) => workerKey(this.prefix, id)), ...ids.map((id) => inviteKey(this.prefix, id))];

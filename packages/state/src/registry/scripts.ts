@@ -4,7 +4,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Redis } from "ioredis";
+import type { RedisLike } from "../redis.ts";
 
 export type RegistryCommands = {
   /** registry_read.lua: keys…, maxBytes, heartbeat key count → per key false | -1 | -2 | length | value. */
@@ -24,13 +24,13 @@ function loadSource(): string {
 }
 
 let source: string | undefined;
-const registered = new WeakSet<Redis>();
+const registered = new WeakSet<RedisLike>();
 
 /** The connection, with the registry command defined on it (once per connection). */
-export function registryCommands(redis: Redis): Redis & RegistryCommands {
+export function registryCommands(redis: RedisLike): RedisLike & RegistryCommands {
   if (!registered.has(redis)) {
     redis.defineCommand("syRegistry_read", { lua: (source ??= loadSource()) });
     registered.add(redis);
   }
-  return redis as Redis & RegistryCommands;
+  return redis as RedisLike & RegistryCommands;
 }
