@@ -1,0 +1,151 @@
+// The tab's intents, in process against real Redis and Postgres: written with
+// every paid hold (also for tenants without a limit), retired with no row when
+// the attempt is refused or fails before its first byte, noted with the
+// generation id and the usage seen — and an Anthropic orphan whose final
+// usage had arrived is finished at price × that usage (usage_on_crash).
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createKey, createTenant, insertLedgerRows, usageCostMicro, type KeyOwner } from "@switchyard/db";
+import { budgetDay, intentProgressKey, RedisBudgetStore, RedisIntentJournal } from "@switchyard/state";
+import { AnthropicCostLookup } from "../../apps/router/src/backends/anthropic/cost-lookup.ts";
+import type { Backend } from "../../apps/router/src/backends/types.ts";
+import { StaticBudgets } from "../../apps/router/src/billing/budgets.ts";
+import { BudgetGuard, type TabInput } from "../../apps/router/src/billing/guard.ts";
+import { RedisLedgerBuffer } from "../../apps/router/src/billing/ledger-stream.ts";
+import { OrphanFinisher } from "../../apps/router/src/billing/orphans.ts";
+import { StaticPriceBook } from "../../apps/router/src/billing/prices.ts";
+import { silentLogger } from "../../apps/router/src/observability/log.ts";
+import { RouterMetrics } from "../../apps/router/src/observability/metrics.ts";
+import { createTestDb, createTestRedis, sleep, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
+
+const HOLD_TTL_MS = 600;
+const CLAIM_IDLE_MS = 150;
+const AN_MODEL = "claude-3-5-haiku-latest";
+const AN_PRICE = { inputMicroPerMtok: 80_000_000n, outputMicroPerMtok: 400_000_000n, cachedInputMicroPerMtok: 8_000_000n, cacheWriteMicroPerMtok: 100_000_000n };
+
+let db: TestDb;
+let redis: TestRedis;
+let owner: KeyOwner;
+let unlimited: KeyOwner;
+
+const backend = (kind: "openrouter" | "anthropic", model: string): Backend => ({ id: `${kind}:${model}`, kind, paid: true, model, supports: () => true, open: () => Promise.reject(new Error("not called")) });
+const openrouter = backend("openrouter", "openai/gpt-4o-mini");
+const anthropic = backend("anthropic", AN_MODEL);
+
+beforeAll(async () => {
+  db = await createTestDb();
+  redis = await createTestRedis();
+  const mk = async (name: string): Promise<KeyOwner> => {
+    const t = await createTenant(db.db, name);
+    if (!t.ok) throw new Error("tenant");
+    const k = await createKey(db.db, t.tenant.id);
+    return { keyId: k.row.id, prefix: k.row.prefix, tenantId: t.tenant.id, tenantName: name, revoked: false };
+  };
+  owner = await mk("intents");
+  unlimited = await mk("intents-unlimited");
+}, 120_000);
+
+afterAll(async () => {
+  await db?.drop();
+  await redis?.cleanup();
+});
+
+function setup(consumer: string, limitMicro: bigint) {
+  const store = new RedisBudgetStore(redis.redis, redis.prefix);
+  const budgets = new StaticBudgets();
+  budgets.budgets.set(owner.tenantId, { limitMicro, timeZone: "UTC", thresholds: [] });
+  const prices = new StaticPriceBook([
+    { backend: "openrouter", model: "openai/gpt-4o-mini", inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n },
+    { backend: "anthropic", model: AN_MODEL, ...AN_PRICE },
+  ]);
+  const ledger = new RedisLedgerBuffer(redis.redis, (rows) => insertLedgerRows(db.db, rows), { prefix: redis.prefix, consumer: `${consumer}-drain`, batch: 100, flushMs: 20, claimIdleMs: 1_000, log: silentLogger });
+  const intents = new RedisIntentJournal(redis.redis, { prefix: redis.prefix, ledgerKey: ledger.key, consumer, claimIdleMs: CLAIM_IDLE_MS });
+  const guard = new BudgetGuard({
+    store,
+    budgets,
+    prices,
+    ledger,
+    alerts: async () => false,
+    billing: { holdTtlMs: HOLD_TTL_MS, maxOutputTokens: 100, refreshMs: 1_000, ledgerBatch: 100, ledgerFlushMs: 20, ledgerClaimIdleMs: CLAIM_IDLE_MS, orphanScanMs: 50, orphanLookupConcurrency: 4 },
+    log: silentLogger,
+    metrics: new RouterMetrics(),
+    intents,
+  });
+  return { store, ledger, intents, guard };
+}
+
+let n = 0;
+const input = (tenant: KeyOwner, model: string, content = "hello"): TabInput => ({
+  requestId: `req_intents_${n++}`,
+  tenant,
+  path: "/v1/chat/completions",
+  body: { model, max_tokens: 100, messages: [{ role: "user", content }] },
+  model,
+  arrivedAtMs: Date.now(),
+  startedAtPerf: performance.now(),
+});
+
+describe("intents beside paid holds", () => {
+  it("a refused hold and an attempt failed before its first byte leave no intent and no row", async () => {
+    const { intents, guard, ledger } = setup("refusals", 1n); // nothing fits
+    await intents.ensureGroup();
+    const refused = guard.open(input(owner, "openai/gpt-4o-mini"));
+    expect(await refused.admit(openrouter)).toEqual({ ok: false, reason: "budget_exhausted" });
+    await guard.drain();
+    expect(await intents.depth()).toBe(0);
+
+    const roomy = setup("release", 10n ** 12n);
+    const tab = roomy.guard.open(input(owner, "openai/gpt-4o-mini"));
+    expect((await tab.admit(openrouter)).ok).toBe(true);
+    expect(await intents.depth()).toBe(1);
+    tab.release(openrouter);
+    await roomy.guard.drain();
+    expect(await intents.depth()).toBe(0);
+    await Promise.all([ledger.close(), roomy.ledger.close()]);
+  });
+
+  it("a tenant without a limit still gets an intent (the worst case, no hold) and one row", async () => {
+    const { intents, guard, ledger } = setup("unlimited", 10n ** 12n);
+    const i = input(unlimited, "openai/gpt-4o-mini");
+    const tab = guard.open(i);
+    const admission = await tab.admit(openrouter);
+    expect(admission.ok && typeof admission.progress).toBe("function");
+    const entries = await redis.redis.xrange(intents.key, "-", "+");
+    expect(entries).toHaveLength(1);
+    expect(JSON.parse(entries[0]![1][1]!)).toMatchObject({ requestId: i.requestId, tenantId: unlimited.tenantId, backend: "openrouter", model: "openai/gpt-4o-mini", held: false });
+    tab.settle({ backend: openrouter, status: "ok", usage: { prompt: 3, completion: 4, cached: 0, cacheWrite: 0, providerCostMicro: 11n } });
+    await guard.drain();
+    expect(await intents.depth()).toBe(0);
+    await ledger.flush();
+    expect(await db.sql`select cost_micro::text, cost_source from spend_ledger where request_id = ${i.requestId}`).toEqual([{ cost_micro: "11", cost_source: "provider" }]);
+    await ledger.close();
+  });
+
+  it("an Anthropic orphan whose final usage had arrived is finished at price × that usage", async () => {
+    const dead = setup("anthropic-dead", 10n ** 12n);
+    const i = input(owner, AN_MODEL);
+    const tab = dead.guard.open(i);
+    const admission = await tab.admit(anthropic);
+    if (!admission.ok || !admission.progress) throw new Error("paid attempt with an intent");
+    const usage = { prompt: 1_000, completion: 37, cached: 200, cacheWrite: 300 };
+    admission.progress({ generationId: "chatcmpl-msg_01" });
+    admission.progress({ usage });
+    const id = (await redis.redis.xrange(dead.intents.key, "-", "+"))[0]?.[0];
+    await waitFor(async () => ((await redis.redis.get(intentProgressKey(redis.prefix, id!))) ?? "").includes('"completion":37'), { what: "the usage note" });
+    // The router dies here, before its settle.
+    const alive = setup("anthropic-alive", 10n ** 12n);
+    const finisher = new OrphanFinisher(alive.intents, alive.guard, { anthropic: new AnthropicCostLookup() }, { scanMs: 60_000, concurrency: 2 });
+    await sleep(CLAIM_IDLE_MS + 50);
+    await finisher.scan();
+    await sleep(Math.max(0, i.arrivedAtMs + HOLD_TTL_MS + 50 - Date.now()));
+    expect((await finisher.scan()).finished).toBe(1);
+    await alive.ledger.flush();
+    const expected = usageCostMicro({ promptTokens: 1_000, completionTokens: 37, cachedTokens: 200, cacheWriteTokens: 300 }, AN_PRICE);
+    expect(await db.sql`select cost_micro::text, cost_source, prompt_tokens, completion_tokens, provider_generation_id from spend_ledger where request_id = ${i.requestId}`).toEqual([
+      { cost_micro: expected.toString(), cost_source: "usage_on_crash", prompt_tokens: 1_000, completion_tokens: 37, provider_generation_id: "chatcmpl-msg_01" },
+    ]);
+    const snap = await alive.store.snapshot(owner.tenantId, budgetDay(i.arrivedAtMs, "UTC"));
+    expect(snap.heldMicro).toBe(0n);
+    expect(await redis.redis.exists(intentProgressKey(redis.prefix, id!))).toBe(0);
+    await Promise.all([finisher.close(), dead.ledger.close(), alive.ledger.close()]);
+  });
+});
