@@ -194,16 +194,18 @@ export class RedisIntentJournal {
         claimed.push({ id: String(id), intent: text, progress: undefined, openedAtMs: Number(String(id).split("-")[0]) });
       }
     } while (cursor !== "0-0" && claimed.length < max);
-    const pipe = this.redis.pipeline();
-    pipe.time();
-    for (const c of claimed) pipe.get(intentProgressKey(this.opts.prefix, c.id));
-    const out = (await pipe.exec()) ?? [];
-    const [sec, usec] = (out[0]?.[1] as [string, string] | undefined) ?? [String(Math.floor(Date.now() / 1000)), "0"];
-    claimed.forEach((c, i) => {
-      const p = out[i + 1]?.[1];
-      if (typeof p === "string") c.progress = p;
-      if (!this.mine.has(c.id)) this.adopted.add(c.id);
-    });
+    // Redis' clock (the entry ids' clock) on its own: a Cluster pipeline must stay in one slot, TIME has none.
+    const [sec, usec] = (await this.redis.time()) as unknown as [string, string];
+    if (claimed.length > 0) {
+      const pipe = this.redis.pipeline();
+      for (const c of claimed) pipe.get(intentProgressKey(this.opts.prefix, c.id));
+      const out = (await pipe.exec()) ?? [];
+      claimed.forEach((c, i) => {
+        const p = out[i]?.[1];
+        if (typeof p === "string") c.progress = p;
+      });
+    }
+    for (const c of claimed) if (!this.mine.has(c.id)) this.adopted.add(c.id);
     return { nowMs: Number(sec) * 1000 + Math.floor(Number(usec) / 1000), claimed };
   }
 
