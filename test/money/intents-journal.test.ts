@@ -1,0 +1,76 @@
+// The intents journal on a real single-node Redis and a real Redis Cluster:
+// an intent is pending on its router from the moment it is written, a silent
+// router's intents are taken over (with their progress), a live router's are
+// not, and finishing is exactly once — whoever deletes the intent appends the
+// row, the other finds nothing.
+import { describe, expect, it } from "vitest";
+import { intentProgressKey, RedisIntentJournal, type RedisLike } from "@switchyard/state";
+import { createTestRedis, sleep } from "../helpers/env.ts";
+import { createClusterRedis } from "../contract/twins.ts";
+
+const CLAIM_IDLE_MS = 150;
+
+const twins: Array<[string, () => Promise<{ redis: RedisLike; prefix: string; cleanup(): Promise<void> }>]> = [
+  ["single-node Redis", createTestRedis],
+  ["Redis Cluster", createClusterRedis],
+];
+
+describe.each(twins)("RedisIntentJournal on %s", (_, make) => {
+  it("pending from the start, taken over only when silent, finished exactly once", async () => {
+    const r = await make();
+    try {
+      const ledgerKey = `${r.prefix}{ledger}:stream`;
+      const journal = (consumer: string) => new RedisIntentJournal(r.redis, { prefix: r.prefix, ledgerKey, consumer, claimIdleMs: CLAIM_IDLE_MS });
+      const a = journal("a");
+      const b = journal("b");
+      // No group yet: the open script makes it.
+      const id = await a.open('{"requestId":"req_1"}');
+      expect(a.isMine(id)).toBe(true);
+      expect(await a.depth()).toBe(1);
+      await a.note(id, '{"generationId":"gen-1"}');
+      // A live router's intent is not taken.
+      expect((await b.claimSilent()).claimed).toEqual([]);
+      await sleep(CLAIM_IDLE_MS / 2);
+      await a.touch(true);
+      await sleep(CLAIM_IDLE_MS / 2 + 20);
+      expect((await b.claimSilent()).claimed).toEqual([]);
+      // Silent past the idle time: b takes it over, progress included, on Redis' clock.
+      await sleep(CLAIM_IDLE_MS + 50);
+      const { nowMs, claimed } = await b.claimSilent();
+      expect(claimed).toEqual([{ id, intent: '{"requestId":"req_1"}', progress: '{"generationId":"gen-1"}', openedAtMs: Number(id.split("-")[0]) }]);
+      expect(nowMs).toBeGreaterThanOrEqual(claimed[0]!.openedAtMs + CLAIM_IDLE_MS);
+      expect(b.held).toBe(1);
+      // Both finish: one row.
+      const results = await Promise.all([a.finish(id, '{"row":"a"}'), b.finish(id, '{"row":"b"}')]);
+      expect(results.filter(Boolean)).toHaveLength(1);
+      expect(await r.redis.xlen(ledgerKey)).toBe(1);
+      expect(await a.finish(id, '{"row":"again"}')).toBe(false);
+      expect(await r.redis.xlen(ledgerKey)).toBe(1);
+      expect(await a.depth()).toBe(0);
+      expect(await r.redis.exists(intentProgressKey(r.prefix, id))).toBe(0);
+      // Finished elsewhere: the taken-over copy is forgotten at the next touch.
+      await b.touch(true);
+      expect(b.held).toBe(0);
+
+      // Retired without a row: gone, note included; nothing left to take over.
+      const id2 = await a.open('{"requestId":"req_2"}');
+      await a.note(id2, "{}");
+      await a.retire(id2);
+      expect(await a.depth()).toBe(0);
+      expect(await r.redis.exists(intentProgressKey(r.prefix, id2))).toBe(0);
+      await sleep(CLAIM_IDLE_MS + 50);
+      expect((await b.claimSilent()).claimed).toEqual([]);
+      expect(await r.redis.xlen(ledgerKey)).toBe(1);
+
+      // Redis lost the stream (restart, failover): the next intent makes the group again and is still pending.
+      await r.redis.del(a.key);
+      const id3 = await a.open('{"requestId":"req_3"}');
+      await sleep(CLAIM_IDLE_MS + 50);
+      expect((await b.claimSilent()).claimed.map((c) => c.id)).toEqual([id3]);
+      await a.close();
+      await b.close();
+    } finally {
+      await r.cleanup();
+    }
+  }, 90_000);
+});
