@@ -112,6 +112,8 @@ pub struct GenRequest {
     pub stops: Vec<String>,
     /// Some(k): report each token's logprob and the k most likely alternatives.
     pub logprobs: Option<usize>,
+    /// Prefix-cache scope: only entries computed under the same salt are reused ("" = none).
+    pub cache_salt: String,
 }
 
 struct Sequence {
@@ -124,6 +126,8 @@ struct Sequence {
     out: Vec<u32>,
     /// Prompt tokens taken from the prefix cache.
     cached: usize,
+    /// The prefix-cache scope it reads and writes.
+    cache_salt: String,
     cache: KvCache,
     sampler: Sampler,
     logprobs: Option<usize>,
@@ -210,7 +214,7 @@ impl LlamaRuntime {
     /// Keeps what sequence `s` computed so far (prompt, then what it generated).
     fn keep_prefix(prefix: &mut PrefixCache, model: &LlamaModel, s: &Sequence) {
         let tokens: Vec<u32> = s.prompt.iter().chain(&s.out).copied().take(s.cache.len).collect();
-        prefix.keep(model, tokens, &s.cache);
+        prefix.keep(model, &s.cache_salt, tokens, &s.cache);
     }
 
     pub fn has_work(&self) -> bool {
@@ -279,7 +283,7 @@ impl LlamaRuntime {
                     continue;
                 }
             };
-            let cached = self.prefix.reuse(&req.prompt, &mut cache);
+            let cached = self.prefix.reuse(&req.cache_salt, &req.prompt, &mut cache);
             self.active.push(Sequence {
                 request_id: req.request_id,
                 prompt: req.prompt,
@@ -288,6 +292,7 @@ impl LlamaRuntime {
                 max_new,
                 out: Vec::new(),
                 cached,
+                cache_salt: req.cache_salt,
                 cache,
                 sampler: Sampler::new(req.params),
                 logprobs: req.logprobs,

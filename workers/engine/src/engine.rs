@@ -20,6 +20,9 @@ use crate::protocol::*;
 use crate::sampling::SamplingParams;
 use crate::tokenizer::ChatMessage as TplMessage;
 
+/// Longest prefix-cache salt accepted (the router sends 22 characters).
+const MAX_CACHE_SALT: usize = 128;
+
 /// What the stdin reader hands the loop.
 pub enum Incoming {
     Request(Request),
@@ -396,6 +399,9 @@ impl Engine {
         if g.top_logprobs > 0 && !g.logprobs {
             return Err(invalid("top_logprobs needs logprobs"));
         }
+        if g.cache_salt.len() > MAX_CACHE_SALT {
+            return Err(invalid(format!("cache_salt must be at most {MAX_CACHE_SALT} bytes")));
+        }
         let rt = self.llama(&g.model)?;
         let prompt = tokenize_llama(&rt.model, &g.input.map(Into::into))?;
         if prompt.len() >= rt.max_seq_len {
@@ -414,6 +420,7 @@ impl Engine {
             params: SamplingParams { temperature: g.temperature, top_p: g.top_p, top_k: g.top_k, seed: g.seed },
             stops: g.stop,
             logprobs: g.logprobs.then_some(g.top_logprobs as usize),
+            cache_salt: g.cache_salt,
         });
         Ok(())
     }

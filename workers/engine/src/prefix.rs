@@ -3,6 +3,12 @@
 //! tokens — a shared system prompt, the next turn of a chat. A position's keys
 //! and values depend only on the tokens up to it, so a reusing prompt copies
 //! them and computes only the rest, with the same result.
+//!
+//! Entries are scoped by a cache salt (vLLM's `cache_salt`): the router sends
+//! an opaque per-tenant scope with each generation, and an entry is reused
+//! only by a request with the same salt (no salt only matches no salt), so
+//! one tenant's cached prompt can't speed up — and so reveal itself to —
+//! another tenant's identical one.
 
 use crate::llama::{KvCache, LlamaModel};
 
@@ -13,6 +19,7 @@ pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
 pub const MIN_PREFIX_REUSE: usize = 8;
 
 struct Entry {
+    salt: String,
     tokens: Vec<u32>,
     cache: KvCache,
     last_used: u64,
@@ -53,12 +60,15 @@ impl PrefixCache {
         }
     }
 
-    /// Fills `cache` with the longest cached prefix of `prompt`, leaving at
-    /// least its last token to compute (its logits start the answer); how
-    /// many positions it took.
-    pub fn reuse(&mut self, prompt: &[u32], cache: &mut KvCache) -> usize {
+    /// Fills `cache` with the longest prefix of `prompt` cached under `salt`,
+    /// leaving at least its last token to compute (its logits start the
+    /// answer); how many positions it took.
+    pub fn reuse(&mut self, salt: &str, prompt: &[u32], cache: &mut KvCache) -> usize {
         let limit = prompt.len().saturating_sub(1);
-        let best = (0..self.entries.len()).map(|i| (common_prefix(&self.entries[i].tokens, prompt).min(limit), i)).max();
+        let best = (0..self.entries.len())
+            .filter(|&i| self.entries[i].salt == salt)
+            .map(|i| (common_prefix(&self.entries[i].tokens, prompt).min(limit), i))
+            .max();
         let Some((n, i)) = best else { return 0 };
         if n < MIN_PREFIX_REUSE || cache.copy_prefix_from(&self.entries[i].cache, n).is_err() {
             return 0;
@@ -70,24 +80,25 @@ impl PrefixCache {
         n
     }
 
-    /// Keeps `cache`'s positions for `tokens` (trimmed to a cache of exactly
-    /// that length), unless an entry already covers them; entries they cover
-    /// go, and the least recently used beyond the bound.
-    pub fn keep(&mut self, model: &LlamaModel, tokens: Vec<u32>, cache: &KvCache) {
+    /// Keeps `cache`'s positions for `tokens` under `salt` (trimmed to a
+    /// cache of exactly that length), unless an entry of that salt already
+    /// covers them; entries of that salt they cover go, and the least
+    /// recently used beyond the bound.
+    pub fn keep(&mut self, model: &LlamaModel, salt: &str, tokens: Vec<u32>, cache: &KvCache) {
         let n = tokens.len();
         if self.cap == 0 || n < MIN_PREFIX_REUSE || n > cache.len {
             return;
         }
-        if self.entries.iter().any(|e| e.tokens.starts_with(&tokens)) {
+        if self.entries.iter().any(|e| e.salt == salt && e.tokens.starts_with(&tokens)) {
             return;
         }
         let Ok(mut tight) = model.new_cache(n) else { return };
         if tight.copy_prefix_from(cache, n).is_err() || tight.bytes() > self.cap {
             return;
         }
-        self.entries.retain(|e| !tokens.starts_with(&e.tokens));
+        self.entries.retain(|e| e.salt != salt || !tokens.starts_with(&e.tokens));
         self.clock += 1;
-        self.entries.push(Entry { tokens, cache: tight, last_used: self.clock });
+        self.entries.push(Entry { salt: salt.to_string(), tokens, cache: tight, last_used: self.clock });
         self.evict();
     }
 }

@@ -378,7 +378,51 @@ fn common_prefix_len(a: &[u32], b: &[u32]) -> usize {
 }
 
 fn gen(id: &str, prompt: Vec<u32>, n: usize) -> GenRequest {
-    GenRequest { request_id: id.into(), prompt, max_tokens: n, params: SamplingParams::default(), stops: vec![], logprobs: None }
+    salted(id, prompt, n, "")
+}
+
+fn salted(id: &str, prompt: Vec<u32>, n: usize, salt: &str) -> GenRequest {
+    GenRequest {
+        request_id: id.into(),
+        prompt,
+        max_tokens: n,
+        params: SamplingParams::default(),
+        stops: vec![],
+        logprobs: None,
+        cache_salt: salt.into(),
+    }
+}
+
+/// The prefix cache is scoped by the request's salt (the router's per-tenant
+/// cache scope): the same prompt under another salt — or none — computes
+/// everything and reports no cached tokens, under the same salt it reuses;
+/// the output is the same either way.
+#[test]
+fn prefix_cache_is_scoped_by_cache_salt() {
+    let tok = &model().tokenizer;
+    let system = "You are the internal assistant of the Acme treasury desk. Quarterly figures are confidential until the board signs off.";
+    let m = [ChatMessage { role: "system".into(), content: system.into() }, ChatMessage { role: "user".into(), content: "Summarise the plan.".into() }];
+    let p = tok.encode(&tok.apply_chat_template(&m).unwrap(), false, true);
+    assert!(p.len() > 30);
+    let mut rt = LlamaRuntime::new(LlamaModel::load(&common::smollm_path()).unwrap(), 4, 512).unwrap();
+    rt.set_prefix_cache_bytes(64 << 20);
+
+    let beta = run_each(&mut rt, vec![salted("beta-1", p.clone(), 8, "scope-beta")]).remove(0);
+    assert_eq!(beta.1.cached_prompt_tokens, 0, "nothing cached yet");
+    let alpha = run_each(&mut rt, vec![salted("alpha-1", p.clone(), 8, "scope-alpha")]).remove(0);
+    assert_eq!(alpha.1.cached_prompt_tokens, 0, "another salt never reuses beta's entry");
+    let unsalted = run_each(&mut rt, vec![salted("none-1", p.clone(), 8, "")]).remove(0);
+    assert_eq!(unsalted.1.cached_prompt_tokens, 0, "no salt never reuses a salted entry");
+    let beta2 = run_each(&mut rt, vec![salted("beta-2", p.clone(), 8, "scope-beta")]).remove(0);
+    assert_eq!(beta2.1.cached_prompt_tokens as usize, p.len() - 1, "the same salt reuses all but the last prompt token");
+    let alpha2 = run_each(&mut rt, vec![salted("alpha-2", p.clone(), 8, "scope-alpha")]).remove(0);
+    assert_eq!(alpha2.1.cached_prompt_tokens as usize, p.len() - 1, "alpha's own entry is reused by alpha");
+    let unsalted2 = run_each(&mut rt, vec![salted("none-2", p.clone(), 8, "")]).remove(0);
+    assert_eq!(unsalted2.1.cached_prompt_tokens as usize, p.len() - 1, "no salt matches no salt");
+    for other in [&alpha, &unsalted, &beta2, &alpha2, &unsalted2] {
+        assert_eq!(other.0, beta.0, "the cache never changes the output");
+    }
+    assert_eq!(rt.prefix_stats().0, 3);
 }
 
 #[test]

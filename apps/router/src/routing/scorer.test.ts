@@ -4,7 +4,7 @@ import type { Backend } from "../backends/types.ts";
 import { StaticPriceBook } from "../billing/prices.ts";
 import { RouterMetrics } from "../observability/metrics.ts";
 import { WorkerHealth } from "./health.ts";
-import { defaultScorerConfig, explainRanking, promoteFree, requestClass, RouteScorer, withPrefixName, type ScorerConfig, type Score } from "./scorer.ts";
+import { CACHE_SCOPE_FIELD, cacheScope, defaultScorerConfig, explainRanking, promoteFree, requestClass, RouteScorer, withPrefixName, type ScorerConfig, type Score } from "./scorer.ts";
 import { configSchema } from "../config.ts";
 
 const cls = requestClass("/v1/chat/completions", { stream: true, messages: [{ role: "user", content: "hi" }] });
@@ -222,10 +222,14 @@ describe("prefix affinity", () => {
     expect(forBeta.filter((r) => r.score.affinity).map((r) => r.item.id).sort()).toEqual(["b", "c"]);
   });
 
-  it("a worker attempt carries the request's prefix name (null when none), over the client's; a paid attempt carries nothing", () => {
+  it("a worker attempt carries the request's prefix name and cache scope (null when none), over the client's; a paid attempt carries nothing", () => {
     const named = ask("q");
-    expect(withPrefixName({ ok: true }, { workerId: "w" }, named)).toEqual({ ok: true, patch: { [PREFIX_NAME_FIELD]: named.prefixKey } });
-    expect(withPrefixName({ ok: true, patch: { max_tokens: 5 } }, { workerId: "w" }, cls)).toEqual({ ok: true, patch: { max_tokens: 5, [PREFIX_NAME_FIELD]: null } });
+    expect(withPrefixName({ ok: true }, { workerId: "w" }, named)).toEqual({ ok: true, patch: { [PREFIX_NAME_FIELD]: named.prefixKey, [CACHE_SCOPE_FIELD]: cacheScope("1") } });
+    expect(withPrefixName({ ok: true, patch: { max_tokens: 5 } }, { workerId: "w" }, cls)).toEqual({ ok: true, patch: { max_tokens: 5, [PREFIX_NAME_FIELD]: null, [CACHE_SCOPE_FIELD]: null } });
+    // The cache scope is the tenant's, whatever the prompt; opaque and unrelated between tenants.
+    expect(ask("another question").cacheScope).toBe(named.cacheScope);
+    expect(ask("q", "m", "2").cacheScope).not.toBe(named.cacheScope);
+    expect(named.cacheScope).toMatch(/^[A-Za-z0-9_-]{22}$/);
     expect(withPrefixName({ ok: true }, {}, named)).toEqual({ ok: true });
     expect(withPrefixName({ ok: false, reason: "unpriced" }, { workerId: "w" }, named)).toEqual({ ok: false, reason: "unpriced" });
     // The worker takes only a well-formed name.

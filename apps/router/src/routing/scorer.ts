@@ -24,6 +24,7 @@
 // Lower is better. With probability `epsilon` a random other healthy
 // candidate goes first, so a backend that was slow once gets measured again.
 // Every ranking can explain itself (the x-switchyard-route header, a debug log line).
+import { createHash } from "node:crypto";
 import { PREFIX_NAME_FIELD, prefixKey, type WorkerRecord } from "@switchyard/state";
 import type { Backend, InferencePath, UpstreamFailure } from "../backends/types.ts";
 import { promptTokensUpperBound, requestedMaxOutput } from "../billing/estimate.ts";
@@ -52,6 +53,26 @@ export interface RequestClass {
   maxOutput?: number;
   /** Names the request's long shared prefix (first message or prompt) for its tenant, if it has one. */
   prefixKey?: string;
+  /** The tenant's engine prefix-cache scope (`cacheScope`), when the request has a tenant. */
+  cacheScope?: string;
+}
+
+/**
+ * The body field a router puts the tenant's engine prefix-cache scope in, on
+ * every worker attempt (null: no tenant). The agent passes it to the engine as
+ * `Generate.cache_salt`; the engine reuses cached keys and values only under
+ * the same salt, so one tenant's cached prompt never gives another tenant's
+ * identical one a faster first token or `cached_tokens` (docs/SECURITY.md).
+ */
+export const CACHE_SCOPE_FIELD = "switchyard_cache_scope";
+
+/**
+ * A tenant's prefix-cache scope: 16 bytes of SHA-256 over a domain tag and
+ * the tenant's id — the same on every router, unrelated between tenants, and
+ * never the tenant's name.
+ */
+export function cacheScope(tenantId: string): string {
+  return createHash("sha256").update(`switchyard:cache-scope\u0000${tenantId}`).digest("base64url").slice(0, 22);
 }
 
 const routeNames: Record<InferencePath, string> = {
@@ -77,6 +98,7 @@ export function requestClass(path: InferencePath, body: Record<string, unknown>,
   const promptTokens = promptTokensUpperBound(path, body);
   const maxOutput = requestedMaxOutput(path, body);
   const prefix = tenant === undefined ? undefined : prefixKey(path, body, tenant);
+  const scope = tenant === undefined ? undefined : cacheScope(tenant);
   return {
     key: `${routeNames[path]}|${stream ? "stream" : "whole"}|${sizeBucket(promptTokens)}`,
     path,
@@ -84,18 +106,20 @@ export function requestClass(path: InferencePath, body: Record<string, unknown>,
     promptTokens,
     ...(maxOutput ? { maxOutput } : {}),
     ...(prefix ? { prefixKey: prefix } : {}),
+    ...(scope ? { cacheScope: scope } : {}),
   };
 }
 
 /**
  * An attempt's body fields for a worker: the request's tenant-scoped prefix
  * name (null when it has none), which the worker advertises once its engine
- * has the prefix cached. Set by the router on every worker attempt, over
- * whatever the client put in that field; paid backends never get it.
+ * has the prefix cached, and the tenant's prefix-cache scope (null without a
+ * tenant). Set by the router on every worker attempt, over whatever the
+ * client put in those fields; paid backends never get them.
  */
 export function withPrefixName(admission: BillingAdmission, backend: Pick<Backend, "workerId">, cls: RequestClass): BillingAdmission {
   if (!admission.ok || backend.workerId === undefined) return admission;
-  return { ...admission, patch: { ...admission.patch, [PREFIX_NAME_FIELD]: cls.prefixKey ?? null } };
+  return { ...admission, patch: { ...admission.patch, [PREFIX_NAME_FIELD]: cls.prefixKey ?? null, [CACHE_SCOPE_FIELD]: cls.cacheScope ?? null } };
 }
 
 /** The class assumed by callers that don't say (a small streamed chat). */

@@ -135,6 +135,7 @@ export class EngineSupervisor {
             stop: [],
             logprobs: false,
             topLogprobs: 0,
+            cacheSalt: "",
           },
         }));
       } else {

@@ -7,7 +7,7 @@ import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { WorkerContext } from "./context.ts";
 import { errorJson } from "./errors.ts";
 import { FENCING_HEADER, FENCING_SIGNATURE_HEADER, FencingGuard } from "./fencing.ts";
-import { contentText, runGenerate, type GenerateBody } from "./generate.ts";
+import { contentText, routerCacheScope, runGenerate, type GenerateBody } from "./generate.ts";
 import { runEmbeddings } from "./routes/embeddings.ts";
 import { runHiddenStates } from "./routes/hidden-states.ts";
 import { routerPrefixName } from "@switchyard/state";
@@ -62,6 +62,9 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
   // Prefix names come from the router, scoped to the request's tenant
   // (registry/prefix.ts): the worker never names a prompt itself, so what it
   // advertises can't tell anyone that another tenant sent the same prompt.
+  // So does the prefix-cache scope (routerCacheScope): the engine reuses a
+  // cached prompt only for requests of the same scope, so another tenant's
+  // identical prompt gets no faster first token and no cached_tokens.
 
   app.post("/v1/chat/completions", async (c) => {
     const body = await jsonBody(c);
@@ -78,7 +81,7 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
     if (continueFinal && body.add_generation_prompt === true) {
       return errorJson(400, "continue_final_message and add_generation_prompt cannot both be true", "invalid_request", "add_generation_prompt");
     }
-    return runGenerate(ctx, ctx.supervisor.client!, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body) });
+    return runGenerate(ctx, ctx.supervisor.client!, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
   });
 
   app.post("/v1/completions", async (c) => {
@@ -88,7 +91,7 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
     if (bad) return bad;
     const prompt = Array.isArray(body.prompt) ? body.prompt[0] : body.prompt;
     if (typeof prompt !== "string") return errorJson(400, "prompt: a string is required", "invalid_request", "prompt");
-    return runGenerate(ctx, ctx.supervisor.client!, body as unknown as GenerateBody, { case: "prompt", value: prompt }, { chat: false, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body) });
+    return runGenerate(ctx, ctx.supervisor.client!, body as unknown as GenerateBody, { case: "prompt", value: prompt }, { chat: false, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
   });
 
   app.post("/v1/embeddings", async (c) => {

@@ -77,7 +77,21 @@ export function contentText(content: unknown): string {
   return "";
 }
 
-function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsAsk): Generate {
+/** The body field the router puts the tenant's prefix-cache scope in (apps/router routing/scorer.ts CACHE_SCOPE_FIELD). */
+export const CACHE_SCOPE_FIELD = "switchyard_cache_scope";
+const CACHE_SCOPE = /^[A-Za-z0-9_-]{1,128}$/;
+
+/**
+ * The engine's prefix-cache salt for this request: the scope the router sent,
+ * or "" (entries without a salt only match requests without one). The agent
+ * never derives a scope itself; a malformed one is treated as none.
+ */
+export function routerCacheScope(body: Record<string, unknown>): string {
+  const scope = body[CACHE_SCOPE_FIELD];
+  return typeof scope === "string" && CACHE_SCOPE.test(scope) ? scope : "";
+}
+
+function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsAsk, cacheSalt: string): Generate {
   const stop = body.stop == null ? [] : Array.isArray(body.stop) ? body.stop : [body.stop];
   return {
     $typeName: "switchyard.engine.v1.Generate",
@@ -101,6 +115,7 @@ function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsAsk): Ge
     stop,
     logprobs: logprobs !== undefined,
     topLogprobs: logprobs?.top ?? 0,
+    cacheSalt,
   };
 }
 
@@ -126,15 +141,18 @@ export async function runGenerate(
   engine: EngineClient,
   body: GenerateBody,
   input: Input,
-  /** prefix: the name of the prompt's long prefix, advertised once the engine has computed it. */
-  opts: { chat: boolean; requestId: string; signal: AbortSignal; prefix?: string },
+  /**
+   * prefix: the name of the prompt's long prefix, advertised once the engine has computed it;
+   * cacheScope: the engine prefix-cache salt (the tenant's scope from the router, "" for none).
+   */
+  opts: { chat: boolean; requestId: string; signal: AbortSignal; prefix?: string; cacheScope?: string },
 ): Promise<Response> {
   const ask = logprobsAsk(body, opts.chat);
   if (typeof ask === "string") return errorJson(400, ask, "invalid_request", ask.split(":")[0]);
   const engineId = `${opts.requestId}:${randomUUID().slice(0, 8)}`;
   const id = `${opts.chat ? "chatcmpl" : "cmpl"}-${randomUUID().replaceAll("-", "")}`;
   const created = Math.floor(Date.now() / 1000);
-  const events = engine.call({ case: "generate", value: toGenerate(body, input, ask) }, engineId);
+  const events = engine.call({ case: "generate", value: toGenerate(body, input, ask, opts.cacheScope ?? "") }, engineId);
   const formatLogprobs = (entries: TokenLogprobs[], offset: number) =>
     ask === undefined ? null : opts.chat ? chatLogprobs(entries) : completionLogprobs(entries, offset);
   const onAbort = () => engine.cancel(engineId);

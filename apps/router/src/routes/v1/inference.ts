@@ -10,7 +10,7 @@ import { clientRequestId, clientSignal, readJson } from "../../middleware.ts";
 import { dispatch } from "../../relay/dispatch.ts";
 import type { RelayContext } from "../../relay/context.ts";
 import type { Resolution } from "../../routing/chain.ts";
-import { requestClass, withPrefixName } from "../../routing/scorer.ts";
+import { CACHE_SCOPE_FIELD, requestClass, withPrefixName } from "../../routing/scorer.ts";
 import { routeWithLeases } from "../../leases/service.ts";
 import { normalizeMaxOutput } from "../../billing/estimate.ts";
 
@@ -80,6 +80,8 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
   });
   // Prefix names are per tenant and the router's alone: a client's own switchyard_prefix never reaches a worker.
   delete (body as Record<string, unknown>)[PREFIX_NAME_FIELD];
+  // Likewise the engine prefix-cache scope: a client can't pick another tenant's.
+  delete (body as Record<string, unknown>)[CACHE_SCOPE_FIELD];
   const cls = requestClass(path, body, String(tenant.tenantId));
   const resolution = deps.chain.resolve(model, tenant.tenantName, cls);
   const { backends, known } = resolution;
