@@ -116,6 +116,7 @@ export class OrphanFinisher {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private closed = false;
+  private lastScan = 0;
 
   constructor(
     private readonly journal: RedisIntentJournal,
@@ -130,24 +131,32 @@ export class OrphanFinisher {
     this.schedule();
   }
 
+  /**
+   * Ticks often enough to keep this router's intents fresh (a third of the
+   * take-over idle time) and scans for orphans every scanMs.
+   */
   private schedule(): void {
     if (this.closed) return;
+    const claimIdleMs = this.guard.deps.billing.ledgerClaimIdleMs;
     this.timer = setTimeout(() => {
-      this.running = this.scan()
+      const now = Date.now();
+      const scan = now - this.lastScan >= this.opts.scanMs * 0.9;
+      if (scan) this.lastScan = now;
+      this.running = (scan ? this.scan() : this.journal.touch(true))
         .then(() => undefined)
         .catch((err: unknown) => this.guard.deps.log.warn("orphan scan failed; retrying", { error: (err as Error).message }))
         .finally(() => {
           this.running = undefined;
           this.schedule();
         });
-    }, this.opts.scanMs);
+    }, Math.min(this.opts.scanMs, claimIdleMs / 3));
     this.timer.unref();
   }
 
   /** One pass: keep this router's intents fresh, take over silent routers' ones, finish those whose hold expired. */
   async scan(): Promise<{ finished: number }> {
     const { log } = this.guard.deps;
-    await this.journal.touch();
+    await this.journal.touch(true);
     const { nowMs, claimed } = await this.journal.claimSilent();
     for (const c of claimed) {
       if (this.journal.isMine(c.id) || this.waiting.has(c.id)) continue;
