@@ -5,6 +5,7 @@ export * from "./migrate.ts";
 export * from "./tenants.ts";
 export * as schema from "./schema/index.ts";
 export * from "./ledger.ts";
+export * from "./partitions.ts";
 export * from "./money.ts";
 export type { NewLedgerRow, LedgerRow, RequestStatus, CostSource } from "./schema/index.ts";
 export * from "./budgets.ts";

@@ -54,6 +54,11 @@ export async function main(argv: string[]): Promise<number> {
         "cache-write": { type: "string" },
         "effective-from": { type: "string" },
         backend: { type: "string" },
+        // ledger
+        "keep-months": { type: "string" },
+        "archive-dir": { type: "string" },
+        "months-ahead": { type: "string" },
+        drop: { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },
     });
@@ -91,6 +96,8 @@ export async function main(argv: string[]): Promise<number> {
         return await (await import("./commands/budgets.ts")).budgetsCommand(rest, values);
       case "prices":
         return await (await import("./commands/prices.ts")).pricesCommand(rest, values);
+      case "ledger":
+        return await (await import("./commands/ledger.ts")).ledgerCommand(rest, values);
       case "bench": {
         const { benchCommand } = await import("./commands/bench.ts");
         return await benchCommand(rest, values);

@@ -41,6 +41,11 @@ Usage:
                                         add a price, in USD per million tokens (stored exactly in micro-cents)
   switchyard prices list [--backend B] [--model M]…
                                         every price row, marking the one in force now
+  switchyard ledger retention --keep-months N [--archive-dir DIR] [--drop]
+                                        archive (CSV) and detach spend_ledger months before the N kept
+                                        (this month counts); --drop also deletes them once archived
+  switchyard ledger partitions [ensure [--months-ahead N]]
+                                        list the ledger's monthly partitions / create the next ones
   switchyard bench router [--quick] [--levels 1,100,1000] [--only money]
                                         router overhead and money-path benchmarks (prints tables)
   switchyard bench engine [--quick]     engine vs llama.cpp on the same GGUF (prints a table)

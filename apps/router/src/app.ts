@@ -65,8 +65,8 @@ export function createAdminApp(deps: AppDeps): Hono {
   // The operator's view: the same readiness plus where the state lives (hosts, no secrets).
   admin.get("/readyz", async (c) => {
     const r = await deps.readiness();
-    const ok = r.redis && r.postgres;
-    return c.json({ status: ok ? "ready" : "not_ready", ...r, workers: deps.directory.all().length, ...(deps.summary ? { state: deps.summary } : {}) }, ok ? 200 : 503);
+    const ok = r.redis && r.postgres && !r.draining;
+    return c.json({ status: r.draining ? "draining" : ok ? "ready" : "not_ready", ...r, workers: deps.directory.all().length, ...(deps.summary ? { state: deps.summary } : {}) }, ok ? 200 : 503);
   });
   return admin;
 }

@@ -115,6 +115,24 @@ export const configSchema = z.object({
       maxUpstreamHiddenStatesBytes: z.number().int().positive().default(256 * 1024 * 1024),
       /** Longest SSE line, and largest SSE event, read from a worker or provider. */
       maxUpstreamEventBytes: z.number().int().positive().default(1024 * 1024),
+      /**
+       * After SIGTERM: /readyz answers 503 at once, but new connections are
+       * still accepted this long (a load balancer needs a probe or two to
+       * notice); then the listener closes. Counted inside drainMs.
+       */
+      drainGraceMs: z.number().int().min(0).default(5_000),
+      /**
+       * After SIGTERM, in-flight requests (live streams) have this long, from
+       * the signal, to finish; those still running then end with one SSE error
+       * event (router_shutting_down). Keep preStop sleep + drainMs + ~10 s of
+       * ledger flush below terminationGracePeriodSeconds.
+       */
+      drainMs: z.number().int().min(0).default(60_000),
+      /**
+       * spend_ledger partitions kept ahead: the current month and this many
+       * after it, created at start and checked daily (one router at a time).
+       */
+      ledgerMonthsAhead: z.number().int().min(1).max(24).default(2),
     })
     .prefault({}),
   deadlines: deadlinesSchema.prefault({}),

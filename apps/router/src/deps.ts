@@ -16,6 +16,8 @@ import type { StartupSummary } from "./observability/summary.ts";
 export interface Readiness {
   redis: boolean;
   postgres: boolean;
+  /** The router is shutting down (SIGTERM): not ready, whatever Redis and Postgres say. */
+  draining?: boolean;
 }
 
 export interface AppDeps {
@@ -35,6 +37,8 @@ export interface AppDeps {
   leases?: LeaseService;
   /** What this process is using (registry, budgets, ledger, database, chain, providers), for /readyz. */
   summary?: StartupSummary;
+  /** Aborted when a shutting-down router's router.drainMs has passed: requests still running end (one SSE error event). */
+  shutdown?: AbortSignal;
 }
 
 export type AppEnv = {

@@ -20,6 +20,8 @@ export const errorCodes = {
   /** A worker or provider answered more than router.maxUpstream*Bytes allow. */
   upstream_response_too_large: { status: 502, type: "upstream_error" },
   no_healthy_backend: { status: 503, type: "service_unavailable" },
+  /** The router was stopped (SIGTERM) and router.drainMs passed before this request ended. */
+  router_shutting_down: { status: 503, type: "service_unavailable" },
   upstream_timeout: { status: 504, type: "timeout_error" },
   // Leases (docs/LEASES.md).
   lease_not_found: { status: 404, type: "invalid_request_error" },

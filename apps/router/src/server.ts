@@ -2,11 +2,12 @@
 // `switchyard up` and the integration tests.
 import { readFileSync } from "node:fs";
 import { createServer as createHttpsServer } from "node:https";
+import type { ServerResponse } from "node:http";
 import type { AddressInfo, LookupFunction } from "node:net";
 import { serve, type ServerType } from "@hono/node-server";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { connectDb, insertLedgerRows, migrationStatus, runMigrations, recordBudgetAlert, startEmbeddedPostgres, type DbHandle, type EmbeddedPg } from "@switchyard/db";
+import { connectDb, ensureLedgerPartitionsAhead, insertLedgerRows, migrationStatus, runMigrations, recordBudgetAlert, startEmbeddedPostgres, type DbHandle, type EmbeddedPg } from "@switchyard/db";
 import {
   connectRedis,
   MemoryBudgetStore,
@@ -57,7 +58,23 @@ export interface RouterHandle {
   deps: AppDeps;
   registry: RegistryStore;
   db: DbHandle;
-  close(): Promise<void>;
+  /** Requests being answered now on the public listener. */
+  inFlight(): number;
+  /**
+   * Drains, then stops: /readyz answers 503 "draining" at once; the listener
+   * keeps accepting for `graceMs` (or until nothing is in flight); requests in
+   * flight get until `drainMs` after the call to finish, and those still
+   * running then end with one error event; idle keep-alive connections are
+   * closed; then the ledger buffer is flushed and everything shut.
+   */
+  close(opts?: CloseOptions): Promise<void>;
+}
+
+export interface CloseOptions {
+  /** New connections accepted this long after close() began (default 0; `switchyard router` passes router.drainGraceMs). */
+  graceMs?: number;
+  /** In-flight requests' time to finish, from close() (default router.drainMs). */
+  drainMs?: number;
 }
 
 export interface StartRouterOptions {
@@ -109,12 +126,70 @@ function listen(fetch: (req: Request) => Response | Promise<Response>, host: str
   });
 }
 
-function closeServer(server: ServerType): Promise<void> {
-  return new Promise((resolve) => {
-    const s = server as ServerType & { closeAllConnections?: () => void };
-    server.close(() => resolve());
-    s.closeAllConnections?.();
-  });
+/** Whether `p` settled within `ms` (its timer cleared either way, so a drain leaves none behind). */
+async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((r) => (timer = setTimeout(() => r(false), Math.max(0, ms))));
+  try {
+    return await Promise.race([p.then(() => true as const), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+type HttpServer = ServerType & { closeIdleConnections?: () => void; closeAllConnections?: () => void };
+
+/**
+ * A listener that drains: it counts the requests being answered, and closing
+ * it stops new connections while those requests finish — a keep-alive
+ * connection is closed once idle, never under a request.
+ */
+class DrainingListener {
+  private active = 0;
+  private idleWaiters: Array<() => void> = [];
+  private closing = false;
+  private closed: Promise<void> | undefined;
+  private sweep: NodeJS.Timeout | undefined;
+
+  constructor(private readonly server: HttpServer) {
+    server.on("request", (_req: unknown, res: ServerResponse) => {
+      this.active++;
+      res.once("close", () => {
+        if (--this.active === 0) for (const w of this.idleWaiters.splice(0)) w();
+        // The connection this answer leaves idle goes as soon as it is idle.
+        if (this.closing) setImmediate(() => this.server.closeIdleConnections?.());
+      });
+    });
+  }
+
+  get inFlight(): number {
+    return this.active;
+  }
+
+  /** Resolves when no request is in flight. */
+  idle(): Promise<void> {
+    return this.active === 0 ? Promise.resolve() : new Promise((r) => this.idleWaiters.push(r));
+  }
+
+  /** Stops accepting connections and closes idle ones (now and as more become idle); resolves when every connection has ended. */
+  stopAccepting(): Promise<void> {
+    if (this.closed) return this.closed;
+    this.closing = true;
+    this.closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.server.closeIdleConnections?.();
+    // A connection can turn idle without an answer ending on it (a request's body never sent).
+    this.sweep = setInterval(() => this.server.closeIdleConnections?.(), 250);
+    this.sweep.unref();
+    return this.closed;
+  }
+
+  /** Ends every connection left (after the drain). */
+  async closeAll(): Promise<void> {
+    const closed = this.stopAccepting();
+    this.server.closeAllConnections?.();
+    await closed;
+    clearInterval(this.sweep);
+  }
 }
 
 /** The router's own listeners (as configured) and its Redis and Postgres: never a worker's address. */
@@ -149,6 +224,20 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     db = connectDb(url);
   }
   await assertMigrated(db, !!embedded);
+  // spend_ledger partitions: this month and the next ones exist before a row needs them (db/partitions.ts).
+  const dbForUpkeep = db;
+  const ensurePartitions = async () => {
+    try {
+      const created = await ensureLedgerPartitionsAhead(dbForUpkeep.sql, { monthsAhead: config.router.ledgerMonthsAhead });
+      if (created.length > 0) log.info("spend_ledger partitions created", { partitions: created });
+    } catch (err) {
+      // Rows still land (their month's partition is made on first write, or the default one takes them).
+      log.warn("spend_ledger partition upkeep failed; retrying tomorrow", { error: (err as Error).message });
+    }
+  };
+  await ensurePartitions();
+  const partitionUpkeep = setInterval(() => void ensurePartitions(), 24 * 60 * 60 * 1000);
+  partitionUpkeep.unref();
   // Redis, when configured, holds the registry, the budget counters and the
   // ledger buffer; without it everything lives in this process (one machine).
   const redis: Redis | undefined = config.redis.url ? connectRedis(config.redis.url, { autoPipelining: true }) : undefined;
@@ -261,6 +350,9 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const leaseStore = opts.leases ?? (redis ? new RedisLeaseStore(redis, config.redis.keyPrefix) : new MemoryLeaseStore());
   const leaseDirectory = new LeaseDirectory(leaseStore, config.leases.pollMs, log, (expired, seenAtMs) => leaseService.sawExpired(expired, seenAtMs));
   const leaseService: LeaseService = new LeaseService({ store: leaseStore, audit: new PostgresLeaseAudit(db.db), directory: leaseDirectory, workers: directory, config, log, metrics });
+  // Draining (close()): /readyz says so at once; `shutdown` ends the requests still running once router.drainMs has passed.
+  let draining = false;
+  const shutdown = new AbortController();
   const deps: AppDeps = {
     config,
     keys: new KeyResolver(keyStore, config.router.keyCacheMs),
@@ -272,8 +364,9 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     leases: leaseService,
     readiness: async () => {
       const [r, p] = await Promise.all([registry.ping(), keyStore.ping()]);
-      return { redis: r, postgres: p };
+      return { redis: r, postgres: p, ...(draining ? { draining: true } : {}) };
     },
+    shutdown: shutdown.signal,
   };
   const summary = startupSummary(config, {
     ...(config.redis.url ? { redisUrl: config.redis.url } : {}),
@@ -294,6 +387,8 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const admin = createAdminApp(deps);
   const main = await listen(app.fetch, config.router.host, config.router.port, config.router.tls);
   const adm = await listen(admin.fetch, config.router.adminHost, config.router.adminPort);
+  const publicListener = new DrainingListener(main.server as HttpServer);
+  const adminListener = new DrainingListener(adm.server as HttpServer);
   const scheme = config.router.tls ? "https" : "http";
   const url = `${scheme}://${config.router.host}:${main.port}`;
   const adminUrl = `http://${config.router.adminHost}:${adm.port}`;
@@ -304,16 +399,36 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     await directory.refresh();
   }
   log.info("router listening", { url, admin: adminUrl, ...summary });
+  let closing: Promise<void> | undefined;
   return {
     url,
     adminUrl,
     deps,
     registry,
     db,
-    close: async () => {
+    inFlight: () => publicListener.inFlight,
+    close: (how: CloseOptions = {}) => (closing ??= (async () => {
+      const t0 = Date.now();
+      const drainMs = how.drainMs ?? config.router.drainMs;
+      const graceMs = Math.min(how.graceMs ?? 0, drainMs);
+      draining = true;
+      log.info("router draining", { inFlight: publicListener.inFlight, graceMs, drainMs });
+      // Grace: a load balancer still sending (it has not seen /readyz yet) is served; an idle router need not wait.
+      await within(publicListener.idle(), graceMs);
+      void adminListener.stopAccepting();
+      void publicListener.stopAccepting();
+      const drained = await within(publicListener.idle(), drainMs - (Date.now() - t0));
+      const cut = publicListener.inFlight;
+      if (!drained) {
+        // What is still running ends now: one SSE error event on streams (router_shutting_down), a 503 before the first byte.
+        log.warn("router.drainMs passed: ending the requests still running", { inFlight: cut, drainMs });
+        shutdown.abort();
+        await within(publicListener.idle(), 2_000);
+      }
+      await Promise.all([publicListener.closeAll(), adminListener.closeAll()]);
+      clearInterval(partitionUpkeep);
       directory.stop();
       leaseDirectory.stop();
-      await Promise.all([closeServer(main.server), closeServer(adm.server)]);
       await deps.keys.flush();
       prices.stop();
       await guard.drain();
@@ -325,6 +440,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       if (redis) redis.disconnect();
       if (!opts.db) await db.close();
       if (embedded) await embedded.stop();
-    },
+      log.info("router stopped", { drainedMs: Date.now() - t0, endedByDrainMs: drained ? 0 : cut });
+    })()),
   };
 }

@@ -14,6 +14,8 @@ export interface RelayContext {
   deadlines: Deadlines;
   /** Aborted when the client goes away or the total deadline passes. */
   signal: AbortSignal;
+  /** Aborted when the router stops and router.drainMs has passed: the request ends (RouterShuttingDown). */
+  shutdown?: AbortSignal;
   /** performance.now() at arrival. */
   startedAt: number;
   log: Logger;

@@ -32,6 +32,17 @@ interface Attempt {
   report(outcome: AttemptOutcome, extra?: { ttftMs?: number; failure?: UpstreamFailure }): void;
 }
 
+/**
+ * The router was stopped and router.drainMs passed while this request ran:
+ * it ends now — a status before the first byte, one SSE error event after
+ * it, never a clean close. Not the backend's fault, not retried here.
+ */
+export class RouterShuttingDown extends UpstreamFailure {
+  constructor() {
+    super("timeout", "the router is shutting down: router.drainMs passed before this request ended; retry it", false);
+  }
+}
+
 /** How an attempt's failure counts for routing: the client's doing and our own total deadline are not the backend's fault. */
 function outcomeOf(f: UpstreamFailure): AttemptOutcome {
   if (f.kind === "aborted" || f.kind === "client_error") return "neutral";
@@ -47,6 +58,9 @@ function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
   const onClientAbort = () => controller.abort(new UpstreamFailure("aborted", "client went away", false));
   if (ctx.signal.aborted) onClientAbort();
   else ctx.signal.addEventListener("abort", onClientAbort, { once: true });
+  const onShutdown = () => controller.abort(new RouterShuttingDown());
+  if (ctx.shutdown?.aborted) onShutdown();
+  else ctx.shutdown?.addEventListener("abort", onShutdown, { once: true });
   // The total deadline spans every attempt, counted from the request's arrival.
   const left = ctx.deadlines.totalMs - (performance.now() - ctx.startedAt);
   const total = setTimeout(
@@ -60,6 +74,7 @@ function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
       timer.clear();
       clearTimeout(total);
       ctx.signal.removeEventListener("abort", onClientAbort);
+      ctx.shutdown?.removeEventListener("abort", onShutdown);
     },
     startedAt,
     // The scorer's reporter counts once, whichever path ends the attempt first.
@@ -89,6 +104,7 @@ function failureToApiError(f: UpstreamFailure): ApiError {
     return new ApiError("upstream_invalid_request", f.upstreamError?.message ?? f.message, f.upstreamError?.param ?? null);
   }
   if (f instanceof UpstreamTooLarge) return new ApiError("upstream_response_too_large", f.message);
+  if (f instanceof RouterShuttingDown) return new ApiError("router_shutting_down", f.message, null, { "retry-after": "1" });
   if (f.kind === "timeout") return new ApiError("upstream_timeout", f.message);
   if (f.kind === "aborted") return new ApiError("upstream_timeout", f.message);
   return new ApiError("bad_upstream", f.message);

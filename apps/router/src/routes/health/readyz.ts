@@ -1,5 +1,8 @@
-// GET /readyz — Redis (or the in-process store) and Postgres answer; and what
-// kinds of state this router runs on (no addresses: the endpoint is public).
+// GET /readyz — Redis (or the in-process store) and Postgres answer, and the
+// router is not shutting down; and what kinds of state this router runs on
+// (no addresses: the endpoint is public). A draining router (SIGTERM) answers
+// 503 "draining" at once, so a load balancer stops sending it new requests
+// while its live streams finish.
 import type { Hono } from "hono";
 import type { AppDeps, AppEnv } from "../../deps.ts";
 import { publicSummary } from "../../observability/summary.ts";
@@ -7,9 +10,17 @@ import { publicSummary } from "../../observability/summary.ts";
 export function registerReadyz(app: Hono<AppEnv>, deps: AppDeps): void {
   app.get("/readyz", async (c) => {
     const r = await deps.readiness();
-    const ok = r.redis && r.postgres;
+    const ok = r.redis && r.postgres && !r.draining;
+    const status = r.draining ? "draining" : ok ? "ready" : "not_ready";
     return c.json(
-      { status: ok ? "ready" : "not_ready", redis: r.redis, postgres: r.postgres, workers: deps.directory.all().length, ...(deps.summary ? { state: publicSummary(deps.summary) } : {}) },
+      {
+        status,
+        redis: r.redis,
+        postgres: r.postgres,
+        ...(r.draining ? { draining: true } : {}),
+        workers: deps.directory.all().length,
+        ...(deps.summary ? { state: publicSummary(deps.summary) } : {}),
+      },
       ok ? 200 : 503,
     );
   });

@@ -124,6 +124,7 @@ export async function handleInference<S extends z.ZodType<{ model: string; strea
         requestId: c.get("requestId"),
         deadlines: deps.config.deadlines,
         signal: clientSignal(c),
+        ...(deps.shutdown ? { shutdown: deps.shutdown } : {}),
         startedAt,
         log: c.get("log"),
         metrics: deps.metrics,
