@@ -9,6 +9,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { parseCidr } from "./routing/worker-url.ts";
 import { unknownConfigKeys } from "./config-keys.ts";
+import { checkRedisTarget, type RedisTarget } from "@switchyard/state";
 
 const deadlinesSchema = z.object({
   /** TCP connect to the backend. */
@@ -136,11 +137,37 @@ export const configSchema = z.object({
     })
     .prefault({}),
   deadlines: deadlinesSchema.prefault({}),
+  /**
+   * The fabric's Redis: exactly one of url (one node), cluster (Redis Cluster
+   * seeds) or sentinels + name (a Sentinel-watched primary). None: the
+   * in-process store (single-machine mode). See packages/state/src/redis.ts.
+   */
   redis: z
     .object({
-      /** Unset: the in-process store (single-machine mode). */
+      /** `redis[s]://[user:pass@]host:port[/db]`. */
       url: z.string().optional(),
+      /** Redis Cluster seed nodes, `host:port` each, all of one cluster (env: JSON list). */
+      cluster: z.array(z.string().min(1)).optional(),
+      /** Sentinels, `host:port` each (env: JSON list); with `name`. */
+      sentinels: z.array(z.string().min(1)).optional(),
+      /** The primary's name in the Sentinels. */
+      name: z.string().min(1).optional(),
+      /** ACL user and password on the data nodes (cluster / sentinels; the url form carries its own). */
+      username: z.string().optional(),
+      password: z.string().optional(),
+      /** TLS to the data nodes and Sentinels (cluster / sentinels; the url form says rediss://). */
+      tls: z.boolean().optional(),
+      /** The Sentinels' own credentials, when they have any. */
+      sentinelUsername: z.string().optional(),
+      sentinelPassword: z.string().optional(),
       keyPrefix: z.string().default("sy:"),
+    })
+    .superRefine((r, ctx) => {
+      try {
+        checkRedisTarget(r);
+      } catch (err) {
+        ctx.addIssue({ code: "custom", message: (err as Error).message.replace(/^redis[.:]\s*/, "") });
+      }
     })
     .prefault({}),
   database: z
@@ -347,6 +374,12 @@ export const configSchema = z.object({
 });
 
 export type Config = z.infer<typeof configSchema>;
+
+/** The configured Redis (url, cluster or sentinels), or undefined for the in-process store. */
+export function redisTarget(config: Pick<Config, "redis">): RedisTarget | undefined {
+  const { keyPrefix: _prefix, ...target } = config.redis;
+  return checkRedisTarget(target) ? target : undefined;
+}
 export type Deadlines = z.infer<typeof deadlinesSchema>;
 
 export class ConfigError extends Error {

@@ -9,7 +9,11 @@ import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { connectDb, ensureLedgerPartitionsAhead, insertLedgerRows, migrationStatus, runMigrations, recordBudgetAlert, startEmbeddedPostgres, type DbHandle, type EmbeddedPg } from "@switchyard/db";
 import {
-  connectRedis,
+  describeRedisTarget,
+  openRedis,
+  RedisTargetError,
+  redisTargetEndpoints,
+  type RedisLike,
   MemoryBudgetStore,
   MemoryLeaseStore,
   RedisLeaseStore,
@@ -32,12 +36,11 @@ import { RedisLedgerBuffer } from "./billing/ledger-stream.ts";
 import { OrphanFinisher, type CrashCostLookup } from "./billing/orphans.ts";
 import { PostgresPriceBook } from "./billing/prices.ts";
 import { BackendChain, workerMayServe, type ProviderBackends } from "./routing/chain.ts";
-import type { Redis } from "ioredis";
 import { createAdminApp, createApp } from "./app.ts";
 import { PostgresKeyStore } from "./auth/key-store.ts";
 import { KeyResolver } from "./auth/resolver.ts";
 import { WorkerBackend, WorkerConnections } from "./backends/worker/client.ts";
-import type { Config } from "./config.ts";
+import { redisTarget, type Config } from "./config.ts";
 import type { AppDeps } from "./deps.ts";
 import { createLogger, type Logger } from "./observability/log.ts";
 import { RouterMetrics } from "./observability/metrics.ts";
@@ -196,10 +199,9 @@ class DrainingListener {
 async function addStateEndpoints(policy: WorkerUrlPolicy, config: Config, databaseUrl: string | undefined): Promise<void> {
   if (config.router.port !== 0) await policy.addOwnEndpoint("this router's listener", config.router.host, config.router.port);
   if (config.router.adminPort !== 0) await policy.addOwnEndpoint("this router's admin listener", config.router.adminHost, config.router.adminPort);
-  for (const [what, url, port] of [
-    ["this router's Redis", config.redis.url, 6379],
-    ["this router's Postgres", databaseUrl, 5432],
-  ] as const) {
+  // Every configured Redis node (the one URL, each cluster seed, each Sentinel).
+  for (const n of redisTargetEndpoints(redisTarget(config) ?? {})) await policy.addOwnEndpoint("this router's Redis", n.host, n.port);
+  for (const [what, url, port] of [["this router's Postgres", databaseUrl, 5432]] as const) {
     if (!url) continue;
     try {
       const u = new URL(url);
@@ -240,7 +242,18 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   partitionUpkeep.unref();
   // Redis, when configured, holds the registry, the budget counters and the
   // ledger buffer; without it everything lives in this process (one machine).
-  const redis: Redis | undefined = config.redis.url ? connectRedis(config.redis.url, { autoPipelining: true }) : undefined;
+  // One node, a Cluster or a Sentinel primary: checked before anything is
+  // served (seeds of one healthy cluster, a name the Sentinels know).
+  const target = redisTarget(config);
+  let redis: RedisLike | undefined;
+  try {
+    redis = target ? await openRedis(target, { autoPipelining: true }) : undefined;
+  } catch (err) {
+    if (!opts.db) await db.close();
+    if (embedded) await embedded.stop();
+    // A bad seed list or Sentinel name is a configuration error (exit 2), never a half-started router.
+    throw err instanceof RedisTargetError ? new ConfigError(err.message) : err;
+  }
   if (redis) {
     // ioredis reconnects by itself and commands fail meanwhile (their callers
     // log); say once that Redis went away and once that it came back.
@@ -369,7 +382,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     shutdown: shutdown.signal,
   };
   const summary = startupSummary(config, {
-    ...(config.redis.url ? { redisUrl: config.redis.url } : {}),
+    ...(target ? { redisUrl: target.url ?? describeRedisTarget(target) } : {}),
     registryShared: registry instanceof RedisRegistryStore,
     budgetsShared: budgetStore instanceof RedisBudgetStore,
     databaseUrl: db.url,

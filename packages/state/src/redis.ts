@@ -323,3 +323,8 @@ export async function scanKeys(r: RedisLike, pattern: string, count = 1000): Pro
   }
   return [...out];
 }
+
+/** A second connection to the same target (blocking reads hold theirs). */
+export function duplicateRedis(r: RedisLike): RedisLike {
+  return r instanceof Cluster ? r.duplicate() : r.duplicate();
+}

@@ -8,7 +8,7 @@
 //     another router after billing.ledgerClaimIdleMs (XAUTOCLAIM);
 //   - a batch delivered twice: the second insert adds nothing.
 import type { NewLedgerRow } from "@switchyard/db";
-import type { Redis } from "ioredis";
+import { duplicateRedis, type RedisLike } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 import type { LedgerSink } from "./ledger.ts";
@@ -53,7 +53,7 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref()
 export class RedisLedgerBuffer implements LedgerSink {
   readonly key: string;
   private readonly group = "ledger";
-  private readonly reader: Redis;
+  private readonly reader: RedisLike;
   /** Rows whose XADD failed (Redis away): re-sent before anything else. */
   private retry: string[] = [];
   private running: Promise<void> | undefined;
@@ -65,13 +65,15 @@ export class RedisLedgerBuffer implements LedgerSink {
   private tail: Promise<unknown> = Promise.resolve();
 
   constructor(
-    private readonly redis: Redis,
+    // One node or a Cluster: the stream, its group and the intents share the
+    // {ledger} hash tag, so every command and script here is single-slot.
+    private readonly redis: RedisLike,
     private readonly write: (rows: NewLedgerRow[]) => Promise<{ inserted: number }>,
     private readonly opts: RedisLedgerOptions,
   ) {
     this.key = ledgerStreamKey(opts.prefix);
     // Blocking reads get their own connection: XREADGROUP BLOCK holds it.
-    this.reader = redis.duplicate();
+    this.reader = duplicateRedis(redis);
     // Its failures reach read() as rejected commands (the drain loop logs them).
     this.reader.on("error", () => {});
   }

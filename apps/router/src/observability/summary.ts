@@ -41,7 +41,8 @@ export function startupSummary(
     registry: parts.registryShared ? "redis" : "in-process",
     budgets: parts.budgetsShared ? "redis" : "in-process",
     ledger: parts.redisUrl ? "redis-stream" : "in-process-batch",
-    ...(parts.redisUrl ? { redis: redactedHost(parts.redisUrl) } : {}),
+    // A URL (one node), or "cluster h:p,…" / "sentinel name@h:p,…" (no secrets in those).
+    ...(parts.redisUrl ? { redis: parts.redisUrl.includes("://") ? redactedHost(parts.redisUrl) : parts.redisUrl } : {}),
     database: { kind: parts.embeddedDatabase ? "embedded" : "external", host: redactedHost(parts.databaseUrl), name },
     chain: config.routing.chain,
     providers: Object.entries(config.providers)
