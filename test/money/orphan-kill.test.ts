@@ -41,24 +41,25 @@ afterAll(async () => {
 
 describe("kill -9 in the middle of 50 paid streams", () => {
   it("every request is finished once, at the provider's own cost; Redis equals the ledger equals the invoice", async () => {
-    const t0 = Date.now();
     const streams = await Promise.all(Array.from({ length: STREAMS }, (_, i) => openStream(a.url, key, `stream ${i} ${"x".repeat(i)}`)));
     const ids = streams.map((s) => s.requestId);
     expect(new Set(ids).size).toBe(STREAMS);
+    const killedAt = Date.now();
     await a.kill9();
     await Promise.all(streams.map((s) => s.rest));
     // The fake saw every stream cut short, and charged each for what it generated.
     await waitFor(() => fake.generations.size === STREAMS && [...fake.generations.values()].every((g) => g.cancelled), { what: "the fake to book 50 cut-short generations" });
 
-    // Within the hold's TTL (from the attempts' start) + the take-over idle time + a scan and a drain.
-    const bound = HOLD_TTL_MS + CLAIM_IDLE_MS + 2 * ORPHAN_SCAN_MS + 4_000;
+    // Every attempt started before the kill: within the hold's TTL + the
+    // take-over idle time + a scan and a drain of it (+ slack for a loaded box).
+    const bound = HOLD_TTL_MS + CLAIM_IDLE_MS + 2 * ORPHAN_SCAN_MS + 3_000;
     await waitFor(async () => (await db.sql`select count(*)::int as n from spend_ledger where tenant_id = ${tenantId}`)[0]!.n >= STREAMS, {
       timeoutMs: bound + 10_000,
       intervalMs: 100,
       what: "a ledger row for each of the 50 killed requests",
     });
-    const took = Date.now() - t0;
-    console.log(`50 orphaned streams finished ${took} ms after they started (hold TTL ${HOLD_TTL_MS} ms, claim idle ${CLAIM_IDLE_MS} ms)`);
+    const took = Date.now() - killedAt;
+    console.log(`50 orphaned streams finished ${took} ms after the kill (hold TTL ${HOLD_TTL_MS} ms, claim idle ${CLAIM_IDLE_MS} ms)`);
     expect(took).toBeLessThanOrEqual(bound);
 
     const rows = await db.sql<{ request_id: string; cost_micro: string; cost_source: string; provider_generation_id: string | null; prompt_tokens: number; completion_tokens: number; status: string }[]>`
