@@ -204,12 +204,13 @@ export class OrphanFinisher {
     let cost: CrashCost | undefined;
     const lookup = this.lookups[intent.backend];
     if (lookup) {
+      const price = deps.prices.price(intent.backend, intent.model);
       try {
         cost = await lookup.cost({
           model: intent.model,
           ...(progress.generationId ? { generationId: progress.generationId } : {}),
           ...(lastUsage ? { usage: lastUsage } : {}),
-          ...(deps.prices.price(intent.backend, intent.model) ? { price: deps.prices.price(intent.backend, intent.model)! } : {}),
+          ...(price ? { price } : {}),
           signal: AbortSignal.timeout(this.opts.lookupTimeoutMs ?? 10_000),
         });
       } catch (err) {
