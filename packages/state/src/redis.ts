@@ -305,9 +305,41 @@ export function redisMasters(r: RedisLike): Redis[] {
   return r instanceof Cluster ? r.nodes("master") : [r];
 }
 
-/** Every node that must know an ACL user: all cluster nodes (replicas become masters), or the one node. */
-export function redisAllNodes(r: RedisLike): Redis[] {
-  return r instanceof Cluster ? r.nodes("all") : [r];
+/**
+ * Runs `fn` on every data node that must know an ACL user (ACLs are neither
+ * replicated nor spread by a Cluster, and a replica becomes the primary on
+ * failover): every node of a Cluster; else the node itself and the replicas
+ * its ROLE lists (a Sentinel setup's replicas), reached with the same
+ * credentials.
+ */
+export async function onEveryDataNode<T>(r: RedisLike, fn: (node: Redis) => Promise<T>): Promise<T[]> {
+  if (r instanceof Cluster) return Promise.all(r.nodes("all").map(fn));
+  const out = [await fn(r)];
+  const role = (await r.call("ROLE")) as [string, unknown, Array<[string, string, string]>?];
+  if (role[0] !== "master") return out;
+  for (const [host, port] of role[2] ?? []) {
+    const o = r.options;
+    const replica = new Redis({
+      host,
+      port: Number(port),
+      ...(o.username !== undefined ? { username: o.username } : {}),
+      ...(o.password !== undefined ? { password: o.password } : {}),
+      ...(o.tls ? { tls: o.tls } : {}),
+      lazyConnect: true,
+      enableReadyCheck: false,
+      maxRetriesPerRequest: 1,
+      connectTimeout: 2000,
+      retryStrategy: () => null,
+    });
+    replica.on("error", () => {});
+    try {
+      await replica.connect();
+      out.push(await fn(replica));
+    } finally {
+      replica.disconnect();
+    }
+  }
+  return out;
 }
 
 /** Keys matching `pattern` on every master (SCAN is per node; a Cluster spreads keys over masters). */

@@ -15,8 +15,8 @@ import {
   tenantDaySpend,
   type Db,
 } from "@switchyard/db";
-import type { Config } from "@switchyard/router";
-import { budgetDay, connectRedis, isValidTimeZone, MAX_BUDGET_MICRO, RedisBudgetStore } from "@switchyard/state";
+import { redisTarget, type Config } from "@switchyard/router";
+import { budgetDay, connectRedis, isValidTimeZone, MAX_BUDGET_MICRO, RedisBudgetStore, type RedisTarget as StateRedisTarget } from "@switchyard/state";
 import { sql } from "drizzle-orm";
 import { reconcileBudgetDay } from "../../../router/src/billing/reconcile.ts";
 import { ledgerStreamKey, RedisLedgerBuffer } from "../../../router/src/billing/ledger-stream.ts";
@@ -67,7 +67,7 @@ export async function budgetsCommand(args: string[], flags: BudgetsFlags): Promi
   const config = configFrom(flags);
   const redisTarget = redisOf(config, flags);
   if (verb === "reconcile" && !redisTarget) {
-    throw new UsageError("budgets reconcile: needs the routers' Redis (redis.url / REDIS_URL or --redis URL)");
+    throw new UsageError("budgets reconcile: needs the routers' Redis (redis.url / REDIS_URL, redis.cluster, redis.sentinels, or --redis URL)");
   }
   const db = await openDb(config, { migrate: true, quiet: true });
   try {
@@ -179,13 +179,14 @@ async function postgresZoneName(db: Db, zone: string): Promise<string | undefine
 // ---- show ------------------------------------------------------------------
 
 interface RedisTarget {
-  url: string;
+  /** --redis URL, else the config's url, cluster or sentinels. */
+  redis: StateRedisTarget;
   prefix: string;
 }
 
 function redisOf(config: Config, flags: BudgetsFlags): RedisTarget | undefined {
-  const url = flags.redis ?? config.redis.url;
-  return url ? { url, prefix: flags["key-prefix"] ?? config.redis.keyPrefix } : undefined;
+  const redis = flags.redis ? { url: flags.redis } : redisTarget(config);
+  return redis ? { redis, prefix: flags["key-prefix"] ?? config.redis.keyPrefix } : undefined;
 }
 
 async function show(db: Db, name: string, dayFlag: string | undefined, target: RedisTarget | undefined): Promise<number> {
@@ -207,7 +208,7 @@ async function show(db: Db, name: string, dayFlag: string | undefined, target: R
   const ledger = await tenantDaySpend(db, tenant.id, day);
   lines.push(["ledger spend", moneyText(ledger.spentMicro, limitMicro)]);
   if (target) {
-    const redis = openRedis(target.url);
+    const redis = openRedis(target.redis);
     try {
       const store = new RedisBudgetStore(redis, target.prefix);
       const snap = await store.snapshot(tenant.id, day);
@@ -282,7 +283,7 @@ async function reconcile(db: Db, name: string | undefined, dayFlag: string | und
       return 0;
     }
   }
-  const redis = openRedis(target.url);
+  const redis = openRedis(target.redis);
   try {
     try {
       await redis.ping();
@@ -313,9 +314,9 @@ async function reconcile(db: Db, name: string | undefined, dayFlag: string | und
 }
 
 /** A connection whose errors surface through the commands that fail, not as unhandled events. */
-function openRedis(url: string) {
+function openRedis(target: StateRedisTarget) {
   let lastError: Error | undefined;
-  const redis = connectRedis(url);
+  const redis = connectRedis(target);
   redis.on("error", (err: Error) => {
     lastError = err;
   });

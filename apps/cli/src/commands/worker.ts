@@ -1,13 +1,18 @@
 // `switchyard worker`: join this host to a fabric. Fetches the models, builds
 // or finds the engine, serves routers and heartbeats into Redis until SIGTERM
-// (which drains).
+// (which drains). Redis (a URL, a Cluster or Sentinels), the key prefix and
+// the token come from the same config as the routers' (--config FILE,
+// SWITCHYARD_* env); flags win.
 import path from "node:path";
 import { defaultCacheDir, startAgent } from "@switchyard/agent";
-import { connectRedis, parseFencingPublicKey, RedisRegistryStore } from "@switchyard/state";
+// The config module alone: a worker does not load the router.
+import { loadConfig, redisTarget } from "@switchyard/router/config";
+import { connectRedis, describeRedisTarget, parseFencingPublicKey, RedisRegistryStore, type RedisTarget } from "@switchyard/state";
 import { untilSignal } from "../signals.ts";
 import { UsageError } from "../usage.ts";
 
 export interface WorkerFlags {
+  config?: string;
   redis?: string;
   model?: string[];
   advertise?: string;
@@ -23,9 +28,10 @@ export interface WorkerFlags {
 }
 
 export async function workerCommand(flags: WorkerFlags): Promise<number> {
-  const redisUrl = flags.redis ?? process.env.REDIS_URL;
-  if (!redisUrl) throw new UsageError("worker: --redis redis://… is required (or REDIS_URL)");
-  const token = flags.token ?? process.env.SWITCHYARD_WORKER_TOKEN;
+  const config = loadConfig({ file: flags.config, env: process.env });
+  const target: RedisTarget | undefined = flags.redis ? { url: flags.redis } : redisTarget(config);
+  if (!target) throw new UsageError("worker: --redis redis://… is required (or redis.url / redis.cluster / redis.sentinels in --config FILE, or REDIS_URL)");
+  const token = flags.token ?? config.workers.token;
   if (!token) throw new UsageError("worker: --token is required (printed by 'switchyard workers invite')");
   const models = flags.model?.length ? flags.model : ["smollm2-135m-instruct"];
   const device = (flags.device ?? "auto") as "auto" | "cpu" | "cuda" | "metal";
@@ -42,9 +48,11 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
     }
     if (!flags.id) throw new UsageError("worker: --fencing-key needs --id (tokens are signed for one worker id)");
   }
-  const redis = connectRedis(redisUrl, { readyCheck: false });
+  // No seed / Sentinel check here: an invited worker's ACL user may run only
+  // what a heartbeat needs (and CLUSTER SLOTS); routers do the checking.
+  const redis = connectRedis(target, { readyCheck: false });
   redis.on("error", () => {}); // surfaced through heartbeat failures
-  const registry = new RedisRegistryStore(redis, flags["key-prefix"] ?? process.env.SWITCHYARD_REDIS__KEY_PREFIX ?? "sy:");
+  const registry = new RedisRegistryStore(redis, flags["key-prefix"] ?? config.redis.keyPrefix);
   const agent = await startAgent({
     registry,
     models,
@@ -61,7 +69,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
     fencingStatePath: flags.id ? path.join(defaultCacheDir(), "workers", `${flags.id}.fence`) : undefined,
     ...(fencingKey ? { fencingKey } : {}),
   });
-  process.stderr.write(`worker ${agent.id} serving ${agent.models.map((m) => m.name).join(", ")} at ${agent.url}\n`);
+  process.stderr.write(`worker ${agent.id} serving ${agent.models.map((m) => m.name).join(", ")} at ${agent.url} (redis: ${describeRedisTarget(target)})\n`);
   const sig = await untilSignal();
   process.stderr.write(`${sig}: draining\n`);
   await agent.stop();

@@ -6,7 +6,7 @@
 // The invite itself (the models the worker may serve) is an admin-written key
 // next to the worker's, which routers read and the worker cannot write.
 import { createHmac, randomBytes } from "node:crypto";
-import { redisAllNodes, type RedisLike } from "../redis.ts";
+import { onEveryDataNode, type RedisLike } from "../redis.ts";
 import { fencingPublicKey } from "./fencing-key.ts";
 import { workerIdPattern } from "./record.ts";
 import { globEscape, inviteKey, workerKey } from "./redis.ts";
@@ -48,17 +48,16 @@ export async function inviteWorker(admin: RedisLike, opts: { prefix: string; wor
   const grant: WorkerInviteGrant = { models, createdAt: Date.now() };
   await admin.set(inviteKey(opts.prefix, opts.workerId), JSON.stringify(grant));
   // ACL users are per node and neither replicated nor spread by a Cluster:
-  // every node gets the user, replicas too (they become masters on failover).
-  // A Cluster client also needs CLUSTER SLOTS to learn the slot map.
+  // every node gets the user, replicas too (they become primaries on
+  // failover). A Cluster client also needs CLUSTER SLOTS to learn the slot map.
   const rules = [`>${redisPassword}`, `~${key}`, "resetchannels", "-@all", "+set", "+del", "+pexpire", "+ping", "+hello", "+auth", "+client|setname", "+cluster|slots"];
-  for (const node of redisAllNodes(admin)) await node.call("ACL", "SETUSER", redisUser, "reset", "on", ...rules);
+  await onEveryDataNode(admin, (node) => node.call("ACL", "SETUSER", redisUser, "reset", "on", ...rules));
   return { workerId: opts.workerId, redisUser, redisPassword, callSecret: workerCallSecret(opts.secretKey, opts.workerId), models, fencingKey: fencingPublicKey(opts.secretKey) };
 }
 
 /** Deletes the worker's ACL user and its invite (routers stop routing to it at their next poll). */
 export async function revokeWorker(admin: RedisLike, workerId: string, opts: { prefix?: string } = {}): Promise<boolean> {
-  let n = 0;
-  for (const node of redisAllNodes(admin)) n = Math.max(n, (await node.call("ACL", "DELUSER", workerAclUser(workerId))) as number);
+  const n = Math.max(...(await onEveryDataNode(admin, async (node) => Number(await node.call("ACL", "DELUSER", workerAclUser(workerId))))));
   if (opts.prefix !== undefined) await admin.del(inviteKey(opts.prefix, workerId));
   return n > 0;
 }
