@@ -67,6 +67,20 @@ describe.each(twins)("RedisIntentJournal on %s", (_, make) => {
       const id3 = await a.open('{"requestId":"req_3"}');
       await sleep(CLAIM_IDLE_MS + 50);
       expect((await b.claimSilent()).claimed.map((c) => c.id)).toEqual([id3]);
+      // Dead routers' consumers go once silent and empty; those holding an intent stay.
+      const dead = journal("dead");
+      await dead.retire(await dead.open('{"requestId":"req_4"}'));
+      const id5 = await journal("dead-with-intent").open('{"requestId":"req_5"}');
+      await sleep(CLAIM_IDLE_MS + 50);
+      await b.claimSilent(); // b now holds req_3 and req_5: dead-with-intent is empty
+      const c = journal("c");
+      const id6 = await c.open('{"requestId":"req_6"}');
+      expect(await c.pruneConsumers(CLAIM_IDLE_MS)).toBe(3); // a, dead, dead-with-intent
+      const names = ((await r.redis.xinfo("CONSUMERS", a.key, "intents")) as unknown[][]).map((f) => String(f[1])).sort();
+      expect(names).toEqual(["b", "c"]);
+      // Nothing was dropped: every intent is still pending, so still found once silent.
+      await sleep(CLAIM_IDLE_MS + 50);
+      expect((await c.claimSilent()).claimed.map((x) => x.id).sort()).toEqual([id3, id5, id6].sort());
       await a.close();
       await b.close();
     } finally {

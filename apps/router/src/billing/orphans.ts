@@ -104,6 +104,9 @@ export interface OrphanFinisherOptions {
   lookupTimeoutMs?: number;
 }
 
+/** How often a router removes dead routers' empty consumers from the intents group. */
+const PRUNE_EVERY_MS = 60_000;
+
 interface Waiting {
   claimed: ClaimedIntent;
   intent: PaidIntent;
@@ -117,6 +120,7 @@ export class OrphanFinisher {
   private running: Promise<void> | undefined;
   private closed = false;
   private lastScan = 0;
+  private lastPrune = Date.now();
 
   constructor(
     private readonly journal: RedisIntentJournal,
@@ -177,6 +181,13 @@ export class OrphanFinisher {
       }
       this.waiting.set(c.id, { claimed: c, intent, progress });
       log.info("paid attempt of a silent router taken over", { requestId: intent.requestId, backend: intent.backend, openedAtMs: c.openedAtMs });
+    }
+    // Dead routers' empty consumers, now and then (restarts leave one each).
+    const claimIdleMs = this.guard.deps.billing.ledgerClaimIdleMs;
+    if (Date.now() - this.lastPrune >= PRUNE_EVERY_MS) {
+      this.lastPrune = Date.now();
+      const gone = await this.journal.pruneConsumers(Math.max(PRUNE_EVERY_MS, 4 * claimIdleMs)).catch(() => 0);
+      if (gone > 0) log.info("dead routers' empty intent consumers removed", { consumers: gone });
     }
     const due = [...this.waiting.values()].filter((w) => nowMs >= w.claimed.openedAtMs + w.intent.holdTtlMs);
     let finished = 0;

@@ -14,10 +14,11 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { RedisLike } from "../redis.ts";
 
-const scriptNames = ["open", "finish"] as const;
+const scriptNames = ["open", "finish", "prune"] as const;
 type IntentCommands = {
   syIntent_open(stream: string, group: string, consumer: string, intent: string): Promise<string>;
   syIntent_finish(stream: string, ledger: string, progress: string, group: string, id: string, row: string): Promise<number>;
+  syIntent_prune(stream: string, self: string, minIdleMs: string, group: string): Promise<number>;
 };
 
 function luaDir(): string {
@@ -35,7 +36,7 @@ const registered = new WeakSet<RedisLike>();
 function intentCommands(redis: RedisLike): RedisLike & IntentCommands {
   if (!registered.has(redis)) {
     const dir = luaDir();
-    const keys: Record<(typeof scriptNames)[number], number> = { open: 1, finish: 3 };
+    const keys: Record<(typeof scriptNames)[number], number> = { open: 1, finish: 3, prune: 1 };
     for (const name of scriptNames) {
       redis.defineCommand(`syIntent_${name}`, { numberOfKeys: keys[name], lua: readFileSync(path.join(dir, `budget_intent_${name}.lua`), "utf8") });
     }
@@ -207,6 +208,15 @@ export class RedisIntentJournal {
     }
     for (const c of claimed) if (!this.mine.has(c.id)) this.adopted.add(c.id);
     return { nowMs: Number(sec) * 1000 + Math.floor(Number(usec) / 1000), claimed };
+  }
+
+  /**
+   * Forgets dead routers' consumers: those holding no intent, silent for
+   * `minIdleMs` (checked and deleted atomically, so no intent is dropped).
+   * Returns how many went.
+   */
+  async pruneConsumers(minIdleMs: number): Promise<number> {
+    return Number(await this.redis.syIntent_prune(this.key, this.opts.consumer, String(minIdleMs), GROUP));
   }
 
   /** Intents in the journal (every router's), for tests. */
