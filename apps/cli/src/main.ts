@@ -41,6 +41,7 @@ export async function main(argv: string[]): Promise<number> {
         engine: { type: "string" },
         "no-worker": { type: "boolean" },
         "fencing-key": { type: "string" },
+        layers: { type: "string" },
         embedded: { type: "boolean" },
         // budgets, prices
         "daily-cents": { type: "string" },

@@ -8,7 +8,8 @@ import os from "node:os";
 import { serve, type ServerType } from "@hono/node-server";
 import { MAX_ADVERTISED_PREFIXES, type RegistryStore, type WorkerRecord, type WorkerState } from "@switchyard/state";
 import { ensureEngine, type EngineFlavor } from "./engine/binary.ts";
-import { EngineSupervisor } from "./engine/supervisor.ts";
+import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { EngineSupervisor, isShard, type LayerRange } from "./engine/supervisor.ts";
 import { checkAdvertiseUrl } from "./advertise.ts";
 import { resolveModel, type ResolvedModel } from "./models/fetch.ts";
 import { createWorkerApp } from "./server/app.ts";
@@ -37,6 +38,8 @@ export interface AgentOptions {
   fencingStatePath?: string;
   /** The routers' public fencing key (the join command's --fencing-key): only router-signed fencing tokens count. */
   fencingKey?: string;
+  /** Serve only blocks [start, end) of the llama model: one shard of a split model (`--layers 0-15`). */
+  layers?: LayerRange;
 }
 
 export interface AgentHandle {
@@ -84,6 +87,7 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     models,
     maxBatch,
     maxSeqLen: opts.maxSeqLen ?? 2048,
+    ...(opts.layers ? { layers: opts.layers } : {}),
     threads: opts.threads,
     log,
   });
@@ -149,17 +153,21 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
       }
     }
     const state: WorkerState = ctx.draining ? "draining" : supervisor.state;
+    const loaded = [...supervisor.loaded.values()];
+    // A shard is no whole model: routers must not send it whole requests, so
+    // it advertises its model only in layerRanges (the blocks it holds).
+    const shardModels = new Set(loaded.filter(isShard).map((l) => l.model));
     return {
       id,
       url,
-      models: models.map((m) => m.name),
+      models: models.map((m) => m.name).filter((name) => !shardModels.has(name)),
       state,
       inFlight: ctx.inFlight,
       queueDepth,
       capacity: maxBatch,
       device: supervisor.device,
       memoryBytes,
-      layerRanges: [...supervisor.loaded.values()].filter((l) => l.nLayers > 0).map((l) => ({ model: l.model, start: 0, end: l.nLayers })),
+      layerRanges: loaded.filter((l) => l.nLayers > 0 && l.kind === ModelKind.LLAMA_GGUF).map((l) => ({ model: l.model, start: l.layerStart, end: l.layerEnd })),
       // Only what the engine can actually reuse is worth routing by.
       prefixes: prefixCaching ? [...prefixes.keys()].reverse() : [],
       version: "0.1.0",

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use crate::llama::{KvCache, LlamaModel, Scratch, SeqStep};
 use crate::prefix::{PrefixCache, DEFAULT_PREFIX_CACHE_BYTES};
+use crate::shard::Shards;
 use crate::protocol::{event, Done, ErrorCode, Event, FinishReason, TokenLogprob, TokenLogprobs, Tokens, Usage};
 use crate::sampling::{Sampler, SamplingParams};
 
@@ -147,6 +148,8 @@ pub struct LlamaRuntime {
     scratch: Scratch,
     pub tokens_generated: u64,
     prefix: PrefixCache,
+    /// Sequences of a split model this shard holds caches for (shard.rs).
+    pub shards: Shards,
 }
 
 /// The Done event of a request cancelled before admission.
@@ -191,6 +194,7 @@ impl LlamaRuntime {
             active: Vec::new(),
             scratch: Scratch::default(),
             tokens_generated: 0,
+            shards: Shards::default(),
             prefix: PrefixCache::new(
                 std::env::var("SWITCHYARD_PREFIX_CACHE_MB").ok().and_then(|v| v.parse::<usize>().ok()).map_or(DEFAULT_PREFIX_CACHE_BYTES, |mb| mb << 20),
             ),

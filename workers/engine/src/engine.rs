@@ -237,6 +237,24 @@ impl Engine {
                 Ok(())
             }
             Some(request::Kind::Tokenize(r)) => self.tokenize(&id, r),
+            Some(request::Kind::ShardOpen(r)) => {
+                let rt = self.llama(&r.model)?;
+                let max = rt.max_seq_len;
+                rt.shards.open(&rt.model, max, r).map_err(|e| invalid(format!("{e:#}")))?;
+                self.emit(Event::new(&id, event::Kind::ShardOutput(ShardOutput::default())));
+                Ok(())
+            }
+            Some(request::Kind::ShardStep(r)) => {
+                let rt = self.llama(&r.model)?;
+                let out = rt.shards.step(&rt.model, r).map_err(|e| invalid(format!("{e:#}")))?;
+                self.emit(Event::new(&id, event::Kind::ShardOutput(out)));
+                Ok(())
+            }
+            Some(request::Kind::ShardClose(r)) => {
+                self.llama(&r.model)?.shards.close(&r);
+                self.emit(Event::new(&id, event::Kind::ShardOutput(ShardOutput::default())));
+                Ok(())
+            }
             // Handled by the loop; reaching here means a direct call.
             Some(request::Kind::Shutdown(_)) => Ok(()),
         }
@@ -254,11 +272,11 @@ impl Engine {
         s.models = names.into_iter().cloned().collect();
         for m in self.models.values() {
             if let Model::Llama(rt) = m {
-                s.active_sequences += rt.active_len() as u32;
+                s.active_sequences += (rt.active_len() + rt.shards.len()) as u32;
                 s.queued_requests += rt.queued_len() as u32;
                 s.max_batch += rt.max_batch as u32;
-                s.kv_cache_bytes += rt.kv_cache_bytes();
-                s.tokens_generated += rt.tokens_generated;
+                s.kv_cache_bytes += rt.kv_cache_bytes() + rt.shards.kv_cache_bytes();
+                s.tokens_generated += rt.tokens_generated + rt.shards.tokens_generated;
                 s.prefix_cache_bytes += rt.prefix_cache_bytes();
                 let (hits, reused) = rt.prefix_stats();
                 s.prefix_cache_hits += hits;
@@ -297,7 +315,9 @@ impl Engine {
         }
         let loaded = match kind {
             ModelKind::LlamaGguf => {
-                let model = LlamaModel::load_on(path, self.llama_backend.clone())
+                // Both 0: the whole model; otherwise one shard's blocks.
+                let layers = (r.layer_start != 0 || r.layer_end != 0).then_some(r.layer_start as usize..r.layer_end as usize);
+                let model = LlamaModel::load_layers(path, self.llama_backend.clone(), layers)
                     .map_err(|e| Failure(ErrorCode::LoadFailed, format!("{e:#}")))?;
                 let train = model.cfg.train_ctx;
                 let max_seq_len = match r.max_seq_len as usize {
@@ -312,8 +332,10 @@ impl Engine {
                     n => n,
                 };
                 eprintln!(
-                    "switchyard-engine: loaded {} ({} layers, hidden {}, {}; {} with kernels {:?}) in {:?}",
+                    "switchyard-engine: loaded {} (blocks {}..{} of {}, hidden {}, {}; {} with kernels {:?}) in {:?}",
                     r.model,
+                    model.layers.start,
+                    model.layers.end,
                     model.cfg.n_layers,
                     model.cfg.hidden,
                     model.matrix_types(),
@@ -332,6 +354,8 @@ impl Engine {
                     load_ms: 0,
                     weight_bytes: model.weight_bytes,
                     embedding_dim: 0,
+                    layer_start: model.layers.start as u32,
+                    layer_end: model.layers.end as u32,
                 };
                 self.models.insert(r.model.clone(), Model::Llama(Box::new(
                     LlamaRuntime::new(model, max_batch, max_seq_len).map_err(|e| Failure(ErrorCode::LoadFailed, format!("{e:#}")))?,
@@ -351,6 +375,8 @@ impl Engine {
                     load_ms: 0,
                     weight_bytes: bert.weight_bytes,
                     embedding_dim: bert.hidden as u32,
+                    layer_start: 0,
+                    layer_end: bert.n_layers as u32,
                 };
                 self.models.insert(r.model.clone(), Model::Bert(Box::new(BertRuntime::new(bert))));
                 ev
@@ -403,6 +429,10 @@ impl Engine {
             return Err(invalid(format!("cache_salt must be at most {MAX_CACHE_SALT} bytes")));
         }
         let rt = self.llama(&g.model)?;
+        if !rt.model.is_whole() {
+            let (l, n) = (&rt.model.layers, rt.model.cfg.n_layers);
+            return Err(invalid(format!("model {:?} is a shard (blocks {}-{} of {n}): generations go through the pipeline's head", g.model, l.start, l.end)));
+        }
         let prompt = tokenize_llama(&rt.model, &g.input.map(Into::into))?;
         if prompt.len() >= rt.max_seq_len {
             return Err(Failure(

@@ -13,6 +13,7 @@ pub mod par;
 pub mod parity;
 pub mod prefix;
 pub mod protocol;
+pub mod shard;
 pub mod sampling;
 pub mod slice;
 pub mod tokenizer;

@@ -16,6 +16,7 @@ fn load_llama(e: &mut EngineProc, name: &str, max_batch: u32, max_seq_len: u32) 
             path: common::smollm_path().to_string_lossy().into_owned(),
             max_seq_len,
             max_batch,
+            ..Default::default()
         }),
     );
     match e.until_end("load-llama").pop().unwrap().kind {

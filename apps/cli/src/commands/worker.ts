@@ -25,6 +25,20 @@ export interface WorkerFlags {
   "max-batch"?: string;
   engine?: string;
   "fencing-key"?: string;
+  layers?: string;
+}
+
+/**
+ * `--layers START-END`: blocks [START, END) of the model, one shard of a
+ * split model (`0-15` and `15-30` split SmolLM2's 30). Whether END fits the
+ * model is the engine's check, at load.
+ */
+export function parseLayers(spec: string): { start: number; end: number } {
+  const m = /^(\d{1,5})-(\d{1,5})$/.exec(spec);
+  if (!m) throw new UsageError(`worker: --layers must be START-END, blocks [START, END) (got '${spec}')`);
+  const [start, end] = [Number(m[1]), Number(m[2])];
+  if (start >= end) throw new UsageError(`worker: --layers ${spec}: START must be below END`);
+  return { start, end };
 }
 
 export async function workerCommand(flags: WorkerFlags): Promise<number> {
@@ -34,6 +48,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
   const token = flags.token ?? config.workers.token;
   if (!token) throw new UsageError("worker: --token is required (printed by 'switchyard workers invite')");
   const models = flags.model?.length ? flags.model : ["smollm2-135m-instruct"];
+  const layers = flags.layers === undefined ? undefined : parseLayers(flags.layers);
   const device = (flags.device ?? "auto") as "auto" | "cpu" | "cuda" | "metal";
   if (!["auto", "cpu", "cuda", "metal"].includes(device)) throw new UsageError(`worker: --device must be auto, cpu, cuda or metal (got '${device}')`);
   const port = flags.port === undefined ? 9100 : Number(flags.port);
@@ -68,7 +83,18 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
     // restarts, so a superseded holder cannot slip in after one.
     fencingStatePath: flags.id ? path.join(defaultCacheDir(), "workers", `${flags.id}.fence`) : undefined,
     ...(fencingKey ? { fencingKey } : {}),
+    ...(layers ? { layers } : {}),
   });
+  if (layers) {
+    // A range outside the model is refused at load: say so and exit, not restart forever.
+    try {
+      await agent.supervisor.whenReady();
+    } catch (err) {
+      await agent.stop();
+      redis.disconnect();
+      throw new UsageError(`worker: ${(err as Error).message}`);
+    }
+  }
   process.stderr.write(`worker ${agent.id} serving ${agent.models.map((m) => m.name).join(", ")} at ${agent.url} (redis: ${describeRedisTarget(target)})\n`);
   const sig = await untilSignal();
   process.stderr.write(`${sig}: draining\n`);

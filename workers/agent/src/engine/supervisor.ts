@@ -1,9 +1,16 @@
 // Keeps one engine process alive: spawn, load models, warm up, and restart
 // with backoff when it dies. When the accelerator fails (at start or at run
 // time) it falls back to the CPU binary and reports `degraded`.
-import { ModelKind, type Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { create } from "@bufbuild/protobuf";
+import { DType, ErrorCode, ModelKind, ShardCloseSchema, ShardOpenSchema, ShardStepSchema, type Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { ResolvedModel } from "../models/fetch.ts";
-import { EngineClient } from "./client.ts";
+import { EngineClient, EngineError } from "./client.ts";
+
+/** Blocks [start, end) of a split model (a shard); absent: the whole model. */
+export interface LayerRange {
+  start: number;
+  end: number;
+}
 
 export type EngineState = "warming" | "ready" | "degraded";
 
@@ -15,6 +22,8 @@ export interface SupervisorOptions {
   models: ResolvedModel[];
   maxBatch: number;
   maxSeqLen: number;
+  /** Load only these blocks of the llama model(s): this worker is one shard of a split model. */
+  layers?: LayerRange;
   threads?: number;
   log: (msg: string, fields?: Record<string, unknown>) => void;
   /** Backoff bounds for restarts. */
@@ -32,7 +41,9 @@ export class EngineSupervisor {
   private stopping = false;
   private backoff: number;
   private readonly listeners = new Set<(s: EngineState) => void>();
-  private readyWaiters: (() => void)[] = [];
+  private readyWaiters: { resolve: () => void; reject: (err: Error) => void }[] = [];
+  /** A load the engine refused for good (a layer range outside the model): no restart helps. */
+  fatal: Error | undefined;
 
   constructor(private readonly opts: SupervisorOptions) {
     this.backoff = opts.minBackoffMs ?? 250;
@@ -46,13 +57,14 @@ export class EngineSupervisor {
     this.state = s;
     for (const fn of this.listeners) fn(s);
     if (s !== "warming") {
-      for (const w of this.readyWaiters.splice(0)) w();
+      for (const w of this.readyWaiters.splice(0)) w.resolve();
     }
   }
 
   /** Resolves once an engine is loaded and warm. */
   whenReady(): Promise<void> {
-    return this.state === "warming" ? new Promise((r) => this.readyWaiters.push(r)) : Promise.resolve();
+    if (this.fatal) return Promise.reject(this.fatal);
+    return this.state === "warming" ? new Promise((resolve, reject) => this.readyWaiters.push({ resolve, reject })) : Promise.resolve();
   }
 
   private binaryAndDevice(): { binary: string; device: string } {
@@ -68,6 +80,13 @@ export class EngineSupervisor {
         return;
       } catch (err) {
         this.opts.log("engine failed to start", { error: (err as Error).message });
+        if (err instanceof EngineError && err.code === ErrorCode.LOAD_FAILED && /layer range/.test(err.message)) {
+          // Bad input, not a crash: restarting would refuse it again.
+          this.fatal = new Error(`--layers ${this.opts.layers?.start}-${this.opts.layers?.end}: ${err.message}`);
+          for (const w of this.readyWaiters.splice(0)) w.reject(this.fatal);
+          await this.client?.shutdown();
+          return;
+        }
         if (!this.onCpuFallback && this.binaryAndDevice().device !== "cpu") {
           this.opts.log("falling back to the CPU engine");
           this.onCpuFallback = true;
@@ -95,7 +114,16 @@ export class EngineSupervisor {
     for (const m of this.opts.models) {
       const ev = await client.once({
         case: "loadModel",
-        value: { $typeName: "switchyard.engine.v1.LoadModel", model: m.name, kind: m.kind, path: m.path, maxSeqLen: this.opts.maxSeqLen, maxBatch: this.opts.maxBatch },
+        value: {
+          $typeName: "switchyard.engine.v1.LoadModel",
+          model: m.name,
+          kind: m.kind,
+          path: m.path,
+          maxSeqLen: this.opts.maxSeqLen,
+          maxBatch: this.opts.maxBatch,
+          layerStart: m.kind === ModelKind.LLAMA_GGUF ? (this.opts.layers?.start ?? 0) : 0,
+          layerEnd: m.kind === ModelKind.LLAMA_GGUF ? (this.opts.layers?.end ?? 0) : 0,
+        },
       });
       if (ev.kind.case !== "loaded") throw new Error(`unexpected answer to load ${m.name}: ${ev.kind.case}`);
       this.loaded.set(m.name, ev.kind.value);
@@ -121,7 +149,10 @@ export class EngineSupervisor {
   /** One tiny pass through every model so the first real request is not the slow one. */
   private async warmup(client: EngineClient): Promise<void> {
     for (const m of this.opts.models) {
-      if (m.kind === ModelKind.LLAMA_GGUF) {
+      const loaded = this.loaded.get(m.name);
+      if (m.kind === ModelKind.LLAMA_GGUF && loaded && isShard(loaded)) {
+        await warmShard(client, loaded);
+      } else if (m.kind === ModelKind.LLAMA_GGUF) {
         for await (const _ of client.call({
           case: "generate",
           value: {
@@ -147,5 +178,29 @@ export class EngineSupervisor {
   async stop(): Promise<void> {
     this.stopping = true;
     await this.client?.shutdown();
+  }
+}
+
+/** Whether a loaded llama model is one shard of a split model (not every block). */
+export function isShard(l: Loaded): boolean {
+  return l.kind === ModelKind.LLAMA_GGUF && (l.layerStart !== 0 || l.layerEnd !== l.nLayers);
+}
+
+/** A shard's warm-up: one row through its blocks (a token on the first shard, zeros on the others). */
+async function warmShard(client: EngineClient, l: Loaded): Promise<void> {
+  const seqId = "warmup";
+  await client.once({ case: "shardOpen", value: create(ShardOpenSchema, { model: l.model, seqId, capacity: 4, maxTokens: 1 }) });
+  try {
+    const first = l.layerStart === 0;
+    await client.once({
+      case: "shardStep",
+      value: create(ShardStepSchema, {
+        model: l.model,
+        seqs: [{ seqId, rows: 1, tokenIds: first ? [1] : [] }],
+        ...(first ? {} : { activations: { dtype: DType.DTYPE_F32, shape: [1n, BigInt(l.hiddenSize)], data: new Uint8Array(4 * l.hiddenSize) } }),
+      }),
+    });
+  } finally {
+    await client.once({ case: "shardClose", value: create(ShardCloseSchema, { model: l.model, seqId }) });
   }
 }

@@ -28,9 +28,15 @@ struct Layer {
 
 pub(super) struct HostModel {
     cfg: LlamaConfig,
+    /// Blocks `range` only (a shard of a split model, or all of them);
+    /// `layers[i]` is block `range.start + i`.
     layers: Vec<Layer>,
-    tok_embd: QMatrix,
-    out_norm: Vec<f32>,
+    range: Range<usize>,
+    /// None on a shard that neither embeds (not the first) nor needs it as
+    /// the tied output head (not the last).
+    tok_embd: Option<QMatrix>,
+    /// None except on the last shard.
+    out_norm: Option<Vec<f32>>,
     /// None when the output head is tied to the token embedding.
     lm_head: Option<QMatrix>,
     rope_cos: Vec<f32>,
@@ -68,28 +74,31 @@ impl HostKv {
         }
     }
 
-    pub(super) fn new(cfg: &LlamaConfig, capacity: usize) -> Self {
+    /// Keys and values of `layers` blocks (a shard keeps only its own).
+    pub(super) fn new(cfg: &LlamaConfig, capacity: usize, layers: usize) -> Self {
         let stride = capacity.next_multiple_of(16);
         HostKv {
-            k: (0..cfg.n_layers).map(|_| vec![f16::ZERO; stride * cfg.kv_dim()]).collect(),
-            v: (0..cfg.n_layers).map(|_| vec![f16::ZERO; capacity * cfg.kv_dim()]).collect(),
+            k: (0..layers).map(|_| vec![f16::ZERO; stride * cfg.kv_dim()]).collect(),
+            v: (0..layers).map(|_| vec![f16::ZERO; capacity * cfg.kv_dim()]).collect(),
             stride,
         }
     }
 }
 
 impl HostModel {
-    pub(super) fn load(content: &gguf_file::Content, file: &mut File, cfg: &LlamaConfig) -> Result<Self> {
+    /// Loads blocks `range` (all of `0..n_layers` for a whole model), the
+    /// token embedding when the range starts at 0, and the final norm and
+    /// output head when it ends at `n_layers` (the embedding too when the head
+    /// is tied to it); nothing else is read from the file.
+    pub(super) fn load(content: &gguf_file::Content, file: &mut File, cfg: &LlamaConfig, range: Range<usize>) -> Result<Self> {
+        let (first, last) = (range.start == 0, range.end == cfg.n_layers);
+        let tied = !content.tensor_infos.contains_key("output.weight");
         // `packed()` moves each matrix into the layout of the fastest kernel
         // this CPU has (a no-op where that is the plain one).
-        let tok_embd = load_host_matrix(content, file, "token_embd.weight")?.packed();
-        let lm_head = if content.tensor_infos.contains_key("output.weight") {
-            Some(load_host_matrix(content, file, "output.weight")?.packed())
-        } else {
-            None
-        };
-        let mut layers = Vec::with_capacity(cfg.n_layers);
-        for i in 0..cfg.n_layers {
+        let tok_embd = if first || (last && tied) { Some(load_host_matrix(content, file, "token_embd.weight")?.packed()) } else { None };
+        let lm_head = if last && !tied { Some(load_host_matrix(content, file, "output.weight")?.packed()) } else { None };
+        let mut layers = Vec::with_capacity(range.len());
+        for i in range.clone() {
             let mut m = |what: &str| load_host_matrix(content, file, &format!("blk.{i}.{what}.weight"));
             let (wq, wk, wv, wo) = (m("attn_q")?, m("attn_k")?, m("attn_v")?, m("attn_output")?);
             let (gate, up, w_down) = (m("ffn_gate")?, m("ffn_up")?, m("ffn_down")?);
@@ -102,19 +111,19 @@ impl HostModel {
                 w_down: w_down.packed(),
             });
         }
-        let out_norm = load_vec(content, file, "output_norm.weight")?;
+        let out_norm = if last { Some(load_vec(content, file, "output_norm.weight")?) } else { None };
         let l0 = &layers[0];
         if l0.wqkv.rows != cfg.q_dim() + 2 * cfg.kv_dim()
             || l0.wqkv.cols != cfg.hidden
             || l0.w_gate_up.rows != 2 * cfg.ffn
-            || tok_embd.cols != cfg.hidden
-            || tok_embd.rows < cfg.vocab
+            || tok_embd.as_ref().is_some_and(|e| e.cols != cfg.hidden || e.rows < cfg.vocab)
         {
             bail!("tensor shapes do not match the GGUF hyperparameters {cfg:?}");
         }
         Ok(HostModel {
             cfg: cfg.clone(),
             layers,
+            range,
             tok_embd,
             out_norm,
             lm_head,
@@ -124,7 +133,9 @@ impl HostModel {
     }
 
     pub(super) fn weight_bytes(&self) -> u64 {
-        let mut bytes = self.tok_embd.bytes() + self.lm_head.as_ref().map_or(0, |m| m.bytes()) + self.out_norm.len() * 4;
+        let mut bytes = self.tok_embd.as_ref().map_or(0, |m| m.bytes())
+            + self.lm_head.as_ref().map_or(0, |m| m.bytes())
+            + self.out_norm.as_ref().map_or(0, |v| v.len() * 4);
         for l in &self.layers {
             bytes += l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes();
             bytes += (l.attn_norm.len() + l.ffn_norm.len()) * 4;
@@ -136,12 +147,12 @@ impl HostModel {
         let l = &self.layers[0];
         format!(
             "embd={} qkv={} o={} gate_up={} down={} head={}",
-            self.tok_embd.dtype_name(),
+            self.tok_embd.as_ref().map_or("-", |m| m.dtype_name()),
             l.wqkv.dtype_name(),
             l.wo.dtype_name(),
             l.w_gate_up.dtype_name(),
             l.w_down.dtype_name(),
-            self.lm_head.as_ref().unwrap_or(&self.tok_embd).dtype_name()
+            self.lm_head.as_ref().or(self.tok_embd.as_ref()).filter(|_| self.out_norm.is_some()).map_or("-", |m| m.dtype_name())
         )
     }
 
@@ -166,11 +177,14 @@ impl HostModel {
     }
 
     fn embed(&self, tokens: &[u32], x: &mut Vec<f32>) -> Result<()> {
+        let Some(tok_embd) = self.tok_embd.as_ref().filter(|_| self.range.start == 0) else {
+            bail!("this shard serves blocks [{}, {}): token ids enter only the first shard", self.range.start, self.range.end);
+        };
         let h = self.cfg.hidden;
         x.resize(tokens.len() * h, 0.0);
         // Token ids were checked against the vocabulary by LlamaModel.
         for (i, &t) in tokens.iter().enumerate() {
-            self.tok_embd.dequantize_row(t as usize, &mut x[i * h..(i + 1) * h]);
+            tok_embd.dequantize_row(t as usize, &mut x[i * h..(i + 1) * h]);
         }
         Ok(())
     }
@@ -202,8 +216,9 @@ impl HostModel {
         let scale = 1.0 / (cfg.head_dim as f32).sqrt();
         let hd = cfg.head_dim;
 
+        let first = self.range.start;
         for li in layers {
-            let layer = &self.layers[li];
+            let (layer, ci) = (&self.layers[li - first], li - first);
             for r in 0..m {
                 kernels::rms_norm(&x[r * h..(r + 1) * h], &layer.attn_norm, cfg.eps, &mut xn[r * h..(r + 1) * h]);
             }
@@ -220,9 +235,9 @@ impl HostModel {
                 let cache = &mut caches[seq];
                 let stride = cache.stride;
                 for (c, &kc) in k.iter().enumerate() {
-                    cache.k[li][c * stride + pos] = f16::from_f32(kc);
+                    cache.k[ci][c * stride + pos] = f16::from_f32(kc);
                 }
-                for (dst, &vc) in cache.v[li][pos * kvd..(pos + 1) * kvd].iter_mut().zip(v.iter()) {
+                for (dst, &vc) in cache.v[ci][pos * kvd..(pos + 1) * kvd].iter_mut().zip(v.iter()) {
                     *dst = f16::from_f32(vc);
                 }
             }
@@ -244,8 +259,8 @@ impl HostModel {
                     let o = out;
                     // SAFETY: each task writes only its own heads of row r.
                     let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(r * qd + heads.start), heads.len()) };
-                    let kt = &c.k[li][kvh * hd * c.stride..(kvh + 1) * hd * c.stride];
-                    attend_group(q, hd, kt, c.stride, &c.v[li], kvd, kvh * hd, pos + 1, scale, oh);
+                    let kt = &c.k[ci][kvh * hd * c.stride..(kvh + 1) * hd * c.stride];
+                    attend_group(q, hd, kt, c.stride, &c.v[ci], kvd, kvh * hd, pos + 1, scale, oh);
                 };
                 // Attention is cheap next to the matmuls at short contexts;
                 // fork only when there is enough of it to pay for the threads.
@@ -297,15 +312,17 @@ impl HostModel {
     }
 
     /// Final norm and output head over `x` rows `select` -> `s.logits`.
-    fn head(&self, s: &mut Scratch, select: &[usize]) {
+    fn head(&self, s: &mut Scratch, select: &[usize]) -> Result<()> {
+        let (Some(out_norm), Some(w)) = (self.out_norm.as_ref(), self.lm_head.as_ref().or(self.tok_embd.as_ref())) else {
+            bail!("this shard serves blocks [{}, {}): logits come only from the last shard", self.range.start, self.range.end);
+        };
         let h = self.cfg.hidden;
         let Scratch { x, xn, act, logits, .. } = s;
         xn.resize(select.len() * h, 0.0);
         for (i, &r) in select.iter().enumerate() {
-            kernels::rms_norm(&x[r * h..(r + 1) * h], &self.out_norm, self.cfg.eps, &mut xn[i * h..(i + 1) * h]);
+            kernels::rms_norm(&x[r * h..(r + 1) * h], out_norm, self.cfg.eps, &mut xn[i * h..(i + 1) * h]);
         }
         quantize_activations(xn, h, act);
-        let w = self.lm_head.as_ref().unwrap_or(&self.tok_embd);
         logits.resize(select.len() * w.rows, 0.0);
         kernels::matmul(w, act, logits);
         if w.rows != self.cfg.vocab {
@@ -316,6 +333,7 @@ impl HostModel {
             }
             logits.truncate(select.len() * v);
         }
+        Ok(())
     }
 
     /// One batched step over `rows` (see `run_blocks`), logits after each
@@ -330,7 +348,34 @@ impl HostModel {
     ) -> Result<()> {
         self.embed(tokens, &mut s.x)?;
         self.run_blocks(s, rows, caches, 0..self.cfg.n_layers, &mut |_, _| {});
-        self.head(s, last_rows);
+        self.head(s, last_rows)
+    }
+
+    /// One batched step of a shard over its own blocks: `input` enters the
+    /// first of them (token ids on the first shard, else `[rows, hidden]`
+    /// activations, the previous shard's output); on the last shard the
+    /// logits after each row in `last_rows` land in `s.logits`, on the
+    /// others the rows' activations after the shard's last block stay in
+    /// `s.x`, for the next shard.
+    pub(super) fn shard_step(
+        &self,
+        rows: &[(usize, usize)],
+        input: SeqInput,
+        last_rows: &[usize],
+        caches: &mut [&mut HostKv],
+        s: &mut Scratch,
+    ) -> Result<()> {
+        match input {
+            SeqInput::Tokens(t) => self.embed(t, &mut s.x)?,
+            SeqInput::Activations(a) => {
+                s.x.clear();
+                s.x.extend_from_slice(a);
+            }
+        }
+        self.run_blocks(s, rows, caches, self.range.clone(), &mut |_, _| {});
+        if self.range.end == self.cfg.n_layers {
+            self.head(s, last_rows)?;
+        }
         Ok(())
     }
 
@@ -359,7 +404,10 @@ impl HostModel {
             captured.push((layers.start, s.x.clone()));
         }
         let rows: Vec<(usize, usize)> = (0..n).map(|p| (0, p)).collect();
-        let mut cache = HostKv::new(&self.cfg, n);
+        if layers.start < self.range.start || layers.end > self.range.end {
+            bail!("blocks [{}, {}) asked of a shard that holds [{}, {})", layers.start, layers.end, self.range.start, self.range.end);
+        }
+        let mut cache = HostKv::new(&self.cfg, n, self.range.len());
         self.run_blocks(s, &rows, &mut [&mut cache], layers, &mut |l, x| {
             if capture.contains(&l) {
                 captured.push((l, x.to_vec()));
@@ -367,7 +415,7 @@ impl HostModel {
         });
         let out = if logits {
             let all: Vec<usize> = (0..n).collect();
-            self.head(s, &all);
+            self.head(s, &all)?;
             s.logits.clone()
         } else {
             s.x.clone()

@@ -96,6 +96,9 @@ enum Exec {
 
 pub struct LlamaModel {
     pub cfg: LlamaConfig,
+    /// The blocks this process holds: `0..n_layers`, or a shard's range of a
+    /// split model (embeddings only on the first, the head only on the last).
+    pub layers: Range<usize>,
     pub tokenizer: GgufTokenizer,
     backend: Backend,
     exec: Exec,
@@ -159,6 +162,20 @@ pub struct Scratch {
 pub struct SeqStep<'a> {
     pub tokens: &'a [u32],
     pub cache: &'a mut KvCache,
+}
+
+/// One sequence's rows for a shard step: `rows` new positions after what its
+/// cache holds.
+pub struct ShardRows<'a> {
+    pub rows: usize,
+    pub cache: &'a mut KvCache,
+}
+
+/// What enters a shard's first block: token ids (first shard) or the
+/// previous shard's `[rows, hidden]` activations.
+pub enum ShardInput<'a> {
+    Tokens(&'a [u32]),
+    Activations(&'a [f32]),
 }
 
 /// What a single-sequence forward starts from.
@@ -249,6 +266,13 @@ impl LlamaModel {
     }
 
     pub fn load_on(path: &Path, backend: Backend) -> Result<Self> {
+        Self::load_layers(path, backend, None)
+    }
+
+    /// Loads blocks `layers` only (None: the whole model) — one shard of a
+    /// split model. A range outside `[0, n_layers)`, or empty, is refused.
+    /// Shards run on the CPU kernels.
+    pub fn load_layers(path: &Path, backend: Backend, layers: Option<Range<usize>>) -> Result<Self> {
         let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
         let content = gguf_file::Content::read(&mut file).with_context(|| format!("reading GGUF {}", path.display()))?;
         let arch = metadata(&content, "general.architecture")?.to_string()?.clone();
@@ -276,9 +300,16 @@ impl LlamaModel {
         if cfg.n_heads % cfg.n_kv_heads != 0 || cfg.rope_dims > head_dim || cfg.rope_dims % 2 != 0 {
             bail!("unsupported head layout: {cfg:?}");
         }
+        let nl = cfg.n_layers;
+        let range = layers.unwrap_or(0..nl);
+        if range.start >= range.end || range.end > nl {
+            bail!("layer range {}-{} is not within the model's {nl} blocks (start < end <= {nl})", range.start, range.end);
+        }
+        let whole = range == (0..nl);
         let (exec, weight_bytes) = match backend.clone() {
+            Backend::Candle(_) if !whole => bail!("a layer range (shard) runs on the CPU kernels only for now (--llama-backend kernels)"),
             Backend::Kernels => {
-                let m = host::HostModel::load(&content, &mut file, &cfg)?;
+                let m = host::HostModel::load(&content, &mut file, &cfg, range.clone())?;
                 let bytes = m.weight_bytes();
                 (Exec::Host(m), bytes)
             }
@@ -288,7 +319,7 @@ impl LlamaModel {
                 (Exec::Device(m), bytes)
             }
         };
-        let mut model = LlamaModel { cfg, tokenizer, backend, exec, rope_len: 0, weight_bytes };
+        let mut model = LlamaModel { cfg, layers: range, tokenizer, backend, exec, rope_len: 0, weight_bytes };
         model.ensure_rope(model.cfg.train_ctx)?;
         Ok(model)
     }
@@ -329,13 +360,23 @@ impl LlamaModel {
             Exec::Host(_) => std::mem::size_of::<half::f16>(),
             Exec::Device(_) => std::mem::size_of::<f32>(),
         };
-        2 * self.cfg.n_layers * self.cfg.kv_dim() * elem
+        2 * self.layers.len() * self.cfg.kv_dim() * elem
+    }
+
+    /// Whether this process holds every block (not a shard).
+    pub fn is_whole(&self) -> bool {
+        self.layers == (0..self.cfg.n_layers)
+    }
+
+    /// Whether this shard ends the model (its output is logits).
+    pub fn is_last_shard(&self) -> bool {
+        self.layers.end == self.cfg.n_layers
     }
 
     /// A KV cache for up to `capacity` positions, where this model computes.
     pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
         let store = match &self.exec {
-            Exec::Host(_) => KvStore::Host(host::HostKv::new(&self.cfg, capacity)),
+            Exec::Host(_) => KvStore::Host(host::HostKv::new(&self.cfg, capacity, self.layers.len())),
             Exec::Device(d) => KvStore::Device(d.new_kv(capacity)?),
         };
         Ok(KvCache { len: 0, capacity, bytes: capacity * self.kv_bytes_per_token(), store })
@@ -345,6 +386,9 @@ impl LlamaModel {
     /// into its cache; `s.logits` gets `[seqs.len(), vocab]`, the logits after
     /// each sequence's last new token.
     pub fn step(&self, seqs: &mut [SeqStep], s: &mut Scratch) -> Result<()> {
+        if !self.is_whole() {
+            bail!("this shard holds blocks [{}, {}) of {}: it runs shard steps, not whole-model steps", self.layers.start, self.layers.end, self.cfg.n_layers);
+        }
         let (rows, tokens, last_rows) = step_rows(seqs, self.rope_len)?;
         for &t in &tokens {
             if t as usize >= self.cfg.vocab {
@@ -365,6 +409,61 @@ impl LlamaModel {
             sq.cache.len += sq.tokens.len();
         }
         Ok(())
+    }
+
+    /// One batched step of a shard over its blocks: each sequence's `rows`
+    /// new positions enter (token ids on the first shard, else the previous
+    /// shard's activations, `[Σ rows, hidden]` in sequence order) and their
+    /// keys and values go into each sequence's cache. On the last shard
+    /// `s.logits` gets `[seqs.len(), vocab]` (after each sequence's last
+    /// row); on the others the output activations are returned,
+    /// `[Σ rows, hidden]`, for the next shard.
+    pub fn shard_step(&self, seqs: &mut [ShardRows], input: ShardInput, s: &mut Scratch) -> Result<Option<Vec<f32>>> {
+        let Exec::Host(h) = &self.exec else { bail!("shard steps run on the CPU kernels only") };
+        let total: usize = seqs.iter().map(|q| q.rows).sum();
+        let hidden = self.cfg.hidden;
+        let input = match input {
+            ShardInput::Tokens(t) => {
+                if self.layers.start != 0 {
+                    bail!("token ids enter only the first shard; this one holds blocks [{}, {})", self.layers.start, self.layers.end);
+                }
+                if t.len() != total {
+                    bail!("{} token ids for {total} rows", t.len());
+                }
+                if let Some(&bad) = t.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+                    bail!("token id {bad} is outside the vocabulary ({})", self.cfg.vocab);
+                }
+                SeqInput::Tokens(t)
+            }
+            ShardInput::Activations(a) => {
+                if self.layers.start == 0 {
+                    bail!("the first shard takes token ids, not activations");
+                }
+                if a.len() != total * hidden {
+                    bail!("activations hold {} floats; {total} rows of hidden size {hidden} need {}", a.len(), total * hidden);
+                }
+                SeqInput::Activations(a)
+            }
+        };
+        let mut rows = Vec::with_capacity(total);
+        let mut last_rows = Vec::with_capacity(seqs.len());
+        for (i, q) in seqs.iter().enumerate() {
+            if q.rows == 0 {
+                bail!("a sequence in the step has no rows");
+            }
+            let start = q.cache.len;
+            if start + q.rows > q.cache.capacity || start + q.rows > self.rope_len {
+                bail!("positions {start}..{} exceed the sequence's capacity {}", start + q.rows, q.cache.capacity.min(self.rope_len));
+            }
+            rows.extend((start..start + q.rows).map(|p| (i, p)));
+            last_rows.push(rows.len() - 1);
+        }
+        let mut caches: Vec<&mut host::HostKv> = seqs.iter_mut().map(|q| q.cache.store.host()).collect();
+        h.shard_step(&rows, input, &last_rows, &mut caches, s)?;
+        for q in seqs.iter_mut() {
+            q.cache.len += q.rows;
+        }
+        Ok(if self.is_last_shard() { None } else { Some(s.x[..total * hidden].to_vec()) })
     }
 
     fn forward_seq(&self, input: SeqInput, layers: Range<usize>, capture: &[usize], logits: bool, s: &mut Scratch) -> Result<SeqOutput> {
@@ -396,6 +495,9 @@ impl LlamaModel {
         if last > self.cfg.n_layers {
             bail!("layer {last} out of range 0..={}", self.cfg.n_layers);
         }
+        if self.layers.start != 0 || last > self.layers.end {
+            bail!("hidden states up to layer {last} need blocks [0, {last}); this shard holds [{}, {})", self.layers.start, self.layers.end);
+        }
         let out = self.forward_seq(SeqInput::Tokens(tokens), 0..last, layers, false, s)?;
         // Return in the order asked for.
         let mut ordered = Vec::with_capacity(layers.len());
@@ -421,6 +523,9 @@ impl LlamaModel {
         let nl = self.cfg.n_layers;
         if start > end || end > nl {
             bail!("layer range [{start}, {end}) is not within [0, {nl}]");
+        }
+        if start < self.layers.start || end > self.layers.end {
+            bail!("layer range [{start}, {end}) is not within this shard's [{}, {})", self.layers.start, self.layers.end);
         }
         if logits && end != nl {
             bail!("logits=true needs layer_end == n_layers ({nl})");

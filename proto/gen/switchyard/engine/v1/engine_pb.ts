@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/engine/v1/engine.proto.
  */
 export const file_switchyard_engine_v1_engine: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL2VuZ2luZS92MS9lbmdpbmUucHJvdG8SFHN3aXRjaHlhcmQuZW5naW5lLnYxIvoDCgdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSNQoKbG9hZF9tb2RlbBgKIAEoCzIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkxvYWRNb2RlbEgAEjIKCGdlbmVyYXRlGAsgASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuR2VuZXJhdGVIABIsCgVlbWJlZBgMIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVtYmVkSAASOwoNaGlkZGVuX3N0YXRlcxgNIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc0gAEjAKB2ZvcndhcmQYDiABKAsyHS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkSAASLgoGY2FuY2VsGA8gASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2FuY2VsSAASMwoFc3RhdHMYECABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TdGF0c1JlcXVlc3RIABIyCghzaHV0ZG93bhgRIAEoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNodXRkb3duSAASMgoIdG9rZW5pemUYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbml6ZUgAQgYKBGtpbmQifwoJTG9hZE1vZGVsEg0KBW1vZGVsGAEgASgJEi0KBGtpbmQYAiABKA4yHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Nb2RlbEtpbmQSDAoEcGF0aBgDIAEoCRITCgttYXhfc2VxX2xlbhgEIAEoDRIRCgltYXhfYmF0Y2gYBSABKA0iLAoLQ2hhdE1lc3NhZ2USDAoEcm9sZRgBIAEoCRIPCgdjb250ZW50GAIgASgJIpkCCghHZW5lcmF0ZRINCgVtb2RlbBgBIAEoCRIQCgZwcm9tcHQYAiABKAlIABI2CghtZXNzYWdlcxgDIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNoYXRNZXNzYWdlc0gAEhIKCm1heF90b2tlbnMYBCABKA0SEwoLdGVtcGVyYXR1cmUYBSABKAISDQoFdG9wX3AYBiABKAISDQoFdG9wX2sYByABKA0SEQoEc2VlZBgIIAEoBEgBiAEBEgwKBHN0b3AYCSADKAkSEAoIbG9ncHJvYnMYCiABKAgSFAoMdG9wX2xvZ3Byb2JzGAsgASgNEhIKCmNhY2hlX3NhbHQYDCABKAlCBwoFaW5wdXRCBwoFX3NlZWQiYwoMQ2hhdE1lc3NhZ2VzEjMKCG1lc3NhZ2VzGAEgAygLMiEuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2USHgoWY29udGludWVfZmluYWxfbWVzc2FnZRgCIAEoCCImCgVFbWJlZBINCgVtb2RlbBgBIAEoCRIOCgZpbnB1dHMYAiADKAki3AEKDEhpZGRlblN0YXRlcxINCgVtb2RlbBgBIAEoCRIQCgZwcm9tcHQYAiABKAlIABI2CghtZXNzYWdlcxgDIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNoYXRNZXNzYWdlc0gAEg4KBmxheWVycxgEIAMoDRIuCgdwb29saW5nGAUgASgOMh0uc3dpdGNoeWFyZC5lbmdpbmUudjEuUG9vbGluZxIqCgVkdHlwZRgGIAEoDjIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkRUeXBlQgcKBWlucHV0IpYBCgdGb3J3YXJkEg0KBW1vZGVsGAEgASgJEhMKC2xheWVyX3N0YXJ0GAIgASgNEhEKCWxheWVyX2VuZBgDIAEoDRIxCgthY3RpdmF0aW9ucxgEIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIRCgl0b2tlbl9pZHMYBSADKA0SDgoGbG9naXRzGAYgASgIIiMKBkNhbmNlbBIZChF0YXJnZXRfcmVxdWVzdF9pZBgBIAEoCSIOCgxTdGF0c1JlcXVlc3QiCgoIU2h1dGRvd24ibAoIVG9rZW5pemUSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIAEIHCgVpbnB1dCJRCgZUZW5zb3ISKgoFZHR5cGUYASABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZRINCgVzaGFwZRgCIAMoBBIMCgRkYXRhGAMgASgMIqEECgVFdmVudBISCgpyZXF1ZXN0X2lkGAEgASgJEi4KBmxvYWRlZBgKIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLkxvYWRlZEgAEi4KBnRva2VucxgLIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2Vuc0gAEioKBGRvbmUYDCABKAsyGi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Eb25lSAASNgoKZW1iZWRkaW5ncxgNIAEoCzIgLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVtYmVkZGluZ3NIABJBCg1oaWRkZW5fc3RhdGVzGA4gASgLMiguc3dpdGNoeWFyZC5lbmdpbmUudjEuSGlkZGVuU3RhdGVzUmVzdWx0SAASNgoHZm9yd2FyZBgPIAEoCzIjLnN3aXRjaHlhcmQuZW5naW5lLnYxLkZvcndhcmRSZXN1bHRIABIsCgVlcnJvchgQIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVycm9ySAASLAoFc3RhdHMYESABKAsyGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TdGF0c0gAEjMKCXRva2VuX2lkcxgSIAEoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuSWRzSAASLAoFcmVhZHkYEyABKAsyGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5SZWFkeUgAQgYKBGtpbmQiKAoFUmVhZHkSDgoGZGV2aWNlGAEgASgJEg8KB3ZlcnNpb24YAiABKAki5wEKBkxvYWRlZBINCgVtb2RlbBgBIAEoCRItCgRraW5kGAIgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuTW9kZWxLaW5kEhAKCG5fbGF5ZXJzGAMgASgNEhMKC2hpZGRlbl9zaXplGAQgASgNEhIKCnZvY2FiX3NpemUYBSABKA0SEwoLbWF4X3NlcV9sZW4YBiABKA0SEQoJbWF4X2JhdGNoGAcgASgNEg8KB2xvYWRfbXMYCCABKAQSFAoMd2VpZ2h0X2J5dGVzGAkgASgEEhUKDWVtYmVkZGluZ19kaW0YCiABKA0iWgoGVG9rZW5zEgsKA2lkcxgBIAMoDRIMCgR0ZXh0GAIgASgJEjUKCGxvZ3Byb2JzGAMgAygLMiMuc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5Mb2dwcm9icyI6CgxUb2tlbkxvZ3Byb2ISCgoCaWQYASABKA0SDQoFdG9rZW4YAiABKAwSDwoHbG9ncHJvYhgDIAEoAiJ0Cg1Ub2tlbkxvZ3Byb2JzEjIKBmNob3NlbhgBIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuTG9ncHJvYhIvCgN0b3AYAiADKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2IiOQoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoDRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoDSKyAQoERG9uZRI5Cg1maW5pc2hfcmVhc29uGAEgASgOMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuRmluaXNoUmVhc29uEioKBXVzYWdlGAIgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuVXNhZ2USEgoKcHJlZmlsbF91cxgDIAEoBBIRCglkZWNvZGVfdXMYBCABKAQSHAoUY2FjaGVkX3Byb21wdF90b2tlbnMYBSABKA0iZwoKRW1iZWRkaW5ncxItCgd2ZWN0b3JzGAEgAygLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yEioKBXVzYWdlGAIgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuVXNhZ2UiZQoSSGlkZGVuU3RhdGVzUmVzdWx0Eg4KBmxheWVycxgBIAMoDRItCgd0ZW5zb3JzGAIgAygLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yEhAKCG5fdG9rZW5zGAMgASgNIj0KDUZvcndhcmRSZXN1bHQSLAoGb3V0cHV0GAEgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIhcKCFRva2VuSWRzEgsKA2lkcxgBIAMoDSJHCgVFcnJvchItCgRjb2RlGAEgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkihwIKBVN0YXRzEhgKEGFjdGl2ZV9zZXF1ZW5jZXMYASABKA0SFwoPcXVldWVkX3JlcXVlc3RzGAIgASgNEhEKCW1heF9iYXRjaBgDIAEoDRIWCg5rdl9jYWNoZV9ieXRlcxgEIAEoBBIRCglyc3NfYnl0ZXMYBSABKAQSDgoGZGV2aWNlGAYgASgJEg4KBm1vZGVscxgHIAMoCRIYChB0b2tlbnNfZ2VuZXJhdGVkGAggASgEEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoBBIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoBBIcChRwcmVmaXhfdG9rZW5zX3JldXNlZBgLIAEoBCpXCglNb2RlbEtpbmQSGgoWTU9ERUxfS0lORF9VTlNQRUNJRklFRBAAEhkKFU1PREVMX0tJTkRfTExBTUFfR0dVRhABEhMKD01PREVMX0tJTkRfQkVSVBACKlgKB1Bvb2xpbmcSFwoTUE9PTElOR19VTlNQRUNJRklFRBAAEhAKDFBPT0xJTkdfTk9ORRABEhAKDFBPT0xJTkdfTUVBThACEhAKDFBPT0xJTkdfTEFTVBADKjwKBURUeXBlEhUKEURUWVBFX1VOU1BFQ0lGSUVEEAASDQoJRFRZUEVfRjMyEAESDQoJRFRZUEVfRjE2EAIqfAoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAMq7gEKCUVycm9yQ29kZRIaChZFUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASHgoaRVJST1JfQ09ERV9JTlZBTElEX1JFUVVFU1QQARIfChtFUlJPUl9DT0RFX01PREVMX05PVF9MT0FERUQQAhIdChlFUlJPUl9DT0RFX0NPTlRFWFRfTEVOR1RIEAMSGQoVRVJST1JfQ09ERV9PVkVSTE9BREVEEAQSFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAFEhUKEUVSUk9SX0NPREVfREVWSUNFEAYSGgoWRVJST1JfQ09ERV9MT0FEX0ZBSUxFRBAHYgZwcm90bzM");
+  fileDesc("CiFzd2l0Y2h5YXJkL2VuZ2luZS92MS9lbmdpbmUucHJvdG8SFHN3aXRjaHlhcmQuZW5naW5lLnYxIqEFCgdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSNQoKbG9hZF9tb2RlbBgKIAEoCzIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkxvYWRNb2RlbEgAEjIKCGdlbmVyYXRlGAsgASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuR2VuZXJhdGVIABIsCgVlbWJlZBgMIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVtYmVkSAASOwoNaGlkZGVuX3N0YXRlcxgNIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc0gAEjAKB2ZvcndhcmQYDiABKAsyHS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkSAASLgoGY2FuY2VsGA8gASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2FuY2VsSAASMwoFc3RhdHMYECABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TdGF0c1JlcXVlc3RIABIyCghzaHV0ZG93bhgRIAEoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNodXRkb3duSAASMgoIdG9rZW5pemUYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbml6ZUgAEjUKCnNoYXJkX29wZW4YEyABKAsyHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE9wZW5IABI1CgpzaGFyZF9zdGVwGBQgASgLMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuU2hhcmRTdGVwSAASNwoLc2hhcmRfY2xvc2UYFSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZENsb3NlSABCBgoEa2luZCKnAQoJTG9hZE1vZGVsEg0KBW1vZGVsGAEgASgJEi0KBGtpbmQYAiABKA4yHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Nb2RlbEtpbmQSDAoEcGF0aBgDIAEoCRITCgttYXhfc2VxX2xlbhgEIAEoDRIRCgltYXhfYmF0Y2gYBSABKA0SEwoLbGF5ZXJfc3RhcnQYBiABKA0SEQoJbGF5ZXJfZW5kGAcgASgNIiwKC0NoYXRNZXNzYWdlEgwKBHJvbGUYASABKAkSDwoHY29udGVudBgCIAEoCSKZAgoIR2VuZXJhdGUSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABISCgptYXhfdG9rZW5zGAQgASgNEhMKC3RlbXBlcmF0dXJlGAUgASgCEg0KBXRvcF9wGAYgASgCEg0KBXRvcF9rGAcgASgNEhEKBHNlZWQYCCABKARIAYgBARIMCgRzdG9wGAkgAygJEhAKCGxvZ3Byb2JzGAogASgIEhQKDHRvcF9sb2dwcm9icxgLIAEoDRISCgpjYWNoZV9zYWx0GAwgASgJQgcKBWlucHV0QgcKBV9zZWVkImMKDENoYXRNZXNzYWdlcxIzCghtZXNzYWdlcxgBIAMoCzIhLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNoYXRNZXNzYWdlEh4KFmNvbnRpbnVlX2ZpbmFsX21lc3NhZ2UYAiABKAgiJgoFRW1iZWQSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJItwBCgxIaWRkZW5TdGF0ZXMSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABIOCgZsYXllcnMYBCADKA0SLgoHcG9vbGluZxgFIAEoDjIdLnN3aXRjaHlhcmQuZW5naW5lLnYxLlBvb2xpbmcSKgoFZHR5cGUYBiABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZUIHCgVpbnB1dCKWAQoHRm9yd2FyZBINCgVtb2RlbBgBIAEoCRITCgtsYXllcl9zdGFydBgCIAEoDRIRCglsYXllcl9lbmQYAyABKA0SMQoLYWN0aXZhdGlvbnMYBCABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISEQoJdG9rZW5faWRzGAUgAygNEg4KBmxvZ2l0cxgGIAEoCCLVAQoJU2hhcmRPcGVuEg0KBW1vZGVsGAEgASgJEg4KBnNlcV9pZBgCIAEoCRIQCghjYXBhY2l0eRgDIAEoDRISCgptYXhfdG9rZW5zGAQgASgNEhMKC3RlbXBlcmF0dXJlGAUgASgCEg0KBXRvcF9wGAYgASgCEg0KBXRvcF9rGAcgASgNEhEKBHNlZWQYCCABKARIAIgBARIMCgRzdG9wGAkgAygJEhAKCGxvZ3Byb2JzGAogASgIEhQKDHRvcF9sb2dwcm9icxgLIAEoDUIHCgVfc2VlZCI/CgxTaGFyZFNlcVJvd3MSDgoGc2VxX2lkGAEgASgJEgwKBHJvd3MYAiABKA0SEQoJdG9rZW5faWRzGAMgAygNIq8BCglTaGFyZFN0ZXASDQoFbW9kZWwYASABKAkSMAoEc2VxcxgCIAMoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2VxUm93cxIxCgthY3RpdmF0aW9ucxgDIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIuCglvdXRfZHR5cGUYBCABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZSIrCgpTaGFyZENsb3NlEg0KBW1vZGVsGAEgASgJEg4KBnNlcV9pZBgCIAEoCSIjCgZDYW5jZWwSGQoRdGFyZ2V0X3JlcXVlc3RfaWQYASABKAkiDgoMU3RhdHNSZXF1ZXN0IgoKCFNodXRkb3duImwKCFRva2VuaXplEg0KBW1vZGVsGAEgASgJEhAKBnByb21wdBgCIAEoCUgAEjYKCG1lc3NhZ2VzGAMgASgLMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2VzSABCBwoFaW5wdXQiUQoGVGVuc29yEioKBWR0eXBlGAEgASgOMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuRFR5cGUSDQoFc2hhcGUYAiADKAQSDAoEZGF0YRgDIAEoDCLcBAoFRXZlbnQSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgZsb2FkZWQYCiABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Mb2FkZWRIABIuCgZ0b2tlbnMYCyABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbnNIABIqCgRkb25lGAwgASgLMhouc3dpdGNoeWFyZC5lbmdpbmUudjEuRG9uZUgAEjYKCmVtYmVkZGluZ3MYDSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FbWJlZGRpbmdzSAASQQoNaGlkZGVuX3N0YXRlcxgOIAEoCzIoLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc1Jlc3VsdEgAEjYKB2ZvcndhcmQYDyABKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkUmVzdWx0SAASLAoFZXJyb3IYECABKAsyGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FcnJvckgAEiwKBXN0YXRzGBEgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuU3RhdHNIABIzCgl0b2tlbl9pZHMYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbklkc0gAEiwKBXJlYWR5GBMgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuUmVhZHlIABI5CgxzaGFyZF9vdXRwdXQYFCABKAsyIS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE91dHB1dEgAQgYKBGtpbmQidAoLU2hhcmRPdXRwdXQSMQoLYWN0aXZhdGlvbnMYASABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISMgoHc2FtcGxlcxgCIAMoCzIhLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2FtcGxlIoYBCgtTaGFyZFNhbXBsZRIOCgZzZXFfaWQYASABKAkSLAoGdG9rZW5zGAIgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5zEjkKDWZpbmlzaF9yZWFzb24YAyABKA4yIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5GaW5pc2hSZWFzb24iKAoFUmVhZHkSDgoGZGV2aWNlGAEgASgJEg8KB3ZlcnNpb24YAiABKAkijwIKBkxvYWRlZBINCgVtb2RlbBgBIAEoCRItCgRraW5kGAIgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuTW9kZWxLaW5kEhAKCG5fbGF5ZXJzGAMgASgNEhMKC2hpZGRlbl9zaXplGAQgASgNEhIKCnZvY2FiX3NpemUYBSABKA0SEwoLbWF4X3NlcV9sZW4YBiABKA0SEQoJbWF4X2JhdGNoGAcgASgNEg8KB2xvYWRfbXMYCCABKAQSFAoMd2VpZ2h0X2J5dGVzGAkgASgEEhUKDWVtYmVkZGluZ19kaW0YCiABKA0SEwoLbGF5ZXJfc3RhcnQYCyABKA0SEQoJbGF5ZXJfZW5kGAwgASgNIloKBlRva2VucxILCgNpZHMYASADKA0SDAoEdGV4dBgCIAEoCRI1Cghsb2dwcm9icxgDIAMoCzIjLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuTG9ncHJvYnMiOgoMVG9rZW5Mb2dwcm9iEgoKAmlkGAEgASgNEg0KBXRva2VuGAIgASgMEg8KB2xvZ3Byb2IYAyABKAIidAoNVG9rZW5Mb2dwcm9icxIyCgZjaG9zZW4YASABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2ISLwoDdG9wGAIgAygLMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5Mb2dwcm9iIjkKBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKA0SGQoRY29tcGxldGlvbl90b2tlbnMYAiABKA0isgEKBERvbmUSOQoNZmluaXNoX3JlYXNvbhgBIAEoDjIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkZpbmlzaFJlYXNvbhIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlEhIKCnByZWZpbGxfdXMYAyABKAQSEQoJZGVjb2RlX3VzGAQgASgEEhwKFGNhY2hlZF9wcm9tcHRfdG9rZW5zGAUgASgNImcKCkVtYmVkZGluZ3MSLQoHdmVjdG9ycxgBIAMoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlImUKEkhpZGRlblN0YXRlc1Jlc3VsdBIOCgZsYXllcnMYASADKA0SLQoHdGVuc29ycxgCIAMoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIQCghuX3Rva2VucxgDIAEoDSI9Cg1Gb3J3YXJkUmVzdWx0EiwKBm91dHB1dBgBIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvciIXCghUb2tlbklkcxILCgNpZHMYASADKA0iRwoFRXJyb3ISLQoEY29kZRgBIAEoDjIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVycm9yQ29kZRIPCgdtZXNzYWdlGAIgASgJIocCCgVTdGF0cxIYChBhY3RpdmVfc2VxdWVuY2VzGAEgASgNEhcKD3F1ZXVlZF9yZXF1ZXN0cxgCIAEoDRIRCgltYXhfYmF0Y2gYAyABKA0SFgoOa3ZfY2FjaGVfYnl0ZXMYBCABKAQSEQoJcnNzX2J5dGVzGAUgASgEEg4KBmRldmljZRgGIAEoCRIOCgZtb2RlbHMYByADKAkSGAoQdG9rZW5zX2dlbmVyYXRlZBgIIAEoBBIaChJwcmVmaXhfY2FjaGVfYnl0ZXMYCSABKAQSGQoRcHJlZml4X2NhY2hlX2hpdHMYCiABKAQSHAoUcHJlZml4X3Rva2Vuc19yZXVzZWQYCyABKAQqVwoJTW9kZWxLaW5kEhoKFk1PREVMX0tJTkRfVU5TUEVDSUZJRUQQABIZChVNT0RFTF9LSU5EX0xMQU1BX0dHVUYQARITCg9NT0RFTF9LSU5EX0JFUlQQAipYCgdQb29saW5nEhcKE1BPT0xJTkdfVU5TUEVDSUZJRUQQABIQCgxQT09MSU5HX05PTkUQARIQCgxQT09MSU5HX01FQU4QAhIQCgxQT09MSU5HX0xBU1QQAyo8CgVEVHlwZRIVChFEVFlQRV9VTlNQRUNJRklFRBAAEg0KCURUWVBFX0YzMhABEg0KCURUWVBFX0YxNhACKnwKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAhIbChdGSU5JU0hfUkVBU09OX0NBTkNFTExFRBADKu4BCglFcnJvckNvZGUSGgoWRVJST1JfQ09ERV9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX0NPREVfSU5WQUxJRF9SRVFVRVNUEAESHwobRVJST1JfQ09ERV9NT0RFTF9OT1RfTE9BREVEEAISHQoZRVJST1JfQ09ERV9DT05URVhUX0xFTkdUSBADEhkKFUVSUk9SX0NPREVfT1ZFUkxPQURFRBAEEhcKE0VSUk9SX0NPREVfSU5URVJOQUwQBRIVChFFUlJPUl9DT0RFX0RFVklDRRAGEhoKFkVSUk9SX0NPREVfTE9BRF9GQUlMRUQQB2IGcHJvdG8z");
 
 /**
  * @generated from message switchyard.engine.v1.Request
@@ -87,6 +87,24 @@ export type Request = Message<"switchyard.engine.v1.Request"> & {
      */
     value: Tokenize;
     case: "tokenize";
+  } | {
+    /**
+     * @generated from field: switchyard.engine.v1.ShardOpen shard_open = 19;
+     */
+    value: ShardOpen;
+    case: "shardOpen";
+  } | {
+    /**
+     * @generated from field: switchyard.engine.v1.ShardStep shard_step = 20;
+     */
+    value: ShardStep;
+    case: "shardStep";
+  } | {
+    /**
+     * @generated from field: switchyard.engine.v1.ShardClose shard_close = 21;
+     */
+    value: ShardClose;
+    case: "shardClose";
   } | { case: undefined; value?: undefined };
 };
 
@@ -133,6 +151,22 @@ export type LoadModel = Message<"switchyard.engine.v1.LoadModel"> & {
    * @generated from field: uint32 max_batch = 5;
    */
   maxBatch: number;
+
+  /**
+   * Load only blocks [layer_start, layer_end) — one shard of a split model:
+   * the token embedding only when layer_start == 0, the final norm and output
+   * head only when layer_end == n_layers. Both 0: the whole model. A range
+   * outside the model is refused (LOAD_FAILED). A shard serves ShardOpen /
+   * ShardStep / ShardClose, not Generate.
+   *
+   * @generated from field: uint32 layer_start = 6;
+   */
+  layerStart: number;
+
+  /**
+   * @generated from field: uint32 layer_end = 7;
+   */
+  layerEnd: number;
 };
 
 /**
@@ -421,6 +455,174 @@ export const ForwardSchema: GenMessage<Forward> = /*@__PURE__*/
   messageDesc(file_switchyard_engine_v1_engine, 7);
 
 /**
+ * A sequence of a split model opens on every shard before its first step:
+ * each shard allocates a KV cache for its own blocks, `capacity` positions
+ * (prompt + max_tokens). The sampling fields matter on the last shard, which
+ * samples, streams text (UTF-8 and stop-sequence hold-back as for Generate)
+ * and ends the sequence. Answered with an empty ShardOutput.
+ *
+ * @generated from message switchyard.engine.v1.ShardOpen
+ */
+export type ShardOpen = Message<"switchyard.engine.v1.ShardOpen"> & {
+  /**
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * @generated from field: string seq_id = 2;
+   */
+  seqId: string;
+
+  /**
+   * @generated from field: uint32 capacity = 3;
+   */
+  capacity: number;
+
+  /**
+   * @generated from field: uint32 max_tokens = 4;
+   */
+  maxTokens: number;
+
+  /**
+   * @generated from field: float temperature = 5;
+   */
+  temperature: number;
+
+  /**
+   * @generated from field: float top_p = 6;
+   */
+  topP: number;
+
+  /**
+   * @generated from field: uint32 top_k = 7;
+   */
+  topK: number;
+
+  /**
+   * @generated from field: optional uint64 seed = 8;
+   */
+  seed?: bigint | undefined;
+
+  /**
+   * @generated from field: repeated string stop = 9;
+   */
+  stop: string[];
+
+  /**
+   * @generated from field: bool logprobs = 10;
+   */
+  logprobs: boolean;
+
+  /**
+   * @generated from field: uint32 top_logprobs = 11;
+   */
+  topLogprobs: number;
+};
+
+/**
+ * Describes the message switchyard.engine.v1.ShardOpen.
+ * Use `create(ShardOpenSchema)` to create a new message.
+ */
+export const ShardOpenSchema: GenMessage<ShardOpen> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 8);
+
+/**
+ * @generated from message switchyard.engine.v1.ShardSeqRows
+ */
+export type ShardSeqRows = Message<"switchyard.engine.v1.ShardSeqRows"> & {
+  /**
+   * @generated from field: string seq_id = 1;
+   */
+  seqId: string;
+
+  /**
+   * New positions of this sequence in the step (after what its cache holds).
+   *
+   * @generated from field: uint32 rows = 2;
+   */
+  rows: number;
+
+  /**
+   * First shard: the rows' token ids (exactly `rows` of them).
+   *
+   * @generated from field: repeated uint32 token_ids = 3;
+   */
+  tokenIds: number[];
+};
+
+/**
+ * Describes the message switchyard.engine.v1.ShardSeqRows.
+ * Use `create(ShardSeqRowsSchema)` to create a new message.
+ */
+export const ShardSeqRowsSchema: GenMessage<ShardSeqRows> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 9);
+
+/**
+ * One batched step over this shard's blocks for several sequences: a
+ * prefill's rows and decode rows together. The first shard takes token ids;
+ * the others take the previous shard's activations, the sequences' rows
+ * concatenated in order: [Σ rows, hidden_size], f32 or f16. Answered with a
+ * ShardOutput: activations for the next shard (same dtype as `out_dtype`),
+ * or, on the last shard, one sample per sequence.
+ *
+ * @generated from message switchyard.engine.v1.ShardStep
+ */
+export type ShardStep = Message<"switchyard.engine.v1.ShardStep"> & {
+  /**
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * @generated from field: repeated switchyard.engine.v1.ShardSeqRows seqs = 2;
+   */
+  seqs: ShardSeqRows[];
+
+  /**
+   * @generated from field: switchyard.engine.v1.Tensor activations = 3;
+   */
+  activations?: Tensor | undefined;
+
+  /**
+   * @generated from field: switchyard.engine.v1.DType out_dtype = 4;
+   */
+  outDtype: DType;
+};
+
+/**
+ * Describes the message switchyard.engine.v1.ShardStep.
+ * Use `create(ShardStepSchema)` to create a new message.
+ */
+export const ShardStepSchema: GenMessage<ShardStep> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 10);
+
+/**
+ * Frees a sequence's KV cache on this shard (unknown ids are not an error:
+ * the last shard frees a sequence itself when it finishes).
+ *
+ * @generated from message switchyard.engine.v1.ShardClose
+ */
+export type ShardClose = Message<"switchyard.engine.v1.ShardClose"> & {
+  /**
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * @generated from field: string seq_id = 2;
+   */
+  seqId: string;
+};
+
+/**
+ * Describes the message switchyard.engine.v1.ShardClose.
+ * Use `create(ShardCloseSchema)` to create a new message.
+ */
+export const ShardCloseSchema: GenMessage<ShardClose> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 11);
+
+/**
  * @generated from message switchyard.engine.v1.Cancel
  */
 export type Cancel = Message<"switchyard.engine.v1.Cancel"> & {
@@ -437,7 +639,7 @@ export type Cancel = Message<"switchyard.engine.v1.Cancel"> & {
  * Use `create(CancelSchema)` to create a new message.
  */
 export const CancelSchema: GenMessage<Cancel> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 8);
+  messageDesc(file_switchyard_engine_v1_engine, 12);
 
 /**
  * @generated from message switchyard.engine.v1.StatsRequest
@@ -450,7 +652,7 @@ export type StatsRequest = Message<"switchyard.engine.v1.StatsRequest"> & {
  * Use `create(StatsRequestSchema)` to create a new message.
  */
 export const StatsRequestSchema: GenMessage<StatsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 9);
+  messageDesc(file_switchyard_engine_v1_engine, 13);
 
 /**
  * @generated from message switchyard.engine.v1.Shutdown
@@ -463,7 +665,7 @@ export type Shutdown = Message<"switchyard.engine.v1.Shutdown"> & {
  * Use `create(ShutdownSchema)` to create a new message.
  */
 export const ShutdownSchema: GenMessage<Shutdown> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 10);
+  messageDesc(file_switchyard_engine_v1_engine, 14);
 
 /**
  * @generated from message switchyard.engine.v1.Tokenize
@@ -497,7 +699,7 @@ export type Tokenize = Message<"switchyard.engine.v1.Tokenize"> & {
  * Use `create(TokenizeSchema)` to create a new message.
  */
 export const TokenizeSchema: GenMessage<Tokenize> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 11);
+  messageDesc(file_switchyard_engine_v1_engine, 15);
 
 /**
  * @generated from message switchyard.engine.v1.Tensor
@@ -526,7 +728,7 @@ export type Tensor = Message<"switchyard.engine.v1.Tensor"> & {
  * Use `create(TensorSchema)` to create a new message.
  */
 export const TensorSchema: GenMessage<Tensor> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 12);
+  messageDesc(file_switchyard_engine_v1_engine, 16);
 
 /**
  * @generated from message switchyard.engine.v1.Event
@@ -602,6 +804,12 @@ export type Event = Message<"switchyard.engine.v1.Event"> & {
      */
     value: Ready;
     case: "ready";
+  } | {
+    /**
+     * @generated from field: switchyard.engine.v1.ShardOutput shard_output = 20;
+     */
+    value: ShardOutput;
+    case: "shardOutput";
   } | { case: undefined; value?: undefined };
 };
 
@@ -610,7 +818,66 @@ export type Event = Message<"switchyard.engine.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 13);
+  messageDesc(file_switchyard_engine_v1_engine, 17);
+
+/**
+ * @generated from message switchyard.engine.v1.ShardOutput
+ */
+export type ShardOutput = Message<"switchyard.engine.v1.ShardOutput"> & {
+  /**
+   * Not the last shard: [Σ rows, hidden_size], the step's rows in order.
+   *
+   * @generated from field: switchyard.engine.v1.Tensor activations = 1;
+   */
+  activations?: Tensor | undefined;
+
+  /**
+   * The last shard: one per sequence of the step, in order.
+   *
+   * @generated from field: repeated switchyard.engine.v1.ShardSample samples = 2;
+   */
+  samples: ShardSample[];
+};
+
+/**
+ * Describes the message switchyard.engine.v1.ShardOutput.
+ * Use `create(ShardOutputSchema)` to create a new message.
+ */
+export const ShardOutputSchema: GenMessage<ShardOutput> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 18);
+
+/**
+ * @generated from message switchyard.engine.v1.ShardSample
+ */
+export type ShardSample = Message<"switchyard.engine.v1.ShardSample"> & {
+  /**
+   * @generated from field: string seq_id = 1;
+   */
+  seqId: string;
+
+  /**
+   * The sampled token (ids empty when it was end-of-generation), its text as
+   * far as it can be released, logprobs when asked for.
+   *
+   * @generated from field: switchyard.engine.v1.Tokens tokens = 2;
+   */
+  tokens?: Tokens | undefined;
+
+  /**
+   * Set when the sequence finished with this step (then the last shard has
+   * freed it; the others are closed by whoever drives the pipeline).
+   *
+   * @generated from field: switchyard.engine.v1.FinishReason finish_reason = 3;
+   */
+  finishReason: FinishReason;
+};
+
+/**
+ * Describes the message switchyard.engine.v1.ShardSample.
+ * Use `create(ShardSampleSchema)` to create a new message.
+ */
+export const ShardSampleSchema: GenMessage<ShardSample> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 19);
 
 /**
  * @generated from message switchyard.engine.v1.Ready
@@ -634,7 +901,7 @@ export type Ready = Message<"switchyard.engine.v1.Ready"> & {
  * Use `create(ReadySchema)` to create a new message.
  */
 export const ReadySchema: GenMessage<Ready> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 14);
+  messageDesc(file_switchyard_engine_v1_engine, 20);
 
 /**
  * @generated from message switchyard.engine.v1.Loaded
@@ -691,6 +958,18 @@ export type Loaded = Message<"switchyard.engine.v1.Loaded"> & {
    * @generated from field: uint32 embedding_dim = 10;
    */
   embeddingDim: number;
+
+  /**
+   * The blocks loaded: [0, n_layers) for a whole model, else a shard's range.
+   *
+   * @generated from field: uint32 layer_start = 11;
+   */
+  layerStart: number;
+
+  /**
+   * @generated from field: uint32 layer_end = 12;
+   */
+  layerEnd: number;
 };
 
 /**
@@ -698,7 +977,7 @@ export type Loaded = Message<"switchyard.engine.v1.Loaded"> & {
  * Use `create(LoadedSchema)` to create a new message.
  */
 export const LoadedSchema: GenMessage<Loaded> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 15);
+  messageDesc(file_switchyard_engine_v1_engine, 21);
 
 /**
  * One or more newly generated tokens for a Generate request.
@@ -732,7 +1011,7 @@ export type Tokens = Message<"switchyard.engine.v1.Tokens"> & {
  * Use `create(TokensSchema)` to create a new message.
  */
 export const TokensSchema: GenMessage<Tokens> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 16);
+  messageDesc(file_switchyard_engine_v1_engine, 22);
 
 /**
  * @generated from message switchyard.engine.v1.TokenLogprob
@@ -761,7 +1040,7 @@ export type TokenLogprob = Message<"switchyard.engine.v1.TokenLogprob"> & {
  * Use `create(TokenLogprobSchema)` to create a new message.
  */
 export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 17);
+  messageDesc(file_switchyard_engine_v1_engine, 23);
 
 /**
  * @generated from message switchyard.engine.v1.TokenLogprobs
@@ -785,7 +1064,7 @@ export type TokenLogprobs = Message<"switchyard.engine.v1.TokenLogprobs"> & {
  * Use `create(TokenLogprobsSchema)` to create a new message.
  */
 export const TokenLogprobsSchema: GenMessage<TokenLogprobs> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 18);
+  messageDesc(file_switchyard_engine_v1_engine, 24);
 
 /**
  * @generated from message switchyard.engine.v1.Usage
@@ -807,7 +1086,7 @@ export type Usage = Message<"switchyard.engine.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 19);
+  messageDesc(file_switchyard_engine_v1_engine, 25);
 
 /**
  * @generated from message switchyard.engine.v1.Done
@@ -847,7 +1126,7 @@ export type Done = Message<"switchyard.engine.v1.Done"> & {
  * Use `create(DoneSchema)` to create a new message.
  */
 export const DoneSchema: GenMessage<Done> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 20);
+  messageDesc(file_switchyard_engine_v1_engine, 26);
 
 /**
  * @generated from message switchyard.engine.v1.Embeddings
@@ -871,7 +1150,7 @@ export type Embeddings = Message<"switchyard.engine.v1.Embeddings"> & {
  * Use `create(EmbeddingsSchema)` to create a new message.
  */
 export const EmbeddingsSchema: GenMessage<Embeddings> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 21);
+  messageDesc(file_switchyard_engine_v1_engine, 27);
 
 /**
  * @generated from message switchyard.engine.v1.HiddenStatesResult
@@ -901,7 +1180,7 @@ export type HiddenStatesResult = Message<"switchyard.engine.v1.HiddenStatesResul
  * Use `create(HiddenStatesResultSchema)` to create a new message.
  */
 export const HiddenStatesResultSchema: GenMessage<HiddenStatesResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 22);
+  messageDesc(file_switchyard_engine_v1_engine, 28);
 
 /**
  * @generated from message switchyard.engine.v1.ForwardResult
@@ -920,7 +1199,7 @@ export type ForwardResult = Message<"switchyard.engine.v1.ForwardResult"> & {
  * Use `create(ForwardResultSchema)` to create a new message.
  */
 export const ForwardResultSchema: GenMessage<ForwardResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 23);
+  messageDesc(file_switchyard_engine_v1_engine, 29);
 
 /**
  * @generated from message switchyard.engine.v1.TokenIds
@@ -937,7 +1216,7 @@ export type TokenIds = Message<"switchyard.engine.v1.TokenIds"> & {
  * Use `create(TokenIdsSchema)` to create a new message.
  */
 export const TokenIdsSchema: GenMessage<TokenIds> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 24);
+  messageDesc(file_switchyard_engine_v1_engine, 30);
 
 /**
  * @generated from message switchyard.engine.v1.Error
@@ -959,7 +1238,7 @@ export type Error = Message<"switchyard.engine.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 25);
+  messageDesc(file_switchyard_engine_v1_engine, 31);
 
 /**
  * @generated from message switchyard.engine.v1.Stats
@@ -1029,7 +1308,7 @@ export type Stats = Message<"switchyard.engine.v1.Stats"> & {
  * Use `create(StatsSchema)` to create a new message.
  */
 export const StatsSchema: GenMessage<Stats> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 26);
+  messageDesc(file_switchyard_engine_v1_engine, 32);
 
 /**
  * @generated from enum switchyard.engine.v1.ModelKind

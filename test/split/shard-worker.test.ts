@@ -1,0 +1,64 @@
+// A worker that serves a layer range (issue 11, item 1): the engine loads
+// only those blocks, warms them up, and the heartbeat advertises the range
+// (not the model as a whole, so routers never send it whole requests) and the
+// memory measured. A range outside the model is refused with a clear message
+// instead of restarting forever.
+import { afterAll, describe, expect, it } from "vitest";
+import { startAgent, type AgentHandle } from "@switchyard/agent";
+import { MemoryRegistryStore } from "@switchyard/state";
+import { parseLayers } from "../../apps/cli/src/commands/worker.ts";
+import { engineBinary, WORKER_TOKEN } from "../helpers/worker.ts";
+
+const LLM = "smollm2-135m-instruct";
+const agents: AgentHandle[] = [];
+
+afterAll(async () => {
+  await Promise.all(agents.map((a) => a.stop()));
+});
+
+async function agent(id: string, layers?: { start: number; end: number }) {
+  const a = await startAgent({
+    registry: new MemoryRegistryStore(),
+    models: [LLM],
+    token: WORKER_TOKEN,
+    device: "cpu",
+    engineBinary: engineBinary(),
+    workerId: id,
+    maxBatch: 4,
+    maxSeqLen: 512,
+    drainGraceMs: 0,
+    log: () => {},
+    ...(layers ? { layers } : {}),
+  });
+  agents.push(a);
+  return a;
+}
+
+describe("a worker serving a layer range (real engine)", () => {
+  it("loads only its blocks and advertises the range and its memory", async () => {
+    const [whole, tail] = await Promise.all([agent("whole-1"), agent("shard-15-30", { start: 15, end: 30 })]);
+    await Promise.all([whole.supervisor.whenReady(), tail.supervisor.whenReady()]);
+    expect(tail.supervisor.state).toBe("ready");
+    const rec = await tail.record();
+    expect(rec.layerRanges).toEqual([{ model: LLM, start: 15, end: 30 }]);
+    // Not a whole model: never a candidate for whole requests.
+    expect(rec.models).toEqual([]);
+    expect(rec.memoryBytes).toBeGreaterThan(0);
+    const wholeRec = await whole.record();
+    expect(wholeRec.layerRanges).toEqual([{ model: LLM, start: 0, end: 30 }]);
+    expect(wholeRec.models).toEqual([LLM]);
+    // Half the blocks (plus the tied head): well under the whole model's weights.
+    const shardBytes = Number(tail.supervisor.loaded.get(LLM)!.weightBytes);
+    const wholeBytes = Number(whole.supervisor.loaded.get(LLM)!.weightBytes);
+    expect(shardBytes).toBeLessThan(wholeBytes * 0.8);
+    expect(shardBytes).toBeGreaterThan(wholeBytes * 0.3);
+  }, 120_000);
+
+  it("refuses a range outside the model with a clear message", async () => {
+    const bad = await agent("shard-bad", { start: 0, end: 31 });
+    await expect(bad.supervisor.whenReady()).rejects.toThrow(/--layers 0-31: .*not within the model's 30 blocks/);
+    expect(() => parseLayers("15")).toThrow(/START-END/);
+    expect(() => parseLayers("20-10")).toThrow(/START must be below END/);
+    expect(parseLayers("0-15")).toEqual({ start: 0, end: 15 });
+  }, 60_000);
+});
