@@ -84,6 +84,8 @@ export interface TestCluster {
   ownerOf(key: string): Promise<{ slot: number; master: ClusterNodeInfo; replicas: ClusterNodeInfo[] }>;
   /** SIGKILL the node on `port` (no shutdown save; the cluster sees it fail). */
   kill(port: number): Promise<void>;
+  /** Every live replica has finished syncing with its master (master_link_status:up). */
+  waitReplicasInSync(timeoutMs?: number): Promise<void>;
   /** Every node alive agrees: cluster_state:ok. */
   waitOk(timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
@@ -208,11 +210,25 @@ export async function startRedisCluster(opts: { masters?: number; replicasPerMas
         { timeoutMs, intervalMs: 100, what: "cluster_state:ok on every node" },
       );
     },
+    waitReplicasInSync: async (timeoutMs = 30_000) => {
+      await waitFor(
+        async () => {
+          for (const n of (await nodes()).filter((x) => x.role === "replica" && !x.failed)) {
+            if (!/master_link_status:up/.test(String(await nodeCall(n.port, "INFO", "replication")))) return false;
+          }
+          return true;
+        },
+        { timeoutMs, intervalMs: 100, what: "every replica in sync with its master" },
+      );
+    },
     stop: stopAll,
   };
   await cluster.waitOk();
   // Every node knows every other (gossip done), replicas attached.
   await waitFor(async () => (await nodes()).filter((n) => n.role === "replica").length === masters * replicas, { timeoutMs: 20_000, what: "replicas attached" });
+  // …and done with their first sync: a replica promoted before it has the
+  // data would bring up an empty slot.
+  await cluster.waitReplicasInSync();
   return cluster;
 }
 

@@ -132,7 +132,10 @@ export function connectRedis(target: string | RedisTarget, opts: ConnectRedisOpt
       t.cluster!.map((n) => parseRedisNode(n) as ClusterNode),
       {
         redisOptions: nodeOptions(t, { ...opts, readyCheck: false }),
-        enableAutoPipelining: pipelining,
+        // Not on a Cluster: ioredis' cluster auto-pipelines mix slots (scripts,
+        // per-node SCAN, keyless commands) and fail with "All keys in the
+        // pipeline should belong to the same slots allocation group".
+        enableAutoPipelining: false,
         lazyConnect: opts.lazy ?? false,
         enableReadyCheck: opts.readyCheck ?? true,
         enableOfflineQueue: true,
