@@ -130,6 +130,9 @@ export async function applyLedgerRetention(sql: Sql, opts: RetentionOptions): Pr
           const records = await countCsvRecords(archive);
           if (records !== rows + 1) throw new Error(`archive ${archive} holds ${records - 1} rows, ${p.name} ${rows}: left attached`);
         }
+        // DETACH locks spend_ledger exclusively: behind a long finance query it would hold every
+        // ledger insert up meanwhile (rows wait in the buffer), so it gives up instead; run it again later.
+        await conn`set lock_timeout = '5s'`;
         await conn.unsafe(`alter table spend_ledger detach partition ${quoteIdent(p.name)}`);
         let dropped = false;
         if (opts.drop) {
