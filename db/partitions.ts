@@ -142,6 +142,9 @@ export async function applyLedgerRetention(sql: Sql, opts: RetentionOptions): Pr
         done.push({ name: p.name, rows, ...(archive ? { archive } : {}), dropped });
       } finally {
         await conn`select pg_advisory_unlock(hashtext(${LOCK_KEY}))`;
+        // The connection goes back to the pool as it came.
+        await conn`reset lock_timeout`;
+        await conn`reset time zone`;
       }
     } finally {
       conn.release();
