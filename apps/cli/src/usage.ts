@@ -9,6 +9,7 @@ Usage:
   switchyard up                         router + local worker, embedded state (single machine)
   switchyard router [--config FILE] [--embedded]
                                         start a router replica: needs redis.url and database.url
+                                        (SIGTERM drains: /readyz 503, streams finish up to router.drainMs)
                                         (--embedded: in-process state + embedded PostgreSQL, to experiment)
   switchyard worker --redis URL --token SECRET [--model NAME|PATH|hf://…]… [--advertise URL]
            [--port 9100] [--device auto|cpu|cuda|metal] [--id ID] [--fencing-key KEY]
