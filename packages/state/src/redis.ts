@@ -316,18 +316,35 @@ export function redisMasters(r: RedisLike): Redis[] {
  * credentials.
  */
 export async function onEveryDataNode<T>(r: RedisLike, fn: (node: Redis) => Promise<T>): Promise<T[]> {
-  if (r instanceof Cluster) return Promise.all(r.nodes("all").map(fn));
-  const out = [await fn(r)];
-  const role = (await r.call("ROLE")) as [string, unknown, Array<[string, string, string]>?];
-  if (role[0] !== "master") return out;
-  for (const [host, port] of role[2] ?? []) {
-    const o = r.options;
+  // A Cluster client pools only masters (scaleReads "master"): its replicas
+  // come from CLUSTER NODES; a single node's (Sentinel) replicas from ROLE.
+  const first = r instanceof Cluster ? r.nodes("master")[0] : r;
+  if (!first) throw new RedisTargetError("redis cluster: no master connected");
+  const cred = r instanceof Cluster ? (r.options.redisOptions ?? {}) : r.options;
+  const primaries = r instanceof Cluster ? r.nodes("master") : [r];
+  const out = await Promise.all(primaries.map(fn));
+  let replicas: Array<{ host: string; port: number }> = [];
+  if (r instanceof Cluster) {
+    replicas = String(await first.call("CLUSTER", "NODES"))
+      .split("\n")
+      .map((l) => l.split(" "))
+      .filter((f) => f.length > 2 && /\b(slave|replica)\b/.test(f[2]!) && !/\b(fail|noaddr|handshake)\b/.test(f[2]!))
+      .map((f) => {
+        const addr = f[1]!.split("@")[0]!;
+        const i = addr.lastIndexOf(":");
+        return { host: addr.slice(0, i).replace(/^\[|\]$/g, ""), port: Number(addr.slice(i + 1)) };
+      });
+  } else {
+    const role = (await r.call("ROLE")) as [string, unknown, Array<[string, string, string]>?];
+    if (role[0] === "master") replicas = (role[2] ?? []).map(([host, port]) => ({ host, port: Number(port) }));
+  }
+  for (const { host, port } of replicas) {
     const replica = new Redis({
       host,
-      port: Number(port),
-      ...(o.username !== undefined ? { username: o.username } : {}),
-      ...(o.password !== undefined ? { password: o.password } : {}),
-      ...(o.tls ? { tls: o.tls } : {}),
+      port,
+      ...(cred.username !== undefined ? { username: cred.username } : {}),
+      ...(cred.password !== undefined ? { password: cred.password } : {}),
+      ...(cred.tls ? { tls: cred.tls } : {}),
       lazyConnect: true,
       enableReadyCheck: false,
       maxRetriesPerRequest: 1,
