@@ -223,9 +223,9 @@ describe("router", () => {
   it("a key loadConfig does not know in the ConfigMap would stop the router: the check above can fail", () => {
     const cm = structuredClone(generated(prod, "ConfigMap", "switchyard-config")) as KubeObject & { data: Record<string, string> };
     const doc = parseYaml(cm.data["switchyard.yaml"]!) as { redis: Record<string, unknown> };
-    doc.redis.cluster = ["redis-0:6379"]; // not a key yet (Redis Cluster support is being built)
+    doc.redis.ulr = "redis://redis-0:6379"; // a typo of redis.url
     cm.data["switchyard.yaml"] = stringifyYaml(doc);
-    expect(() => loadConfigMap([cm], {})).toThrow(/redis\.cluster: unknown key/);
+    expect(() => loadConfigMap([cm], {})).toThrow(/redis\.ulr: unknown key .*did you mean redis\.url\?/);
   });
 
   it("rolls without losing capacity: HPA owns replicas, surge before stop, one disruption at a time, preStop then drain within the grace period", () => {
