@@ -15,7 +15,7 @@ import { Redis } from "ioredis";
 import { Pool } from "undici";
 import { RedisRegistryStore } from "@switchyard/state";
 import { openLoop, percentile, type Target } from "./lib/load.ts";
-import { freePort, repoRoot, startProc, waitHttp, type Proc } from "./lib/procs.ts";
+import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch } from "./lib/scratch.ts";
 
 const root = repoRoot();

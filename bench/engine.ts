@@ -11,7 +11,7 @@ import { promisify } from "node:util";
 import { ensureEngine, resolveModel, startAgent } from "@switchyard/agent";
 import { MemoryRegistryStore } from "@switchyard/state";
 import { percentile } from "./lib/load.ts";
-import { repoRoot } from "./lib/procs.ts";
+import { repoRoot } from "#testkit/procs";
 
 const run = promisify(execFile);
 const refDir = path.join(repoRoot(), "bench", "reference");

@@ -7,8 +7,8 @@ import os from "node:os";
 import { connectDb, insertLedgerRows, type DbHandle, type NewLedgerRow } from "@switchyard/db";
 import { RedisBudgetStore, RedisIntentJournal, budgetDay, connectRedis } from "@switchyard/state";
 import type { Redis } from "ioredis";
-import { encodeLedgerRow, RedisLedgerBuffer } from "../apps/router/src/billing/ledger-stream.ts";
-import { createLogger } from "../apps/router/src/observability/log.ts";
+import { encodeLedgerRow, RedisLedgerBuffer } from "@switchyard/router/billing";
+import { createLogger } from "@switchyard/router";
 import { percentile } from "./lib/load.ts";
 import { benchScratch } from "./lib/scratch.ts";
 

@@ -10,7 +10,7 @@ import { Redis } from "ioredis";
 import { benchMoney } from "./money.ts";
 import { closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
 import { startLiteLLM } from "./lib/litellm.ts";
-import { freePort, repoRoot, startProc, waitHttp, type Proc } from "./lib/procs.ts";
+import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch } from "./lib/scratch.ts";
 
 const root = repoRoot();

@@ -13,7 +13,7 @@ import { Pool } from "undici";
 import { Redis } from "ioredis";
 import { RedisRegistryStore } from "@switchyard/state";
 import { percentile } from "./lib/load.ts";
-import { freePort, repoRoot, startProc, waitHttp, type Proc } from "./lib/procs.ts";
+import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch } from "./lib/scratch.ts";
 
 const root = repoRoot();

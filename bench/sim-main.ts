@@ -6,7 +6,7 @@
 // (the advertised state, e.g. degraded).
 import { Redis } from "ioredis";
 import { RedisRegistryStore, type WorkerState } from "@switchyard/state";
-import { SimWorker } from "../test/fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 
 const env = process.env;
 const registry = env.REDIS_URL ? new RedisRegistryStore(new Redis(env.REDIS_URL), env.PREFIX ?? "bench:") : undefined;

@@ -12,7 +12,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import os from "node:os";
 import path from "node:path";
 import type { Target } from "./load.ts";
-import { repoRoot, startProc, waitHttp, type Proc } from "./procs.ts";
+import { repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 
 /** The newest release whose `[proxy]` extra resolves from PyPI here (1.110.x needs `litellm-proxy`, not published). */
 export const LITELLM_VERSION = "1.108.5";

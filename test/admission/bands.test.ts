@@ -2,7 +2,7 @@
 // each band's saturation ceiling (counted locally between heartbeats, so a
 // burst does not overshoot), higher bands first, and the priority header.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { SimWorker } from "../fixtures/sim-worker.ts";
+import type { SimWorker } from "#testkit/sim-worker";
 import { sleep, waitFor } from "../helpers/env.ts";
 import { call, settleDown, startHarness, waiting, type Call, type Harness } from "./harness.ts";
 

@@ -2,7 +2,7 @@
 // tenants with keys, sim workers with decode slots, and streams that can be
 // held open, timed and cancelled.
 import { createKey, createTenant } from "@switchyard/db";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { waitFor } from "../helpers/env.ts";
 import type { AdmissionGate } from "../../apps/router/src/admission/gate.ts";

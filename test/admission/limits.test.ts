@@ -6,7 +6,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { setPrice } from "@switchyard/db";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
-import type { SimWorker } from "../fixtures/sim-worker.ts";
+import type { SimWorker } from "#testkit/sim-worker";
 import { sleep, waitFor } from "../helpers/env.ts";
 import { call, MODEL, settleDown, startHarness, waiting, type Call, type Harness } from "./harness.ts";
 

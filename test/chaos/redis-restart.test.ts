@@ -9,7 +9,7 @@ import { Redis } from "ioredis";
 import { createKey, createTenant } from "@switchyard/db";
 import { RedisRegistryStore } from "@switchyard/state";
 import { loadConfig, silentLogger, startRouter, type RouterHandle } from "@switchyard/router";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { startPrivateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { createTestDb, sleep, waitFor, type TestDb } from "../helpers/env.ts";
 

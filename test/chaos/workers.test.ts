@@ -4,7 +4,7 @@
 // stream completes on another worker (and how often that works is counted);
 // a client that disconnects frees the worker's slot within 100 ms.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { startSimProcess, type SimProcess } from "../helpers/sim-process.ts";
 import { REDIS_URL, waitFor } from "../helpers/env.ts";

@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type Backend, type BackendRequest, UpstreamFailure, type UpstreamResponse } from "../../apps/router/src/backends/types.ts";
 import { usageFrom } from "../../apps/router/src/backends/usage.ts";
 import type { RelayContext } from "../../apps/router/src/relay/context.ts";
-import type { Scenario } from "../fixtures/scenario.ts";
+import type { Scenario } from "#testkit/scenario";
 
 export interface BackendHarness {
   backend: Backend;

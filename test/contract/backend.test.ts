@@ -5,7 +5,7 @@ import { OpenRouterBackend, OpenRouterConnections } from "../../apps/router/src/
 import { WorkerBackend, WorkerConnections } from "../../apps/router/src/backends/worker/client.ts";
 import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { backendContract } from "./backend.contract.ts";
 
 const connectTimeoutMs = 1_000;

@@ -3,8 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sql } from "drizzle-orm";
 import { createTenant, schema } from "@switchyard/db";
-import { ensurePartitions, insertLedgerRows, priceAt, spendByDay, tenantDaySpend } from "@switchyard/db/ledger";
-import { centsToMicro, usdToMicro } from "@switchyard/db/money";
+import { centsToMicro, ensurePartitions, insertLedgerRows, priceAt, spendByDay, tenantDaySpend, usdToMicro } from "@switchyard/db";
 import { createTestDb, uniqueName, type TestDb } from "../helpers/env.ts";
 
 let t: TestDb;

@@ -7,7 +7,7 @@ import { chmodSync, chownSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir, userInfo } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
-import { freePort } from "../../bench/lib/procs.ts";
+import { freePort } from "#testkit/procs";
 
 const run = promisify(execFile);
 

@@ -5,7 +5,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Redis } from "ioredis";
-import { freePort } from "../../bench/lib/procs.ts";
+import { freePort } from "#testkit/procs";
 import { sleep } from "./env.ts";
 
 export interface PrivateRedis {

@@ -1,7 +1,7 @@
 // A router as its own OS process (`switchyard router`), for tests that run
 // several replicas or kill one with SIGKILL.
 import path from "node:path";
-import { freePort, startProc, waitHttp, type Proc } from "../../bench/lib/procs.ts";
+import { freePort, startProc, waitHttp, type Proc } from "#testkit/procs";
 
 const bin = path.resolve(import.meta.dirname, "../../apps/cli/bin/switchyard.mjs");
 

@@ -3,7 +3,7 @@
 // SIGKILL drops them, exactly as a wedged or crashed worker host would.
 import { spawn, type ChildProcess } from "node:child_process";
 import path from "node:path";
-import { freePort } from "../../bench/lib/procs.ts";
+import { freePort } from "#testkit/procs";
 
 export interface SimProcess {
   id: string;

@@ -4,7 +4,7 @@
 // "from <id>" so a test sees who served. Env: WORKER_ID, HOST, PORT,
 // ADVERTISE, REDIS_URL, PREFIX, TOKEN, MODELS, TOKENS, INTER_TOKEN_MS.
 import { connectRedis, RedisRegistryStore } from "@switchyard/state";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 
 const env = process.env;
 const need = (k: string) => env[k] ?? (process.stderr.write(`sim-host: ${k} is required\n`), process.exit(2));

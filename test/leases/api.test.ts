@@ -3,7 +3,7 @@
 // worker, the errors, tenant isolation and the audit rows.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createKey, createTenant, listLeaseEvents } from "@switchyard/db";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { sleep, waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 

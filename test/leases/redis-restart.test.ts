@@ -5,7 +5,7 @@
 // refused by the worker once the new holder has used the worker.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { listLeaseEvents } from "@switchyard/db";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { waitFor } from "../helpers/env.ts";
 import { startPrivateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createKey, createTenant, listLeaseEvents } from "@switchyard/db";
 import { RedisRegistryStore } from "@switchyard/state";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { createTestDb, createTestRedis, REDIS_URL, sleep, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
 import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
 

@@ -4,7 +4,7 @@
 // does nothing: no second row, no second settle, no duplicate in the buffer.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { budgetDay, RedisBudgetStore } from "@switchyard/state";
-import { freePort } from "../../bench/lib/procs.ts";
+import { freePort } from "#testkit/procs";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { createTestDb, createTestRedis, sleep, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
 import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";

@@ -6,7 +6,7 @@ import { setBudget, setPrice, usdToMicro, deleteBudget } from "@switchyard/db";
 import { budgetDay } from "@switchyard/state";
 import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 

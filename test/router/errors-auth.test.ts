@@ -3,7 +3,7 @@
 // survives all of it.
 import { createKey, createTenant, listKeys, revokeKey } from "@switchyard/db";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { sleep, waitFor } from "../helpers/env.ts";
 

@@ -15,7 +15,7 @@ import { BackendChain } from "../../apps/router/src/routing/chain.ts";
 import { BudgetGuard } from "../../apps/router/src/billing/guard.ts";
 import { StaticBudgets } from "../../apps/router/src/billing/budgets.ts";
 import { StaticPriceBook } from "../../apps/router/src/billing/prices.ts";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 
 const KEY = "sy_0badc0de_inprocessinprocessinprocessinprocess";
 const registry = new MemoryRegistryStore();

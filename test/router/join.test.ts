@@ -8,7 +8,7 @@ import { checkAdvertiseUrl } from "@switchyard/agent";
 import { inviteWorker, RedisRegistryStore, revokeWorker, workerCallSecret } from "@switchyard/state";
 import { loadConfig, silentLogger, startRouter, type RouterHandle } from "@switchyard/router";
 import { createKey, createTenant } from "@switchyard/db";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { createTestDb, sleep, waitFor, type TestDb } from "../helpers/env.ts";
 import { startPrivateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 

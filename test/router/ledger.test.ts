@@ -2,7 +2,7 @@
 // tokens and how it ended; a stream whose client didn't ask for usage still
 // gets it recorded without seeing the usage chunk.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { waitFor } from "../helpers/env.ts";
 

@@ -2,7 +2,7 @@
 // registry, real Postgres keys) in front of sim workers.
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { waitFor } from "../helpers/env.ts";
 

@@ -1,7 +1,7 @@
 // The router's read side of the registry: new workers are seen within 1 s,
 // expired heartbeats leave rotation, warming/draining get no new requests.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { sleep, waitFor } from "../helpers/env.ts";
 

@@ -3,7 +3,7 @@
 import { spawn } from "node:child_process";
 import { Socket } from "node:net";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { SimWorker, type SimBehavior } from "../fixtures/sim-worker.ts";
+import { SimWorker, type SimBehavior } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { waitFor } from "../helpers/env.ts";
 

@@ -3,7 +3,7 @@
 // come back; a stream broken mid-way is billed for what it delivered, or —
 // when the request opts in — resumed on another worker as one stream.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { SimWorker, type SimBehavior } from "../fixtures/sim-worker.ts";
+import { SimWorker, type SimBehavior } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { waitFor } from "../helpers/env.ts";
 

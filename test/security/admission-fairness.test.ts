@@ -6,7 +6,7 @@
 // other side of fair share: a lone tenant still uses the whole pool, and
 // weights divide it.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { SimWorker } from "../fixtures/sim-worker.ts";
+import type { SimWorker } from "#testkit/sim-worker";
 import { sleep, waitFor } from "../helpers/env.ts";
 import { call, MODEL, settleDown, startHarness, waiting, type Call, type Harness } from "../admission/harness.ts";
 

@@ -11,7 +11,7 @@ import { setPrice } from "@switchyard/db";
 import { fencingPublicKey, inviteKey, RedisRegistryStore, revokeWorker } from "@switchyard/state";
 import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { sleep, waitFor } from "../helpers/env.ts";
 import { startTestRouter } from "../helpers/router.ts";
 import { PREFIX, SECRET_KEY, startFabric, type Fabric } from "./fabric.ts";

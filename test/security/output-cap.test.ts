@@ -8,7 +8,7 @@ import { setBudget, setPrice, worstCaseMicro } from "@switchyard/db";
 import { budgetDay } from "@switchyard/state";
 import { promptTokensUpperBound } from "../../apps/router/src/billing/estimate.ts";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 

@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createKey, createTenant } from "@switchyard/db";
 import { PREFIX_NAME_FIELD, prefixKey, routerPrefixName, type WorkerRecord } from "@switchyard/state";
-import { SimWorker, type SimWorkerOptions } from "../fixtures/sim-worker.ts";
+import { SimWorker, type SimWorkerOptions } from "#testkit/sim-worker";
 import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 

@@ -7,7 +7,7 @@
 import { createKey, createTenant } from "@switchyard/db";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { nestsDeeperThan, MAX_JSON_DEPTH } from "../../apps/router/src/middleware.ts";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 

@@ -7,7 +7,7 @@
 // still cannot push its highest token to 2^53−1 and lock out real leases.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FENCING_SIGNATURE_HEADER, workerCallSecret } from "@switchyard/state";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { sleep, waitFor } from "../helpers/env.ts";
 import { SECRET_KEY, startFabric, type Fabric } from "./fabric.ts";
 

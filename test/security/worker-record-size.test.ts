@@ -3,7 +3,7 @@
 // are refused in Redis (registry_read.lua looks at the length, never sends
 // the value) — logged once, not routable — and the router stays responsive.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { sleep, waitFor } from "../helpers/env.ts";
 import { workerKey } from "@switchyard/state";
 import { PREFIX, startFabric, type Fabric } from "./fabric.ts";

@@ -6,7 +6,7 @@
 // routable, each is logged once, and no request reaches what they point at.
 import { RedisRegistryStore } from "@switchyard/state";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SimWorker } from "../fixtures/sim-worker.ts";
+import { SimWorker } from "#testkit/sim-worker";
 import { sleep, waitFor } from "../helpers/env.ts";
 import { PREFIX, startFabric, type Fabric } from "./fabric.ts";
 

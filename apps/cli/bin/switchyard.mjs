@@ -9,7 +9,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
 const dist = path.join(root, "dist");
-const sources = ["apps/cli/src", "apps/router/src", "packages/state/src", "db", "workers/agent/src", "proto/gen", "bench", "test/fixtures"];
+const sources = ["apps/cli/src", "apps/router/src", "packages/state/src", "db", "workers/agent/src", "proto/gen", "bench", "packages/testkit"];
 
 function newestSource() {
   let newest = 0;

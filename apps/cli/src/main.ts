@@ -1,7 +1,7 @@
 // Command dispatch for `switchyard`. Bad arguments print a clear message and
 // exit 2; failures exit 1.
 import { parseArgs } from "node:util";
-import { ConfigError } from "../../router/src/config.ts";
+import { ConfigError } from "@switchyard/router/config";
 import { UsageError, usage } from "./usage.ts";
 
 export async function main(argv: string[]): Promise<number> {

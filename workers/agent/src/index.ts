@@ -5,3 +5,4 @@ export { ensureEngine, binaryPath, buildEngine } from "./engine/binary.ts";
 export { resolveModel, defaultCacheDir } from "./models/fetch.ts";
 export { catalog } from "./models/catalog.ts";
 export { decodeSafetensors, tensorToFloats } from "./server/safetensors.ts";
+export { FENCING_HEADER, FencingGuard } from "./server/fencing.ts";

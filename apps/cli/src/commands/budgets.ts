@@ -15,12 +15,10 @@ import {
   tenantDaySpend,
   type Db,
 } from "@switchyard/db";
-import { redisTarget, type Config } from "@switchyard/router";
+import { redisTarget, silentLogger, type Config } from "@switchyard/router";
 import { budgetDay, connectRedis, isValidTimeZone, MAX_BUDGET_MICRO, RedisBudgetStore, type RedisTarget as StateRedisTarget } from "@switchyard/state";
 import { sql } from "drizzle-orm";
-import { reconcileBudgetDay } from "../../../router/src/billing/reconcile.ts";
-import { ledgerStreamKey, RedisLedgerBuffer } from "../../../router/src/billing/ledger-stream.ts";
-import { silentLogger } from "../../../router/src/observability/log.ts";
+import { ledgerStreamKey, RedisLedgerBuffer, reconcileBudgetDay } from "@switchyard/router/billing";
 import { hostname } from "node:os";
 import { configFrom, openDb } from "../context.ts";
 import { UsageError } from "../usage.ts";

@@ -1,5 +1,5 @@
-// Child processes for benchmarks: spawn, wait for a URL to answer, read CPU
-// time from /proc, stop.
+// Child processes for benchmarks and tests: spawn, wait for a URL to answer,
+// read CPU time from /proc, stop; free ports. Part of the test kit.
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
