@@ -8,10 +8,10 @@ export const usage = `switchyard — a distributed inference fabric
 Usage:
   switchyard up                         router + local worker, embedded state (single machine)
   switchyard router [--config FILE] [--embedded]
-                                        start a router replica: needs redis.url and database.url
+                                        start a router replica: needs redis.url | redis.cluster | redis.sentinels, and database.url
                                         (SIGTERM drains: /readyz 503, streams finish up to router.drainMs)
                                         (--embedded: in-process state + embedded PostgreSQL, to experiment)
-  switchyard worker --redis URL --token SECRET [--model NAME|PATH|hf://…]… [--advertise URL]
+  switchyard worker --redis URL --token SECRET [--config FILE] [--model NAME|PATH|hf://…]… [--advertise URL]
            [--port 9100] [--device auto|cpu|cuda|metal] [--id ID] [--fencing-key KEY]
                                         join this host as a worker (SIGTERM drains)
   switchyard workers invite NAME [--model M]… [--advertise URL]
@@ -55,4 +55,4 @@ Usage:
 
 Configuration: switchyard.yaml (or --config / SWITCHYARD_CONFIG) plus SWITCHYARD_* env;
 DATABASE_URL unset → embedded PostgreSQL under $SWITCHYARD_HOME (default ./.switchyard).
-budgets show|reconcile use redis.url / REDIS_URL (or --redis URL) and redis.keyPrefix (or --key-prefix).`;
+budgets show|reconcile use redis.url / REDIS_URL, redis.cluster or redis.sentinels (or --redis URL) and redis.keyPrefix (or --key-prefix).`;
