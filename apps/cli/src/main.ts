@@ -42,6 +42,8 @@ export async function main(argv: string[]): Promise<number> {
         "no-worker": { type: "boolean" },
         "fencing-key": { type: "string" },
         layers: { type: "string" },
+        next: { type: "string" },
+        "next-token": { type: "string" },
         embedded: { type: "boolean" },
         // budgets, prices
         "daily-cents": { type: "string" },

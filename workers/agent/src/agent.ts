@@ -13,6 +13,9 @@ import { EngineSupervisor, isShard, type LayerRange } from "./engine/supervisor.
 import { checkAdvertiseUrl } from "./advertise.ts";
 import { resolveModel, type ResolvedModel } from "./models/fetch.ts";
 import { createWorkerApp } from "./server/app.ts";
+import { LazyShardLink, type ShardPeer } from "./shard/link.ts";
+import { PipelineHead } from "./shard/pipeline.ts";
+import { attachShardServer } from "./shard/server.ts";
 import type { WorkerContext } from "./server/context.ts";
 
 export interface AgentOptions {
@@ -40,6 +43,10 @@ export interface AgentOptions {
   fencingKey?: string;
   /** Serve only blocks [start, end) of the llama model: one shard of a split model (`--layers 0-15`). */
   layers?: LayerRange;
+  /** The next shard of the pipeline (its URL and the credential it accepts); none on the last shard. */
+  next?: ShardPeer;
+  /** Send activations to the next shard as f16 rows (half the bytes; f32 is exact). */
+  shardF16?: boolean;
 }
 
 export interface AgentHandle {
@@ -125,12 +132,21 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     },
   };
 
+  // A shard: the loaded llama model, when it holds only some blocks.
+  const shardModel = () => [...supervisor.loaded.values()].find(isShard);
+  const next = opts.next ? new LazyShardLink(opts.next) : undefined;
+  // The head shard (block 0 on) answers generations like a whole worker, down the pipeline.
+  if (opts.layers?.start === 0 && next) {
+    ctx.pipeline = new PipelineHead(() => supervisor.client, shardModel, next, { f16: opts.shardF16, log });
+  }
+
   const app = createWorkerApp(ctx);
   const host = opts.host ?? "127.0.0.1";
   const { server, port } = await new Promise<{ server: ServerType; port: number }>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, hostname: host, port: opts.port ?? 0 }, (info: AddressInfo) => resolve({ server: s, port: info.port }));
     s.once("error", reject);
   });
+  const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), log });
   const url = opts.advertise ?? `http://${reachableHost(host)}:${port}`;
   const startedAt = Date.now();
   let queueDepth = 0;
@@ -156,7 +172,8 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     const loaded = [...supervisor.loaded.values()];
     // A shard is no whole model: routers must not send it whole requests, so
     // it advertises its model only in layerRanges (the blocks it holds).
-    const shardModels = new Set(loaded.filter(isShard).map((l) => l.model));
+    // (The head of a configured pipeline answers like a whole worker.)
+    const shardModels = new Set(ctx.pipeline ? [] : loaded.filter(isShard).map((l) => l.model));
     return {
       id,
       url,
@@ -204,6 +221,8 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
       beating = false;
       clearInterval(timer);
       await opts.registry.remove(id).catch(() => {});
+      await next?.close();
+      shardServer.closeAll();
       await new Promise<void>((r) => {
         server.close(() => r());
         (server as ServerType & { closeAllConnections?: () => void }).closeAllConnections?.();

@@ -26,6 +26,8 @@ export interface WorkerFlags {
   engine?: string;
   "fencing-key"?: string;
   layers?: string;
+  next?: string;
+  "next-token"?: string;
 }
 
 /**
@@ -49,6 +51,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
   if (!token) throw new UsageError("worker: --token is required (printed by 'switchyard workers invite')");
   const models = flags.model?.length ? flags.model : ["smollm2-135m-instruct"];
   const layers = flags.layers === undefined ? undefined : parseLayers(flags.layers);
+  if (flags.next !== undefined && !layers) throw new UsageError("worker: --next URL (the next shard) needs --layers");
   const device = (flags.device ?? "auto") as "auto" | "cpu" | "cuda" | "metal";
   if (!["auto", "cpu", "cuda", "metal"].includes(device)) throw new UsageError(`worker: --device must be auto, cpu, cuda or metal (got '${device}')`);
   const port = flags.port === undefined ? 9100 : Number(flags.port);
@@ -84,6 +87,8 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
     fencingStatePath: flags.id ? path.join(defaultCacheDir(), "workers", `${flags.id}.fence`) : undefined,
     ...(fencingKey ? { fencingKey } : {}),
     ...(layers ? { layers } : {}),
+    // The next shard of a split model, and the credential it accepts (default: this worker's own).
+    ...(flags.next ? { next: { url: flags.next, token: flags["next-token"] ?? token } } : {}),
   });
   if (layers) {
     // A range outside the model is refused at load: say so and exit, not restart forever.

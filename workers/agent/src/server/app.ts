@@ -81,7 +81,7 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
     if (continueFinal && body.add_generation_prompt === true) {
       return errorJson(400, "continue_final_message and add_generation_prompt cannot both be true", "invalid_request", "add_generation_prompt");
     }
-    return runGenerate(ctx, ctx.supervisor.client!, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
+    return runGenerate(ctx, ctx.pipeline ?? ctx.supervisor.client!, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
   });
 
   app.post("/v1/completions", async (c) => {
@@ -91,7 +91,7 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
     if (bad) return bad;
     const prompt = Array.isArray(body.prompt) ? body.prompt[0] : body.prompt;
     if (typeof prompt !== "string") return errorJson(400, "prompt: a string is required", "invalid_request", "prompt");
-    return runGenerate(ctx, ctx.supervisor.client!, body as unknown as GenerateBody, { case: "prompt", value: prompt }, { chat: false, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
+    return runGenerate(ctx, ctx.pipeline ?? ctx.supervisor.client!, body as unknown as GenerateBody, { case: "prompt", value: prompt }, { chat: false, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
   });
 
   app.post("/v1/embeddings", async (c) => {

@@ -1,6 +1,7 @@
 // What the worker's routes share: the supervised engine, the loaded models,
 // the in-flight counter and the draining flag.
 import type { EngineSupervisor } from "../engine/supervisor.ts";
+import type { GenerateEngine } from "../shard/pipeline.ts";
 
 export interface WorkerContext {
   supervisor: EngineSupervisor;
@@ -20,4 +21,6 @@ export interface WorkerContext {
   fencingKey?: { workerId: string; publicKey: string };
   /** A generation with this prompt prefix (registry/prefix.ts) finished: the engine now caches it. */
   notePrefix(key: string): void;
+  /** On the head shard of a split model: generations run down the pipeline. */
+  pipeline?: GenerateEngine;
 }

@@ -2,7 +2,7 @@
 // JSON or SSE chunks. Shared by the chat and the legacy completions routes.
 import { randomUUID } from "node:crypto";
 import { FinishReason, type Done, type Generate, type TokenLogprob, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
-import type { EngineClient } from "../engine/client.ts";
+import type { GenerateEngine } from "../shard/pipeline.ts";
 import { EngineError } from "../engine/client.ts";
 import type { WorkerContext } from "./context.ts";
 import { errorEvent, errorJson } from "./errors.ts";
@@ -138,7 +138,7 @@ const engineErrorStatus = (err: unknown): { status: number; code: string; messag
 
 export async function runGenerate(
   ctx: WorkerContext,
-  engine: EngineClient,
+  engine: GenerateEngine,
   body: GenerateBody,
   input: Input,
   /**

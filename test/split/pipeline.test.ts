@@ -1,0 +1,129 @@
+// A model split across two workers (issue 11, items 2, 3 and 8): a head
+// shard (blocks 0-15, embeddings) and a tail shard (15-30, norm + head), each
+// a real agent with a real engine. The head answers chat completions like a
+// whole worker; activations go head → tail over one persistent,
+// authenticated connection as binary frames; the tail samples. Greedy output
+// equals the unsplit worker's token for token, streamed and not, with
+// several requests batched; a wrong credential and a frame of the wrong size
+// are refused with a clear message.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startAgent, type AgentHandle } from "@switchyard/agent";
+import { MemoryRegistryStore } from "@switchyard/state";
+import { encodeStep, FrameKind } from "../../workers/agent/src/shard/frame.ts";
+import { ShardLink } from "../../workers/agent/src/shard/link.ts";
+import type { PipelineHead } from "../../workers/agent/src/shard/pipeline.ts";
+import { engineBinary, WORKER_TOKEN } from "../helpers/worker.ts";
+
+const LLM = "smollm2-135m-instruct";
+const TAIL_TOKEN = "tail-worker-secret-0123456789";
+const agents: AgentHandle[] = [];
+let whole: AgentHandle;
+let head: AgentHandle;
+let tail: AgentHandle;
+
+function agent(id: string, token: string, extra: Partial<Parameters<typeof startAgent>[0]> = {}) {
+  return startAgent({
+    registry: new MemoryRegistryStore(),
+    models: [LLM],
+    token,
+    device: "cpu",
+    engineBinary: engineBinary(),
+    workerId: id,
+    maxBatch: 4,
+    maxSeqLen: 512,
+    drainGraceMs: 0,
+    threads: 1,
+    log: () => {},
+    ...extra,
+  }).then((a) => (agents.push(a), a));
+}
+
+beforeAll(async () => {
+  [whole, tail] = await Promise.all([agent("whole", WORKER_TOKEN), agent("tail", TAIL_TOKEN, { layers: { start: 15, end: 30 } })]);
+  head = await agent("head", WORKER_TOKEN, { layers: { start: 0, end: 15 }, next: { url: tail.url, token: TAIL_TOKEN } });
+  await Promise.all(agents.map((a) => a.supervisor.whenReady()));
+}, 120_000);
+
+afterAll(async () => {
+  await Promise.all(agents.map((a) => a.stop()));
+});
+
+const questions = ["What is the capital of France?", "Write a haiku about the sea.", "List three prime numbers."];
+
+async function chat(a: AgentHandle, q: string, stream = false): Promise<{ text: string; completion: number; finish: string }> {
+  const res = await fetch(`${a.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: LLM, messages: [{ role: "user", content: q }], temperature: 0, max_tokens: 24, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) }),
+  });
+  expect(res.status).toBe(200);
+  if (!stream) {
+    const b = (await res.json()) as { choices: { message: { content: string }; finish_reason: string }[]; usage: { completion_tokens: number } };
+    return { text: b.choices[0]!.message.content, completion: b.usage.completion_tokens, finish: b.choices[0]!.finish_reason };
+  }
+  let text = "";
+  let completion = -1;
+  let finish = "";
+  for (const line of (await res.text()).split("\n")) {
+    if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
+    const ev = JSON.parse(line.slice(6)) as { choices: { delta?: { content?: string }; finish_reason?: string | null }[]; usage?: { completion_tokens: number } };
+    text += ev.choices[0]?.delta?.content ?? "";
+    if (ev.choices[0]?.finish_reason) finish = ev.choices[0].finish_reason;
+    if (ev.usage) completion = ev.usage.completion_tokens;
+  }
+  return { text, completion, finish };
+}
+
+describe("a 2-shard pipeline of real engines", () => {
+  it("answers exactly what the unsplit worker answers, batched, streamed and not", async () => {
+    const reference = await Promise.all(questions.map((q) => chat(whole, q)));
+    expect(reference.every((r) => r.completion > 4)).toBe(true);
+    // All three at once: the head batches them into shared steps.
+    const split = await Promise.all(questions.map((q) => chat(head, q)));
+    expect(split).toEqual(reference);
+    const streamed = await chat(head, questions[1]!, true);
+    expect(streamed).toEqual(reference[1]);
+    // Nothing left open on either shard.
+    const stats = await tail.supervisor.client!.once({ case: "stats", value: { $typeName: "switchyard.engine.v1.StatsRequest" } });
+    expect(stats.kind.case === "stats" && stats.kind.value.activeSequences).toBe(0);
+    // Rows on the wire as raw f32: frames carry them plus a few bytes of header per step.
+    const wire = (head.ctx.pipeline as PipelineHead).wire;
+    expect(wire.rowBytes).toBeGreaterThan(0);
+    expect(wire.frameBytes / wire.rowBytes).toBeLessThan(1.05);
+  }, 120_000);
+
+  it("runs three shards too: the middle one forwards its rows to the last itself", async () => {
+    const t3 = await agent("t3", TAIL_TOKEN, { layers: { start: 20, end: 30 } });
+    const m3 = await agent("m3", TAIL_TOKEN, { layers: { start: 10, end: 20 }, next: { url: t3.url, token: TAIL_TOKEN } });
+    const h3 = await agent("h3", WORKER_TOKEN, { layers: { start: 0, end: 10 }, next: { url: m3.url, token: TAIL_TOKEN } });
+    await Promise.all([t3, m3, h3].map((a) => a.supervisor.whenReady()));
+    const reference = await chat(whole, questions[2]!);
+    expect(await chat(h3, questions[2]!)).toEqual(reference);
+    expect(await chat(h3, questions[0]!, true)).toEqual(await chat(whole, questions[0]!));
+  }, 120_000);
+
+  it("advertises the head as the model and the tail as a layer range only", async () => {
+    expect((await head.record()).models).toEqual([LLM]);
+    expect((await head.record()).layerRanges).toEqual([{ model: LLM, start: 0, end: 15 }]);
+    expect((await tail.record()).models).toEqual([]);
+    expect((await tail.record()).layerRanges).toEqual([{ model: LLM, start: 15, end: 30 }]);
+  });
+
+  it("refuses a connection without the shard's credential and a frame of the wrong size", async () => {
+    await expect(ShardLink.connect({ url: tail.url, token: WORKER_TOKEN })).rejects.toThrow(/401 missing or wrong worker credential/);
+    const link = await ShardLink.connect({ url: tail.url, token: TAIL_TOKEN });
+    try {
+      // Three rows announced, two rows of f32 sent.
+      const short = encodeStep([{ seqId: "x", rows: 3 }], 576, new Uint8Array(2 * 576 * 4));
+      await expect(link.request(FrameKind.STEP, short, 1)).rejects.toThrow(/carries 4608 bytes of rows; 3 rows × 576 × f32 need 6912/);
+      const narrow = encodeStep([{ seqId: "x", rows: 1 }], 512, new Uint8Array(512 * 4));
+      await expect(link.request(FrameKind.STEP, narrow, 1)).rejects.toThrow(/512 wide; this model's hidden size is 576/);
+      // A sequence never opened: the engine says so; the connection stays usable.
+      const unknown = encodeStep([{ seqId: "never-opened", rows: 1 }], 576, new Uint8Array(576 * 4));
+      await expect(link.request(FrameKind.STEP, unknown, 1)).rejects.toThrow(/not open on this shard/);
+      expect(link.alive).toBe(true);
+    } finally {
+      link.close();
+    }
+  });
+});

@@ -1,0 +1,137 @@
+// The receiving end of shard connections on a worker's listener: an upgrade
+// to `switchyard-shard/1` with this worker's credential, then frames — OPEN /
+// CLOSE applied here and passed on down the pipeline, STEP run through this
+// shard's blocks and its output rows sent straight to the next shard, whose
+// reply (the last shard's samples) comes back the same way.
+import { timingSafeEqual } from "node:crypto";
+import type { IncomingMessage, Server } from "node:http";
+import type { Duplex } from "node:stream";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { ShardCloseSchema, ShardOpenSchema, ShardOutputSchema, type Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import type { EngineClient } from "../engine/client.ts";
+import { decodeStep, encodeFrame, encodeStep, FrameKind, FrameReader, type Frame } from "./frame.ts";
+import { LazyShardLink, SHARD_PATH, SHARD_PROTOCOL } from "./link.ts";
+
+export interface ShardServerOptions {
+  token: string;
+  engine: () => EngineClient | undefined;
+  /** The shard model this worker holds, once loaded. */
+  shard: () => Loaded | undefined;
+  /** The next shard (none on the last). */
+  next?: LazyShardLink;
+  log: (msg: string, fields?: Record<string, unknown>) => void;
+}
+
+function credentialOk(header: string | undefined, token: string): boolean {
+  const a = Buffer.from(header ?? "");
+  const b = Buffer.from(`Bearer ${token}`);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/** Serves shard connections on `server`; `closeAll` ends them (an upgraded socket would keep server.close waiting). */
+export function attachShardServer(server: Server, opts: ShardServerOptions): { closeAll(): void } {
+  const open = new Set<Duplex>();
+  server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (new URL(req.url ?? "/", "http://x").pathname !== SHARD_PATH || req.headers.upgrade !== SHARD_PROTOCOL) {
+      socket.end("HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+      return;
+    }
+    if (!credentialOk(req.headers.authorization, opts.token)) {
+      const msg = "missing or wrong worker credential";
+      socket.end(`HTTP/1.1 401 Unauthorized\r\nconnection: close\r\ncontent-type: text/plain\r\ncontent-length: ${msg.length}\r\n\r\n${msg}`);
+      return;
+    }
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${SHARD_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`);
+    open.add(socket);
+    socket.on("close", () => open.delete(socket));
+    serveConnection(socket, head, opts);
+  });
+  return {
+    closeAll() {
+      for (const s of open) s.destroy();
+    },
+  };
+}
+
+function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions): void {
+  const reader = new FrameReader();
+  // Frames run in arrival order: a sequence's steps must not overtake each other.
+  let chain = Promise.resolve();
+  const onData = (d: Buffer) => {
+    let frames: Frame[];
+    try {
+      frames = reader.push(d);
+    } catch (err) {
+      // A frame we can't even delimit: say why, then drop the connection.
+      socket.end(encodeFrame({ kind: FrameKind.ERROR, dtype: 0, tag: 0, body: Buffer.from((err as Error).message) }));
+      return;
+    }
+    for (const f of frames) {
+      chain = chain.then(async () => {
+        let reply: Frame;
+        try {
+          reply = await handle(f, opts);
+        } catch (err) {
+          reply = { kind: FrameKind.ERROR, dtype: 0, tag: f.tag, body: Buffer.from((err as Error).message) };
+        }
+        if (!socket.destroyed) socket.write(encodeFrame({ ...reply, tag: f.tag }));
+      });
+    }
+  };
+  socket.on("data", onData);
+  socket.on("error", () => {});
+  if (head.length) onData(head);
+}
+
+async function handle(f: Frame, opts: ShardServerOptions): Promise<Frame> {
+  const engine = opts.engine();
+  const shard = opts.shard();
+  if (!engine?.alive || !shard) throw new Error("this worker's shard is not loaded (warming or restarting)");
+  const ok: Frame = { kind: FrameKind.OK, dtype: 0, tag: f.tag, body: new Uint8Array() };
+  switch (f.kind) {
+    case FrameKind.OPEN: {
+      const open = fromBinary(ShardOpenSchema, f.body);
+      if (open.model !== shard.model) throw new Error(`this shard serves '${shard.model}', not '${open.model}'`);
+      await engine.once({ case: "shardOpen", value: open });
+      if (opts.next) {
+        try {
+          await (await opts.next.get()).request(FrameKind.OPEN, f.body);
+        } catch (err) {
+          await engine.once({ case: "shardClose", value: create(ShardCloseSchema, { model: open.model, seqId: open.seqId }) }).catch(() => {});
+          throw err;
+        }
+      }
+      return ok;
+    }
+    case FrameKind.CLOSE: {
+      const close = fromBinary(ShardCloseSchema, f.body);
+      await engine.once({ case: "shardClose", value: close });
+      if (opts.next) await (await opts.next.get()).request(FrameKind.CLOSE, f.body);
+      return ok;
+    }
+    case FrameKind.STEP: {
+      const hidden = shard.hiddenSize;
+      const step = decodeStep(f.body, f.dtype, hidden);
+      const total = step.seqs.reduce((n, s) => n + s.rows, 0);
+      const ev = await engine.once({
+        case: "shardStep",
+        value: {
+          $typeName: "switchyard.engine.v1.ShardStep",
+          model: shard.model,
+          seqs: step.seqs.map((s) => ({ $typeName: "switchyard.engine.v1.ShardSeqRows", seqId: s.seqId, rows: s.rows, tokenIds: [] })),
+          activations: { $typeName: "switchyard.engine.v1.Tensor", dtype: f.dtype, shape: [BigInt(total), BigInt(hidden)], data: step.rows },
+          outDtype: f.dtype,
+        },
+      });
+      if (ev.kind.case !== "shardOutput") throw new Error(`engine answered a shard step with ${ev.kind.case}`);
+      const out = ev.kind.value;
+      if (out.activations) {
+        if (!opts.next) throw new Error(`this shard ends at block ${shard.layerEnd} of ${shard.nLayers} and has no next shard configured`);
+        return (await opts.next.get()).request(FrameKind.STEP, encodeStep(step.seqs, hidden, out.activations.data), f.dtype);
+      }
+      return { kind: FrameKind.SAMPLES, dtype: 0, tag: f.tag, body: toBinary(ShardOutputSchema, out) };
+    }
+    default:
+      throw new Error(`unexpected frame kind ${f.kind}`);
+  }
+}
