@@ -6,6 +6,8 @@
 // equals the unsplit worker's token for token, streamed and not, with
 // several requests batched; a wrong credential and a frame of the wrong size
 // are refused with a clear message.
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startAgent, type AgentHandle } from "@switchyard/agent";
 import { MemoryRegistryStore } from "@switchyard/state";
@@ -102,6 +104,40 @@ describe("a 2-shard pipeline of real engines", () => {
     expect(await chat(h3, questions[0]!, true)).toEqual(await chat(whole, questions[0]!));
   }, 120_000);
 
+  it("a shard lost mid-stream ends the stream with one SSE error event; the next request is refused clearly", async () => {
+    const t4 = await agent("t4", TAIL_TOKEN, { layers: { start: 15, end: 30 } });
+    const h4 = await agent("h4", WORKER_TOKEN, { layers: { start: 0, end: 15 }, next: { url: t4.url, token: TAIL_TOKEN } });
+    await Promise.all([t4, h4].map((a) => a.supervisor.whenReady()));
+    const res = await fetch(`${h4.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: LLM, messages: [{ role: "user", content: "Tell me a long story about a lighthouse." }], temperature: 0, max_tokens: 400, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    let text = new TextDecoder().decode((await reader.read()).value);
+    await t4.stop();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    const events = text.split("\n\n").filter((e) => e.startsWith("data: "));
+    expect(events.filter((e) => e.includes('"error"'))).toHaveLength(1);
+    expect(events.at(-1)).toContain('"error"');
+    expect(text).not.toContain("[DONE]");
+    // Nothing left open on the head, and the next request gets a clear 503.
+    const stats = await h4.supervisor.client!.once({ case: "stats", value: { $typeName: "switchyard.engine.v1.StatsRequest" } });
+    expect(stats.kind.case === "stats" && stats.kind.value.activeSequences).toBe(0);
+    const again = await fetch(`${h4.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: LLM, messages: [{ role: "user", content: "Hi" }], max_tokens: 4 }),
+    });
+    expect(again.status).toBe(503);
+    expect(((await again.json()) as { error: { message: string } }).error.message).toMatch(/opening the sequence down the pipeline/);
+  }, 120_000);
+
   it("advertises the head as the model and the tail as a layer range only", async () => {
     expect((await head.record()).models).toEqual([LLM]);
     expect((await head.record()).layerRanges).toEqual([{ model: LLM, start: 0, end: 15 }]);
@@ -109,9 +145,17 @@ describe("a 2-shard pipeline of real engines", () => {
     expect((await tail.record()).layerRanges).toEqual([{ model: LLM, start: 15, end: 30 }]);
   });
 
-  it("refuses a connection without the shard's credential and a frame of the wrong size", async () => {
-    await expect(ShardLink.connect({ url: tail.url, token: WORKER_TOKEN })).rejects.toThrow(/401 missing or wrong worker credential/);
-    const link = await ShardLink.connect({ url: tail.url, token: TAIL_TOKEN });
+  it("refuses a connection without the shard's credential, for another model file or non-contiguous blocks, and a frame of the wrong size", async () => {
+    const peer = { url: tail.url, token: TAIL_TOKEN };
+    const digest = createHash("sha256").update(readFileSync(tail.models[0]!.path)).digest("hex");
+    const expectOk = { model: LLM, digest, layerStart: 15 };
+    await expect(ShardLink.connect({ url: tail.url, token: WORKER_TOKEN }, expectOk)).rejects.toThrow(/401 missing or wrong worker credential/);
+    // A pipeline that would mix model files or skip/repeat blocks is refused before any frame.
+    await expect(ShardLink.connect(peer)).rejects.toThrow(/409 a shard connection must say the model/);
+    await expect(ShardLink.connect(peer, { ...expectOk, digest: "0".repeat(64) })).rejects.toThrow(/409 model file differs/);
+    await expect(ShardLink.connect(peer, { ...expectOk, layerStart: 10 })).rejects.toThrow(/409 this shard holds blocks 15-30; the sender's end at block 10/);
+    await expect(ShardLink.connect(peer, { ...expectOk, model: "other" })).rejects.toThrow(/409 this shard serves 'smollm2-135m-instruct', not 'other'/);
+    const link = await ShardLink.connect(peer, expectOk);
     try {
       // Three rows announced, two rows of f32 sent.
       const short = encodeStep([{ seqId: "x", rows: 3 }], 576, new Uint8Array(2 * 576 * 4));

@@ -2,7 +2,8 @@
 // serve the router over HTTP and heartbeat into the registry. SIGTERM (or
 // stop()) drains: state `draining`, in-flight work finishes within a grace
 // period, the record is removed, the process exits cleanly.
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
+import { createReadStream } from "node:fs";
 import type { AddressInfo } from "node:net";
 import os from "node:os";
 import { serve, type ServerType } from "@hono/node-server";
@@ -134,7 +135,15 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
 
   // A shard: the loaded llama model, when it holds only some blocks.
   const shardModel = () => [...supervisor.loaded.values()].find(isShard);
-  const next = opts.next ? new LazyShardLink(opts.next) : undefined;
+  // A shard's GGUF digest: peers refuse a pipeline that mixes model files.
+  const llamaFile = models.find((m) => m.kind === ModelKind.LLAMA_GGUF)?.path;
+  const digest = opts.layers && llamaFile ? await fileSha256(llamaFile) : undefined;
+  const next = opts.next
+    ? new LazyShardLink(opts.next, () => {
+        const l = shardModel();
+        return l && digest ? { model: l.model, digest, layerStart: l.layerEnd } : undefined;
+      })
+    : undefined;
   // The head shard (block 0 on) answers generations like a whole worker, down the pipeline.
   if (opts.layers?.start === 0 && next) {
     ctx.pipeline = new PipelineHead(() => supervisor.client, shardModel, next, { f16: opts.shardF16, log });
@@ -146,7 +155,7 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     const s = serve({ fetch: app.fetch, hostname: host, port: opts.port ?? 0 }, (info: AddressInfo) => resolve({ server: s, port: info.port }));
     s.once("error", reject);
   });
-  const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), log });
+  const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log });
   const url = opts.advertise ?? `http://${reachableHost(host)}:${port}`;
   const startedAt = Date.now();
   let queueDepth = 0;
@@ -246,4 +255,11 @@ export function reachableHost(host: string): string {
     for (const a of list ?? []) if (a.family === "IPv4" && !a.internal) return a.address;
   }
   return "127.0.0.1";
+}
+
+/** SHA-256 (hex) of a file, streamed. */
+async function fileSha256(file: string): Promise<string> {
+  const h = createHash("sha256");
+  for await (const chunk of createReadStream(file)) h.update(chunk as Buffer);
+  return h.digest("hex");
 }

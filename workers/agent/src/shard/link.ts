@@ -18,6 +18,20 @@ export interface ShardPeer {
   token: string;
 }
 
+/**
+ * What the connecting shard expects of the next one, checked by it before
+ * the upgrade: the same model name and GGUF file (SHA-256), and blocks
+ * starting where the sender's end — so a pipeline never mixes model files or
+ * skips or repeats blocks (a wrong answer), it is refused (409).
+ */
+export interface ShardExpectation {
+  model: string;
+  digest: string;
+  layerStart: number;
+}
+
+export const EXPECT_HEADERS = { model: "x-switchyard-shard-model", digest: "x-switchyard-shard-digest", layerStart: "x-switchyard-shard-start" } as const;
+
 export class ShardLinkError extends Error {
   override name = "ShardLinkError";
 }
@@ -52,13 +66,20 @@ export class ShardLink {
     socket.on("error", (err) => this.fail(err));
   }
 
-  static connect(peer: ShardPeer, timeoutMs = 5000): Promise<ShardLink> {
+  static connect(peer: ShardPeer, expect?: ShardExpectation, timeoutMs = 5000): Promise<ShardLink> {
     const u = new URL(SHARD_PATH, peer.url);
     const mod = u.protocol === "https:" ? https : http;
     return new Promise((resolve, reject) => {
       const req = mod.request(u, {
         method: "GET",
-        headers: { authorization: `Bearer ${peer.token}`, connection: "Upgrade", upgrade: SHARD_PROTOCOL },
+        headers: {
+          authorization: `Bearer ${peer.token}`,
+          connection: "Upgrade",
+          upgrade: SHARD_PROTOCOL,
+          ...(expect
+            ? { [EXPECT_HEADERS.model]: expect.model, [EXPECT_HEADERS.digest]: expect.digest, [EXPECT_HEADERS.layerStart]: String(expect.layerStart) }
+            : {}),
+        },
         timeout: timeoutMs,
       });
       req.on("upgrade", (res, socket, head) => {
@@ -116,7 +137,11 @@ export class ShardLink {
 export class LazyShardLink {
   private link: Promise<ShardLink> | undefined;
 
-  constructor(readonly peer: ShardPeer) {}
+  constructor(
+    readonly peer: ShardPeer,
+    /** What this shard expects of the next (known once its own shard is loaded). */
+    private readonly expect?: () => ShardExpectation | undefined,
+  ) {}
 
   async get(): Promise<ShardLink> {
     const current = this.link;
@@ -124,7 +149,7 @@ export class LazyShardLink {
       const l = await current.catch(() => undefined);
       if (l?.alive) return l;
     }
-    this.link = ShardLink.connect(this.peer);
+    this.link = ShardLink.connect(this.peer, this.expect?.());
     return this.link;
   }
 

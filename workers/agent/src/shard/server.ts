@@ -10,7 +10,7 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { ShardCloseSchema, ShardOpenSchema, ShardOutputSchema, type Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { EngineClient } from "../engine/client.ts";
 import { decodeStep, encodeFrame, encodeStep, FrameKind, FrameReader, type Frame } from "./frame.ts";
-import { LazyShardLink, SHARD_PATH, SHARD_PROTOCOL } from "./link.ts";
+import { EXPECT_HEADERS, LazyShardLink, SHARD_PATH, SHARD_PROTOCOL } from "./link.ts";
 
 export interface ShardServerOptions {
   token: string;
@@ -19,6 +19,8 @@ export interface ShardServerOptions {
   shard: () => Loaded | undefined;
   /** The next shard (none on the last). */
   next?: LazyShardLink;
+  /** SHA-256 of this shard's GGUF file (hex). */
+  digest?: string;
   log: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -41,6 +43,11 @@ export function attachShardServer(server: Server, opts: ShardServerOptions): { c
       socket.end(`HTTP/1.1 401 Unauthorized\r\nconnection: close\r\ncontent-type: text/plain\r\ncontent-length: ${msg.length}\r\n\r\n${msg}`);
       return;
     }
+    const mismatch = expectationMismatch(req, opts);
+    if (mismatch) {
+      socket.end(`HTTP/1.1 409 Conflict\r\nconnection: close\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(mismatch)}\r\n\r\n${mismatch}`);
+      return;
+    }
     socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${SHARD_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`);
     open.add(socket);
     socket.on("close", () => open.delete(socket));
@@ -51,6 +58,21 @@ export function attachShardServer(server: Server, opts: ShardServerOptions): { c
       for (const s of open) s.destroy();
     },
   };
+}
+
+/** Why this shard can't follow the connecting one (another model or file, blocks that don't continue its own), if it can't. */
+function expectationMismatch(req: IncomingMessage, opts: ShardServerOptions): string | undefined {
+  const shard = opts.shard();
+  if (!shard) return "this worker holds no shard (warming, or a whole model)";
+  const h = (name: string) => req.headers[name] as string | undefined;
+  const model = h(EXPECT_HEADERS.model);
+  const digest = h(EXPECT_HEADERS.digest);
+  const start = h(EXPECT_HEADERS.layerStart);
+  if (model === undefined || digest === undefined || start === undefined) return "a shard connection must say the model, its GGUF digest and the block it continues from";
+  if (model !== shard.model) return `this shard serves '${shard.model}', not '${model}'`;
+  if (opts.digest && digest !== opts.digest) return `model file differs: this shard's GGUF is sha256 ${opts.digest.slice(0, 16)}…, the sender's ${digest.slice(0, 16)}…`;
+  if (Number(start) !== shard.layerStart) return `this shard holds blocks ${shard.layerStart}-${shard.layerEnd}; the sender's end at block ${start}`;
+  return undefined;
 }
 
 function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions): void {
