@@ -29,11 +29,15 @@ interface Level {
 
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
 
-export async function runRouterBench(opts: { quick: boolean; levels?: number[]; only?: "money" }): Promise<number> {
+export async function runRouterBench(opts: { quick: boolean; levels?: number[]; only?: "money"; cluster?: string[] }): Promise<number> {
   if (opts.only !== "money") await benchRouterOverhead(opts);
   // Runs after the router's processes are gone, on its own database and prefix.
   const money = await benchMoney({ quick: opts.quick, log: (s) => process.stdout.write(`${s}\n`) });
-  return money.ok ? 0 : 1;
+  // --cluster: the money and lease figures on this node and on that Redis Cluster, side by side.
+  const topo = opts.cluster?.length
+    ? await (await import("./topologies.ts")).benchStateTopologies({ quick: opts.quick, single: REDIS, cluster: opts.cluster, log: (s) => process.stdout.write(`${s}\n`) })
+    : { ok: true };
+  return money.ok && topo.ok ? 0 : 1;
 }
 
 async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }): Promise<number> {

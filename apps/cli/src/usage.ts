@@ -47,7 +47,7 @@ Usage:
                                         (this month counts); --drop also deletes them once archived
   switchyard ledger partitions [ensure [--months-ahead N]]
                                         list the ledger's monthly partitions / create the next ones
-  switchyard bench router [--quick] [--levels 1,100,1000] [--only money]
+  switchyard bench router [--quick] [--levels 1,100,1000] [--only money] [--cluster H:P,H:P,…]
                                         router overhead and money-path benchmarks (prints tables)
   switchyard bench engine [--quick]     engine vs llama.cpp on the same GGUF (prints a table)
   switchyard bench admission [--quick]  interactive TTFT under 500 batch streams, admission on vs off (asserts both)

@@ -1,7 +1,7 @@
 // `switchyard bench <suite>`: benchmarks that print a table.
 import { UsageError } from "../usage.ts";
 
-export async function benchCommand(args: string[], flags: { quick?: boolean; levels?: string; only?: string }): Promise<number> {
+export async function benchCommand(args: string[], flags: { quick?: boolean; levels?: string; only?: string; cluster?: string }): Promise<number> {
   const [suite] = args;
   // The one bench entry point; it loads only the suite asked for.
   const { benches } = await import("../../../../bench/index.ts");
@@ -9,7 +9,11 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; lev
     const levels = flags.levels?.split(",").map((n) => Number(n.trim()));
     if (levels?.some((n) => !Number.isInteger(n))) throw new UsageError(`bench router: --levels takes stream counts like 1,100,1000`);
     if (flags.only !== undefined && flags.only !== "money") throw new UsageError(`bench router: --only takes 'money', got '${flags.only}'`);
-    return benches.router({ quick: flags.quick === true, levels, only: flags.only });
+    // --cluster h:p,h:p (or BENCH_REDIS_CLUSTER): also the money and lease figures on that Redis Cluster, next to the single node.
+    const clusterList = flags.cluster ?? process.env.BENCH_REDIS_CLUSTER;
+    const cluster = clusterList?.split(",").map((s) => s.trim()).filter(Boolean);
+    if (clusterList !== undefined && !cluster?.length) throw new UsageError("bench router: --cluster takes seed nodes like 127.0.0.1:7000,127.0.0.1:7001");
+    return benches.router({ quick: flags.quick === true, levels, only: flags.only, ...(cluster ? { cluster } : {}) });
   }
   if (suite === "admission") {
     return benches.admission({ quick: flags.quick === true });
