@@ -100,6 +100,38 @@ describe("Redis Cluster seeds are checked at start", () => {
   }, 90_000);
 });
 
+describe("`switchyard worker` reads the routers' config", () => {
+  /** The CLI with this environment and arguments (it must exit by itself). */
+  const cli = (args: string[], env: Record<string, string> = {}) =>
+    new Promise<{ code: number | null; out: string }>((resolve) => {
+      const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, REDIS_URL: "", ...env }, stdio: ["ignore", "pipe", "pipe"] });
+      let out = "";
+      child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+      child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+      const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+      child.once("exit", (code) => {
+        clearTimeout(timer);
+        resolve({ code, out });
+      });
+    });
+
+  it("without --redis and without a Redis in its config it names every way to give one", async () => {
+    const r = await cli(["worker", "--token", "t0123456789"]);
+    expect(r.code).toBe(2);
+    expect(r.out).toContain("worker: --redis redis://… is required (or redis.url / redis.cluster / redis.sentinels in --config FILE, or REDIS_URL)");
+  }, 90_000);
+
+  it("--config FILE is read (strictly: a misspelt redis key stops it, naming the key it meant)", async () => {
+    const { mkdtempSync, writeFileSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const file = path.join(mkdtempSync(path.join(tmpdir(), "sy-wcfg-")), "switchyard.yaml");
+    writeFileSync(file, `redis:\n  clustr: ${JSON.stringify(big.seeds)}\n`);
+    const r = await cli(["worker", "--config", file, "--token", "t0123456789"]);
+    expect(r.code).toBe(2);
+    expect(r.out).toMatch(/redis\.clustr: unknown key \(in .*switchyard\.yaml\); did you mean redis\.cluster\?/);
+  }, 90_000);
+});
+
 describe("invited workers on a cluster", () => {
   it("the worker's ACL user is on every node, and its heartbeat goes through a Cluster client as that user", async () => {
     const admin = await openRedis({ cluster: big.seeds });
