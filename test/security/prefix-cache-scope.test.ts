@@ -7,7 +7,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import type { AgentHandle } from "@switchyard/agent";
 import { createKey, createTenant } from "@switchyard/db";
-import { CACHE_SCOPE_FIELD, cacheScope } from "../../apps/router/src/routing/scorer.ts";
+import { CACHE_SCOPE_FIELD, cacheScope } from "../../apps/router/src/routing/request-class.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { startTestWorker, WORKER_TOKEN } from "../helpers/worker.ts";
 

@@ -9,7 +9,8 @@ import type { WorkerRecord } from "@switchyard/state";
 import type { Backend } from "../backends/types.ts";
 import type { ChainStep, Config } from "../config.ts";
 import type { WorkerDirectory } from "./directory.ts";
-import { defaultRequestClass, explainRanking, promoteFree, type AttemptReporter, type RequestClass, type Score } from "./scorer.ts";
+import { defaultRequestClass, type RequestClass } from "./request-class.ts";
+import { explainRanking, promoteFree, type AttemptReporter, type Score } from "./scorer.ts";
 
 export interface ProviderBackends {
   openrouter?: (model: string) => Backend;

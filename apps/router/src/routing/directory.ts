@@ -8,7 +8,8 @@ import { acceptsNewWork, type RegistryListing, type RegistryStore, type WorkerRe
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 import { Poller } from "./poller.ts";
-import { defaultRequestClass, defaultScorerConfig, RouteScorer, type Ranked, type RequestClass } from "./scorer.ts";
+import { defaultRequestClass, type RequestClass } from "./request-class.ts";
+import { defaultScorerConfig, RouteScorer, type Ranked } from "./scorer.ts";
 import { hostOf, type WorkerUrlPolicy } from "./worker-url.ts";
 
 /** What a record must pass, beyond the store's checks, to become routable. */

@@ -4,7 +4,8 @@ import type { Backend } from "../backends/types.ts";
 import { StaticPriceBook } from "../billing/prices.ts";
 import { RouterMetrics } from "../observability/metrics.ts";
 import { WorkerHealth } from "./health.ts";
-import { CACHE_SCOPE_FIELD, cacheScope, defaultScorerConfig, explainRanking, promoteFree, requestClass, RouteScorer, withPrefixName, type ScorerConfig, type Score } from "./scorer.ts";
+import { CACHE_SCOPE_FIELD, cacheScope, requestClass } from "./request-class.ts";
+import { defaultScorerConfig, explainRanking, promoteFree, RouteScorer, withPrefixName, type ScorerConfig, type Score } from "./scorer.ts";
 import { configSchema } from "../config.ts";
 
 const cls = requestClass("/v1/chat/completions", { stream: true, messages: [{ role: "user", content: "hi" }] });

@@ -24,90 +24,21 @@
 // Lower is better. With probability `epsilon` a random other healthy
 // candidate goes first, so a backend that was slow once gets measured again.
 // Every ranking can explain itself (the x-switchyard-route header, a debug log line).
-import { createHash } from "node:crypto";
-import { PREFIX_NAME_FIELD, prefixKey, type WorkerRecord } from "@switchyard/state";
-import type { Backend, InferencePath, UpstreamFailure } from "../backends/types.ts";
-import { promptTokensUpperBound, requestedMaxOutput } from "../billing/estimate.ts";
+import { PREFIX_NAME_FIELD, type WorkerRecord } from "@switchyard/state";
+import type { Backend, UpstreamFailure } from "../backends/types.ts";
 import type { Admission as BillingAdmission } from "../billing/guard.ts";
 import type { PriceBook } from "../billing/prices.ts";
 import { configSchema, type Config } from "../config.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 import type { AttemptOutcome, WorkerHealth } from "./health.ts";
+import { CACHE_SCOPE_FIELD, type RequestClass } from "./request-class.ts";
+import { Window } from "./window.ts";
 
 export type ScorerConfig = Config["routing"]["scorer"];
 
 /** The defaults, for callers built without a config (embedders, tests). */
 export function defaultScorerConfig(): ScorerConfig {
   return configSchema.parse({}).routing.scorer;
-}
-
-/** What kind of request this is, for latency statistics. */
-export interface RequestClass {
-  /** route × stream × prompt-size bucket, e.g. "chat|stream|s". */
-  key: string;
-  path: InferencePath;
-  stream: boolean;
-  /** Upper bound of prompt tokens (billing/estimate.ts). */
-  promptTokens: number;
-  /** max_tokens the client asked for, if any. */
-  maxOutput?: number;
-  /** Names the request's long shared prefix (first message or prompt) for its tenant, if it has one. */
-  prefixKey?: string;
-  /** The tenant's engine prefix-cache scope (`cacheScope`), when the request has a tenant. */
-  cacheScope?: string;
-}
-
-/**
- * The body field a router puts the tenant's engine prefix-cache scope in, on
- * every worker attempt (null: no tenant). The agent passes it to the engine as
- * `Generate.cache_salt`; the engine reuses cached keys and values only under
- * the same salt, so one tenant's cached prompt never gives another tenant's
- * identical one a faster first token or `cached_tokens` (docs/SECURITY.md).
- */
-export const CACHE_SCOPE_FIELD = "switchyard_cache_scope";
-
-/**
- * A tenant's prefix-cache scope: 16 bytes of SHA-256 over a domain tag and
- * the tenant's id — the same on every router, unrelated between tenants, and
- * never the tenant's name.
- */
-export function cacheScope(tenantId: string): string {
-  return createHash("sha256").update(`switchyard:cache-scope\u0000${tenantId}`).digest("base64url").slice(0, 22);
-}
-
-const routeNames: Record<InferencePath, string> = {
-  "/v1/chat/completions": "chat",
-  "/v1/completions": "cmpl",
-  "/v1/embeddings": "emb",
-  "/v1/hidden_states": "hs",
-};
-
-function sizeBucket(tokens: number): string {
-  if (tokens <= 1_024) return "s";
-  if (tokens <= 8_192) return "m";
-  if (tokens <= 32_768) return "l";
-  return "xl";
-}
-
-/**
- * `tenant`: the tenant's id, the scope of the prefix name (without one the
- * request gets no prefix name, and no affinity).
- */
-export function requestClass(path: InferencePath, body: Record<string, unknown>, tenant?: string): RequestClass {
-  const stream = body.stream === true;
-  const promptTokens = promptTokensUpperBound(path, body);
-  const maxOutput = requestedMaxOutput(path, body);
-  const prefix = tenant === undefined ? undefined : prefixKey(path, body, tenant);
-  const scope = tenant === undefined ? undefined : cacheScope(tenant);
-  return {
-    key: `${routeNames[path]}|${stream ? "stream" : "whole"}|${sizeBucket(promptTokens)}`,
-    path,
-    stream,
-    promptTokens,
-    ...(maxOutput ? { maxOutput } : {}),
-    ...(prefix ? { prefixKey: prefix } : {}),
-    ...(scope ? { cacheScope: scope } : {}),
-  };
 }
 
 /**
@@ -120,61 +51,6 @@ export function requestClass(path: InferencePath, body: Record<string, unknown>,
 export function withPrefixName(admission: BillingAdmission, backend: Pick<Backend, "workerId">, cls: RequestClass): BillingAdmission {
   if (!admission.ok || backend.workerId === undefined) return admission;
   return { ...admission, patch: { ...admission.patch, [PREFIX_NAME_FIELD]: cls.prefixKey ?? null, [CACHE_SCOPE_FIELD]: cls.cacheScope ?? null } };
-}
-
-/** The class assumed by callers that don't say (a small streamed chat). */
-export const defaultRequestClass: RequestClass = requestClass("/v1/chat/completions", { stream: true, messages: [] });
-
-/** A ring of timestamped values: bounded memory, old samples age out. */
-class Window {
-  private readonly at: Float64Array;
-  private readonly values: Float64Array;
-  private next = 0;
-  private size = 0;
-  private cache: { p95: number; n: number; computedAt: number } | undefined;
-
-  constructor(capacity: number) {
-    this.at = new Float64Array(capacity);
-    this.values = new Float64Array(capacity);
-  }
-
-  add(now: number, value: number): void {
-    this.at[this.next] = now;
-    this.values[this.next] = value;
-    this.next = (this.next + 1) % this.at.length;
-    this.size = Math.min(this.size + 1, this.at.length);
-    // While few samples exist each one matters; later the p95 is refreshed on a timer.
-    if (this.cache && this.cache.n < 16) this.cache = undefined;
-  }
-
-  /** Values younger than windowMs. */
-  live(now: number, windowMs: number): number[] {
-    const out: number[] = [];
-    for (let i = 0; i < this.size; i++) if (now - this.at[i]! <= windowMs) out.push(this.values[i]!);
-    return out;
-  }
-
-  /** Sum and count of the values younger than windowMs. */
-  sum(now: number, windowMs: number): { sum: number; n: number } {
-    let sum = 0;
-    let n = 0;
-    for (let i = 0; i < this.size; i++) {
-      if (now - this.at[i]! <= windowMs) {
-        sum += this.values[i]!;
-        n++;
-      }
-    }
-    return { sum, n };
-  }
-
-  /** p95 and sample count, recomputed at most every 100 ms (sooner while samples are few). */
-  p95(now: number, windowMs: number): { p95: number; n: number } {
-    if (this.cache && now - this.cache.computedAt < 100) return this.cache;
-    const xs = this.live(now, windowMs).sort((a, b) => a - b);
-    const p95 = xs.length === 0 ? NaN : xs[Math.min(xs.length - 1, Math.ceil(0.95 * xs.length) - 1)]!;
-    this.cache = { p95, n: xs.length, computedAt: now };
-    return this.cache;
-  }
 }
 
 /** How one candidate scored, for ordering and for the explanation. */

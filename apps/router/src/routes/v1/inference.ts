@@ -10,7 +10,8 @@ import { clientRequestId, clientSignal, readJson } from "../../middleware.ts";
 import { dispatch } from "../../relay/dispatch.ts";
 import type { RelayContext } from "../../relay/context.ts";
 import type { Resolution } from "../../routing/chain.ts";
-import { CACHE_SCOPE_FIELD, requestClass, withPrefixName } from "../../routing/scorer.ts";
+import { CACHE_SCOPE_FIELD, requestClass } from "../../routing/request-class.ts";
+import { withPrefixName } from "../../routing/scorer.ts";
 import { routeWithLeases } from "../../leases/service.ts";
 import { normalizeMaxOutput } from "../../billing/estimate.ts";
 

@@ -1,0 +1,109 @@
+// One attempt on one backend: its abort controller and phase timer (connect
+// and headers, first token, idle, the request's total deadline), how it ends
+// (cleanup, the scorer's report, metrics), and how its failure becomes the
+// client's error.
+import { ApiError } from "../errors.ts";
+import type { Backend, UpstreamResponse } from "../backends/types.ts";
+import { UpstreamFailure } from "../backends/types.ts";
+import { UpstreamTooLarge } from "../backends/transport.ts";
+import type { AttemptOutcome } from "../routing/health.ts";
+import type { RelayContext } from "./context.ts";
+import { PhaseTimer } from "./deadlines.ts";
+
+export interface Attempt {
+  controller: AbortController;
+  timer: PhaseTimer;
+  cleanup(): void;
+  /** performance.now() when the attempt started. */
+  startedAt: number;
+  /** Routing feedback (ctx.observe), once per attempt. */
+  report(outcome: AttemptOutcome, extra?: { ttftMs?: number; failure?: UpstreamFailure }): void;
+}
+
+/**
+ * The router was stopped and router.drainMs passed while this request ran:
+ * it ends now — a status before the first byte, one SSE error event after
+ * it, never a clean close. Not the backend's fault, not retried here.
+ */
+export class RouterShuttingDown extends UpstreamFailure {
+  constructor() {
+    super("timeout", "the router is shutting down: router.drainMs passed before this request ended; retry it", false);
+  }
+}
+
+/** How an attempt's failure counts for routing: the client's doing and our own total deadline are not the backend's fault. */
+export function outcomeOf(f: UpstreamFailure): AttemptOutcome {
+  if (f.kind === "aborted" || f.kind === "client_error") return "neutral";
+  if (f.kind === "timeout" && !f.retryable) return "neutral";
+  return "failed";
+}
+
+export function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
+  const startedAt = performance.now();
+  const reporter = backend ? ctx.observe?.(backend) : undefined;
+  const controller = new AbortController();
+  const timer = new PhaseTimer((err) => controller.abort(new UpstreamFailure("timeout", err.message, true)));
+  const onClientAbort = () => controller.abort(new UpstreamFailure("aborted", "client went away", false));
+  if (ctx.signal.aborted) onClientAbort();
+  else ctx.signal.addEventListener("abort", onClientAbort, { once: true });
+  const onShutdown = () => controller.abort(new RouterShuttingDown());
+  if (ctx.shutdown?.aborted) onShutdown();
+  else ctx.shutdown?.addEventListener("abort", onShutdown, { once: true });
+  // The total deadline spans every attempt, counted from the request's arrival.
+  const left = ctx.deadlines.totalMs - (performance.now() - ctx.startedAt);
+  const total = setTimeout(
+    () => controller.abort(new UpstreamFailure("timeout", `total deadline of ${ctx.deadlines.totalMs} ms exceeded`, false)),
+    Math.max(0, left),
+  );
+  return {
+    controller,
+    timer,
+    cleanup: () => {
+      timer.clear();
+      clearTimeout(total);
+      ctx.signal.removeEventListener("abort", onClientAbort);
+      ctx.shutdown?.removeEventListener("abort", onShutdown);
+    },
+    startedAt,
+    // The scorer's reporter counts once, whichever path ends the attempt first.
+    report: (outcome, extra = {}) =>
+      reporter?.({ outcome, durationMs: performance.now() - startedAt, ttftMs: extra.ttftMs, failure: extra.failure?.kind, status: extra.failure?.status }),
+  };
+}
+
+/** The reason an attempt was aborted, if it was. */
+export function abortReason(a: Attempt): UpstreamFailure | undefined {
+  if (!a.controller.signal.aborted) return undefined;
+  const r = a.controller.signal.reason as unknown;
+  if (r instanceof UpstreamFailure) return r;
+  return new UpstreamFailure("aborted", "request aborted", false);
+}
+
+export function toFailure(err: unknown, a: Attempt): UpstreamFailure {
+  return abortReason(a) ?? (err instanceof UpstreamFailure ? err : new UpstreamFailure("protocol", String((err as Error)?.message ?? err), true));
+}
+
+export function failureToApiError(f: UpstreamFailure): ApiError {
+  // The worker saw a newer lease's token: this lease was superseded.
+  if (f.kind === "client_error" && f.status === 409 && f.upstreamError?.code === "stale_fencing_token") {
+    return new ApiError("stale_fencing_token", f.upstreamError.message ?? f.message);
+  }
+  if (f.kind === "client_error") {
+    return new ApiError("upstream_invalid_request", f.upstreamError?.message ?? f.message, f.upstreamError?.param ?? null);
+  }
+  if (f instanceof UpstreamTooLarge) return new ApiError("upstream_response_too_large", f.message);
+  if (f instanceof RouterShuttingDown) return new ApiError("router_shutting_down", f.message, null, { "retry-after": "1" });
+  if (f.kind === "timeout") return new ApiError("upstream_timeout", f.message);
+  if (f.kind === "aborted") return new ApiError("upstream_timeout", f.message);
+  return new ApiError("bad_upstream", f.message);
+}
+
+/** Ends an attempt that failed before its first byte reached the client: timers off, upstream closed, outcome reported and counted. */
+export function endFailedAttempt(err: unknown, a: Attempt, up: UpstreamResponse | undefined, backend: Backend, ctx: RelayContext): UpstreamFailure {
+  const failure = toFailure(err, a);
+  a.cleanup();
+  up?.abort();
+  a.report(outcomeOf(failure), { failure });
+  ctx.metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: failure.kind });
+  return failure;
+}

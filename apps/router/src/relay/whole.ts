@@ -1,0 +1,31 @@
+// Relaying one whole JSON body (non-streamed answers): read within the
+// attempt's deadlines, checked to be JSON, its usage counted, passed on as
+// the upstream's bytes.
+import type { Backend, UpstreamResponse } from "../backends/types.ts";
+import { UpstreamFailure } from "../backends/types.ts";
+import { usageFrom } from "../backends/usage.ts";
+import type { Attempt } from "./attempt.ts";
+import type { RelayContext } from "./context.ts";
+
+/** The answer of an attempt whose upstream sent 2xx headers; throws UpstreamFailure (the caller may fail over) when the body is not JSON. */
+export async function relayWhole(backend: Backend, up: UpstreamResponse, a: Attempt, ctx: RelayContext): Promise<Response> {
+  const { metrics } = ctx;
+  const text = await up.text();
+  a.cleanup();
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    throw new UpstreamFailure("protocol", `${backend.id} answered with invalid JSON`, true);
+  }
+  metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
+  a.report("ok");
+  const usage = usageFrom(body, text);
+  if (usage) {
+    metrics.tokens.inc({ kind: "prompt" }, usage.prompt);
+    metrics.tokens.inc({ kind: "completion" }, usage.completion);
+  }
+  ctx.settle?.({ backend, status: "ok", usage });
+  // The upstream's bytes as they came: parsed only to count tokens.
+  return new Response(text, { headers: { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, ...ctx.headers } });
+}
