@@ -92,6 +92,8 @@ describe("a 2-shard pipeline of real engines", () => {
     const wire = (head.ctx.pipeline as PipelineHead).wire;
     expect(wire.rowBytes).toBeGreaterThan(0);
     expect(wire.frameBytes / wire.rowBytes).toBeLessThan(1.05);
+    // Micro-batches: two groups of sequences were on the pipeline at once.
+    expect(wire.maxStepsInFlight).toBe(2);
   }, 120_000);
 
   it("runs three shards too: the middle one forwards its rows to the last itself", async () => {

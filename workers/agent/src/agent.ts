@@ -48,6 +48,8 @@ export interface AgentOptions {
   next?: ShardPeer;
   /** Send activations to the next shard as f16 rows (half the bytes; f32 is exact). */
   shardF16?: boolean;
+  /** On the head shard: steps (micro-batches) in flight down the pipeline at once (default 2). */
+  pipelineDepth?: number;
 }
 
 export interface AgentHandle {
@@ -146,7 +148,7 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     : undefined;
   // The head shard (block 0 on) answers generations like a whole worker, down the pipeline.
   if (opts.layers?.start === 0 && next) {
-    ctx.pipeline = new PipelineHead(() => supervisor.client, shardModel, next, { f16: opts.shardF16, log });
+    ctx.pipeline = new PipelineHead(() => supervisor.client, shardModel, next, { f16: opts.shardF16, ...(opts.pipelineDepth ? { depth: opts.pipelineDepth } : {}), log });
   }
 
   const app = createWorkerApp(ctx);

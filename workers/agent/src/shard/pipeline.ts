@@ -4,7 +4,8 @@
 // sequence's new rows (a prompt in one frame, or its last token) go through
 // this shard's blocks in the local engine, the output rows go to the next
 // shard as one binary STEP frame, and the reply — the last shard's samples —
-// feeds the next turn. One step is in flight at a time (no micro-batches yet).
+// feeds the next turn. Up to `depth` steps (micro-batches over disjoint
+// groups of sequences) are in flight at once, so the shards overlap.
 import { create, toBinary, fromBinary } from "@bufbuild/protobuf";
 import {
   DoneSchema,
@@ -42,16 +43,22 @@ interface Seq {
 
 export class PipelineHead implements GenerateEngine {
   private readonly seqs = new Map<string, Seq>();
-  private running = false;
-  /** Rows sent to the next shard, and their payload bytes (for wire-overhead checks). */
-  readonly wire = { frameBytes: 0, rowBytes: 0 };
+  /** Sequences whose step is in flight. */
+  private readonly busy = new Set<string>();
+  private inFlight = 0;
+  /** Steps in flight at most (micro-batches along the pipeline; 1 = one step at a time). */
+  private readonly depth: number;
+  /** Bytes of frames and of raw rows sent to the next shard (wire overhead), and the most steps seen in flight at once. */
+  readonly wire = { frameBytes: 0, rowBytes: 0, maxStepsInFlight: 0 };
 
   constructor(
     private readonly engine: () => EngineClient | undefined,
     private readonly model: () => Loaded | undefined,
     private readonly next: LazyShardLink,
-    private readonly opts: { f16?: boolean; log: (msg: string, fields?: Record<string, unknown>) => void },
-  ) {}
+    private readonly opts: { f16?: boolean; depth?: number; log: (msg: string, fields?: Record<string, unknown>) => void },
+  ) {
+    this.depth = Math.max(1, opts.depth ?? 2);
+  }
 
   async *call(kind: RequestKind, requestId: string): AsyncGenerator<Event> {
     if (kind.case !== "generate") throw new EngineError(ErrorCode.INVALID_REQUEST, "a pipeline head serves generations only");
@@ -103,7 +110,7 @@ export class PipelineHead implements GenerateEngine {
         wake?.();
       },
     });
-    void this.run();
+    this.schedule();
     for (;;) {
       while (queue.length > 0) {
         const ev = queue.shift()!;
@@ -144,32 +151,43 @@ export class PipelineHead implements GenerateEngine {
     );
   }
 
-  /** The step loop: runs while any sequence is open, one batched step per turn. */
-  private async run(): Promise<void> {
-    if (this.running) return;
-    this.running = true;
-    try {
-      while (this.seqs.size > 0) {
-        for (const s of [...this.seqs.values()].filter((q) => q.cancelled)) {
-          this.done(s, FinishReason.CANCELLED);
-          await this.closeEverywhere(s.id);
-        }
-        const step = [...this.seqs.values()];
-        if (step.length === 0) break;
-        try {
-          await this.step(step);
-        } catch (err) {
+  /**
+   * Keeps up to `depth` steps in flight, each over its own group of
+   * sequences (micro-batches): while one group's rows are on later shards,
+   * this shard computes the next group's, so with many streams every shard
+   * works at once. A sequence is in at most one step at a time, so its
+   * tokens stay in order; a group re-forms from whoever is ready.
+   */
+  private schedule(): void {
+    for (const s of [...this.seqs.values()]) {
+      if (s.cancelled && !this.busy.has(s.id)) {
+        this.done(s, FinishReason.CANCELLED);
+        void this.closeEverywhere(s.id);
+      }
+    }
+    while (this.inFlight < this.depth) {
+      const ready = [...this.seqs.values()].filter((s) => !this.busy.has(s.id));
+      if (ready.length === 0) return;
+      const group = ready.slice(0, Math.ceil(ready.length / (this.depth - this.inFlight)));
+      for (const s of group) this.busy.add(s.id);
+      this.inFlight++;
+      this.wire.maxStepsInFlight = Math.max(this.wire.maxStepsInFlight, this.inFlight);
+      void this.step(group)
+        .catch((err: unknown) => {
           const e = err instanceof EngineError ? err : new EngineError(ErrorCode.INTERNAL, `pipeline step failed: ${(err as Error).message}`);
-          this.opts.log("pipeline step failed", { error: e.message, sequences: step.length });
-          for (const s of step) {
+          this.opts.log("pipeline step failed", { error: e.message, sequences: group.length });
+          for (const s of group) {
+            if (!this.seqs.has(s.id)) continue;
             this.seqs.delete(s.id);
             s.fail(e);
-            await this.closeEverywhere(s.id);
+            void this.closeEverywhere(s.id);
           }
-        }
-      }
-    } finally {
-      this.running = false;
+        })
+        .finally(() => {
+          for (const s of group) this.busy.delete(s.id);
+          this.inFlight--;
+          this.schedule();
+        });
     }
   }
 

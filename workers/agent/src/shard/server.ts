@@ -89,14 +89,23 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions)
       return;
     }
     for (const f of frames) {
-      chain = chain.then(async () => {
+      // This shard's part runs in order; waiting for the next shard's reply
+      // does not hold up the frames behind it (micro-batches overlap).
+      const handled = chain.then(() => handle(f, opts));
+      chain = handled.then(
+        () => {},
+        () => {},
+      );
+      void handled.then(async (h) => {
         let reply: Frame;
         try {
-          reply = await handle(f, opts);
+          reply = await h.reply;
         } catch (err) {
           reply = { kind: FrameKind.ERROR, dtype: 0, tag: f.tag, body: Buffer.from((err as Error).message) };
         }
         if (!socket.destroyed) socket.write(encodeFrame({ ...reply, tag: f.tag }));
+      }, (err: unknown) => {
+        if (!socket.destroyed) socket.write(encodeFrame({ kind: FrameKind.ERROR, dtype: 0, tag: f.tag, body: Buffer.from((err as Error).message) }));
       });
     }
   };
@@ -105,7 +114,12 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions)
   if (head.length) onData(head);
 }
 
-async function handle(f: Frame, opts: ShardServerOptions): Promise<Frame> {
+/**
+ * This shard's part of a frame (in arrival order), and the reply to send:
+ * for a step forwarded down the pipeline, the next shard's reply, awaited
+ * outside the order so later frames need not wait for it.
+ */
+async function handle(f: Frame, opts: ShardServerOptions): Promise<{ reply: Promise<Frame> }> {
   const engine = opts.engine();
   const shard = opts.shard();
   if (!engine?.alive || !shard) throw new Error("this worker's shard is not loaded (warming or restarting)");
@@ -123,13 +137,13 @@ async function handle(f: Frame, opts: ShardServerOptions): Promise<Frame> {
           throw err;
         }
       }
-      return ok;
+      return { reply: Promise.resolve(ok) };
     }
     case FrameKind.CLOSE: {
       const close = fromBinary(ShardCloseSchema, f.body);
       await engine.once({ case: "shardClose", value: close });
       if (opts.next) await (await opts.next.get()).request(FrameKind.CLOSE, f.body);
-      return ok;
+      return { reply: Promise.resolve(ok) };
     }
     case FrameKind.STEP: {
       const hidden = shard.hiddenSize;
@@ -149,9 +163,10 @@ async function handle(f: Frame, opts: ShardServerOptions): Promise<Frame> {
       const out = ev.kind.value;
       if (out.activations) {
         if (!opts.next) throw new Error(`this shard ends at block ${shard.layerEnd} of ${shard.nLayers} and has no next shard configured`);
-        return (await opts.next.get()).request(FrameKind.STEP, encodeStep(step.seqs, hidden, out.activations.data), f.dtype);
+        const link = await opts.next.get();
+        return { reply: link.request(FrameKind.STEP, encodeStep(step.seqs, hidden, out.activations.data), f.dtype) };
       }
-      return { kind: FrameKind.SAMPLES, dtype: 0, tag: f.tag, body: toBinary(ShardOutputSchema, out) };
+      return { reply: Promise.resolve({ kind: FrameKind.SAMPLES, dtype: 0, tag: f.tag, body: toBinary(ShardOutputSchema, out) }) };
     }
     default:
       throw new Error(`unexpected frame kind ${f.kind}`);
