@@ -49,7 +49,7 @@ import { WorkerUrlPolicy } from "./routing/worker-url.ts";
 import { WorkerHealth } from "./routing/health.ts";
 import { RouteScorer } from "./routing/scorer.ts";
 import { AdmissionGate } from "./admission/gate.ts";
-import { LeaseDirectory } from "./routing/leases.ts";
+import { LeaseDirectory } from "./leases/directory.ts";
 import { PostgresLeaseAudit } from "./leases/audit.ts";
 import { LeaseService } from "./leases/service.ts";
 import { redactedHost, startupSummary } from "./observability/summary.ts";

@@ -8,7 +8,7 @@ import type { Config } from "../config.ts";
 import { ApiError } from "../errors.ts";
 import type { Logger } from "../observability/log.ts";
 import type { WorkerDirectory } from "../routing/directory.ts";
-import type { LeaseDirectory } from "../routing/leases.ts";
+import type { LeaseDirectory } from "./directory.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 import type { LeaseAudit, LeaseAuditEvent } from "./audit.ts";
 

@@ -5,7 +5,7 @@
 import type { Lease, LeaseStore } from "@switchyard/state";
 import type { Backend } from "../backends/types.ts";
 import type { Logger } from "../observability/log.ts";
-import { Poller } from "./poller.ts";
+import { Poller } from "../routing/poller.ts";
 
 export interface LeaseQueueOptions {
   /** Waiters per leased worker (in this router) at most; 0: never wait. */
