@@ -96,6 +96,45 @@ describe("a 2-shard pipeline of real engines", () => {
     expect(wire.maxStepsInFlight).toBe(2);
   }, 120_000);
 
+  it("carries logprobs, stop sequences and legacy completions like a whole worker; a client that goes away frees every shard", async () => {
+    const ask = async (a: AgentHandle, path: string, body: Record<string, unknown>) => {
+      const res = await fetch(`${a.url}${path}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: LLM, temperature: 0, max_tokens: 16, ...body }),
+      });
+      expect(res.status).toBe(200);
+      const j = (await res.json()) as { id: string; created: number; usage: { prompt_tokens_details?: unknown }; [k: string]: unknown };
+      // The whole worker may have this prompt in its prefix cache (shards keep none yet): compare all but cached_tokens.
+      delete j.usage.prompt_tokens_details;
+      return { ...j, id: "", created: 0 };
+    };
+    const chatBody = { messages: [{ role: "user", content: questions[0] }], logprobs: true, top_logprobs: 3, stop: ["."] };
+    const viaHead = await ask(head, "/v1/chat/completions", chatBody);
+    expect(viaHead).toEqual(await ask(whole, "/v1/chat/completions", chatBody));
+    expect(JSON.stringify(viaHead)).toContain("top_logprobs");
+    const cmpl = { prompt: "The three primary colours are", logprobs: 2 };
+    expect(await ask(head, "/v1/completions", cmpl)).toEqual(await ask(whole, "/v1/completions", cmpl));
+
+    // A stream abandoned after its first chunk: the sequence is closed on both shards.
+    const ctl = new AbortController();
+    const res = await fetch(`${head.url}/v1/chat/completions`, {
+      method: "POST",
+      signal: ctl.signal,
+      headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: LLM, messages: [{ role: "user", content: "Tell me a long story." }], temperature: 0, max_tokens: 400, stream: true }),
+    });
+    await res.body!.getReader().read();
+    ctl.abort();
+    const open = async (a: AgentHandle) => {
+      const ev = await a.supervisor.client!.once({ case: "stats", value: { $typeName: "switchyard.engine.v1.StatsRequest" } });
+      return ev.kind.case === "stats" ? ev.kind.value.activeSequences : -1;
+    };
+    const deadline = Date.now() + 10_000;
+    while ((await open(head)) + (await open(tail)) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect([await open(head), await open(tail)]).toEqual([0, 0]);
+  }, 120_000);
+
   it("runs three shards too: the middle one forwards its rows to the last itself", async () => {
     const t3 = await agent("t3", TAIL_TOKEN, { layers: { start: 20, end: 30 } });
     const m3 = await agent("m3", TAIL_TOKEN, { layers: { start: 10, end: 20 }, next: { url: t3.url, token: TAIL_TOKEN } });
@@ -138,6 +177,8 @@ describe("a 2-shard pipeline of real engines", () => {
     });
     expect(again.status).toBe(503);
     expect(((await again.json()) as { error: { message: string } }).error.message).toMatch(/opening the sequence down the pipeline/);
+    // And the head stops advertising the model as a whole (routers stop sending it there).
+    expect((await h4.record()).models).toEqual([]);
   }, 120_000);
 
   it("advertises the head as the model and the tail as a layer range only", async () => {

@@ -183,8 +183,12 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     const loaded = [...supervisor.loaded.values()];
     // A shard is no whole model: routers must not send it whole requests, so
     // it advertises its model only in layerRanges (the blocks it holds).
-    // (The head of a configured pipeline answers like a whole worker.)
-    const shardModels = new Set(ctx.pipeline ? [] : loaded.filter(isShard).map((l) => l.model));
+    // (The head of a pipeline answers like a whole worker — while it can reach the next shard.)
+    const pipelineUp =
+      next !== undefined && ctx.pipeline !== undefined && supervisor.state !== "warming"
+        ? await Promise.race([next.get().then((l) => l.alive, () => false), new Promise<boolean>((r) => setTimeout(() => r(false), 500))])
+        : false;
+    const shardModels = new Set(pipelineUp ? [] : loaded.filter(isShard).map((l) => l.model));
     return {
       id,
       url,
