@@ -9,6 +9,8 @@
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { ShardOpenSchema } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { startAgent, type AgentHandle } from "@switchyard/agent";
 import { MemoryRegistryStore } from "@switchyard/state";
 import { encodeStep, FrameKind } from "../../workers/agent/src/shard/frame.ts";
@@ -49,6 +51,11 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all(agents.map((a) => a.stop()));
 });
+
+async function activeSequences(a: AgentHandle): Promise<number> {
+  const ev = await a.supervisor.client!.once({ case: "stats", value: { $typeName: "switchyard.engine.v1.StatsRequest" } });
+  return ev.kind.case === "stats" ? ev.kind.value.activeSequences : -1;
+}
 
 const questions = ["What is the capital of France?", "Write a haiku about the sea.", "List three prime numbers."];
 
@@ -209,8 +216,15 @@ describe("a 2-shard pipeline of real engines", () => {
       const unknown = encodeStep([{ seqId: "never-opened", rows: 1 }], 576, new Uint8Array(576 * 4));
       await expect(link.request(FrameKind.STEP, unknown, 1)).rejects.toThrow(/not open on this shard/);
       expect(link.alive).toBe(true);
+      // A sequence opened and then abandoned with the connection is freed by the shard itself.
+      const open = create(ShardOpenSchema, { model: LLM, seqId: "abandoned", capacity: 64, maxTokens: 8 });
+      await link.request(FrameKind.OPEN, toBinary(ShardOpenSchema, open));
+      expect(await activeSequences(tail)).toBe(1);
     } finally {
       link.close();
     }
+    const deadline = Date.now() + 5000;
+    while ((await activeSequences(tail)) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(await activeSequences(tail)).toBe(0);
   });
 });

@@ -79,6 +79,20 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions)
   const reader = new FrameReader();
   // Frames run in arrival order: a sequence's steps must not overtake each other.
   let chain = Promise.resolve();
+  // Sequences opened over this connection and not closed yet (seq id → model):
+  // when the connection goes (the previous shard died or gave up), their KV
+  // caches are freed here and down the pipeline instead of leaking.
+  const opened = new Map<string, string>();
+  socket.on("close", () => {
+    chain = chain.then(async () => {
+      for (const [seqId, model] of opened) {
+        const body = toBinary(ShardCloseSchema, create(ShardCloseSchema, { model, seqId }));
+        await opts.engine()?.once({ case: "shardClose", value: create(ShardCloseSchema, { model, seqId }) }).catch(() => {});
+        if (opts.next) await (await opts.next.get().catch(() => undefined))?.request(FrameKind.CLOSE, body).catch(() => {});
+      }
+      opened.clear();
+    });
+  });
   const onData = (d: Buffer) => {
     let frames: Frame[];
     try {
@@ -91,7 +105,7 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions)
     for (const f of frames) {
       // This shard's part runs in order; waiting for the next shard's reply
       // does not hold up the frames behind it (micro-batches overlap).
-      const handled = chain.then(() => handle(f, opts));
+      const handled = chain.then(() => handle(f, opts, opened));
       chain = handled.then(
         () => {},
         () => {},
@@ -110,6 +124,8 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions)
     }
   };
   socket.on("data", onData);
+  // The http server's sockets are half-open by default: a peer that hung up gets our end too, so "close" follows.
+  socket.on("end", () => socket.end());
   socket.on("error", () => {});
   if (head.length) onData(head);
 }
@@ -119,7 +135,7 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions)
  * for a step forwarded down the pipeline, the next shard's reply, awaited
  * outside the order so later frames need not wait for it.
  */
-async function handle(f: Frame, opts: ShardServerOptions): Promise<{ reply: Promise<Frame> }> {
+async function handle(f: Frame, opts: ShardServerOptions, opened: Map<string, string>): Promise<{ reply: Promise<Frame> }> {
   const engine = opts.engine();
   const shard = opts.shard();
   if (!engine?.alive || !shard) throw new Error("this worker's shard is not loaded (warming or restarting)");
@@ -137,11 +153,13 @@ async function handle(f: Frame, opts: ShardServerOptions): Promise<{ reply: Prom
           throw err;
         }
       }
+      opened.set(open.seqId, open.model);
       return { reply: Promise.resolve(ok) };
     }
     case FrameKind.CLOSE: {
       const close = fromBinary(ShardCloseSchema, f.body);
       await engine.once({ case: "shardClose", value: close });
+      opened.delete(close.seqId);
       if (opts.next) await (await opts.next.get()).request(FrameKind.CLOSE, f.body);
       return { reply: Promise.resolve(ok) };
     }
