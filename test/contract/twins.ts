@@ -30,12 +30,17 @@ async function redisNow(r: RedisLike): Promise<number> {
 }
 
 let cluster: Promise<TestCluster> | undefined;
-/** One cluster per test file, started on first use. */
+// Registered when a test file imports this module (a hook registered inside a
+// running test would never run, and the cluster's servers would outlive it).
+afterAll(async () => {
+  const c = cluster;
+  cluster = undefined;
+  await (await c?.catch(() => undefined))?.stop();
+}, 60_000);
+
+/** One cluster per test file, started on first use, stopped after the file. */
 export function fileCluster(): Promise<TestCluster> {
-  if (!cluster) {
-    cluster = startRedisCluster();
-    afterAll(async () => (await cluster)?.stop(), 60_000);
-  }
+  cluster ??= startRedisCluster();
   return cluster;
 }
 

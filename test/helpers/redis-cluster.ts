@@ -115,7 +115,14 @@ export async function startRedisCluster(opts: { masters?: number; replicasPerMas
     );
     children.set(port, child);
   }
+  // However the test process ends, its servers end with it.
+  const onExit = () => {
+    for (const c of children.values()) c.kill("SIGKILL");
+    rmSync(dir, { recursive: true, force: true });
+  };
+  process.once("exit", onExit);
   const stopAll = async () => {
+    process.off("exit", onExit);
     await Promise.all(
       [...children.values()].map(
         (c) =>
@@ -255,7 +262,14 @@ export async function startSentinels(opts: { name?: string; downAfterMs?: number
   const children = new Map<number, ChildProcess>();
   const data = (port: number, extra: string[]) =>
     spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--dbfilename", `dump-${port}.rdb`, "--save", "", "--appendonly", "no", ...extra], { stdio: "ignore" });
+  // However the test process ends, its servers end with it.
+  const onExit = () => {
+    for (const c of children.values()) c.kill("SIGKILL");
+    rmSync(dir, { recursive: true, force: true });
+  };
+  process.once("exit", onExit);
   const stopAll = async () => {
+    process.off("exit", onExit);
     await Promise.all(
       [...children.values()].map(
         (c) =>
