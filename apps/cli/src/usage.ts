@@ -13,7 +13,9 @@ Usage:
                                         (--embedded: in-process state + embedded PostgreSQL, to experiment)
   switchyard worker --redis URL --token SECRET [--config FILE] [--model NAME|PATH|hf://…]… [--advertise URL]
            [--port 9100] [--device auto|cpu|cuda|metal] [--id ID] [--fencing-key KEY]
-                                        join this host as a worker (SIGTERM drains)
+           [--layers START-END [--next URL [--next-token T]]]
+                                        join this host as a worker (SIGTERM drains); --layers: one shard of a
+                                        split model, blocks [START, END); --next: the shard after it
   switchyard workers invite NAME [--model M]… [--advertise URL]
                                         per-worker Redis ACL user + secret; prints the join command
   switchyard workers revoke NAME        remove an invited worker's Redis user
