@@ -246,6 +246,7 @@ describe("Redis Cluster: three routers", () => {
     let i = 0;
     const paidResults: Array<Awaited<ReturnType<typeof paid>>> = [];
     const leaseStatuses = new Map<number, number>();
+    let holderOk = 0;
     const paidLoops = Array.from({ length: 12 }, async (_, c) => {
       while (!stop) {
         const r = await paid(routers[c % 3]!, tenants.steady.key, i++);
@@ -264,8 +265,16 @@ describe("Redis Cluster: three routers", () => {
           });
           leaseStatuses.set(res.status, (leaseStatuses.get(res.status) ?? 0) + 1);
           const body = (await res.json()) as { id?: string };
-          if (res.status === 201 && Math.random() < 0.5) {
-            await fetch(`${router.url}/v1/leases/${body.id}`, { method: "DELETE", headers: { authorization: `Bearer ${tenants.leaser.key}` } });
+          if (res.status === 201) {
+            // The holder uses its worker (through another router): the worker sees the lease's token.
+            const use = await fetch(`${routers[(c + 1) % 3]!.url}/v1/chat/completions`, {
+              method: "POST",
+              headers: { authorization: `Bearer ${tenants.leaser.key}`, "content-type": "application/json", "x-switchyard-lease": body.id! },
+              body: JSON.stringify({ model: LEASE_MODEL, messages: [{ role: "user", content: "hi" }] }),
+            });
+            if (use.status === 200) holderOk++;
+            await use.text();
+            if (Math.random() < 0.5) await fetch(`${router.url}/v1/leases/${body.id}`, { method: "DELETE", headers: { authorization: `Bearer ${tenants.leaser.key}` } });
           }
           if (res.status !== 201 && res.status !== 409) await sleep(20);
         } catch {
@@ -342,6 +351,9 @@ describe("Redis Cluster: three routers", () => {
       }
     }
     expect(granted.length).toBeGreaterThan(20);
+    // Holders did reach their workers with their tokens (so the fence check above saw real traffic).
+    expect(holderOk).toBeGreaterThan(10);
+    expect(sims.reduce((n, w) => n + w.fenceLog.filter((f) => f.accepted).length, 0)).toBeGreaterThan(10);
     expect(overlaps).toBe(0);
     expect(inversions).toBe(0);
 
@@ -360,7 +372,7 @@ describe("Redis Cluster: three routers", () => {
       [
         `cluster failover: killed master :${owner.master.port} (slot ${owner.slot}: budget of tenant ${tenants.steady.id}; {leases} on :${leaseOwner.master.port}, {ledger} on :${ledgerOwner.master.port}), replica :${replica.port} promoted after ${((promotedAt - killedAt) / 1000).toFixed(2)} s`,
         `  paid requests: ${servedBefore} served before the kill; ${servedDuring} served between the kill and recovery, ${failedDuring} failed (5xx/errors) after the kill; first success ${recoveredS.toFixed(2)} s after the kill; ${served.length} served in all`,
-        `  leases: ${granted.length} granted (statuses ${JSON.stringify(Object.fromEntries(leaseStatuses))}), overlaps ${overlaps}, token inversions ${inversions}`,
+        `  leases: ${granted.length} granted (statuses ${JSON.stringify(Object.fromEntries(leaseStatuses))}), ${holderOk} holder requests served, overlaps ${overlaps}, token inversions ${inversions}`,
         `  after reconcile: Redis spent ${snap.spentMicro} = ledger ${ledger.micro} micro-cents (${ledger.rows} rows); overshoot over the ${limit} limit: ${overshoot}`,
       ].join("\n"),
     );
