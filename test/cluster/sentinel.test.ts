@@ -11,11 +11,11 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createKey, createTenant, setBudget, setPrice } from "@switchyard/db";
-import { budgetDay, connectRedis, openRedis, RedisBudgetStore, RedisRegistryStore, type RedisLike } from "@switchyard/state";
+import { budgetDay, connectRedis, inviteWorker, openRedis, RedisBudgetStore, RedisRegistryStore, revokeWorker, workerAclUser, type RedisLike } from "@switchyard/state";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { SimWorker } from "../fixtures/sim-worker.ts";
 import { createTestDb, sleep, uniqueName, waitFor, type TestDb } from "../helpers/env.ts";
-import { startSentinels, type TestSentinels } from "../helpers/redis-cluster.ts";
+import { nodeCall, startSentinels, type TestSentinels } from "../helpers/redis-cluster.ts";
 import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
 
 const run = promisify(execFile);
@@ -104,6 +104,21 @@ describe("Redis Sentinel", () => {
     expect(r.out).toContain("no Sentinel knows a primary by that name");
     expect(r.out).not.toContain("router listening");
   }, 90_000);
+
+  it("an invited worker's ACL user is set on the primary and on its replica (which a failover promotes)", async () => {
+    const admin = await openRedis({ sentinels: s.sentinels, name: s.name });
+    try {
+      await inviteWorker(admin, { prefix, workerId: "sn-invited", secretKey: "k".repeat(32), models: [LOCAL] });
+      for (const port of [s.primaryPort, s.replicaPort]) {
+        const users = (await nodeCall(port, "ACL", "LIST")) as string[];
+        expect(users.some((u) => u.startsWith(`user ${workerAclUser("sn-invited")} on`)), `ACL on :${port}`).toBe(true);
+      }
+      expect(await revokeWorker(admin, "sn-invited", { prefix })).toBe(true);
+      for (const port of [s.primaryPort, s.replicaPort]) expect(((await nodeCall(port, "ACL", "LIST")) as string[]).some((u) => u.includes("sn-invited"))).toBe(false);
+    } finally {
+      admin.disconnect();
+    }
+  });
 
   it("the primary is killed under load: the replica is promoted, routers and workers follow it without a restart, Redis = ledger after reconcile", async () => {
     const pids = routers.map((r) => r.proc.child.pid);
