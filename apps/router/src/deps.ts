@@ -52,5 +52,7 @@ export type AppEnv = {
     route: string;
     /** The answer is an SSE stream (its duration is observed when it ends). */
     streaming: boolean;
+    /** The JSON body as the route's schema parsed it (middleware.ts jsonBody). */
+    body: unknown;
   };
 };

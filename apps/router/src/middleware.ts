@@ -1,8 +1,9 @@
 // Cross-cutting middleware: request ids + access log + metrics, auth, and
-// the body checks (content type, size) every JSON route shares.
+// the body checks (content type, size, the route's schema) every JSON route shares.
 import { randomUUID } from "node:crypto";
 import type { Context, MiddlewareHandler } from "hono";
 import { matchedRoutes } from "hono/route";
+import type { z } from "zod";
 import { ApiError } from "./errors.ts";
 import type { AppDeps, AppEnv } from "./deps.ts";
 
@@ -73,7 +74,13 @@ export function authenticate(deps: AppDeps): MiddlewareHandler<AppEnv> {
   };
 }
 
-export function jsonBody(deps: AppDeps): MiddlewareHandler<AppEnv>[] {
+/**
+ * The body checks every JSON route shares: content type, declared size, then
+ * the body read within the size limit, parsed and validated against the
+ * route's schema (400 invalid_request naming the field). The handler reads
+ * the result with `c.get("body")`.
+ */
+export function jsonBody(deps: AppDeps, schema: z.ZodType): MiddlewareHandler<AppEnv>[] {
   const limit = deps.config.router.bodyLimitBytes;
   return [
     async (c, next) => {
@@ -85,7 +92,26 @@ export function jsonBody(deps: AppDeps): MiddlewareHandler<AppEnv>[] {
       if (declared > limit) throw new ApiError("payload_too_large", `request body exceeds the ${limit} byte limit`);
       await next();
     },
+    async (c, next) => {
+      c.set("body", validate(schema, await readJson(c, limit)));
+      await next();
+    },
   ];
+}
+
+function fieldPath(path: PropertyKey[]): string {
+  return path.reduce<string>((acc, p) => (typeof p === "number" ? `${acc}[${p}]` : acc ? `${acc}.${String(p)}` : String(p)), "");
+}
+
+/** The body as the schema parsed it, or a 400 invalid_request naming the first bad field. */
+export function validate<S extends z.ZodType>(schema: S, body: unknown): z.infer<S> {
+  const parsed = schema.safeParse(body);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const param = fieldPath(issue.path);
+    throw new ApiError("invalid_request", param ? `${param}: ${issue.message}` : issue.message, param || null);
+  }
+  return parsed.data;
 }
 
 const tooLarge = (limit: number) => new ApiError("payload_too_large", `request body exceeds the ${limit} byte limit`);

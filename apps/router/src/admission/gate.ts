@@ -57,8 +57,8 @@ export interface AdmitRequest {
   outgoing?: ServerResponse;
 }
 
-/** An admitted request's hold on its pool. */
-export interface Admission {
+/** An admitted request's place on its worker pool. */
+export interface PoolPlace {
   readonly band: PriorityBand;
   /** The worker pool (its model name) it counts against; undefined when not gated. */
   readonly pool: string | undefined;
@@ -82,7 +82,7 @@ export interface AdmissionGateDeps {
   log: Logger;
 }
 
-type Outcome = { ok: true; admission: Admission } | { ok: false; reason: "timeout" | "cancelled" };
+type Outcome = { ok: true; place: PoolPlace } | { ok: false; reason: "timeout" | "cancelled" };
 
 interface Waiter {
   readonly tenant: string;
@@ -131,7 +131,7 @@ class Pool {
   }
 }
 
-const ungated = (band: PriorityBand): Admission => ({ band, pool: undefined, waitedMs: 0, attempt: () => {}, release: () => {} });
+const ungated = (band: PriorityBand): PoolPlace => ({ band, pool: undefined, waitedMs: 0, attempt: () => {}, release: () => {} });
 
 /** Grace over maxHoldMs before a place nobody gave back is reclaimed. */
 const HOLD_GRACE_MS = 10_000;
@@ -149,7 +149,7 @@ export class AdmissionGate {
   }
 
   /** Waits for this request's turn; throws the ApiError to answer with when it gets none. */
-  async admit(req: AdmitRequest): Promise<Admission> {
+  async admit(req: AdmitRequest): Promise<PoolPlace> {
     const cfg = this.deps.config;
     const { metrics } = this.deps;
     if (!cfg.enabled) return ungated(cfg.defaultBand);
@@ -218,7 +218,7 @@ export class AdmissionGate {
       pool.queues[band].push(waiter);
       this.drain(pool);
     });
-    if (outcome.ok) return outcome.admission;
+    if (outcome.ok) return outcome.place;
     if (outcome.reason === "cancelled") throw this.cancelled(band);
     metrics.admissionRejections.inc({ band, reason: "timeout" });
     throw new ApiError("queue_timeout", `waited ${limits.ttlMs} ms in the ${band} queue for ${pool.name} without room; retry later`, null, {
@@ -315,11 +315,11 @@ export class AdmissionGate {
       if (band === undefined) return;
       if (pool.load.capacity > 0 && pool.load.saturation() >= this.deps.config.bands[band].ceiling) return;
       const w = pool.queues[band].shiftFairest(byShare)!;
-      w.done({ ok: true, admission: this.grant(pool, band, w.req, w.arrivedAt, true) });
+      w.done({ ok: true, place: this.grant(pool, band, w.req, w.arrivedAt, true) });
     }
   }
 
-  private grant(pool: Pool, band: PriorityBand, req: AdmitRequest, arrivedAt: number, queued: boolean): Admission {
+  private grant(pool: Pool, band: PriorityBand, req: AdmitRequest, arrivedAt: number, queued: boolean): PoolPlace {
     const { metrics, log } = this.deps;
     const waitedMs = performance.now() - arrivedAt;
     pool.load.admitted();

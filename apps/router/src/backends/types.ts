@@ -2,8 +2,6 @@
 // self-hosted workers, OpenRouter, Anthropic. Whatever the upstream speaks,
 // a backend hands the relay OpenAI-shaped bodies and SSE payloads (with an
 // OpenAI `usage` block), so billing and relaying are one code path.
-import type { RelayContext } from "../relay/context.ts";
-
 export type InferencePath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/hidden_states";
 
 export interface BackendRequest {
@@ -15,6 +13,11 @@ export interface BackendRequest {
   raw?: { accept: string };
   /** A lease holder's request: workers get it as x-switchyard-fencing-token and refuse older ones. */
   fencingToken?: number;
+}
+
+/** What a backend is told about the request it is sent: only its id (x-request-id upstream). */
+export interface AttemptCall {
+  requestId: string;
 }
 
 /** Why an attempt failed; `retryable` failures may move to the next candidate. */
@@ -64,5 +67,5 @@ export interface Backend {
    * Send the request; resolves once the upstream answered with 2xx headers,
    * rejects with UpstreamFailure otherwise. `signal` aborts the call.
    */
-  open(req: BackendRequest, ctx: RelayContext, signal: AbortSignal): Promise<UpstreamResponse>;
+  open(req: BackendRequest, call: AttemptCall, signal: AbortSignal): Promise<UpstreamResponse>;
 }

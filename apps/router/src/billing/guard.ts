@@ -20,7 +20,6 @@ import { usageCostMicro, worstCaseMicro, type CostSource, type KeyOwner, type Ne
 import type { Backend, InferencePath } from "../backends/types.ts";
 import type { Usage } from "../backends/usage.ts";
 import type { Config } from "../config.ts";
-import type { SettleOutcome } from "../relay/context.ts";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 import type { BudgetDirectory, TenantBudget } from "./budgets.ts";
@@ -30,7 +29,8 @@ import { encodeLedgerRow } from "./ledger-stream.ts";
 import { encodeProgressUsage, type AttemptProgress, type IntentJournal, type IntentProgress, type PaidIntent } from "./orphans.ts";
 import type { PriceBook } from "./prices.ts";
 
-export type Admission =
+/** The tab's answer before an attempt on one backend: run it (a paid one held against the budget), or skip it and why. */
+export type BudgetVerdict =
   | {
       ok: true;
       /** Body fields this attempt must send (the output cap the hold assumed). */
@@ -39,6 +39,17 @@ export type Admission =
       progress?: (p: AttemptProgress) => void;
     }
   | { ok: false; reason: "budget_exhausted" | "unpriced" | "budget_unavailable" };
+
+/** How a dispatched request ended, as the relay reports it (the ledger row is made from it). */
+export interface SettleOutcome {
+  backend: Backend;
+  status: "ok" | "error" | "client_cancelled" | "timeout";
+  usage?: Usage;
+  /** performance.now() of the first streamed event. */
+  firstTokenAt?: number;
+  /** Stream events relayed (a usage estimate when the provider reports none). */
+  chunks?: number;
+}
 
 /** Records an alert row; true only for the one caller that inserted it (once per tenant × day × threshold). */
 export type AlertRecorder = (tenantId: number, day: string, threshold: number) => Promise<boolean>;
@@ -185,7 +196,7 @@ export class RequestTab {
     return this.guard.deps.prices.price(backend.kind, backend.model);
   }
 
-  async admit(backend: Backend): Promise<Admission> {
+  async admit(backend: Backend): Promise<BudgetVerdict> {
     if (!backend.paid) return { ok: true };
     const { deps } = this.guard;
     const price = this.priceOf(backend);

@@ -47,7 +47,7 @@ export interface IntentProgress {
   usage?: { prompt: number; completion: number; cached: number; cacheWrite: number; providerCostMicro?: string };
 }
 
-/** Progress a relay reports for an attempt (dispatch calls it; see Admission.progress). */
+/** Progress a relay reports for an attempt (dispatch calls it; see BudgetVerdict.progress). */
 export interface AttemptProgress {
   generationId?: string;
   usage?: Usage;

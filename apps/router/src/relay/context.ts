@@ -2,8 +2,7 @@
 // the client's abort signal, timing, logger and metrics.
 import type { ServerResponse } from "node:http";
 import type { Backend } from "../backends/types.ts";
-import type { Usage } from "../backends/usage.ts";
-import type { Admission } from "../billing/guard.ts";
+import type { BudgetVerdict, SettleOutcome } from "../billing/guard.ts";
 import type { Deadlines } from "../config.ts";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
@@ -32,7 +31,7 @@ export interface RelayContext {
    * Asked before each attempt: a paid backend is held against the tenant's
    * budget here, or skipped. `patch` is merged into the body for that attempt.
    */
-  admit?: (backend: Backend) => Promise<Admission>;
+  admit?: (backend: Backend) => Promise<BudgetVerdict>;
   /** An admitted attempt failed before its first byte: nothing was charged. */
   release?: (backend: Backend) => void;
   /**
@@ -44,16 +43,4 @@ export interface RelayContext {
   headers?: Record<string, string>;
   /** Continue a stream that broke mid-way on another free backend (opt-in). */
   resume?: { maxResumes: number };
-}
-
-export type { Admission };
-
-export interface SettleOutcome {
-  backend: Backend;
-  status: "ok" | "error" | "client_cancelled" | "timeout";
-  usage?: Usage;
-  /** performance.now() of the first streamed event. */
-  firstTokenAt?: number;
-  /** Stream events relayed (a usage estimate when the provider reports none). */
-  chunks?: number;
 }

@@ -63,7 +63,7 @@ export interface Leg {
   ttftMs: number;
   /** Continuations' payloads are rewritten to look like the first upstream's. */
   rewrite?: (payload: string) => string;
-  /** A paid attempt's progress report (Admission.progress): the usage seen goes beside its intent. */
+  /** A paid attempt's progress report (BudgetVerdict.progress): the usage seen goes beside its intent. */
   progress?: (p: { generationId?: string; usage?: Usage }) => void;
 }
 

@@ -26,7 +26,7 @@
 // Every ranking can explain itself (the x-switchyard-route header, a debug log line).
 import { PREFIX_NAME_FIELD, type WorkerRecord } from "@switchyard/state";
 import type { Backend, UpstreamFailure } from "../backends/types.ts";
-import type { Admission as BillingAdmission } from "../billing/guard.ts";
+import type { BudgetVerdict } from "../billing/guard.ts";
 import type { PriceBook } from "../billing/prices.ts";
 import { configSchema, type Config } from "../config.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
@@ -48,7 +48,7 @@ export function defaultScorerConfig(): ScorerConfig {
  * tenant). Set by the router on every worker attempt, over whatever the
  * client put in those fields; paid backends never get them.
  */
-export function withPrefixName(admission: BillingAdmission, backend: Pick<Backend, "workerId">, cls: RequestClass): BillingAdmission {
+export function withPrefixName(admission: BudgetVerdict, backend: Pick<Backend, "workerId">, cls: RequestClass): BudgetVerdict {
   if (!admission.ok || backend.workerId === undefined) return admission;
   return { ...admission, patch: { ...admission.patch, [PREFIX_NAME_FIELD]: cls.prefixKey ?? null, [CACHE_SCOPE_FIELD]: cls.cacheScope ?? null } };
 }

@@ -3,10 +3,9 @@
 // the connection, headers and how Anthropic's failures map onto
 // UpstreamFailure.
 import { Pool } from "undici";
-import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { defaultUpstreamLimits, errorBodyText, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
-import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse } from "../types.ts";
+import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse, type AttemptCall } from "../types.ts";
 import { toMessagesRequest } from "./request.ts";
 import { fromMessagesResponse } from "./response.ts";
 import { MessagesStreamTranslator } from "./stream.ts";
@@ -118,7 +117,7 @@ export class AnthropicBackend implements Backend {
     return path === "/v1/chat/completions";
   }
 
-  async open(req: BackendRequest, ctx: RelayContext, signal: AbortSignal): Promise<UpstreamResponse> {
+  async open(req: BackendRequest, call: AttemptCall, signal: AbortSignal): Promise<UpstreamResponse> {
     if (!this.supports(req.path) || req.raw) {
       // Routing should never send these here; another candidate may serve them.
       throw new UpstreamFailure("protocol", `anthropic does not serve ${req.path}${req.raw ? " as raw bytes" : ""}`, true);
@@ -141,7 +140,7 @@ export class AnthropicBackend implements Backend {
           "anthropic-version": options.version,
           "content-type": "application/json",
           accept: req.stream ? "text/event-stream" : "application/json",
-          "x-request-id": ctx.requestId,
+          "x-request-id": call.requestId,
         },
         body: JSON.stringify(body),
         signal,

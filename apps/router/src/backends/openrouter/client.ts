@@ -4,10 +4,9 @@
 // OpenRouter's error shapes — before the stream, mid-stream and in a 200
 // body — onto UpstreamFailure.
 import { Pool } from "undici";
-import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { boundedBody, defaultUpstreamLimits, errorBodyText, rawRelayHeaders, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
-import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse } from "../types.ts";
+import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse, type AttemptCall } from "../types.ts";
 
 export interface OpenRouterOptions {
   /** The API root, e.g. https://openrouter.ai/api/v1. */
@@ -112,7 +111,7 @@ export class OpenRouterBackend implements Backend {
     return endpoints[path] !== undefined;
   }
 
-  async open(req: BackendRequest, ctx: RelayContext, signal: AbortSignal): Promise<UpstreamResponse> {
+  async open(req: BackendRequest, call: AttemptCall, signal: AbortSignal): Promise<UpstreamResponse> {
     const endpoint = endpoints[req.path];
     if (!endpoint) throw new UpstreamFailure("protocol", `openrouter does not serve ${req.path}`, true);
     const clientUsage = req.body.usage;
@@ -128,7 +127,7 @@ export class OpenRouterBackend implements Backend {
       res = await c.pool.request({
         path: c.basePath + endpoint,
         method: "POST",
-        headers: { ...c.headers, accept: req.stream ? "text/event-stream" : "application/json", "x-request-id": ctx.requestId },
+        headers: { ...c.headers, accept: req.stream ? "text/event-stream" : "application/json", "x-request-id": call.requestId },
         body: JSON.stringify(body),
         signal,
       });

@@ -3,7 +3,6 @@
 import { Pool } from "undici";
 import type { LookupFunction } from "node:net";
 import { FENCING_SIGNATURE_HEADER, FencingSigner, workerCallSecret, type WorkerRecord } from "@switchyard/state";
-import type { RelayContext } from "../../relay/context.ts";
 import { parseSse } from "../../relay/sse.ts";
 import {
   boundedBody,
@@ -16,7 +15,7 @@ import {
   type UpstreamLimits,
   upstreamErrorOf,
 } from "../transport.ts";
-import { type Backend, type BackendRequest, UpstreamFailure, type UpstreamResponse } from "../types.ts";
+import { type Backend, type BackendRequest, UpstreamFailure, type UpstreamResponse, type AttemptCall } from "../types.ts";
 
 export interface WorkerPoolOptions {
   connectTimeoutMs: number;
@@ -127,11 +126,11 @@ export class WorkerBackend implements Backend {
     return true;
   }
 
-  async open(req: BackendRequest, ctx: RelayContext, signal: AbortSignal): Promise<UpstreamResponse> {
+  async open(req: BackendRequest, call: AttemptCall, signal: AbortSignal): Promise<UpstreamResponse> {
     const headers: Record<string, string> = {
       "content-type": "application/json",
       accept: req.raw?.accept ?? (req.stream ? "text/event-stream" : "application/json"),
-      "x-request-id": ctx.requestId,
+      "x-request-id": call.requestId,
     };
     const token = this.connections.tokenFor(this.worker.id);
     if (token) headers.authorization = `Bearer ${token}`;

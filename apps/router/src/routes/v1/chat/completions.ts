@@ -3,7 +3,8 @@ import type { Hono } from "hono";
 import { z } from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
-import { generationFields, handleInference } from "../inference.ts";
+import { handleInference } from "../../../pipeline/inference.ts";
+import { generationFields } from "../fields.ts";
 
 const contentPart = z.looseObject({ type: z.string() });
 
@@ -19,7 +20,5 @@ export const chatCompletionSchema = z.looseObject({
 });
 
 export function registerChatCompletions(app: Hono<AppEnv>, deps: AppDeps): void {
-  app.post("/v1/chat/completions", authenticate(deps), ...jsonBody(deps), (c) =>
-    handleInference(c, deps, "/v1/chat/completions", chatCompletionSchema),
-  );
+  app.post("/v1/chat/completions", authenticate(deps), ...jsonBody(deps, chatCompletionSchema), (c) => handleInference(c, deps, "/v1/chat/completions"));
 }

@@ -3,7 +3,8 @@ import type { Hono } from "hono";
 import { z } from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
-import { generationFields, handleInference } from "../inference.ts";
+import { handleInference } from "../../../pipeline/inference.ts";
+import { generationFields } from "../fields.ts";
 
 export const completionSchema = z.looseObject({
   ...generationFields,
@@ -11,5 +12,5 @@ export const completionSchema = z.looseObject({
 });
 
 export function registerCompletions(app: Hono<AppEnv>, deps: AppDeps): void {
-  app.post("/v1/completions", authenticate(deps), ...jsonBody(deps), (c) => handleInference(c, deps, "/v1/completions", completionSchema));
+  app.post("/v1/completions", authenticate(deps), ...jsonBody(deps, completionSchema), (c) => handleInference(c, deps, "/v1/completions"));
 }

@@ -3,7 +3,8 @@ import type { Hono } from "hono";
 import { z } from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
-import { handleInference, UINT32_MAX } from "../inference.ts";
+import { handleInference } from "../../../pipeline/inference.ts";
+import { UINT32_MAX } from "../fields.ts";
 
 export const embeddingsSchema = z.looseObject({
   model: z.string().min(1),
@@ -37,5 +38,5 @@ export function embeddingsSchemaFor(limits: EmbeddingsLimits) {
 
 export function registerEmbeddings(app: Hono<AppEnv>, deps: AppDeps): void {
   const schema = embeddingsSchemaFor(deps.config.embeddings);
-  app.post("/v1/embeddings", authenticate(deps), ...jsonBody(deps), (c) => handleInference(c, deps, "/v1/embeddings", schema));
+  app.post("/v1/embeddings", authenticate(deps), ...jsonBody(deps, schema), (c) => handleInference(c, deps, "/v1/embeddings"));
 }

@@ -5,7 +5,8 @@ import { z } from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { chatMessageSchema } from "../chat/completions.ts";
-import { handleInference, UINT32_MAX } from "../inference.ts";
+import { handleInference } from "../../../pipeline/inference.ts";
+import { UINT32_MAX } from "../fields.ts";
 
 export const hiddenStatesSchema = z
   .looseObject({
@@ -19,8 +20,8 @@ export const hiddenStatesSchema = z
   .refine((b) => (b.input === undefined) !== (b.messages === undefined), { message: "exactly one of input or messages is required", path: ["input"] });
 
 export function registerHiddenStates(app: Hono<AppEnv>, deps: AppDeps): void {
-  app.post("/v1/hidden_states", authenticate(deps), ...jsonBody(deps), (c) => {
+  app.post("/v1/hidden_states", authenticate(deps), ...jsonBody(deps, hiddenStatesSchema), (c) => {
     const accept = (c.req.header("accept") ?? "").includes("application/json") ? "application/json" : "application/octet-stream";
-    return handleInference(c, deps, "/v1/hidden_states", hiddenStatesSchema, { accept });
+    return handleInference(c, deps, "/v1/hidden_states", { accept });
   });
 }

@@ -6,8 +6,7 @@ import { z } from "zod";
 import type { Config } from "../../../config.ts";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { LeaseService } from "../../../leases/service.ts";
-import { authenticate, clientSignal, jsonBody, readJson } from "../../../middleware.ts";
-import { validate } from "../inference.ts";
+import { authenticate, clientSignal, jsonBody } from "../../../middleware.ts";
 import { leaseJson } from "./view.ts";
 
 export function createLeaseSchema(cfg: Config["leases"]) {
@@ -24,8 +23,8 @@ export function createLeaseSchema(cfg: Config["leases"]) {
     .refine((b) => (b.model === undefined) !== (b.worker === undefined), { message: "give exactly one of model or worker", path: ["model"] });
 }
 
-export async function createLease(c: Context<AppEnv>, deps: AppDeps, leases: LeaseService, schema: ReturnType<typeof createLeaseSchema>): Promise<Response> {
-  const body = validate(schema, await readJson(c, deps.config.router.bodyLimitBytes));
+export async function createLease(c: Context<AppEnv>, leases: LeaseService): Promise<Response> {
+  const body = c.get("body") as z.infer<ReturnType<typeof createLeaseSchema>>;
   const lease = await leases.acquire({
     tenantId: c.get("tenant").tenantId,
     target: body.worker !== undefined ? { worker: body.worker } : { model: body.model! },
@@ -40,5 +39,5 @@ export function registerCreateLease(app: Hono<AppEnv>, deps: AppDeps): void {
   const leases = deps.leases;
   if (!leases) return;
   const schema = createLeaseSchema(deps.config.leases);
-  app.post("/v1/leases", authenticate(deps), ...jsonBody(deps), (c) => createLease(c, deps, leases, schema));
+  app.post("/v1/leases", authenticate(deps), ...jsonBody(deps, schema), (c) => createLease(c, leases));
 }

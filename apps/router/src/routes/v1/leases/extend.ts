@@ -6,16 +6,15 @@ import { z } from "zod";
 import type { Config } from "../../../config.ts";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { LeaseService } from "../../../leases/service.ts";
-import { authenticate, jsonBody, readJson } from "../../../middleware.ts";
-import { validate } from "../inference.ts";
+import { authenticate, jsonBody } from "../../../middleware.ts";
 import { leaseJson } from "./view.ts";
 
 export function extendLeaseSchema(cfg: Config["leases"]) {
   return z.strictObject({ duration_s: z.number().min(cfg.minDurationS).max(cfg.maxDurationS) });
 }
 
-export async function extendLease(c: Context<AppEnv>, deps: AppDeps, leases: LeaseService, schema: ReturnType<typeof extendLeaseSchema>): Promise<Response> {
-  const body = validate(schema, await readJson(c, deps.config.router.bodyLimitBytes));
+export async function extendLease(c: Context<AppEnv>, leases: LeaseService): Promise<Response> {
+  const body = c.get("body") as z.infer<ReturnType<typeof extendLeaseSchema>>;
   const lease = await leases.extend(c.get("tenant").tenantId, c.req.param("id") ?? "", Math.max(1, Math.round(body.duration_s * 1000)));
   return c.json(leaseJson({ lease, status: "active" }));
 }
@@ -24,5 +23,5 @@ export function registerExtendLease(app: Hono<AppEnv>, deps: AppDeps): void {
   const leases = deps.leases;
   if (!leases) return;
   const schema = extendLeaseSchema(deps.config.leases);
-  app.post("/v1/leases/:id/extend", authenticate(deps), ...jsonBody(deps), (c) => extendLease(c, deps, leases, schema));
+  app.post("/v1/leases/:id/extend", authenticate(deps), ...jsonBody(deps, schema), (c) => extendLease(c, leases));
 }

@@ -1,0 +1,188 @@
+// One inference request's way through the router, built in one place: admit
+// (a place on the model's worker pool) → resolve (the chain's live
+// candidates) → hold (the budget tab) → leases → attempt (dispatch with
+// failover) → settle. Each stage owns what it must give back: the pool place
+// is released once, whichever way the request ends; the tab settles once.
+import type { Context } from "hono";
+import { PREFIX_NAME_FIELD } from "@switchyard/state";
+import type { PoolPlace } from "../admission/gate.ts";
+import type { KeyOwner } from "../auth/key-store.ts";
+import type { InferencePath } from "../backends/types.ts";
+import { normalizeMaxOutput } from "../billing/estimate.ts";
+import type { RequestTab } from "../billing/guard.ts";
+import type { AppDeps, AppEnv } from "../deps.ts";
+import { ApiError } from "../errors.ts";
+import { routeWithLeases } from "../leases/service.ts";
+import { clientRequestId, clientSignal } from "../middleware.ts";
+import type { RelayContext } from "../relay/context.ts";
+import { dispatch } from "../relay/dispatch.ts";
+import type { Resolution } from "../routing/chain.ts";
+import { CACHE_SCOPE_FIELD, requestClass, type RequestClass } from "../routing/request-class.ts";
+import { withPrefixName } from "../routing/scorer.ts";
+
+/** The validated body of an inference route: OpenAI-shaped, with a model. */
+export type InferenceBody = { model: string; stream?: boolean | null | undefined } & Record<string, unknown>;
+
+/** An inference route's request (chat, completions, embeddings, hidden states), the body already validated by the route's middleware. */
+export function handleInference(c: Context<AppEnv>, deps: AppDeps, path: InferencePath, raw?: { accept: string }): Promise<Response> {
+  return new InferencePipeline(c, deps, path, c.get("body") as InferenceBody, raw).run();
+}
+
+export class InferencePipeline {
+  private readonly tenant: KeyOwner;
+  private place: PoolPlace | undefined;
+
+  constructor(
+    private readonly c: Context<AppEnv>,
+    private readonly deps: AppDeps,
+    private readonly path: InferencePath,
+    private readonly body: InferenceBody,
+    private readonly raw?: { accept: string },
+  ) {
+    this.tenant = c.get("tenant");
+  }
+
+  async run(): Promise<Response> {
+    // One output limit, before the budget hold and before any upstream sees the body.
+    normalizeMaxOutput(this.path, this.body);
+    await this.admit();
+    try {
+      const { resolution, cls } = this.resolve();
+      const stripUsage = this.askForUsage();
+      const tab = this.hold();
+      // Leases: a holder's request runs only on its leased worker, carrying the fencing token; others skip leased workers.
+      const leased = await routeWithLeases(this.deps.leases, resolution.backends, {
+        leaseId: this.c.req.header("x-switchyard-lease"),
+        tenantId: this.tenant.tenantId,
+        model: this.body.model,
+        signal: clientSignal(this.c),
+      });
+      const result = await this.attempt(leased, resolution, cls, tab, stripUsage);
+      if (this.body.stream === true) this.c.set("streaming", true);
+      return result.response;
+    } catch (err) {
+      this.place?.release();
+      if (err instanceof ApiError && err.code === "no_healthy_backend" && !err.headers["retry-after"]) {
+        // Keep a more precise Retry-After when the thrower knew one (e.g. when the leases end).
+        throw new ApiError(err.code, err.message, null, { ...err.headers, "retry-after": this.retryAfter() });
+      }
+      throw err;
+    }
+  }
+
+  /** Admission: room for the tenant's band on the model's worker pool, or a wait in its fair queue (403/429/503/504 otherwise). */
+  private async admit(): Promise<void> {
+    this.place = await this.deps.admission?.admit({
+      model: this.body.model,
+      tenantName: this.tenant.tenantName,
+      priority: this.c.req.header("x-switchyard-priority"),
+      leased: this.c.req.header("x-switchyard-lease") !== undefined,
+      signal: clientSignal(this.c),
+      outgoing: this.c.env?.outgoing,
+    });
+  }
+
+  /** The chain's live candidates for the model, in order (404 model_not_found, 503 no_healthy_backend). */
+  private resolve(): { resolution: Resolution; cls: RequestClass } {
+    const { body } = this;
+    // Prefix names are per tenant and the router's alone: a client's own switchyard_prefix never reaches a worker.
+    delete body[PREFIX_NAME_FIELD];
+    // Likewise the engine prefix-cache scope: a client can't pick another tenant's.
+    delete body[CACHE_SCOPE_FIELD];
+    const cls = requestClass(this.path, body, String(this.tenant.tenantId));
+    const resolution = this.deps.chain.resolve(body.model, this.tenant.tenantName, cls);
+    if (!resolution.known) {
+      throw new ApiError("model_not_found", `model '${body.model}' is not served by any live worker or configured provider`, "model");
+    }
+    if (resolution.backends.length === 0) {
+      throw new ApiError("no_healthy_backend", `no worker for model '${body.model}' is ready (warming, draining or busy)`, null, { "retry-after": this.retryAfter() });
+    }
+    return { resolution, cls };
+  }
+
+  /**
+   * Streams always ask the upstream for usage (the ledger needs it); the
+   * usage chunk reaches the client only if it asked too. True when it didn't.
+   */
+  private askForUsage(): boolean {
+    const { body } = this;
+    if (body.stream !== true || this.path === "/v1/embeddings") return false;
+    const so = (body.stream_options ?? {}) as { include_usage?: boolean };
+    if (so.include_usage === true) return false;
+    body.stream_options = { ...so, include_usage: true };
+    return true;
+  }
+
+  /** The request's budget tab: paid attempts are held against the tenant's day through it, and it settles the ledger row. */
+  private hold(): RequestTab {
+    const startedAt = this.c.get("startedAt");
+    return this.deps.guard.open({
+      requestId: this.c.get("requestId"),
+      tenant: this.tenant,
+      path: this.path,
+      body: this.body,
+      model: this.body.model,
+      arrivedAtMs: Date.now() - (performance.now() - startedAt),
+      startedAtPerf: startedAt,
+    });
+  }
+
+  /** Dispatch with failover; each attempt is admitted by the pool place and the tab, and the end settles both. */
+  private attempt(leased: Awaited<ReturnType<typeof routeWithLeases>>, resolution: Resolution, cls: RequestClass, tab: RequestTab, stripUsage: boolean) {
+    const { c, deps, body, raw } = this;
+    const place = this.place;
+    return dispatch(
+      leased.backends,
+      { path: this.path, body, stream: body.stream === true, ...(raw ? { raw } : {}), ...(leased.fencingToken !== undefined ? { fencingToken: leased.fencingToken } : {}) },
+      {
+        requestId: c.get("requestId"),
+        deadlines: deps.config.deadlines,
+        signal: clientSignal(c),
+        ...(deps.shutdown ? { shutdown: deps.shutdown } : {}),
+        startedAt: c.get("startedAt"),
+        log: c.get("log"),
+        metrics: deps.metrics,
+        maxAttempts: deps.config.router.maxAttempts,
+        route: c.get("route"),
+        outgoing: c.env?.outgoing,
+        stripUsage,
+        ...this.routingContext(resolution),
+        admit: (b) => {
+          place?.attempt(b);
+          return tab.admit(b).then((a) => withPrefixName(a, b, cls));
+        },
+        release: (b) => tab.release(b),
+        settle: (o) => {
+          place?.release();
+          tab.settle(o);
+        },
+      },
+    );
+  }
+
+  private retryAfter(): string {
+    return String(this.deps.config.router.retryAfterS);
+  }
+
+  /**
+   * Routing feedback for dispatch, the decision explained (x-switchyard-route
+   * when the client sends `x-switchyard-debug: route` or config asks; a debug
+   * log line), and stream resume when the request or config opts in.
+   */
+  private routingContext(resolution: Resolution): Pick<RelayContext, "observe" | "headers" | "resume"> {
+    const { c, deps } = this;
+    const { scorer, resume } = deps.config.routing;
+    const header = scorer.debugHeader || /(^|[\s,])route([\s,]|$)/.test(c.req.header("x-switchyard-debug") ?? "");
+    const out: Pick<RelayContext, "observe" | "headers" | "resume"> = { observe: resolution.observe };
+    if (header || deps.config.log.level === "debug") {
+      const explained = resolution.explain();
+      c.get("log").debug("route", { model: this.body.model, candidates: explained });
+      if (header) out.headers = { "x-switchyard-route": explained };
+    }
+    // The relay builds its own responses: the client's correlation id rides along.
+    const clientId = clientRequestId(c);
+    if (clientId) out.headers = { ...out.headers, "x-client-request-id": clientId };
+    if (resume.enabled || c.req.header("x-switchyard-resume") === "true") out.resume = { maxResumes: resume.maxResumes };
+    return out;
+  }
+}
