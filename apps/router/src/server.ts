@@ -390,7 +390,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   });
   deps.summary = summary;
   // Between authentication and routing: bands, ceilings and fair queues per worker pool.
-  deps.admission = new AdmissionGate({ config: config.admission, maxHoldMs: config.deadlines.totalMs, directory, chain: deps.chain, providers: config.providers, metrics, log });
+  deps.admission = new AdmissionGate({ config: config.admission, maxHoldMs: config.deadlines.totalMs, directory, chain: deps.chain, metrics, log });
   await prices.start();
   await ledgerStream?.start();
   await orphans?.start();

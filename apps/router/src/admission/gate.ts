@@ -31,9 +31,8 @@
 // request to a paid API by itself — a tenant that prefers paying to waiting
 // puts the paid step first in its chain.
 import type { ServerResponse } from "node:http";
-import { acceptsNewWork } from "@switchyard/state";
 import type { Backend } from "../backends/types.ts";
-import { priorityBands, type Config, type PriorityBand } from "../config.ts";
+import { priorityBands, type PriorityBand } from "../config.ts";
 import { ApiError } from "../errors.ts";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
@@ -74,10 +73,8 @@ export interface AdmissionGateDeps {
   /** The longest a request may live (deadlines.totalMs): a place is never held much longer. */
   maxHoldMs: number;
   directory: WorkerDirectory;
-  /** The chain's naming and order rules (read only: resolving would move the scorer's round-robin). */
-  chain: Pick<BackendChain, "chainOf" | "isLocal" | "upstreamName">;
-  /** Paid providers configured (a paid step without one is skipped by the chain). */
-  providers: Config["providers"];
+  /** Which worker pool a request reaches first (a lookup: resolving would move the scorer's round-robin). */
+  chain: Pick<BackendChain, "workerPool">;
   metrics: RouterMetrics;
   log: Logger;
 }
@@ -168,7 +165,8 @@ export class AdmissionGate {
     }
     const band = choice.band;
     if (req.signal.aborted) throw this.cancelled(band);
-    const poolName = this.poolOf(req.model, req.tenantName);
+    // The chain walks it: the worker pool this request reaches first, if any.
+    const poolName = this.deps.chain.workerPool(req.model, req.tenantName);
     if (poolName === undefined) return ungated(band);
     const pool = this.pool(poolName);
     if (pool.load.capacity <= 0) return ungated(band);
@@ -256,27 +254,6 @@ export class AdmissionGate {
   private cancelled(band: PriorityBand): ApiError {
     this.deps.metrics.admissionRejections.inc({ band, reason: "cancelled" });
     return new ApiError("request_cancelled", "the client went away while the request waited for admission");
-  }
-
-  /**
-   * The worker pool this request would reach first in its tenant's chain
-   * (the workers serving the model's worker name, accepting work), or
-   * undefined when a paid step comes first or no such worker exists.
-   */
-  private poolOf(model: string, tenantName: string): string | undefined {
-    const { chain, directory, providers } = this.deps;
-    const name = chain.upstreamName(model, "worker");
-    if (name === undefined) return undefined;
-    const workers = (directory.models().get(name) ?? []).filter(acceptsNewWork);
-    if (workers.length === 0) return undefined;
-    for (const step of chain.chainOf(tenantName)) {
-      if (step === "local" || step === "remote") {
-        if (workers.some((w) => chain.isLocal(w) === (step === "local"))) return name;
-      } else if (providers[step] && chain.upstreamName(model, step) !== undefined) {
-        return undefined;
-      }
-    }
-    return undefined;
   }
 
   private pool(name: string): Pool {

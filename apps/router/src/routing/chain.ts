@@ -5,7 +5,7 @@
 // OpenRouter id, "claude-…" an Anthropic one). Free self-hosted backends come
 // first by default; paid ones are held against the budget when tried.
 import { networkInterfaces, hostname } from "node:os";
-import type { WorkerRecord } from "@switchyard/state";
+import { acceptsNewWork, type WorkerRecord } from "@switchyard/state";
 import type { Backend } from "../backends/types.ts";
 import type { ChainStep, Config } from "../config.ts";
 import type { WorkerDirectory } from "./directory.ts";
@@ -116,6 +116,28 @@ export class BackendChain {
     } catch {
       return false;
     }
+  }
+
+  /**
+   * The worker pool a request for `model` from this tenant reaches first in
+   * its chain (admission gates it): the workers serving the model's worker
+   * name and accepting work, when a worker step with one of them comes before
+   * any paid step that serves the model; undefined otherwise. A lookup: no
+   * scoring, no round-robin turn.
+   */
+  workerPool(model: string, tenantName: string): string | undefined {
+    const name = this.upstreamName(model, "worker");
+    if (name === undefined) return undefined;
+    const workers = (this.directory.models().get(name) ?? []).filter(acceptsNewWork);
+    if (workers.length === 0) return undefined;
+    for (const step of this.chainOf(tenantName)) {
+      if (step === "local" || step === "remote") {
+        if (workers.some((w) => this.isLocal(w) === (step === "local"))) return name;
+      } else if (this.providers[step] && this.upstreamName(model, step) !== undefined) {
+        return undefined;
+      }
+    }
+    return undefined;
   }
 
   /**
