@@ -1,6 +1,6 @@
 // One inference request's way through the router, built in one place: admit
 // (a place on the model's worker pool) → resolve (the chain's live
-// candidates) → hold (the budget tab) → leases → attempt (dispatch with
+// candidates, then leases) → hold (the budget tab) → attempt (dispatch with
 // failover) → settle. Each stage owns what it must give back: the pool place
 // is released once, whichever way the request ends; the tab settles once.
 import type { Context } from "hono";
@@ -12,7 +12,7 @@ import { normalizeMaxOutput } from "../billing/estimate.ts";
 import type { RequestTab } from "../billing/guard.ts";
 import type { AppDeps, AppEnv } from "../deps.ts";
 import { ApiError } from "../errors.ts";
-import { routeWithLeases } from "../leases/service.ts";
+import { routeWithLeases, type LeaseRouting } from "../leases/service.ts";
 import { clientRequestId, clientSignal } from "../middleware.ts";
 import type { RelayContext } from "../relay/context.ts";
 import { dispatch } from "../relay/dispatch.ts";
@@ -47,16 +47,9 @@ export class InferencePipeline {
     normalizeMaxOutput(this.path, this.body);
     await this.admit();
     try {
-      const { resolution, cls } = this.resolve();
+      const { resolution, cls, leased } = await this.resolve();
       const stripUsage = this.askForUsage();
       const tab = this.hold();
-      // Leases: a holder's request runs only on its leased worker, carrying the fencing token; others skip leased workers.
-      const leased = await routeWithLeases(this.deps.leases, resolution.backends, {
-        leaseId: this.c.req.header("x-switchyard-lease"),
-        tenantId: this.tenant.tenantId,
-        model: this.body.model,
-        signal: clientSignal(this.c),
-      });
       const result = await this.attempt(leased, resolution, cls, tab, stripUsage);
       if (this.body.stream === true) this.c.set("streaming", true);
       return result.response;
@@ -82,8 +75,12 @@ export class InferencePipeline {
     });
   }
 
-  /** The chain's live candidates for the model, in order (404 model_not_found, 503 no_healthy_backend). */
-  private resolve(): { resolution: Resolution; cls: RequestClass } {
+  /**
+   * The chain's live candidates for the model, in order (404 model_not_found,
+   * 503 no_healthy_backend), then leases: a holder's request runs only on its
+   * leased worker, carrying the fencing token; others skip leased workers.
+   */
+  private async resolve(): Promise<{ resolution: Resolution; cls: RequestClass; leased: LeaseRouting }> {
     const { body } = this;
     // Prefix names are per tenant and the router's alone: a client's own switchyard_prefix never reaches a worker.
     delete body[PREFIX_NAME_FIELD];
@@ -97,7 +94,13 @@ export class InferencePipeline {
     if (resolution.backends.length === 0) {
       throw new ApiError("no_healthy_backend", `no worker for model '${body.model}' is ready (warming, draining or busy)`, null, { "retry-after": this.retryAfter() });
     }
-    return { resolution, cls };
+    const leased = await routeWithLeases(this.deps.leases, resolution.backends, {
+      leaseId: this.c.req.header("x-switchyard-lease"),
+      tenantId: this.tenant.tenantId,
+      model: body.model,
+      signal: clientSignal(this.c),
+    });
+    return { resolution, cls, leased };
   }
 
   /**
@@ -128,7 +131,7 @@ export class InferencePipeline {
   }
 
   /** Dispatch with failover; each attempt is admitted by the pool place and the tab, and the end settles both. */
-  private attempt(leased: Awaited<ReturnType<typeof routeWithLeases>>, resolution: Resolution, cls: RequestClass, tab: RequestTab, stripUsage: boolean) {
+  private attempt(leased: LeaseRouting, resolution: Resolution, cls: RequestClass, tab: RequestTab, stripUsage: boolean) {
     const { c, deps, body, raw } = this;
     const place = this.place;
     return dispatch(
