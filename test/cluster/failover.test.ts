@@ -251,7 +251,9 @@ describe("Redis Cluster: three routers", () => {
       while (!stop) {
         const r = await paid(routers[c % 3]!, tenants.steady.key, i++);
         paidResults.push(r);
-        if (r.status !== 200 && r.status !== 402) await sleep(20);
+        // Paced (≤ ~400/s over 12 loops), so a fast machine does not spend the
+        // 300-request budget before the kill: it must run out around the failover.
+        await sleep(r.status !== 200 && r.status !== 402 ? 20 : 30);
       }
     });
     const leaseLoops = Array.from({ length: 6 }, async (_, c) => {
@@ -284,7 +286,8 @@ describe("Redis Cluster: three routers", () => {
       }
     });
 
-    await sleep(1_500);
+    // Kill once traffic flows, with most of the budget left for after it.
+    await waitFor(() => paidResults.filter((r) => r.status === 200).length >= 60, { timeoutMs: 20_000, what: "60 paid requests served before the kill" });
     const servedBefore = paidResults.filter((r) => r.status === 200).length;
     expect(servedBefore).toBeGreaterThan(10);
     // The replica has the slot's data (a replica promoted before its first sync would bring up an empty slot).
