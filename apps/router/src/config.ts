@@ -9,6 +9,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { parseCidr } from "./routing/worker-url.ts";
 import { unknownConfigKeys } from "./config-keys.ts";
+import { aliasFields, providerKeys, providerRegistry, providersShape, type ProviderKey } from "./backends/registry.ts";
 import { checkRedisTarget, type RedisTarget } from "@switchyard/state";
 
 const deadlinesSchema = z.object({
@@ -24,10 +25,10 @@ const deadlinesSchema = z.object({
   totalMs: z.number().int().positive().default(600_000),
 });
 
-/** A step of a fall-through chain: self-hosted workers on this machine or elsewhere, then paid APIs. */
-export const chainSteps = ["local", "remote", "openrouter", "anthropic"] as const;
-export type ChainStep = (typeof chainSteps)[number];
-const chainStep = z.enum(chainSteps);
+/** A step of a fall-through chain: self-hosted workers on this machine or elsewhere, then paid APIs (backends/registry.ts). */
+export type ChainStep = "local" | "remote" | ProviderKey;
+export const chainSteps: readonly ChainStep[] = ["local", "remote", ...providerKeys];
+const chainStep = z.enum(chainSteps as [ChainStep, ...ChainStep[]]);
 
 /** Admission priority bands, highest first. */
 export const priorityBands = ["interactive", "standard", "batch"] as const;
@@ -212,33 +213,12 @@ export const configSchema = z.object({
       level: z.enum(["debug", "info", "warn", "error"]).default("info"),
     })
     .prefault({}),
-  /** Paid APIs; each is on when its key is set. */
-  providers: z
-    .object({
-      openrouter: z
-        .object({
-          apiKey: z.string().min(1),
-          baseUrl: z.url().default("https://openrouter.ai/api/v1"),
-          /** Sent as HTTP-Referer / X-Title: how OpenRouter attributes the app. */
-          referer: z.string().optional(),
-          title: z.string().default("Switchyard"),
-        })
-        .optional(),
-      anthropic: z
-        .object({
-          apiKey: z.string().min(1),
-          baseUrl: z.url().default("https://api.anthropic.com"),
-          version: z.string().default("2023-06-01"),
-          /** Anthropic requires max_tokens; used when the client sent none. */
-          defaultMaxTokens: z.number().int().positive().default(4096),
-        })
-        .optional(),
-    })
-    .prefault({}),
+  /** Paid APIs, each section declared by its provider (backends/<name>/provider.ts); each is on when its section (its key) is set. */
+  providers: z.object(providersShape()).prefault({}),
   routing: z
     .object({
       /** The fall-through chain: where a request may run, in order. */
-      chain: z.array(chainStep).min(1).default(["local", "remote", "openrouter", "anthropic"]),
+      chain: z.array(chainStep).min(1).default([...chainSteps]),
       /** Per-tenant chains, by tenant name (e.g. a tenant that must never reach paid APIs). */
       tenantChains: z.record(z.string(), z.array(chainStep).min(1)).default({}),
       /**
@@ -251,7 +231,7 @@ export const configSchema = z.object({
       models: z
         .record(
           z.string(),
-          z.object({ worker: z.string().optional(), openrouter: z.string().optional(), anthropic: z.string().optional() }),
+          z.object({ worker: z.string().optional(), ...aliasFields() }),
         )
         .default({}),
       /**
@@ -394,8 +374,7 @@ const envAliases: Record<string, string[]> = {
   SWITCHYARD_HOST: ["router", "host"],
   SWITCHYARD_WORKER_TOKEN: ["workers", "token"],
   SWITCHYARD_WORKER_SECRET_KEY: ["workers", "secretKey"],
-  OPENROUTER_API_KEY: ["providers", "openrouter", "apiKey"],
-  ANTHROPIC_API_KEY: ["providers", "anthropic", "apiKey"],
+  ...Object.fromEntries(providerRegistry.map((p) => [p.apiKeyEnv, ["providers", p.key, "apiKey"]])),
 };
 
 function camel(s: string): string {

@@ -25,10 +25,7 @@ import {
   type BudgetStore,
   type RegistryStore,
 } from "@switchyard/state";
-import { AnthropicBackend, AnthropicConnections } from "./backends/anthropic/client.ts";
-import { AnthropicCostLookup } from "./backends/anthropic/cost-lookup.ts";
-import { OpenRouterBackend, OpenRouterConnections } from "./backends/openrouter/client.ts";
-import { OpenRouterCostLookup } from "./backends/openrouter/cost-lookup.ts";
+import { connectProviders } from "./backends/registry.ts";
 import { PostgresBudgets } from "./billing/budgets.ts";
 import { BudgetGuard } from "./billing/guard.ts";
 import { BatchingLedgerWriter, type LedgerSink } from "./billing/ledger.ts";
@@ -344,19 +341,10 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const providers: ProviderBackends = {};
   const costLookups: Partial<Record<string, CrashCostLookup>> = {};
   const closers: Array<() => Promise<void>> = [];
-  const orCfg = config.providers.openrouter;
-  if (orCfg) {
-    const conns = new OpenRouterConnections({ ...orCfg, connectTimeoutMs: config.deadlines.connectMs, limits: upstreamLimits });
-    providers.openrouter = (model) => new OpenRouterBackend(model, conns);
-    costLookups.openrouter = new OpenRouterCostLookup(conns);
-    closers.push(() => conns.close());
-  }
-  const anCfg = config.providers.anthropic;
-  if (anCfg) {
-    const conns = new AnthropicConnections({ ...anCfg, connectTimeoutMs: config.deadlines.connectMs, limits: upstreamLimits });
-    providers.anthropic = (model) => new AnthropicBackend(model, conns);
-    costLookups.anthropic = new AnthropicCostLookup();
-    closers.push(() => conns.close());
+  for (const { key, connection } of connectProviders(config.providers, { connectTimeoutMs: config.deadlines.connectMs, limits: upstreamLimits })) {
+    providers[key] = (model) => connection.backend(model);
+    costLookups[key] = connection.costLookup;
+    closers.push(() => connection.close());
   }
   const orphans = intents && new OrphanFinisher(intents, guard, costLookups, { scanMs: config.billing.orphanScanMs, concurrency: config.billing.orphanLookupConcurrency });
   // Leases: live ones in Redis (or this process), tokens and audit in Postgres.

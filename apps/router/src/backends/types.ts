@@ -2,6 +2,8 @@
 // self-hosted workers, OpenRouter, Anthropic. Whatever the upstream speaks,
 // a backend hands the relay OpenAI-shaped bodies and SSE payloads (with an
 // OpenAI `usage` block), so billing and relaying are one code path.
+import type { ProviderKey } from "./registry.ts";
+
 export type InferencePath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/hidden_states";
 
 export interface BackendRequest {
@@ -50,7 +52,8 @@ export interface UpstreamResponse {
   abort(): void;
 }
 
-export type BackendKind = "worker" | "openrouter" | "anthropic";
+/** Self-hosted workers, or one of the registered providers (backends/registry.ts). */
+export type BackendKind = "worker" | ProviderKey;
 
 export interface Backend {
   readonly id: string;

@@ -6,16 +6,15 @@
 // first by default; paid ones are held against the budget when tried.
 import { networkInterfaces, hostname } from "node:os";
 import { acceptsNewWork, type WorkerRecord } from "@switchyard/state";
+import { providerClaiming, providerOf, type ProviderKey } from "../backends/registry.ts";
 import type { Backend } from "../backends/types.ts";
 import type { ChainStep, Config } from "../config.ts";
 import type { WorkerDirectory } from "./directory.ts";
 import { defaultRequestClass, type RequestClass } from "./request-class.ts";
 import { explainRanking, promoteFree, type AttemptReporter, type Score } from "./scorer.ts";
 
-export interface ProviderBackends {
-  openrouter?: (model: string) => Backend;
-  anthropic?: (model: string) => Backend;
-}
+/** Each configured provider's backend factory, by provider key. */
+export type ProviderBackends = Partial<Record<ProviderKey, (model: string) => Backend>>;
 
 export interface Resolution {
   /** Candidates in chain order (the scorer's order within a step). */
@@ -30,10 +29,9 @@ export interface Resolution {
   observe(backend: Backend): AttemptReporter;
 }
 
-/** Names that mean a paid backend by convention: "vendor/model" is an OpenRouter id, "claude-…" an Anthropic one. */
-export function conventionalUpstream(model: string, step: "openrouter" | "anthropic"): string | undefined {
-  if (step === "openrouter") return /^[\w.-]+\/[\w.:-]+$/.test(model) ? model : undefined;
-  return model.startsWith("claude-") ? model : undefined;
+/** Names that mean a paid backend by convention, as each provider declares (e.g. "vendor/model" is an OpenRouter id). */
+export function conventionalUpstream(model: string, step: ProviderKey): string | undefined {
+  return providerOf(step).conventionalName(model);
 }
 
 /**
@@ -45,7 +43,7 @@ export function conventionalUpstream(model: string, step: "openrouter" | "anthro
 export function workerMayServe(routing: Config["routing"], name: string): boolean {
   for (const alias of Object.values(routing.models)) if (alias.worker === name) return true;
   if (Object.hasOwn(routing.models, name)) return false;
-  return conventionalUpstream(name, "openrouter") === undefined && conventionalUpstream(name, "anthropic") === undefined;
+  return providerClaiming(name) === undefined;
 }
 
 /** Addresses that mean "this machine". */
@@ -79,15 +77,15 @@ export class BackendChain {
   }
 
   /** The name a kind of backend knows `model` by, if it serves it (admission finds a model's worker pool with it). */
-  upstreamName(model: string, step: "worker" | "openrouter" | "anthropic"): string | undefined {
+  upstreamName(model: string, step: "worker" | ProviderKey): string | undefined {
     const alias = Object.hasOwn(this.routing.models, model) ? this.routing.models[model] : undefined;
     if (alias) return alias[step];
     // Without an alias a paid backend's name is never a worker's (workerMayServe).
-    if (step === "worker") return conventionalUpstream(model, "openrouter") || conventionalUpstream(model, "anthropic") ? undefined : model;
+    if (step === "worker") return providerClaiming(model) !== undefined ? undefined : model;
     return conventionalUpstream(model, step);
   }
 
-  private provider(kind: "openrouter" | "anthropic", model: string): Backend | undefined {
+  private provider(kind: ProviderKey, model: string): Backend | undefined {
     const make = this.providers[kind];
     if (!make) return undefined;
     const key = `${kind}\u0000${model}`;
