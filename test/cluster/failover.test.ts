@@ -16,6 +16,7 @@ import { budgetDay, budgetKeys, leaseKeys, newLeaseId, openRedis, RedisBudgetSto
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { SimWorker } from "../fixtures/sim-worker.ts";
 import { createTestDb, sleep, uniqueName, waitFor, type TestDb } from "../helpers/env.ts";
+import { auditLeaseGrants } from "../helpers/lease-audit.ts";
 import { nodeCall, startRedisCluster, type TestCluster } from "../helpers/redis-cluster.ts";
 import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
 
@@ -210,21 +211,7 @@ describe("Redis Cluster: three routers", () => {
     const wallS = (performance.now() - t0) / 1000;
     await sleep(500);
     const events = await listLeaseEvents(db.db, { tenantId: tenant.tenant.id });
-    const granted = events.filter((e) => e.event === "granted");
-    const endOf = new Map<string, number>();
-    for (const e of events) {
-      const t = e.event === "released" ? Math.min(e.at.getTime(), e.expiresAt.getTime()) : e.expiresAt.getTime();
-      endOf.set(e.leaseId, Math.min(endOf.get(e.leaseId) ?? Infinity, t));
-    }
-    let overlaps = 0;
-    let inversions = 0;
-    for (const w of sims) {
-      const mine = granted.filter((e) => e.worker === w.id).sort((a, b) => a.at.getTime() - b.at.getTime() || a.fencingToken - b.fencingToken);
-      for (let k = 1; k < mine.length; k++) {
-        if (mine[k]!.at.getTime() < endOf.get(mine[k - 1]!.leaseId)!) overlaps++;
-        if (mine[k]!.fencingToken <= mine[k - 1]!.fencingToken) inversions++;
-      }
-    }
+    const { granted, overlaps, inversions } = auditLeaseGrants(events, sims.map((w) => w.id));
     console.log(`cluster leases through 3 routers: 10,000 acquisitions in ${wallS.toFixed(1)} s (${Math.round(10_000 / wallS)}/s), statuses ${JSON.stringify(Object.fromEntries(statuses))}, ${granted.length} granted, overlaps ${overlaps}, token inversions ${inversions}`);
     expect([...statuses.keys()].sort()).toEqual([201, 409]);
     expect(granted.length).toBe(statuses.get(201));
@@ -331,20 +318,8 @@ describe("Redis Cluster: three routers", () => {
     // Leases: from the audit, no two grants of one worker overlap, tokens strictly increase per worker.
     await sleep(500);
     const events = await listLeaseEvents(db.db, { tenantId: tenants.leaser.id });
-    const granted = events.filter((e) => e.event === "granted");
-    const endOf = new Map<string, number>();
-    for (const e of events) {
-      const t = e.event === "released" ? Math.min(e.at.getTime(), e.expiresAt.getTime()) : e.expiresAt.getTime();
-      endOf.set(e.leaseId, Math.min(endOf.get(e.leaseId) ?? Infinity, t));
-    }
-    let overlaps = 0;
-    let inversions = 0;
+    const { granted, overlaps, inversions } = auditLeaseGrants(events, sims.map((w) => w.id));
     for (const s of sims) {
-      const mine = granted.filter((e) => e.worker === s.id).sort((a, b) => a.at.getTime() - b.at.getTime() || a.fencingToken - b.fencingToken);
-      for (let k = 1; k < mine.length; k++) {
-        if (mine[k]!.at.getTime() < endOf.get(mine[k - 1]!.leaseId)!) overlaps++;
-        if (mine[k]!.fencingToken <= mine[k - 1]!.fencingToken) inversions++;
-      }
       let highest = 0;
       for (const f of s.fenceLog) {
         if (f.accepted) {
