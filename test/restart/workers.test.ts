@@ -85,6 +85,8 @@ describe("rolling restart of workers", () => {
     for (const n of [1, 2]) {
       const id = `${run}-${n}`;
       await sleep(1_500);
+      // Signal while it serves something: a quiet moment would drain nothing and prove nothing.
+      await waitFor(() => fx.router.deps.directory.scorer.inFlight(`worker:${id}`) > 0, { timeoutMs: 30_000, intervalMs: 5, what: `a request in flight on ${id}` });
       const before = results.length;
       const signalledAt = Date.now();
       const exit = await sigterm(workers.get(id)!, 60_000);
