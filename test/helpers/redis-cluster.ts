@@ -115,26 +115,7 @@ export async function startRedisCluster(opts: { masters?: number; replicasPerMas
     );
     children.set(port, child);
   }
-  // However the test process ends, its servers end with it.
-  const onExit = () => {
-    for (const c of children.values()) c.kill("SIGKILL");
-    rmSync(dir, { recursive: true, force: true });
-  };
-  process.once("exit", onExit);
-  const stopAll = async () => {
-    process.off("exit", onExit);
-    await Promise.all(
-      [...children.values()].map(
-        (c) =>
-          new Promise<void>((resolve) => {
-            if (c.exitCode !== null || c.signalCode !== null) return resolve();
-            c.once("exit", () => resolve());
-            c.kill("SIGKILL");
-          }),
-      ),
-    );
-    rmSync(dir, { recursive: true, force: true });
-  };
+  const stopAll = stopWithProcess(children, dir);
   try {
     await Promise.all(ports.map(waitPing));
     if (masters >= 3) {
@@ -262,26 +243,7 @@ export async function startSentinels(opts: { name?: string; downAfterMs?: number
   const children = new Map<number, ChildProcess>();
   const data = (port: number, extra: string[]) =>
     spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--dbfilename", `dump-${port}.rdb`, "--save", "", "--appendonly", "no", ...extra], { stdio: "ignore" });
-  // However the test process ends, its servers end with it.
-  const onExit = () => {
-    for (const c of children.values()) c.kill("SIGKILL");
-    rmSync(dir, { recursive: true, force: true });
-  };
-  process.once("exit", onExit);
-  const stopAll = async () => {
-    process.off("exit", onExit);
-    await Promise.all(
-      [...children.values()].map(
-        (c) =>
-          new Promise<void>((resolve) => {
-            if (c.exitCode !== null || c.signalCode !== null) return resolve();
-            c.once("exit", () => resolve());
-            c.kill("SIGKILL");
-          }),
-      ),
-    );
-    rmSync(dir, { recursive: true, force: true });
-  };
+  const stopAll = stopWithProcess(children, dir);
   try {
     children.set(primaryPort, data(primaryPort, []));
     children.set(replicaPort, data(replicaPort, ["--replicaof", "127.0.0.1", String(primaryPort)]));
@@ -346,5 +308,31 @@ export async function startSentinels(opts: { name?: string; downAfterMs?: number
         c.kill("SIGKILL");
       }),
     stop: stopAll,
+  };
+}
+
+/**
+ * Ties servers to this test process: however it ends, they end with it (and
+ * their directory goes). The returned function stops them now.
+ */
+function stopWithProcess(children: Map<number, ChildProcess>, dir: string): () => Promise<void> {
+  const onExit = () => {
+    for (const c of children.values()) c.kill("SIGKILL");
+    rmSync(dir, { recursive: true, force: true });
+  };
+  process.once("exit", onExit);
+  return async () => {
+    process.off("exit", onExit);
+    await Promise.all(
+      [...children.values()].map(
+        (c) =>
+          new Promise<void>((resolve) => {
+            if (c.exitCode !== null || c.signalCode !== null) return resolve();
+            c.once("exit", () => resolve());
+            c.kill("SIGKILL");
+          }),
+      ),
+    );
+    rmSync(dir, { recursive: true, force: true });
   };
 }
