@@ -14,11 +14,11 @@ export const TOTAL_MS = 2_500;
 export const CLAIM_IDLE_MS = 1_000;
 export const ORPHAN_SCAN_MS = 250;
 
-export async function seedTenant(db: TestDb, name: string): Promise<{ tenantId: number; key: string }> {
+export async function seedTenant(db: TestDb, name: string, dailyLimitCents = 1_000n): Promise<{ tenantId: number; key: string }> {
   const t = await createTenant(db.db, name);
   if (!t.ok) throw new Error("tenant");
   const key = (await createKey(db.db, t.tenant.id)).key;
-  await setBudget(db.db, { tenantId: t.tenant.id, dailyLimitCents: 1_000n });
+  await setBudget(db.db, { tenantId: t.tenant.id, dailyLimitCents });
   // The table's price bounds the hold, far above what the fake charges ($0.137 / $0.593 per Mtok).
   await setPrice(db.db, { backend: "openrouter", model: MODEL, inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n });
   return { tenantId: t.tenant.id, key };

@@ -5,15 +5,13 @@
 // test/money/orphan-*.test.ts go further), and reconcile makes the Redis
 // counters equal the ledger.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createKey, createTenant, setBudget, setPrice } from "@switchyard/db";
 import { budgetDay, RedisBudgetStore } from "@switchyard/state";
 import { reconcileBudgetDay } from "../../apps/router/src/billing/reconcile.ts";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
-import { createTestDb, createTestRedis, REDIS_URL, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
+import { createTestDb, createTestRedis, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
 import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
+import { HOLD_TTL_MS, MODEL, routerEnv, seedTenant } from "./crash-helpers.ts";
 
-const MODEL = "openai/gpt-4o-mini";
-const HOLD_TTL_MS = 3_000;
 
 let db: TestDb;
 let redis: TestRedis;
@@ -27,23 +25,8 @@ beforeAll(async () => {
   db = await createTestDb();
   redis = await createTestRedis();
   fake = await new FakeOpenRouter({ apiKey: "sk-or-crash" }).start();
-  const t = await createTenant(db.db, "crashy");
-  if (!t.ok) throw new Error("tenant");
-  tenantId = t.tenant.id;
-  key = (await createKey(db.db, tenantId)).key;
-  await setBudget(db.db, { tenantId, dailyLimitCents: 100n });
-  await setPrice(db.db, { backend: "openrouter", model: MODEL, inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n });
-  const env = {
-    DATABASE_URL: db.url,
-    REDIS_URL,
-    SWITCHYARD_REDIS__KEY_PREFIX: redis.prefix,
-    OPENROUTER_API_KEY: "sk-or-crash",
-    SWITCHYARD_PROVIDERS__OPENROUTER__BASE_URL: fake.url,
-    SWITCHYARD_BILLING__HOLD_TTL_MS: String(HOLD_TTL_MS),
-    SWITCHYARD_DEADLINES__TOTAL_MS: "2500",
-    SWITCHYARD_BILLING__LEDGER_CLAIM_IDLE_MS: "1000",
-    SWITCHYARD_BILLING__ORPHAN_SCAN_MS: "250",
-  };
+  ({ tenantId, key } = await seedTenant(db, "crashy", 100n));
+  const env = routerEnv(db, redis, fake, "sk-or-crash");
   [a, b] = await Promise.all([spawnRouter(env, "router-a"), spawnRouter(env, "router-b")]);
 }, 180_000);
 
