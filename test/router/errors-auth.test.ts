@@ -196,6 +196,12 @@ describe("health and metrics", () => {
     expect(metrics).toMatch(/switchyard_requests_total\{route="\/v1\/chat\/completions",status="400"\} \d+/);
     expect(metrics).toMatch(/switchyard_errors_total\{code="invalid_json"\} \d+/);
     expect(metrics).toMatch(/switchyard_workers\{state="ready"\} 1/);
+    // The stalls behind a p99 (issue 14): event-loop delay, GC pauses, CPU per request.
+    expect(metrics).toMatch(/switchyard_event_loop_delay_seconds_bucket\{le="0.01"\} \d+/);
+    expect(metrics).toMatch(/switchyard_event_loop_delay_seconds_count [1-9]\d*/);
+    expect(metrics).toMatch(/# TYPE switchyard_gc_pauses_total counter/);
+    expect(metrics).toMatch(/process_cpu_seconds_total \d/);
+    expect(metrics).toMatch(/switchyard_cpu_seconds_per_request \d/);
     expect((await call("/metrics", { method: "GET" })).status).toBe(404);
   });
 });

@@ -41,6 +41,7 @@ import { redisTarget, type Config } from "./config.ts";
 import type { AppDeps } from "./deps.ts";
 import { createLogger, type Logger } from "./observability/log.ts";
 import { RouterMetrics } from "./observability/metrics.ts";
+import { RuntimeMetrics } from "./observability/runtime.ts";
 import { WorkerDirectory } from "./routing/directory.ts";
 import { WorkerUrlPolicy } from "./routing/worker-url.ts";
 import { WorkerHealth } from "./routing/health.ts";
@@ -270,6 +271,8 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     opts.registry ??
     (redis ? new RedisRegistryStore(redis, config.redis.keyPrefix, { maxRecordBytes: config.registry.maxRecordBytes }) : new MemoryRegistryStore(undefined, { maxRecordBytes: config.registry.maxRecordBytes }));
   const metrics = new RouterMetrics();
+  // Event-loop delay, GC pauses and CPU per request on /metrics: the stalls behind a p99.
+  const runtime = new RuntimeMetrics(metrics);
   const prices = new PostgresPriceBook(db.db, config.billing.refreshMs, log);
   // Routing: candidates ordered by what this router saw (latency, load, failures, cost); failing workers ejected.
   const health = new WorkerHealth(config.routing.health, { metrics, log });
@@ -441,6 +444,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       if (redis) redis.disconnect();
       if (!opts.db) await db.close();
       if (embedded) await embedded.stop();
+      runtime.stop();
       log.info("router stopped", { drainedMs: Date.now() - t0, endedByDrainMs: drained ? 0 : cut });
     })()),
   };

@@ -1,5 +1,7 @@
 // A small Prometheus text-format registry: counters and histograms with
 // labels. Enough for /metrics without pulling a client library into the hot path.
+import { EVENT_LOOP_BUCKETS, GC_BUCKETS } from "./runtime.ts";
+
 type Labels = Record<string, string>;
 
 function labelKey(labels: Labels): string {
@@ -9,6 +11,7 @@ function labelKey(labels: Labels): string {
 
 export class Counter {
   private readonly values = new Map<string, number>();
+  private read: (() => number) | undefined;
   constructor(readonly name: string, readonly help: string) {}
   inc(labels: Labels = {}, by = 1): void {
     const k = labelKey(labels);
@@ -17,8 +20,19 @@ export class Counter {
   get(labels: Labels = {}): number {
     return this.values.get(labelKey(labels)) ?? 0;
   }
+  /** Every series added up. */
+  total(): number {
+    let n = 0;
+    for (const v of this.values.values()) n += v;
+    return n;
+  }
+  /** An unlabelled counter read when rendered (CPU seconds), instead of inc(). */
+  source(read: () => number): void {
+    this.read = read;
+  }
   render(): string {
     const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} counter`];
+    if (this.read) lines.push(`${this.name} ${this.read()}`);
     for (const [k, v] of this.values) lines.push(`${this.name}${k ? `{${k}}` : ""} ${v}`);
     return lines.join("\n");
   }
@@ -26,7 +40,12 @@ export class Counter {
 
 export class Gauge {
   private readonly values = new Map<string, () => number>();
-  constructor(readonly name: string, readonly help: string) {}
+  /**
+   * How the router's processes' values add up on the aggregated /metrics
+   * (`router.processes` > 1): queue depths sum, what each process sees of
+   * shared state (workers by state) or its worst stall takes the max.
+   */
+  constructor(readonly name: string, readonly help: string, readonly merge: "sum" | "max" = "sum") {}
   set(labels: Labels, read: () => number): void {
     this.values.set(labelKey(labels), read);
   }
@@ -39,6 +58,7 @@ export class Gauge {
 
 export class Histogram {
   private readonly series = new Map<string, { counts: number[]; sum: number; count: number }>();
+  private read: (() => { counts: number[]; sum: number; count: number }) | undefined;
   constructor(
     readonly name: string,
     readonly help: string,
@@ -58,9 +78,14 @@ export class Histogram {
   count(labels: Labels = {}): number {
     return this.series.get(labelKey(labels))?.count ?? 0;
   }
+  /** An unlabelled histogram whose cumulative counts are read when rendered (the event loop's), instead of observe(). */
+  source(read: () => { counts: number[]; sum: number; count: number }): void {
+    this.read = read;
+  }
   render(): string {
     const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`];
-    for (const [k, s] of this.series) {
+    const series: Iterable<[string, { counts: number[]; sum: number; count: number }]> = this.read ? [["", this.read()], ...this.series] : this.series;
+    for (const [k, s] of series) {
       const sep = k ? "," : "";
       this.buckets.forEach((b, i) => lines.push(`${this.name}_bucket{${k}${sep}le="${b}"} ${s.counts[i]}`));
       lines.push(`${this.name}_bucket{${k}${sep}le="+Inf"} ${s.count}`);
@@ -84,10 +109,10 @@ export class RouterMetrics {
   readonly ledgerLag = new Histogram("switchyard_ledger_lag_seconds", "Request end to its ledger row committed in Postgres.", [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]);
   readonly billingFailures = new Counter("switchyard_billing_failures_total", "Settle steps that failed (and were left to the hold's expiry and reconcile), by step.");
   readonly leaseEvents = new Counter("switchyard_lease_events_total", "Lease changes audited by this router, by event (granted|extended|released|expired).");
-  readonly workers = new Gauge("switchyard_workers", "Workers in the registry, by state.");
+  readonly workers = new Gauge("switchyard_workers", "Workers in the registry, by state.", "max");
   readonly registryRefusals = new Counter("switchyard_registry_refusals_total", "Worker records (or advertised models) routers refused, once per worker and reason while it lasts (id_mismatch|too_large|invalid_record|invalid_key|unsafe_url|not_invited|model_not_allowed).");
   readonly ejections = new Counter("switchyard_worker_ejections_total", "Workers ejected from rotation after consecutive failures, by reason (failing|unreachable).");
-  readonly ejectedWorkers = new Gauge("switchyard_workers_ejected", "Workers this router holds out of rotation now.");
+  readonly ejectedWorkers = new Gauge("switchyard_workers_ejected", "Workers this router holds out of rotation now.", "max");
   readonly routeExplorations = new Counter("switchyard_route_explorations_total", "Requests sent to a candidate other than the best-scored one, to keep learning.");
   readonly streamResumes = new Counter("switchyard_stream_resumes_total", "Streams broken mid-way and continued on another worker, by outcome (resumed|failed).");
 
@@ -95,9 +120,23 @@ export class RouterMetrics {
   readonly admissionWait = new Histogram("switchyard_admission_wait_seconds", "Arrival at the admission gate to admission, by band (admitted requests).", [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]);
   readonly admissionAdmitted = new Counter("switchyard_admission_admitted_total", "Requests admitted onto a worker pool, by band and whether they queued first.");
   readonly admissionRejections = new Counter("switchyard_admission_rejections_total", "Requests refused by admission, by band and reason (queue_full|tenant_queue_full|timeout|cancelled|priority_not_allowed|invalid_priority).");
-  readonly poolSaturation = new Gauge("switchyard_pool_saturation", "Worker pool saturation as admission sees it (worse of slot occupancy and queue depth, over capacity), by pool.");
+  readonly poolSaturation = new Gauge("switchyard_pool_saturation", "Worker pool saturation as admission sees it (worse of slot occupancy and queue depth, over capacity), by pool.", "max");
+
+  // The process itself (observability/runtime.ts): stalls and CPU.
+  readonly eventLoopDelay = new Histogram("switchyard_event_loop_delay_seconds", "Event-loop delay samples since start (perf_hooks.monitorEventLoopDelay, 10 ms resolution).", EVENT_LOOP_BUCKETS);
+  readonly eventLoopDelayP99 = new Gauge("switchyard_event_loop_delay_p99_seconds", "Event-loop delay, 99th percentile since start.", "max");
+  readonly eventLoopDelayMax = new Gauge("switchyard_event_loop_delay_max_seconds", "Longest event-loop delay since start.", "max");
+  readonly gcPauses = new Counter("switchyard_gc_pauses_total", "Garbage-collection pauses, by kind (minor|major|incremental|weakcb).");
+  readonly gcPause = new Histogram("switchyard_gc_pause_seconds", "Garbage-collection pause durations, by kind.", GC_BUCKETS);
+  readonly cpuSeconds = new Counter("process_cpu_seconds_total", "User and system CPU time the router process used.");
+  readonly cpuPerRequest = new Gauge("switchyard_cpu_seconds_per_request", "Router CPU seconds (user + system) per request answered, since start.", "max");
+
+  /** Every metric, in the order /metrics renders them. */
+  all(): Array<Counter | Gauge | Histogram> {
+    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest];
+  }
 
   render(): string {
-    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation].map((m) => m.render()).join("\n") + "\n";
+    return this.all().map((m) => m.render()).join("\n") + "\n";
   }
 }

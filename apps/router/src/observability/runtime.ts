@@ -1,0 +1,73 @@
+// The router process's own stalls, on /metrics: event-loop delay (a
+// histogram from perf_hooks.monitorEventLoopDelay), GC pauses (counted and
+// timed through a PerformanceObserver) and CPU time, also per request
+// answered. A p99 far above the p50 is a stall, not slowness: these say which.
+import { constants, monitorEventLoopDelay, PerformanceObserver, type IntervalHistogram } from "node:perf_hooks";
+import type { RouterMetrics } from "./metrics.ts";
+
+/** Seconds. The loop's resolution is 10 ms by default; finer buckets below it still show the idle floor. */
+export const EVENT_LOOP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+export const GC_BUCKETS = [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
+
+const gcKinds: Record<number, string> = {
+  [constants.NODE_PERFORMANCE_GC_MINOR]: "minor",
+  [constants.NODE_PERFORMANCE_GC_MAJOR]: "major",
+  [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: "incremental",
+  [constants.NODE_PERFORMANCE_GC_WEAKCB]: "weakcb",
+};
+
+/**
+ * Bucket counts of a Prometheus histogram from a monitorEventLoopDelay
+ * histogram (nanoseconds): the share of samples at or under each bound, read
+ * from its percentile table (exact at the recorded values, conservative in between).
+ */
+export function loopDelayBuckets(h: Pick<IntervalHistogram, "count" | "percentiles">, bucketsS: number[]): number[] {
+  const table = [...h.percentiles.entries()].sort((a, b) => a[0] - b[0]); // [percentile, ns]
+  return bucketsS.map((b) => {
+    const ns = b * 1e9;
+    let share = 0;
+    for (const [p, v] of table) if (v <= ns) share = p;
+    return Math.floor((share / 100) * h.count);
+  });
+}
+
+export class RuntimeMetrics {
+  private readonly loop: IntervalHistogram;
+  private readonly gc: PerformanceObserver;
+  private readonly cpu0 = process.cpuUsage();
+
+  constructor(private readonly metrics: RouterMetrics, opts: { resolutionMs?: number } = {}) {
+    this.loop = monitorEventLoopDelay({ resolution: opts.resolutionMs ?? 10 });
+    this.loop.enable();
+    this.gc = new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) {
+        const kind = gcKinds[(e as { detail?: { kind?: number } }).detail?.kind ?? -1] ?? "other";
+        metrics.gcPauses.inc({ kind });
+        metrics.gcPause.observe({ kind }, e.duration / 1000);
+      }
+    });
+    this.gc.observe({ entryTypes: ["gc"] });
+    metrics.eventLoopDelay.source(() => {
+      const h = this.loop;
+      return { counts: loopDelayBuckets(h, metrics.eventLoopDelay.buckets), count: h.count, sum: (h.mean * h.count) / 1e9 };
+    });
+    metrics.eventLoopDelayMax.set({}, () => this.loop.max / 1e9);
+    metrics.eventLoopDelayP99.set({}, () => (this.loop.count ? this.loop.percentile(99) / 1e9 : 0));
+    metrics.cpuSeconds.source(() => this.cpuSeconds());
+    metrics.cpuPerRequest.set({}, () => {
+      const n = metrics.requests.total();
+      return n > 0 ? this.cpuSeconds() / n : 0;
+    });
+  }
+
+  /** User + system CPU seconds this process used since the metrics began. */
+  cpuSeconds(): number {
+    const u = process.cpuUsage(this.cpu0);
+    return (u.user + u.system) / 1e6;
+  }
+
+  stop(): void {
+    this.loop.disable();
+    this.gc.disconnect();
+  }
+}
