@@ -5,3 +5,4 @@ export * from "./prices.ts";
 export * from "./spend_ledger.ts";
 export * from "./budget_alerts.ts";
 export * from "./leases.ts";
+export * from "./rate_limits.ts";

@@ -58,6 +58,10 @@ export async function main(argv: string[]): Promise<number> {
         "cache-write": { type: "string" },
         "effective-from": { type: "string" },
         backend: { type: "string" },
+        // limits
+        rpm: { type: "string" },
+        tpm: { type: "string" },
+        key: { type: "string" },
         // ledger
         "keep-months": { type: "string" },
         "archive-dir": { type: "string" },
@@ -98,6 +102,8 @@ export async function main(argv: string[]): Promise<number> {
         return await (await import("./commands/keys.ts")).keysCommand(rest, values);
       case "budgets":
         return await (await import("./commands/budgets.ts")).budgetsCommand(rest, values);
+      case "limits":
+        return await (await import("./commands/limits.ts")).limitsCommand(rest, values);
       case "prices":
         return await (await import("./commands/prices.ts")).pricesCommand(rest, values);
       case "ledger":

@@ -39,6 +39,12 @@ Usage:
   switchyard budgets delete NAME        remove a budget (paid inference unlimited again)
   switchyard budgets reconcile [NAME] [--day YYYY-MM-DD]
                                         rebuild the Redis counters from the ledger + live holds (all budgets if no NAME)
+  switchyard limits set NAME [--rpm N|none] [--tpm N|none] [--key PREFIX]
+                                        rate limit of a tenant (or of one of its keys): requests and tokens per minute
+  switchyard limits show NAME           a tenant's rate limits, its own and its keys'
+  switchyard limits clear NAME [--key PREFIX]
+                                        remove a tenant's (or a key's) rate limit
+  switchyard limits list                every rate limit
   switchyard prices set openrouter|anthropic|worker MODEL --input USD --output USD [--cached-input USD]
            [--cache-write USD] [--effective-from YYYY-MM-DD|ISO-INSTANT]
                                         add a price, in USD per million tokens (stored exactly in micro-cents)

@@ -340,6 +340,21 @@ export const configSchema = z.object({
     .prefault({}),
   admission: admissionSchema.prefault({}),
   /**
+   * Per-tenant and per-key rate limits (docs/LIMITS.md). The limits
+   * themselves are rows set with `switchyard limits set`; routers count
+   * against them in Redis (or this process without Redis).
+   */
+  rateLimits: z
+    .object({
+      /** Off: no limit is read or counted (no x-ratelimit-* headers). */
+      enabled: z.boolean().default(true),
+      /** The sliding window the limits count in: `--rpm`/`--tpm` are per this window (a minute; tests shorten it). */
+      windowMs: z.number().int().min(100).max(86_400_000).default(60_000),
+      /** How long a router trusts the limits it read from Postgres (a change takes effect within this). */
+      refreshMs: z.number().int().min(0).default(5_000),
+    })
+    .prefault({}),
+  /**
    * /v1/embeddings request bounds (400 beyond). Workers refuse more than
    * 2048 inputs or 4 MiB of text themselves, so these may only go lower.
    */

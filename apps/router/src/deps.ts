@@ -12,6 +12,7 @@ import type { WorkerDirectory } from "./routing/directory.ts";
 import type { AdmissionGate } from "./admission/gate.ts";
 import type { LeaseService } from "./leases/service.ts";
 import type { StartupSummary } from "./observability/summary.ts";
+import type { RateLimiter } from "./ratelimit/limiter.ts";
 
 export interface Readiness {
   redis: boolean;
@@ -33,6 +34,8 @@ export interface AppDeps {
   readiness: () => Promise<Readiness>;
   /** Admission control: priority bands and fair queues in front of the worker pools (absent: none). */
   admission?: AdmissionGate;
+  /** Per-tenant and per-key rate limits (absent: none). */
+  rateLimiter?: RateLimiter;
   /** GPU leases (docs/LEASES.md); without them /v1/leases is not served. */
   leases?: LeaseService;
   /** What this process is using (registry, budgets, ledger, database, chain, providers), for /readyz. */

@@ -36,6 +36,8 @@ export const errorCodes = {
   /** This tenant alone has admission.maxQueuedPerTenant requests waiting: its own excess, not the service's. */
   tenant_queue_full: { status: 429, type: "rate_limit_error" },
   queue_timeout: { status: 504, type: "timeout_error" },
+  /** Over the tenant's or the key's requests or tokens per window (`switchyard limits`, docs/LIMITS.md). */
+  rate_limit_exceeded: { status: 429, type: "rate_limit_error" },
   /** The client left while queued; nobody reads this answer (nginx's 499). */
   request_cancelled: { status: 499, type: "invalid_request_error" },
 } as const satisfies Record<string, { status: number; type: string }>;

@@ -19,6 +19,8 @@ import {
   RedisLeaseStore,
   type LeaseStore,
   MemoryRegistryStore,
+  MemoryRateLimitStore,
+  RedisRateLimitStore,
   RedisBudgetStore,
   RedisIntentJournal,
   RedisRegistryStore,
@@ -51,6 +53,8 @@ import { LeaseDirectory } from "./leases/directory.ts";
 import { PostgresLeaseAudit } from "./leases/audit.ts";
 import { LeaseService } from "./leases/service.ts";
 import { redactedHost, startupSummary } from "./observability/summary.ts";
+import { PostgresRateLimits } from "./ratelimit/limits.ts";
+import { RateLimiter } from "./ratelimit/limiter.ts";
 import { ConfigError } from "./config.ts";
 
 export interface RouterHandle {
@@ -366,6 +370,17 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     metrics,
     log,
     leases: leaseService,
+    // Rate limits: rows in Postgres (`switchyard limits`), windows in Redis shared by every router (or this process).
+    ...(config.rateLimits.enabled
+      ? {
+          rateLimiter: new RateLimiter({
+            store: redis ? new RedisRateLimitStore(redis, config.redis.keyPrefix) : new MemoryRateLimitStore(),
+            limits: new PostgresRateLimits(db.db, config.rateLimits.refreshMs),
+            windowMs: config.rateLimits.windowMs,
+            log,
+          }),
+        }
+      : {}),
     readiness: async () => {
       const [r, p] = await Promise.all([registry.ping(), keyStore.ping()]);
       return { redis: r, postgres: p, ...(draining ? { draining: true } : {}) };

@@ -9,3 +9,4 @@ export * from "./registry/invites.ts";
 export * from "./budget/index.ts";
 export * from "./lease/index.ts";
 export * from "./registry/fencing-key.ts";
+export * from "./ratelimit/index.ts";

@@ -8,7 +8,7 @@ import { PREFIX_NAME_FIELD } from "@switchyard/state";
 import type { PoolPlace } from "../admission/gate.ts";
 import type { KeyOwner } from "../auth/key-store.ts";
 import type { InferencePath } from "../backends/types.ts";
-import { normalizeMaxOutput } from "../billing/estimate.ts";
+import { normalizeMaxOutput, promptTokensUpperBound } from "../billing/estimate.ts";
 import type { RequestTab } from "../billing/guard.ts";
 import type { AppDeps, AppEnv } from "../deps.ts";
 import { ApiError } from "../errors.ts";
@@ -16,6 +16,7 @@ import { routeWithLeases, type LeaseRouting } from "../leases/service.ts";
 import { clientRequestId, clientSignal } from "../middleware.ts";
 import type { RelayContext } from "../relay/context.ts";
 import { dispatch } from "../relay/dispatch.ts";
+import type { RateTicket } from "../ratelimit/limiter.ts";
 import type { Resolution } from "../routing/chain.ts";
 import { CACHE_SCOPE_FIELD, requestClass, type RequestClass } from "../routing/request-class.ts";
 import { withPrefixName } from "../routing/scorer.ts";
@@ -31,6 +32,7 @@ export function handleInference(c: Context<AppEnv>, deps: AppDeps, path: Inferen
 export class InferencePipeline {
   private readonly tenant: KeyOwner;
   private place: PoolPlace | undefined;
+  private rate: RateTicket | undefined;
 
   constructor(
     private readonly c: Context<AppEnv>,
@@ -45,7 +47,11 @@ export class InferencePipeline {
   async run(): Promise<Response> {
     // One output limit, before the budget hold and before any upstream sees the body.
     normalizeMaxOutput(this.path, this.body);
-    await this.admit();
+    await this.limit();
+    await this.admit().catch((err: unknown) => {
+      this.rate?.settle(undefined);
+      throw err;
+    });
     try {
       const { resolution, cls, leased } = await this.resolve();
       const stripUsage = this.askForUsage();
@@ -55,12 +61,20 @@ export class InferencePipeline {
       return result.response;
     } catch (err) {
       this.place?.release();
+      this.rate?.settle(undefined);
       if (err instanceof ApiError && err.code === "no_healthy_backend" && !err.headers["retry-after"]) {
         // Keep a more precise Retry-After when the thrower knew one (e.g. when the leases end).
         throw new ApiError(err.code, err.message, null, { ...err.headers, "retry-after": this.retryAfter() });
       }
       throw err;
     }
+  }
+
+  /** Rate limits (ratelimit/): the tenant's and the key's windows in one store call, none without limits; 429 when over. */
+  private async limit(): Promise<void> {
+    this.rate = await this.deps.rateLimiter?.take(this.tenant, this.c.get("requestId"), () => promptTokensUpperBound(this.path, this.body));
+    // On every answer: the relay's own responses (routingContext) and the errors Hono builds.
+    if (this.rate) for (const [k, v] of Object.entries(this.rate.headers)) this.c.header(k, v);
   }
 
   /** Admission: room for the tenant's band on the model's worker pool, or a wait in its fair queue (403/429/503/504 otherwise). */
@@ -157,6 +171,7 @@ export class InferencePipeline {
         release: (b) => tab.release(b),
         settle: (o) => {
           place?.release();
+          this.rate?.settle(o.usage, o.firstTokenAt !== undefined || (o.chunks ?? 0) > 0);
           tab.settle(o);
         },
       },
@@ -185,6 +200,7 @@ export class InferencePipeline {
     // The relay builds its own responses: the client's correlation id rides along.
     const clientId = clientRequestId(c);
     if (clientId) out.headers = { ...out.headers, "x-client-request-id": clientId };
+    if (this.rate) out.headers = { ...out.headers, ...this.rate.headers };
     if (resume.enabled || c.req.header("x-switchyard-resume") === "true") out.resume = { maxResumes: resume.maxResumes };
     return out;
   }

@@ -1,0 +1,3 @@
+export * from "./store.ts";
+export { MemoryRateLimitStore } from "./memory.ts";
+export { RedisRateLimitStore, rateLimitKeys } from "./redis.ts";
