@@ -169,10 +169,22 @@ describe("boundaries", () => {
     expect(bad).toEqual([]);
   });
 
-  it("gives the router, the state and the db packages a deliberate surface (no './*')", () => {
-    // The agent's and proto's "./*" are left to their owners: proto's maps the generated tree.
-    for (const dir of ["apps/router", "packages/state", "db"]) {
+  it("gives the router, the agent, the state and the db packages a deliberate surface (no './*')", () => {
+    // proto's "./*" is left as it is: it maps the generated tree.
+    for (const dir of ["apps/router", "workers/agent", "packages/state", "db"]) {
       expect(Object.keys(exportsOf(dir)).filter((k) => k.includes("*")), dir).toEqual([]);
     }
+  });
+
+  it("lets the worker agent read the environment only in its config", () => {
+    // workers/agent/src/config.ts parses the agent's options once; a
+    // process.env read anywhere else is a setting nobody can find. Handing
+    // the environment on to a child process (`...process.env`) reads none.
+    const reads = (src: string) => src.replaceAll("...process.env", "").includes("process.env");
+    const readers = files.filter((f) => f.path.startsWith("workers/agent/src/") && !isTest(f.path) && f.path !== "workers/agent/src/config.ts" && reads(f.src)).map((f) => f.path);
+    expect(readers).toEqual([]);
+    // ...and the check sees a read where there is one.
+    expect(reads("const dir = process.env.SWITCHYARD_CACHE;")).toBe(true);
+    expect(reads("spawn(cmd, { env: { ...process.env, A: '1' } });")).toBe(false);
   });
 });

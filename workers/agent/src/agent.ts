@@ -10,7 +10,7 @@ import { serve, type ServerType } from "@hono/node-server";
 import { MAX_ADVERTISED_PREFIXES, type RegistryStore, type WorkerRecord, type WorkerState } from "@switchyard/state";
 import { ensureEngine, type EngineFlavor } from "./engine/binary.ts";
 import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
-import { EngineSupervisor, isShard, type LayerRange } from "./engine/supervisor.ts";
+import { EngineSupervisor, isShard } from "./engine/supervisor.ts";
 import { checkAdvertiseUrl } from "./advertise.ts";
 import { resolveModel, type ResolvedModel } from "./models/fetch.ts";
 import { createWorkerApp } from "./server/app.ts";
@@ -18,39 +18,17 @@ import { LazyShardLink, type ShardPeer } from "./shard/link.ts";
 import { PipelineHead } from "./shard/pipeline.ts";
 import { attachShardServer } from "./shard/server.ts";
 import type { WorkerContext } from "./server/context.ts";
+import { parseWorkerConfig, type WorkerConfigInput } from "./config.ts";
 
-export interface AgentOptions {
+/**
+ * A worker's options: its configuration (plain data, validated and defaulted
+ * once by parseWorkerConfig — see config.ts for every field) and the
+ * dependencies it runs with.
+ */
+export type AgentOptions = WorkerConfigInput & {
   registry: RegistryStore;
-  models: string[];
-  workerId?: string;
-  host?: string;
-  port?: number;
-  /** URL routers use to reach this worker; defaults to http://host:port. */
-  advertise?: string;
-  /** The router's credential; requests without it are refused. */
-  token: string;
-  device?: "auto" | "cpu" | "cuda" | "metal";
-  engineBinary?: string;
-  maxBatch?: number;
-  maxSeqLen?: number;
-  threads?: number;
-  heartbeatMs?: number;
-  ttlMs?: number;
-  drainGraceMs?: number;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
-  /** File that keeps the highest lease fencing token across restarts (none: in memory only). */
-  fencingStatePath?: string;
-  /** The routers' public fencing key (the join command's --fencing-key): only router-signed fencing tokens count. */
-  fencingKey?: string;
-  /** Serve only blocks [start, end) of the llama model: one shard of a split model (`--layers 0-15`). */
-  layers?: LayerRange;
-  /** The next shard of the pipeline (its URL and the credential it accepts); none on the last shard. */
-  next?: ShardPeer;
-  /** Send activations to the next shard as f16 rows (half the bytes; f32 is exact). */
-  shardF16?: boolean;
-  /** On the head shard: steps (micro-batches) in flight down the pipeline at once (default 2). */
-  pipelineDepth?: number;
-}
+};
 
 export interface AgentHandle {
   id: string;
@@ -69,17 +47,18 @@ function defaultLog(msg: string, fields?: Record<string, unknown>) {
   process.stderr.write(JSON.stringify({ ts: new Date().toISOString(), service: "worker", msg, ...fields }) + "\n");
 }
 
-export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
-  const log = opts.log ?? defaultLog;
+export async function startAgent({ registry, log: logTo, ...options }: AgentOptions): Promise<AgentHandle> {
+  const log = logTo ?? defaultLog;
+  // Parsed once: from here on only `opts`, validated and with its defaults.
+  const opts = parseWorkerConfig(options);
   const id = opts.workerId ?? `${os.hostname().replace(/[^A-Za-z0-9._-]/g, "-").slice(0, 40)}-${randomBytes(3).toString("hex")}`;
   if (opts.advertise) {
     const check = checkAdvertiseUrl(opts.advertise);
     if (!check.ok) throw new Error(`refusing --advertise ${opts.advertise}: ${check.reason}`);
   }
-  if (opts.models.length === 0) throw new Error("at least one --model is required");
   const models: ResolvedModel[] = [];
-  for (const spec of opts.models) models.push(await resolveModel(spec));
-  const device = opts.device ?? "auto";
+  for (const spec of opts.models) models.push(await resolveModel(spec, { cacheDir: opts.cacheDir }));
+  const device = opts.device;
   const cpuBinary = await ensureEngine("cpu", device === "cpu" ? opts.engineBinary : undefined);
   let gpuBinary: string | undefined;
   if (device === "cuda" || device === "metal") {
@@ -89,16 +68,16 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
       log("GPU engine unavailable, using CPU", { error: (err as Error).message });
     }
   }
-  const maxBatch = opts.maxBatch ?? 16;
+  const maxBatch = opts.maxBatch;
   const supervisor = new EngineSupervisor({
     cpuBinary,
     gpuBinary,
     device,
     models,
     maxBatch,
-    maxSeqLen: opts.maxSeqLen ?? 2048,
+    maxSeqLen: opts.maxSeqLen,
     ...(opts.layers ? { layers: opts.layers } : {}),
-    threads: opts.threads,
+    ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
     log,
   });
 
@@ -148,13 +127,13 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     : undefined;
   // The head shard (block 0 on) answers generations like a whole worker, down the pipeline.
   if (opts.layers?.start === 0 && next) {
-    ctx.pipeline = new PipelineHead(() => supervisor.client, shardModel, next, { f16: opts.shardF16, ...(opts.pipelineDepth ? { depth: opts.pipelineDepth } : {}), log });
+    ctx.pipeline = new PipelineHead(() => supervisor.client, shardModel, next, { f16: opts.shardF16, depth: opts.pipelineDepth, log });
   }
 
   const app = createWorkerApp(ctx);
-  const host = opts.host ?? "127.0.0.1";
+  const host = opts.host;
   const { server, port } = await new Promise<{ server: ServerType; port: number }>((resolve, reject) => {
-    const s = serve({ fetch: app.fetch, hostname: host, port: opts.port ?? 0 }, (info: AddressInfo) => resolve({ server: s, port: info.port }));
+    const s = serve({ fetch: app.fetch, hostname: host, port: opts.port }, (info: AddressInfo) => resolve({ server: s, port: info.port }));
     s.once("error", reject);
   });
   const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log });
@@ -208,19 +187,19 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
     };
   };
 
-  const ttlMs = opts.ttlMs ?? 3000;
+  const ttlMs = opts.ttlMs;
   let beating = true;
   const beat = async () => {
     if (!beating) return;
     try {
-      const r = await opts.registry.publish(await record(), ttlMs);
+      const r = await registry.publish(await record(), ttlMs);
       if (!r.ok) log("heartbeat refused", { reason: r.reason });
     } catch (err) {
       log("heartbeat failed", { error: (err as Error).message });
     }
   };
   await beat();
-  const timer = setInterval(() => void beat(), opts.heartbeatMs ?? 1000);
+  const timer = setInterval(() => void beat(), opts.heartbeatMs);
   supervisor.onState(() => void beat());
   void supervisor.start();
   log("worker started", { id, url, models: models.map((m) => m.name), device });
@@ -231,11 +210,11 @@ export async function startAgent(opts: AgentOptions): Promise<AgentHandle> {
       ctx.draining = true;
       await beat();
       log("draining", { inFlight: ctx.inFlight });
-      const grace = opts.drainGraceMs ?? 30_000;
+      const grace = opts.drainGraceMs;
       await Promise.race([ctx.idle(), new Promise((r) => setTimeout(r, grace))]);
       beating = false;
       clearInterval(timer);
-      await opts.registry.remove(id).catch(() => {});
+      await registry.remove(id).catch(() => {});
       await next?.close();
       shardServer.closeAll();
       await new Promise<void>((r) => {

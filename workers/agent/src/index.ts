@@ -6,3 +6,4 @@ export { resolveModel, defaultCacheDir } from "./models/fetch.ts";
 export { catalog } from "./models/catalog.ts";
 export { decodeSafetensors, tensorToFloats } from "./server/safetensors.ts";
 export { FENCING_HEADER, FencingGuard } from "./server/fencing.ts";
+export { parseWorkerConfig, WorkerConfigError, WorkerConfigSchema, type WorkerConfig, type WorkerConfigInput } from "./config.ts";

@@ -4,7 +4,7 @@
 // the token come from the same config as the routers' (--config FILE,
 // SWITCHYARD_* env); flags win.
 import path from "node:path";
-import { defaultCacheDir, startAgent } from "@switchyard/agent";
+import { defaultCacheDir, startAgent, WorkerConfigError } from "@switchyard/agent";
 // The config module alone: a worker does not load the router.
 import { loadConfig, redisTarget } from "@switchyard/router/config";
 import { connectRedis, describeRedisTarget, parseFencingPublicKey, RedisRegistryStore, type RedisTarget } from "@switchyard/state";
@@ -71,6 +71,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
   const redis = connectRedis(target, { readyCheck: false });
   redis.on("error", () => {}); // surfaced through heartbeat failures
   const registry = new RedisRegistryStore(redis, flags["key-prefix"] ?? config.redis.keyPrefix);
+  // The agent validates what the flags amount to (config.ts): a bad value is a usage error, not a crash.
   const agent = await startAgent({
     registry,
     models,
@@ -89,6 +90,9 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
     ...(layers ? { layers } : {}),
     // The next shard of a split model, and the credential it accepts (default: this worker's own).
     ...(flags.next ? { next: { url: flags.next, token: flags["next-token"] ?? token } } : {}),
+  }).catch((err: unknown) => {
+    redis.disconnect();
+    throw err instanceof WorkerConfigError ? new UsageError(`worker: ${err.message}`) : err;
   });
   if (layers) {
     // A range outside the model is refused at load: say so and exit, not restart forever.

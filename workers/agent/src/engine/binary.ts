@@ -5,9 +5,9 @@
 // CPU binary is always available to fall back to.
 import { spawn } from "node:child_process";
 import { existsSync, readdirSync, statSync } from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { engineTargetDir } from "../config.ts";
 
 /** workers/engine, found from this module (sources or the dist/ bundle). */
 function findEngineDir(): string {
@@ -23,9 +23,8 @@ export const engineDir = findEngineDir();
 
 export type EngineFlavor = "cpu" | "cuda" | "metal";
 
-export function targetDir(): string {
-  return process.env.CARGO_TARGET_DIR ?? path.join(os.homedir(), ".cache", "switchyard", "target");
-}
+/** Where cargo builds the engine (the agent's config reads CARGO_TARGET_DIR). */
+export const targetDir = engineTargetDir;
 
 export function binaryPath(flavor: EngineFlavor): string {
   const sub = flavor === "cpu" ? "" : `${flavor}/`;

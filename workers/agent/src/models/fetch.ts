@@ -4,12 +4,12 @@
 import { createHash } from "node:crypto";
 import { createReadStream, createWriteStream, existsSync } from "node:fs";
 import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
-import os from "node:os";
 import path from "node:path";
 import { unzipSync } from "fflate";
 import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { catalog, type CatalogModel } from "./catalog.ts";
 import { Progress } from "./progress.ts";
+import { defaultCacheDir } from "../config.ts";
 
 export interface ResolvedModel {
   name: string;
@@ -18,9 +18,8 @@ export interface ResolvedModel {
   path: string;
 }
 
-export function defaultCacheDir(): string {
-  return process.env.SWITCHYARD_CACHE ?? path.join(os.homedir(), ".cache", "switchyard");
-}
+// The cache root comes from the agent's config (the one place that reads the environment).
+export { defaultCacheDir } from "../config.ts";
 
 export async function sha256File(file: string): Promise<string> {
   const h = createHash("sha256");

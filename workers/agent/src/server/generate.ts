@@ -1,31 +1,15 @@
-// OpenAI chat/completions requests → engine Generate, engine events → OpenAI
-// JSON or SSE chunks. Shared by the chat and the legacy completions routes.
+// Runs one generation for the chat and the legacy completions routes: the
+// whole answer as JSON, or the SSE stream with its one error event after the
+// first byte. The shapes on each side are converters.ts's.
 import { randomUUID } from "node:crypto";
-import { FinishReason, type Done, type Generate, type TokenLogprob, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { FinishReason, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { GenerateEngine } from "../shard/pipeline.ts";
-import { EngineError } from "../engine/client.ts";
 import type { WorkerContext } from "./context.ts";
 import { errorEvent, errorJson } from "./errors.ts";
+import { chatLogprobs, completionLogprobs, engineErrorStatus, finishName, toGenerate, usageOf, type GenerateBody, type Input, type LogprobsAsk } from "./converters.ts";
 
-export interface GenerateBody {
-  model: string;
-  stream?: boolean | null;
-  stream_options?: { include_usage?: boolean } | null;
-  max_tokens?: number | null;
-  max_completion_tokens?: number | null;
-  temperature?: number | null;
-  top_p?: number | null;
-  top_k?: number | null;
-  seed?: number | null;
-  stop?: string | string[] | null;
-  /** chat: a boolean; legacy completions: how many alternatives (0–5). */
-  logprobs?: boolean | number | null;
-  /** chat only: alternatives per token (0–20), needs logprobs: true. */
-  top_logprobs?: number | null;
-}
-
-/** What the request asks for in logprobs (undefined: none). */
-type LogprobsAsk = { top: number } | undefined;
+export type { GenerateBody } from "./converters.ts";
+export { contentText } from "./converters.ts";
 
 /** OpenAI's rules for the two shapes of the logprobs fields; a string is the 400 to answer. */
 export function logprobsAsk(body: GenerateBody, chat: boolean): LogprobsAsk | string {
@@ -41,42 +25,6 @@ export function logprobsAsk(body: GenerateBody, chat: boolean): LogprobsAsk | st
   return { top: body.logprobs };
 }
 
-const utf8 = new TextDecoder();
-const tokenText = (t: TokenLogprob | undefined) => utf8.decode(t?.token ?? new Uint8Array());
-
-/** Engine logprobs → the chat shape (`choices[].logprobs.content`). */
-function chatLogprobs(entries: TokenLogprobs[]) {
-  const one = (t: TokenLogprob | undefined) => ({ token: tokenText(t), logprob: t?.logprob ?? 0, bytes: [...(t?.token ?? [])] });
-  return { content: entries.map((e) => ({ ...one(e.chosen), top_logprobs: e.top.map(one) })), refusal: null };
-}
-
-/** Engine logprobs → the legacy completions shape; `offset` is where the first token's text starts. */
-function completionLogprobs(entries: TokenLogprobs[], offset: number) {
-  const tokens = entries.map((e) => tokenText(e.chosen));
-  const text_offset: number[] = [];
-  for (const t of tokens) {
-    text_offset.push(offset);
-    offset += t.length;
-  }
-  return {
-    tokens,
-    token_logprobs: entries.map((e) => e.chosen?.logprob ?? 0),
-    top_logprobs: entries.map((e) => Object.fromEntries(e.top.map((t) => [tokenText(t), t.logprob]))),
-    text_offset,
-  };
-}
-
-type Input =
-  | { case: "prompt"; value: string }
-  /** continueFinal: carry on the final (assistant) message instead of opening a new turn. */
-  | { case: "messages"; value: { role: string; content: string }[]; continueFinal?: boolean };
-
-export function contentText(content: unknown): string {
-  if (typeof content === "string") return content;
-  if (Array.isArray(content)) return content.map((p) => (p && typeof p === "object" && "text" in p ? String((p as { text: unknown }).text) : "")).join("");
-  return "";
-}
-
 /** The body field the router puts the tenant's prefix-cache scope in (apps/router routing/scorer.ts CACHE_SCOPE_FIELD). */
 export const CACHE_SCOPE_FIELD = "switchyard_cache_scope";
 const CACHE_SCOPE = /^[A-Za-z0-9_-]{1,128}$/;
@@ -90,51 +38,6 @@ export function routerCacheScope(body: Record<string, unknown>): string {
   const scope = body[CACHE_SCOPE_FIELD];
   return typeof scope === "string" && CACHE_SCOPE.test(scope) ? scope : "";
 }
-
-function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsAsk, cacheSalt: string): Generate {
-  const stop = body.stop == null ? [] : Array.isArray(body.stop) ? body.stop : [body.stop];
-  return {
-    $typeName: "switchyard.engine.v1.Generate",
-    model: body.model,
-    input:
-      input.case === "prompt"
-        ? { case: "prompt", value: input.value }
-        : {
-            case: "messages",
-            value: {
-              $typeName: "switchyard.engine.v1.ChatMessages",
-              messages: input.value.map((m) => ({ $typeName: "switchyard.engine.v1.ChatMessage", role: m.role, content: m.content })),
-              continueFinalMessage: input.continueFinal ?? false,
-            },
-          },
-    maxTokens: body.max_tokens ?? body.max_completion_tokens ?? 256,
-    temperature: body.temperature ?? 1,
-    topP: body.top_p ?? 1,
-    topK: body.top_k ?? 0,
-    seed: body.seed == null ? undefined : BigInt(Math.abs(Math.trunc(body.seed))),
-    stop,
-    logprobs: logprobs !== undefined,
-    topLogprobs: logprobs?.top ?? 0,
-    cacheSalt,
-  };
-}
-
-/** OpenAI's usage block; prompt tokens served from the engine's prefix cache count as cached. */
-function usageOf(done: Done) {
-  const prompt = done.usage?.promptTokens ?? 0;
-  const completion = done.usage?.completionTokens ?? 0;
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: done.cachedPromptTokens } };
-}
-
-const finishName = (r: FinishReason) => (r === FinishReason.LENGTH ? "length" : "stop");
-
-const engineErrorStatus = (err: unknown): { status: number; code: string; message: string } => {
-  if (err instanceof EngineError) {
-    const invalid = err.code === 1 || err.code === 3; // INVALID_REQUEST, CONTEXT_LENGTH
-    return { status: invalid ? 400 : err.code === 2 ? 404 : 503, code: invalid ? "invalid_request" : err.code === 2 ? "model_not_found" : "engine_error", message: err.message };
-  }
-  return { status: 500, code: "internal_error", message: (err as Error)?.message ?? String(err) };
-};
 
 export async function runGenerate(
   ctx: WorkerContext,

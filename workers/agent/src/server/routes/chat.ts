@@ -1,0 +1,28 @@
+// POST /v1/chat/completions on the worker: OpenAI chat → one engine
+// generation (or, on the head shard of a split model, one down the pipeline).
+import type { Hono } from "hono";
+import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { routerPrefixName } from "@switchyard/state";
+import type { WorkerContext } from "../context.ts";
+import { errorJson } from "../errors.ts";
+import { contentText } from "../converters.ts";
+import { routerCacheScope, runGenerate, type GenerateBody } from "../generate.ts";
+import { modelBody, requestId } from "../request.ts";
+
+export function registerChat(app: Hono, ctx: WorkerContext): void {
+  app.post("/v1/chat/completions", async (c) => {
+    const body = await modelBody(c, ctx, ModelKind.LLAMA_GGUF);
+    if (body instanceof Response) return body;
+    if (!Array.isArray(body.messages) || body.messages.length === 0) return errorJson(400, "messages: at least one message is required", "invalid_request", "messages");
+    const messages = (body.messages as { role?: unknown; content?: unknown }[]).map((m) => ({ role: String(m.role ?? "user"), content: contentText(m.content) }));
+    // vLLM's continuation fields: the router's stream resume sends them.
+    const continueFinal = body.continue_final_message === true;
+    if (continueFinal && messages.at(-1)!.role !== "assistant") {
+      return errorJson(400, "continue_final_message: the last message must be the assistant's", "invalid_request", "messages");
+    }
+    if (continueFinal && body.add_generation_prompt === true) {
+      return errorJson(400, "continue_final_message and add_generation_prompt cannot both be true", "invalid_request", "add_generation_prompt");
+    }
+    return runGenerate(ctx, ctx.pipeline ?? ctx.supervisor.client!, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
+  });
+}

@@ -1,0 +1,19 @@
+// POST /v1/completions on the worker: the legacy text completion → one engine
+// generation from a raw prompt (no chat template).
+import type { Hono } from "hono";
+import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { routerPrefixName } from "@switchyard/state";
+import type { WorkerContext } from "../context.ts";
+import { errorJson } from "../errors.ts";
+import { routerCacheScope, runGenerate, type GenerateBody } from "../generate.ts";
+import { modelBody, requestId } from "../request.ts";
+
+export function registerCompletions(app: Hono, ctx: WorkerContext): void {
+  app.post("/v1/completions", async (c) => {
+    const body = await modelBody(c, ctx, ModelKind.LLAMA_GGUF);
+    if (body instanceof Response) return body;
+    const prompt = Array.isArray(body.prompt) ? body.prompt[0] : body.prompt;
+    if (typeof prompt !== "string") return errorJson(400, "prompt: a string is required", "invalid_request", "prompt");
+    return runGenerate(ctx, ctx.pipeline ?? ctx.supervisor.client!, body as unknown as GenerateBody, { case: "prompt", value: prompt }, { chat: false, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
+  });
+}
