@@ -357,7 +357,9 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   // Leases: live ones in Redis (or this process), tokens and audit in Postgres.
   const leaseStore = opts.leases ?? (redis ? new RedisLeaseStore(redis, config.redis.keyPrefix) : new MemoryLeaseStore());
   const leaseDirectory = new LeaseDirectory(leaseStore, config.leases.pollMs, log, (expired, seenAtMs) => leaseService.sawExpired(expired, seenAtMs));
-  const leaseService: LeaseService = new LeaseService({ store: leaseStore, audit: new PostgresLeaseAudit(db.db), directory: leaseDirectory, workers: directory, config, log, metrics });
+  const chain = new BackendChain(config.routing, directory, (w, model) => new WorkerBackend(w, connections, model), providers);
+  // Leases ask the chain which worker name a model means (its aliases), as admission does.
+  const leaseService: LeaseService = new LeaseService({ store: leaseStore, audit: new PostgresLeaseAudit(db.db), directory: leaseDirectory, workers: directory, workerName: (model) => chain.upstreamName(model, "worker"), config, log, metrics });
   // Draining (close()): /readyz says so at once; `shutdown` ends the requests still running once router.drainMs has passed.
   let draining = false;
   const shutdown = new AbortController();
@@ -365,7 +367,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     config,
     keys: new KeyResolver(keyStore, config.router.keyCacheMs),
     directory,
-    chain: new BackendChain(config.routing, directory, (w, model) => new WorkerBackend(w, connections, model), providers),
+    chain,
     guard,
     metrics,
     log,

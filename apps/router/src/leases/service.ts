@@ -43,7 +43,9 @@ export interface LeaseServiceOptions {
   audit: LeaseAudit;
   directory: LeaseDirectory;
   workers: WorkerDirectory;
-  config: Pick<Config, "leases" | "routing" | "router">;
+  /** The worker name a model means (BackendChain.upstreamName: the chain owns the aliases); undefined: no worker serves it. */
+  workerName: (model: string) => string | undefined;
+  config: Pick<Config, "leases" | "router">;
   log: Logger;
   metrics?: RouterMetrics;
 }
@@ -228,8 +230,7 @@ export class LeaseService {
       if (!w) throw new ApiError("worker_not_found", `worker '${target.worker}' is not in the registry`, "worker");
       return acceptsNewWork(w) ? [w] : [];
     }
-    const alias = this.opts.config.routing.models[target.model];
-    const workerModel = alias ? alias.worker : target.model;
+    const workerModel = this.opts.workerName(target.model);
     if (!workerModel || !this.workers.models().get(workerModel)?.length) {
       throw new ApiError("model_not_found", `model '${target.model}' is not served by any live worker`, "model");
     }
