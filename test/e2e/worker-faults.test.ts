@@ -228,14 +228,20 @@ describe("worker faults (real engine)", () => {
     const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
     try {
       await waitFor(() => fx.router.deps.directory.candidates(LLM).some((w) => w.id === "drain-w"), { timeoutMs: 60_000, what: () => `worker process ready (${stderr.slice(-500)})` });
+      // The worker's own readiness probe: ready while it takes work.
+      const workerUrl = fx.router.deps.directory.all().find((w) => w.id === "drain-w")!.url;
+      const readyz = await fetch(`${workerUrl}/readyz`);
+      expect([readyz.status, await readyz.json()]).toEqual([200, { ready: true, state: "ready" }]);
       const res = await chat({ stream: true, max_tokens: 48 });
       const reader = res.body!.getReader();
       const dec = new TextDecoder();
       let text = dec.decode((await reader.read()).value);
       child.kill("SIGTERM");
-      // While draining the worker takes no new work.
+      // While draining the worker takes no new work, and its probe says so at once.
       await waitFor(() => fx.router.deps.directory.all().find((w) => w.id === "drain-w")?.state === "draining", { timeoutMs: 3000, what: "draining state" });
       expect((await chat({ max_tokens: 2 })).status).toBe(503);
+      const drainingReadyz = await fetch(`${workerUrl}/readyz`);
+      expect([drainingReadyz.status, await drainingReadyz.json()]).toEqual([503, { ready: false, state: "draining" }]);
       for (;;) {
         const { done, value } = await reader.read();
         if (done) break;
