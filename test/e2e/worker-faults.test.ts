@@ -64,6 +64,36 @@ describe("worker faults (real engine)", () => {
     }
   });
 
+  it("a client that goes away from a large embeddings request frees the engine at once", async () => {
+    const agent = await startTestWorker(fx, { id: "embed-cancel-w", models: ["all-minilm-l6-v2"] });
+    const queued = async () => {
+      const ev = await agent.supervisor.client!.once({ case: "stats", value: { $typeName: "switchyard.engine.v1.StatsRequest" } });
+      return ev.kind.case === "stats" ? ev.kind.value.queuedRequests : -1;
+    };
+    try {
+      // Seconds of work for MiniLM on this box: 2048 inputs of ~100 tokens.
+      const input = Array.from({ length: 2048 }, (_, i) => `Sentence ${i} about lighthouses, tides, ships and the keepers who watch them through long winter nights at sea. `.repeat(4));
+      const ac = new AbortController();
+      const res = fetch(`${agent.url}/v1/embeddings`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json", "x-request-id": "req_embed_cancel" },
+        body: JSON.stringify({ model: "all-minilm-l6-v2", input }),
+        signal: ac.signal,
+      }).catch((err: Error) => err);
+      await waitFor(async () => (await queued()) === 1, { timeoutMs: 5000, intervalMs: 10, what: "the embeddings job queued in the engine" });
+      const t0 = performance.now();
+      ac.abort();
+      expect(await res).toBeInstanceOf(Error);
+      await waitFor(async () => (await queued()) === 0 && agent.ctx.inFlight === 0, { timeoutMs: 2000, intervalMs: 5, what: "embeddings job cancelled" });
+      expect(performance.now() - t0).toBeLessThan(1000);
+      // The engine serves the next request.
+      const next = await fetch(`${agent.url}/v1/embeddings`, { method: "POST", headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json" }, body: JSON.stringify({ model: "all-minilm-l6-v2", input: "one more" }) });
+      expect(next.status).toBe(200);
+    } finally {
+      await agent.stop();
+    }
+  });
+
   it("kill -9 of the engine mid-stream: one error event, then the worker recovers", async () => {
     const agent = await startTestWorker(fx, { id: "kill-w", models: [LLM] });
     try {
