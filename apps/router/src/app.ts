@@ -53,14 +53,17 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   return app;
 }
 
+/** This process's /metrics text (the workers gauge read from the directory now). */
+export function renderMetrics(deps: AppDeps): string {
+  const byState = new Map<string, number>();
+  for (const w of deps.directory.all()) byState.set(w.state, (byState.get(w.state) ?? 0) + 1);
+  for (const state of ["warming", "ready", "draining", "degraded"]) deps.metrics.workers.set({ state }, () => byState.get(state) ?? 0);
+  return deps.metrics.render();
+}
+
 export function createAdminApp(deps: AppDeps): Hono {
   const admin = new Hono();
-  admin.get("/metrics", (c) => {
-    const byState = new Map<string, number>();
-    for (const w of deps.directory.all()) byState.set(w.state, (byState.get(w.state) ?? 0) + 1);
-    for (const state of ["warming", "ready", "draining", "degraded"]) deps.metrics.workers.set({ state }, () => byState.get(state) ?? 0);
-    return c.text(deps.metrics.render(), 200, { "content-type": "text/plain; version=0.0.4" });
-  });
+  admin.get("/metrics", (c) => c.text(renderMetrics(deps), 200, { "content-type": "text/plain; version=0.0.4" }));
   admin.get("/healthz", (c) => c.json({ status: "ok" }));
   // The operator's view: the same readiness plus where the state lives (hosts, no secrets).
   admin.get("/readyz", async (c) => {

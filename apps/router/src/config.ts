@@ -135,6 +135,12 @@ export const configSchema = z.object({
        * after it, created at start and checked daily (one router at a time).
        */
       ledgerMonthsAhead: z.number().int().min(1).max(24).default(2),
+      /**
+       * Router processes sharing the listener (`switchyard router`; --processes
+       * overrides): one per core when unset. The primary restarts one that
+       * dies and serves the admin port for all of them (metrics added up).
+       */
+      processes: z.number().int().min(1).max(512).optional(),
     })
     .prefault({}),
   deadlines: deadlinesSchema.prefault({}),
