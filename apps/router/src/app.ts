@@ -15,6 +15,11 @@ import { registerCreateLease } from "./routes/v1/leases/create.ts";
 import { registerRetrieveLease } from "./routes/v1/leases/retrieve.ts";
 import { registerExtendLease } from "./routes/v1/leases/extend.ts";
 import { registerReleaseLease } from "./routes/v1/leases/release.ts";
+import { registerCreateResponse } from "./routes/v1/responses/create.ts";
+import { registerRetrieveResponse } from "./routes/v1/responses/retrieve.ts";
+import { registerDeleteResponse } from "./routes/v1/responses/delete.ts";
+import { registerCreateMessage } from "./routes/v1/messages/create.ts";
+import { MemoryResponseStore } from "@switchyard/state";
 
 export function createApp(deps: AppDeps): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
@@ -30,6 +35,12 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   registerRetrieveLease(app, deps);
   registerExtendLease(app, deps);
   registerReleaseLease(app, deps);
+  // Translated APIs (translate/): OpenAI Responses, Anthropic Messages.
+  const responses = deps.responses ?? new MemoryResponseStore();
+  registerCreateResponse(app, deps, responses);
+  registerRetrieveResponse(app, deps, responses);
+  registerDeleteResponse(app, deps, responses);
+  registerCreateMessage(app, deps);
 
   app.notFound((c) => {
     c.set("route", "unmatched"); // one metrics label for every path no route knows

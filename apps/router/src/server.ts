@@ -24,6 +24,8 @@ import {
   RedisBudgetStore,
   RedisIntentJournal,
   RedisRegistryStore,
+  MemoryResponseStore,
+  RedisResponseStore,
   type BudgetStore,
   type RegistryStore,
 } from "@switchyard/state";
@@ -387,6 +389,8 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
           }),
         }
       : {}),
+    // Stored /v1/responses answers: in Redis, any router continues them.
+    responses: redis ? new RedisResponseStore(redis, config.redis.keyPrefix) : new MemoryResponseStore(),
     readiness: async () => {
       const [r, p] = await Promise.all([registry.ping(), keyStore.ping()]);
       return { redis: r, postgres: p, ...(draining ? { draining: true } : {}) };
