@@ -188,11 +188,12 @@ describe("a 2-shard pipeline of real engines", () => {
     expect((await h4.record()).models).toEqual([]);
   }, 120_000);
 
-  it("advertises the head as the model and the tail as a layer range only", async () => {
+  it("advertises the head as the model and the tail as a layer range only, each with the model's blocks and its GGUF digest", async () => {
+    const digest = createHash("sha256").update(readFileSync(tail.models[0]!.path)).digest("hex");
     expect((await head.record()).models).toEqual([LLM]);
-    expect((await head.record()).layerRanges).toEqual([{ model: LLM, start: 0, end: 15 }]);
+    expect((await head.record()).layerRanges).toEqual([{ model: LLM, start: 0, end: 15, blocks: 30, digest }]);
     expect((await tail.record()).models).toEqual([]);
-    expect((await tail.record()).layerRanges).toEqual([{ model: LLM, start: 15, end: 30 }]);
+    expect((await tail.record()).layerRanges).toEqual([{ model: LLM, start: 15, end: 30, blocks: 30, digest }]);
   });
 
   it("refuses a connection without the shard's credential, for another model file or non-contiguous blocks, and a frame of the wrong size", async () => {

@@ -4,7 +4,7 @@
 // memory measured. A range outside the model is refused with a clear message
 // instead of restarting forever.
 import { afterAll, describe, expect, it } from "vitest";
-import { startAgent, type AgentHandle } from "@switchyard/agent";
+import { catalog, startAgent, type AgentHandle } from "@switchyard/agent";
 import { MemoryRegistryStore } from "@switchyard/state";
 import { parseLayers } from "../../apps/cli/src/commands/worker.ts";
 import { engineBinary, WORKER_TOKEN } from "../helpers/worker.ts";
@@ -40,12 +40,14 @@ describe("a worker serving a layer range (real engine)", () => {
     await Promise.all([whole.supervisor.whenReady(), tail.supervisor.whenReady()]);
     expect(tail.supervisor.state).toBe("ready");
     const rec = await tail.record();
-    expect(rec.layerRanges).toEqual([{ model: LLM, start: 15, end: 30 }]);
+    expect(rec.layerRanges).toEqual([{ model: LLM, start: 15, end: 30, blocks: 30, digest: catalog[LLM]!.mainFileSha256 }]);
+    // Routable only once warm: start → ready is reported in the heartbeat.
+    expect(rec.readyMs).toBeGreaterThan(0);
     // Not a whole model: never a candidate for whole requests.
     expect(rec.models).toEqual([]);
     expect(rec.memoryBytes).toBeGreaterThan(0);
     const wholeRec = await whole.record();
-    expect(wholeRec.layerRanges).toEqual([{ model: LLM, start: 0, end: 30 }]);
+    expect(wholeRec.layerRanges).toEqual([{ model: LLM, start: 0, end: 30, blocks: 30 }]);
     expect(wholeRec.models).toEqual([LLM]);
     // Half the blocks (plus the tied head): well under the whole model's weights.
     const shardBytes = Number(tail.supervisor.loaded.get(LLM)!.weightBytes);

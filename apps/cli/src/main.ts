@@ -43,11 +43,10 @@ export async function main(argv: string[]): Promise<number> {
         "no-worker": { type: "boolean" },
         "fencing-key": { type: "string" },
         layers: { type: "string" },
+        split: { type: "string" },
         next: { type: "string" },
         "next-token": { type: "string" },
         embedded: { type: "boolean" },
-        processes: { type: "string" },
-        profile: { type: "string" },
         // budgets, prices
         "daily-cents": { type: "string" },
         "daily-usd": { type: "string" },

@@ -24,8 +24,6 @@ import {
   RedisBudgetStore,
   RedisIntentJournal,
   RedisRegistryStore,
-  MemoryResponseStore,
-  RedisResponseStore,
   type BudgetStore,
   type RegistryStore,
 } from "@switchyard/state";
@@ -40,7 +38,8 @@ import { BackendChain, workerMayServe, type ProviderBackends } from "./routing/c
 import { createAdminApp, createApp } from "./app.ts";
 import { PostgresKeyStore } from "./auth/key-store.ts";
 import { KeyResolver } from "./auth/resolver.ts";
-import { WorkerBackend, WorkerConnections } from "./backends/worker/client.ts";
+import { WorkerConnections } from "./backends/worker/client.ts";
+import { workerOrPipeline } from "./pipelines/backend.ts";
 import { redisTarget, type Config } from "./config.ts";
 import type { AppDeps } from "./deps.ts";
 import { createLogger, type Logger } from "./observability/log.ts";
@@ -96,10 +95,6 @@ export interface StartRouterOptions {
   log?: Logger;
   /** The database passed in is an embedded one (`switchyard up`): said so in the start-up summary. */
   embeddedDatabase?: boolean;
-  /** false: no admin listener (a router process under `--processes`, whose primary serves the admin port). */
-  adminListener?: boolean;
-  /** With adminListener false: the admin URL to report (the primary's). */
-  adminUrl?: string;
 }
 
 /**
@@ -363,7 +358,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   // Leases: live ones in Redis (or this process), tokens and audit in Postgres.
   const leaseStore = opts.leases ?? (redis ? new RedisLeaseStore(redis, config.redis.keyPrefix) : new MemoryLeaseStore());
   const leaseDirectory = new LeaseDirectory(leaseStore, config.leases.pollMs, log, (expired, seenAtMs) => leaseService.sawExpired(expired, seenAtMs));
-  const chain = new BackendChain(config.routing, directory, (w, model) => new WorkerBackend(w, connections, model), providers);
+  const chain = new BackendChain(config.routing, directory, workerOrPipeline(directory, connections), providers);
   // Leases ask the chain which worker name a model means (its aliases), as admission does.
   const leaseService: LeaseService = new LeaseService({ store: leaseStore, audit: new PostgresLeaseAudit(db.db), directory: leaseDirectory, workers: directory, workerName: (model) => chain.upstreamName(model, "worker"), config, log, metrics });
   // Draining (close()): /readyz says so at once; `shutdown` ends the requests still running once router.drainMs has passed.
@@ -389,8 +384,6 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
           }),
         }
       : {}),
-    // Stored /v1/responses answers: in Redis, any router continues them.
-    responses: redis ? new RedisResponseStore(redis, config.redis.keyPrefix) : new MemoryResponseStore(),
     readiness: async () => {
       const [r, p] = await Promise.all([registry.ping(), keyStore.ping()]);
       return { redis: r, postgres: p, ...(draining ? { draining: true } : {}) };
@@ -415,16 +408,16 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const app = createApp(deps);
   const admin = createAdminApp(deps);
   const main = await listen(app.fetch, config.router.host, config.router.port, config.router.tls);
-  const adm = opts.adminListener === false ? undefined : await listen(admin.fetch, config.router.adminHost, config.router.adminPort);
+  const adm = await listen(admin.fetch, config.router.adminHost, config.router.adminPort);
   const publicListener = new DrainingListener(main.server as HttpServer);
-  const adminListener = adm && new DrainingListener(adm.server as HttpServer);
+  const adminListener = new DrainingListener(adm.server as HttpServer);
   const scheme = config.router.tls ? "https" : "http";
   const url = `${scheme}://${config.router.host}:${main.port}`;
-  const adminUrl = adm ? `http://${config.router.adminHost}:${adm.port}` : (opts.adminUrl ?? "");
+  const adminUrl = `http://${config.router.adminHost}:${adm.port}`;
   // Port 0 in config: the listeners' real ports are known only now.
-  if (main.port !== config.router.port || (adm && adm.port !== config.router.adminPort)) {
+  if (main.port !== config.router.port || adm.port !== config.router.adminPort) {
     await workerUrls.addOwnEndpoint("this router's listener", config.router.host, main.port);
-    if (adm) await workerUrls.addOwnEndpoint("this router's admin listener", config.router.adminHost, adm.port);
+    await workerUrls.addOwnEndpoint("this router's admin listener", config.router.adminHost, adm.port);
     await directory.refresh();
   }
   log.info("router listening", { url, admin: adminUrl, ...summary });
@@ -444,7 +437,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       log.info("router draining", { inFlight: publicListener.inFlight, graceMs, drainMs });
       // Grace: a load balancer still sending (it has not seen /readyz yet) is served; an idle router need not wait.
       await within(publicListener.idle(), graceMs);
-      void adminListener?.stopAccepting();
+      void adminListener.stopAccepting();
       void publicListener.stopAccepting();
       const drained = await within(publicListener.idle(), drainMs - (Date.now() - t0));
       const cut = publicListener.inFlight;
@@ -454,7 +447,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
         shutdown.abort();
         await within(publicListener.idle(), 2_000);
       }
-      await Promise.all([publicListener.closeAll(), adminListener?.closeAll()]);
+      await Promise.all([publicListener.closeAll(), adminListener.closeAll()]);
       clearInterval(partitionUpkeep);
       directory.stop();
       leaseDirectory.stop();

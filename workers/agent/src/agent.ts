@@ -15,6 +15,7 @@ import { checkAdvertiseUrl } from "./advertise.ts";
 import { resolveModel, type ResolvedModel } from "./models/fetch.ts";
 import { createWorkerApp } from "./server/app.ts";
 import { LazyShardLink, type ShardPeer } from "./shard/link.ts";
+import { ShardPaths } from "./shard/paths.ts";
 import { PipelineHead } from "./shard/pipeline.ts";
 import { attachShardServer } from "./shard/server.ts";
 import type { WorkerContext } from "./server/context.ts";
@@ -48,6 +49,7 @@ function defaultLog(msg: string, fields?: Record<string, unknown>) {
 }
 
 export async function startAgent({ registry, log: logTo, ...options }: AgentOptions): Promise<AgentHandle> {
+  const t0 = Date.now();
   const log = logTo ?? defaultLog;
   // Parsed once: from here on only `opts`, validated and with its defaults.
   const opts = parseWorkerConfig(options);
@@ -125,9 +127,15 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
         return l && digest ? { model: l.model, digest, layerStart: l.layerEnd } : undefined;
       })
     : undefined;
-  // The head shard (block 0 on) answers generations like a whole worker, down the pipeline.
-  if (opts.layers?.start === 0 && next) {
-    ctx.pipeline = new PipelineHead(() => supervisor.client, shardModel, next, { f16: opts.shardF16, depth: opts.pipelineDepth, log });
+  // The head shard (block 0 on) answers generations like a whole worker, down
+  // the pipeline: the static --next one, or the one a router's route names.
+  const paths = opts.layers?.start === 0 ? new ShardPaths(() => {
+    const l = shardModel();
+    return l && digest ? { model: l.model, digest, layerStart: l.layerEnd } : undefined;
+  }) : undefined;
+  if (paths) {
+    ctx.pipeline = new PipelineHead(() => supervisor.client, shardModel, next, { f16: opts.shardF16, depth: opts.pipelineDepth, paths, log });
+    ctx.shardHead = { pipeline: ctx.pipeline as PipelineHead, shard: shardModel, digest: digest ?? "" };
   }
 
   const app = createWorkerApp(ctx);
@@ -136,7 +144,7 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
     const s = serve({ fetch: app.fetch, hostname: host, port: opts.port }, (info: AddressInfo) => resolve({ server: s, port: info.port }));
     s.once("error", reject);
   });
-  const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log });
+  const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, workerId: id, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log });
   const url = opts.advertise ?? `http://${reachableHost(host)}:${port}`;
   const startedAt = Date.now();
   let queueDepth = 0;
@@ -178,11 +186,14 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
       capacity: maxBatch,
       device: supervisor.device,
       memoryBytes,
-      layerRanges: loaded.filter((l) => l.nLayers > 0 && l.kind === ModelKind.LLAMA_GGUF).map((l) => ({ model: l.model, start: l.layerStart, end: l.layerEnd })),
+      layerRanges: loaded
+        .filter((l) => l.nLayers > 0 && l.kind === ModelKind.LLAMA_GGUF)
+        .map((l) => ({ model: l.model, start: l.layerStart, end: l.layerEnd, blocks: l.nLayers, ...(digest && isShard(l) ? { digest } : {}) })),
       // Only what the engine can actually reuse is worth routing by.
       prefixes: prefixCaching ? [...prefixes.keys()].reverse() : [],
       version: "0.1.0",
       startedAt,
+      ...(readyMs !== undefined ? { readyMs } : {}),
       updatedAt: Date.now(),
     };
   };
@@ -198,6 +209,14 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
       log("heartbeat failed", { error: (err as Error).message });
     }
   };
+  // Start → ready (models fetched, loaded and warmed up): routers route here only after it.
+  let readyMs: number | undefined;
+  supervisor.onState((st) => {
+    if (readyMs === undefined && st !== "warming") {
+      readyMs = Date.now() - t0;
+      log("ready", { id, ms: readyMs, ...(opts.layers ? { layers: `${opts.layers.start}-${opts.layers.end}` } : {}) });
+    }
+  });
   await beat();
   const timer = setInterval(() => void beat(), opts.heartbeatMs);
   supervisor.onState(() => void beat());
@@ -216,6 +235,7 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
       clearInterval(timer);
       await registry.remove(id).catch(() => {});
       await next?.close();
+      await paths?.close();
       shardServer.closeAll();
       await new Promise<void>((r) => {
         server.close(() => r());

@@ -7,3 +7,4 @@ export { catalog } from "./models/catalog.ts";
 export { decodeSafetensors, tensorToFloats } from "./server/safetensors.ts";
 export { FENCING_HEADER, FencingGuard } from "./server/fencing.ts";
 export { parseWorkerConfig, WorkerConfigError, WorkerConfigSchema, type WorkerConfig, type WorkerConfigInput } from "./config.ts";
+export { ggufBlockCount, evenRanges } from "./models/gguf.ts";

@@ -109,6 +109,17 @@ impl Sampler {
         self.params.temperature <= 0.0 || !self.params.temperature.is_finite()
     }
 
+    /// Advances the random stream past `n` earlier samples (a sequence resumed
+    /// on a replacement shard draws what it would have drawn next).
+    pub fn skip_samples(&mut self, n: usize) {
+        if self.is_greedy() {
+            return;
+        }
+        for _ in 0..n {
+            self.rng.next_f64();
+        }
+    }
+
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         if self.is_greedy() {
             return argmax(logits);

@@ -72,17 +72,35 @@ impl Shards {
         if r.top_logprobs > 20 {
             bail!("top_logprobs must be at most 20");
         }
+        if r.generated.len() >= r.max_tokens as usize {
+            bail!("{} tokens already generated leave none of max_tokens {}", r.generated.len(), r.max_tokens);
+        }
+        let vocab = model.cfg.vocab as u32;
+        if let Some(bad) = r.generated.iter().find(|&&t| t >= vocab) {
+            bail!("generated token {bad} is outside the vocabulary ({vocab})");
+        }
         let cache = model.new_cache(capacity).context("allocating the KV cache")?;
         let params = SamplingParams { temperature: r.temperature, top_p: r.top_p, top_k: r.top_k, seed: r.seed };
+        let mut sampler = Sampler::new(params);
+        let mut text = TextStream::new(r.stop);
+        // A resumed sequence: its text stream holds what the lost shard held
+        // back (partial UTF-8, a stop sequence's prefix); what it releases now
+        // was released already.
+        for &t in &r.generated {
+            if text.push(model.tokenizer.token_bytes(t)).1 {
+                bail!("the generated tokens already contain a stop sequence");
+            }
+        }
+        sampler.skip_samples(r.generated.len());
         self.seqs.insert(
             r.seq_id,
             ShardSeq {
                 cache,
-                sampler: Sampler::new(params),
-                text: TextStream::new(r.stop),
+                sampler,
+                text,
                 logprobs: r.logprobs.then_some(r.top_logprobs as usize),
                 max_new: r.max_tokens as usize,
-                generated: 0,
+                generated: r.generated.len(),
             },
         );
         Ok(())

@@ -198,3 +198,72 @@ fn bad_ranges_and_frames_are_refused() {
     rt.submit(GenRequest { request_id: "g".into(), prompt: vec![1, 2], max_tokens: 2, params: SamplingParams::default(), stops: vec![], logprobs: None, cache_salt: String::new() });
     assert!(rt.step(&mut sink).is_err());
 }
+
+/// Steps one sequence through `shards` from `feed` until it finishes or
+/// `limit` tokens came; its tokens and released text.
+fn drive(shards: &mut [(LlamaModel, Shards)], id: &str, mut feed: Vec<u32>, limit: usize) -> (Vec<u32>, String, bool) {
+    let (mut ids, mut text) = (vec![], String::new());
+    let last = shards.len() - 1;
+    loop {
+        let mut acts: Option<Tensor> = None;
+        for (k, (m, s)) in shards.iter_mut().enumerate() {
+            let seqs = vec![ShardSeqRows { seq_id: id.into(), rows: feed.len() as u32, token_ids: if k == 0 { feed.clone() } else { vec![] } }];
+            let r = s.step(m, ShardStep { model: MODEL.into(), seqs, activations: acts.take(), out_dtype: DType::DtypeF32 as i32 }).unwrap();
+            if k < last {
+                acts = r.activations;
+                continue;
+            }
+            let smp = &r.samples[0];
+            let t = smp.tokens.clone().unwrap();
+            ids.extend(&t.ids);
+            text.push_str(&t.text);
+            if smp.finish_reason != FinishReason::Unspecified as i32 {
+                for (_, s2) in shards[..last].iter_mut() {
+                    s2.close(&ShardClose { model: MODEL.into(), seq_id: id.into() });
+                }
+                return (ids, text, true);
+            }
+            feed = t.ids;
+        }
+        if ids.len() >= limit {
+            return (ids, text, false);
+        }
+    }
+}
+
+#[test]
+fn a_sequence_resumed_on_new_shards_continues_exactly_where_it_was() {
+    let whole = LlamaModel::load(&common::smollm_path()).unwrap();
+    let nl = whole.cfg.n_layers;
+    let prompt = chat(&whole, "Write a haiku about the sea.");
+    // Greedy and seeded sampling, with a stop sequence whose prefix may be held back.
+    for (temperature, seed) in [(0.0f32, None), (0.9, Some(7u64))] {
+        let opening = |generated: Vec<u32>| ShardOpen { temperature, seed, stop: vec!["\n\n".into()], generated, ..open("r", 512, 40) };
+        let mut first = vec![shard(0..15), shard(15..nl)];
+        for (m, s) in first.iter_mut() {
+            s.open(m, 512, opening(vec![])).unwrap();
+        }
+        let (ref_ids, ref_text, _) = drive(&mut first, "r", prompt.clone(), 40);
+        assert!(ref_ids.len() >= 12, "{ref_ids:?}");
+
+        // Cut after 9 tokens; the "lost" pipeline's caches go with it.
+        let mut lost = vec![shard(0..15), shard(15..nl)];
+        for (m, s) in lost.iter_mut() {
+            s.open(m, 512, opening(vec![])).unwrap();
+        }
+        let (head_ids, head_text, _) = drive(&mut lost, "r", prompt.clone(), 9);
+        assert_eq!(head_ids[..], ref_ids[..9]);
+        // New shards: open with what was generated, re-prefill prompt + those tokens.
+        let mut fresh = vec![shard(0..15), shard(15..nl)];
+        for (m, s) in fresh.iter_mut() {
+            s.open(m, 512, opening(head_ids.clone())).unwrap();
+        }
+        let (tail_ids, tail_text, _) = drive(&mut fresh, "r", [prompt.clone(), head_ids.clone()].concat(), 40);
+        assert_eq!([head_ids, tail_ids].concat(), ref_ids, "temperature {temperature}");
+        assert_eq!(format!("{head_text}{tail_text}"), ref_text);
+    }
+    // Tokens that use up max_tokens, or outside the vocabulary, are refused.
+    let (m, mut s) = shard(15..nl);
+    assert!(format!("{:#}", s.open(&m, 512, ShardOpen { generated: vec![1; 4], ..open("x", 64, 4) }).unwrap_err()).contains("max_tokens"));
+    assert!(format!("{:#}", s.open(&m, 512, ShardOpen { generated: vec![1 << 30], ..open("x", 64, 4) }).unwrap_err()).contains("vocabulary"));
+}

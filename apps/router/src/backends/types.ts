@@ -52,14 +52,6 @@ export interface UpstreamResponse {
   abort(): void;
 }
 
-/**
- * What a request may carry beyond plain text chat that only some backends
- * can honour: a route whose request needs one runs only on backends that
- * declare it (routes/v1/messages: an image block on a text-only worker is
- * the client's 400, not silently dropped).
- */
-export type RequestFeature = "image_input";
-
 /** Self-hosted workers, or one of the registered providers (backends/registry.ts). */
 export type BackendKind = "worker" | ProviderKey;
 
@@ -70,12 +62,12 @@ export interface Backend {
   readonly paid: boolean;
   /** The model name the upstream knows (the client's name may be an alias). */
   readonly model: string;
-  /** The features it carries to its upstream (absent: plain text chat only). */
-  readonly features?: ReadonlySet<RequestFeature>;
   /** Whether this backend can answer this path at all (Anthropic has no embeddings). */
   supports(path: InferencePath): boolean;
   /** The worker's registry id (self-hosted backends). */
   readonly workerId?: string;
+  /** A split model's pipeline: every worker it may use, head first (a lease on any of them keeps others off it). */
+  readonly pipelineWorkers?: readonly string[];
   /**
    * Send the request; resolves once the upstream answered with 2xx headers,
    * rejects with UpstreamFailure otherwise. `signal` aborts the call.

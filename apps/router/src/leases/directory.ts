@@ -148,7 +148,8 @@ export class LeaseDirectory {
    * all it gets.
    */
   async skipLeased(backends: Backend[], queue: LeaseQueueOptions, signal?: AbortSignal): Promise<SkipResult> {
-    const leasedIn = (list: Backend[]) => list.filter((b) => b.workerId !== undefined && this.leaseOf(b.workerId) !== undefined);
+    // A pipeline is leased when any worker it may use is (a lease reserves that GPU for its holder).
+    const leasedIn = (list: Backend[]) => list.filter((b) => (b.pipelineWorkers ?? (b.workerId !== undefined ? [b.workerId] : [])).some((id) => this.leaseOf(id) !== undefined));
     let leased = leasedIn(backends);
     if (leased.length === 0) return { backends, leasedWorkers: [] };
     const without = (skip: Backend[]) => backends.filter((b) => !skip.includes(b));
@@ -156,7 +157,8 @@ export class LeaseDirectory {
     if (rest.some((b) => b.kind === "worker")) return { backends: rest, leasedWorkers: leased.map((b) => b.workerId!) };
     // Every worker candidate is leased: queue behind the one freeing first, if it has room.
     const deadline = Date.now() + queue.waitMs;
-    const byExpiry = leased.map((b) => this.leaseOf(b.workerId!)!).sort((a, b) => a.expiresAtMs - b.expiresAtMs);
+    const leaseIn = (b: Backend) => (b.pipelineWorkers ?? [b.workerId!]).map((id) => this.leaseOf(id)).find((l) => l !== undefined);
+    const byExpiry = leased.map((b) => leaseIn(b)!).sort((a, b) => a.expiresAtMs - b.expiresAtMs);
     const target = byExpiry.find((l) => (this.queued.get(l.workerId) ?? 0) < queue.depthPerWorker);
     if (target && queue.waitMs > 0) {
       this.queued.set(target.workerId, (this.queued.get(target.workerId) ?? 0) + 1);
@@ -173,7 +175,7 @@ export class LeaseDirectory {
         else this.queued.delete(target.workerId);
       }
     }
-    const still = leased.map((b) => this.leaseOf(b.workerId!)).filter((l): l is Lease => l !== undefined);
+    const still = leased.map((b) => leaseIn(b)).filter((l): l is Lease => l !== undefined);
     const earliest = still.length ? Math.min(...still.map((l) => l.expiresAtMs)) - this.storeNow() : undefined;
     return { backends: rest, leasedWorkers: leased.map((b) => b.workerId!), ...(earliest !== undefined ? { earliestFreeMs: earliest } : {}) };
   }

@@ -9,6 +9,7 @@ import { acceptsNewWork, type WorkerRecord } from "@switchyard/state";
 import { providerClaiming, providerOf, type ProviderKey } from "../backends/registry.ts";
 import type { Backend } from "../backends/types.ts";
 import type { ChainStep, Config } from "../config.ts";
+import { describePipeline } from "../pipelines/placement.ts";
 import type { WorkerDirectory } from "./directory.ts";
 import { defaultRequestClass, type RequestClass } from "./request-class.ts";
 import { explainRanking, promoteFree, type AttemptReporter, type Score } from "./scorer.ts";
@@ -154,7 +155,12 @@ export class BackendChain {
       if (step === "local" || step === "remote") {
         if (!served?.length) continue;
         known = true;
-        for (const r of ready) if (this.isLocal(r.item) === (step === "local")) ranked.push({ backend: this.workerBackend(r.item, workerModel!), score: r.score });
+        for (const r of ready) {
+          if (this.isLocal(r.item) !== (step === "local")) continue;
+          // A split model's pipeline explains its chain (x-switchyard-route).
+          const plan = this.directory.pipelineOf(r.item);
+          ranked.push({ backend: this.workerBackend(r.item, workerModel!), score: plan ? { ...r.score, id: describePipeline(plan) } : r.score });
+        }
       } else {
         const name = this.upstreamName(model, step);
         const b = name ? this.provider(step, name) : undefined;

@@ -7,6 +7,7 @@
 import { acceptsNewWork, type RegistryListing, type RegistryStore, type WorkerRecord } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
+import { placePipelines, type PipelinePlan } from "../pipelines/placement.ts";
 import { Poller } from "./poller.ts";
 import { defaultRequestClass, type RequestClass } from "./request-class.ts";
 import { defaultScorerConfig, RouteScorer, type Ranked } from "./scorer.ts";
@@ -27,6 +28,9 @@ export class WorkerDirectory {
   private snapshot: WorkerRecord[] = [];
   /** model → workers serving it, derived once per refresh (read on every request). */
   private byModel = new Map<string, WorkerRecord[]>();
+  /** Split models: the pipelines placed at the last refresh, and the plan behind each pipeline's record in byModel. */
+  private plans = new Map<string, PipelinePlan[]>();
+  private planOf = new WeakMap<WorkerRecord, PipelinePlan>();
   private readonly poller: Poller;
   private readonly listeners = new Set<(workers: WorkerRecord[]) => void>();
 
@@ -68,6 +72,18 @@ export class WorkerDirectory {
     this.snapshot = await this.vet(await this.store.listing());
     const byModel = new Map<string, WorkerRecord[]>();
     for (const w of this.snapshot) for (const m of w.models) byModel.set(m, [...(byModel.get(m) ?? []), w]);
+    // A split model is served wherever a complete pipeline of its shards is:
+    // each pipeline joins the model's workers as one record (its head's).
+    const order = (replicas: readonly WorkerRecord[]) => this.scorer.rankWorkers(replicas, defaultRequestClass, "", false).map((r) => r.item);
+    this.plans = placePipelines(this.snapshot, order);
+    const planOf = new WeakMap<WorkerRecord, PipelinePlan>();
+    for (const [model, plans] of this.plans) {
+      for (const p of plans) {
+        planOf.set(p.record, p);
+        byModel.set(model, [...(byModel.get(model) ?? []), p.record]);
+      }
+    }
+    this.planOf = planOf;
     this.byModel = byModel;
     for (const fn of this.listeners) fn(this.snapshot);
   }
@@ -99,7 +115,9 @@ export class WorkerDirectory {
         const dropped = w.models.filter((m) => !kept.has(m));
         refuse(w.id, "model_not_allowed", `advertised ${dropped.slice(0, 8).map((m) => JSON.stringify(m.slice(0, 80))).join(", ")}${dropped.length > 8 ? ", …" : ""}: not on its invite, or the name of a paid backend`);
       }
-      out.push(models.length === w.models.length ? w : { ...w, models });
+      // The same bound on the blocks it offers to pipelines of split models.
+      const layerRanges = w.layerRanges.filter((r) => (!allowed || allowed.has(r.model)) && (!mayServe || mayServe(r.model)));
+      out.push(models.length === w.models.length && layerRanges.length === w.layerRanges.length ? w : { ...w, models, layerRanges });
     });
     this.refusals = seen;
     urls?.retainHosts(new Set(listing.workers.map((w) => hostOf(w.url) ?? "")));
@@ -108,6 +126,16 @@ export class WorkerDirectory {
 
   all(): WorkerRecord[] {
     return this.snapshot;
+  }
+
+  /** The pipeline behind a record of models() / rank(), when it is one (a split model). */
+  pipelineOf(w: WorkerRecord): PipelinePlan | undefined {
+    return this.planOf.get(w);
+  }
+
+  /** The pipelines a split model has now (placed at the last refresh). */
+  pipelines(model: string): readonly PipelinePlan[] {
+    return this.plans.get(model) ?? [];
   }
 
   /** Models served by any live worker (in any state). */

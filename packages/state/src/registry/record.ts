@@ -9,7 +9,13 @@ export const layerRangeSchema = z.object({
   model: z.string(),
   start: z.number().int().nonnegative(),
   end: z.number().int().nonnegative(),
+  /** Blocks the whole model has (a shard's range is part of them); absent in records of older workers. */
+  blocks: z.number().int().positive().optional(),
+  /** SHA-256 (hex) of the model file the blocks come from: routers chain only shards of one file. */
+  digest: z.string().regex(/^[0-9a-f]{64}$/).optional(),
 });
+
+export type LayerRangeRecord = z.infer<typeof layerRangeSchema>;
 
 export const workerRecordSchema = z.object({
   /** Stable id, unique across the fabric (also the Redis key suffix). */
@@ -32,6 +38,8 @@ export const workerRecordSchema = z.object({
   prefixes: z.array(z.string().max(64)).max(64).default([]),
   version: z.string().default("0"),
   startedAt: z.number().int(),
+  /** Agent start → first ready (models loaded and warmed up), in ms; absent until then. */
+  readyMs: z.number().int().nonnegative().optional(),
   /** Wall-clock ms of this heartbeat (the record is rewritten every beat). */
   updatedAt: z.number().int(),
 });

@@ -1,7 +1,8 @@
 // What the worker's routes share: the supervised engine, the loaded models,
 // the in-flight counter and the draining flag.
 import type { EngineSupervisor } from "../engine/supervisor.ts";
-import type { GenerateEngine } from "../shard/pipeline.ts";
+import type { Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import type { GenerateEngine, PipelineHead } from "../shard/pipeline.ts";
 
 export interface WorkerContext {
   supervisor: EngineSupervisor;
@@ -23,4 +24,6 @@ export interface WorkerContext {
   notePrefix(key: string): void;
   /** On the head shard of a split model: generations run down the pipeline. */
   pipeline?: GenerateEngine;
+  /** On the head shard: the pipeline driver, its shard and GGUF digest, for requests that carry a router's route. */
+  shardHead?: { pipeline: PipelineHead; shard: () => Loaded | undefined; digest: string };
 }

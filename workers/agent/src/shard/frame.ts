@@ -16,8 +16,11 @@
 //     SAMPLES       protobuf ShardOutput (the last shard's samples)
 //     OK            empty
 //     ERROR         UTF-8 message
+//     LOST          UTF-8 worker id, "\n", message: a shard down the
+//                   pipeline is gone (its connection closed or refused) —
+//                   the head may rebuild the pipeline around it
 
-export const FrameKind = { OPEN: 1, STEP: 2, CLOSE: 3, OK: 16, SAMPLES: 18, ERROR: 31 } as const;
+export const FrameKind = { OPEN: 1, STEP: 2, CLOSE: 3, OK: 16, SAMPLES: 18, ERROR: 31, LOST: 32 } as const;
 export type FrameKindValue = (typeof FrameKind)[keyof typeof FrameKind];
 
 /** Header bytes after the length prefix. */

@@ -1,11 +1,14 @@
 // One persistent, authenticated connection from this worker to the next
 // shard: an HTTP/1.1 Upgrade to `switchyard-shard/1` on the next worker's own
-// listener, presenting the same bearer credential routers use for that
-// worker, then binary frames (frame.ts) both ways. Requests are tagged, so
-// many may be in flight on the one connection.
+// listener, then binary frames (frame.ts) both ways. It presents either the
+// bearer credential routers use for that worker (a static `--next`), or a
+// router's shard ticket for that worker with its leg of the route
+// (registry/shard-route.ts). Requests are tagged, so many may be in flight on
+// the one connection.
 import http from "node:http";
 import https from "node:https";
 import type { Socket } from "node:net";
+import { encodeShardRoute, type ShardLeg } from "@switchyard/state";
 import { encodeFrame, FrameKind, FrameReader, type Frame, type FrameKindValue } from "./frame.ts";
 
 export const SHARD_PROTOCOL = "switchyard-shard/1";
@@ -14,8 +17,12 @@ export const SHARD_PATH = "/v1/shard/connect";
 export interface ShardPeer {
   /** The next worker's base URL (as in its heartbeat). */
   url: string;
-  /** The credential that worker accepts (the router→worker secret). */
-  token: string;
+  /** The credential that worker accepts (the router→worker secret): a static `--next`. */
+  token?: string;
+  /** Its worker id (a routed peer): named when it is lost. */
+  id?: string;
+  /** A routed peer: the router's ticket for it, its leg of the route, and the replica chosen for each stage after it. */
+  routed?: { ticket: string; leg: ShardLeg; path: string[] };
 }
 
 /**
@@ -31,9 +38,27 @@ export interface ShardExpectation {
 }
 
 export const EXPECT_HEADERS = { model: "x-switchyard-shard-model", digest: "x-switchyard-shard-digest", layerStart: "x-switchyard-shard-start" } as const;
+/** A routed connection's headers: the leg (base64url JSON), the ticket, and the replica ids chosen after it. */
+export const ROUTE_HEADERS = { leg: "x-switchyard-shard-leg", ticket: "x-switchyard-shard-ticket", path: "x-switchyard-shard-path" } as const;
 
 export class ShardLinkError extends Error {
   override name = "ShardLinkError";
+}
+
+/** A shard of the pipeline is gone: its connection closed, or it refused one. `worker` names it (its id, or URL). */
+export class ShardLostError extends ShardLinkError {
+  override name = "ShardLostError";
+  constructor(
+    readonly worker: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The LOST frame body for an error (a lost shard further down keeps its name). */
+export function lostBody(err: ShardLostError): Buffer {
+  return Buffer.from(`${err.worker}\n${err.message}`, "utf8");
 }
 
 export class ShardLink {
@@ -43,7 +68,10 @@ export class ShardLink {
   /** Bytes written, for wire-overhead measurements. */
   bytesSent = 0;
 
-  private constructor(private readonly socket: Socket) {
+  private constructor(
+    private readonly socket: Socket,
+    private readonly peerName: string,
+  ) {
     const reader = new FrameReader();
     socket.on("data", (d: Buffer) => {
       let frames: Frame[];
@@ -59,21 +87,30 @@ export class ShardLink {
         if (!p) continue;
         this.pending.delete(f.tag);
         if (f.kind === FrameKind.ERROR) p.reject(new ShardLinkError(Buffer.from(f.body).toString("utf8")));
-        else p.resolve(f);
+        else if (f.kind === FrameKind.LOST) {
+          const text = Buffer.from(f.body).toString("utf8");
+          const nl = text.indexOf("\n");
+          p.reject(new ShardLostError(nl > 0 ? text.slice(0, nl).slice(0, 200) : "?", nl > 0 ? text.slice(nl + 1) : text));
+        } else p.resolve(f);
       }
+      if (this.closing && this.pending.size === 0) this.close();
     });
-    socket.on("close", () => this.fail(new ShardLinkError("shard connection closed")));
-    socket.on("error", (err) => this.fail(err));
+    socket.on("close", () => this.fail(new ShardLostError(peerName, `shard ${peerName}: connection closed`)));
+    socket.on("error", (err) => this.fail(new ShardLostError(peerName, `shard ${peerName}: ${err.message}`)));
   }
 
   static connect(peer: ShardPeer, expect?: ShardExpectation, timeoutMs = 5000): Promise<ShardLink> {
     const u = new URL(SHARD_PATH, peer.url);
     const mod = u.protocol === "https:" ? https : http;
-    return new Promise((resolve, reject) => {
+    const name = peer.id ?? peer.url;
+    return new Promise<ShardLink>((resolve, reject) => {
       const req = mod.request(u, {
         method: "GET",
         headers: {
-          authorization: `Bearer ${peer.token}`,
+          ...(peer.token !== undefined ? { authorization: `Bearer ${peer.token}` } : {}),
+          ...(peer.routed
+            ? { [ROUTE_HEADERS.leg]: encodeShardRoute(peer.routed.leg), [ROUTE_HEADERS.ticket]: peer.routed.ticket, [ROUTE_HEADERS.path]: peer.routed.path.join(",") }
+            : {}),
           connection: "Upgrade",
           upgrade: SHARD_PROTOCOL,
           ...(expect
@@ -89,7 +126,7 @@ export class ShardLink {
           return;
         }
         socket.setNoDelay(true);
-        const link = new ShardLink(socket);
+        const link = new ShardLink(socket, name);
         if (head.length) socket.unshift(head);
         resolve(link);
       });
@@ -102,6 +139,9 @@ export class ShardLink {
       req.on("timeout", () => req.destroy(new ShardLinkError(`shard ${peer.url}: no answer in ${timeoutMs} ms`)));
       req.on("error", reject);
       req.end();
+    }).catch((err: Error) => {
+      // Unreachable or refusing: as good as gone, for whoever rebuilds the pipeline.
+      throw err instanceof ShardLostError ? err : new ShardLostError(name, err.message);
     });
   }
 
@@ -124,6 +164,18 @@ export class ShardLink {
   close(): void {
     this.socket.end();
     this.socket.destroy();
+  }
+
+  private closing = false;
+
+  /** Closes once the replies in flight are in (a link replaced by another). */
+  closeWhenIdle(): void {
+    this.closing = true;
+    if (this.pending.size === 0) this.close();
+  }
+
+  get inFlight(): number {
+    return this.pending.size;
   }
 
   private fail(err: Error): void {

@@ -6,6 +6,14 @@
 // shard as one binary STEP frame, and the reply — the last shard's samples —
 // feeds the next turn. Up to `depth` steps (micro-batches over disjoint
 // groups of sequences) are in flight at once, so the shards overlap.
+//
+// The shards after this one come from a static `--next`, or per request from
+// a router's route (registry/shard-route.ts): per stage the live replicas.
+// When a replica is lost mid-stream (its connection closes, or a shard down
+// the line reports it LOST), each of its sequences is rebuilt on a path
+// around it: closed everywhere, reopened with the tokens it generated so far,
+// and re-prefilled with prompt + those tokens, so its stream continues with
+// the very next token — no error event, nothing repeated or missing.
 import { create, toBinary, fromBinary } from "@bufbuild/protobuf";
 import {
   DoneSchema,
@@ -20,10 +28,13 @@ import {
   type Event,
   type Generate,
   type Loaded,
+  type ShardOpen,
 } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { EngineError, type EngineClient, type RequestKind } from "../engine/client.ts";
+import type { ShardRoute } from "@switchyard/state";
 import { DTYPE_F16, DTYPE_F32, encodeStep, FrameKind } from "./frame.ts";
-import type { LazyShardLink } from "./link.ts";
+import { ShardLostError, type LazyShardLink } from "./link.ts";
+import { staticPath, type PipelinePath, type ShardPaths } from "./paths.ts";
 
 /** What runGenerate needs of an engine: a whole worker's EngineClient, or a pipeline head. */
 export interface GenerateEngine {
@@ -31,41 +42,70 @@ export interface GenerateEngine {
   cancel(requestId: string): void;
 }
 
+/** Times one sequence may be rebuilt around lost shards (each loss is one). */
+const MAX_REBUILDS = 4;
+
 interface Seq {
   id: string;
-  prompt: number;
+  promptIds: number[];
+  /** Tokens generated so far (what a rebuilt pipeline re-prefills after the prompt). */
+  generated: number[];
   feed: number[];
   completion: number;
   cancelled: boolean;
+  open: ShardOpen;
+  path: PipelinePath;
+  /** Routed sequences: the route, and the replicas this sequence lost. */
+  route?: ShardRoute;
+  avoid: Set<string>;
+  rebuilds: number;
   push(ev: Event): void;
   fail(err: Error): void;
 }
 
 export class PipelineHead implements GenerateEngine {
   private readonly seqs = new Map<string, Seq>();
-  /** Sequences whose step is in flight. */
+  /** Sequences whose step is in flight, or that are being rebuilt. */
   private readonly busy = new Set<string>();
   private inFlight = 0;
   /** Steps in flight at most (micro-batches along the pipeline; 1 = one step at a time). */
   private readonly depth: number;
   /** Bytes of frames and of raw rows sent to the next shard (wire overhead), and the most steps seen in flight at once. */
   readonly wire = { frameBytes: 0, rowBytes: 0, maxStepsInFlight: 0 };
+  /** Sequences rebuilt around a lost shard, and the last rebuild's loss → first step sent on the new path (ms). */
+  readonly rebuilt = { sequences: 0, lastMs: 0 };
 
   constructor(
     private readonly engine: () => EngineClient | undefined,
     private readonly model: () => Loaded | undefined,
-    private readonly next: LazyShardLink,
-    private readonly opts: { f16?: boolean; depth?: number; log: (msg: string, fields?: Record<string, unknown>) => void },
+    /** The static pipeline (`--next`), if any. */
+    private readonly next: LazyShardLink | undefined,
+    private readonly opts: { f16?: boolean; depth?: number; paths?: ShardPaths; log: (msg: string, fields?: Record<string, unknown>) => void },
   ) {
     this.depth = Math.max(1, opts.depth ?? 2);
   }
 
-  async *call(kind: RequestKind, requestId: string): AsyncGenerator<Event> {
+  /** Whether generations without a router's route can run (a static `--next`). */
+  get hasStaticPath(): boolean {
+    return this.next !== undefined;
+  }
+
+  /** This head's generations along a router's route. */
+  routed(route: ShardRoute): GenerateEngine {
+    return { call: (kind, requestId) => this.run(kind, requestId, route), cancel: (id) => this.cancel(id) };
+  }
+
+  call(kind: RequestKind, requestId: string): AsyncGenerator<Event> {
+    return this.run(kind, requestId, undefined);
+  }
+
+  private async *run(kind: RequestKind, requestId: string, route: ShardRoute | undefined): AsyncGenerator<Event> {
     if (kind.case !== "generate") throw new EngineError(ErrorCode.INVALID_REQUEST, "a pipeline head serves generations only");
     const g: Generate = kind.value;
     const engine = this.engine();
     const loaded = this.model();
     if (!engine?.alive || !loaded) throw new EngineError(ErrorCode.MODEL_NOT_LOADED, "the head shard is not loaded");
+    if (!route && !this.next) throw new EngineError(ErrorCode.INVALID_REQUEST, "this head shard has no static next shard: a router's route is required");
     const tok = await engine.once({ case: "tokenize", value: { $typeName: "switchyard.engine.v1.Tokenize", model: loaded.model, input: g.input } });
     if (tok.kind.case !== "tokenIds") throw new EngineError(ErrorCode.INTERNAL, "tokenize gave no ids");
     const ids = tok.kind.value.ids;
@@ -85,22 +125,23 @@ export class PipelineHead implements GenerateEngine {
       logprobs: g.logprobs,
       topLogprobs: g.topLogprobs,
     });
-    await engine.once({ case: "shardOpen", value: open });
-    try {
-      await (await this.next.get()).request(FrameKind.OPEN, toBinary(ShardOpenSchema, open));
-    } catch (err) {
-      await this.closeLocal(requestId);
-      throw new EngineError(ErrorCode.INTERNAL, `opening the sequence down the pipeline: ${(err as Error).message}`);
-    }
+    const avoid = new Set<string>();
+    const path = await this.openAlong(open, route, avoid);
     const queue: Event[] = [];
     let failure: Error | undefined;
     let wake: (() => void) | undefined;
     this.seqs.set(requestId, {
       id: requestId,
-      prompt: ids.length,
+      promptIds: [...ids],
+      generated: [],
       feed: [...ids],
       completion: 0,
       cancelled: false,
+      open,
+      path,
+      ...(route ? { route } : {}),
+      avoid,
+      rebuilds: 0,
       push: (ev) => {
         queue.push(ev);
         wake?.();
@@ -123,6 +164,43 @@ export class PipelineHead implements GenerateEngine {
     }
   }
 
+  /**
+   * Opens a sequence here and down a path (the static one, or one through the
+   * route avoiding `avoid`, which grows by each replica found lost on the
+   * way); the path it is open on.
+   */
+  private async openAlong(open: ShardOpen, route: ShardRoute | undefined, avoid: Set<string>): Promise<PipelinePath> {
+    const engine = this.engine();
+    if (!engine?.alive) throw new EngineError(ErrorCode.MODEL_NOT_LOADED, "the head shard's engine is gone");
+    await engine.once({ case: "shardOpen", value: open });
+    for (let tries = 0; ; tries++) {
+      const path = route ? this.opts.paths?.choose(route, avoid) : this.next ? staticPath(this.next) : undefined;
+      if (!path) {
+        await this.closeLocal(open.seqId);
+        const gone = [...avoid].join(", ");
+        throw new EngineError(ErrorCode.INTERNAL, `opening the sequence down the pipeline: ${gone ? `shard ${gone} lost and ` : ""}no live replica left for some stage of the route`);
+      }
+      try {
+        await (await path.link()).request(FrameKind.OPEN, toBinary(ShardOpenSchema, open));
+        return path;
+      } catch (err) {
+        if (route && err instanceof ShardLostError && tries < MAX_REBUILDS && !avoid.has(err.worker)) {
+          this.lose(path, err.worker, avoid);
+          continue;
+        }
+        await this.closeLocal(open.seqId);
+        throw new EngineError(ErrorCode.INTERNAL, `opening the sequence down the pipeline: ${(err as Error).message}`);
+      }
+    }
+  }
+
+  /** A replica of `path` is gone: avoided by this sequence, passed over by new ones, and the path's connection closed (its shards then free what was opened over it). */
+  private lose(path: PipelinePath, worker: string, avoid: Set<string>): void {
+    avoid.add(worker);
+    this.opts.paths?.noteLost(worker);
+    this.opts.paths?.retire(path.key);
+  }
+
   cancel(requestId: string): void {
     const s = this.seqs.get(requestId);
     if (s) s.cancelled = true;
@@ -135,10 +213,10 @@ export class PipelineHead implements GenerateEngine {
       .catch(() => {});
   }
 
-  private async closeEverywhere(seqId: string): Promise<void> {
-    await this.closeLocal(seqId);
-    const body = toBinary(ShardCloseSchema, create(ShardCloseSchema, { model: this.model()?.model ?? "", seqId }));
-    await (await this.next.get().catch(() => undefined))?.request(FrameKind.CLOSE, body).catch(() => {});
+  private async closeEverywhere(s: Pick<Seq, "id" | "path">): Promise<void> {
+    await this.closeLocal(s.id);
+    const body = toBinary(ShardCloseSchema, create(ShardCloseSchema, { model: this.model()?.model ?? "", seqId: s.id }));
+    await (await s.path.existing())?.request(FrameKind.CLOSE, body).catch(() => {});
   }
 
   private done(s: Seq, reason: FinishReason): void {
@@ -146,9 +224,33 @@ export class PipelineHead implements GenerateEngine {
     s.push(
       create(EventSchema, {
         requestId: s.id,
-        kind: { case: "done", value: create(DoneSchema, { finishReason: reason, usage: create(UsageSchema, { promptTokens: s.prompt, completionTokens: s.completion }) }) },
+        kind: { case: "done", value: create(DoneSchema, { finishReason: reason, usage: create(UsageSchema, { promptTokens: s.promptIds.length, completionTokens: s.completion }) }) },
       }),
     );
+  }
+
+  /**
+   * A sequence whose pipeline lost a shard: closed on what is left of its
+   * old path, reopened here and along a path around the loss with the tokens
+   * it generated so far, and fed prompt + those tokens next (the last shard
+   * then samples the token that comes after them).
+   */
+  private async rebuild(s: Seq, lostAt: number): Promise<void> {
+    // What is left of the old path frees the sequence when its connection closes (lose() retired it).
+    await this.closeLocal(s.id);
+    const open = create(ShardOpenSchema, { ...s.open, generated: s.generated });
+    s.path = await this.openAlong(open, s.route, s.avoid);
+    s.feed = [...s.promptIds, ...s.generated];
+    this.rebuilt.sequences++;
+    this.rebuilt.lastMs = Date.now() - lostAt;
+    this.opts.log("pipeline rebuilt around a lost shard", { seq: s.id, lost: [...s.avoid], via: s.path.hops, tokens: s.generated.length, ms: this.rebuilt.lastMs });
+  }
+
+  private failSeq(s: Seq, e: Error): void {
+    if (!this.seqs.has(s.id)) return;
+    this.seqs.delete(s.id);
+    s.fail(e);
+    void this.closeEverywhere(s);
   }
 
   /**
@@ -156,37 +258,48 @@ export class PipelineHead implements GenerateEngine {
    * sequences (micro-batches): while one group's rows are on later shards,
    * this shard computes the next group's, so with many streams every shard
    * works at once. A sequence is in at most one step at a time, so its
-   * tokens stay in order; a group re-forms from whoever is ready.
+   * tokens stay in order; a group re-forms from whoever is ready, and holds
+   * sequences of one path only (they share the connection).
    */
   private schedule(): void {
     for (const s of [...this.seqs.values()]) {
       if (s.cancelled && !this.busy.has(s.id)) {
         this.done(s, FinishReason.CANCELLED);
-        void this.closeEverywhere(s.id);
+        void this.closeEverywhere(s);
       }
     }
     while (this.inFlight < this.depth) {
       const ready = [...this.seqs.values()].filter((s) => !this.busy.has(s.id));
       if (ready.length === 0) return;
-      const group = ready.slice(0, Math.ceil(ready.length / (this.depth - this.inFlight)));
+      const key = ready[0]!.path.key;
+      const onPath = ready.filter((s) => s.path.key === key);
+      const group = onPath.slice(0, Math.ceil(onPath.length / (this.depth - this.inFlight)));
       for (const s of group) this.busy.add(s.id);
       this.inFlight++;
       this.wire.maxStepsInFlight = Math.max(this.wire.maxStepsInFlight, this.inFlight);
+      const rebuilding: Promise<void>[] = [];
       void this.step(group)
         .catch((err: unknown) => {
           const e = err instanceof EngineError ? err : new EngineError(ErrorCode.INTERNAL, `pipeline step failed: ${(err as Error).message}`);
-          this.opts.log("pipeline step failed", { error: e.message, sequences: group.length });
+          const lostAt = Date.now();
           for (const s of group) {
             if (!this.seqs.has(s.id)) continue;
-            this.seqs.delete(s.id);
-            s.fail(e);
-            void this.closeEverywhere(s.id);
+            if (err instanceof ShardLostError && s.route && s.rebuilds < MAX_REBUILDS && !s.cancelled) {
+              s.rebuilds++;
+              this.lose(s.path, err.worker, s.avoid);
+              rebuilding.push(this.rebuild(s, lostAt).catch((re: unknown) => this.failSeq(s, re instanceof EngineError ? re : new EngineError(ErrorCode.INTERNAL, (re as Error).message))));
+            } else {
+              this.opts.log("pipeline step failed", { error: e.message, seq: s.id });
+              this.failSeq(s, e);
+            }
           }
         })
         .finally(() => {
-          for (const s of group) this.busy.delete(s.id);
           this.inFlight--;
-          this.schedule();
+          void Promise.all(rebuilding).then(() => {
+            for (const s of group) this.busy.delete(s.id);
+            this.schedule();
+          });
         });
     }
   }
@@ -196,6 +309,7 @@ export class PipelineHead implements GenerateEngine {
     const loaded = this.model();
     if (!engine?.alive || !loaded) throw new EngineError(ErrorCode.INTERNAL, "the head shard's engine is gone");
     const dtype = this.opts.f16 ? DTYPE_F16 : DTYPE_F32;
+    const link = await step[0]!.path.link();
     const ev = await engine.once({
       case: "shardStep",
       value: {
@@ -210,7 +324,7 @@ export class PipelineHead implements GenerateEngine {
     const frame = encodeStep(step.map((s) => ({ seqId: s.id, rows: s.feed.length })), loaded.hiddenSize, rows);
     this.wire.rowBytes += rows.length;
     this.wire.frameBytes += frame.length + 12;
-    const reply = await (await this.next.get()).request(FrameKind.STEP, frame, dtype);
+    const reply = await link.request(FrameKind.STEP, frame, dtype);
     if (reply.kind !== FrameKind.SAMPLES) throw new EngineError(ErrorCode.INTERNAL, `the pipeline answered a step with frame kind ${reply.kind}`);
     const out = fromBinary(ShardOutputSchema, reply.body);
     if (out.samples.length !== step.length) throw new EngineError(ErrorCode.INTERNAL, `${out.samples.length} samples for ${step.length} sequences`);
@@ -219,10 +333,11 @@ export class PipelineHead implements GenerateEngine {
       if (smp.seqId !== s.id) throw new EngineError(ErrorCode.INTERNAL, `sample for ${smp.seqId} where ${s.id} was expected`);
       const t = smp.tokens ?? create(TokensSchema);
       s.completion += t.ids.length;
+      s.generated.push(...t.ids);
       if (t.ids.length > 0 || t.text !== "") s.push(create(EventSchema, { requestId: s.id, kind: { case: "tokens", value: t } }));
       if (smp.finishReason !== FinishReason.UNSPECIFIED) {
         this.done(s, smp.finishReason);
-        await this.closeEverywhere(s.id);
+        await this.closeEverywhere(s);
       } else {
         s.feed = [...t.ids];
       }

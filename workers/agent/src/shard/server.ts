@@ -1,19 +1,25 @@
 // The receiving end of shard connections on a worker's listener: an upgrade
-// to `switchyard-shard/1` with this worker's credential, then frames — OPEN /
-// CLOSE applied here and passed on down the pipeline, STEP run through this
-// shard's blocks and its output rows sent straight to the next shard, whose
-// reply (the last shard's samples) comes back the same way.
+// to `switchyard-shard/1` with this worker's credential (a static `--next`)
+// or a router's shard ticket for this worker with its leg of the route, then
+// frames — OPEN / CLOSE applied here and passed on down the pipeline, STEP run
+// through this shard's blocks and its output rows sent straight to the next
+// shard (the static one, or the replica the leg chose), whose reply (the last
+// shard's samples) comes back the same way. A next shard that is gone is
+// reported LOST, by name, so the head can rebuild around it.
 import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { ShardCloseSchema, ShardOpenSchema, ShardOutputSchema, type Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { EngineClient } from "../engine/client.ts";
+import { decodeShardLeg, verifyShardTicket, type ShardLeg } from "@switchyard/state";
 import { decodeStep, encodeFrame, encodeStep, FrameKind, FrameReader, type Frame } from "./frame.ts";
-import { EXPECT_HEADERS, LazyShardLink, SHARD_PATH, SHARD_PROTOCOL } from "./link.ts";
+import { EXPECT_HEADERS, LazyShardLink, lostBody, ROUTE_HEADERS, SHARD_PATH, SHARD_PROTOCOL, ShardLostError } from "./link.ts";
 
 export interface ShardServerOptions {
   token: string;
+  /** This worker's id: tickets are signed for it. */
+  workerId: string;
   engine: () => EngineClient | undefined;
   /** The shard model this worker holds, once loaded. */
   shard: () => Loaded | undefined;
@@ -38,26 +44,65 @@ export function attachShardServer(server: Server, opts: ShardServerOptions): { c
       socket.end("HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
       return;
     }
-    if (!credentialOk(req.headers.authorization, opts.token)) {
-      const msg = "missing or wrong worker credential";
-      socket.end(`HTTP/1.1 401 Unauthorized\r\nconnection: close\r\ncontent-type: text/plain\r\ncontent-length: ${msg.length}\r\n\r\n${msg}`);
-      return;
+    const refuse = (status: string, msg: string) =>
+      socket.end(`HTTP/1.1 ${status}\r\nconnection: close\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(msg)}\r\n\r\n${msg}`);
+    const routed = req.headers[ROUTE_HEADERS.leg] !== undefined;
+    let next: LazyShardLink | undefined = opts.next;
+    if (routed) {
+      const r = routedNext(req, opts);
+      if (!r.ok) return refuse(r.status, r.message);
+      next = r.next;
+    } else if (!credentialOk(req.headers.authorization, opts.token)) {
+      return refuse("401 Unauthorized", "missing or wrong worker credential");
     }
     const mismatch = expectationMismatch(req, opts);
-    if (mismatch) {
-      socket.end(`HTTP/1.1 409 Conflict\r\nconnection: close\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(mismatch)}\r\n\r\n${mismatch}`);
-      return;
-    }
+    if (mismatch) return refuse("409 Conflict", mismatch);
     socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${SHARD_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`);
     open.add(socket);
     socket.on("close", () => open.delete(socket));
-    serveConnection(socket, head, opts);
+    // A routed connection's onward link is its own: it goes with it, once the sequences opened over it are freed.
+    serveConnection(socket, head, { ...opts, ...(next ? { next } : {}) }, routed && next ? () => void next.close() : undefined);
   });
   return {
     closeAll() {
       for (const s of open) s.destroy();
     },
   };
+}
+
+/**
+ * A routed connection: its ticket must be this worker's, under its own
+ * credential, for this shard's blocks and model file, unexpired; the leg's
+ * next stage (if any) is reached through the replica the sender chose, which
+ * must be one the route names.
+ */
+function routedNext(req: IncomingMessage, opts: ShardServerOptions): { ok: true; next?: LazyShardLink } | { ok: false; status: string; message: string } {
+  const h = (name: string) => (typeof req.headers[name] === "string" ? (req.headers[name] as string) : undefined);
+  const decoded = decodeShardLeg(h(ROUTE_HEADERS.leg));
+  if (!decoded.ok) return { ok: false, status: "400 Bad Request", message: `shard route: ${decoded.reason}` };
+  const leg: ShardLeg = decoded.leg;
+  const verdict = verifyShardTicket(opts.token, opts.workerId, leg, h(ROUTE_HEADERS.ticket));
+  if (!verdict.ok) return { ok: false, status: "401 Unauthorized", message: verdict.reason };
+  const shard = opts.shard();
+  if (!shard) return { ok: false, status: "409 Conflict", message: "this worker holds no shard (warming, or a whole model)" };
+  if (leg.model !== shard.model) return { ok: false, status: "409 Conflict", message: `this shard serves '${shard.model}', not '${leg.model}'` };
+  if (opts.digest && leg.digest !== opts.digest) {
+    return { ok: false, status: "409 Conflict", message: `model file differs: this shard's GGUF is sha256 ${opts.digest.slice(0, 16)}…, the route's ${leg.digest.slice(0, 16)}…` };
+  }
+  if (leg.start !== shard.layerStart || leg.end !== shard.layerEnd) {
+    return { ok: false, status: "409 Conflict", message: `this shard holds blocks ${shard.layerStart}-${shard.layerEnd}, not ${leg.start}-${leg.end}` };
+  }
+  const stage = leg.rest[0];
+  if (!stage) {
+    if (shard.layerEnd !== shard.nLayers) return { ok: false, status: "409 Conflict", message: `the route ends at block ${shard.layerEnd} of ${shard.nLayers}` };
+    return { ok: true };
+  }
+  const path = (h(ROUTE_HEADERS.path) ?? "").split(",").filter(Boolean);
+  const hop = stage.hops.find((x) => x.id === path[0]);
+  if (!hop) return { ok: false, status: "400 Bad Request", message: `the chosen next shard '${String(path[0]).slice(0, 64)}' is not one the route names for blocks ${stage.start}-${stage.end}` };
+  const onward = { model: leg.model, digest: leg.digest, exp: leg.exp, start: stage.start, end: stage.end, rest: leg.rest.slice(1) };
+  const expect = { model: leg.model, digest: leg.digest, layerStart: shard.layerEnd };
+  return { ok: true, next: new LazyShardLink({ url: hop.url, id: hop.id, routed: { ticket: hop.ticket, leg: onward, path: path.slice(1) } }, () => expect) };
 }
 
 /** Why this shard can't follow the connecting one (another model or file, blocks that don't continue its own), if it can't. */
@@ -75,7 +120,7 @@ function expectationMismatch(req: IncomingMessage, opts: ShardServerOptions): st
   return undefined;
 }
 
-function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions): void {
+function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions, afterClose?: () => void): void {
   const reader = new FrameReader();
   // Frames run in arrival order: a sequence's steps must not overtake each other.
   let chain = Promise.resolve();
@@ -91,6 +136,7 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions)
         if (opts.next) await (await opts.next.get().catch(() => undefined))?.request(FrameKind.CLOSE, body).catch(() => {});
       }
       opened.clear();
+      afterClose?.();
     });
   });
   const onData = (d: Buffer) => {
@@ -115,11 +161,11 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions)
         try {
           reply = await h.reply;
         } catch (err) {
-          reply = { kind: FrameKind.ERROR, dtype: 0, tag: f.tag, body: Buffer.from((err as Error).message) };
+          reply = errorFrame(f.tag, err);
         }
         if (!socket.destroyed) socket.write(encodeFrame({ ...reply, tag: f.tag }));
       }, (err: unknown) => {
-        if (!socket.destroyed) socket.write(encodeFrame({ kind: FrameKind.ERROR, dtype: 0, tag: f.tag, body: Buffer.from((err as Error).message) }));
+        if (!socket.destroyed) socket.write(encodeFrame(errorFrame(f.tag, err)));
       });
     }
   };
@@ -128,6 +174,12 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions)
   socket.on("end", () => socket.end());
   socket.on("error", () => {});
   if (head.length) onData(head);
+}
+
+/** The reply to a frame that failed: LOST (naming the shard) when a shard further down is gone, ERROR otherwise. */
+function errorFrame(tag: number, err: unknown): Frame {
+  if (err instanceof ShardLostError) return { kind: FrameKind.LOST, dtype: 0, tag, body: lostBody(err) };
+  return { kind: FrameKind.ERROR, dtype: 0, tag, body: Buffer.from((err as Error).message) };
 }
 
 /**

@@ -126,6 +126,11 @@ export class WorkerBackend implements Backend {
     return true;
   }
 
+  /** Headers a kind of worker call adds (a pipeline's route to its head shard). */
+  protected extraHeaders(): Record<string, string> {
+    return {};
+  }
+
   async open(req: BackendRequest, call: AttemptCall, signal: AbortSignal): Promise<UpstreamResponse> {
     const headers: Record<string, string> = {
       "content-type": "application/json",
@@ -137,6 +142,7 @@ export class WorkerBackend implements Backend {
     if (req.fencingToken !== undefined) headers["x-switchyard-fencing-token"] = String(req.fencingToken);
     const signature = req.fencingToken !== undefined ? this.connections.fencingSignature(this.worker.id, req.fencingToken) : undefined;
     if (signature) headers[FENCING_SIGNATURE_HEADER] = signature;
+    Object.assign(headers, this.extraHeaders());
     let res;
     try {
       res = await this.connections.pool(this.origin).request({

@@ -8,6 +8,7 @@ import { errorJson } from "../errors.ts";
 import { contentText } from "../converters.ts";
 import { routerCacheScope, runGenerate, type GenerateBody } from "../generate.ts";
 import { modelBody, requestId } from "../request.ts";
+import { generateEngine, SHARD_ROUTE_HEADER } from "../../shard/route.ts";
 
 export function registerChat(app: Hono, ctx: WorkerContext): void {
   app.post("/v1/chat/completions", async (c) => {
@@ -23,6 +24,9 @@ export function registerChat(app: Hono, ctx: WorkerContext): void {
     if (continueFinal && body.add_generation_prompt === true) {
       return errorJson(400, "continue_final_message and add_generation_prompt cannot both be true", "invalid_request", "add_generation_prompt");
     }
-    return runGenerate(ctx, ctx.pipeline ?? ctx.supervisor.client!, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
+    // The head shard of a split model runs it down the pipeline (the router's route, or its static --next).
+    const engine = generateEngine(ctx, c.req.header(SHARD_ROUTE_HEADER));
+    if (!engine.ok) return errorJson(engine.status, engine.message, engine.code);
+    return runGenerate(ctx, engine.engine, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
   });
 }

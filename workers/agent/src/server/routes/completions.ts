@@ -7,6 +7,7 @@ import type { WorkerContext } from "../context.ts";
 import { errorJson } from "../errors.ts";
 import { routerCacheScope, runGenerate, type GenerateBody } from "../generate.ts";
 import { modelBody, requestId } from "../request.ts";
+import { generateEngine, SHARD_ROUTE_HEADER } from "../../shard/route.ts";
 
 export function registerCompletions(app: Hono, ctx: WorkerContext): void {
   app.post("/v1/completions", async (c) => {
@@ -14,6 +15,9 @@ export function registerCompletions(app: Hono, ctx: WorkerContext): void {
     if (body instanceof Response) return body;
     const prompt = Array.isArray(body.prompt) ? body.prompt[0] : body.prompt;
     if (typeof prompt !== "string") return errorJson(400, "prompt: a string is required", "invalid_request", "prompt");
-    return runGenerate(ctx, ctx.pipeline ?? ctx.supervisor.client!, body as unknown as GenerateBody, { case: "prompt", value: prompt }, { chat: false, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
+    // The head shard of a split model runs it down the pipeline (the router's route, or its static --next).
+    const engine = generateEngine(ctx, c.req.header(SHARD_ROUTE_HEADER));
+    if (!engine.ok) return errorJson(engine.status, engine.message, engine.code);
+    return runGenerate(ctx, engine.engine, body as unknown as GenerateBody, { case: "prompt", value: prompt }, { chat: false, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
   });
 }

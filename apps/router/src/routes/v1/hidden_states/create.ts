@@ -22,6 +22,6 @@ export const hiddenStatesSchema = z
 export function registerHiddenStates(app: Hono<AppEnv>, deps: AppDeps): void {
   app.post("/v1/hidden_states", authenticate(deps), ...jsonBody(deps, hiddenStatesSchema), (c) => {
     const accept = (c.req.header("accept") ?? "").includes("application/json") ? "application/json" : "application/octet-stream";
-    return handleInference(c, deps, "/v1/hidden_states", { raw: { accept } });
+    return handleInference(c, deps, "/v1/hidden_states", { accept });
   });
 }

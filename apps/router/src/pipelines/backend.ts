@@ -1,0 +1,49 @@
+// A split model's pipeline as a backend: requests go to its head shard like
+// to any worker (same connections, credential, fencing, relaying, failover),
+// with the route of the shards after it in x-switchyard-shard-route — each
+// replica with a ticket under its own credential, good for ROUTE_TICKET_MS.
+import { encodeShardRoute, SHARD_ROUTE_HEADER, signShardRoute, type WorkerRecord } from "@switchyard/state";
+import type { Backend } from "../backends/types.ts";
+import { WorkerBackend, type WorkerConnections } from "../backends/worker/client.ts";
+import type { WorkerDirectory } from "../routing/directory.ts";
+import { pipelineWorkers, routePlanOf, type PipelinePlan } from "./placement.ts";
+
+/** How long a route's tickets let the head open connections along it (a connection made in time lives on). */
+export const ROUTE_TICKET_MS = 10 * 60_000;
+/** A signed route is reused this long (tickets are HMACs: cheap, but not free on every request). */
+const REUSE_MS = 60_000;
+
+const signed = new WeakMap<PipelinePlan, { header: string; until: number }>();
+
+export class PipelineBackend extends WorkerBackend {
+  readonly pipelineWorkers: readonly string[];
+
+  constructor(
+    readonly plan: PipelinePlan,
+    private readonly conns: WorkerConnections,
+    model = "",
+  ) {
+    super(plan.record, conns, model);
+    this.pipelineWorkers = pipelineWorkers(plan);
+  }
+
+  protected override extraHeaders(): Record<string, string> {
+    const now = Date.now();
+    let s = signed.get(this.plan);
+    if (!s || s.until < now) {
+      const route = signShardRoute(routePlanOf(this.plan), (id) => this.conns.tokenFor(id), now + ROUTE_TICKET_MS);
+      // Without credentials for a stage's replicas the head gets no route and refuses clearly.
+      s = { header: route ? encodeShardRoute(route) : "", until: now + REUSE_MS };
+      signed.set(this.plan, s);
+    }
+    return s.header ? { [SHARD_ROUTE_HEADER]: s.header } : {};
+  }
+}
+
+/** The chain's worker backend factory: a pipeline's record gets a PipelineBackend, any other a WorkerBackend. */
+export function workerOrPipeline(directory: WorkerDirectory, connections: WorkerConnections): (w: WorkerRecord, model: string) => Backend {
+  return (w, model) => {
+    const plan = directory.pipelineOf(w);
+    return plan ? new PipelineBackend(plan, connections, model) : new WorkerBackend(w, connections, model);
+  };
+}

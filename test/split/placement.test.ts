@@ -1,0 +1,230 @@
+// Split models placed by the router (issue 11, items 4, 5 and 6): real
+// router (Redis registry, Postgres), a head shard (blocks 0-15) and two
+// replicas of the tail (15-30) as their own `switchyard worker` processes.
+// The router assembles the pipeline from heartbeats, lists the model only
+// while a complete one exists, explains the chain, and tells the head the
+// route per request. A tail killed mid-stream (SIGKILL) is replaced by the
+// other one: the stream goes on with exactly the unsplit model's greedy text,
+// no error event. With no replica left: one SSE error event, and the model
+// leaves /v1/models within the heartbeat TTL. Model files that differ are
+// never chained, and a shard refuses a route for another file.
+import { spawn, type ChildProcess } from "node:child_process";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createKey, createTenant } from "@switchyard/db";
+import { startAgent, type AgentHandle } from "@switchyard/agent";
+import { encodeShardRoute, legOf, MemoryRegistryStore, SHARD_ROUTE_HEADER, signShardRoute, type WorkerRecord } from "@switchyard/state";
+import { ShardLink } from "../../workers/agent/src/shard/link.ts";
+import type { PipelineHead } from "../../workers/agent/src/shard/pipeline.ts";
+import { REDIS_URL, waitFor } from "../helpers/env.ts";
+import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+import { engineBinary, WORKER_TOKEN } from "../helpers/worker.ts";
+
+const LLM = "smollm2-135m-instruct";
+const CLI = path.resolve(import.meta.dirname, "../../apps/cli/bin/switchyard.mjs");
+const TTL_MS = 3000;
+let fx: RouterFixture;
+let whole: AgentHandle;
+let head: AgentHandle;
+const tails = new Map<string, { child: ChildProcess; stderr: () => string; exited: Promise<unknown> }>();
+
+function spawnTail(id: string): void {
+  const child = spawn(
+    process.execPath,
+    [CLI, "worker", "--redis", REDIS_URL, "--key-prefix", fx.redis.prefix, "--token", WORKER_TOKEN, "--model", LLM, "--engine", engineBinary(), "--device", "cpu", "--port", "0", "--host", "127.0.0.1", "--id", id, "--layers", "15-30", "--max-batch", "4"],
+    { stdio: ["ignore", "ignore", "pipe"] },
+  );
+  let stderr = "";
+  child.stderr!.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-20_000)));
+  tails.set(id, { child, stderr: () => stderr, exited: new Promise((r) => child.once("exit", r)) });
+}
+
+const agentOpts = { models: [LLM], token: WORKER_TOKEN, device: "cpu" as const, engineBinary: engineBinary(), maxBatch: 4, maxSeqLen: 512, drainGraceMs: 0, threads: 1, log: () => {} };
+
+beforeAll(async () => {
+  fx = await startTestRouter({ "workers.token": WORKER_TOKEN, "routing.scorer.epsilon": 0, "leases.pollMs": 50, "leases.queueWaitMs": 100 });
+  // The reference: the unsplit model, where the router cannot see it.
+  [whole, head] = await Promise.all([
+    startAgent({ ...agentOpts, registry: new MemoryRegistryStore(), workerId: "whole" }),
+    startAgent({ ...agentOpts, registry: fx.registry, workerId: "head", layers: { start: 0, end: 15 } }),
+  ]);
+  await Promise.all([whole.supervisor.whenReady(), head.supervisor.whenReady()]);
+}, 120_000);
+
+afterAll(async () => {
+  for (const t of tails.values()) t.child.kill("SIGKILL");
+  await Promise.all([whole?.stop(), head?.stop()]);
+  await fx?.close();
+});
+
+const auth = () => ({ authorization: `Bearer ${fx.key}`, "content-type": "application/json" });
+const listed = async () => ((await (await fetch(`${fx.router.url}/v1/models`, { headers: auth() })).json()) as { data: { id: string }[] }).data.map((m) => m.id);
+const story = [{ role: "user", content: "Tell me a long story about a lighthouse keeper and a storm." }];
+
+async function reference(maxTokens: number): Promise<string> {
+  const res = await fetch(`${whole.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: LLM, messages: story, temperature: 0, max_tokens: maxTokens }),
+  });
+  return ((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content;
+}
+
+/** A streamed chat through the router; `onFirst` runs once the first text arrived (with the route header). */
+async function streamChat(maxTokens: number, onFirst: (route: string) => void | Promise<void>): Promise<{ text: string; events: string[] }> {
+  const res = await fetch(`${fx.router.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { ...auth(), "x-switchyard-debug": "route" },
+    body: JSON.stringify({ model: LLM, messages: story, temperature: 0, max_tokens: maxTokens, stream: true }),
+  });
+  expect(res.status).toBe(200);
+  const route = res.headers.get("x-switchyard-route") ?? "";
+  const reader = res.body!.getReader();
+  const dec = new TextDecoder();
+  let raw = "";
+  let fired = false;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    raw += dec.decode(value, { stream: true });
+    if (!fired && raw.includes('"content":"')) {
+      fired = true;
+      await onFirst(route);
+    }
+  }
+  const events = raw
+    .split("\n\n")
+    .filter((e) => e.startsWith("data: "))
+    .map((e) => e.slice(6));
+  let text = "";
+  for (const e of events) {
+    if (e === "[DONE]" || e.startsWith('{"error"')) continue;
+    text += (JSON.parse(e) as { choices: { delta?: { content?: string } }[] }).choices[0]?.delta?.content ?? "";
+  }
+  return { text, events };
+}
+
+/** The replicas of the tail stage, in the order the chosen chain names them. */
+const tailOrder = (route: string) => /pipeline\[head 0-15 > ([^ ]+) 15-30\]/.exec(route)?.[1]?.split("|") ?? [];
+
+describe("split models placed by the router from heartbeats", () => {
+  it("lists the model only once a complete pipeline of warmed-up shards exists, then serves it exactly like the unsplit model", async () => {
+    // The head alone: blocks 0-15 cover nothing on their own.
+    await waitFor(() => fx.router.deps.directory.all().some((w) => w.id === "head" && w.state === "ready"), { timeoutMs: 5000, what: "head in the registry" });
+    expect(await listed()).not.toContain(LLM);
+    const none = await fetch(`${fx.router.url}/v1/chat/completions`, { method: "POST", headers: auth(), body: JSON.stringify({ model: LLM, messages: story, max_tokens: 4 }) });
+    expect(none.status).toBe(404);
+
+    spawnTail("tail-a");
+    spawnTail("tail-b");
+    await waitFor(() => fx.router.deps.directory.pipelines(LLM)[0]?.stages[0]?.replicas.length === 2, {
+      timeoutMs: 90_000,
+      what: () => `both tails in a pipeline (${[...tails.values()].map((t) => t.stderr().slice(-400)).join("\n")})`,
+    });
+    // Routable only once warm: each tail reported its start → ready.
+    for (const w of fx.router.deps.directory.all().filter((x) => x.id.startsWith("tail-"))) {
+      expect(w.state).toBe("ready");
+      expect(w.readyMs).toBeGreaterThan(0);
+    }
+    expect(await listed()).toContain(LLM);
+
+    const want = await reference(24);
+    const res = await fetch(`${fx.router.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { ...auth(), "x-switchyard-debug": "route" },
+      body: JSON.stringify({ model: LLM, messages: story, temperature: 0, max_tokens: 24 }),
+    });
+    expect(res.status).toBe(200);
+    // The chosen chain, explained: head, then the tail's replicas in preference order.
+    expect(res.headers.get("x-switchyard-route")).toMatch(/^pipeline\[head 0-15 > (tail-a\|tail-b|tail-b\|tail-a) 15-30\] score=/);
+    const body = (await res.json()) as { choices: { message: { content: string } }[]; usage: { completion_tokens: number } };
+    expect(body.choices[0]!.message.content).toBe(want);
+  }, 180_000);
+
+  it("refuses a route for another model file at the head and at the shard handshake, and a ticket that is not the shard's", async () => {
+    const tail = fx.router.deps.directory.all().find((w) => w.id === "tail-a")!;
+    const plan = (digest: string) => ({ model: LLM, digest, stages: [{ start: 15, end: 30, hops: [{ id: tail.id, url: tail.url }] }] });
+    const good = head.ctx.shardHead!.digest;
+    const other = "c".repeat(64);
+    // The head: a route whose model file differs from its own is refused, not run.
+    const wrong = signShardRoute(plan(other), () => WORKER_TOKEN, Date.now() + 60_000)!;
+    const res = await fetch(`${head.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json", [SHARD_ROUTE_HEADER]: encodeShardRoute(wrong) },
+      body: JSON.stringify({ model: LLM, messages: story, max_tokens: 4 }),
+    });
+    expect(res.status).toBe(409);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/model file differs/);
+    // The shard: a routed connection for another file, or with a ticket under another credential, is refused.
+    const expectOf = { model: LLM, digest: good, layerStart: 15 };
+    const connect = (route: ReturnType<typeof signShardRoute>) => ShardLink.connect({ url: tail.url, id: tail.id, routed: { ticket: route!.stages[0]!.hops[0]!.ticket, leg: legOf(route!, 0), path: [] } }, expectOf);
+    await expect(connect(wrong)).rejects.toThrow(/409 model file differs/);
+    await expect(connect(signShardRoute(plan(good), () => "another-credential-0123", Date.now() + 60_000))).rejects.toThrow(/401 the shard ticket is not this worker's/);
+    await expect(connect(signShardRoute(plan(good), () => WORKER_TOKEN, Date.now() - 1))).rejects.toThrow(/expired/);
+    const ok = await connect(signShardRoute(plan(good), () => WORKER_TOKEN, Date.now() + 60_000));
+    ok.close();
+    // The router never chains a shard advertising another model file: a third
+    // tail record with another digest joins no pipeline.
+    const fake: WorkerRecord = { ...tail, id: "tail-fake", layerRanges: [{ model: LLM, start: 15, end: 30, blocks: 30, digest: other }], updatedAt: Date.now() };
+    await fx.registry.publish(fake, TTL_MS);
+    await fx.router.deps.directory.refresh();
+    expect(fx.router.deps.directory.all().some((w) => w.id === "tail-fake")).toBe(true);
+    expect(fx.router.deps.directory.pipelines(LLM).flatMap((p) => p.stages.flatMap((s) => s.replicas.map((w) => w.id)))).not.toContain("tail-fake");
+    await fx.registry.remove("tail-fake");
+  }, 60_000);
+
+  it("leases apply to a pipeline as to a worker: a lease on any of its shards keeps others off it and gives it to the holder", async () => {
+    const t = await createTenant(fx.db.db, "split-holder");
+    if (!t.ok) throw new Error("tenant");
+    const holder = (await createKey(fx.db.db, t.tenant.id)).key;
+    const res = await fetch(`${fx.router.url}/v1/leases`, { method: "POST", headers: { authorization: `Bearer ${holder}`, "content-type": "application/json" }, body: JSON.stringify({ worker: "tail-b", duration_s: 30 }) });
+    expect(res.status).toBe(201);
+    const lease = (await res.json()) as { id: string };
+    const ask = (key: string, extra: Record<string, string> = {}) =>
+      fetch(`${fx.router.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", ...extra }, body: JSON.stringify({ model: LLM, messages: story, max_tokens: 2 }) });
+    const other = await ask(fx.key);
+    expect(other.status).toBe(503);
+    expect(((await other.json()) as { error: { message: string } }).error.message).toMatch(/leased by another tenant/);
+    expect((await ask(holder, { "x-switchyard-lease": lease.id })).status).toBe(200);
+    await fetch(`${fx.router.url}/v1/leases/${lease.id}`, { method: "DELETE", headers: { authorization: `Bearer ${holder}` } });
+    await waitFor(async () => (await ask(fx.key)).status === 200, { timeoutMs: 5000, what: "the pipeline free again" });
+  }, 60_000);
+
+  it("replaces a tail killed mid-stream with its live replica: same text as the unsplit model, no error event", async () => {
+    const maxTokens = 64;
+    const want = await reference(maxTokens);
+    const pipeline = head.ctx.shardHead!.pipeline as PipelineHead;
+    const before = pipeline.rebuilt.sequences;
+    let killed = "";
+    const { text, events } = await streamChat(maxTokens, (route) => {
+      // The head uses the first replica the route names: that one dies.
+      killed = tailOrder(route)[0]!;
+      tails.get(killed)!.child.kill("SIGKILL");
+    });
+    expect(killed).toMatch(/^tail-[ab]$/);
+    expect(events.filter((e) => e.startsWith('{"error"'))).toEqual([]);
+    expect(events.at(-1)).toBe("[DONE]");
+    expect(text).toBe(want);
+    expect(pipeline.rebuilt.sequences).toBe(before + 1);
+    await tails.get(killed)!.exited;
+    // The model stays listed: the other tail still completes a pipeline.
+    await waitFor(async () => !fx.router.deps.directory.all().some((w) => w.id === killed), { timeoutMs: TTL_MS + 3000, what: "the killed tail's record to expire" });
+    expect(await listed()).toContain(LLM);
+  }, 120_000);
+
+  it("with no replica left, the stream ends with one SSE error event and the model leaves /v1/models within the heartbeat TTL", async () => {
+    const [left] = [...tails.keys()].filter((id) => tails.get(id)!.child.exitCode === null && tails.get(id)!.child.signalCode === null);
+    expect(left).toBeDefined();
+    let killedAt = 0;
+    const { events } = await streamChat(200, () => {
+      tails.get(left!)!.child.kill("SIGKILL");
+      killedAt = Date.now();
+    });
+    const errors = events.filter((e) => e.startsWith('{"error"'));
+    expect(errors).toHaveLength(1);
+    expect(events.at(-1)).toBe(errors[0]);
+    await waitFor(async () => !(await listed()).includes(LLM), { timeoutMs: TTL_MS + 3000, intervalMs: 100, what: "the model to leave /v1/models" });
+    // Heartbeat TTL + the router's registry poll (50 ms here) + this loop's step, generously.
+    expect(Date.now() - killedAt).toBeLessThan(TTL_MS + 2000);
+  }, 120_000);
+});

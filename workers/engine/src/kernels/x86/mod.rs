@@ -1,4 +1,0 @@
-//! x86-64 kernels by vector width.
-
-pub(super) mod avx2;
-pub(super) mod avx512;
