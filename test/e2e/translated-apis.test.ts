@@ -1,0 +1,148 @@
+// End to end: OpenAI's Responses API and Anthropic's Messages API, each
+// from its official SDK, on two router processes that share one Redis and one
+// Postgres, in front of a real worker agent running the real SmolLM2. A
+// response made on one router is continued with previous_response_id on the
+// other, and every request lands on the ledger.
+import Anthropic from "@anthropic-ai/sdk";
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startAgent, type AgentHandle } from "@switchyard/agent";
+import { createKey, createTenant } from "@switchyard/db";
+import { RedisRegistryStore } from "@switchyard/state";
+import { createTestDb, createTestRedis, REDIS_URL, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
+import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
+import { engineBinary, WORKER_TOKEN } from "../helpers/worker.ts";
+
+const LLM = "smollm2-135m-instruct";
+
+let db: TestDb;
+let redis: TestRedis;
+let agent: AgentHandle;
+let routers: RouterProc[] = [];
+let key: string;
+let tenantId: number;
+const requestIds: string[] = [];
+
+beforeAll(async () => {
+  db = await createTestDb();
+  redis = await createTestRedis();
+  const t = await createTenant(db.db, "translated");
+  if (!t.ok) throw new Error("tenant");
+  tenantId = t.tenant.id;
+  key = (await createKey(db.db, tenantId)).key;
+  agent = await startAgent({
+    registry: new RedisRegistryStore(redis.redis, redis.prefix),
+    models: [LLM],
+    token: WORKER_TOKEN,
+    device: "cpu",
+    engineBinary: engineBinary(),
+    workerId: "e2e-translated",
+    maxBatch: 4,
+    maxSeqLen: 1024,
+    log: () => {},
+  });
+  await agent.supervisor.whenReady();
+  const env = { DATABASE_URL: db.url, REDIS_URL, SWITCHYARD_REDIS__KEY_PREFIX: redis.prefix, SWITCHYARD_WORKER_TOKEN: WORKER_TOKEN, SWITCHYARD_REGISTRY__POLL_MS: "50" };
+  routers = await Promise.all([0, 1].map((i) => spawnRouter(env, `router-${i}`)));
+  // Both routers see the worker.
+  for (const r of routers) {
+    await waitFor(
+      async () => {
+        const res = await fetch(`${r.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
+        return res.ok && ((await res.json()) as { data: Array<{ id: string }> }).data.some((m) => m.id === LLM);
+      },
+      { timeoutMs: 30_000, what: "worker listed" },
+    );
+  }
+}, 240_000);
+
+afterAll(async () => {
+  await Promise.all(routers.map((r) => r.stop()));
+  await agent?.stop();
+  await db?.drop();
+  await redis?.cleanup();
+});
+
+const openai = (i: number) => new OpenAI({ apiKey: key, baseURL: `${routers[i]!.url}/v1`, maxRetries: 0 });
+const anthropic = (i: number) => new Anthropic({ apiKey: key, baseURL: routers[i]!.url, maxRetries: 0 });
+
+describe("the translated APIs on the real engine", () => {
+  it("responses.create on one router, continued (streamed) with previous_response_id on the other", async () => {
+    const { data: first, response } = await openai(0)
+      .responses.create({ model: LLM, input: "My name is Ada. Say hello to me.", instructions: "You are a helpful assistant.", temperature: 0, max_output_tokens: 24 })
+      .withResponse();
+    requestIds.push(response.headers.get("x-request-id")!);
+    expect(first.status === "completed" || first.status === "incomplete").toBe(true);
+    expect(first.output_text.length).toBeGreaterThan(0);
+    expect(first.usage!.output_tokens).toBeGreaterThan(0);
+    expect(first.usage!.output_tokens).toBeLessThanOrEqual(24);
+
+    const stream = await openai(1).responses.create({ model: LLM, input: "What is my name?", previous_response_id: first.id, temperature: 0, max_output_tokens: 16, stream: true }).withResponse();
+    requestIds.push(stream.response.headers.get("x-request-id")!);
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const ev of stream.data) events.push(ev);
+    expect(events[0]!.type).toBe("response.created");
+    const last = events.at(-1)!;
+    expect(["response.completed", "response.incomplete"]).toContain(last.type);
+    const second = (last as OpenAI.Responses.ResponseCompletedEvent).response;
+    expect(second.previous_response_id).toBe(first.id);
+    const text = events.filter((e): e is OpenAI.Responses.ResponseTextDeltaEvent => e.type === "response.output_text.delta").map((e) => e.delta).join("");
+    expect(text.length).toBeGreaterThan(0);
+    expect(second.output_text ?? (second.output[0] as OpenAI.Responses.ResponseOutputMessage).content.map((c) => (c.type === "output_text" ? c.text : "")).join("")).toBe(text);
+    // The engine saw the whole conversation: the first turn's prompt and answer, then this input.
+    expect(second.usage!.input_tokens).toBeGreaterThan(first.usage!.input_tokens + first.usage!.output_tokens);
+
+    // Either router retrieves it.
+    expect((await openai(0).responses.retrieve(second.id)).id).toBe(second.id);
+  }, 120_000);
+
+  it("an output limit that cuts the answer is incomplete, streamed and not", async () => {
+    const input = "Write a long story about a dragon who learns to bake bread.";
+    const whole = await openai(0).responses.create({ model: LLM, input, temperature: 0, max_output_tokens: 4 });
+    expect(whole.status).toBe("incomplete");
+    expect(whole.incomplete_details).toEqual({ reason: "max_output_tokens" });
+    expect(whole.usage!.output_tokens).toBe(4);
+    const stream = await openai(1).responses.create({ model: LLM, input, temperature: 0, max_output_tokens: 4, stream: true });
+    const types: string[] = [];
+    for await (const ev of stream) types.push(ev.type);
+    expect(types.at(-1)).toBe("response.incomplete");
+  }, 120_000);
+
+  it("@anthropic-ai/sdk messages.create and messages.stream, unchanged, on the worker", async () => {
+    const { data: msg, response } = await anthropic(1)
+      .messages.create({ model: LLM, max_tokens: 6, system: "You are terse.", messages: [{ role: "user", content: "Write a long poem about the sea." }] })
+      .withResponse();
+    requestIds.push(response.headers.get("x-request-id")!);
+    expect(msg.type).toBe("message");
+    expect(msg.content[0]!.type).toBe("text");
+    expect((msg.content[0] as Anthropic.TextBlock).text.length).toBeGreaterThan(0);
+    expect(msg.stop_reason).toBe("max_tokens");
+    expect(msg.usage.output_tokens).toBe(6);
+    expect(msg.usage.input_tokens).toBeGreaterThan(5);
+
+    const stream = anthropic(0).messages.stream({ model: LLM, max_tokens: 32, messages: [{ role: "user", content: "Say hi." }] });
+    let text = "";
+    stream.on("text", (d) => (text += d));
+    const final = await stream.finalMessage();
+    requestIds.push((await stream.withResponse()).response.headers.get("x-request-id")!);
+    expect(text.length).toBeGreaterThan(0);
+    expect(final.content).toEqual([{ type: "text", text }]);
+    expect(["end_turn", "max_tokens"]).toContain(final.stop_reason);
+    expect(final.usage.output_tokens).toBeGreaterThan(0);
+  }, 120_000);
+
+  it("every one of those requests has its ledger row, on the worker, with the engine's token counts", async () => {
+    const rows = await waitFor(
+      async () => {
+        const r = await db.sql`select request_id, backend, worker, status, prompt_tokens, completion_tokens from spend_ledger where request_id = any(${requestIds})`;
+        return r.length === requestIds.length ? r : undefined;
+      },
+      { timeoutMs: 30_000, what: "ledger rows" },
+    );
+    for (const r of rows) {
+      expect(r).toMatchObject({ backend: "worker", worker: "e2e-translated", status: "ok" });
+      expect(r.prompt_tokens).toBeGreaterThan(0);
+      expect(r.completion_tokens).toBeGreaterThan(0);
+    }
+  }, 60_000);
+});
