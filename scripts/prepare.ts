@@ -10,3 +10,7 @@ for (const name of Object.keys(catalog)) {
 }
 const bin = await ensureEngine("cpu");
 process.stderr.write(`» engine: ${bin}\n» prepared in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
+
+// The OpenAPI fuzzer the API test runs (test/router/openapi.test.ts), from PyPI into its own cached venv.
+const { ensureSchemathesis } = await import("./schemathesis.ts");
+process.stderr.write(`» schemathesis: ${await ensureSchemathesis((s) => process.stderr.write(`${s}\n`))}\n`);

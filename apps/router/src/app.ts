@@ -15,6 +15,7 @@ import { registerCreateLease } from "./routes/v1/leases/create.ts";
 import { registerRetrieveLease } from "./routes/v1/leases/retrieve.ts";
 import { registerExtendLease } from "./routes/v1/leases/extend.ts";
 import { registerReleaseLease } from "./routes/v1/leases/release.ts";
+import { registerOpenApi } from "./routes/openapi.ts";
 
 export function createApp(deps: AppDeps): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
@@ -30,12 +31,20 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   registerRetrieveLease(app, deps);
   registerExtendLease(app, deps);
   registerReleaseLease(app, deps);
+  // Last: the document lists every route registered above (openapi/spec.ts).
+  registerOpenApi(app);
 
+  let allowed: ((path: string) => string[]) | undefined;
   app.notFound((c) => {
     c.set("route", "unmatched"); // one metrics label for every path no route knows
-    const err = new ApiError("not_found", `no route for ${c.req.method} ${c.req.path}`);
+    // A path some route serves, with another method: 405 with Allow (RFC 9110), not 404.
+    const methods = (allowed ??= allowedMethods(app))(c.req.path);
+    const err = methods.length
+      ? new ApiError("method_not_allowed", `${c.req.method} is not allowed on ${c.req.path} (allowed: ${methods.join(", ")})`, null, { allow: methods.join(", ") })
+      : new ApiError("not_found", `no route for ${c.req.method} ${c.req.path}`);
     deps.metrics.errors.inc({ code: err.code });
-    return c.json(errorBody(err, c.get("requestId")), 404);
+    for (const [k, v] of Object.entries(err.headers)) c.header(k, v);
+    return c.json(errorBody(err, c.get("requestId")), err.status as 404);
   });
   app.onError((thrown, c) => {
     const err = toApiError(thrown);
@@ -51,6 +60,23 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
     return c.json(errorBody(err, c.get("requestId")), err.status as 400);
   });
   return app;
+}
+
+/** The methods the app serves a path with (HEAD with GET), from its routes: built once, on the first unmatched request. */
+function allowedMethods(app: Hono<AppEnv>): (path: string) => string[] {
+  const patterns: Array<{ re: RegExp; method: string }> = [];
+  for (const r of app.routes) {
+    if (r.method === "ALL") continue;
+    const escaped = r.path.split("/").map((seg) => (seg.startsWith(":") ? "[^/]+" : seg.replace(/[.*+?^$|()[\]{}\\]/g, "\\$&")));
+    const re = new RegExp("^" + escaped.join("/") + "$");
+    patterns.push({ re, method: r.method });
+  }
+  return (path) => {
+    const out = new Set<string>();
+    for (const p of patterns) if (p.re.test(path)) out.add(p.method);
+    if (out.has("GET")) out.add("HEAD");
+    return [...out];
+  };
 }
 
 export function createAdminApp(deps: AppDeps): Hono {

@@ -6,6 +6,7 @@ import { matchedRoutes } from "hono/route";
 import type { z } from "zod";
 import { ApiError } from "./errors.ts";
 import type { AppDeps, AppEnv } from "./deps.ts";
+import { markAuth, markBody } from "./openapi/marks.ts";
 
 const clientIdPattern = /^[A-Za-z0-9._:-]{8,128}$/;
 
@@ -61,7 +62,7 @@ export function requestContext(deps: AppDeps): MiddlewareHandler<AppEnv> {
 }
 
 export function authenticate(deps: AppDeps): MiddlewareHandler<AppEnv> {
-  return async (c, next) => {
+  return markAuth(async (c, next) => {
     const header = c.req.header("authorization");
     if (!header) throw new ApiError("missing_api_key", "missing API key: send Authorization: Bearer sy_…");
     const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
@@ -71,7 +72,7 @@ export function authenticate(deps: AppDeps): MiddlewareHandler<AppEnv> {
     if (owner.revoked) throw new ApiError("revoked_api_key", `API key ${owner.prefix} has been revoked`);
     c.set("tenant", owner);
     await next();
-  };
+  });
 }
 
 /**
@@ -92,10 +93,11 @@ export function jsonBody(deps: AppDeps, schema: z.ZodType): MiddlewareHandler<Ap
       if (declared > limit) throw new ApiError("payload_too_large", `request body exceeds the ${limit} byte limit`);
       await next();
     },
-    async (c, next) => {
+    // The schema is the route's documented request body too (openapi/spec.ts).
+    markBody<MiddlewareHandler<AppEnv>>(async (c, next) => {
       c.set("body", validate(schema, await readJson(c, limit)));
       await next();
-    },
+    }, schema),
   ];
 }
 

@@ -5,10 +5,20 @@
 // while its live streams finish.
 import type { Hono } from "hono";
 import type { AppDeps, AppEnv } from "../../deps.ts";
+import { z } from "zod";
 import { publicSummary } from "../../observability/summary.ts";
+import { documented } from "../../openapi/marks.ts";
+
+const readiness = z.looseObject({ status: z.enum(["ready", "not_ready", "draining"]), redis: z.boolean(), postgres: z.boolean(), workers: z.number().int() });
+const doc = {
+  summary: "Readiness",
+  tag: "health",
+  operationId: "readyz",
+  responses: { 200: { description: "ready", json: readiness }, 503: { description: "not ready, or draining", json: readiness } },
+};
 
 export function registerReadyz(app: Hono<AppEnv>, deps: AppDeps): void {
-  app.get("/readyz", async (c) => {
+  app.get("/readyz", documented(doc, async (c) => {
     const r = await deps.readiness();
     const ok = r.redis && r.postgres && !r.draining;
     const status = r.draining ? "draining" : ok ? "ready" : "not_ready";
@@ -23,5 +33,5 @@ export function registerReadyz(app: Hono<AppEnv>, deps: AppDeps): void {
       },
       ok ? 200 : 503,
     );
-  });
+  }));
 }

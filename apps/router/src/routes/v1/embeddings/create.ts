@@ -5,6 +5,8 @@ import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { handleInference } from "../../../pipeline/inference.ts";
 import { UINT32_MAX } from "../fields.ts";
+import { documented } from "../../../openapi/marks.ts";
+import { inferenceErrors, rateLimitHeaders } from "../../../openapi/common.ts";
 
 export const embeddingsSchema = z.looseObject({
   model: z.string().min(1),
@@ -36,7 +38,17 @@ export function embeddingsSchemaFor(limits: EmbeddingsLimits) {
   });
 }
 
+export const embeddingsAnswer = z.looseObject({ object: z.literal("list"), data: z.array(z.looseObject({ object: z.literal("embedding"), index: z.number().int() })) });
+
 export function registerEmbeddings(app: Hono<AppEnv>, deps: AppDeps): void {
   const schema = embeddingsSchemaFor(deps.config.embeddings);
-  app.post("/v1/embeddings", authenticate(deps), ...jsonBody(deps, schema), (c) => handleInference(c, deps, "/v1/embeddings"));
+  app.post(
+    "/v1/embeddings",
+    authenticate(deps),
+    ...jsonBody(deps, schema),
+    documented(
+      { summary: "Create embeddings", tag: "inference", operationId: "createEmbedding", responses: { 200: { description: "a list of embeddings", json: embeddingsAnswer, headers: rateLimitHeaders } }, errors: inferenceErrors },
+      (c) => handleInference(c, deps, "/v1/embeddings"),
+    ),
+  );
 }

@@ -7,7 +7,8 @@ import type { Config } from "../../../config.ts";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { LeaseService } from "../../../leases/service.ts";
 import { authenticate, clientSignal, jsonBody } from "../../../middleware.ts";
-import { leaseJson } from "./view.ts";
+import { leaseAnswer, leaseJson } from "./view.ts";
+import { documented } from "../../../openapi/marks.ts";
 
 export function createLeaseSchema(cfg: Config["leases"]) {
   return z
@@ -20,7 +21,9 @@ export function createLeaseSchema(cfg: Config["leases"]) {
       duration_s: z.number().min(cfg.minDurationS).max(cfg.maxDurationS),
       wait_s: z.number().min(0).max(cfg.maxWaitS).optional(),
     })
-    .refine((b) => (b.model === undefined) !== (b.worker === undefined), { message: "give exactly one of model or worker", path: ["model"] });
+    .refine((b) => (b.model === undefined) !== (b.worker === undefined), { message: "give exactly one of model or worker", path: ["model"] })
+    // The refine, said in JSON Schema for the OpenAPI document.
+    .meta({ oneOf: [{ required: ["model"] }, { required: ["worker"] }] });
 }
 
 export async function createLease(c: Context<AppEnv>, leases: LeaseService): Promise<Response> {
@@ -39,5 +42,13 @@ export function registerCreateLease(app: Hono<AppEnv>, deps: AppDeps): void {
   const leases = deps.leases;
   if (!leases) return;
   const schema = createLeaseSchema(deps.config.leases);
-  app.post("/v1/leases", authenticate(deps), ...jsonBody(deps, schema), (c) => createLease(c, leases));
+  app.post(
+    "/v1/leases",
+    authenticate(deps),
+    ...jsonBody(deps, schema),
+    documented(
+      { summary: "Lease a GPU worker", tag: "leases", operationId: "createLease", responses: { 201: { description: "the lease", json: leaseAnswer } }, errors: ["lease_conflict", "worker_not_found", "model_not_found", "no_healthy_backend", "lease_store_unavailable", "stale_fencing_token"] },
+      (c) => createLease(c, leases),
+    ),
+  );
 }

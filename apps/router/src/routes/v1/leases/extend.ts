@@ -7,7 +7,8 @@ import type { Config } from "../../../config.ts";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { LeaseService } from "../../../leases/service.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
-import { leaseJson } from "./view.ts";
+import { leaseAnswer, leaseJson } from "./view.ts";
+import { documented } from "../../../openapi/marks.ts";
 
 export function extendLeaseSchema(cfg: Config["leases"]) {
   return z.strictObject({ duration_s: z.number().min(cfg.minDurationS).max(cfg.maxDurationS) });
@@ -23,5 +24,13 @@ export function registerExtendLease(app: Hono<AppEnv>, deps: AppDeps): void {
   const leases = deps.leases;
   if (!leases) return;
   const schema = extendLeaseSchema(deps.config.leases);
-  app.post("/v1/leases/:id/extend", authenticate(deps), ...jsonBody(deps, schema), (c) => extendLease(c, leases));
+  app.post(
+    "/v1/leases/:id/extend",
+    authenticate(deps),
+    ...jsonBody(deps, schema),
+    documented(
+      { summary: "Extend a lease", tag: "leases", operationId: "extendLease", responses: { 200: { description: "the lease", json: leaseAnswer } }, errors: ["lease_not_found", "lease_expired", "lease_store_unavailable"] },
+      (c) => extendLease(c, leases),
+    ),
+  );
 }

@@ -4,10 +4,18 @@
 import type { Hono } from "hono";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate } from "../../../middleware.ts";
-import { leaseJson } from "./view.ts";
+import { leaseAnswer, leaseJson } from "./view.ts";
+import { documented } from "../../../openapi/marks.ts";
 
 export function registerReleaseLease(app: Hono<AppEnv>, deps: AppDeps): void {
   const leases = deps.leases;
   if (!leases) return;
-  app.delete("/v1/leases/:id", authenticate(deps), async (c) => c.json(leaseJson(await leases.release(c.get("tenant").tenantId, c.req.param("id")))));
+  app.delete(
+    "/v1/leases/:id",
+    authenticate(deps),
+    documented(
+      { summary: "Release a lease", tag: "leases", operationId: "releaseLease", responses: { 200: { description: "the lease as it ended", json: leaseAnswer } }, errors: ["lease_not_found", "lease_store_unavailable"] },
+      async (c) => c.json(leaseJson(await leases.release(c.get("tenant").tenantId, c.req.param("id") ?? ""))),
+    ),
+  );
 }

@@ -3,10 +3,18 @@
 import type { Hono } from "hono";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate } from "../../../middleware.ts";
-import { leaseJson } from "./view.ts";
+import { leaseAnswer, leaseJson } from "./view.ts";
+import { documented } from "../../../openapi/marks.ts";
 
 export function registerRetrieveLease(app: Hono<AppEnv>, deps: AppDeps): void {
   const leases = deps.leases;
   if (!leases) return;
-  app.get("/v1/leases/:id", authenticate(deps), async (c) => c.json(leaseJson(await leases.get(c.get("tenant").tenantId, c.req.param("id")))));
+  app.get(
+    "/v1/leases/:id",
+    authenticate(deps),
+    documented(
+      { summary: "Retrieve a lease", tag: "leases", operationId: "retrieveLease", responses: { 200: { description: "the lease: active, released or expired", json: leaseAnswer } }, errors: ["lease_not_found", "lease_store_unavailable"] },
+      async (c) => c.json(leaseJson(await leases.get(c.get("tenant").tenantId, c.req.param("id") ?? ""))),
+    ),
+  );
 }

@@ -1,6 +1,19 @@
 // The lease object every /v1/leases route answers with. Times are Unix
 // seconds with a millisecond fraction (leases can be shorter than a second).
+import { z } from "zod";
 import type { LeaseView } from "../../../leases/service.ts";
+
+/** The lease object as documented (openapi): the shape leaseJson answers with. */
+export const leaseAnswer = z.object({
+  id: z.string(),
+  object: z.literal("lease"),
+  worker: z.string(),
+  fencing_token: z.number().int(),
+  status: z.enum(["active", "released", "expired"]),
+  granted_at: z.number(),
+  expires_at: z.number(),
+  ended_at: z.number().nullable(),
+});
 
 export interface LeaseJson {
   id: string;

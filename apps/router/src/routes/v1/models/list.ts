@@ -3,10 +3,14 @@
 // configured paid provider.
 import type { Hono } from "hono";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import { z } from "zod";
 import { authenticate } from "../../../middleware.ts";
+import { documented } from "../../../openapi/marks.ts";
+
+export const modelListAnswer = z.looseObject({ object: z.literal("list"), data: z.array(z.looseObject({ id: z.string(), object: z.literal("model") })) });
 
 export function registerListModels(app: Hono<AppEnv>, deps: AppDeps): void {
-  app.get("/v1/models", authenticate(deps), (c) => {
+  app.get("/v1/models", authenticate(deps), documented({ summary: "List the models served now", tag: "models", operationId: "listModels", responses: { 200: { description: "models of live workers and configured aliases", json: modelListAnswer } } }, (c) => {
     const served = deps.directory.models();
     const data: Array<Record<string, unknown>> = [...served].sort(([a], [b]) => a.localeCompare(b)).map(([id, workers]) => ({
       id,
@@ -24,5 +28,5 @@ export function registerListModels(app: Hono<AppEnv>, deps: AppDeps): void {
       data.push({ id: alias, object: "model", created: 0, owned_by: "switchyard", backends: backends.map((b) => b.id), ready: backends.length > 0 });
     }
     return c.json({ object: "list", data });
-  });
+  }));
 }

@@ -1,0 +1,39 @@
+// Answers several routes document alike: what an inference request may end
+// with besides its body checks and auth, and the rate-limit headers.
+import type { ErrorCode } from "../errors.ts";
+import type { ResponseDoc } from "./marks.ts";
+
+/** What the inference pipeline may answer (admission, resolve, leases, budget, rate limits, the relay). */
+export const inferenceErrors: ErrorCode[] = [
+  "model_not_found",
+  "budget_exceeded",
+  "priority_not_allowed",
+  "rate_limit_exceeded",
+  "tenant_queue_full",
+  "lease_not_found",
+  "lease_expired",
+  "stale_fencing_token",
+  "lease_store_unavailable",
+  "upstream_invalid_request",
+  "bad_upstream",
+  "upstream_response_too_large",
+  "no_healthy_backend",
+  "queue_full",
+  "router_shutting_down",
+  "upstream_timeout",
+  "queue_timeout",
+];
+
+export const rateLimitHeaders: Record<string, string> = {
+  "x-ratelimit-limit-requests": "requests per window (tenants and keys with a limit, docs/LIMITS.md)",
+  "x-ratelimit-remaining-requests": "requests left in the window",
+  "x-ratelimit-reset-requests": "when the oldest counted request leaves the window",
+  "x-ratelimit-limit-tokens": "tokens per window",
+  "x-ratelimit-remaining-tokens": "tokens left in the window",
+  "x-ratelimit-reset-tokens": "when the oldest counted tokens leave the window",
+};
+
+/** A completion answer: JSON, or an SSE stream with `stream: true`. */
+export function completionAnswer(json: ResponseDoc["json"], description: string): Record<number, ResponseDoc> {
+  return { 200: { description, ...(json ? { json } : {}), sse: true, headers: rateLimitHeaders } };
+}

@@ -1,0 +1,59 @@
+// What the OpenAPI document is built from, marked where the routes are
+// built: the body schema `jsonBody` validates with, the auth middleware, and
+// an optional description on the route's handler. Marks are WeakMap entries
+// on the functions Hono already holds — nothing runs per request.
+import type { z } from "zod";
+import type { ErrorCode } from "../errors.ts";
+
+/** One documented answer: JSON validated by a zod schema, an SSE stream, or bytes. */
+export interface ResponseDoc {
+  description: string;
+  /** The JSON body's schema (default: any JSON object). */
+  json?: z.ZodType;
+  /** The answer may be an SSE stream (`stream: true`). */
+  sse?: boolean;
+  /** Other media types the answer may have (e.g. application/octet-stream). */
+  binary?: string[];
+  /** Only this media type (no JSON). */
+  jsonless?: boolean;
+  headers?: Record<string, string>;
+}
+
+export interface RouteDoc {
+  summary: string;
+  description?: string;
+  tag?: string;
+  operationId?: string;
+  /** Success answers by status (default: 200, any JSON object). */
+  responses?: Record<number, ResponseDoc>;
+  /** Error codes this route may answer beyond those its middleware implies (auth, body checks). */
+  errors?: ErrorCode[];
+}
+
+const bodies = new WeakMap<object, z.ZodType>();
+const auth = new WeakMap<object, string>();
+const docs = new WeakMap<object, RouteDoc>();
+
+/** `mw` validates the JSON body against `schema` (middleware.ts jsonBody). */
+export function markBody<T extends object>(mw: T, schema: z.ZodType): T {
+  bodies.set(mw, schema);
+  return mw;
+}
+
+/** `mw` authenticates the caller with this security scheme (a key of securitySchemes in spec.ts). */
+export function markAuth<T extends object>(mw: T, scheme = "bearerAuth"): T {
+  auth.set(mw, scheme);
+  return mw;
+}
+
+/** Describes the route whose handler this is; returns the handler itself. */
+export function documented<T extends object>(doc: RouteDoc, handler: T): T {
+  docs.set(handler, doc);
+  return handler;
+}
+
+export const marks = {
+  body: (h: object) => bodies.get(h),
+  auth: (h: object) => auth.get(h),
+  doc: (h: object) => docs.get(h),
+};

@@ -1,0 +1,139 @@
+// The OpenAPI document (GET /openapi.json) against a live router: built from
+// the zod schemas the routes validate with, and fuzzed by Schemathesis
+// (PyPI, scripts/schemathesis.ts) — every generated request, valid and not,
+// must get a documented status, a documented content type and the one error
+// shape; no 500, no hang (each request within its timeout).
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SimWorker } from "#testkit/sim-worker";
+import { ensureSchemathesis, runTool } from "../../scripts/schemathesis.ts";
+import { chatCompletionSchema } from "../../apps/router/src/routes/v1/chat/completions.ts";
+import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+import { waitFor } from "../helpers/env.ts";
+
+let fx: RouterFixture;
+let worker: SimWorker;
+let spec: { openapi: string; paths: Record<string, Record<string, { requestBody?: { content: Record<string, { schema: unknown }> }; responses: Record<string, unknown>; security?: unknown[] }>>; components: { schemas: Record<string, unknown> } };
+
+beforeAll(async () => {
+  // Leases short and waits bounded, so what the fuzzer leases never blocks it past a request timeout.
+  fx = await startTestRouter({ "leases.maxWaitS": 1, "leases.maxDurationS": 3, "leases.queueWaitMs": 200 });
+  worker = await new SimWorker({ id: "oa-sim", models: ["sim-chat", "sim-embed"], registry: fx.registry, behavior: { tokens: 3 } }).start();
+  await waitFor(() => fx.router.deps.directory.all().length === 1, { what: "worker registered" });
+  const res = await fetch(`${fx.router.url}/openapi.json`);
+  expect(res.status).toBe(200);
+  spec = (await res.json()) as typeof spec;
+});
+
+afterAll(async () => {
+  await worker?.stop();
+  await fx?.close();
+});
+
+describe("GET /openapi.json", () => {
+  it("documents every public route, with the request schema the route validates with", async () => {
+    expect(spec.openapi).toBe("3.1.0");
+    const ops = Object.entries(spec.paths).flatMap(([p, methods]) => Object.keys(methods).map((m) => `${m.toUpperCase()} ${p}`));
+    expect(ops.sort()).toEqual(
+      [
+        "GET /healthz",
+        "GET /readyz",
+        "GET /openapi.json",
+        "POST /v1/chat/completions",
+        "POST /v1/completions",
+        "POST /v1/embeddings",
+        "POST /v1/hidden_states",
+        "GET /v1/models",
+        "POST /v1/leases",
+        "GET /v1/leases/{id}",
+        "POST /v1/leases/{id}/extend",
+        "DELETE /v1/leases/{id}",
+      ].sort(),
+    );
+    // Every route Hono serves is in the document (nothing registered escapes it).
+    const served = new Set(fx.router.deps && (await import("../../apps/router/src/app.ts")).createApp(fx.router.deps).routes.filter((r) => r.method !== "ALL").map((r) => `${r.method} ${r.path.replace(/:([A-Za-z0-9_]+)/g, "{$1}")}`));
+    expect([...served].sort()).toEqual(ops.sort());
+    const chat = spec.paths["/v1/chat/completions"]!.post!;
+    const body = chat.requestBody!.content["application/json"]!.schema as { properties: Record<string, unknown>; required: string[] };
+    // One source: the schema is the route's zod schema, as zod itself renders it.
+    const { z } = await import("zod");
+    const { $schema: _s, ...fromZod } = z.toJSONSchema(chatCompletionSchema, { target: "draft-2020-12", io: "input", unrepresentable: "any" }) as Record<string, unknown>;
+    expect(body).toEqual(fromZod);
+    expect(body.required).toEqual(expect.arrayContaining(["model", "messages"]));
+    expect(chat.security).toEqual([{ bearerAuth: [] }]);
+    for (const status of ["200", "400", "401", "404", "413", "415", "429", "503"]) expect(chat.responses[status], status).toBeDefined();
+    expect(chat.responses["500"]).toBeUndefined();
+    expect(spec.components.schemas.Error).toMatchObject({ type: "object", required: ["error"] });
+    // Refinements JSON Schema can say are said: exactly one of input or messages.
+    expect(spec.paths["/v1/hidden_states"]!.post!.requestBody!.content["application/json"]!.schema).toMatchObject({ oneOf: [{ required: ["input"] }, { required: ["messages"] }] });
+  });
+
+  it("a documented path with another method is 405 with Allow, in the one error shape", async () => {
+    const res = await fetch(`${fx.router.url}/v1/models`, { method: "POST" });
+    expect(res.status).toBe(405);
+    expect(res.headers.get("allow")).toBe("GET, HEAD");
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe("method_not_allowed");
+    const lease = await fetch(`${fx.router.url}/v1/leases/abc`, { method: "PUT" });
+    expect(lease.status).toBe(405);
+    expect(lease.headers.get("allow")).toBe("GET, DELETE, HEAD");
+    expect((await fetch(`${fx.router.url}/v1/nothing`)).status).toBe(404);
+  });
+
+  it("Schemathesis finds no undocumented status, no schema violation, no 500 and no hang", { timeout: 600_000 }, async () => {
+    const st = await ensureSchemathesis();
+    const dir = mkdtempSync(path.join(os.tmpdir(), "sy-st-"));
+    try {
+      const config = path.join(dir, "schemathesis.toml");
+      writeFileSync(
+        config,
+        [
+          // Real model names often enough that generated requests reach a worker, not only 404 model_not_found.
+          "[dictionaries.models]",
+          'values = ["sim-chat", "sim-embed"]',
+          "",
+          "[parameters]",
+          '"body.model" = { dictionary = "models", probability = 0.7 }',
+          "",
+          // 503/504 are documented answers (no capacity, a wait that ran out); a 500 or a 502 is a bug.
+          "[checks.not_a_server_error]",
+          'expected-statuses = ["2xx", "3xx", "4xx", "503", "504"]',
+          "",
+        ].join("\n"),
+      );
+      const r = await runTool(
+        st,
+        [
+          "--config-file",
+          config,
+          "--no-color",
+          "run",
+          `${fx.router.url}/openapi.json`,
+          "-H",
+          `Authorization: Bearer ${fx.key}`,
+          "--checks",
+          "all",
+          "--max-examples",
+          process.env.SY_SCHEMATHESIS_EXAMPLES ?? "12",
+          "--request-timeout",
+          "20",
+          "--seed",
+          process.env.SY_SCHEMATHESIS_SEED ?? "16016",
+          "--workers",
+          "2",
+        ],
+        { timeoutMs: 540_000, cwd: dir },
+      );
+      if (r.code !== 0) console.error(r.out.slice(-20_000));
+      // Every operation but the document itself (Schemathesis leaves out the schema's own URL) was tested.
+      const selected = /Selected:\s+(\d+)\/(\d+)/.exec(r.out);
+      expect(Number(selected?.[1])).toBeGreaterThanOrEqual(11);
+      expect(r.out).toMatch(new RegExp(`Tested:\\s+${selected?.[1]}\\b`));
+      expect(r.out).not.toMatch(/Network Error|timed out/i);
+      expect(r.code).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
