@@ -123,7 +123,7 @@ export class RouterMetrics {
   readonly poolSaturation = new Gauge("switchyard_pool_saturation", "Worker pool saturation as admission sees it (worse of slot occupancy and queue depth, over capacity), by pool.", "max");
 
   // The process itself (observability/runtime.ts): stalls and CPU.
-  readonly eventLoopDelay = new Histogram("switchyard_event_loop_delay_seconds", "Event-loop delay samples since start (perf_hooks.monitorEventLoopDelay, 10 ms resolution).", EVENT_LOOP_BUCKETS);
+  readonly eventLoopDelay = new Histogram("switchyard_event_loop_delay_seconds", "Event-loop delay since start: how late each tick of a 10 ms timer ran (perf_hooks.monitorEventLoopDelay).", EVENT_LOOP_BUCKETS);
   readonly eventLoopDelayP99 = new Gauge("switchyard_event_loop_delay_p99_seconds", "Event-loop delay, 99th percentile since start.", "max");
   readonly eventLoopDelayMax = new Gauge("switchyard_event_loop_delay_max_seconds", "Longest event-loop delay since start.", "max");
   readonly gcPauses = new Counter("switchyard_gc_pauses_total", "Garbage-collection pauses, by kind (minor|major|incremental|weakcb).");

@@ -36,6 +36,8 @@ describe("runtime metrics", () => {
     expect(value(text, 'switchyard_event_loop_delay_seconds_bucket{le="0.1"}')).toBeLessThan(count);
     expect(value(text, 'switchyard_event_loop_delay_seconds_bucket{le="+Inf"}')).toBe(count);
     expect(value(text, "switchyard_event_loop_delay_max_seconds")).toBeGreaterThan(0.1);
+    // An idle tick is not a delay: most samples are under 5 ms late (the timer's own interval is not counted).
+    expect(value(text, 'switchyard_event_loop_delay_seconds_bucket{le="0.005"}')).toBeGreaterThan(count / 2);
     expect(value(text, "switchyard_event_loop_delay_seconds_sum")).toBeGreaterThan(0.1);
     // GC entries are delivered asynchronously; the churn above made some.
     await sleep(20);
@@ -50,5 +52,7 @@ describe("runtime metrics", () => {
   it("bucket counts come from the percentile table: share of samples at or under each bound", () => {
     const h = { count: 200, percentiles: new Map([[0, 1e6], [50, 2e6], [99, 30e6], [100, 120e6]]) };
     expect(loopDelayBuckets(h, [0.001, 0.0025, 0.05, 0.1, 0.25])).toEqual([0, 100, 198, 198, 200]);
+    // Samples are whole timer intervals: with a 1 ms resolution, a 2 ms sample is 1 ms late.
+    expect(loopDelayBuckets(h, [0, 0.001, 0.029], 1e6)).toEqual([0, 100, 198]);
   });
 });

@@ -19,12 +19,14 @@ const gcKinds: Record<number, string> = {
 /**
  * Bucket counts of a Prometheus histogram from a monitorEventLoopDelay
  * histogram (nanoseconds): the share of samples at or under each bound, read
- * from its percentile table (exact at the recorded values, conservative in between).
+ * from its percentile table (exact at the recorded values, conservative in
+ * between). Its samples are whole timer intervals, so `offsetNs` (the
+ * resolution) is added to each bound: a delay is what exceeds the interval.
  */
-export function loopDelayBuckets(h: Pick<IntervalHistogram, "count" | "percentiles">, bucketsS: number[]): number[] {
+export function loopDelayBuckets(h: Pick<IntervalHistogram, "count" | "percentiles">, bucketsS: number[], offsetNs = 0): number[] {
   const table = [...h.percentiles.entries()].sort((a, b) => a[0] - b[0]); // [percentile, ns]
   return bucketsS.map((b) => {
-    const ns = b * 1e9;
+    const ns = b * 1e9 + offsetNs;
     let share = 0;
     for (const [p, v] of table) if (v <= ns) share = p;
     return Math.floor((share / 100) * h.count);
@@ -37,7 +39,11 @@ export class RuntimeMetrics {
   private readonly cpu0 = process.cpuUsage();
 
   constructor(private readonly metrics: RouterMetrics, opts: { resolutionMs?: number } = {}) {
-    this.loop = monitorEventLoopDelay({ resolution: opts.resolutionMs ?? 10 });
+    const resolutionMs = opts.resolutionMs ?? 10;
+    // Each sample is the time between two ticks of a timer armed every resolutionMs: the delay is the excess.
+    const res = resolutionMs * 1e6;
+    const excess = (ns: number) => Math.max(0, ns - res) / 1e9;
+    this.loop = monitorEventLoopDelay({ resolution: resolutionMs });
     this.loop.enable();
     this.gc = new PerformanceObserver((list) => {
       for (const e of list.getEntries()) {
@@ -49,10 +55,10 @@ export class RuntimeMetrics {
     this.gc.observe({ entryTypes: ["gc"] });
     metrics.eventLoopDelay.source(() => {
       const h = this.loop;
-      return { counts: loopDelayBuckets(h, metrics.eventLoopDelay.buckets), count: h.count, sum: (h.mean * h.count) / 1e9 };
+      return { counts: loopDelayBuckets(h, metrics.eventLoopDelay.buckets, res), count: h.count, sum: h.count ? excess(h.mean) * h.count : 0 };
     });
-    metrics.eventLoopDelayMax.set({}, () => this.loop.max / 1e9);
-    metrics.eventLoopDelayP99.set({}, () => (this.loop.count ? this.loop.percentile(99) / 1e9 : 0));
+    metrics.eventLoopDelayMax.set({}, () => (this.loop.count ? excess(this.loop.max) : 0));
+    metrics.eventLoopDelayP99.set({}, () => (this.loop.count ? excess(this.loop.percentile(99)) : 0));
     metrics.cpuSeconds.source(() => this.cpuSeconds());
     metrics.cpuPerRequest.set({}, () => {
       const n = metrics.requests.total();
