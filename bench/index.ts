@@ -1,7 +1,7 @@
 // The benches' one entry point for `switchyard bench <suite>`: each suite is
 // loaded on demand, so running one never loads the others.
 export const benches = {
-  router: async (opts: { quick: boolean; levels?: number[]; only?: "money"; cluster?: string[] }) => (await import("./router.ts")).runRouterBench(opts),
+  router: async (opts: import("./router.ts").RouterBenchOptions) => (await import("./router.ts")).runRouterBench(opts),
   admission: async (opts: { quick: boolean }) => (await import("./admission.ts")).runAdmissionBench(opts),
   routing: async (opts: { quick: boolean }) => (await import("./routing.ts")).runRoutingBench(opts),
   engine: async (opts: { quick: boolean }) => (await import("./engine.ts")).runEngineBench(opts),

@@ -5,6 +5,8 @@
 // plus Portkey's gateway (its streaming path fails on Node 20 here); router
 // cold start to ready. Everything runs side by side in one run. Last section:
 // the money path (bench/money.ts), whose PASS/FAIL sets the exit code.
+import { mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import path from "node:path";
 import { Redis } from "ioredis";
 import { benchMoney } from "./money.ts";
@@ -18,9 +20,11 @@ const here = path.join(root, "bench");
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
 
 const tsx = (file: string, env: Record<string, string>, label: string) => startProc(process.execPath, ["--import", "tsx", path.join(here, file)], env, label);
-// The router as users start it: `switchyard router` (the CLI's bundle).
+// The router as users start it: `switchyard router` (the CLI's bundle);
+// `--processes N` for the one-process-per-core target, node flags (--cpu-prof) before the script.
 const cli = path.join(root, "apps/cli/bin/switchyard.mjs");
-const routerProc = (env: Record<string, string>) => startProc(process.execPath, [cli, "router"], env, "router");
+const routerProc = (env: Record<string, string>, opts: { processes?: number; nodeFlags?: string[] } = {}) =>
+  startProc(process.execPath, [...(opts.nodeFlags ?? []), cli, "router", "--processes", String(opts.processes ?? 1)], env, opts.processes && opts.processes > 1 ? `router×${opts.processes}` : "router");
 
 interface Level {
   streams: number;
@@ -29,7 +33,19 @@ interface Level {
 
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
 
-export async function runRouterBench(opts: { quick: boolean; levels?: number[]; only?: "money"; cluster?: string[] }): Promise<number> {
+export interface RouterBenchOptions {
+  quick: boolean;
+  levels?: number[];
+  only?: "money";
+  cluster?: string[];
+  /** Only a CPU profile of one router process under the 100-stream load, written to this directory. */
+  profile?: string;
+  /** Router processes of the "switchyard ×N" target (default: the cores). */
+  processes?: number;
+}
+
+export async function runRouterBench(opts: RouterBenchOptions): Promise<number> {
+  if (opts.profile) return profileRouter({ quick: opts.quick, dir: opts.profile });
   if (opts.only !== "money") await benchRouterOverhead(opts);
   // Runs after the router's processes are gone, on its own database and prefix.
   const money = await benchMoney({ quick: opts.quick, log: (s) => process.stdout.write(`${s}\n`) });
@@ -40,7 +56,8 @@ export async function runRouterBench(opts: { quick: boolean; levels?: number[]; 
   return money.ok && topo.ok ? 0 : 1;
 }
 
-async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }): Promise<number> {
+async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; processes?: number }): Promise<number> {
+  const nProcs = opts.processes ?? availableParallelism();
   const scratch = await benchScratch("");
   const { prefix, dbUrl } = scratch;
   const procs: Proc[] = [];
@@ -74,6 +91,11 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }):
     }
     const router = routerProc(routerEnv);
     procs.push(router);
+    // The same router, one process per core sharing the listener (`--processes N`).
+    const routerNPort = await freePort();
+    const routerN = routerProc({ ...routerEnv, SWITCHYARD_ROUTER__PORT: String(routerNPort), SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()) }, { processes: nProcs });
+    procs.push(routerN);
+    const routerNUrl = `http://127.0.0.1:${routerNPort}`;
     const passPort = await freePort();
     const pass = tsx("passthrough-main.ts", { PORT: String(passPort), UPSTREAM: simUrl }, "passthrough");
     procs.push(pass);
@@ -84,14 +106,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }):
     await waitHttp(`http://127.0.0.1:${passPort}/`, { ok: () => true, init: { method: "POST", body: "{}" } });
     await waitHttp(`http://127.0.0.1:${portkeyPort}/`, { ok: (s) => s === 200 });
     const auth = { authorization: `Bearer ${key}` };
-    await waitHttp(`${routerUrl}/v1/models`, { init: { headers: auth }, ok: (s) => s === 200 });
-    // The sim's first heartbeat must be visible before load starts.
-    const deadline = Date.now() + 5000;
-    while (Date.now() < deadline) {
-      const m = (await (await fetch(`${routerUrl}/v1/models`, { headers: auth })).json()) as { data: unknown[] };
-      if (m.data.length > 0) break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    for (const u of [routerUrl, routerNUrl]) await routerSeesWorker(u, auth);
 
     // LiteLLM: the streaming peer (Portkey's streaming fails on Node 20).
     const lite = await startLiteLLM({ upstream: `${simUrl}/v1`, port: await freePort(), log: (l) => process.stderr.write(`${l}\n`) });
@@ -103,6 +118,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }):
       { t: { name: "direct", url: simUrl, path: "/v1/chat/completions", headers: {} } },
       { t: { name: "node-passthrough", url: `http://127.0.0.1:${passPort}`, path: "/v1/chat/completions", headers: {} }, proc: pass },
       { t: { name: "switchyard", url: routerUrl, path: "/v1/chat/completions", headers: auth }, proc: router },
+      { t: { name: `switchyard ×${nProcs}`, url: routerNUrl, path: "/v1/chat/completions", headers: auth }, proc: routerN },
     ];
     const portkeyTarget: Target = {
       name: "portkey",
@@ -124,7 +140,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }):
     const durationS = opts.quick ? 3 : 10;
     const repeats = opts.quick ? 1 : 3;
     const rows: string[] = [];
-    const summary: Record<string, Record<string, { ttft50: number[]; ttft99: number[]; tot50: number[]; tot99: number[]; errors: number; n: number; cpu: number[]; rps: number[] }>> = {};
+    const summary: Record<string, Record<string, { ttft50: number[]; ttft99: number[]; tot50: number[]; tot99: number[]; errors: number; n: number; cpu: number[]; cpuPerReq: number[]; rps: number[] }>> = {};
     const chosen = opts.levels ? levels.filter((l) => opts.levels!.includes(l.streams)) : opts.quick ? levels.slice(0, 2) : levels;
     for (const level of chosen) {
       const streamS = (level.shape.ttftMs + level.shape.interTokenMs * level.shape.tokens) / 1000;
@@ -138,9 +154,11 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }):
         for (const { t: tg, proc } of levelTargets) {
           const cpu0 = proc?.cpuSeconds() ?? NaN;
           const r: LoadResult = await openLoop(tg, { ratePerS: rate, durationS, body, stream: true });
-          const cpu = proc ? (proc.cpuSeconds() - cpu0) / r.wallS : NaN;
+          const cpuS = proc ? proc.cpuSeconds() - cpu0 : NaN;
+          const cpu = cpuS / r.wallS;
           const ok = r.samples.filter((s) => s.ok);
-          const s = (summary[level.streams]![tg.name] ??= { ttft50: [], ttft99: [], tot50: [], tot99: [], errors: 0, n: 0, cpu: [], rps: [] });
+          const s = (summary[level.streams]![tg.name] ??= { ttft50: [], ttft99: [], tot50: [], tot99: [], errors: 0, n: 0, cpu: [], cpuPerReq: [], rps: [] });
+          s.cpuPerReq.push((cpuS * 1000) / Math.max(1, r.samples.length));
           s.ttft50.push(percentile(ok.map((x) => x.ttftMs), 50));
           s.ttft99.push(percentile(ok.map((x) => x.ttftMs), 99));
           s.tot50.push(percentile(ok.map((x) => x.totalMs), 50));
@@ -157,7 +175,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }):
       for (const { t: tg } of levelTargets) {
         const s = summary[level.streams]![tg.name]!;
         rows.push(
-          `| ${level.streams} | ${tg.name} | ${fmt(med(s.rps))} | ${s.n - s.errors}/${s.n} | ${s.errors} | ${fmt(med(s.ttft50), 2)} | ${fmt(med(s.ttft99), 2)} | ${fmt(med(s.tot50))} | ${fmt(med(s.tot99))} | ${tg.name === "direct" ? "—" : `${fmt(med(s.ttft50) - med(d.ttft50), 2)}${spread(s.ttft50.map((x, i) => x - d.ttft50[i]!))}`} | ${tg.name === "direct" ? "—" : `${fmt(med(s.ttft99) - med(d.ttft99), 2)}${spread(s.ttft99.map((x, i) => x - d.ttft99[i]!))}`} | ${tg.name === "direct" ? "—" : fmt(med(s.tot50) - med(d.tot50), 2)} | ${tg.name === "direct" ? "—" : fmt(med(s.tot99) - med(d.tot99), 2)} | ${fmt(med(s.cpu), 2)} |`,
+          `| ${level.streams} | ${tg.name} | ${fmt(med(s.rps))} | ${s.n - s.errors}/${s.n} | ${s.errors} | ${fmt(med(s.ttft50), 2)} | ${fmt(med(s.ttft99), 2)} | ${fmt(med(s.tot50))} | ${fmt(med(s.tot99))} | ${tg.name === "direct" ? "—" : `${fmt(med(s.ttft50) - med(d.ttft50), 2)}${spread(s.ttft50.map((x, i) => x - d.ttft50[i]!))}`} | ${tg.name === "direct" ? "—" : `${fmt(med(s.ttft99) - med(d.ttft99), 2)}${spread(s.ttft99.map((x, i) => x - d.ttft99[i]!))}`} | ${tg.name === "direct" ? "—" : fmt(med(s.tot50) - med(d.tot50), 2)} | ${tg.name === "direct" ? "—" : fmt(med(s.tot99) - med(d.tot99), 2)} | ${fmt(med(s.cpu), 2)} | ${fmt(med(s.cpuPerReq), 3)} |`,
         );
       }
       process.stderr.write(`level ${level.streams} done\n`);
@@ -167,11 +185,15 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }):
     const tpRows: string[] = [];
     const tp: Record<string, number> = {};
     const clients = 64;
-    for (const tg of [...targets.map((x) => x.t), portkeyTarget, ...(liteTarget ? [liteTarget.t] : [])]) {
+    const cpuPerReq: Record<string, number> = {};
+    for (const { t: tg, proc } of [...targets, { t: portkeyTarget, proc: portkey }, ...(liteTarget ? [liteTarget] : [])]) {
+      const cpu0 = proc?.cpuSeconds() ?? NaN;
       const r = await closedLoop(tg, { clients, durationS: opts.quick ? 2 : 5, body: warmBody, stream: false });
+      const cpuS = proc ? proc.cpuSeconds() - cpu0 : NaN;
       const ok = r.samples.filter((s) => s.ok);
       tp[tg.name] = ok.length / r.wallS;
-      tpRows.push(`| ${tg.name} | ${fmt(tp[tg.name]!, 0)} | ${fmt(percentile(ok.map((s) => s.totalMs), 50), 2)} | ${fmt(percentile(ok.map((s) => s.totalMs), 99), 2)} | ${r.errors} |`);
+      cpuPerReq[tg.name] = (cpuS * 1000) / Math.max(1, r.samples.length);
+      tpRows.push(`| ${tg.name} | ${fmt(tp[tg.name]!, 0)} | ${fmt(percentile(ok.map((s) => s.totalMs), 50), 2)} | ${fmt(percentile(ok.map((s) => s.totalMs), 99), 2)} | ${r.errors} | ${fmt(cpuPerReq[tg.name]!, 3)} |`);
     }
 
     const out: string[] = [];
@@ -179,14 +201,16 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }):
     out.push("");
     out.push(`Peers: node-passthrough = bare Node proxy (the floor); litellm = LiteLLM proxy ${"skipped" in lite ? "(skipped)" : lite.version} (streaming peer, levels ≤ 100); Portkey only in the non-streaming table (its streaming path fails on Node 20).`);
     out.push("");
-    out.push("| streams | target | req/s | ok | errors | TTFT p50 | TTFT p99 | total p50 | total p99 | ΔTTFT p50 | ΔTTFT p99 | Δtotal p50 | Δtotal p99 | proxy CPU (cores) |");
-    out.push("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    out.push(`Proxy CPU: user + system seconds of the proxy's processes (all of them for switchyard ×${nProcs}) from /proc, as cores over the run and as CPU ms per request sent.`);
+    out.push("");
+    out.push("| streams | target | req/s | ok | errors | TTFT p50 | TTFT p99 | total p50 | total p99 | ΔTTFT p50 | ΔTTFT p99 | Δtotal p50 | Δtotal p99 | proxy CPU (cores) | CPU ms/req |");
+    out.push("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     out.push(...rows);
     out.push("");
     out.push(`### Non-streaming peak throughput, closed loop (${clients} clients, zero-latency sim worker)`);
     out.push("");
-    out.push("| target | req/s | p50 ms | p99 ms | errors |");
-    out.push("|---|---:|---:|---:|---:|");
+    out.push("| target | req/s | p50 ms | p99 ms | errors | CPU ms/req |");
+    out.push("|---|---:|---:|---:|---:|---:|");
     out.push(...tpRows);
     out.push("");
     out.push(`### Router cold start (spawn → /readyz 200): ${cold.map((c) => fmt(c, 0)).join(", ")} ms`);
@@ -194,9 +218,14 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }):
     const s100 = summary[100]?.switchyard;
     const d100 = summary[100]?.direct;
     const s1000 = summary[1000]?.switchyard;
+    const n1000 = summary[1000]?.[`switchyard ×${nProcs}`];
+    const d1000 = summary[1000]?.direct;
     const checks = [
       ["ΔTTFT p99 at 100 streams ≤ 1 ms", s100 && d100 ? percentile(s100.ttft99, 50) - percentile(d100.ttft99, 50) <= 1 : undefined],
       ["1000 streams with 0 errors", s1000 ? s1000.errors === 0 : undefined],
+      [`1000 streams, ×${nProcs}: 0 errors and ΔTTFT p99 ≤ 2 ms`, n1000 && d1000 ? n1000.errors === 0 && percentile(n1000.ttft99, 50) - percentile(d1000.ttft99, 50) <= 2 : undefined],
+      ["non-streaming throughput ≥ 0.7× the bare proxy", tp.switchyard! >= 0.7 * tp["node-passthrough"]!],
+      ["router CPU per request ≤ 2× the bare proxy's", cpuPerReq.switchyard! <= 2 * cpuPerReq["node-passthrough"]!],
       ["throughput ≥ 2× Portkey", tp.switchyard! >= 2 * tp.portkey!],
       ...(tp.litellm ? ([["throughput ≥ 2× LiteLLM", tp.switchyard! >= 2 * tp.litellm]] as const) : []),
       ["cold start ≤ 500 ms", percentile(cold, 50) <= 500],
@@ -210,4 +239,93 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[] }):
     await scratch.drop(r);
     r.disconnect();
   }
+}
+
+/** Until the router's /v1/models lists the sim worker (its first heartbeat seen). */
+async function routerSeesWorker(url: string, auth: Record<string, string>): Promise<void> {
+  await waitHttp(`${url}/v1/models`, { init: { headers: auth }, ok: (s) => s === 200 });
+  const deadline = Date.now() + 5000;
+  while (Date.now() < deadline) {
+    const m = (await (await fetch(`${url}/v1/models`, { headers: auth })).json()) as { data: unknown[] };
+    if (m.data.length > 0) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/**
+ * `bench router --profile DIR`: one router process (`node --cpu-prof`) under
+ * the 100-stream load, then the non-streaming closed loop; the profile is
+ * written to DIR when the router exits, and its top self-time functions printed.
+ */
+async function profileRouter(opts: { quick: boolean; dir: string }): Promise<number> {
+  const dir = path.resolve(opts.dir);
+  mkdirSync(dir, { recursive: true });
+  const before = new Set(readdirSync(dir));
+  const scratch = await benchScratch("");
+  const procs: Proc[] = [];
+  try {
+    const key = await scratch.tenantKey("bench");
+    const simPort = await freePort();
+    procs.push(tsx("sim-main.ts", { PORT: String(simPort), REDIS_URL: REDIS, PREFIX: scratch.prefix, TOKENS: "5" }, "sim"));
+    const routerPort = await freePort();
+    const router = routerProc(
+      {
+        DATABASE_URL: scratch.dbUrl,
+        REDIS_URL: REDIS,
+        SWITCHYARD_REDIS__KEY_PREFIX: scratch.prefix,
+        SWITCHYARD_ROUTER__PORT: String(routerPort),
+        SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()),
+        SWITCHYARD_LOG__LEVEL: "warn",
+      },
+      { nodeFlags: ["--cpu-prof", `--cpu-prof-dir=${dir}`, "--cpu-prof-interval=250"] },
+    );
+    procs.push(router);
+    const url = `http://127.0.0.1:${routerPort}`;
+    const auth = { authorization: `Bearer ${key}` };
+    await waitHttp(`http://127.0.0.1:${simPort}/healthz`, { ok: () => true });
+    await routerSeesWorker(url, auth);
+    const t: Target = { name: "switchyard", url, path: "/v1/chat/completions", headers: auth };
+    const warmBody = JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
+    await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
+    const shape = { ttftMs: 50, interTokenMs: 50, tokens: 20 };
+    const body = JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape });
+    const durationS = opts.quick ? 5 : 15;
+    const cpu0 = router.cpuSeconds();
+    const r = await openLoop(t, { ratePerS: 100 / ((shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000), durationS, body, stream: true });
+    const cpu = router.cpuSeconds() - cpu0;
+    const ok = r.samples.filter((s) => s.ok);
+    process.stdout.write(
+      `100 streams, ${durationS}s: ${ok.length}/${r.samples.length} ok, TTFT p50 ${fmt(percentile(ok.map((s) => s.ttftMs), 50), 2)} ms, p99 ${fmt(percentile(ok.map((s) => s.ttftMs), 99), 2)} ms; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / r.samples.length, 3)} ms/request\n`,
+    );
+    await router.stop();
+  } finally {
+    await Promise.all(procs.map((p) => p.stop()));
+    const rc = new Redis(REDIS);
+    await scratch.drop(rc);
+    rc.disconnect();
+  }
+  const written = readdirSync(dir).filter((f) => f.endsWith(".cpuprofile") && !before.has(f));
+  if (written.length === 0) {
+    process.stderr.write(`no profile written under ${dir}\n`);
+    return 1;
+  }
+  for (const f of written) {
+    process.stdout.write(`\nCPU profile: ${path.join(dir, f)} (open in Chrome DevTools or speedscope)\n\n${topSelfTime(path.join(dir, f), 25)}\n`);
+  }
+  return 0;
+}
+
+/** The functions with the most self time in a .cpuprofile, as a table. */
+export function topSelfTime(file: string, n: number): string {
+  const prof = JSON.parse(readFileSync(file, "utf8")) as { nodes: Array<{ id: number; hitCount?: number; callFrame: { functionName: string; url: string; lineNumber: number } }>; startTime: number; endTime: number };
+  const total = prof.nodes.reduce((a, x) => a + (x.hitCount ?? 0), 0);
+  const by = new Map<string, number>();
+  for (const node of prof.nodes) {
+    const cf = node.callFrame;
+    const where = cf.url ? `${cf.url.replace(/^file:\/\//, "").replace(root + "/", "")}:${cf.lineNumber + 1}` : "";
+    const k = `${cf.functionName || "(anonymous)"} ${where}`.trim();
+    by.set(k, (by.get(k) ?? 0) + (node.hitCount ?? 0));
+  }
+  const rows = [...by.entries()].sort((a, b) => b[1] - a[1]).slice(0, n);
+  return ["| self % | function |", "|---:|---|", ...rows.map(([k, v]) => `| ${fmt((100 * v) / total, 1)} | \`${k}\` |`)].join("\n");
 }

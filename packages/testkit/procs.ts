@@ -1,7 +1,7 @@
 // Child processes for benchmarks and tests: spawn, wait for a URL to answer,
 // read CPU time from /proc, stop; free ports. Part of the test kit.
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -38,11 +38,51 @@ export async function freePort(): Promise<number> {
 export interface Proc {
   child: ChildProcess;
   stop(): Promise<void>;
-  /** User + system CPU seconds used so far. */
+  /**
+   * User + system CPU seconds used so far by the process and every process
+   * under it (a router's cluster workers; those that ended count through
+   * their parent's reaped-children time), from /proc.
+   */
   cpuSeconds(): number;
 }
 
 const CLK_TCK = 100;
+
+/** [ppid, own utime+stime, reaped children's cutime+cstime] in ticks, from /proc/<pid>/stat. */
+function statOf(pid: number): [number, number, number] | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the command name: state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14).
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return [Number(f[1]), Number(f[11]) + Number(f[12]), Number(f[13]) + Number(f[14])];
+  } catch {
+    return undefined;
+  }
+}
+
+/** CPU seconds of `pid` and its live descendants, plus the children they have reaped. */
+export function treeCpuSeconds(pid: number): number {
+  const root = statOf(pid);
+  if (!root) return NaN;
+  const children = new Map<number, number[]>();
+  const ticks = new Map<number, number>([[pid, root[1] + root[2]]]);
+  for (const name of readdirSync("/proc")) {
+    const p = Number(name);
+    if (!Number.isInteger(p) || p === pid) continue;
+    const st = statOf(p);
+    if (!st) continue;
+    (children.get(st[0]) ?? children.set(st[0], []).get(st[0])!).push(p);
+    ticks.set(p, st[1] + st[2]);
+  }
+  let total = 0;
+  const todo = [pid];
+  while (todo.length) {
+    const p = todo.pop()!;
+    total += ticks.get(p) ?? 0;
+    todo.push(...(children.get(p) ?? []));
+  }
+  return total / CLK_TCK;
+}
 
 export function startProc(cmd: string, args: string[], env: Record<string, string> = {}, label = cmd): Proc {
   const child = spawn(cmd, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
@@ -57,15 +97,7 @@ export function startProc(cmd: string, args: string[], env: Record<string, strin
   });
   return {
     child,
-    cpuSeconds: () => {
-      try {
-        const stat = readFileSync(`/proc/${child.pid}/stat`, "utf8");
-        const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-        return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
-      } catch {
-        return NaN;
-      }
-    },
+    cpuSeconds: () => (child.pid === undefined ? NaN : treeCpuSeconds(child.pid)),
     stop: () =>
       new Promise<void>((resolve) => {
         if (child.exitCode !== null || child.signalCode !== null) return resolve();

@@ -339,7 +339,8 @@ describe("workers", () => {
     expect(resolved.SWITCHYARD_ADVERTISE).toBe(`http://10.1.2.3:${port}`);
     expect(c.ports?.map((p) => p.containerPort)).toEqual([port]);
     expect(portNumber(c, c.livenessProbe!.httpGet!.port)).toBe(port);
-    expect(c.readinessProbe?.exec?.command.join(" ")).toContain(`127.0.0.1:${port}/healthz`);
+    expect(c.readinessProbe?.httpGet?.path).toBe("/readyz");
+    expect(portNumber(c, c.readinessProbe!.httpGet!.port)).toBe(port);
     // A fresh node fetches its models before it listens: the startup probe allows for it.
     expect(c.startupProbe!.periodSeconds! * c.startupProbe!.failureThreshold!).toBeGreaterThanOrEqual(600);
   });

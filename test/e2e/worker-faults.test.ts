@@ -64,6 +64,36 @@ describe("worker faults (real engine)", () => {
     }
   });
 
+  it("a client that goes away from a large embeddings request frees the engine at once", async () => {
+    const agent = await startTestWorker(fx, { id: "embed-cancel-w", models: ["all-minilm-l6-v2"] });
+    const queued = async () => {
+      const ev = await agent.supervisor.client!.once({ case: "stats", value: { $typeName: "switchyard.engine.v1.StatsRequest" } });
+      return ev.kind.case === "stats" ? ev.kind.value.queuedRequests : -1;
+    };
+    try {
+      // Seconds of work for MiniLM on this box: 2048 inputs of ~100 tokens.
+      const input = Array.from({ length: 2048 }, (_, i) => `Sentence ${i} about lighthouses, tides, ships and the keepers who watch them through long winter nights at sea. `.repeat(4));
+      const ac = new AbortController();
+      const res = fetch(`${agent.url}/v1/embeddings`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json", "x-request-id": "req_embed_cancel" },
+        body: JSON.stringify({ model: "all-minilm-l6-v2", input }),
+        signal: ac.signal,
+      }).catch((err: Error) => err);
+      await waitFor(async () => (await queued()) === 1, { timeoutMs: 5000, intervalMs: 10, what: "the embeddings job queued in the engine" });
+      const t0 = performance.now();
+      ac.abort();
+      expect(await res).toBeInstanceOf(Error);
+      await waitFor(async () => (await queued()) === 0 && agent.ctx.inFlight === 0, { timeoutMs: 2000, intervalMs: 5, what: "embeddings job cancelled" });
+      expect(performance.now() - t0).toBeLessThan(1000);
+      // The engine serves the next request.
+      const next = await fetch(`${agent.url}/v1/embeddings`, { method: "POST", headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json" }, body: JSON.stringify({ model: "all-minilm-l6-v2", input: "one more" }) });
+      expect(next.status).toBe(200);
+    } finally {
+      await agent.stop();
+    }
+  });
+
   it("kill -9 of the engine mid-stream: one error event, then the worker recovers", async () => {
     const agent = await startTestWorker(fx, { id: "kill-w", models: [LLM] });
     try {
@@ -228,14 +258,20 @@ describe("worker faults (real engine)", () => {
     const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
     try {
       await waitFor(() => fx.router.deps.directory.candidates(LLM).some((w) => w.id === "drain-w"), { timeoutMs: 60_000, what: () => `worker process ready (${stderr.slice(-500)})` });
+      // The worker's own readiness probe: ready while it takes work.
+      const workerUrl = fx.router.deps.directory.all().find((w) => w.id === "drain-w")!.url;
+      const readyz = await fetch(`${workerUrl}/readyz`);
+      expect([readyz.status, await readyz.json()]).toEqual([200, { ready: true, state: "ready" }]);
       const res = await chat({ stream: true, max_tokens: 48 });
       const reader = res.body!.getReader();
       const dec = new TextDecoder();
       let text = dec.decode((await reader.read()).value);
       child.kill("SIGTERM");
-      // While draining the worker takes no new work.
+      // While draining the worker takes no new work, and its probe says so at once.
       await waitFor(() => fx.router.deps.directory.all().find((w) => w.id === "drain-w")?.state === "draining", { timeoutMs: 3000, what: "draining state" });
       expect((await chat({ max_tokens: 2 })).status).toBe(503);
+      const drainingReadyz = await fetch(`${workerUrl}/readyz`);
+      expect([drainingReadyz.status, await drainingReadyz.json()]).toEqual([503, { ready: false, state: "draining" }]);
       for (;;) {
         const { done, value } = await reader.read();
         if (done) break;

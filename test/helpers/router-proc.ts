@@ -7,6 +7,8 @@ const bin = path.resolve(import.meta.dirname, "../../apps/cli/bin/switchyard.mjs
 
 export interface RouterProc {
   url: string;
+  /** The admin listener (/metrics, /readyz). */
+  adminUrl: string;
   proc: Proc;
   /** SIGKILL: no drain, no flush, nothing settled. */
   kill9(): Promise<void>;
@@ -20,13 +22,15 @@ export async function spawnRouter(env: Record<string, string>, label = "router")
   for (let attempt = 1; ; attempt++) {
     const port = await freePort();
     const adminPort = await freePort();
-    const proc = startProc(process.execPath, [bin, "router"], { SWITCHYARD_PORT: String(port), SWITCHYARD_ROUTER__ADMIN_PORT: String(adminPort), SWITCHYARD_LOG__LEVEL: "warn", ...env }, label);
+    // One router process unless the test asks for more (router.processes defaults to one per core).
+    const proc = startProc(process.execPath, [bin, "router"], { SWITCHYARD_PORT: String(port), SWITCHYARD_ROUTER__ADMIN_PORT: String(adminPort), SWITCHYARD_LOG__LEVEL: "warn", SWITCHYARD_ROUTER__PROCESSES: "1", ...env }, label);
     const url = `http://127.0.0.1:${port}`;
     const exited = new Promise<"exited">((resolve) => proc.child.once("exit", () => resolve("exited")));
     const up = waitHttp(`${url}/healthz`, { timeoutMs: 60_000, ok: (s) => s === 200 }).then(() => "up" as const);
     if ((await Promise.race([up, exited])) === "up") {
       return {
         url,
+        adminUrl: `http://127.0.0.1:${adminPort}`,
         proc,
         stop: () => proc.stop(),
         kill9: () =>

@@ -50,6 +50,10 @@ describe("GET /openapi.json", () => {
         "GET /v1/leases/{id}",
         "POST /v1/leases/{id}/extend",
         "DELETE /v1/leases/{id}",
+        "POST /v1/responses",
+        "GET /v1/responses/{id}",
+        "DELETE /v1/responses/{id}",
+        "POST /v1/messages",
       ].sort(),
     );
     // Every route Hono serves is in the document (nothing registered escapes it).

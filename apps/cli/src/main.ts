@@ -47,6 +47,8 @@ export async function main(argv: string[]): Promise<number> {
         next: { type: "string" },
         "next-token": { type: "string" },
         embedded: { type: "boolean" },
+        processes: { type: "string" },
+        profile: { type: "string" },
         // budgets, prices
         "daily-cents": { type: "string" },
         "daily-usd": { type: "string" },

@@ -8,9 +8,11 @@ export const usage = `switchyard — a distributed inference fabric
 Usage:
   switchyard up [--split N]             router + local worker, embedded state (single machine)
                                         (--split N: N local shard workers of the chat model, blocks split evenly)
-  switchyard router [--config FILE] [--embedded]
+  switchyard router [--config FILE] [--embedded] [--processes N]
                                         start a router replica: needs redis.url | redis.cluster | redis.sentinels, and database.url
                                         (SIGTERM drains: /readyz 503, streams finish up to router.drainMs)
+                                        N router processes share the listener (default: router.processes, else one per core);
+                                        a dead one is restarted; the admin port's /metrics adds them all up
                                         (--embedded: in-process state + embedded PostgreSQL, to experiment)
   switchyard worker --redis URL --token SECRET [--config FILE] [--model NAME|PATH|hf://…]… [--advertise URL]
            [--port 9100] [--device auto|cpu|cuda|metal] [--id ID] [--fencing-key KEY]
@@ -56,7 +58,9 @@ Usage:
                                         (this month counts); --drop also deletes them once archived
   switchyard ledger partitions [ensure [--months-ahead N]]
                                         list the ledger's monthly partitions / create the next ones
-  switchyard bench router [--quick] [--levels 1,100,1000] [--only money] [--cluster H:P,H:P,…]
+  switchyard bench router [--quick] [--levels 1,100,1000] [--only money] [--cluster H:P,H:P,…] [--processes N]
+  switchyard bench router --profile DIR [--quick]
+                                        a CPU profile (node --cpu-prof) of one router under 100 streams, top functions printed
                                         router overhead and money-path benchmarks (prints tables)
   switchyard bench engine [--quick]     engine vs llama.cpp on the same GGUF (prints a table)
   switchyard bench admission [--quick]  interactive TTFT under 500 batch streams, admission on vs off (asserts both)

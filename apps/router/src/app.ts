@@ -15,6 +15,11 @@ import { registerCreateLease } from "./routes/v1/leases/create.ts";
 import { registerRetrieveLease } from "./routes/v1/leases/retrieve.ts";
 import { registerExtendLease } from "./routes/v1/leases/extend.ts";
 import { registerReleaseLease } from "./routes/v1/leases/release.ts";
+import { registerCreateResponse } from "./routes/v1/responses/create.ts";
+import { registerRetrieveResponse } from "./routes/v1/responses/retrieve.ts";
+import { registerDeleteResponse } from "./routes/v1/responses/delete.ts";
+import { registerCreateMessage } from "./routes/v1/messages/create.ts";
+import { MemoryResponseStore } from "@switchyard/state";
 import { registerOpenApi } from "./routes/openapi.ts";
 
 export function createApp(deps: AppDeps): Hono<AppEnv> {
@@ -31,6 +36,12 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   registerRetrieveLease(app, deps);
   registerExtendLease(app, deps);
   registerReleaseLease(app, deps);
+  // Translated APIs (translate/): OpenAI Responses, Anthropic Messages.
+  const responses = deps.responses ?? new MemoryResponseStore();
+  registerCreateResponse(app, deps, responses);
+  registerRetrieveResponse(app, deps, responses);
+  registerDeleteResponse(app, deps, responses);
+  registerCreateMessage(app, deps);
   // Last: the document lists every route registered above (openapi/spec.ts).
   registerOpenApi(app);
 
@@ -79,14 +90,17 @@ function allowedMethods(app: Hono<AppEnv>): (path: string) => string[] {
   };
 }
 
+/** This process's /metrics text (the workers gauge read from the directory now). */
+export function renderMetrics(deps: AppDeps): string {
+  const byState = new Map<string, number>();
+  for (const w of deps.directory.all()) byState.set(w.state, (byState.get(w.state) ?? 0) + 1);
+  for (const state of ["warming", "ready", "draining", "degraded"]) deps.metrics.workers.set({ state }, () => byState.get(state) ?? 0);
+  return deps.metrics.render();
+}
+
 export function createAdminApp(deps: AppDeps): Hono {
   const admin = new Hono();
-  admin.get("/metrics", (c) => {
-    const byState = new Map<string, number>();
-    for (const w of deps.directory.all()) byState.set(w.state, (byState.get(w.state) ?? 0) + 1);
-    for (const state of ["warming", "ready", "draining", "degraded"]) deps.metrics.workers.set({ state }, () => byState.get(state) ?? 0);
-    return c.text(deps.metrics.render(), 200, { "content-type": "text/plain; version=0.0.4" });
-  });
+  admin.get("/metrics", (c) => c.text(renderMetrics(deps), 200, { "content-type": "text/plain; version=0.0.4" }));
   admin.get("/healthz", (c) => c.json({ status: "ok" }));
   // The operator's view: the same readiness plus where the state lives (hosts, no secrets).
   admin.get("/readyz", async (c) => {

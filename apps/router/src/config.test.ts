@@ -31,6 +31,14 @@ describe("config", () => {
     expect(() => loadConfig({ env: { SWITCHYARD_DEADLINES__IDLE_MS: "-5" } })).toThrow(/deadlines\.idleMs/);
   });
 
+  it("router.processes: a whole number from 1, unset by default (one per core), a misspelling named", () => {
+    expect(loadConfig({ env: {} }).router.processes).toBeUndefined();
+    expect(loadConfig({ env: { SWITCHYARD_ROUTER__PROCESSES: "4" } }).router.processes).toBe(4);
+    expect(() => loadConfig({ env: { SWITCHYARD_ROUTER__PROCESSES: "0" } })).toThrow(/router\.processes/);
+    expect(() => loadConfig({ env: { SWITCHYARD_ROUTER__PROCESSES: "two" } })).toThrow(/router\.processes/);
+    expect(() => loadConfig({ env: { SWITCHYARD_ROUTER__PROCESSSES: "2" } })).toThrow(/did you mean SWITCHYARD_ROUTER__PROCESSES\?/);
+  });
+
   it("a missing or broken file is a clear error", () => {
     expect(() => loadConfig({ file: "/nonexistent.yaml", env: {} })).toThrow(/does not exist/);
     const dir = mkdtempSync(path.join(tmpdir(), "sycfg-"));

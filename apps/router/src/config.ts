@@ -135,6 +135,12 @@ export const configSchema = z.object({
        * after it, created at start and checked daily (one router at a time).
        */
       ledgerMonthsAhead: z.number().int().min(1).max(24).default(2),
+      /**
+       * Router processes sharing the listener (`switchyard router`; --processes
+       * overrides): one per core when unset. The primary restarts one that
+       * dies and serves the admin port for all of them (metrics added up).
+       */
+      processes: z.number().int().min(1).max(512).optional(),
     })
     .prefault({}),
   deadlines: deadlinesSchema.prefault({}),
@@ -339,6 +345,15 @@ export const configSchema = z.object({
     })
     .prefault({}),
   admission: admissionSchema.prefault({}),
+  /** Stored /v1/responses answers (previous_response_id, GET /v1/responses/{id}): in Redis when configured, else in this process. */
+  responses: z
+    .object({
+      /** How long a stored response can be continued or retrieved, in seconds (at most 30 days). */
+      ttlS: z.number().int().min(1).max(30 * 86_400).default(86_400),
+      /** The longest conversation a response may carry (its messages as JSON, in bytes); a longer continuation is the client's 400. */
+      maxConversationBytes: z.number().int().positive().default(4 * 1024 * 1024),
+    })
+    .prefault({}),
   /**
    * Per-tenant and per-key rate limits (docs/LIMITS.md). The limits
    * themselves are rows set with `switchyard limits set`; routers count

@@ -13,6 +13,7 @@ import type { AdmissionGate } from "./admission/gate.ts";
 import type { LeaseService } from "./leases/service.ts";
 import type { StartupSummary } from "./observability/summary.ts";
 import type { RateLimiter } from "./ratelimit/limiter.ts";
+import type { ResponseStore } from "@switchyard/state";
 
 export interface Readiness {
   redis: boolean;
@@ -36,6 +37,8 @@ export interface AppDeps {
   admission?: AdmissionGate;
   /** Per-tenant and per-key rate limits (absent: none). */
   rateLimiter?: RateLimiter;
+  /** Stored /v1/responses answers, shared by every router (Redis); absent: kept in this app's memory. */
+  responses?: ResponseStore;
   /** GPU leases (docs/LEASES.md); without them /v1/leases is not served. */
   leases?: LeaseService;
   /** What this process is using (registry, budgets, ledger, database, chain, providers), for /readyz. */

@@ -30,6 +30,8 @@ export const errorCodes = {
   lease_conflict: { status: 409, type: "conflict_error" },
   stale_fencing_token: { status: 409, type: "conflict_error" },
   lease_store_unavailable: { status: 503, type: "service_unavailable" },
+  /** Stored /v1/responses answers could not be read or written (Redis unreachable). */
+  response_store_unavailable: { status: 503, type: "service_unavailable" },
   // Admission (apps/router/src/admission/).
   priority_not_allowed: { status: 403, type: "permission_error" },
   queue_full: { status: 503, type: "service_unavailable" },

@@ -1,4 +1,5 @@
-export { createApp, createAdminApp } from "./app.ts";
+export { createApp, createAdminApp, renderMetrics } from "./app.ts";
+export { isRouterProcess, mergeMetrics, primaryAdminUrl, serveToPrimary, superviseRouters } from "./processes.ts";
 export { startRouter, type RouterHandle } from "./server.ts";
 export { loadConfig, ConfigError, configSchema, redisTarget, type Config } from "./config.ts";
 export * from "./errors.ts";

@@ -61,11 +61,16 @@ export function requestContext(deps: AppDeps): MiddlewareHandler<AppEnv> {
   };
 }
 
-export function authenticate(deps: AppDeps): MiddlewareHandler<AppEnv> {
+/**
+ * The bearer key → tenant. `apiKeyHeader` also takes the key from that header
+ * (Anthropic's clients send `x-api-key`); Authorization wins when both come.
+ */
+export function authenticate(deps: AppDeps, opts: { apiKeyHeader?: string } = {}): MiddlewareHandler<AppEnv> {
   return markAuth(async (c, next) => {
     const header = c.req.header("authorization");
-    if (!header) throw new ApiError("missing_api_key", "missing API key: send Authorization: Bearer sy_…");
-    const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    const alt = opts.apiKeyHeader && header === undefined ? c.req.header(opts.apiKeyHeader)?.trim() : undefined;
+    if (!header && !alt) throw new ApiError("missing_api_key", `missing API key: send Authorization: Bearer sy_…${opts.apiKeyHeader ? ` or ${opts.apiKeyHeader}: sy_…` : ""}`);
+    const m = alt ? [alt, alt] : /^Bearer\s+(\S+)\s*$/i.exec(header!);
     if (!m) throw new ApiError("invalid_api_key", "malformed Authorization header: expected Bearer <key>");
     const owner = await deps.keys.resolve(m[1]!);
     if (!owner) throw new ApiError("invalid_api_key", "invalid API key");

@@ -24,6 +24,8 @@ import {
   RedisBudgetStore,
   RedisIntentJournal,
   RedisRegistryStore,
+  MemoryResponseStore,
+  RedisResponseStore,
   type BudgetStore,
   type RegistryStore,
 } from "@switchyard/state";
@@ -95,6 +97,10 @@ export interface StartRouterOptions {
   log?: Logger;
   /** The database passed in is an embedded one (`switchyard up`): said so in the start-up summary. */
   embeddedDatabase?: boolean;
+  /** false: no admin listener (a router process under `--processes`, whose primary serves the admin port). */
+  adminListener?: boolean;
+  /** With adminListener false: the admin URL to report (the primary's). */
+  adminUrl?: string;
 }
 
 /**
@@ -384,6 +390,8 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
           }),
         }
       : {}),
+    // Stored /v1/responses answers: in Redis, any router continues them.
+    responses: redis ? new RedisResponseStore(redis, config.redis.keyPrefix) : new MemoryResponseStore(),
     readiness: async () => {
       const [r, p] = await Promise.all([registry.ping(), keyStore.ping()]);
       return { redis: r, postgres: p, ...(draining ? { draining: true } : {}) };
@@ -408,16 +416,16 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const app = createApp(deps);
   const admin = createAdminApp(deps);
   const main = await listen(app.fetch, config.router.host, config.router.port, config.router.tls);
-  const adm = await listen(admin.fetch, config.router.adminHost, config.router.adminPort);
+  const adm = opts.adminListener === false ? undefined : await listen(admin.fetch, config.router.adminHost, config.router.adminPort);
   const publicListener = new DrainingListener(main.server as HttpServer);
-  const adminListener = new DrainingListener(adm.server as HttpServer);
+  const adminListener = adm && new DrainingListener(adm.server as HttpServer);
   const scheme = config.router.tls ? "https" : "http";
   const url = `${scheme}://${config.router.host}:${main.port}`;
-  const adminUrl = `http://${config.router.adminHost}:${adm.port}`;
+  const adminUrl = adm ? `http://${config.router.adminHost}:${adm.port}` : (opts.adminUrl ?? "");
   // Port 0 in config: the listeners' real ports are known only now.
-  if (main.port !== config.router.port || adm.port !== config.router.adminPort) {
+  if (main.port !== config.router.port || (adm && adm.port !== config.router.adminPort)) {
     await workerUrls.addOwnEndpoint("this router's listener", config.router.host, main.port);
-    await workerUrls.addOwnEndpoint("this router's admin listener", config.router.adminHost, adm.port);
+    if (adm) await workerUrls.addOwnEndpoint("this router's admin listener", config.router.adminHost, adm.port);
     await directory.refresh();
   }
   log.info("router listening", { url, admin: adminUrl, ...summary });
@@ -437,7 +445,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       log.info("router draining", { inFlight: publicListener.inFlight, graceMs, drainMs });
       // Grace: a load balancer still sending (it has not seen /readyz yet) is served; an idle router need not wait.
       await within(publicListener.idle(), graceMs);
-      void adminListener.stopAccepting();
+      void adminListener?.stopAccepting();
       void publicListener.stopAccepting();
       const drained = await within(publicListener.idle(), drainMs - (Date.now() - t0));
       const cut = publicListener.inFlight;
@@ -447,7 +455,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
         shutdown.abort();
         await within(publicListener.idle(), 2_000);
       }
-      await Promise.all([publicListener.closeAll(), adminListener.closeAll()]);
+      await Promise.all([publicListener.closeAll(), adminListener?.closeAll()]);
       clearInterval(partitionUpkeep);
       directory.stop();
       leaseDirectory.stop();

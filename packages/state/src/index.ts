@@ -10,4 +10,5 @@ export * from "./budget/index.ts";
 export * from "./lease/index.ts";
 export * from "./registry/fencing-key.ts";
 export * from "./ratelimit/index.ts";
+export * from "./response/index.ts";
 export * from "./registry/shard-route.ts";

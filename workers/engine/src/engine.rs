@@ -282,6 +282,11 @@ impl Engine {
                 s.prefix_cache_hits += hits;
                 s.prefix_tokens_reused += reused;
             }
+            // Embedding requests waiting their turn count as queued too (the
+            // heartbeat's queue depth, which routers score by).
+            if let Model::Bert(rt) = m {
+                s.queued_requests += rt.queued_len() as u32;
+            }
         }
         s
     }

@@ -1,7 +1,7 @@
 // `switchyard bench <suite>`: benchmarks that print a table.
 import { UsageError } from "../usage.ts";
 
-export async function benchCommand(args: string[], flags: { quick?: boolean; levels?: string; only?: string; cluster?: string }): Promise<number> {
+export async function benchCommand(args: string[], flags: { quick?: boolean; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string }): Promise<number> {
   const [suite] = args;
   // The one bench entry point; it loads only the suite asked for.
   const { benches } = await import("../../../../bench/index.ts");
@@ -13,7 +13,10 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; lev
     const clusterList = flags.cluster ?? process.env.BENCH_REDIS_CLUSTER;
     const cluster = clusterList?.split(",").map((s) => s.trim()).filter(Boolean);
     if (clusterList !== undefined && !cluster?.length) throw new UsageError("bench router: --cluster takes seed nodes like 127.0.0.1:7000,127.0.0.1:7001");
-    return benches.router({ quick: flags.quick === true, levels, only: flags.only, ...(cluster ? { cluster } : {}) });
+    // --profile DIR: only a CPU profile of one router process under the 100-stream load.
+    const processes = flags.processes === undefined ? undefined : Number(flags.processes);
+    if (processes !== undefined && !(Number.isInteger(processes) && processes >= 1)) throw new UsageError("bench router: --processes takes a whole number ≥ 1");
+    return benches.router({ quick: flags.quick === true, levels, only: flags.only, ...(cluster ? { cluster } : {}), ...(flags.profile ? { profile: flags.profile } : {}), ...(processes ? { processes } : {}) });
   }
   if (suite === "admission") {
     return benches.admission({ quick: flags.quick === true });

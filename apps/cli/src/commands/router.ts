@@ -4,7 +4,9 @@
 // in-process state would keep its own budget counters and see no workers.
 // `--embedded` is the explicit exception, for experiments on one machine.
 // SIGTERM drains (RouterHandle.close); a second signal stops at once.
-import { ConfigError, redisTarget, startRouter, type Config } from "@switchyard/router";
+import { availableParallelism } from "node:os";
+import { ConfigError, createLogger, isRouterProcess, primaryAdminUrl, redisTarget, renderMetrics, serveToPrimary, startRouter, superviseRouters, type Config } from "@switchyard/router";
+import { UsageError } from "../usage.ts";
 import { configFrom, openDb } from "../context.ts";
 import { untilSignal } from "../signals.ts";
 
@@ -18,9 +20,22 @@ export function missingProductionState(config: Config): string[] {
   return missing;
 }
 
-export async function routerCommand(flags: { config?: string; embedded?: boolean }): Promise<number> {
+/** --processes, else router.processes, else one per core. */
+export function routerProcesses(flag: string | undefined, config: Config): number {
+  if (flag !== undefined) {
+    const n = Number(flag);
+    if (!Number.isInteger(n) || n < 1 || n > 512) throw new UsageError(`router: --processes takes a whole number from 1 to 512, got '${flag}'`);
+    return n;
+  }
+  return config.router.processes ?? availableParallelism();
+}
+
+export async function routerCommand(flags: { config?: string; embedded?: boolean; processes?: string }): Promise<number> {
   const config = configFrom(flags);
+  const processes = routerProcesses(flags.processes, config);
   if (flags.embedded) {
+    // In-process state cannot be shared between processes: one router.
+    if (processes > 1 && flags.processes !== undefined) process.stderr.write("» --embedded: one router process (its state lives in that process)\n");
     // Local experiments: embedded Postgres (migrated) and, without redis.url, in-process state.
     process.stderr.write("» --embedded: state in this process (and an embedded PostgreSQL) unless redis.url / database.url are set\n");
     const db = config.database.url ? undefined : await openDb(config, { migrate: true, quiet: true, createEmbedded: true });
@@ -37,6 +52,24 @@ export async function routerCommand(flags: { config?: string; embedded?: boolean
       `switchyard router needs shared state:\n${missing.map((m) => `  ${m}`).join("\n")}\n` +
         "For one machine with embedded state run 'switchyard up' (or 'switchyard router --embedded' to experiment).",
     );
+  }
+  if (isRouterProcess()) {
+    // One of --processes N: the primary serves the admin port and says when to drain.
+    const adminUrl = primaryAdminUrl();
+    const router = await startRouter(config, { adminListener: false, ...(adminUrl ? { adminUrl } : {}) });
+    await serveToPrimary(router, () => renderMetrics(router.deps));
+    await router.close({ graceMs: config.router.drainGraceMs });
+    return 0;
+  }
+  if (processes > 1) {
+    let force = () => {};
+    const stop = untilSignal({
+      onSecond: (s) => {
+        process.stderr.write(`${s} again: stopping the router processes now, without waiting for the drain\n`);
+        force();
+      },
+    });
+    return superviseRouters(config, { processes, log: createLogger(config.log.level, { service: "router" }), untilStop: stop, onForce: (kill) => (force = kill) });
   }
   const router = await startRouter(config);
   await untilSignal();

@@ -52,6 +52,14 @@ export interface UpstreamResponse {
   abort(): void;
 }
 
+/**
+ * What a request may carry beyond plain text chat that only some backends
+ * can honour: a route whose request needs one runs only on backends that
+ * declare it (routes/v1/messages: an image block on a text-only worker is
+ * the client's 400, not silently dropped).
+ */
+export type RequestFeature = "image_input";
+
 /** Self-hosted workers, or one of the registered providers (backends/registry.ts). */
 export type BackendKind = "worker" | ProviderKey;
 
@@ -62,6 +70,8 @@ export interface Backend {
   readonly paid: boolean;
   /** The model name the upstream knows (the client's name may be an alias). */
   readonly model: string;
+  /** The features it carries to its upstream (absent: plain text chat only). */
+  readonly features?: ReadonlySet<RequestFeature>;
   /** Whether this backend can answer this path at all (Anthropic has no embeddings). */
   supports(path: InferencePath): boolean;
   /** The worker's registry id (self-hosted backends). */

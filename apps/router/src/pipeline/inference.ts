@@ -7,7 +7,7 @@ import type { Context } from "hono";
 import { PREFIX_NAME_FIELD } from "@switchyard/state";
 import type { PoolPlace } from "../admission/gate.ts";
 import type { KeyOwner } from "../auth/key-store.ts";
-import type { InferencePath } from "../backends/types.ts";
+import type { Backend, InferencePath } from "../backends/types.ts";
 import { normalizeMaxOutput, promptTokensUpperBound } from "../billing/estimate.ts";
 import type { RequestTab } from "../billing/guard.ts";
 import type { AppDeps, AppEnv } from "../deps.ts";
@@ -24,9 +24,27 @@ import { withPrefixName } from "../routing/scorer.ts";
 /** The validated body of an inference route: OpenAI-shaped, with a model. */
 export type InferenceBody = { model: string; stream?: boolean | null | undefined } & Record<string, unknown>;
 
+/** How a route runs its request through the pipeline, when not the plain way. */
+export interface InferenceOptions {
+  /** Pass the upstream body through as bytes (hidden states). */
+  raw?: { accept: string };
+  /** The body to run instead of the route's validated one: a translated route's OpenAI chat body (routes/v1/responses, routes/v1/messages). */
+  body?: InferenceBody;
+  /**
+   * Answer with a Response the caller reads and rewrites (a translated
+   * route), never by writing straight to the Node socket.
+   */
+  detached?: boolean;
+  /**
+   * Narrows the chain's live candidates to those that can honour this
+   * request (in order); may throw the client's ApiError when none can.
+   */
+  narrow?: (backends: Backend[]) => Backend[];
+}
+
 /** An inference route's request (chat, completions, embeddings, hidden states), the body already validated by the route's middleware. */
-export function handleInference(c: Context<AppEnv>, deps: AppDeps, path: InferencePath, raw?: { accept: string }): Promise<Response> {
-  return new InferencePipeline(c, deps, path, c.get("body") as InferenceBody, raw).run();
+export function handleInference(c: Context<AppEnv>, deps: AppDeps, path: InferencePath, opts: InferenceOptions = {}): Promise<Response> {
+  return new InferencePipeline(c, deps, path, opts.body ?? (c.get("body") as InferenceBody), opts).run();
 }
 
 export class InferencePipeline {
@@ -39,7 +57,7 @@ export class InferencePipeline {
     private readonly deps: AppDeps,
     private readonly path: InferencePath,
     private readonly body: InferenceBody,
-    private readonly raw?: { accept: string },
+    private readonly opts: InferenceOptions = {},
   ) {
     this.tenant = c.get("tenant");
   }
@@ -101,12 +119,18 @@ export class InferencePipeline {
     // Likewise the engine prefix-cache scope: a client can't pick another tenant's.
     delete body[CACHE_SCOPE_FIELD];
     const cls = requestClass(this.path, body, String(this.tenant.tenantId));
-    const resolution = this.deps.chain.resolve(body.model, this.tenant.tenantName, cls);
+    let resolution = this.deps.chain.resolve(body.model, this.tenant.tenantName, cls);
     if (!resolution.known) {
       throw new ApiError("model_not_found", `model '${body.model}' is not served by any live worker or configured provider`, "model");
     }
     if (resolution.backends.length === 0) {
       throw new ApiError("no_healthy_backend", `no worker for model '${body.model}' is ready (warming, draining or busy)`, null, { "retry-after": this.retryAfter() });
+    }
+    if (this.opts.narrow) {
+      // The route's own limits (a translated request's features): the rest of the chain stays in order, scores beside their backends.
+      const all = resolution.backends;
+      const kept = new Set(this.opts.narrow(all));
+      resolution = { ...resolution, backends: all.filter((b) => kept.has(b)), scores: resolution.scores.filter((_, i) => kept.has(all[i]!)) };
     }
     const leased = await routeWithLeases(this.deps.leases, resolution.backends, {
       leaseId: this.c.req.header("x-switchyard-lease"),
@@ -146,7 +170,8 @@ export class InferencePipeline {
 
   /** Dispatch with failover; each attempt is admitted by the pool place and the tab, and the end settles both. */
   private attempt(leased: LeaseRouting, resolution: Resolution, cls: RequestClass, tab: RequestTab, stripUsage: boolean) {
-    const { c, deps, body, raw } = this;
+    const { c, deps, body } = this;
+    const { raw, detached } = this.opts;
     const place = this.place;
     return dispatch(
       leased.backends,
@@ -161,7 +186,7 @@ export class InferencePipeline {
         metrics: deps.metrics,
         maxAttempts: deps.config.router.maxAttempts,
         route: c.get("route"),
-        outgoing: c.env?.outgoing,
+        ...(detached ? {} : { outgoing: c.env?.outgoing }),
         stripUsage,
         ...this.routingContext(resolution),
         admit: (b) => {

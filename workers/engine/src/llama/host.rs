@@ -1,4 +1,4 @@
-//! The llama forward on the engine's own quantized CPU kernels (`kernels.rs`):
+//! The llama forward on the engine's own quantized CPU kernels (`kernels/`):
 //! a batched forward where every sequence owns its KV cache. One call runs any
 //! mix of rows: a decode token for each of B sequences, a prompt chunk being
 //! prefilled, or a plain layer range over activations (hidden states,

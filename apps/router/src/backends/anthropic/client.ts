@@ -5,7 +5,7 @@
 import { Pool } from "undici";
 import { parseSse } from "../../relay/sse.ts";
 import { defaultUpstreamLimits, errorBodyText, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
-import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse, type AttemptCall } from "../types.ts";
+import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, type UpstreamResponse, type AttemptCall } from "../types.ts";
 import { toMessagesRequest } from "./request.ts";
 import { fromMessagesResponse } from "./response.ts";
 import { MessagesStreamTranslator } from "./stream.ts";
@@ -104,6 +104,8 @@ function statusFailure(status: number, text: string): UpstreamFailure {
 export class AnthropicBackend implements Backend {
   readonly kind = "anthropic" as const;
   readonly paid = true;
+  /** Image parts reach Claude as image blocks (request.ts). */
+  readonly features: ReadonlySet<RequestFeature> = new Set(["image_input"]);
   readonly id: string;
 
   constructor(

@@ -6,7 +6,7 @@
 import { Pool } from "undici";
 import { parseSse } from "../../relay/sse.ts";
 import { boundedBody, defaultUpstreamLimits, errorBodyText, rawRelayHeaders, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
-import { type Backend, type BackendRequest, type InferencePath, UpstreamFailure, type UpstreamResponse, type AttemptCall } from "../types.ts";
+import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, type UpstreamResponse, type AttemptCall } from "../types.ts";
 
 export interface OpenRouterOptions {
   /** The API root, e.g. https://openrouter.ai/api/v1. */
@@ -97,6 +97,8 @@ export class OpenRouterBackend implements Backend {
   readonly kind = "openrouter" as const;
   /** Billed by OpenRouter: held against the tenant's budget before the call. */
   readonly paid = true;
+  /** OpenRouter takes image parts as sent (the model it routes to decides). */
+  readonly features: ReadonlySet<RequestFeature> = new Set(["image_input"]);
   readonly id: string;
 
   constructor(

@@ -37,7 +37,7 @@ export function registerHiddenStates(app: Hono<AppEnv>, deps: AppDeps): void {
     ...jsonBody(deps, hiddenStatesSchema),
     documented(doc, (c) => {
       const accept = (c.req.header("accept") ?? "").includes("application/json") ? "application/json" : "application/octet-stream";
-      return handleInference(c, deps, "/v1/hidden_states", { accept });
+      return handleInference(c, deps, "/v1/hidden_states", { raw: { accept } });
     }),
   );
 }

@@ -1,0 +1,38 @@
+// Adding up router processes' metrics: counters and histogram series summed,
+// gauges by their merge (sum or max), CPU per request from the sums.
+import { describe, expect, it } from "vitest";
+import { RouterMetrics } from "./observability/metrics.ts";
+import { mergeMetrics } from "./processes.ts";
+
+describe("mergeMetrics", () => {
+  it("sums counters and histograms, takes the max of max-gauges, recomputes CPU per request", () => {
+    const a = new RouterMetrics();
+    const b = new RouterMetrics();
+    a.requests.inc({ route: "/v1/chat/completions", status: "200" }, 3);
+    b.requests.inc({ route: "/v1/chat/completions", status: "200" }, 5);
+    b.requests.inc({ route: "/v1/embeddings", status: "200" }, 2);
+    a.duration.observe({ route: "r" }, 0.02);
+    b.duration.observe({ route: "r" }, 2);
+    a.workers.set({ state: "ready" }, () => 3);
+    b.workers.set({ state: "ready" }, () => 3);
+    a.admissionQueueDepth.set({ pool: "m", band: "batch" }, () => 4);
+    b.admissionQueueDepth.set({ pool: "m", band: "batch" }, () => 1);
+    a.cpuSeconds.source(() => 1);
+    b.cpuSeconds.source(() => 3);
+    a.cpuPerRequest.set({}, () => 1 / 3);
+    b.cpuPerRequest.set({}, () => 3 / 7);
+    const merged = mergeMetrics([a.render(), b.render()], (n) => (a.all().find((m) => m.name === n) as { merge?: "sum" | "max" }).merge ?? "sum");
+    const v = (s: string) => Number(merged.split("\n").find((l) => l.startsWith(`${s} `))?.slice(s.length + 1));
+    expect(v('switchyard_requests_total{route="/v1/chat/completions",status="200"}')).toBe(8);
+    expect(v('switchyard_requests_total{route="/v1/embeddings",status="200"}')).toBe(2);
+    expect(v('switchyard_request_duration_seconds_bucket{route="r",le="0.025"}')).toBe(1);
+    expect(v('switchyard_request_duration_seconds_bucket{route="r",le="+Inf"}')).toBe(2);
+    expect(v('switchyard_request_duration_seconds_count{route="r"}')).toBe(2);
+    expect(v('switchyard_workers{state="ready"}')).toBe(3);
+    expect(v('switchyard_admission_queue_depth{band="batch",pool="m"}')).toBe(5);
+    expect(v("process_cpu_seconds_total")).toBe(4);
+    expect(v("switchyard_cpu_seconds_per_request")).toBe(0.4);
+    // One HELP and one TYPE per family.
+    expect(merged.match(/# TYPE switchyard_requests_total counter/g)).toHaveLength(1);
+  });
+});

@@ -1,0 +1,119 @@
+// POST /v1/responses — OpenAI's Responses API, streamed (typed events) or
+// not, on every backend: translated to a chat request at one boundary
+// (translate/), run through the same pipeline as /v1/chat/completions, and
+// stored per tenant (unless store: false) so that any router can continue it
+// with previous_response_id.
+import type { Context, Hono } from "hono";
+import { z } from "zod";
+import type { ResponseStore } from "@switchyard/state";
+import type { AppDeps, AppEnv } from "../../../deps.ts";
+import { ApiError } from "../../../errors.ts";
+import { authenticate, jsonBody } from "../../../middleware.ts";
+import { runTranslated, type Json } from "../../../translate/boundary.ts";
+import { loadResponse, saveResponse } from "../../../translate/responses/conversation.ts";
+import { toChatRequest } from "../../../translate/responses/request.ts";
+import { newResponseId, nowSeconds, outputFromCompletion, responseEnvelope, statusOf } from "../../../translate/responses/response.ts";
+import { ResponsesStreamTranslator } from "../../../translate/responses/stream.ts";
+import { UINT32_MAX } from "../fields.ts";
+
+const inputContentPart = z.looseObject({ type: z.string() });
+
+/** One input item: a message (easy or typed), a function call, its output, a reasoning item (request.ts checks each kind's fields). */
+const inputItem = z.looseObject({
+  type: z.string().optional(),
+  role: z.enum(["user", "assistant", "system", "developer"]).optional(),
+  content: z.union([z.string(), z.array(inputContentPart)]).optional(),
+  call_id: z.string().optional(),
+  name: z.string().optional(),
+  arguments: z.string().optional(),
+  output: z.union([z.string(), z.array(inputContentPart)]).optional(),
+});
+
+const functionTool = z.looseObject({
+  type: z.string(),
+  name: z.string().optional(),
+  description: z.string().nullish(),
+  parameters: z.record(z.string(), z.unknown()).nullish(),
+  strict: z.boolean().nullish(),
+});
+
+const textFormat = z.union([
+  z.looseObject({ type: z.literal("text") }),
+  z.looseObject({ type: z.literal("json_object") }),
+  z.looseObject({ type: z.literal("json_schema"), name: z.string().min(1).max(64), schema: z.record(z.string(), z.unknown()), description: z.string().optional(), strict: z.boolean().nullish() }),
+]);
+
+export const createResponseSchema = z.looseObject({
+  model: z.string().min(1),
+  input: z.union([z.string(), z.array(inputItem)]),
+  instructions: z.string().nullish(),
+  previous_response_id: z.string().max(128).nullish(),
+  store: z.boolean().nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.looseObject({ include_obfuscation: z.boolean().optional() }).nullish(),
+  max_output_tokens: z.number().int().positive().max(UINT32_MAX).nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().gt(0).max(1).nullish(),
+  top_logprobs: z.number().int().min(0).max(20).nullish(),
+  include: z.array(z.string()).nullish(),
+  tools: z.array(functionTool).nullish(),
+  tool_choice: z.union([z.enum(["none", "auto", "required"]), z.looseObject({ type: z.string(), name: z.string().optional() })]).nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
+  text: z.looseObject({ format: textFormat.optional(), verbosity: z.enum(["low", "medium", "high"]).nullish() }).nullish(),
+  reasoning: z.looseObject({ effort: z.string().nullish(), summary: z.string().nullish() }).nullish(),
+  truncation: z.enum(["auto", "disabled"]).nullish(),
+  metadata: z
+    .record(z.string().max(64), z.string().max(512))
+    .refine((m) => Object.keys(m).length <= 16, "at most 16 keys")
+    .nullish(),
+  user: z.string().nullish(),
+  safety_identifier: z.string().max(64).nullish(),
+  prompt_cache_key: z.string().nullish(),
+  service_tier: z.string().nullish(),
+  background: z.boolean().nullish(),
+});
+
+export type CreateResponseBody = z.infer<typeof createResponseSchema>;
+
+export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: ResponseStore): Promise<Response> {
+  const body = c.get("body") as CreateResponseBody & Json;
+  const tenantId = c.get("tenant").tenantId;
+  const { ttlS, maxConversationBytes } = deps.config.responses;
+  const previous = body.previous_response_id ? await loadResponse(store, tenantId, body.previous_response_id, "previous_response_id") : undefined;
+  const history = previous?.messages ?? [];
+  const { chat, input } = toChatRequest(body, history);
+  const conversation = [...history, ...input];
+  if (JSON.stringify(conversation).length > maxConversationBytes) {
+    throw new ApiError("invalid_request", `the conversation exceeds ${maxConversationBytes} bytes; start a new one`, body.previous_response_id ? "previous_response_id" : "input");
+  }
+  const seed = { id: newResponseId(), createdAt: nowSeconds(), body };
+  const keep = body.store !== false;
+  /** Stored before the client hears it is done: its next request may continue it on another router at once. */
+  const persist = async (response: Json, turn: Json) => {
+    if (keep) await saveResponse(store, tenantId, { response, messages: [...conversation, turn] }, ttlS);
+  };
+  return runTranslated(c, deps, chat, {
+    whole: async (completion) => {
+      const { output, turn, finish, usage } = outputFromCompletion(completion);
+      const response = responseEnvelope(seed, { status: statusOf(finish), output, usage, finish });
+      try {
+        await persist(response, turn);
+      } catch {
+        throw new ApiError("response_store_unavailable", "the response could not be stored; retry shortly");
+      }
+      return response;
+    },
+    stream: () =>
+      new ResponsesStreamTranslator(seed, async ({ response, turn }) => {
+        try {
+          await persist(response, turn);
+        } catch {
+          throw new Error("the response could not be stored; retry shortly");
+        }
+      }),
+  });
+}
+
+export function registerCreateResponse(app: Hono<AppEnv>, deps: AppDeps, store: ResponseStore): void {
+  app.post("/v1/responses", authenticate(deps), ...jsonBody(deps, createResponseSchema), (c) => createResponse(c, deps, store));
+}

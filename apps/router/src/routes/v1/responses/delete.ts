@@ -1,0 +1,23 @@
+// DELETE /v1/responses/{id} — forget one of the tenant's stored responses:
+// it can no longer be retrieved or continued. Another tenant's id is a 404.
+import type { Hono } from "hono";
+import { RESPONSE_ID, type ResponseStore } from "@switchyard/state";
+import type { AppDeps, AppEnv } from "../../../deps.ts";
+import { ApiError } from "../../../errors.ts";
+import { authenticate } from "../../../middleware.ts";
+
+export function registerDeleteResponse(app: Hono<AppEnv>, deps: AppDeps, store: ResponseStore): void {
+  app.delete("/v1/responses/:id", authenticate(deps), async (c) => {
+    const id = c.req.param("id");
+    let deleted = false;
+    if (RESPONSE_ID.test(id)) {
+      try {
+        deleted = await store.delete(c.get("tenant").tenantId, id);
+      } catch {
+        throw new ApiError("response_store_unavailable", "stored responses cannot be changed right now; retry shortly");
+      }
+    }
+    if (!deleted) throw new ApiError("not_found", `Response with id '${id.slice(0, 80)}' not found.`);
+    return c.json({ id, object: "response", deleted: true });
+  });
+}

@@ -1,0 +1,34 @@
+// Stored responses: what a response keeps so that any router can continue it
+// (previous_response_id) or answer GET /v1/responses/{id} — the response
+// object and its whole conversation as chat messages (without instructions,
+// which a continuation does not inherit). Per tenant, with the configured TTL.
+import { RESPONSE_ID, type ResponseStore } from "@switchyard/state";
+import { ApiError } from "../../errors.ts";
+import { isObject, type Json } from "../boundary.ts";
+
+export interface StoredResponse {
+  response: Json;
+  /** The conversation up to and including this response's output, as chat messages. */
+  messages: Json[];
+}
+
+const notFound = (id: string, param: string | null) => new ApiError("not_found", `Response with id '${id}' not found.`, param);
+
+/** The tenant's stored response, or a 404 (another tenant's id, an expired or unknown one, a malformed one). */
+export async function loadResponse(store: ResponseStore, tenantId: number, id: string, param: string | null = null): Promise<StoredResponse> {
+  if (!RESPONSE_ID.test(id)) throw notFound(id.slice(0, 80), param);
+  let text: string | undefined;
+  try {
+    text = await store.get(tenantId, id);
+  } catch {
+    throw new ApiError("response_store_unavailable", "stored responses cannot be read right now; retry shortly", param);
+  }
+  if (text === undefined) throw notFound(id, param);
+  const stored = JSON.parse(text) as StoredResponse;
+  if (!isObject(stored.response) || !Array.isArray(stored.messages)) throw notFound(id, param);
+  return stored;
+}
+
+export async function saveResponse(store: ResponseStore, tenantId: number, stored: StoredResponse, ttlS: number): Promise<void> {
+  await store.put(tenantId, String(stored.response.id), JSON.stringify(stored), ttlS * 1000);
+}

@@ -1,0 +1,199 @@
+// OpenAI Responses request → the OpenAI chat body the pipeline runs: input
+// items as chat messages (after the stored conversation it continues),
+// `instructions` as the system message, function tools, tool_choice and
+// text.format as the chat fields that carry them. What the chat path cannot
+// express is the client's 400, naming the field.
+import { ApiError } from "../../errors.ts";
+import { isObject, type Json } from "../boundary.ts";
+
+function reject(param: string, message: string): never {
+  throw new ApiError("invalid_request", `${param}: ${message}`, param);
+}
+
+/** The include value that asks for output text log probabilities. */
+export const LOGPROBS_INCLUDE = "message.output_text.logprobs";
+
+/** One content part of an input message as a chat content part. */
+function inputPart(part: unknown, at: string, role: string): Json {
+  if (!isObject(part)) reject(at, "content parts must be objects");
+  switch (part.type) {
+    case "input_text":
+    case "output_text":
+      if (typeof part.text !== "string") reject(`${at}.text`, "must be a string");
+      return { type: "text", text: part.text };
+    case "refusal":
+      if (typeof part.refusal !== "string") reject(`${at}.refusal`, "must be a string");
+      return { type: "text", text: part.refusal };
+    case "input_image": {
+      if (role !== "user") reject(at, "images can only be sent in user messages");
+      if (typeof part.image_url !== "string" || part.image_url === "") {
+        reject(`${at}.image_url`, "an image_url (an http(s) or data: URL) is required; file_id images are not supported");
+      }
+      const detail = typeof part.detail === "string" && part.detail !== "original" ? { detail: part.detail } : {};
+      return { type: "image_url", image_url: { url: part.image_url, ...detail } };
+    }
+    default:
+      reject(`${at}.type`, `content part type '${String(part.type)}' is not supported`);
+  }
+}
+
+/** Text-only content of system, developer and assistant turns, joined. */
+function textOf(parts: Json[]): string {
+  return parts.map((p) => (typeof p.text === "string" ? p.text : "")).join("");
+}
+
+function messageItem(item: Json, at: string): Json {
+  const role = item.role;
+  if (role !== "user" && role !== "assistant" && role !== "system" && role !== "developer") reject(`${at}.role`, "must be one of user, assistant, system, developer");
+  if (typeof item.content === "string") return { role: role === "developer" ? "system" : role, content: item.content };
+  if (!Array.isArray(item.content)) reject(`${at}.content`, "must be a string or an array of content parts");
+  const parts = item.content.map((p, j) => inputPart(p, `${at}.content[${j}]`, role));
+  if (role === "user") {
+    // Plain text stays a string (every backend reads that); parts only when an image needs them.
+    return { role, content: parts.every((p) => p.type === "text") ? textOf(parts) : parts };
+  }
+  return { role: role === "developer" ? "system" : role, content: textOf(parts) };
+}
+
+function functionOutput(item: Json, at: string): Json {
+  if (typeof item.call_id !== "string" || item.call_id === "") reject(`${at}.call_id`, "is required");
+  let content: string;
+  if (typeof item.output === "string") content = item.output;
+  else if (Array.isArray(item.output)) {
+    content = item.output
+      .map((p, j) => {
+        if (!isObject(p) || p.type !== "input_text" || typeof p.text !== "string") reject(`${at}.output[${j}]`, "only input_text parts are supported in function call output");
+        return p.text;
+      })
+      .join("");
+  } else reject(`${at}.output`, "must be a string or an array of input_text parts");
+  return { role: "tool", tool_call_id: item.call_id, content };
+}
+
+function functionCall(item: Json, at: string): Json {
+  if (typeof item.call_id !== "string" || item.call_id === "") reject(`${at}.call_id`, "is required");
+  if (typeof item.name !== "string" || item.name === "") reject(`${at}.name`, "is required");
+  if (typeof item.arguments !== "string") reject(`${at}.arguments`, "must be a string (JSON)");
+  return { id: item.call_id, type: "function", function: { name: item.name, arguments: item.arguments } };
+}
+
+/** The request's input as chat messages: consecutive function calls join one assistant turn. */
+export function inputMessages(input: unknown): Json[] {
+  if (typeof input === "string") return [{ role: "user", content: input }];
+  if (!Array.isArray(input)) reject("input", "must be a string or an array of input items");
+  const out: Json[] = [];
+  input.forEach((raw, i) => {
+    const at = `input[${i}]`;
+    if (!isObject(raw)) reject(at, "input items must be objects");
+    const type = raw.type ?? "message";
+    switch (type) {
+      case "message":
+        out.push(messageItem(raw, at));
+        return;
+      case "function_call": {
+        const call = functionCall(raw, at);
+        const last = out[out.length - 1];
+        // The model's own text and its calls are one assistant turn in chat.
+        if (last?.role === "assistant") last.tool_calls = [...((last.tool_calls as Json[] | undefined) ?? []), call];
+        else out.push({ role: "assistant", content: null, tool_calls: [call] });
+        return;
+      }
+      case "function_call_output":
+        out.push(functionOutput(raw, at));
+        return;
+      case "reasoning":
+        // Another model's reasoning summary: nothing a chat backend can take, and not the conversation itself.
+        return;
+      default:
+        reject(`${at}.type`, `input items of type '${String(type)}' are not supported`);
+    }
+  });
+  return out;
+}
+
+function chatTools(tools: unknown): Json[] | undefined {
+  if (tools === undefined || tools === null) return undefined;
+  if (!Array.isArray(tools)) reject("tools", "must be an array");
+  return tools.map((t, i) => {
+    if (!isObject(t) || t.type !== "function") reject(`tools[${i}].type`, `only function tools are supported (got '${String(isObject(t) ? t.type : t)}')`);
+    if (typeof t.name !== "string" || t.name === "") reject(`tools[${i}].name`, "is required");
+    const fn: Json = { name: t.name };
+    if (typeof t.description === "string") fn.description = t.description;
+    if (isObject(t.parameters)) fn.parameters = t.parameters;
+    if (typeof t.strict === "boolean") fn.strict = t.strict;
+    return { type: "function", function: fn };
+  });
+}
+
+function chatToolChoice(choice: unknown): unknown {
+  if (choice === undefined || choice === null) return undefined;
+  if (choice === "auto" || choice === "none" || choice === "required") return choice;
+  if (isObject(choice) && choice.type === "function" && typeof choice.name === "string") return { type: "function", function: { name: choice.name } };
+  reject("tool_choice", "must be 'auto', 'none', 'required' or a function ({type:'function', name})");
+}
+
+function responseFormat(text: unknown): Json | undefined {
+  if (!isObject(text) || !isObject(text.format)) return undefined;
+  const f = text.format;
+  if (f.type === "text") return undefined;
+  if (f.type === "json_object") return { type: "json_object" };
+  if (f.type === "json_schema") {
+    if (typeof f.name !== "string" || f.name === "") reject("text.format.name", "is required for json_schema");
+    if (!isObject(f.schema)) reject("text.format.schema", "must be a JSON schema object");
+    const schema: Json = { name: f.name, schema: f.schema };
+    if (typeof f.description === "string") schema.description = f.description;
+    if (typeof f.strict === "boolean") schema.strict = f.strict;
+    return { type: "json_schema", json_schema: schema };
+  }
+  reject("text.format.type", "must be text, json_object or json_schema");
+}
+
+/** Fields of the Responses API that need something Switchyard does not run. */
+function rejectUnsupported(body: Json): void {
+  if (body.background === true) reject("background", "background responses are not supported");
+  if (body.conversation !== undefined && body.conversation !== null) reject("conversation", "conversations are not supported; continue with previous_response_id");
+  if (body.prompt !== undefined && body.prompt !== null) reject("prompt", "prompt templates are not supported");
+  if (Array.isArray(body.context_management) && body.context_management.length > 0) reject("context_management", "is not supported");
+  if (body.truncation === "auto") reject("truncation", "'auto' truncation is not supported; the conversation is sent whole");
+}
+
+/**
+ * The chat body for a Responses request continuing `history` (the chat
+ * messages of the response it continues, or none). Returns the input as
+ * chat messages too: they, with the answer, are the next stored history.
+ */
+export function toChatRequest(body: Json, history: Json[]): { chat: Json & { model: string }; input: Json[] } {
+  rejectUnsupported(body);
+  if (body.input === undefined || body.input === null) reject("input", "is required");
+  const input = inputMessages(body.input);
+  // Instructions are this request's alone: a continuation does not inherit them.
+  const system = typeof body.instructions === "string" && body.instructions !== "" ? [{ role: "system", content: body.instructions }] : [];
+  const messages = [...system, ...history, ...input];
+  if (messages.length === 0) reject("input", "must hold at least one message");
+  const chat: Json & { model: string } = { model: body.model as string, messages };
+  if (body.stream === true) {
+    chat.stream = true;
+    // The answer's usage goes in response.completed.
+    chat.stream_options = { include_usage: true };
+  }
+  for (const k of ["temperature", "top_p", "parallel_tool_calls"] as const) if (body[k] !== undefined && body[k] !== null) chat[k] = body[k];
+  if (typeof body.max_output_tokens === "number") chat.max_tokens = body.max_output_tokens;
+  const user = body.safety_identifier ?? body.user;
+  if (typeof user === "string" && user !== "") chat.user = user;
+  const tools = chatTools(body.tools);
+  if (tools && tools.length > 0) {
+    chat.tools = tools;
+    const choice = chatToolChoice(body.tool_choice);
+    if (choice !== undefined) chat.tool_choice = choice;
+  }
+  const format = responseFormat(body.text);
+  if (format) chat.response_format = format;
+  if (isObject(body.reasoning) && typeof body.reasoning.effort === "string" && body.reasoning.effort !== "none") chat.reasoning_effort = body.reasoning.effort;
+  const include = Array.isArray(body.include) ? body.include : [];
+  const top = typeof body.top_logprobs === "number" ? body.top_logprobs : 0;
+  if (include.includes(LOGPROBS_INCLUDE) || top > 0) {
+    chat.logprobs = true;
+    if (top > 0) chat.top_logprobs = top;
+  }
+  return { chat, input };
+}

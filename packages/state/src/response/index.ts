@@ -1,0 +1,3 @@
+export * from "./store.ts";
+export { MemoryResponseStore } from "./memory.ts";
+export { RedisResponseStore, responseKey } from "./redis.ts";

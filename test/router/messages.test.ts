@@ -1,0 +1,232 @@
+// POST /v1/messages (Anthropic's Messages API, inbound) through a real
+// router (real Redis, real Postgres keys, budgets and ledger) with the
+// official `@anthropic-ai/sdk` pointed at it unchanged: a sim worker as the
+// free backend and the faithful Anthropic fake as the paid one, so a request
+// runs through the same chain, budget hold and ledger as chat.
+import Anthropic from "@anthropic-ai/sdk";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { setBudget, setPrice } from "@switchyard/db";
+import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
+import { SimWorker } from "#testkit/sim-worker";
+import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+import { waitFor } from "../helpers/env.ts";
+
+let fx: RouterFixture;
+let worker: SimWorker;
+let upstream: FakeAnthropic;
+let client: Anthropic;
+
+const AN_MODEL = "claude-3-5-haiku-latest";
+// A 1×1 PNG.
+const PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+beforeAll(async () => {
+  upstream = await new FakeAnthropic("sk-ant-test").start();
+  fx = await startTestRouter({
+    "providers.anthropic": { apiKey: "sk-ant-test", baseUrl: upstream.url },
+    "billing.refreshMs": 100,
+    // "vision" runs on the worker when it can, else on Anthropic.
+    "routing.models": { vision: { worker: "sim-chat", anthropic: AN_MODEL } },
+  });
+  await setPrice(fx.db.db, { backend: "anthropic", model: AN_MODEL, inputMicroPerMtok: 80_000_000n, outputMicroPerMtok: 400_000_000n });
+  await setBudget(fx.db.db, { tenantId: fx.tenantId, dailyLimitCents: 100n });
+  worker = await new SimWorker({ id: "msg-sim", models: ["sim-chat"], registry: fx.registry, behavior: { tokens: 4 } }).start();
+  client = new Anthropic({ apiKey: fx.key, baseURL: fx.router.url, maxRetries: 0 });
+  await waitFor(() => fx.router.deps.directory.all().length === 1, { what: "worker registered" });
+  await waitFor(() => fx.router.deps.guard.deps.prices.price("anthropic", AN_MODEL), { what: "price loaded" });
+});
+
+afterAll(async () => {
+  await worker?.stop();
+  await fx?.close();
+  await upstream?.stop();
+});
+
+async function ledgerRows(requestId: string) {
+  return waitFor(async () => {
+    await fx.router.deps.guard.flush();
+    const rows = await fx.db.sql`select * from spend_ledger where request_id = ${requestId}`;
+    return rows.length ? rows : undefined;
+  });
+}
+
+const post = (body: Record<string, unknown>, headers: Record<string, string> = { "x-api-key": fx.key }) =>
+  fetch(`${fx.router.url}/v1/messages`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "anthropic-version": "2023-06-01", ...headers },
+    body: JSON.stringify({ model: "sim-chat", max_tokens: 64, messages: [{ role: "user", content: "hi" }], ...body }),
+  });
+
+describe("POST /v1/messages with @anthropic-ai/sdk", () => {
+  it("messages.create: Anthropic's message shape, on the worker, with its ledger row", async () => {
+    const { data: msg, response } = await client.messages
+      .create({ model: "sim-chat", max_tokens: 50, system: "be brief", messages: [{ role: "user", content: "hello" }], stop_sequences: ["END"], metadata: { user_id: "u-1" } })
+      .withResponse();
+    expect(msg.type).toBe("message");
+    expect(msg.role).toBe("assistant");
+    expect(msg.id).toMatch(/^msg_/);
+    expect(msg.model).toBe("sim-chat");
+    expect(msg.content).toEqual([{ type: "text", text: "tok0 tok1 tok2 tok3 " }]);
+    expect(msg.stop_reason).toBe("end_turn");
+    expect(msg.usage).toMatchObject({ input_tokens: 7, output_tokens: 4, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 });
+    const requestId = response.headers.get("x-request-id")!;
+    expect(response.headers.get("request-id")).toBe(requestId);
+    // What the chat path ran.
+    expect(worker.lastBody).toMatchObject({ messages: [{ role: "system", content: "be brief" }, { role: "user", content: "hello" }], max_tokens: 50, stop: ["END"], user: "u-1" });
+    const rows = await ledgerRows(requestId);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ tenant_id: String(fx.tenantId), backend: "worker", worker: "msg-sim", prompt_tokens: 7, completion_tokens: 4, status: "ok" });
+    // Sampling fields older clients send (today's SDK types no longer list them) still reach the chat request.
+    expect((await post({ temperature: 0.5, top_p: 0.9, top_k: 20 })).status).toBe(200);
+    expect(worker.lastBody).toMatchObject({ temperature: 0.5, top_p: 0.9, top_k: 20 });
+  });
+
+  it("messages.stream: Anthropic's event sequence, assembled by the SDK", async () => {
+    const stream = client.messages.stream({ model: "sim-chat", max_tokens: 50, messages: [{ role: "user", content: "stream it" }] });
+    const types: string[] = [];
+    let text = "";
+    stream.on("streamEvent", (ev) => types.push(ev.type));
+    stream.on("text", (delta) => (text += delta));
+    const final = await stream.finalMessage();
+    expect(types).toEqual([
+      "message_start",
+      "content_block_start",
+      "content_block_delta",
+      "content_block_delta",
+      "content_block_delta",
+      "content_block_delta",
+      "content_block_stop",
+      "message_delta",
+      "message_stop",
+    ]);
+    expect(text).toBe("tok0 tok1 tok2 tok3 ");
+    expect(final.content).toEqual([{ type: "text", text: "tok0 tok1 tok2 tok3 " }]);
+    expect(final.stop_reason).toBe("end_turn");
+    expect(final.usage).toMatchObject({ input_tokens: 7, output_tokens: 4 });
+    // stream: true through messages.create yields the same events.
+    const raw = await client.messages.create({ model: "sim-chat", max_tokens: 50, messages: [{ role: "user", content: "again" }], stream: true });
+    const again: string[] = [];
+    for await (const ev of raw) again.push(ev.type);
+    expect(again).toEqual(types);
+  });
+
+  it("the stream's wire bytes name every event, as Anthropic's do, and its ledger row lands", async () => {
+    const res = await post({ stream: true });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
+    const text = await res.text();
+    const frames = text.trim().split("\n\n");
+    for (const f of frames) {
+      const [ev, data] = f.split("\n");
+      const type = ev!.replace(/^event: /, "");
+      expect((JSON.parse(data!.replace(/^data: /, "")) as { type: string }).type).toBe(type);
+    }
+    expect(text).not.toContain("[DONE]");
+    const rows = await ledgerRows(res.headers.get("x-request-id")!);
+    expect(rows[0]).toMatchObject({ status: "ok", completion_tokens: 4 });
+  });
+
+  it("accepts the key as x-api-key or Authorization: Bearer; a bad one is Anthropic's authentication_error", async () => {
+    expect((await post({}, { "x-api-key": fx.key })).status).toBe(200);
+    expect((await post({}, { authorization: `Bearer ${fx.key}` })).status).toBe(200);
+    const bad = await post({}, { "x-api-key": "sy_00000000_notarealkeynotarealkeynotarealkey" });
+    expect(bad.status).toBe(401);
+    expect(await bad.json()).toMatchObject({ type: "error", error: { type: "authentication_error" }, request_id: expect.stringMatching(/^req_/) });
+    const none = await post({}, {});
+    expect(none.status).toBe(401);
+    const sdk = new Anthropic({ apiKey: "sy_00000000_notarealkeynotarealkeynotarealkey", baseURL: fx.router.url, maxRetries: 0 });
+    await expect(sdk.messages.create({ model: "sim-chat", max_tokens: 5, messages: [{ role: "user", content: "x" }] })).rejects.toBeInstanceOf(Anthropic.AuthenticationError);
+    const badVersion = await post({}, { "x-api-key": fx.key, "anthropic-version": "latest" });
+    expect(badVersion.status).toBe(400);
+  });
+
+  it("translates tools, tool_choice and a tool_use / tool_result turn to the chat request", async () => {
+    const input_schema = { type: "object" as const, properties: { city: { type: "string" } }, required: ["city"] };
+    const msg = await client.messages.create({
+      model: "sim-chat",
+      max_tokens: 50,
+      tools: [{ name: "get_weather", description: "the weather", input_schema }],
+      tool_choice: { type: "tool", name: "get_weather", disable_parallel_tool_use: true },
+      messages: [
+        { role: "user", content: "weather in Paris?" },
+        { role: "assistant", content: [{ type: "text", text: "Let me check." }, { type: "tool_use", id: "toolu_1", name: "get_weather", input: { city: "Paris" } }] },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "sunny" }, { type: "text", text: "and tomorrow?" }] },
+      ],
+    });
+    expect(msg.stop_reason).toBe("end_turn");
+    expect(worker.lastBody!.tools).toEqual([{ type: "function", function: { name: "get_weather", description: "the weather", parameters: input_schema } }]);
+    expect(worker.lastBody!.tool_choice).toEqual({ type: "function", function: { name: "get_weather" } });
+    expect(worker.lastBody!.parallel_tool_calls).toBe(false);
+    expect(worker.lastBody!.messages).toEqual([
+      { role: "user", content: "weather in Paris?" },
+      { role: "assistant", content: "Let me check.", tool_calls: [{ id: "toolu_1", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }] },
+      { role: "tool", tool_call_id: "toolu_1", content: "sunny" },
+      { role: "user", content: "and tomorrow?" },
+    ]);
+  });
+
+  it("Anthropic-only fields no backend can honour are a 400 naming the field", async () => {
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [{ thinking: { type: "enabled", budget_tokens: 1024 } }, "thinking"],
+      [{ tools: [{ type: "web_search_20250305", name: "web_search" }] }, "tools[0].type"],
+      [{ mcp_servers: [{ type: "url", url: "https://example.com", name: "x" }] }, "mcp_servers"],
+      [{ container: "c1" }, "container"],
+      [{ messages: [{ role: "user", content: [{ type: "document", source: { type: "text", media_type: "text/plain", data: "x" } }] }] }, "messages[0].content[0].type"],
+      [{ some_future_field: true }, "some_future_field"],
+      [{ stop_sequences: ["a", "b", "c", "d", "e"] }, "stop_sequences"],
+    ];
+    for (const [extra, field] of cases) {
+      const res = await post(extra);
+      expect(res.status, field).toBe(400);
+      const body = (await res.json()) as { type: string; error: { type: string; message: string } };
+      expect(body.type).toBe("error");
+      expect(body.error.type).toBe("invalid_request_error");
+      expect(body.error.message.startsWith(`${field}:`), `${field}: ${body.error.message}`).toBe(true);
+    }
+    await expect(client.messages.create({ model: "sim-chat", max_tokens: 50, messages: [{ role: "user", content: "x" }], thinking: { type: "enabled", budget_tokens: 1024 } })).rejects.toBeInstanceOf(
+      Anthropic.BadRequestError,
+    );
+  });
+
+  it("an image goes only to a backend that takes images: a text-only worker is a 400 naming the block, the chain's Anthropic backend serves it", async () => {
+    const image = { type: "image", source: { type: "base64", media_type: "image/png", data: PIXEL } };
+    const onWorker = await post({ messages: [{ role: "user", content: [{ type: "text", text: "what is this?" }, image] }] });
+    expect(onWorker.status).toBe(400);
+    const err = (await onWorker.json()) as { error: { type: string; message: string } };
+    expect(err.error.type).toBe("invalid_request_error");
+    expect(err.error.message).toMatch(/^messages\[0\]\.content\[1\]: image input is not supported/);
+
+    const before = upstream.requests.length;
+    const res = await post({ model: "vision", messages: [{ role: "user", content: [{ type: "text", text: "what is this?" }, image] }] });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("x-switchyard-backend")).toBe(`anthropic:${AN_MODEL}`);
+    const msg = (await res.json()) as { type: string; model: string; content: Array<{ type: string }> };
+    expect(msg).toMatchObject({ type: "message", model: "vision" });
+    expect(upstream.requests.length).toBe(before + 1);
+    const sent = upstream.requests.at(-1)!.body as { messages: Array<{ content: Array<{ type: string; source?: unknown }> }> };
+    expect(sent.messages[0]!.content[1]).toEqual({ type: "image", source: { type: "base64", media_type: "image/png", data: PIXEL } });
+    // Text alone on the same alias stays on the free worker.
+    const text = await post({ model: "vision" });
+    expect(text.headers.get("x-switchyard-backend")).toBe("worker:msg-sim");
+    const rows = await ledgerRows(res.headers.get("x-request-id")!);
+    expect(rows[0]).toMatchObject({ backend: "anthropic", model: AN_MODEL, status: "ok" });
+    expect(BigInt(rows[0]!.cost_micro as string)).toBeGreaterThan(0n);
+  });
+
+  it("errors leave in Anthropic's shape with the SDK's error classes", async () => {
+    await expect(client.messages.create({ model: "no-such-model", max_tokens: 5, messages: [{ role: "user", content: "x" }] })).rejects.toBeInstanceOf(Anthropic.NotFoundError);
+    const missing = await post({ max_tokens: undefined });
+    expect(missing.status).toBe(400);
+    expect(await missing.json()).toMatchObject({ type: "error", error: { type: "invalid_request_error", message: expect.stringMatching(/^max_tokens/) } });
+  });
+
+  it("a stream that breaks after its first byte ends with one `event: error` the SDK throws", async () => {
+    worker.enqueue({ kind: "midstream_error", afterTokens: 2, message: "engine fell over" });
+    const stream = client.messages.stream({ model: "sim-chat", max_tokens: 50, messages: [{ role: "user", content: "break" }] });
+    await expect(stream.finalMessage()).rejects.toThrow(/engine fell over/);
+    worker.enqueue({ kind: "midstream_error", afterTokens: 2, message: "engine fell over" });
+    const text = await (await post({ stream: true })).text();
+    expect(text.match(/event: error/g)).toHaveLength(1);
+    expect(text).not.toContain("message_stop");
+  });
+});

@@ -1,0 +1,246 @@
+// POST /v1/responses through a real router (real Redis response store,
+// budgets and ledger stream, real Postgres keys and ledger) in front of a sim
+// worker, driven by the official `openai` client: whole and streamed
+// answers, continuation with previous_response_id, what a chat request
+// receives for tools and text.format, retrieval and deletion, and the 404 for
+// another tenant's response.
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createKey, createTenant } from "@switchyard/db";
+import { SimWorker } from "#testkit/sim-worker";
+import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+import { waitFor } from "../helpers/env.ts";
+
+let fx: RouterFixture;
+let worker: SimWorker;
+let client: OpenAI;
+let otherTenant: OpenAI;
+
+beforeAll(async () => {
+  fx = await startTestRouter();
+  worker = await new SimWorker({ id: "resp-sim", models: ["sim-chat"], registry: fx.registry, behavior: { tokens: 4 } }).start();
+  client = new OpenAI({ apiKey: fx.key, baseURL: `${fx.router.url}/v1`, maxRetries: 0 });
+  const t = await createTenant(fx.db.db, "other-co");
+  if (!t.ok) throw new Error("tenant");
+  otherTenant = new OpenAI({ apiKey: (await createKey(fx.db.db, t.tenant.id)).key, baseURL: `${fx.router.url}/v1`, maxRetries: 0 });
+  await waitFor(() => fx.router.deps.directory.all().length === 1, { what: "worker registered" });
+});
+
+afterAll(async () => {
+  await worker?.stop();
+  await fx?.close();
+});
+
+async function ledgerRows(requestId: string) {
+  return waitFor(async () => {
+    await fx.router.deps.guard.flush();
+    const rows = await fx.db.sql`select * from spend_ledger where request_id = ${requestId}`;
+    return rows.length ? rows : undefined;
+  });
+}
+
+const sentMessages = () => worker.lastBody!.messages as Array<{ role: string; content: unknown; tool_calls?: unknown }>;
+
+describe("POST /v1/responses", () => {
+  it("answers a whole response in OpenAI's shape, and its ledger row lands", async () => {
+    const { data: res, response } = await client.responses.create({ model: "sim-chat", input: "hello there", instructions: "be brief", max_output_tokens: 50 }).withResponse();
+    expect(res.id).toMatch(/^resp_[0-9a-f]{32}$/);
+    expect(res.object).toBe("response");
+    expect(res.status).toBe("completed");
+    expect(res.output_text).toBe("tok0 tok1 tok2 tok3 ");
+    expect(res.output).toHaveLength(1);
+    expect(res.output[0]).toMatchObject({ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: "tok0 tok1 tok2 tok3 ", annotations: [] }] });
+    expect(res.usage).toMatchObject({ input_tokens: 7, output_tokens: 4, total_tokens: 11, input_tokens_details: { cached_tokens: 0 }, output_tokens_details: { reasoning_tokens: 0 } });
+    expect(res).toMatchObject({ model: "sim-chat", instructions: "be brief", max_output_tokens: 50, previous_response_id: null, store: true, tools: [], tool_choice: "auto" });
+    // What the chat path ran: instructions as the system message, the output limit as max_tokens.
+    expect(sentMessages()).toEqual([
+      { role: "system", content: "be brief" },
+      { role: "user", content: "hello there" },
+    ]);
+    expect(worker.lastBody!.max_tokens).toBe(50);
+    const rows = await ledgerRows(response.headers.get("x-request-id")!);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ tenant_id: String(fx.tenantId), backend: "worker", worker: "resp-sim", model: "sim-chat", prompt_tokens: 7, completion_tokens: 4, status: "ok" });
+  });
+
+  it("streams OpenAI's typed events in order, and the SDK assembles the final response", async () => {
+    const stream = await client.responses.create({ model: "sim-chat", input: [{ role: "user", content: [{ type: "input_text", text: "stream please" }] }], stream: true });
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const ev of stream) events.push(ev);
+    const types = events.map((e) => e.type);
+    expect(types).toEqual([
+      "response.created",
+      "response.in_progress",
+      "response.output_item.added",
+      "response.content_part.added",
+      "response.output_text.delta",
+      "response.output_text.delta",
+      "response.output_text.delta",
+      "response.output_text.delta",
+      "response.output_text.done",
+      "response.content_part.done",
+      "response.output_item.done",
+      "response.completed",
+    ]);
+    expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
+    const deltas = events.filter((e): e is OpenAI.Responses.ResponseTextDeltaEvent => e.type === "response.output_text.delta").map((e) => e.delta);
+    expect(deltas).toEqual(["tok0 ", "tok1 ", "tok2 ", "tok3 "]);
+    const created = events[0] as OpenAI.Responses.ResponseCreatedEvent;
+    const completed = events.at(-1) as OpenAI.Responses.ResponseCompletedEvent;
+    expect(created.response.status).toBe("in_progress");
+    expect(completed.response.id).toBe(created.response.id);
+    expect(completed.response.output[0]).toMatchObject({ type: "message", status: "completed", content: [{ type: "output_text", text: "tok0 tok1 tok2 tok3 " }] });
+    expect(completed.response.usage).toMatchObject({ input_tokens: 7, output_tokens: 4 });
+
+    // The SDK's own stream helper builds the same response from the events.
+    const helper = client.responses.stream({ model: "sim-chat", input: "again" });
+    let text = "";
+    helper.on("response.output_text.delta", (e) => (text += e.delta));
+    const final = await helper.finalResponse();
+    expect(text).toBe("tok0 tok1 tok2 tok3 ");
+    expect(final.output_text).toBe("tok0 tok1 tok2 tok3 ");
+    expect(final.status).toBe("completed");
+  });
+
+  it("a streamed response's ledger row lands with its usage", async () => {
+    const res = await fetch(`${fx.router.url}/v1/responses`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "sim-chat", input: "count", stream: true }),
+    });
+    expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
+    const text = await res.text();
+    expect(text).toContain("event: response.completed\ndata: ");
+    expect(text).not.toContain("[DONE]");
+    const rows = await ledgerRows(res.headers.get("x-request-id")!);
+    expect(rows[0]).toMatchObject({ status: "ok", prompt_tokens: 7, completion_tokens: 4 });
+    expect(rows[0]!.ttft_ms).not.toBeNull();
+  });
+
+  it("continues a stored response: its conversation goes first, its instructions do not", async () => {
+    const first = await client.responses.create({ model: "sim-chat", input: "my name is Ada", instructions: "first instructions" });
+    const second = await client.responses.create({ model: "sim-chat", input: "what is my name?", previous_response_id: first.id, instructions: "second instructions" });
+    expect(second.previous_response_id).toBe(first.id);
+    expect(sentMessages()).toEqual([
+      { role: "system", content: "second instructions" },
+      { role: "user", content: "my name is Ada" },
+      { role: "assistant", content: "tok0 tok1 tok2 tok3 " },
+      { role: "user", content: "what is my name?" },
+    ]);
+    // A chain: the third sees both turns.
+    await client.responses.create({ model: "sim-chat", input: "and again?", previous_response_id: second.id });
+    expect(sentMessages().map((m) => m.role)).toEqual(["user", "assistant", "user", "assistant", "user"]);
+  });
+
+  it("another tenant's response id is a 404, as are unknown and malformed ones", async () => {
+    const mine = await client.responses.create({ model: "sim-chat", input: "secret" });
+    const theirs = otherTenant.responses.create({ model: "sim-chat", input: "continue", previous_response_id: mine.id });
+    await expect(theirs).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(theirs).rejects.toMatchObject({ status: 404, param: "previous_response_id" });
+    await expect(otherTenant.responses.retrieve(mine.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(otherTenant.responses.delete(mine.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(client.responses.create({ model: "sim-chat", input: "x", previous_response_id: `resp_${"0".repeat(32)}` })).rejects.toMatchObject({ status: 404 });
+    await expect(client.responses.create({ model: "sim-chat", input: "x", previous_response_id: "../../etc" })).rejects.toMatchObject({ status: 404 });
+    // The owner still has it.
+    expect((await client.responses.retrieve(mine.id)).output_text).toBe("tok0 tok1 tok2 tok3 ");
+  });
+
+  it("retrieves and deletes a stored response; store: false keeps nothing", async () => {
+    const kept = await client.responses.create({ model: "sim-chat", input: "keep me", metadata: { topic: "tests" } });
+    const got = await client.responses.retrieve(kept.id);
+    expect(got).toMatchObject({ id: kept.id, status: "completed", metadata: { topic: "tests" } });
+    expect(got.output_text).toBe(kept.output_text);
+    await client.responses.delete(kept.id);
+    await expect(client.responses.retrieve(kept.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    const unstored = await client.responses.create({ model: "sim-chat", input: "forget me", store: false });
+    expect((unstored as unknown as { store: boolean }).store).toBe(false);
+    await expect(client.responses.retrieve(unstored.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(client.responses.create({ model: "sim-chat", input: "x", previous_response_id: unstored.id })).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+  });
+
+  it("passes tools, tool_choice, text.format and function call items to the chat request", async () => {
+    const schema = { type: "object", properties: { city: { type: "string" } }, required: ["city"], additionalProperties: false };
+    const res = await client.responses.create({
+      model: "sim-chat",
+      input: [
+        { role: "user", content: "weather in Paris?" },
+        { type: "function_call", call_id: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' },
+        { type: "function_call_output", call_id: "call_1", output: "sunny" },
+      ],
+      tools: [{ type: "function", name: "get_weather", description: "the weather", parameters: schema, strict: true }],
+      tool_choice: { type: "function", name: "get_weather" },
+      parallel_tool_calls: false,
+      text: { format: { type: "json_schema", name: "answer", schema, strict: true } },
+      temperature: 0.2,
+      top_p: 0.9,
+    });
+    expect(res.status).toBe("completed");
+    expect(res.text?.format).toMatchObject({ type: "json_schema", name: "answer" });
+    const body = worker.lastBody!;
+    expect(body.tools).toEqual([{ type: "function", function: { name: "get_weather", description: "the weather", parameters: schema, strict: true } }]);
+    expect(body.tool_choice).toEqual({ type: "function", function: { name: "get_weather" } });
+    expect(body.parallel_tool_calls).toBe(false);
+    expect(body.response_format).toEqual({ type: "json_schema", json_schema: { name: "answer", schema, strict: true } });
+    expect(body).toMatchObject({ temperature: 0.2, top_p: 0.9 });
+    expect(sentMessages()).toEqual([
+      { role: "user", content: "weather in Paris?" },
+      { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }] },
+      { role: "tool", tool_call_id: "call_1", content: "sunny" },
+    ]);
+  });
+
+  it("refuses what the chat path cannot run, naming the field", async () => {
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [{ tools: [{ type: "web_search" }] }, "tools[0].type"],
+      [{ background: true }, "background"],
+      [{ input: [{ type: "item_reference", id: "x" }] }, "input[0].type"],
+      [{ input: [{ role: "user", content: [{ type: "input_file", file_id: "f" }] }] }, "input[0].content[0].type"],
+      [{ text: { format: { type: "json_schema", schema: {} } } }, "text.format"],
+      [{ truncation: "auto" }, "truncation"],
+    ];
+    for (const [extra, param] of cases) {
+      const res = await fetch(`${fx.router.url}/v1/responses`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "sim-chat", input: "hi", ...extra }),
+      });
+      expect(res.status, param).toBe(400);
+      const body = (await res.json()) as { error: { param: string; type: string } };
+      expect(body.error.param.startsWith(param), `${param} vs ${body.error.param}`).toBe(true);
+      expect(body.error.type).toBe("invalid_request_error");
+    }
+  });
+
+  it("a stream that breaks after its first byte ends with response.failed", async () => {
+    worker.enqueue({ kind: "midstream_error", afterTokens: 2, message: "engine fell over" });
+    const stream = await client.responses.create({ model: "sim-chat", input: "break", stream: true });
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const ev of stream) events.push(ev);
+    const last = events.at(-1)!;
+    expect(last.type).toBe("response.failed");
+    if (last.type === "response.failed") {
+      expect(last.response.status).toBe("failed");
+      expect(last.response.error?.code).toBe("server_error");
+      expect(last.response.error?.message).toContain("engine fell over");
+    }
+    expect(events.filter((e) => e.type === "response.completed")).toHaveLength(0);
+    expect(events.filter((e) => e.type === "response.output_text.delta").length).toBeGreaterThan(0);
+  });
+
+  it("a client that leaves mid-stream aborts the upstream; the ledger says so", async () => {
+    worker.enqueue({ kind: "slow", interTokenMs: 50, completionTokens: 200 });
+    const ac = new AbortController();
+    const res = await fetch(`${fx.router.url}/v1/responses`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "sim-chat", input: "long", stream: true }),
+      signal: ac.signal,
+    });
+    const aborted = worker.nextAbort();
+    await res.body!.getReader().read();
+    ac.abort();
+    await aborted;
+    const rows = await ledgerRows(res.headers.get("x-request-id")!);
+    expect(rows[0]).toMatchObject({ status: "client_cancelled", worker: "resp-sim" });
+  });
+});

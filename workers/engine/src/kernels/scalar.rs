@@ -1,0 +1,99 @@
+//! Portable kernels: the reference every SIMD kernel is held to, and what
+//! runs where no SIMD family is available (`Isa::Scalar`).
+
+use half::f16;
+
+use super::{f16_to_f32, QActs, Tile, QK, TILE};
+
+pub(super) fn quantize_scalar(x: &[f32], out: &mut QActs) {
+    for ((((xb, q), d), s), is) in
+        x.chunks_exact(QK).zip(out.qs.iter_mut()).zip(out.d.iter_mut()).zip(out.s.iter_mut()).zip(out.isum.iter_mut())
+    {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let dv = amax / 127.0;
+        let id = if dv != 0.0 { 1.0 / dv } else { 0.0 };
+        let mut sum = 0i32;
+        for (qv, v) in q.iter_mut().zip(xb) {
+            let qi = (v * id).round() as i32;
+            *qv = qi as i8;
+            sum += qi;
+        }
+        *d = f16::from_f32(dv).to_f32();
+        *s = f16::from_f32(dv * sum as f32).to_f32();
+        *is = sum;
+    }
+}
+
+pub(super) fn scalar_q4_1(wq: &[[u8; 16]], wd: &[u16], wm: &[u16], a: &Tile, t: usize, out: &mut [f32; TILE]) {
+    let nb = a.nb;
+    for j in 0..t {
+        let mut acc = 0f32;
+        for b in 0..nb {
+            let (q, x) = (&wq[b], &a.aq[j * nb + b]);
+            let mut isum = 0i32;
+            for k in 0..16 {
+                isum += (q[k] & 0x0f) as i32 * x[k] as i32 + (q[k] >> 4) as i32 * x[k + 16] as i32;
+            }
+            acc += f16_to_f32(wd[b]) * a.ad[j * nb + b] * isum as f32 + f16_to_f32(wm[b]) * a.asum[j * nb + b];
+        }
+        out[j] = acc;
+    }
+}
+
+pub(super) fn scalar_q8_0(wq: &[[i8; 32]], wd: &[u16], a: &Tile, t: usize, out: &mut [f32; TILE]) {
+    let nb = a.nb;
+    for j in 0..t {
+        let mut acc = 0f32;
+        for b in 0..nb {
+            let isum: i32 = wq[b].iter().zip(&a.aq[j * nb + b]).map(|(&x, &y)| x as i32 * y as i32).sum();
+            acc += f16_to_f32(wd[b]) * a.ad[j * nb + b] * isum as f32;
+        }
+        out[j] = acc;
+    }
+}
+
+pub(super) unsafe fn scores16_portable(q: &[f32], kt: *const f16, stride: usize, p0: usize, scale: f32, out: &mut [f32; 16]) {
+    let hd = q.len();
+    let key = |d: usize| (*(kt.add(d * stride + p0) as *const [f16; 16])).map(f16::to_f32);
+    let mut acc = [[0f32; 16]; 8];
+    let n8 = hd / 8 * 8;
+    for d8 in (0..n8).step_by(8) {
+        for (c, a) in acc.iter_mut().enumerate() {
+            let (qd, k) = (q[d8 + c], key(d8 + c));
+            for i in 0..16 {
+                a[i] += qd * k[i];
+            }
+        }
+    }
+    let mut dot = [0f32; 16];
+    for a in &acc {
+        for i in 0..16 {
+            dot[i] += a[i];
+        }
+    }
+    for d in n8..hd {
+        let (qd, k) = (q[d], key(d));
+        for i in 0..16 {
+            dot[i] += qd * k[i];
+        }
+    }
+    for i in 0..16 {
+        out[i] = dot[i] * scale;
+    }
+}
+
+/// `super::weighted_values64` in plain loops.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn weighted_values64_portable(heads: usize, w: *const f32, w_stride: usize, n: usize, vc: *const f16, kvd: usize, voff: usize, out: *mut f32, hd: usize) {
+    for h in 0..heads {
+        let mut acc = [0f32; 64];
+        for j in 0..n {
+            let wj = *w.add(h * w_stride + j);
+            let v = (*(vc.add(j * kvd + voff) as *const [f16; 64])).map(f16::to_f32);
+            for i in 0..64 {
+                acc[i] += wj * v[i];
+            }
+        }
+        std::ptr::copy_nonoverlapping(acc.as_ptr(), out.add(h * hd), 64);
+    }
+}

@@ -1,0 +1,196 @@
+//! Kernel tests: every SIMD family against the portable reference.
+
+use super::*;
+use super::scalar::{quantize_scalar, scores16_portable};
+
+fn lcg(seed: &mut u64) -> f32 {
+    *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    ((*seed >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+}
+
+/// Every ISA's attention scores equal the portable loop bit for bit,
+/// and the portable loop equals `dot_f32` per position.
+#[test]
+fn scores16_variants_are_bit_identical() {
+    let mut seed = 7u64;
+    for hd in [64usize, 72, 5] {
+        let stride = 48;
+        let q: Vec<f32> = (0..hd).map(|_| lcg(&mut seed)).collect();
+        let kt: Vec<f16> = (0..hd * stride).map(|_| f16::from_f32(lcg(&mut seed))).collect();
+        for p0 in [0usize, 16, 32] {
+            let mut want = [0f32; 16];
+            unsafe { scores16_portable(&q, kt.as_ptr(), stride, p0, 0.125, &mut want) };
+            for i in 0..16 {
+                let key: Vec<f32> = (0..hd).map(|d| kt[d * stride + p0 + i].to_f32()).collect();
+                assert_eq!(want[i].to_bits(), (dot_f32(&q, &key) * 0.125).to_bits(), "portable vs dot_f32, hd {hd}");
+            }
+            let mut got = [0f32; 16];
+            unsafe { scores16(&q, kt.as_ptr(), stride, p0, 0.125, &mut got) };
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{:?}, hd {hd}, p0 {p0}", isa());
+            #[cfg(target_arch = "x86_64")]
+            if is_x86_feature_detected!("avx2") {
+                unsafe { x86::avx2::scores16_avx2(&q, kt.as_ptr(), stride, p0, 0.125, &mut got) };
+                assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "avx2, hd {hd}, p0 {p0}");
+            }
+        }
+    }
+}
+
+/// Heads sharing a KV head get exactly what they get one at a time.
+#[test]
+fn grouped_attention_kernels_equal_per_head() {
+    let mut seed = 11u64;
+    let (hd, stride, n, kvd, voff) = (64usize, 48usize, 37usize, 192usize, 64usize);
+    let kt: Vec<f16> = (0..hd * stride).map(|_| f16::from_f32(lcg(&mut seed))).collect();
+    let vc: Vec<f16> = (0..n * kvd).map(|_| f16::from_f32(lcg(&mut seed))).collect();
+    let vf: Vec<f32> = vc.iter().map(|v| v.to_f32()).collect();
+    for heads in 1..=3usize {
+        let qs: Vec<f32> = (0..heads * hd).map(|_| lcg(&mut seed)).collect();
+        let mut got = vec![0f32; heads * stride];
+        unsafe { scores16_heads(&qs, hd, kt.as_ptr(), stride, 16, 0.125, got.as_mut_ptr().add(16), stride) };
+        for h in 0..heads {
+            let mut want = [0f32; 16];
+            unsafe { scores16_portable(&qs[h * hd..(h + 1) * hd], kt.as_ptr(), stride, 16, 0.125, &mut want) };
+            assert_eq!(got[h * stride + 16..h * stride + 32].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.map(f32::to_bits), "scores, {heads} heads, head {h}");
+        }
+        let w: Vec<f32> = (0..heads * stride).map(|_| lcg(&mut seed).abs()).collect();
+        let mut out = vec![0f32; heads * hd];
+        unsafe { weighted_values64(heads, w.as_ptr(), stride, n, vc.as_ptr(), kvd, voff, out.as_mut_ptr(), hd) };
+        for h in 0..heads {
+            let mut want = vec![0f32; 64];
+            for j in 0..n {
+                axpy(w[h * stride + j], &vf[j * kvd + voff..j * kvd + voff + 64], &mut want);
+            }
+            assert_eq!(out[h * hd..h * hd + 64].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "values, {heads} heads, head {h}");
+        }
+    }
+}
+
+fn random_q4_1(rows: usize, cols: usize, seed: &mut u64) -> QMatrix {
+    let mut bytes = Vec::new();
+    for _ in 0..rows * cols / QK {
+        bytes.extend_from_slice(&f16::from_f32(lcg(seed).abs() * 0.1).to_le_bytes());
+        bytes.extend_from_slice(&f16::from_f32(lcg(seed) * 0.5).to_le_bytes());
+        for _ in 0..16 {
+            bytes.push(((lcg(seed) + 1.0) * 127.9) as u8);
+        }
+    }
+    QMatrix::from_ggml("q4_1", &bytes, rows, cols).unwrap()
+}
+
+fn reference(w: &QMatrix, x: &[f32], m: usize) -> Vec<f32> {
+    let wf = w.dequantize();
+    let mut out = vec![0f32; m * w.rows];
+    for i in 0..m {
+        for r in 0..w.rows {
+            out[i * w.rows + r] = dot_f32(&wf[r * w.cols..(r + 1) * w.cols], &x[i * w.cols..(i + 1) * w.cols]);
+        }
+    }
+    out
+}
+
+fn check(w: &QMatrix, m: usize, seed: &mut u64) {
+    let x: Vec<f32> = (0..m * w.cols).map(|_| lcg(seed)).collect();
+    let mut act = QActs::default();
+    quantize_activations(&x, w.cols, &mut act);
+    let mut out = vec![0f32; m * w.rows];
+    matmul(w, &act, &mut out);
+    let want = reference(w, &x, m);
+    let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+    for (g, e) in out.iter().zip(&want) {
+        assert!((g - e).abs() <= 0.02 * scale + 1e-3, "got {g}, want {e} (scale {scale})");
+    }
+    // Every kernel family computes the same integer dots, so the scalar
+    // path must agree with the SIMD one to rounding.
+    for i in 0..m {
+        for r in 0..w.rows {
+            let mut res = [0f32; TILE];
+            dot_tile(Isa::Scalar, w, r, &act, i, 1, &mut res);
+            let g = out[i * w.rows + r];
+            assert!((g - res[0]).abs() <= 1e-4 * scale.max(1.0), "simd {g} vs scalar {}", res[0]);
+        }
+    }
+    // The grouped layout (where this CPU has its kernel) holds the same
+    // values and computes the same integer dots.
+    let wp = w.clone().packed();
+    if wp.is_packed() {
+        let (mut r0, mut r1) = (vec![0f32; w.cols], vec![0f32; w.cols]);
+        for r in 0..w.rows {
+            w.dequantize_row(r, &mut r0);
+            wp.dequantize_row(r, &mut r1);
+            assert_eq!(r0, r1, "packed row {r}");
+        }
+        let mut outp = vec![0f32; m * w.rows];
+        matmul(&wp, &act, &mut outp);
+        for (g, e) in outp.iter().zip(&out) {
+            assert!((g - e).abs() <= 1e-4 * scale.max(1.0), "packed {g} vs plain {e}");
+        }
+    }
+}
+
+#[test]
+fn q4_1_matmul_matches_reference() {
+    let mut seed = 7;
+    // Widths with only a tail (96), only whole groups of 8 blocks (256)
+    // and both (576).
+    for cols in [96, 256, 576] {
+        // 67 rows stay in the plain layout; 48 pack into 16-row groups.
+        for rows in [67, 48] {
+            let w = random_q4_1(rows, cols, &mut seed);
+            for m in [1, 2, 3, 4, 5, 9, 70] {
+                check(&w, m, &mut seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_0_matmul_matches_reference() {
+    let mut seed = 11;
+    for cols in [128, 256, 576] {
+        for rows in [45, 32] {
+            let vals: Vec<f32> = (0..rows * cols).map(|_| lcg(&mut seed)).collect();
+            let w = QMatrix::quantize_q8_0(&vals, rows, cols);
+            for m in [1, 4, 6, 67] {
+                check(&w, m, &mut seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_quantize_matches_scalar() {
+    let mut seed = 5;
+    // Random values plus exact .5 ties after scaling (block max 127).
+    let mut x: Vec<f32> = (0..64 * 32).map(|_| lcg(&mut seed) * 3.0).collect();
+    for b in 0..8 {
+        x[b * 32] = 127.0;
+        for j in 1..32 {
+            x[b * 32 + j] = (j as f32 - 16.0) * 4.0 + 0.5;
+        }
+    }
+    x[40 * 32..41 * 32].fill(0.0);
+    let mut a = QActs::default();
+    let mut b = QActs::default();
+    quantize_activations(&x, 32 * 4, &mut a);
+    quantize_activations(&x, 32 * 4, &mut b);
+    quantize_scalar(&x, &mut b);
+    assert_eq!(a.qs, b.qs);
+    assert_eq!(a.d, b.d);
+    assert_eq!(a.s, b.s);
+    assert_eq!(a.isum, b.isum);
+}
+
+#[test]
+fn concat_rows_keeps_rows() {
+    let mut seed = 3;
+    let a = random_q4_1(3, 64, &mut seed);
+    let b = random_q4_1(2, 64, &mut seed);
+    let c = QMatrix::concat_rows(vec![a.clone(), b.clone()]);
+    assert_eq!(c.rows, 5);
+    let mut r = vec![0f32; 64];
+    let mut e = vec![0f32; 64];
+    c.dequantize_row(4, &mut r);
+    b.dequantize_row(1, &mut e);
+    assert_eq!(r, e);
+}

@@ -1,0 +1,208 @@
+//! AVX-512 kernels: attention scores and values for several heads at
+//! once, activation quantization, and the grouped-layout (`Q*x16`) matmuls
+//! built on `vpdpbusd`.
+
+use std::arch::x86_64::*;
+
+/// `super::scores16_heads` on AVX-512 for H heads (and `scores16` for
+/// one): 8 partial sums per head (8H zmm), one key load per dimension
+/// for all heads; multiply and add kept separate (no FMA) so the rounding
+/// matches the portable loop.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn scores16_heads_avx512<const H: usize>(
+    qs: &[f32],
+    hd: usize,
+    kt: *const half::f16,
+    stride: usize,
+    p0: usize,
+    scale: f32,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let key = |d: usize| _mm512_cvtph_ps(_mm256_loadu_si256(kt.add(d * stride + p0) as *const __m256i));
+    let mut acc = [[_mm512_setzero_ps(); 8]; H];
+    let n8 = hd / 8 * 8;
+    for d8 in (0..n8).step_by(8) {
+        for c in 0..8 {
+            let k = key(d8 + c);
+            for h in 0..H {
+                acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(_mm512_set1_ps(qs[h * hd + d8 + c]), k));
+            }
+        }
+    }
+    for h in 0..H {
+        let mut dot = _mm512_setzero_ps();
+        for a in acc[h] {
+            dot = _mm512_add_ps(dot, a);
+        }
+        for d in n8..hd {
+            dot = _mm512_add_ps(dot, _mm512_mul_ps(_mm512_set1_ps(qs[h * hd + d]), key(d)));
+        }
+        _mm512_storeu_ps(out.add(h * out_stride), _mm512_mul_ps(dot, _mm512_set1_ps(scale)));
+    }
+}
+
+/// `super::weighted_values64` on AVX-512 for H heads (4H zmm sums).
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn weighted_values64_avx512<const H: usize>(
+    w: *const f32,
+    w_stride: usize,
+    n: usize,
+    vc: *const half::f16,
+    kvd: usize,
+    voff: usize,
+    out: *mut f32,
+    hd: usize,
+) {
+    let mut acc = [[_mm512_setzero_ps(); 4]; H];
+    for j in 0..n {
+        let v = vc.add(j * kvd + voff);
+        let ld = |o: usize| _mm512_cvtph_ps(_mm256_loadu_si256(v.add(o) as *const __m256i));
+        let vs = [ld(0), ld(16), ld(32), ld(48)];
+        for h in 0..H {
+            let wj = _mm512_set1_ps(*w.add(h * w_stride + j));
+            for c in 0..4 {
+                acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(wj, vs[c]));
+            }
+        }
+    }
+    for h in 0..H {
+        for c in 0..4 {
+            _mm512_storeu_ps(out.add(h * hd + c * 16), acc[h][c]);
+        }
+    }
+}
+
+/// `quantize_activations` for whole blocks: q = round(x / d) with
+/// round-half-away-from-zero done as trunc(v + copysign(0.5 - 2^-25, v)),
+/// the lowering LLVM uses for `f32::round`, so bytes equal the scalar's.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub unsafe fn quantize_blocks(x: &[f32], qs: &mut [[i8; 32]], d: &mut [f32], s: &mut [f32], isum: &mut [i32]) {
+    use half::f16;
+    let half = _mm512_castps_si512(_mm512_set1_ps(f32::from_bits(0x3eff_ffff)));
+    let sign = _mm512_set1_epi32(i32::MIN);
+    let round = |v: __m512| {
+        let h = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(v), sign), half);
+        _mm512_cvttps_epi32(_mm512_add_ps(v, _mm512_castsi512_ps(h)))
+    };
+    for (b, xb) in x.chunks_exact(32).enumerate() {
+        let x0 = _mm512_loadu_ps(xb.as_ptr());
+        let x1 = _mm512_loadu_ps(xb.as_ptr().add(16));
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        let dv = amax / 127.0;
+        let id = if dv != 0.0 { 1.0 / dv } else { 0.0 };
+        let idv = _mm512_set1_ps(id);
+        let r0 = round(_mm512_mul_ps(x0, idv));
+        let r1 = round(_mm512_mul_ps(x1, idv));
+        let q = qs.get_unchecked_mut(b).as_mut_ptr() as *mut __m128i;
+        _mm_storeu_si128(q, _mm512_cvtepi32_epi8(r0));
+        _mm_storeu_si128(q.add(1), _mm512_cvtepi32_epi8(r1));
+        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(r0, r1));
+        *d.get_unchecked_mut(b) = f16::from_f32(dv).to_f32();
+        *s.get_unchecked_mut(b) = f16::from_f32(dv * sum as f32).to_f32();
+        *isum.get_unchecked_mut(b) = sum;
+    }
+}
+
+// Grouped-layout kernels: one 16-row weight group against R activation
+// rows. Per block, the weight group is 4 (Q4_1, unpacked to 8) or 8
+// (Q8_0) vectors; per activation row, 8 `vpdpbusd` with the row's 4-byte
+// pieces broadcast give the 16 block dots, then one convert, a multiply
+// by d_w * d_a and an FMA (Q4_1 adds m_w * s_a with one more FMA).
+// Results for activation row j go to out[j * n .. j * n + 16].
+
+#[inline(always)]
+unsafe fn bcast4(p: *const [i8; 32], k: usize) -> __m512i {
+    _mm512_set1_epi32(std::ptr::read_unaligned((p as *const i32).add(k)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn q4_1_x16<const R: usize>(
+    qs: *const crate::kernels::Lane64,
+    wd: *const [u16; 16],
+    wm: *const [u16; 16],
+    a: &crate::kernels::QActs,
+    i0: usize,
+    out: *mut f32,
+    n: usize,
+) {
+    let nb = a.nb;
+    let aq = a.qs.as_ptr().add(i0 * nb);
+    let ad = a.d.as_ptr().add(i0 * nb);
+    let asum = a.s.as_ptr().add(i0 * nb);
+    let mask = _mm512_set1_epi8(0x0f);
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut macc = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        let p = qs.add(b * 4) as *const __m512i;
+        let (p0, p1, p2, p3) = (_mm512_load_si512(p), _mm512_load_si512(p.add(1)), _mm512_load_si512(p.add(2)), _mm512_load_si512(p.add(3)));
+        let w = [
+            _mm512_and_si512(p0, mask),
+            _mm512_and_si512(p1, mask),
+            _mm512_and_si512(p2, mask),
+            _mm512_and_si512(p3, mask),
+            _mm512_and_si512(_mm512_srli_epi16(p0, 4), mask),
+            _mm512_and_si512(_mm512_srli_epi16(p1, 4), mask),
+            _mm512_and_si512(_mm512_srli_epi16(p2, 4), mask),
+            _mm512_and_si512(_mm512_srli_epi16(p3, 4), mask),
+        ];
+        let sw = _mm512_cvtph_ps(_mm256_loadu_si256(wd.add(b) as *const __m256i));
+        let mw = _mm512_cvtph_ps(_mm256_loadu_si256(wm.add(b) as *const __m256i));
+        for j in 0..R {
+            let o = j * nb + b;
+            let x = aq.add(o);
+            let mut s = _mm512_setzero_si512();
+            for (k, wk) in w.iter().enumerate() {
+                s = _mm512_dpbusd_epi32(s, *wk, bcast4(x, k));
+            }
+            let scale = _mm512_mul_ps(sw, _mm512_set1_ps(*ad.add(o)));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[j]);
+            macc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(*asum.add(o)), macc[j]);
+        }
+    }
+    for j in 0..R {
+        _mm512_storeu_ps(out.add(j * n), _mm512_add_ps(acc[j], macc[j]));
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn q8_0_x16<const R: usize>(
+    qs: *const crate::kernels::Lane64,
+    wd: *const [u16; 16],
+    a: &crate::kernels::QActs,
+    i0: usize,
+    out: *mut f32,
+    n: usize,
+) {
+    let nb = a.nb;
+    let aq = a.qs.as_ptr().add(i0 * nb);
+    let ad = a.d.as_ptr().add(i0 * nb);
+    let ai = a.isum.as_ptr().add(i0 * nb);
+    let mut acc = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        let p = qs.add(b * 8) as *const __m512i;
+        let mut w = [_mm512_setzero_si512(); 8];
+        for (k, wk) in w.iter_mut().enumerate() {
+            *wk = _mm512_load_si512(p.add(k));
+        }
+        let sw = _mm512_cvtph_ps(_mm256_loadu_si256(wd.add(b) as *const __m256i));
+        for j in 0..R {
+            let o = j * nb + b;
+            let x = aq.add(o);
+            // Weights are stored as q + 128: start from -128 * sum(x)
+            // so the sum comes out as the signed dot.
+            let mut s = _mm512_set1_epi32(-128 * *ai.add(o));
+            for (k, wk) in w.iter().enumerate() {
+                s = _mm512_dpbusd_epi32(s, *wk, bcast4(x, k));
+            }
+            let scale = _mm512_mul_ps(sw, _mm512_set1_ps(*ad.add(o)));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[j]);
+        }
+    }
+    for j in 0..R {
+        _mm512_storeu_ps(out.add(j * n), acc[j]);
+    }
+}
+
