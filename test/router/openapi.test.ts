@@ -104,6 +104,21 @@ describe("GET /openapi.json", () => {
           "[checks.not_a_server_error]",
           'expected-statuses = ["2xx", "3xx", "4xx", "503", "504"]',
           "",
+          // The translated routes answer a schema-valid request with 400 when the backend chosen
+          // can't honour one of its fields (an image for the text-only sim worker, extended
+          // thinking, a server tool): by design (issue 16, docs/APIS.md), and still in the one
+          // documented error shape, which the other checks hold them to.
+          // A released or expired lease stays readable (GET answers its status, docs/LEASES.md): by design.
+          "[[operations]]",
+          'include-path-regex = "^/v1/leases/"',
+          "checks.use_after_free.enabled = false",
+          "phases.stateful.checks.use_after_free.enabled = false",
+          "",
+          "[[operations]]",
+          'include-path = ["/v1/messages", "/v1/responses"]',
+          'include-method = "POST"',
+          'checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]',
+          "",
         ].join("\n"),
       );
       const r = await runTool(

@@ -115,7 +115,8 @@ export function validate<S extends z.ZodType>(schema: S, body: unknown): z.infer
   const parsed = schema.safeParse(body);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
-    const param = fieldPath(issue.path);
+    // A key a strict schema doesn't know is named like any other bad field.
+    const param = fieldPath(issue.code === "unrecognized_keys" ? [...issue.path, issue.keys[0]!] : issue.path);
     throw new ApiError("invalid_request", param ? `${param}: ${issue.message}` : issue.message, param || null);
   }
   return parsed.data;

@@ -28,6 +28,8 @@ export interface RouteDoc {
   responses?: Record<number, ResponseDoc>;
   /** Error codes this route may answer beyond those its middleware implies (auth, body checks). */
   errors?: ErrorCode[];
+  /** Its errors' body when it is not the one shape: a wire format of its own (Anthropic's on /v1/messages), named in components.schemas. */
+  errorShape?: { name: string; schema: z.ZodType };
 }
 
 const bodies = new WeakMap<object, z.ZodType>();

@@ -70,6 +70,7 @@ export function buildOpenApi(app: Hono<any>, info: OpenApiInfo = {}): Json {
     op.handlers.push(r.handler);
   }
   const paths: Record<string, Record<string, Json>> = {};
+  const errorSchemas: Record<string, Json> = { Error: jsonSchema(errorBodySchema, "output") };
   for (const { method, path, handlers } of ops.values()) {
     let body: z.ZodType | undefined;
     let scheme: string | undefined;
@@ -86,11 +87,13 @@ export function buildOpenApi(app: Hono<any>, info: OpenApiInfo = {}): Json {
     const oaPath = path.replace(/:([A-Za-z0-9_]+)/g, "{$1}");
     const responses: Json = {};
     for (const [status, r] of Object.entries(doc?.responses ?? { 200: { description: "OK" } })) responses[status] = responseObject(r);
+    const errorName = doc?.errorShape?.name ?? "Error";
+    if (doc?.errorShape) errorSchemas[errorName] ??= jsonSchema(doc.errorShape.schema, "output");
     for (const [status, list] of errorStatuses(codes)) {
       responses[String(status)] = {
         description: list.join(", "),
         ...(status === 429 || status === 503 || status === 504 ? { headers: { "retry-after": { description: "seconds to wait before retrying", schema: { type: "string" } } } } : {}),
-        content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } },
+        content: { "application/json": { schema: { $ref: `#/components/schemas/${errorName}` } } },
       };
     }
     const lower = method.toLowerCase();
@@ -111,11 +114,11 @@ export function buildOpenApi(app: Hono<any>, info: OpenApiInfo = {}): Json {
     info: {
       title: info.title ?? "Switchyard",
       version: info.version ?? "1",
-      description: "An OpenAI-compatible endpoint over self-hosted workers and paid APIs. Every error has one shape (components.schemas.Error).",
+      description: "An OpenAI-compatible endpoint over self-hosted workers and paid APIs. Every error has one shape (components.schemas.Error), except on POST /v1/messages, which answers in Anthropic's (components.schemas.AnthropicError).",
     },
     paths,
     components: {
-      schemas: { Error: jsonSchema(errorBodySchema, "output") },
+      schemas: errorSchemas,
       securitySchemes: {
         bearerAuth: { type: "http", scheme: "bearer", description: "a Switchyard API key, sy_…" },
       },

@@ -15,6 +15,14 @@ import { toChatRequest, type NeededFeature } from "../../../translate/messages/r
 import { anthropicErrorBody, describeError, messageFromCompletion } from "../../../translate/messages/response.ts";
 import { MessagesStreamTranslator } from "../../../translate/messages/stream.ts";
 import { UINT32_MAX } from "../fields.ts";
+import { documented } from "../../../openapi/marks.ts";
+import { completionAnswer, inferenceErrors } from "../../../openapi/common.ts";
+
+/** The answer's documented shape (Anthropic's message; streams are its events). */
+export const messageAnswer = z.looseObject({ id: z.string(), type: z.literal("message"), role: z.literal("assistant"), content: z.array(z.looseObject({ type: z.string() })), stop_reason: z.string().nullable() });
+
+/** Anthropic's error body, this route's one error shape. */
+export const anthropicErrorSchema = z.object({ type: z.literal("error"), error: z.object({ type: z.string(), message: z.string() }), request_id: z.string().nullable() });
 
 const cacheControl = z.looseObject({ type: z.literal("ephemeral"), ttl: z.enum(["5m", "1h"]).optional() });
 const contentBlock = z.looseObject({ type: z.string(), cache_control: cacheControl.nullish() });
@@ -42,7 +50,15 @@ export const createMessageSchema = z.looseObject({
   thinking: z.looseObject({ type: z.string() }).optional(),
   service_tier: z.enum(["auto", "standard_only"]).optional(),
   output_config: z.looseObject({ format: z.looseObject({ type: z.string(), schema: z.record(z.string(), z.unknown()).optional() }).nullish(), effort: z.string().nullish() }).optional(),
-});
+  // Read only to refuse them by name when set (translate/messages/request.ts).
+  cache_control: cacheControl.nullish(),
+  container: z.unknown().optional(),
+  mcp_servers: z.array(z.unknown()).optional(),
+  context_management: z.unknown().optional(),
+  inference_geo: z.string().nullish(),
+  speed: z.string().nullish(),
+  // Anthropic refuses extra inputs; so does Switchyard, naming the field.
+}).catchall(z.never());
 
 const VERSION = /^\d{4}-\d{2}-\d{2}$/;
 
@@ -103,5 +119,23 @@ export async function createMessage(c: Context<AppEnv>, deps: AppDeps): Promise<
 }
 
 export function registerCreateMessage(app: Hono<AppEnv>, deps: AppDeps): void {
-  app.post("/v1/messages", anthropicErrors, authenticate(deps, { apiKeyHeader: "x-api-key" }), checkVersion, ...jsonBody(deps, createMessageSchema), (c) => createMessage(c, deps));
+  app.post(
+    "/v1/messages",
+    anthropicErrors,
+    authenticate(deps, { apiKeyHeader: "x-api-key" }),
+    checkVersion,
+    ...jsonBody(deps, createMessageSchema),
+    documented(
+      {
+        summary: "Create a message (Anthropic's Messages API)",
+        description: "The key in x-api-key or Authorization: Bearer; anthropic-version accepted. Translated to a chat request and run like one (docs/APIS.md); errors in Anthropic's shape.",
+        tag: "inference",
+        operationId: "createMessage",
+        responses: completionAnswer(messageAnswer, "a message, or with stream: true Anthropic's SSE events message_start … message_stop"),
+        errors: inferenceErrors,
+        errorShape: { name: "AnthropicError", schema: anthropicErrorSchema },
+      },
+      (c) => createMessage(c, deps),
+    ),
+  );
 }

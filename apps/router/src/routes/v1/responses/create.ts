@@ -15,6 +15,8 @@ import { toChatRequest } from "../../../translate/responses/request.ts";
 import { newResponseId, nowSeconds, outputFromCompletion, responseEnvelope, statusOf } from "../../../translate/responses/response.ts";
 import { ResponsesStreamTranslator } from "../../../translate/responses/stream.ts";
 import { UINT32_MAX } from "../fields.ts";
+import { documented } from "../../../openapi/marks.ts";
+import { completionAnswer, inferenceErrors } from "../../../openapi/common.ts";
 
 const inputContentPart = z.looseObject({ type: z.string() });
 
@@ -75,6 +77,14 @@ export const createResponseSchema = z.looseObject({
 
 export type CreateResponseBody = z.infer<typeof createResponseSchema>;
 
+/** The answer's documented shape (OpenAI's response object; streams are its typed events). */
+export const responseAnswer = z.looseObject({
+  id: z.string(),
+  object: z.literal("response"),
+  status: z.enum(["completed", "incomplete", "in_progress", "failed"]),
+  output: z.array(z.looseObject({ type: z.string() })),
+});
+
 export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: ResponseStore): Promise<Response> {
   const body = c.get("body") as CreateResponseBody & Json;
   const tenantId = c.get("tenant").tenantId;
@@ -115,5 +125,20 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
 }
 
 export function registerCreateResponse(app: Hono<AppEnv>, deps: AppDeps, store: ResponseStore): void {
-  app.post("/v1/responses", authenticate(deps), ...jsonBody(deps, createResponseSchema), (c) => createResponse(c, deps, store));
+  app.post(
+    "/v1/responses",
+    authenticate(deps),
+    ...jsonBody(deps, createResponseSchema),
+    documented(
+      {
+        summary: "Create a model response (OpenAI's Responses API)",
+        description: "Translated to a chat request and run like one (docs/APIS.md). Stored per tenant unless store: false; previous_response_id continues a stored one.",
+        tag: "inference",
+        operationId: "createResponse",
+        responses: completionAnswer(responseAnswer, "a response object, or with stream: true an SSE stream of OpenAI's typed response events ending with response.completed, response.incomplete or response.failed"),
+        errors: [...inferenceErrors, "not_found", "response_store_unavailable"],
+      },
+      (c) => createResponse(c, deps, store),
+    ),
+  );
 }

@@ -3,12 +3,21 @@
 import type { Hono } from "hono";
 import { RESPONSE_ID, type ResponseStore } from "@switchyard/state";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
-import { ApiError } from "../../../errors.ts";
+import { z } from "zod";
+import { ApiError, type ErrorCode } from "../../../errors.ts";
 import { authenticate } from "../../../middleware.ts";
+import { documented } from "../../../openapi/marks.ts";
 
 export function registerDeleteResponse(app: Hono<AppEnv>, deps: AppDeps, store: ResponseStore): void {
-  app.delete("/v1/responses/:id", authenticate(deps), async (c) => {
-    const id = c.req.param("id");
+  const doc = {
+    summary: "Delete a stored response",
+    tag: "inference",
+    operationId: "deleteResponse",
+    responses: { 200: { description: "deleted", json: z.object({ id: z.string(), object: z.literal("response"), deleted: z.literal(true) }) } },
+    errors: ["not_found", "response_store_unavailable"] as ErrorCode[],
+  };
+  app.delete("/v1/responses/:id", authenticate(deps), documented(doc, async (c) => {
+    const id = (c.req.param("id") ?? "");
     let deleted = false;
     if (RESPONSE_ID.test(id)) {
       try {
@@ -19,5 +28,5 @@ export function registerDeleteResponse(app: Hono<AppEnv>, deps: AppDeps, store: 
     }
     if (!deleted) throw new ApiError("not_found", `Response with id '${id.slice(0, 80)}' not found.`);
     return c.json({ id, object: "response", deleted: true });
-  });
+  }));
 }

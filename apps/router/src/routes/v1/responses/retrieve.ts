@@ -6,7 +6,16 @@ import type { ResponseStore } from "@switchyard/state";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate } from "../../../middleware.ts";
 import { loadResponse } from "../../../translate/responses/conversation.ts";
+import { documented } from "../../../openapi/marks.ts";
+import { responseAnswer } from "./create.ts";
 
 export function registerRetrieveResponse(app: Hono<AppEnv>, deps: AppDeps, store: ResponseStore): void {
-  app.get("/v1/responses/:id", authenticate(deps), async (c) => c.json((await loadResponse(store, c.get("tenant").tenantId, c.req.param("id"))).response));
+  app.get(
+    "/v1/responses/:id",
+    authenticate(deps),
+    documented(
+      { summary: "Retrieve a stored response", tag: "inference", operationId: "retrieveResponse", responses: { 200: { description: "the response object as it was answered", json: responseAnswer } }, errors: ["not_found", "response_store_unavailable"] },
+      async (c) => c.json((await loadResponse(store, c.get("tenant").tenantId, (c.req.param("id") ?? ""))).response),
+    ),
+  );
 }
