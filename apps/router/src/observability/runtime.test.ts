@@ -36,8 +36,8 @@ describe("runtime metrics", () => {
     expect(value(text, 'switchyard_event_loop_delay_seconds_bucket{le="0.1"}')).toBeLessThan(count);
     expect(value(text, 'switchyard_event_loop_delay_seconds_bucket{le="+Inf"}')).toBe(count);
     expect(value(text, "switchyard_event_loop_delay_max_seconds")).toBeGreaterThan(0.1);
-    // An idle tick is not a delay: most samples are under 5 ms late (the timer's own interval is not counted).
-    expect(value(text, 'switchyard_event_loop_delay_seconds_bucket{le="0.005"}')).toBeGreaterThan(count / 2);
+    // An idle tick is not a delay: the timer's own 5 ms interval is not counted, so even on a busy machine most ticks are under 10 ms late.
+    expect(value(text, 'switchyard_event_loop_delay_seconds_bucket{le="0.01"}')).toBeGreaterThan(count / 2);
     expect(value(text, "switchyard_event_loop_delay_seconds_sum")).toBeGreaterThan(0.1);
     // GC entries are delivered asynchronously; the churn above made some.
     await sleep(20);
