@@ -370,11 +370,17 @@ export class RequestTab {
     return { prompt: Math.ceil(this.promptUpper / ESTIMATE_BYTES_PER_TOKEN), completion: Math.max(1, o.chunks ?? 0), cached: 0, cacheWrite: 0 };
   }
 
-  /** Called once by the relay when the request ended; runs off the request path. */
+  /**
+   * Called once by the relay when the request ended; runs off the request
+   * path: the row is built and written after the answer's last bytes are
+   * handed to the socket (next turn of the loop), its end time taken now.
+   * Tracked at once, so a drain waits for it.
+   */
   settle(o: SettleOutcome): void {
     if (this.settled) return;
     this.settled = true;
-    this.guard.track(this.settleNow(o));
+    const finishedAtPerf = performance.now();
+    this.guard.track(new Promise<void>((r) => setImmediate(r)).then(() => this.settleNow(o, finishedAtPerf)));
   }
 
   /** The row for this outcome (exposed for the idempotency tests: a retried settle writes the same row). */

@@ -15,12 +15,16 @@ import type { LedgerSink } from "./ledger.ts";
 
 const dateFields = ["startedAt", "firstTokenAt", "finishedAt"] as const;
 
-/** A row as stream text: bigints as decimal strings, instants as epoch ms. */
+/** A row as stream text: bigints as decimal strings, instants as ISO strings. */
 export function encodeLedgerRow(row: NewLedgerRow): string {
-  return JSON.stringify(row, (k, v: unknown) => {
-    if (typeof v === "bigint") return v.toString();
-    return v;
-  });
+  // The row's one bigint, converted up front: a replacer function would be called for every key (once per request).
+  try {
+    return JSON.stringify(typeof row.costMicro === "bigint" ? { ...row, costMicro: row.costMicro.toString() } : row);
+  } catch (err) {
+    if (!(err instanceof TypeError)) throw err;
+    // Another bigint somewhere: the general (slower) way.
+    return JSON.stringify(row, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v));
+  }
 }
 
 /** The Redis stream holding buffered ledger rows, for a key prefix. */

@@ -4,9 +4,20 @@ import { EVENT_LOOP_BUCKETS, GC_BUCKETS } from "./runtime.ts";
 
 type Labels = Record<string, string>;
 
+const needsEscape = /[\\"\n]/;
+const escapeValue = (v: string) => (needsEscape.test(v) ? v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n") : v);
+
+/** `a="x",b="y"`, names sorted. Called on every observation: one pass, no arrays beyond the key list, no regex replace unless a value needs escaping. */
 function labelKey(labels: Labels): string {
-  const keys = Object.keys(labels).sort();
-  return keys.map((k) => `${k}="${String(labels[k]).replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n")}"`).join(",");
+  const keys = Object.keys(labels);
+  if (keys.length === 0) return "";
+  if (keys.length > 1) keys.sort();
+  let out = "";
+  for (let i = 0; i < keys.length; i++) {
+    const k = keys[i]!;
+    out += `${i ? "," : ""}${k}="${escapeValue(String(labels[k]))}"`;
+  }
+  return out;
 }
 
 export class Counter {

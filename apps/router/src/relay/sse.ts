@@ -122,9 +122,14 @@ export async function* parseSse(chunks: AsyncIterable<Uint8Array | string>, opts
   }
 }
 
-/** One event for the client; `payload` must hold no line break (the relay sends JSON it serialised or validated as one line). */
+/** One event for the client as text; `payload` must hold no line break (the relay sends JSON it serialised or validated as one line). */
+export function sseText(payload: string): string {
+  return `data: ${payload}\n\n`;
+}
+
+/** One event for the client as bytes. */
 export function sseEvent(payload: string): Uint8Array {
-  return encoder.encode(`data: ${payload}\n\n`);
+  return encoder.encode(sseText(payload));
 }
 
 export const SSE_DONE = "[DONE]";

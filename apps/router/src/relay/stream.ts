@@ -12,7 +12,9 @@ import { type Usage, usageFrom } from "../backends/usage.ts";
 import { endFailedAttempt, failureToApiError, outcomeOf, startAttempt, toFailure, type Attempt } from "./attempt.ts";
 import type { RelayContext } from "./context.ts";
 import type { StreamResume } from "./resume.ts";
-import { SSE_DONE, sseEvent } from "./sse.ts";
+import { SSE_DONE, sseText } from "./sse.ts";
+
+const encoder = new TextEncoder();
 
 
 /** One upstream SSE payload, checked: `obj` is the JSON object it holds (none for `[DONE]`), `line` what the client gets. */
@@ -184,7 +186,7 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
     const line = leg.rewrite(ev.line);
     return line === ev.line ? ev : { line, obj: JSON.parse(line) as Record<string, unknown> };
   };
-  const errorEvent = (err: ApiError) => sseEvent(JSON.stringify(errorBody(err, ctx.requestId)));
+  const errorEvent = (err: ApiError) => sseText(JSON.stringify(errorBody(err, ctx.requestId)));
   /** Client went away: abort the upstream so the worker frees the slot. */
   const clientGone = () => {
     leg.a.controller.abort(new UpstreamFailure("aborted", "client went away", false));
@@ -195,7 +197,7 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
    * The current upstream broke mid-way: for requests that opted in, continue
    * on another worker. True when the relay goes on (from the new leg).
    */
-  const resumeAfter = async (failure: UpstreamFailure, write: (bytes: Uint8Array) => void | Promise<void>): Promise<boolean> => {
+  const resumeAfter = async (failure: UpstreamFailure, write: (text: string) => void | Promise<void>): Promise<boolean> => {
     if (!resume || !failure.retryable || ctx.signal.aborted || finished) return false;
     const broken = leg;
     broken.a.cleanup();
@@ -216,7 +218,7 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
     metrics.streamResumes.inc({ outcome: "resumed" });
     leg = next.leg;
     const ev = rewritten(next.first);
-    if (account(ev)) await write(sseEvent(ev.line));
+    if (account(ev)) await write(sseText(ev.line));
     leg.a.timer.arm("idle", deadlines.idleMs);
     return true;
   };
@@ -226,9 +228,9 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
   // Relays events until the upstream ends or fails. `write` resolves when the
   // client can take more (backpressure); after the first byte a failure ends
   // the stream with exactly one error event (unless it resumes elsewhere).
-  const pump = async (write: (bytes: Uint8Array) => void | Promise<void>, close: () => void) => {
+  const pump = async (write: (text: string) => void | Promise<void>, close: () => void) => {
     try {
-      await write(sseEvent(firstEv.line));
+      await write(sseText(firstEv.line));
       for (;;) {
         let next: IteratorResult<string>;
         let ev: CheckedEvent = DONE_EVENT;
@@ -264,7 +266,7 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
           return close();
         }
         const out = rewritten(ev);
-        if (account(out)) await write(sseEvent(out.line));
+        if (account(out)) await write(sseText(out.line));
       }
     } catch (err) {
       const failure = toFailure(err, leg.a);
@@ -294,16 +296,17 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
   };
   const out = ctx.outgoing;
   if (out) {
-    // On Node, write straight to the socket: one write per event, no WHATWG
-    // stream machinery in between (the relay's hot loop).
+    // On Node, write straight to the socket: one write per event, as text
+    // (encoded once, by the socket's own write), no WHATWG stream machinery
+    // in between (the relay's hot loop).
     out.writeHead(200, headers);
     out.flushHeaders();
     out.once("close", () => {
       if (!out.writableFinished) clientGone();
     });
-    const write = (bytes: Uint8Array): void | Promise<void> => {
+    const write = (text: string): void | Promise<void> => {
       if (out.destroyed) throw new UpstreamFailure("aborted", "client went away", false);
-      if (out.write(bytes)) return;
+      if (out.write(text)) return;
       return new Promise<void>((resolve) => {
         const done = () => {
           out.off("drain", done);
@@ -320,7 +323,7 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
       void pump(
-        (bytes) => controller.enqueue(bytes),
+        (text) => controller.enqueue(encoder.encode(text)),
         () => {
           try {
             controller.close();
