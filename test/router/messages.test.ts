@@ -5,7 +5,7 @@
 // runs through the same chain, budget hold and ledger as chat.
 import Anthropic from "@anthropic-ai/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { setBudget, setPrice } from "@switchyard/db";
+import { createKey, createTenant, setBudget, setPrice, setRateLimit } from "@switchyard/db";
 import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
 import { SimWorker } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
@@ -228,5 +228,24 @@ describe("POST /v1/messages with @anthropic-ai/sdk", () => {
     const text = await (await post({ stream: true })).text();
     expect(text.match(/event: error/g)).toHaveLength(1);
     expect(text).not.toContain("message_stop");
+  });
+
+  it("rate limits apply as on chat: OpenAI's x-ratelimit-* headers, then a 429 in Anthropic's shape with Retry-After", async () => {
+    const t = await createTenant(fx.db.db, "limited-msgs");
+    if (!t.ok) throw new Error("tenant");
+    const limitedKey = (await createKey(fx.db.db, t.tenant.id)).key;
+    await setRateLimit(fx.db.db, { tenantId: t.tenant.id, requestsPerMinute: 2 });
+    const whole = await post({}, { "x-api-key": limitedKey });
+    expect(whole.status).toBe(200);
+    expect(whole.headers.get("x-ratelimit-limit-requests")).toBe("2");
+    expect(whole.headers.get("x-ratelimit-remaining-requests")).toBe("1");
+    const streamed = await post({ stream: true }, { "x-api-key": limitedKey });
+    expect(streamed.status).toBe(200);
+    expect(streamed.headers.get("x-ratelimit-remaining-requests")).toBe("0");
+    await streamed.text();
+    const over = await post({}, { "x-api-key": limitedKey });
+    expect(over.status).toBe(429);
+    expect(over.headers.get("retry-after")).toMatch(/^\d+$/);
+    expect(await over.json()).toMatchObject({ type: "error", error: { type: "rate_limit_error" } });
   });
 });
