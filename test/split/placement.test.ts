@@ -28,10 +28,10 @@ let whole: AgentHandle;
 let head: AgentHandle;
 const tails = new Map<string, { child: ChildProcess; stderr: () => string; exited: Promise<unknown> }>();
 
-function spawnTail(id: string): void {
+function spawnTail(id: string, layers = "15-30"): void {
   const child = spawn(
     process.execPath,
-    [CLI, "worker", "--redis", REDIS_URL, "--key-prefix", fx.redis.prefix, "--token", WORKER_TOKEN, "--model", LLM, "--engine", engineBinary(), "--device", "cpu", "--port", "0", "--host", "127.0.0.1", "--id", id, "--layers", "15-30", "--max-batch", "4"],
+    [CLI, "worker", "--redis", REDIS_URL, "--key-prefix", fx.redis.prefix, "--token", WORKER_TOKEN, "--model", LLM, "--engine", engineBinary(), "--device", "cpu", "--port", "0", "--host", "127.0.0.1", "--id", id, "--layers", layers, "--max-batch", "4"],
     { stdio: ["ignore", "ignore", "pipe"] },
   );
   let stderr = "";
@@ -71,7 +71,7 @@ async function reference(maxTokens: number): Promise<string> {
 }
 
 /** A streamed chat through the router; `onFirst` runs once the first text arrived (with the route header). */
-async function streamChat(maxTokens: number, onFirst: (route: string) => void | Promise<void>): Promise<{ text: string; events: string[] }> {
+async function streamChat(maxTokens: number, onFirst: (route: string) => void | Promise<void>): Promise<{ text: string; events: string[]; gapMs: number }> {
   const res = await fetch(`${fx.router.url}/v1/chat/completions`, {
     method: "POST",
     headers: { ...auth(), "x-switchyard-debug": "route" },
@@ -83,13 +83,19 @@ async function streamChat(maxTokens: number, onFirst: (route: string) => void | 
   const dec = new TextDecoder();
   let raw = "";
   let fired = false;
+  // onFirst (a kill) → the next text the client gets: how long the stream stalled.
+  let firedAt = 0;
+  let gapMs = -1;
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
-    raw += dec.decode(value, { stream: true });
+    const chunk = dec.decode(value, { stream: true });
+    raw += chunk;
+    if (fired && gapMs < 0 && chunk.includes('"content":"')) gapMs = performance.now() - firedAt;
     if (!fired && raw.includes('"content":"')) {
       fired = true;
       await onFirst(route);
+      firedAt = performance.now();
     }
   }
   const events = raw
@@ -101,7 +107,8 @@ async function streamChat(maxTokens: number, onFirst: (route: string) => void | 
     if (e === "[DONE]" || e.startsWith('{"error"')) continue;
     text += (JSON.parse(e) as { choices: { delta?: { content?: string } }[] }).choices[0]?.delta?.content ?? "";
   }
-  return { text, events };
+  if (process.env.SY_TEST_LOG) console.info(`stream: kill → next text ${gapMs.toFixed(0)} ms`);
+  return { text, events, gapMs };
 }
 
 /** The replicas of the tail stage, in the order the chosen chain names them. */
@@ -196,7 +203,7 @@ describe("split models placed by the router from heartbeats", () => {
     const pipeline = head.ctx.shardHead!.pipeline as PipelineHead;
     const before = pipeline.rebuilt.sequences;
     let killed = "";
-    const { text, events } = await streamChat(maxTokens, (route) => {
+    const { text, events, gapMs } = await streamChat(maxTokens, (route) => {
       // The head uses the first replica the route names: that one dies.
       killed = tailOrder(route)[0]!;
       tails.get(killed)!.child.kill("SIGKILL");
@@ -206,6 +213,9 @@ describe("split models placed by the router from heartbeats", () => {
     expect(events.at(-1)).toBe("[DONE]");
     expect(text).toBe(want);
     expect(pipeline.rebuilt.sequences).toBe(before + 1);
+    // The stall the client sees: detecting the loss, reopening, re-prefilling (generous: a loaded box).
+    expect(gapMs).toBeGreaterThan(0);
+    expect(gapMs).toBeLessThan(10_000);
     await tails.get(killed)!.exited;
     // The model stays listed: the other tail still completes a pipeline.
     await waitFor(async () => !fx.router.deps.directory.all().some((w) => w.id === killed), { timeoutMs: TTL_MS + 3000, what: "the killed tail's record to expire" });
@@ -227,4 +237,34 @@ describe("split models placed by the router from heartbeats", () => {
     // Heartbeat TTL + the router's registry poll (50 ms here) + this loop's step, generously.
     expect(Date.now() - killedAt).toBeLessThan(TTL_MS + 2000);
   }, 120_000);
+
+  it("three shards: a last shard lost behind a middle one is reported LOST up the chain and replaced the same way", async () => {
+    // A second pipeline of the same file: 0-10 > 10-20 > 20-30 ×2 (the 0-15 head has no 15-30 tail left).
+    const [h3, m3] = await Promise.all([
+      startAgent({ ...agentOpts, registry: fx.registry, workerId: "h3", layers: { start: 0, end: 10 } }),
+      startAgent({ ...agentOpts, registry: fx.registry, workerId: "m3", layers: { start: 10, end: 20 } }),
+    ]);
+    try {
+      spawnTail("t3-a", "20-30");
+      spawnTail("t3-b", "20-30");
+      await waitFor(() => fx.router.deps.directory.pipelines(LLM).find((p) => p.head.id === "h3")?.stages[1]?.replicas.length === 2, { timeoutMs: 90_000, what: "the 3-shard pipeline with both last shards" });
+      const want = await reference(64);
+      const pipeline = h3.ctx.shardHead!.pipeline as PipelineHead;
+      let killed = "";
+      const { text, events } = await streamChat(64, (route) => {
+        const last = /> ([^ ]+) 20-30\]/.exec(route)?.[1]?.split("|") ?? [];
+        killed = last[0]!;
+        tails.get(killed)!.child.kill("SIGKILL");
+      });
+      expect(killed).toMatch(/^t3-[ab]$/);
+      expect(events.filter((e) => e.startsWith('{"error"'))).toEqual([]);
+      expect(events.at(-1)).toBe("[DONE]");
+      expect(text).toBe(want);
+      expect(pipeline.rebuilt.sequences).toBe(1);
+      expect(pipeline.rebuilt.lastMs).toBeGreaterThan(0);
+      expect(pipeline.rebuilt.lastMs).toBeLessThan(10_000);
+    } finally {
+      await Promise.all([h3.stop(), m3.stop()]);
+    }
+  }, 180_000);
 });
