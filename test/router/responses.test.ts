@@ -17,7 +17,8 @@ let client: OpenAI;
 let otherTenant: OpenAI;
 
 beforeAll(async () => {
-  fx = await startTestRouter();
+  // A small conversation bound, so a test can pass it.
+  fx = await startTestRouter({ "responses.maxConversationBytes": 4000 });
   worker = await new SimWorker({ id: "resp-sim", models: ["sim-chat"], registry: fx.registry, behavior: { tokens: 4 } }).start();
   client = new OpenAI({ apiKey: fx.key, baseURL: `${fx.router.url}/v1`, maxRetries: 0 });
   const t = await createTenant(fx.db.db, "other-co");
@@ -242,5 +243,12 @@ describe("POST /v1/responses", () => {
     await aborted;
     const rows = await ledgerRows(res.headers.get("x-request-id")!);
     expect(rows[0]).toMatchObject({ status: "client_cancelled", worker: "resp-sim" });
+  });
+
+  it("a conversation past responses.maxConversationBytes is a 400: in the input, or grown through continuations", async () => {
+    await expect(client.responses.create({ model: "sim-chat", input: "x".repeat(5000) })).rejects.toMatchObject({ status: 400, param: "input" });
+    let prev = await client.responses.create({ model: "sim-chat", input: "y".repeat(1500) });
+    prev = await client.responses.create({ model: "sim-chat", input: "z".repeat(1500), previous_response_id: prev.id });
+    await expect(client.responses.create({ model: "sim-chat", input: "w".repeat(1500), previous_response_id: prev.id })).rejects.toMatchObject({ status: 400, param: "previous_response_id" });
   });
 });
