@@ -24,6 +24,111 @@ pub enum QData {
     /// Q8_0 repacked the same way, 8 vectors per (group, block), each value
     /// stored as q + 128 (an unsigned byte, what VNNI's first operand takes).
     Q8_0x16 { qs: Vec<Lane64>, d: Vec<[u16; GROUP]> },
+    /// ggml `block_q5_0` in planes: value = d * (q - 16), q in 0..32; the
+    /// low four bits as Q4_1's nibbles, bit 4 of element j is bit j of qh.
+    Q5_0 { qs: Vec<[u8; 16]>, qh: Vec<u32>, d: Vec<u16> },
+    /// ggml `block_q4_K` super-blocks of 256 values (see `BlockQ4K`).
+    Q4K { blocks: Vec<BlockQ4K> },
+    /// ggml `block_q5_K` super-blocks (see `BlockQ5K`).
+    Q5K { blocks: Vec<BlockQ5K> },
+    /// ggml `block_q6_K` super-blocks, byte for byte (see `BlockQ6K`).
+    Q6K { blocks: Vec<BlockQ6K> },
+}
+
+/// Values per k-quant super-block (ggml's QK_K).
+pub const QK_K: usize = 256;
+
+/// ggml `block_q4_K`: 8 sub-blocks of 32 values, value = d * sc[j] * q -
+/// dmin * m[j] with q in 0..16. Sub-block 2i is the low nibbles of
+/// qs[32i..32i+32], sub-block 2i+1 their high nibbles. The 6-bit scales and
+/// mins ggml packs into 12 bytes are unpacked at load into `sc` and `m`
+/// (148 bytes held per 256 weights instead of ggml's 144) so the kernels
+/// read them with one load.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct BlockQ4K {
+    pub qs: [u8; 128],
+    pub sc: [u8; 8],
+    pub m: [u8; 8],
+    pub d: u16,
+    pub dmin: u16,
+}
+
+/// ggml `block_q5_K`: as Q4_K with a fifth bit per value, q in 0..32; bit 4
+/// of element l of sub-block j is bit j of qh[l].
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct BlockQ5K {
+    pub qs: [u8; 128],
+    pub qh: [u8; 32],
+    pub sc: [u8; 8],
+    pub m: [u8; 8],
+    pub d: u16,
+    pub dmin: u16,
+}
+
+/// ggml `block_q6_K` as stored: 16 sub-blocks of 16 values, value = d *
+/// sc[j] * (q - 32), q in 0..64 from four low bits in `ql` and two high
+/// bits in `qh` (see `q6k_value`). 32-value block b of the super-block uses
+/// scales sc[2b] (its first 16 values) and sc[2b + 1].
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct BlockQ6K {
+    pub ql: [u8; 128],
+    pub qh: [u8; 64],
+    pub sc: [i8; 16],
+    pub d: u16,
+}
+
+/// ggml's `get_scale_min_k4`: scale and min j of a k-quant's 12 packed bytes.
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+/// q (0..16) of element e (0..256) of a Q4_K super-block.
+#[inline]
+pub(crate) fn q4k_value(b: &BlockQ4K, e: usize) -> u8 {
+    let (j, l) = (e / 64, e % 64);
+    if l < 32 {
+        b.qs[32 * j + l] & 0x0f
+    } else {
+        b.qs[32 * j + l - 32] >> 4
+    }
+}
+
+/// q (0..32) of element e of a Q5_K super-block.
+#[inline]
+pub(crate) fn q5k_value(b: &BlockQ5K, e: usize) -> u8 {
+    let (s, l) = (e / 32, e % 32);
+    let lo = if s % 2 == 0 { b.qs[32 * (s / 2) + l] & 0x0f } else { b.qs[32 * (s / 2) + l] >> 4 };
+    lo | (((b.qh[l] >> s) & 1) << 4)
+}
+
+/// q - 32 (-32..32) and the scale of element e of a Q6_K super-block.
+#[inline]
+pub(crate) fn q6k_value(b: &BlockQ6K, e: usize) -> (i8, i8) {
+    let (n, l) = (e / 128, e % 128);
+    let (t, ll) = (l / 32, l % 32);
+    let ql = &b.ql[64 * n..];
+    let qh = b.qh[32 * n + ll];
+    let q = match t {
+        0 => (ql[ll] & 0x0f) | ((qh & 3) << 4),
+        1 => (ql[32 + ll] & 0x0f) | (((qh >> 2) & 3) << 4),
+        2 => (ql[ll] >> 4) | (((qh >> 4) & 3) << 4),
+        _ => (ql[32 + ll] >> 4) | (((qh >> 6) & 3) << 4),
+    };
+    (q as i8 - 32, b.sc[8 * n + ll / 16 + 2 * t])
+}
+
+/// q (0..32) of element j of a Q5_0 block.
+#[inline]
+pub(crate) fn q5_0_value(qs: &[u8; 16], qh: u32, j: usize) -> u8 {
+    let lo = if j < 16 { qs[j] & 0x0f } else { qs[j - 16] >> 4 };
+    lo | ((((qh >> j) & 1) as u8) << 4)
 }
 
 /// 64 bytes, cache-line aligned: one 512-bit vector of a packed matrix.
@@ -56,13 +161,86 @@ pub struct QActs {
 }
 
 impl QMatrix {
-    /// Wraps ggml-layout bytes of a Q4_1 or Q8_0 tensor; `None` for other types.
+    /// Wraps ggml-layout bytes of a Q4_1, Q5_0, Q8_0, Q4_K, Q5_K or Q6_K
+    /// tensor; `None` for other types (or a width the type cannot have).
     pub fn from_ggml(dtype: &str, bytes: &[u8], rows: usize, cols: usize) -> Option<QMatrix> {
         if cols % QK != 0 {
             return None;
         }
         let nblocks = rows * cols / QK;
+        let nsuper = rows * cols / QK_K;
+        let kquant = matches!(dtype, "q4_k" | "q5_k" | "q6_k");
+        if kquant && cols % QK_K != 0 {
+            return None;
+        }
+        let f16at = |c: &[u8], o: usize| u16::from_le_bytes([c[o], c[o + 1]]);
         let data = match dtype {
+            "q5_0" => {
+                if bytes.len() != nblocks * 22 {
+                    return None;
+                }
+                let (mut qs, mut qh, mut d) = (Vec::with_capacity(nblocks), Vec::with_capacity(nblocks), Vec::with_capacity(nblocks));
+                for c in bytes.chunks_exact(22) {
+                    d.push(f16at(c, 0));
+                    qh.push(u32::from_le_bytes([c[2], c[3], c[4], c[5]]));
+                    qs.push(c[6..22].try_into().unwrap());
+                }
+                QData::Q5_0 { qs, qh, d }
+            }
+            "q4_k" => {
+                if bytes.len() != nsuper * 144 {
+                    return None;
+                }
+                let blocks = bytes
+                    .chunks_exact(144)
+                    .map(|c| {
+                        let mut b = BlockQ4K { qs: c[16..144].try_into().unwrap(), sc: [0; 8], m: [0; 8], d: f16at(c, 0), dmin: f16at(c, 2) };
+                        for j in 0..8 {
+                            (b.sc[j], b.m[j]) = scale_min_k4(j, &c[4..16]);
+                        }
+                        b
+                    })
+                    .collect();
+                QData::Q4K { blocks }
+            }
+            "q5_k" => {
+                if bytes.len() != nsuper * 176 {
+                    return None;
+                }
+                let blocks = bytes
+                    .chunks_exact(176)
+                    .map(|c| {
+                        let mut b = BlockQ5K {
+                            qs: c[48..176].try_into().unwrap(),
+                            qh: c[16..48].try_into().unwrap(),
+                            sc: [0; 8],
+                            m: [0; 8],
+                            d: f16at(c, 0),
+                            dmin: f16at(c, 2),
+                        };
+                        for j in 0..8 {
+                            (b.sc[j], b.m[j]) = scale_min_k4(j, &c[4..16]);
+                        }
+                        b
+                    })
+                    .collect();
+                QData::Q5K { blocks }
+            }
+            "q6_k" => {
+                if bytes.len() != nsuper * 210 {
+                    return None;
+                }
+                let blocks = bytes
+                    .chunks_exact(210)
+                    .map(|c| BlockQ6K {
+                        ql: c[0..128].try_into().unwrap(),
+                        qh: c[128..192].try_into().unwrap(),
+                        sc: std::array::from_fn(|i| c[192 + i] as i8),
+                        d: f16at(c, 208),
+                    })
+                    .collect();
+                QData::Q6K { blocks }
+            }
             "q4_1" => {
                 if bytes.len() != nblocks * 20 {
                     return None;
@@ -124,6 +302,10 @@ impl QMatrix {
         match self.data {
             QData::Q4_1 { .. } | QData::Q4_1x16 { .. } => "q4_1",
             QData::Q8_0 { .. } | QData::Q8_0x16 { .. } => "q8_0",
+            QData::Q5_0 { .. } => "q5_0",
+            QData::Q4K { .. } => "q4_k",
+            QData::Q5K { .. } => "q5_k",
+            QData::Q6K { .. } => "q6_k",
         }
     }
 
@@ -133,6 +315,10 @@ impl QMatrix {
             QData::Q8_0 { qs, .. } => qs.len() * 34,
             QData::Q4_1x16 { d, .. } => d.len() * GROUP * 20,
             QData::Q8_0x16 { d, .. } => d.len() * GROUP * 34,
+            QData::Q5_0 { qs, .. } => qs.len() * 22,
+            QData::Q4K { blocks } => blocks.len() * std::mem::size_of::<BlockQ4K>(),
+            QData::Q5K { blocks } => blocks.len() * std::mem::size_of::<BlockQ5K>(),
+            QData::Q6K { blocks } => blocks.len() * std::mem::size_of::<BlockQ6K>(),
         }
     }
 
@@ -155,6 +341,44 @@ impl QMatrix {
                     let dv = f16_to_f32(dv);
                     for j in 0..QK {
                         o[j] = dv * q[j] as f32;
+                    }
+                }
+            }
+            QData::Q5_0 { qs, qh, d } => {
+                for (((q, &h), &dv), o) in qs[r.clone()].iter().zip(&qh[r.clone()]).zip(&d[r]).zip(out.chunks_exact_mut(QK)) {
+                    let dv = f16_to_f32(dv);
+                    for (j, o) in o.iter_mut().enumerate() {
+                        *o = dv * (q5_0_value(q, h, j) as i32 - 16) as f32;
+                    }
+                }
+            }
+            QData::Q4K { blocks } => {
+                let ns = self.cols / QK_K;
+                for (b, o) in blocks[row * ns..(row + 1) * ns].iter().zip(out.chunks_exact_mut(QK_K)) {
+                    let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
+                    for (e, o) in o.iter_mut().enumerate() {
+                        let j = e / 32;
+                        *o = d * b.sc[j] as f32 * q4k_value(b, e) as f32 - dmin * b.m[j] as f32;
+                    }
+                }
+            }
+            QData::Q5K { blocks } => {
+                let ns = self.cols / QK_K;
+                for (b, o) in blocks[row * ns..(row + 1) * ns].iter().zip(out.chunks_exact_mut(QK_K)) {
+                    let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
+                    for (e, o) in o.iter_mut().enumerate() {
+                        let j = e / 32;
+                        *o = d * b.sc[j] as f32 * q5k_value(b, e) as f32 - dmin * b.m[j] as f32;
+                    }
+                }
+            }
+            QData::Q6K { blocks } => {
+                let ns = self.cols / QK_K;
+                for (b, o) in blocks[row * ns..(row + 1) * ns].iter().zip(out.chunks_exact_mut(QK_K)) {
+                    let d = f16_to_f32(b.d);
+                    for (e, o) in o.iter_mut().enumerate() {
+                        let (q, sc) = q6k_value(b, e);
+                        *o = d * sc as f32 * q as f32;
                     }
                 }
             }
@@ -271,34 +495,56 @@ impl QMatrix {
     /// Takes plain-layout parts (pack the result, not the parts).
     pub fn concat_rows(parts: Vec<QMatrix>) -> QMatrix {
         let cols = parts[0].cols;
-        assert!(parts.iter().all(|p| p.cols == cols));
-        let rows = parts.iter().map(|p| p.rows).sum();
-        if parts.iter().all(|p| matches!(p.data, QData::Q4_1 { .. })) {
-            let (mut aq, mut ad, mut am) = (Vec::new(), Vec::new(), Vec::new());
-            for p in parts {
-                if let QData::Q4_1 { qs, d, m } = p.data {
-                    aq.extend(qs);
-                    ad.extend(d);
-                    am.extend(m);
-                }
-            }
-            return QMatrix { rows, cols, data: QData::Q4_1 { qs: aq, d: ad, m: am } };
-        }
-        if parts.iter().all(|p| matches!(p.data, QData::Q8_0 { .. })) {
-            let (mut aq, mut ad) = (Vec::new(), Vec::new());
-            for p in parts {
-                if let QData::Q8_0 { qs, d } = p.data {
-                    aq.extend(qs);
-                    ad.extend(d);
-                }
-            }
-            return QMatrix { rows, cols, data: QData::Q8_0 { qs: aq, d: ad } };
+        let mut merged = QMatrix::merge_rows(parts);
+        if merged.len() == 1 {
+            return merged.pop().unwrap();
         }
         // Mixed types: one common type keeps the kernel simple.
+        let rows = merged.iter().map(|p| p.rows).sum();
         let mut values = Vec::with_capacity(rows * cols);
-        for p in &parts {
+        for p in &merged {
             values.extend(p.dequantize());
         }
         QMatrix::quantize_q8_0(&values, rows, cols)
+    }
+
+    /// Stacks runs of neighbouring plain-layout parts of the same type into
+    /// one matrix each (all parts the same width); parts of different types
+    /// stay apart (see `Stacked`).
+    pub fn merge_rows(parts: Vec<QMatrix>) -> Vec<QMatrix> {
+        let cols = parts[0].cols;
+        assert!(parts.iter().all(|p| p.cols == cols));
+        let mut out: Vec<QMatrix> = Vec::new();
+        for p in parts {
+            let Some(last) = out.last_mut() else {
+                out.push(p);
+                continue;
+            };
+            last.rows += p.rows;
+            match (&mut last.data, p.data) {
+                (QData::Q4_1 { qs, d, m }, QData::Q4_1 { qs: q2, d: d2, m: m2 }) => {
+                    qs.extend(q2);
+                    d.extend(d2);
+                    m.extend(m2);
+                }
+                (QData::Q8_0 { qs, d }, QData::Q8_0 { qs: q2, d: d2 }) => {
+                    qs.extend(q2);
+                    d.extend(d2);
+                }
+                (QData::Q5_0 { qs, qh, d }, QData::Q5_0 { qs: q2, qh: h2, d: d2 }) => {
+                    qs.extend(q2);
+                    qh.extend(h2);
+                    d.extend(d2);
+                }
+                (QData::Q4K { blocks }, QData::Q4K { blocks: b2 }) => blocks.extend(b2),
+                (QData::Q5K { blocks }, QData::Q5K { blocks: b2 }) => blocks.extend(b2),
+                (QData::Q6K { blocks }, QData::Q6K { blocks: b2 }) => blocks.extend(b2),
+                (_, data) => {
+                    last.rows -= p.rows;
+                    out.push(QMatrix { rows: p.rows, cols, data });
+                }
+            }
+        }
+        out
     }
 }

@@ -12,7 +12,7 @@ mod x86;
 #[cfg(test)]
 mod tests;
 
-pub use matrix::{Lane64, QActs, QData, QMatrix};
+pub use matrix::{BlockQ4K, BlockQ5K, BlockQ6K, Lane64, QActs, QData, QMatrix, QK_K};
 
 use half::f16;
 
@@ -99,17 +99,65 @@ const MBLOCK: usize = 64;
 
 /// out[i][r] = dot(W[r], a[i]) for every activation row; `out` is `[a.m, w.rows]`.
 pub fn matmul(w: &QMatrix, a: &QActs, out: &mut [f32]) {
+    assert_eq!(out.len(), a.m * w.rows, "output size");
+    matmul_strided(w, a, out, w.rows, 0);
+}
+
+/// Matrices of one width stacked row-wise and run as one projection (q, k
+/// and v; gate and up). Parts of one type are merged into one matrix, one
+/// thread fork; where a file mixes types (Q4_K_M gives some v and ffn
+/// matrices another type than their neighbours) each part keeps its own
+/// kernel and writes its own columns of the output.
+#[derive(Clone, Debug)]
+pub struct Stacked {
+    pub rows: usize,
+    pub cols: usize,
+    pub parts: Vec<QMatrix>,
+}
+
+impl Stacked {
+    /// Plain-layout parts in; each merged part is packed for this CPU.
+    pub fn new(parts: Vec<QMatrix>) -> Stacked {
+        let cols = parts[0].cols;
+        let rows = parts.iter().map(|p| p.rows).sum();
+        let parts = QMatrix::merge_rows(parts).into_iter().map(QMatrix::packed).collect();
+        Stacked { rows, cols, parts }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.parts.iter().map(|p| p.bytes()).sum()
+    }
+
+    pub fn dtype_name(&self) -> String {
+        self.parts.iter().map(|p| p.dtype_name()).collect::<Vec<_>>().join("+")
+    }
+}
+
+/// `matmul` over a `Stacked`: `out` is `[a.m, w.rows]`.
+pub fn matmul_stacked(w: &Stacked, a: &QActs, out: &mut [f32]) {
+    assert_eq!(out.len(), a.m * w.rows, "output size");
+    let mut off = 0;
+    for p in &w.parts {
+        matmul_strided(p, a, out, w.rows, off);
+        off += p.rows;
+    }
+}
+
+/// out[i * ld + off + r] = dot(W[r], a[i]): `matmul` into columns
+/// off..off + w.rows of a wider output with row stride `ld`.
+pub fn matmul_strided(w: &QMatrix, a: &QActs, out: &mut [f32], ld: usize, off: usize) {
     let n = w.rows;
     let m = a.m;
     let nb = w.cols / QK;
     assert_eq!(a.nb, nb, "activation width");
-    assert_eq!(out.len(), m * n, "output size");
+    assert!(off + n <= ld, "columns {off}..{} outside a row of {ld}", off + n);
     if m == 0 || n == 0 {
         return;
     }
+    assert!(out.len() >= (m - 1) * ld + off + n, "output size");
     #[cfg(target_arch = "x86_64")]
     if w.is_packed() {
-        return matmul_packed(w, a, out);
+        return matmul_packed(w, a, out, ld, off);
     }
     let threads = rayon::current_num_threads().max(1);
     // Enough chunks per thread to even out stragglers, few enough that the
@@ -134,7 +182,7 @@ pub fn matmul(w: &QMatrix, a: &QActs, out: &mut [f32]) {
                     for (j, v) in res.iter().enumerate().take(t) {
                         // SAFETY: (i + j, r) is written by exactly one task:
                         // tasks own disjoint row ranges [r0, r1).
-                        unsafe { *p.0.add((i + j) * n + r) = *v };
+                        unsafe { *p.0.add((i + j) * ld + off + r) = *v };
                     }
                     i += t;
                 }
@@ -152,6 +200,7 @@ struct Tile<'a> {
     aq: &'a [[i8; 32]],
     ad: &'a [f32],
     asum: &'a [f32],
+    isum: &'a [i32],
 }
 
 macro_rules! by_rows {
@@ -173,7 +222,7 @@ macro_rules! by_rows {
 fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &QActs, i0: usize, t: usize, out: &mut [f32; TILE]) {
     let nb = a.nb;
     let rows = i0 * nb..(i0 + t) * nb;
-    let tile = Tile { nb, aq: &a.qs[rows.clone()], ad: &a.d[rows.clone()], asum: &a.s[rows] };
+    let tile = Tile { nb, aq: &a.qs[rows.clone()], ad: &a.d[rows.clone()], asum: &a.s[rows.clone()], isum: &a.isum[rows] };
     let wr = r * nb..(r + 1) * nb;
     match &w.data {
         QData::Q4_1 { qs, d, m } => {
@@ -208,6 +257,70 @@ fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &QActs, i0: usize, t: usize, out
                 Isa::Scalar => scalar::scalar_q8_0(wq, wd, &tile, t, out),
             }
         }
+        QData::Q5_0 { qs, qh, d } => {
+            let (wq, wqh, wd) = (&qs[wr.clone()], &qh[wr.clone()], &d[wr]);
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512Vnni => unsafe {
+                    use x86::avx2::q5_0_vnni as k;
+                    by_rows!(t, k, wq, wqh, wd, &tile, out)
+                },
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe {
+                    use x86::avx2::q5_0_avx2 as k;
+                    by_rows!(t, k, wq, wqh, wd, &tile, out)
+                },
+                Isa::Scalar => scalar::scalar_q5_0(wq, wqh, wd, &tile, t, out),
+            }
+        }
+        QData::Q4K { blocks } => {
+            let w = &blocks[r * nb / 8..(r + 1) * nb / 8];
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512Vnni => unsafe {
+                    use x86::avx2::q4k_vnni as k;
+                    by_rows!(t, k, w, &tile, out)
+                },
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe {
+                    use x86::avx2::q4k_avx2 as k;
+                    by_rows!(t, k, w, &tile, out)
+                },
+                Isa::Scalar => scalar::scalar_q4k(w, &tile, t, out),
+            }
+        }
+        QData::Q5K { blocks } => {
+            let w = &blocks[r * nb / 8..(r + 1) * nb / 8];
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512Vnni => unsafe {
+                    use x86::avx2::q5k_vnni as k;
+                    by_rows!(t, k, w, &tile, out)
+                },
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe {
+                    use x86::avx2::q5k_avx2 as k;
+                    by_rows!(t, k, w, &tile, out)
+                },
+                Isa::Scalar => scalar::scalar_q5k(w, &tile, t, out),
+            }
+        }
+        QData::Q6K { blocks } => {
+            let w = &blocks[r * nb / 8..(r + 1) * nb / 8];
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512Vnni => unsafe {
+                    use x86::avx2::q6k_vnni as k;
+                    by_rows!(t, k, w, &tile, out)
+                },
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe {
+                    use x86::avx2::q6k_avx2 as k;
+                    by_rows!(t, k, w, &tile, out)
+                },
+                Isa::Scalar => scalar::scalar_q6k(w, &tile, t, out),
+            }
+        }
         QData::Q4_1x16 { .. } | QData::Q8_0x16 { .. } => unreachable!("packed matrices go through matmul_packed"),
     }
 }
@@ -217,7 +330,7 @@ fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &QActs, i0: usize, t: usize, out
 /// in L1 while up to 8 activation rows at a time pass over them, and every
 /// pass writes 16 contiguous outputs per activation row.
 #[cfg(target_arch = "x86_64")]
-fn matmul_packed(w: &QMatrix, a: &QActs, out: &mut [f32]) {
+fn matmul_packed(w: &QMatrix, a: &QActs, out: &mut [f32], ld: usize, off: usize) {
     let (n, m, nb) = (w.rows, a.m, a.nb);
     let ng = n / GROUP;
     let threads = rayon::current_num_threads().max(1);
@@ -235,21 +348,21 @@ fn matmul_packed(w: &QMatrix, a: &QActs, out: &mut [f32]) {
                 let mut i = mb;
                 while i < me {
                     let t = (me - i).min(TILE);
-                    // SAFETY: the kernel writes out[(i..i+t) * n + 16g ..
-                    // +16], inside `out` (asserted sizes) and owned by this
-                    // task alone (disjoint groups).
+                    // SAFETY: the kernel writes out[(i..i+t) * ld + off +
+                    // 16g .. +16], inside `out` (asserted sizes) and owned
+                    // by this task alone (disjoint groups).
                     unsafe {
-                        let o = p.0.add(i * n + g * GROUP);
+                        let o = p.0.add(i * ld + off + g * GROUP);
                         match &w.data {
                             QData::Q4_1x16 { qs, d, m: wm } => {
                                 let (q, d, wm) = (qs[g * nb * 4..].as_ptr(), d[g * nb..].as_ptr(), wm[g * nb..].as_ptr());
                                 use x86::avx512::q4_1_x16 as k;
-                                by_rows!(t, k, q, d, wm, a, i, o, n)
+                                by_rows!(t, k, q, d, wm, a, i, o, ld)
                             }
                             QData::Q8_0x16 { qs, d } => {
                                 let (q, d) = (qs[g * nb * 8..].as_ptr(), d[g * nb..].as_ptr());
                                 use x86::avx512::q8_0_x16 as k;
-                                by_rows!(t, k, q, d, a, i, o, n)
+                                by_rows!(t, k, q, d, a, i, o, ld)
                             }
                             _ => unreachable!(),
                         }

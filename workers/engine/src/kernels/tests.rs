@@ -194,3 +194,150 @@ fn concat_rows_keeps_rows() {
     b.dequantize_row(1, &mut e);
     assert_eq!(r, e);
 }
+
+/// Random ggml-layout bytes of `blocks` blocks of `size` bytes, with the
+/// f16 scales at `scales` (byte offsets) set to small finite values.
+fn random_blocks(blocks: usize, size: usize, scales: &[usize], seed: &mut u64) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(blocks * size);
+    for _ in 0..blocks {
+        let mut b: Vec<u8> = (0..size).map(|_| ((lcg(seed) + 1.0) * 127.9) as u8).collect();
+        for &o in scales {
+            b[o..o + 2].copy_from_slice(&f16::from_f32(lcg(seed) * 0.05).to_le_bytes());
+        }
+        bytes.extend(b);
+    }
+    bytes
+}
+
+/// ggml's own dequantization (candle's port of it) of the same bytes.
+fn ggml_dequantize<B: candle_core::quantized::GgmlType + Clone>(bytes: &[u8], n: usize) -> Vec<f32> {
+    let size = std::mem::size_of::<B>();
+    assert_eq!(bytes.len() % size, 0);
+    let mut blocks: Vec<B> = Vec::with_capacity(bytes.len() / size);
+    // SAFETY: candle's block types are repr(C) plain data with ggml's byte
+    // layout; the copy goes into properly aligned storage.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), blocks.as_mut_ptr() as *mut u8, bytes.len());
+        blocks.set_len(bytes.len() / size);
+    }
+    let mut out = vec![0f32; n];
+    B::to_float(&blocks, &mut out);
+    out
+}
+
+/// The Q5_0 / k-quant kernels of every ISA return the portable kernel's
+/// bits, the portable kernel agrees with a float reference, and the
+/// matrices dequantize exactly as ggml does.
+fn check_exact(w: &QMatrix, ggml: &[f32], seed: &mut u64) {
+    assert_eq!(w.dequantize(), ggml, "{} dequantization vs ggml", w.dtype_name());
+    for m in [1, 2, 3, 5, 8, 9, 70] {
+        let x: Vec<f32> = (0..m * w.cols).map(|_| lcg(seed)).collect();
+        let mut act = QActs::default();
+        quantize_activations(&x, w.cols, &mut act);
+        let mut out = vec![0f32; m * w.rows];
+        matmul(w, &act, &mut out);
+        let want = reference(w, &x, m);
+        let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        for (g, e) in out.iter().zip(&want) {
+            assert!((g - e).abs() <= 0.02 * scale + 1e-3, "{}: got {g}, want {e} (scale {scale})", w.dtype_name());
+        }
+        let mut isas = vec![Isa::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+                isas.push(Isa::Avx2);
+            }
+            if isa() == Isa::Avx512Vnni {
+                isas.push(Isa::Avx512Vnni);
+            }
+        }
+        for i0 in (0..m).step_by(TILE) {
+            let t = (m - i0).min(TILE);
+            for r in 0..w.rows {
+                let mut base = [0f32; TILE];
+                dot_tile(Isa::Scalar, w, r, &act, i0, t, &mut base);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                // A row's result does not depend on the rows beside it...
+                for j in 0..t {
+                    let mut one = [0f32; TILE];
+                    dot_tile(Isa::Scalar, w, r, &act, i0 + j, 1, &mut one);
+                    assert_eq!(one[0].to_bits(), base[j].to_bits(), "tile of {t} vs one row");
+                }
+                // ...nor on the kernel family.
+                for &isa in &isas {
+                    let mut got = [0f32; TILE];
+                    dot_tile(isa, w, r, &act, i0, t, &mut got);
+                    assert_eq!(bits(&got[..t]), bits(&base[..t]), "{} {isa:?} row {r}, rows {i0}..{}", w.dtype_name(), i0 + t);
+                }
+                for j in 0..t {
+                    assert_eq!(out[(i0 + j) * w.rows + r].to_bits(), base[j].to_bits(), "matmul vs tile");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn q5_0_kernels_are_bit_identical() {
+    let mut seed = 21;
+    // 640 = 20 blocks: two whole groups of 8 and a partial one.
+    for (rows, cols) in [(7, 640), (16, 256), (3, 96)] {
+        let bytes = random_blocks(rows * cols / 32, 22, &[0], &mut seed);
+        let w = QMatrix::from_ggml("q5_0", &bytes, rows, cols).unwrap();
+        check_exact(&w, &ggml_dequantize::<candle_core::quantized::k_quants::BlockQ5_0>(&bytes, rows * cols), &mut seed);
+    }
+}
+
+#[test]
+fn q4_k_kernels_are_bit_identical() {
+    let mut seed = 22;
+    for (rows, cols) in [(7, 512), (16, 256), (5, 2048)] {
+        let bytes = random_blocks(rows * cols / 256, 144, &[0, 2], &mut seed);
+        let w = QMatrix::from_ggml("q4_k", &bytes, rows, cols).unwrap();
+        check_exact(&w, &ggml_dequantize::<candle_core::quantized::k_quants::BlockQ4K>(&bytes, rows * cols), &mut seed);
+    }
+}
+
+#[test]
+fn q5_k_kernels_are_bit_identical() {
+    let mut seed = 23;
+    for (rows, cols) in [(7, 512), (16, 256)] {
+        let bytes = random_blocks(rows * cols / 256, 176, &[0, 2], &mut seed);
+        let w = QMatrix::from_ggml("q5_k", &bytes, rows, cols).unwrap();
+        check_exact(&w, &ggml_dequantize::<candle_core::quantized::k_quants::BlockQ5K>(&bytes, rows * cols), &mut seed);
+    }
+}
+
+#[test]
+fn q6_k_kernels_are_bit_identical() {
+    let mut seed = 24;
+    for (rows, cols) in [(7, 512), (16, 256), (3, 1024)] {
+        let bytes = random_blocks(rows * cols / 256, 210, &[208], &mut seed);
+        let w = QMatrix::from_ggml("q6_k", &bytes, rows, cols).unwrap();
+        check_exact(&w, &ggml_dequantize::<candle_core::quantized::k_quants::BlockQ6K>(&bytes, rows * cols), &mut seed);
+    }
+}
+
+#[test]
+fn stacked_mixed_types_fill_their_columns() {
+    let mut seed = 25;
+    let a = QMatrix::from_ggml("q5_0", &random_blocks(3 * 256 / 32, 22, &[0], &mut seed), 3, 256).unwrap();
+    let b = QMatrix::from_ggml("q6_k", &random_blocks(2, 210, &[208], &mut seed), 2, 256).unwrap();
+    let c = QMatrix::from_ggml("q5_0", &random_blocks(2 * 256 / 32, 22, &[0], &mut seed), 2, 256).unwrap();
+    let st = Stacked::new(vec![a.clone(), b.clone(), c.clone()]);
+    assert_eq!((st.rows, st.parts.len()), (7, 3));
+    let x: Vec<f32> = (0..4 * 256).map(|_| lcg(&mut seed)).collect();
+    let mut act = QActs::default();
+    quantize_activations(&x, 256, &mut act);
+    let mut out = vec![0f32; 4 * 7];
+    matmul_stacked(&st, &act, &mut out);
+    let mut off = 0;
+    for p in [&a, &b, &c] {
+        let mut o = vec![0f32; 4 * p.rows];
+        matmul(p, &act, &mut o);
+        for i in 0..4 {
+            assert_eq!(&out[i * 7 + off..i * 7 + off + p.rows], &o[i * p.rows..(i + 1) * p.rows]);
+        }
+        off += p.rows;
+    }
+}

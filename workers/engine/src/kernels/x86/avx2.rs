@@ -3,7 +3,8 @@
 //! integer dot (`maddubs` + `madd`) and with AVX-512 VNNI's `vpdpbusd` on
 //! ymm registers.
 
-use super::super::{Tile, TILE};
+use super::super::matrix::{BlockQ4K, BlockQ5K, BlockQ6K};
+use super::super::{f16_to_f32, Tile, TILE};
 use std::arch::x86_64::*;
 
 /// `super::scores16` on AVX2: each 16-lane sum as two ymm halves.
@@ -176,7 +177,219 @@ unsafe fn dot_vnni(u: __m256i, s: __m256i) -> __m256i {
     _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
 }
 
+// Q5_0 and the k-quants: per weight row, 8 consecutive 32-value blocks
+// (a k-quant super-block, or a group of Q5_0 blocks) give 8 integer block
+// dots that `reduce8` gathers into one vector, lane l for block l; the
+// float work (scale by d_w * d_a, and the k-quants' min term) is then one
+// multiply and one FMA per 8 blocks and activation row. `scalar.rs` holds
+// the same arithmetic lane by lane, so results are bit-identical to it.
+
+/// Eight vectors of partial dots -> one vector of their eight totals.
+#[inline(always)]
+unsafe fn reduce8(v: &[__m256i; 8]) -> __m256i {
+    let a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    let b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31))
+}
+
+/// Byte k = 0xff where bit k of x is set (ggml's `bytes_from_bits_32`).
+#[inline(always)]
+unsafe fn bits32(x: u32) -> __m256i {
+    let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x as i32), shuf);
+    let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+}
+
+/// Eight u8 scales as f32 lanes.
+#[inline(always)]
+unsafe fn u8x8_ps(p: &[u8; 8]) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.as_ptr() as *const __m128i)))
+}
+
+#[inline(always)]
+unsafe fn load32(x: &[i8; 32]) -> __m256i {
+    _mm256_loadu_si256(x.as_ptr() as *const __m256i)
+}
+
+macro_rules! q5_0_kernel {
+    ($name:ident, $features:literal, $dot:ident) => {
+        #[target_feature(enable = $features)]
+        pub unsafe fn $name<const R: usize>(wq: &[[u8; 16]], wqh: &[u32], wd: &[u16], a: &Tile, out: &mut [f32; TILE]) {
+            let nb = a.nb;
+            let fifth = _mm256_set1_epi8(0x10);
+            let mut acc = [_mm256_setzero_ps(); R];
+            let mut g = 0;
+            while g < nb {
+                let cnt = (nb - g).min(8);
+                let mut w = [_mm256_setzero_si256(); 8];
+                let mut dpad = [0u16; 8];
+                for k in 0..cnt {
+                    w[k] = _mm256_or_si256(unpack_q4(wq.get_unchecked(g + k)), _mm256_and_si256(bits32(*wqh.get_unchecked(g + k)), fifth));
+                    dpad[k] = *wd.get_unchecked(g + k);
+                }
+                let sw = f16x8(dpad.as_ptr());
+                for j in 0..R {
+                    let o = j * nb + g;
+                    let mut dots = [_mm256_setzero_si256(); 8];
+                    let (ad8, is8);
+                    if cnt == 8 {
+                        for k in 0..8 {
+                            dots[k] = $dot(w[k], load32(a.aq.get_unchecked(o + k)));
+                        }
+                        ad8 = _mm256_loadu_ps(a.ad.as_ptr().add(o));
+                        is8 = _mm256_loadu_si256(a.isum.as_ptr().add(o) as *const __m256i);
+                    } else {
+                        // The last, partial group: missing lanes are zeros.
+                        let (mut adp, mut isp) = ([0f32; 8], [0i32; 8]);
+                        for k in 0..cnt {
+                            dots[k] = $dot(w[k], load32(a.aq.get_unchecked(o + k)));
+                            adp[k] = *a.ad.get_unchecked(o + k);
+                            isp[k] = *a.isum.get_unchecked(o + k);
+                        }
+                        ad8 = _mm256_loadu_ps(adp.as_ptr());
+                        is8 = _mm256_loadu_si256(isp.as_ptr() as *const __m256i);
+                    }
+                    // q - 16 as dot(q, x) - 16 * sum(x).
+                    let idot = _mm256_sub_epi32(reduce8(&dots), _mm256_slli_epi32(is8, 4));
+                    acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(sw, ad8), _mm256_cvtepi32_ps(idot), acc[j]);
+                }
+                g += 8;
+            }
+            for j in 0..R {
+                out[j] = hsum(acc[j]);
+            }
+        }
+    };
+}
+
+/// Q4_K and Q5_K share everything but the unpacking of q (`$unpack`).
+macro_rules! kmin_kernel {
+    ($name:ident, $features:literal, $dot:ident, $block:ty, $unpack:ident) => {
+        #[target_feature(enable = $features)]
+        pub unsafe fn $name<const R: usize>(w: &[$block], a: &Tile, out: &mut [f32; TILE]) {
+            let nb = a.nb;
+            let mut acc = [_mm256_setzero_ps(); R];
+            let mut macc = [_mm256_setzero_ps(); R];
+            for (s, blk) in w.iter().enumerate() {
+                let wv = $unpack(blk);
+                let sw = _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(blk.d)), u8x8_ps(&blk.sc));
+                let mw = _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(blk.dmin)), u8x8_ps(&blk.m));
+                for j in 0..R {
+                    let o = j * nb + 8 * s;
+                    let mut dots = [_mm256_setzero_si256(); 8];
+                    for k in 0..8 {
+                        dots[k] = $dot(wv[k], load32(a.aq.get_unchecked(o + k)));
+                    }
+                    let ad8 = _mm256_loadu_ps(a.ad.as_ptr().add(o));
+                    let is8 = _mm256_cvtepi32_ps(_mm256_loadu_si256(a.isum.as_ptr().add(o) as *const __m256i));
+                    acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(sw, ad8), _mm256_cvtepi32_ps(reduce8(&dots)), acc[j]);
+                    macc[j] = _mm256_fmadd_ps(_mm256_mul_ps(mw, ad8), is8, macc[j]);
+                }
+            }
+            for j in 0..R {
+                out[j] = hsum(acc[j]) - hsum(macc[j]);
+            }
+        }
+    };
+}
+
+#[inline(always)]
+unsafe fn unpack_q4k(b: &BlockQ4K) -> [__m256i; 8] {
+    let mask = _mm256_set1_epi8(0x0f);
+    let mut w = [_mm256_setzero_si256(); 8];
+    for i in 0..4 {
+        let v = _mm256_loadu_si256(b.qs.as_ptr().add(32 * i) as *const __m256i);
+        w[2 * i] = _mm256_and_si256(v, mask);
+        w[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+    }
+    w
+}
+
+#[inline(always)]
+unsafe fn unpack_q5k(b: &BlockQ5K) -> [__m256i; 8] {
+    let mask = _mm256_set1_epi8(0x0f);
+    let one = _mm256_set1_epi8(1);
+    let hb = _mm256_loadu_si256(b.qh.as_ptr() as *const __m256i);
+    let mut w = [_mm256_setzero_si256(); 8];
+    for i in 0..4 {
+        let v = _mm256_loadu_si256(b.qs.as_ptr().add(32 * i) as *const __m256i);
+        let hi = |s: i32| match s {
+            0 => _mm256_and_si256(hb, one),
+            1 => _mm256_and_si256(_mm256_srli_epi16(hb, 1), one),
+            2 => _mm256_and_si256(_mm256_srli_epi16(hb, 2), one),
+            3 => _mm256_and_si256(_mm256_srli_epi16(hb, 3), one),
+            4 => _mm256_and_si256(_mm256_srli_epi16(hb, 4), one),
+            5 => _mm256_and_si256(_mm256_srli_epi16(hb, 5), one),
+            6 => _mm256_and_si256(_mm256_srli_epi16(hb, 6), one),
+            _ => _mm256_and_si256(_mm256_srli_epi16(hb, 7), one),
+        };
+        w[2 * i] = _mm256_or_si256(_mm256_and_si256(v, mask), _mm256_slli_epi16(hi(2 * i as i32), 4));
+        w[2 * i + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), mask), _mm256_slli_epi16(hi(2 * i as i32 + 1), 4));
+    }
+    w
+}
+
+macro_rules! q6k_kernel {
+    ($name:ident, $features:literal, $dot:ident) => {
+        #[target_feature(enable = $features)]
+        pub unsafe fn $name<const R: usize>(w: &[BlockQ6K], a: &Tile, out: &mut [f32; TILE]) {
+            let nb = a.nb;
+            let (m4, m2, off) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3), _mm256_set1_epi8(32));
+            let mut acc = [_mm256_setzero_ps(); R];
+            for (s, blk) in w.iter().enumerate() {
+                // q - 32 for the 8 blocks, signed bytes.
+                let mut wv = [_mm256_setzero_si256(); 8];
+                for n in 0..2 {
+                    let l0 = _mm256_loadu_si256(blk.ql.as_ptr().add(64 * n) as *const __m256i);
+                    let l1 = _mm256_loadu_si256(blk.ql.as_ptr().add(64 * n + 32) as *const __m256i);
+                    let h = _mm256_loadu_si256(blk.qh.as_ptr().add(32 * n) as *const __m256i);
+                    let hi = |x: __m256i| _mm256_slli_epi16(_mm256_and_si256(x, m2), 4);
+                    let q = [
+                        _mm256_or_si256(_mm256_and_si256(l0, m4), hi(h)),
+                        _mm256_or_si256(_mm256_and_si256(l1, m4), hi(_mm256_srli_epi16(h, 2))),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), hi(_mm256_srli_epi16(h, 4))),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), hi(_mm256_srli_epi16(h, 6))),
+                    ];
+                    for t in 0..4 {
+                        wv[4 * n + t] = _mm256_sub_epi8(q[t], off);
+                    }
+                }
+                let mut wabs = [_mm256_setzero_si256(); 8];
+                let mut scv = [_mm256_setzero_si256(); 8];
+                for k in 0..8 {
+                    wabs[k] = _mm256_sign_epi8(wv[k], wv[k]);
+                    // Lanes 0..3 hold the block's first 16 values' dots.
+                    scv[k] = _mm256_set_m128i(_mm_set1_epi32(blk.sc[2 * k + 1] as i32), _mm_set1_epi32(blk.sc[2 * k] as i32));
+                }
+                let d = _mm256_set1_ps(f16_to_f32(blk.d));
+                for j in 0..R {
+                    let o = j * nb + 8 * s;
+                    let mut dots = [_mm256_setzero_si256(); 8];
+                    for k in 0..8 {
+                        let x = load32(a.aq.get_unchecked(o + k));
+                        dots[k] = _mm256_mullo_epi32($dot(wabs[k], _mm256_sign_epi8(x, wv[k])), scv[k]);
+                    }
+                    let ad8 = _mm256_loadu_ps(a.ad.as_ptr().add(o));
+                    acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(d, ad8), _mm256_cvtepi32_ps(reduce8(&dots)), acc[j]);
+                }
+            }
+            for j in 0..R {
+                out[j] = hsum(acc[j]);
+            }
+        }
+    };
+}
+
 q4_1_kernel!(q4_1_avx2, "avx2,fma,f16c", dot_avx2);
 q4_1_kernel!(q4_1_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_vnni);
 q8_0_kernel!(q8_0_avx2, "avx2,fma,f16c", dot_avx2);
 q8_0_kernel!(q8_0_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_vnni);
+q5_0_kernel!(q5_0_avx2, "avx2,fma,f16c", dot_avx2);
+q5_0_kernel!(q5_0_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_vnni);
+kmin_kernel!(q4k_avx2, "avx2,fma,f16c", dot_avx2, BlockQ4K, unpack_q4k);
+kmin_kernel!(q4k_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_vnni, BlockQ4K, unpack_q4k);
+kmin_kernel!(q5k_avx2, "avx2,fma,f16c", dot_avx2, BlockQ5K, unpack_q5k);
+kmin_kernel!(q5k_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_vnni, BlockQ5K, unpack_q5k);
+q6k_kernel!(q6k_avx2, "avx2,fma,f16c", dot_avx2);
+q6k_kernel!(q6k_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_vnni);
