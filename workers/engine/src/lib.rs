@@ -10,12 +10,15 @@ pub mod engine;
 pub mod kernels;
 pub mod llama;
 pub mod par;
+pub mod plan;
 pub mod parity;
 pub mod prefix;
 pub mod protocol;
 pub mod shard;
 pub mod sampling;
 pub mod slice;
+pub mod spm;
+pub mod random_gguf;
 pub mod tokenizer;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -13,7 +13,9 @@ const USAGE: &str = "usage:
   switchyard-engine bench --model PATH.gguf [--streams 1,4,8,16] [--tokens 64] [--prompt-tokens 128] [--threads N]
                           [--device cpu|cuda|metal] [--llama-backend auto|kernels|candle]
   switchyard-engine parity [--model PATH.gguf] [--device auto|cpu|cuda|metal] [--steps 16]
-  switchyard-engine gguf-slice IN.gguf OUT.gguf --layers N";
+  switchyard-engine gguf-slice IN.gguf OUT.gguf --layers N
+  switchyard-engine plan --model PATH.gguf [--budget BYTES] [--batch B --context C] [--json]
+  switchyard-engine gguf-random OUT.gguf --arch llama|qwen2|gemma3 --type q4_k|q5_k|q6_k|q8_0|q5_0|q4_1 [--vocab-from REAL.gguf] [--seed N]";
 
 fn init_threads(threads: Option<usize>) {
     let n = threads
@@ -48,6 +50,24 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("gguf-slice: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if args.first().map(|s| s.as_str()) == Some("plan") {
+        return match switchyard_engine::plan::run(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("plan: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if args.first().map(|s| s.as_str()) == Some("gguf-random") {
+        return match switchyard_engine::random_gguf::run(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gguf-random: {e:#}");
                 ExitCode::FAILURE
             }
         };

@@ -15,6 +15,16 @@ const TOKEN_NORMAL: i32 = 1;
 const TOKEN_UNKNOWN: i32 = 2;
 const TOKEN_CONTROL: i32 = 3;
 const TOKEN_USER_DEFINED: i32 = 4;
+const TOKEN_BYTE: i32 = 6;
+
+/// The vocabulary's kind (`tokenizer.ggml.model`).
+enum Model {
+    /// "gpt2": byte-level BPE with merges.
+    Bpe,
+    /// "llama": SentencePiece-style merges by score with byte fallback
+    /// (`spm.rs`).
+    Spm { scores: Vec<f32>, byte_tokens: Box<[Option<u32>; 256]>, add_space_prefix: bool },
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PreTokenizer {
@@ -50,6 +60,7 @@ pub struct GgufTokenizer {
     pub eog: Vec<u32>,
     pub add_bos: bool,
     chat_env: Option<minijinja::Environment<'static>>,
+    model: Model,
 }
 
 /// GPT-2's reversible byte -> printable char table.
@@ -212,6 +223,11 @@ fn split_gpt2(cpts: &[char], out: &mut Vec<(usize, usize)>) {
     }
 }
 
+/// The byte of a SentencePiece byte token's text, `<0xXX>`.
+fn spm_byte(t: &str) -> Option<u8> {
+    u8::from_str_radix(t.strip_prefix("<0x")?.strip_suffix('>')?, 16).ok()
+}
+
 fn meta<'a>(md: &'a HashMap<String, gguf_file::Value>, key: &str) -> Option<&'a gguf_file::Value> {
     md.get(key)
 }
@@ -219,9 +235,10 @@ fn meta<'a>(md: &'a HashMap<String, gguf_file::Value>, key: &str) -> Option<&'a 
 impl GgufTokenizer {
     pub fn from_gguf(md: &HashMap<String, gguf_file::Value>) -> Result<Self> {
         let model = meta(md, "tokenizer.ggml.model").and_then(|v| v.to_string().ok()).cloned().unwrap_or_default();
-        if model != "gpt2" {
-            bail!("tokenizer model {model:?} is not supported (only GPT-2 style byte-level BPE)");
+        if model != "gpt2" && model != "llama" {
+            bail!("tokenizer model {model:?} is not supported (GPT-2 byte-level BPE, or llama's SentencePiece)");
         }
+        let spm = model == "llama";
         let pre_name = meta(md, "tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).cloned().unwrap_or_default();
         let pre = match pre_name.as_str() {
             "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva" => {
@@ -258,6 +275,8 @@ impl GgufTokenizer {
             let piece = match *ty {
                 TOKEN_CONTROL | TOKEN_UNKNOWN => Vec::new(),
                 TOKEN_USER_DEFINED => t.as_bytes().to_vec(),
+                TOKEN_BYTE if spm => spm_byte(t).map(|b| vec![b]).unwrap_or_default(),
+                _ if spm => t.replace('\u{2581}', " ").into_bytes(),
                 _ => {
                     let mut bytes = Vec::with_capacity(t.len());
                     for c in t.chars() {
@@ -330,7 +349,25 @@ impl GgufTokenizer {
             None => None,
         };
 
+        let model = if spm {
+            let scores: Vec<f32> = match meta(md, "tokenizer.ggml.scores") {
+                Some(v) => v.to_vec()?.iter().map(|t| t.to_f32()).collect::<candle_core::Result<_>>()?,
+                None => vec![0.0; tokens.len()],
+            };
+            let mut byte_tokens = Box::new([None; 256]);
+            for (i, (t, ty)) in tokens.iter().zip(&token_types).enumerate() {
+                if let (TOKEN_BYTE, Some(b)) = (*ty, spm_byte(t)) {
+                    byte_tokens[b as usize] = Some(i as u32);
+                }
+            }
+            let add_space_prefix = meta(md, "tokenizer.ggml.add_space_prefix").and_then(|v| v.to_bool().ok()).unwrap_or(true);
+            Model::Spm { scores, byte_tokens, add_space_prefix }
+        } else {
+            Model::Bpe
+        };
+
         Ok(GgufTokenizer {
+            model,
             tokens,
             token_types,
             pieces,
@@ -448,10 +485,28 @@ impl GgufTokenizer {
             }
             frags = next;
         }
+        // SentencePiece vocabularies may want a space before text that
+        // starts the input or follows a special token (llama.cpp's
+        // add_space_prefix).
+        let mut prev_special = true;
         for f in frags {
             match f {
-                Frag::Token(id) => out.push(id),
-                Frag::Text(t) => self.encode_text(t, &mut out),
+                Frag::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                Frag::Text(t) => {
+                    match &self.model {
+                        Model::Bpe => self.encode_text(t, &mut out),
+                        Model::Spm { scores, byte_tokens, add_space_prefix } => {
+                            let prefix = if *add_space_prefix && prev_special { " " } else { "" };
+                            let text = format!("{prefix}{t}").replace(' ', "\u{2581}");
+                            let vocab = crate::spm::SpmVocab { token_to_id: &self.token_to_id, scores, byte_tokens };
+                            crate::spm::encode(&vocab, &text, &mut out);
+                        }
+                    }
+                    prev_special = false;
+                }
             }
         }
         out

@@ -73,6 +73,9 @@ impl DeviceKv {
 
 impl DeviceModel {
     pub(super) fn load(content: &gguf_file::Content, file: &mut File, cfg: &LlamaConfig, dev: Device) -> Result<Self> {
+        if cfg.arch != super::Arch::Llama {
+            bail!("the {} architecture runs on the CPU kernels only for now (--llama-backend kernels)", cfg.arch.name());
+        }
         if cfg.rope_dims != cfg.head_dim {
             bail!("partial RoPE ({} of {} dims) is not supported on the device path", cfg.rope_dims, cfg.head_dim);
         }
@@ -146,10 +149,10 @@ impl DeviceModel {
         self.weight_bytes
     }
 
-    pub(super) fn set_rope(&mut self, cos: &[f32], sin: &[f32], len: usize) -> Result<()> {
+    pub(super) fn set_rope(&mut self, global: (Vec<f32>, Vec<f32>), _local: Option<(Vec<f32>, Vec<f32>)>, len: usize) -> Result<()> {
         let half = self.cfg.head_dim / 2;
-        self.cos = Tensor::from_slice(cos, (len, half), &self.dev)?;
-        self.sin = Tensor::from_slice(sin, (len, half), &self.dev)?;
+        self.cos = Tensor::from_vec(global.0, (len, half), &self.dev)?;
+        self.sin = Tensor::from_vec(global.1, (len, half), &self.dev)?;
         Ok(())
     }
 

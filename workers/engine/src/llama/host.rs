@@ -11,19 +11,35 @@ use std::ops::Range;
 use anyhow::{bail, Result};
 use candle_core::quantized::gguf_file;
 
-use super::{load_host_matrix, load_vec, LlamaConfig, Scratch, SeqInput, SeqOutput};
-use crate::kernels::{self, quantize_activations, QMatrix};
+use super::{load_host_matrix, load_opt_vec, load_vec, Act, LlamaConfig, Scratch, SeqInput, SeqOutput};
+use crate::kernels::{self, quantize_activations, QMatrix, Stacked};
 use half::f16;
 
 struct Layer {
     attn_norm: Vec<f32>,
     /// q, k and v stacked: one matmul per layer instead of three.
-    wqkv: QMatrix,
+    wqkv: Stacked,
+    /// Their biases, stacked the same way (qwen2).
+    bqkv: Option<Vec<f32>>,
+    /// Per-head RMS norms of q and k, before rope (gemma3).
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
     wo: QMatrix,
+    /// Norms of the attention and FFN outputs before their residual adds
+    /// (gemma3).
+    post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
     /// gate and up stacked.
-    w_gate_up: QMatrix,
+    w_gate_up: Stacked,
     w_down: QMatrix,
+    post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// RoPE cos/sin, `[positions][rope_dims / 2]`.
+#[derive(Default)]
+struct Rope {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
 }
 
 pub(super) struct HostModel {
@@ -39,8 +55,9 @@ pub(super) struct HostModel {
     out_norm: Option<Vec<f32>>,
     /// None when the output head is tied to the token embedding.
     lm_head: Option<QMatrix>,
-    rope_cos: Vec<f32>,
-    rope_sin: Vec<f32>,
+    rope: Rope,
+    /// The sliding-window layers' table, where the model has them.
+    rope_swa: Option<Rope>,
 }
 
 /// One sequence's keys and values on the host, stored as f16 like
@@ -102,13 +119,26 @@ impl HostModel {
             let mut m = |what: &str| load_host_matrix(content, file, &format!("blk.{i}.{what}.weight"));
             let (wq, wk, wv, wo) = (m("attn_q")?, m("attn_k")?, m("attn_v")?, m("attn_output")?);
             let (gate, up, w_down) = (m("ffn_gate")?, m("ffn_up")?, m("ffn_down")?);
+            let attn_norm = load_vec(content, file, &format!("blk.{i}.attn_norm.weight"))?;
+            let ffn_norm = load_vec(content, file, &format!("blk.{i}.ffn_norm.weight"))?;
+            let mut v = |what: &str| load_opt_vec(content, file, &format!("blk.{i}.{what}"));
+            let bqkv = match (v("attn_q.bias")?, v("attn_k.bias")?, v("attn_v.bias")?) {
+                (Some(q), Some(k), Some(vb)) => Some([q, k, vb].concat()),
+                (None, None, None) => None,
+                _ => bail!("block {i} has biases on some of q, k and v only"),
+            };
             layers.push(Layer {
-                attn_norm: load_vec(content, file, &format!("blk.{i}.attn_norm.weight"))?,
-                wqkv: QMatrix::concat_rows(vec![wq, wk, wv]).packed(),
+                attn_norm,
+                wqkv: Stacked::new(vec![wq, wk, wv]),
+                bqkv,
+                q_norm: v("attn_q_norm.weight")?,
+                k_norm: v("attn_k_norm.weight")?,
                 wo: wo.packed(),
-                ffn_norm: load_vec(content, file, &format!("blk.{i}.ffn_norm.weight"))?,
-                w_gate_up: QMatrix::concat_rows(vec![gate, up]).packed(),
+                post_attn_norm: v("post_attention_norm.weight")?,
+                ffn_norm,
+                w_gate_up: Stacked::new(vec![gate, up]),
                 w_down: w_down.packed(),
+                post_ffn_norm: v("post_ffw_norm.weight")?,
             });
         }
         let out_norm = if last { Some(load_vec(content, file, "output_norm.weight")?) } else { None };
@@ -127,8 +157,8 @@ impl HostModel {
             tok_embd,
             out_norm,
             lm_head,
-            rope_cos: Vec::new(),
-            rope_sin: Vec::new(),
+            rope: Rope::default(),
+            rope_swa: None,
         })
     }
 
@@ -138,7 +168,8 @@ impl HostModel {
             + self.out_norm.as_ref().map_or(0, |v| v.len() * 4);
         for l in &self.layers {
             bytes += l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes();
-            bytes += (l.attn_norm.len() + l.ffn_norm.len()) * 4;
+            let vecs = [&l.bqkv, &l.q_norm, &l.k_norm, &l.post_attn_norm, &l.post_ffn_norm];
+            bytes += (l.attn_norm.len() + l.ffn_norm.len() + vecs.iter().map(|v| v.as_ref().map_or(0, |v| v.len())).sum::<usize>()) * 4;
         }
         bytes as u64
     }
@@ -156,22 +187,28 @@ impl HostModel {
         )
     }
 
-    pub(super) fn set_rope(&mut self, cos: Vec<f32>, sin: Vec<f32>) {
-        self.rope_cos = cos;
-        self.rope_sin = sin;
+    pub(super) fn set_rope(&mut self, global: (Vec<f32>, Vec<f32>), local: Option<(Vec<f32>, Vec<f32>)>) {
+        self.rope = Rope { cos: global.0, sin: global.1 };
+        self.rope_swa = local.map(|(cos, sin)| Rope { cos, sin });
     }
 
-    /// Adjacent-pair rotation (ggml's "normal" rope, which llama GGUFs use:
-    /// the converter permutes q/k weights for it).
-    fn rope(&self, x: &mut [f32], pos: usize) {
+    /// Rotates every head of `x` for position `pos` in layer `layer`:
+    /// adjacent pairs (ggml's "normal" rope, which llama GGUFs use: the
+    /// converter permutes q/k weights for it) or (i, i + dims/2) pairs (NeoX).
+    fn rope(&self, x: &mut [f32], pos: usize, layer: usize) {
         let half = self.cfg.rope_dims / 2;
-        let cos = &self.rope_cos[pos * half..(pos + 1) * half];
-        let sin = &self.rope_sin[pos * half..(pos + 1) * half];
+        let table = match &self.rope_swa {
+            Some(t) if self.cfg.is_swa(layer) => t,
+            _ => &self.rope,
+        };
+        let cos = &table.cos[pos * half..(pos + 1) * half];
+        let sin = &table.sin[pos * half..(pos + 1) * half];
         for head in x.chunks_exact_mut(self.cfg.head_dim) {
             for i in 0..half {
-                let (x0, x1) = (head[2 * i], head[2 * i + 1]);
-                head[2 * i] = x0 * cos[i] - x1 * sin[i];
-                head[2 * i + 1] = x0 * sin[i] + x1 * cos[i];
+                let (a, b) = if self.cfg.rope_neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * cos[i] - x1 * sin[i];
+                head[b] = x0 * sin[i] + x1 * cos[i];
             }
         }
     }
@@ -185,6 +222,11 @@ impl HostModel {
         // Token ids were checked against the vocabulary by LlamaModel.
         for (i, &t) in tokens.iter().enumerate() {
             tok_embd.dequantize_row(t as usize, &mut x[i * h..(i + 1) * h]);
+        }
+        if self.cfg.embed_scale != 1.0 {
+            for v in x.iter_mut() {
+                *v *= self.cfg.embed_scale;
+            }
         }
         Ok(())
     }
@@ -213,7 +255,7 @@ impl HostModel {
         gu.resize(m * 2 * f, 0.0);
         hbuf.resize(m * f, 0.0);
         let group = cfg.n_heads / cfg.n_kv_heads;
-        let scale = 1.0 / (cfg.head_dim as f32).sqrt();
+        let scale = cfg.attn_scale;
         let hd = cfg.head_dim;
 
         let first = self.range.start;
@@ -223,15 +265,24 @@ impl HostModel {
                 kernels::rms_norm(&x[r * h..(r + 1) * h], &layer.attn_norm, cfg.eps, &mut xn[r * h..(r + 1) * h]);
             }
             quantize_activations(xn, h, act);
-            kernels::matmul(&layer.wqkv, act, qkv);
+            kernels::matmul_stacked(&layer.wqkv, act, qkv);
             // Rope and cache writes for every row first: a prompt chunk's
             // rows attend to the keys of the rows before them.
             for (r, &(seq, pos)) in rows.iter().enumerate() {
                 let row = &mut qkv[r * qkv_w..(r + 1) * qkv_w];
+                if let Some(b) = &layer.bqkv {
+                    for (x, b) in row.iter_mut().zip(b) {
+                        *x += b;
+                    }
+                }
                 let (q, kv) = row.split_at_mut(qd);
-                self.rope(q, pos);
                 let (k, v) = kv.split_at_mut(kvd);
-                self.rope(k, pos);
+                if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                    head_norms(q, qn, cfg.eps);
+                    head_norms(k, kn, cfg.eps);
+                }
+                self.rope(q, pos, li);
+                self.rope(k, pos, li);
                 let cache = &mut caches[seq];
                 let stride = cache.stride;
                 for (c, &kc) in k.iter().enumerate() {
@@ -260,7 +311,8 @@ impl HostModel {
                     // SAFETY: each task writes only its own heads of row r.
                     let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(r * qd + heads.start), heads.len()) };
                     let kt = &c.k[ci][kvh * hd * c.stride..(kvh + 1) * hd * c.stride];
-                    attend_group(q, hd, kt, c.stride, &c.v[ci], kvd, kvh * hd, pos + 1, scale, oh);
+                    let span = cfg.first_visible(li, pos)..pos + 1;
+                    attend_group(q, hd, kt, c.stride, &c.v[ci], kvd, kvh * hd, span, scale, cfg.attn_softcap, oh);
                 };
                 // Attention is cheap next to the matmuls at short contexts;
                 // fork only when there is enough of it to pay for the threads.
@@ -273,14 +325,13 @@ impl HostModel {
             }
             quantize_activations(attn, qd, act);
             kernels::matmul(&layer.wo, act, tmp);
-            for (xv, t) in x.iter_mut().zip(tmp.iter()) {
-                *xv += t;
-            }
+            add_residual(x, tmp, layer.post_attn_norm.as_deref(), h, cfg.eps);
             for r in 0..m {
                 kernels::rms_norm(&x[r * h..(r + 1) * h], &layer.ffn_norm, cfg.eps, &mut xn[r * h..(r + 1) * h]);
             }
             quantize_activations(xn, h, act);
-            kernels::matmul(&layer.w_gate_up, act, gu);
+            kernels::matmul_stacked(&layer.w_gate_up, act, gu);
+            let act_fn = cfg.act;
             {
                 // SiLU(gate) * up: m * ffn exps, the largest elementwise
                 // job of the layer, so it is split across the pool in
@@ -296,17 +347,24 @@ impl HostModel {
                     let p = hp;
                     // SAFETY: tasks write disjoint ranges of hbuf.
                     let o = unsafe { std::slice::from_raw_parts_mut(p.0.add(r * f + c0), c1 - c0) };
-                    for ((o, &gv), &uv) in o.iter_mut().zip(g).zip(u) {
-                        *o = gv / (1.0 + (-gv).exp()) * uv;
+                    match act_fn {
+                        Act::Silu => {
+                            for ((o, &gv), &uv) in o.iter_mut().zip(g).zip(u) {
+                                *o = gv / (1.0 + (-gv).exp()) * uv;
+                            }
+                        }
+                        Act::GeluTanh => {
+                            for ((o, &gv), &uv) in o.iter_mut().zip(g).zip(u) {
+                                *o = gelu_tanh(gv) * uv;
+                            }
+                        }
                     }
                 };
                 crate::par::pool().run(m * per_row, &task);
             }
             quantize_activations(hbuf, f, act);
             kernels::matmul(&layer.w_down, act, tmp);
-            for (xv, t) in x.iter_mut().zip(tmp.iter()) {
-                *xv += t;
-            }
+            add_residual(x, tmp, layer.post_ffn_norm.as_deref(), h, cfg.eps);
             capture(li + 1, x);
         }
     }
@@ -325,6 +383,11 @@ impl HostModel {
         quantize_activations(xn, h, act);
         logits.resize(select.len() * w.rows, 0.0);
         kernels::matmul(w, act, logits);
+        if let Some(cap) = self.cfg.final_softcap {
+            for l in logits.iter_mut() {
+                *l = cap * (*l / cap).tanh();
+            }
+        }
         if w.rows != self.cfg.vocab {
             // Some files pad the embedding; keep exactly `vocab` logits per row.
             let v = self.cfg.vocab;
@@ -427,14 +490,61 @@ impl HostModel {
 /// Values per SiLU task (see `run_blocks`).
 const SILU_CHUNK: usize = 256;
 
+/// GELU, tanh approximation (what ggml_gelu computes).
+#[inline]
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+}
+
+/// RMS norm of each head of `x` (heads of `w.len()` values) in place.
+fn head_norms(x: &mut [f32], w: &[f32], eps: f32) {
+    let mut tmp = vec![0f32; w.len()];
+    for head in x.chunks_exact_mut(w.len()) {
+        kernels::rms_norm(head, w, eps, &mut tmp);
+        head.copy_from_slice(&tmp);
+    }
+}
+
+/// x += out, with `out` RMS-normed per row first where the block has a
+/// post-norm.
+fn add_residual(x: &mut [f32], out: &mut [f32], post_norm: Option<&[f32]>, h: usize, eps: f32) {
+    if let Some(w) = post_norm {
+        let mut tmp = vec![0f32; h];
+        for row in out.chunks_exact_mut(h) {
+            kernels::rms_norm(row, w, eps, &mut tmp);
+            row.copy_from_slice(&tmp);
+        }
+    }
+    for (xv, t) in x.iter_mut().zip(out.iter()) {
+        *xv += t;
+    }
+}
+
 /// The query heads in `q` (`[heads][hd]`, all sharing one KV head) over
-/// positions 0..n: scores against the transposed keys `kt`
+/// positions `span` (0..n, or a sliding window's lo..n): scores against the transposed keys `kt`
 /// (`[hd][stride]`), softmax, then the weighted sum of the value rows
 /// (`vc[p * kvd + voff ..][..hd]`) into `out` (`[heads][hd]`). Heads go
 /// through the kernels three at a time, each key and value row loaded once
 /// for the three.
 #[allow(clippy::too_many_arguments)]
-fn attend_group(q: &[f32], hd: usize, kt: &[f16], stride: usize, vc: &[f16], kvd: usize, voff: usize, n: usize, scale: f32, out: &mut [f32]) {
+fn attend_group(
+    q: &[f32],
+    hd: usize,
+    kt: &[f16],
+    stride: usize,
+    vc: &[f16],
+    kvd: usize,
+    voff: usize,
+    span: Range<usize>,
+    scale: f32,
+    softcap: Option<f32>,
+    out: &mut [f32],
+) {
+    let (lo, n) = (span.start, span.end);
+    // Score blocks start on a multiple of 16; positions lo16..lo are
+    // computed and left out.
+    let lo16 = lo / 16 * 16;
     let heads = q.len() / hd;
     SCORES.with(|cell| {
         let mut scores = cell.borrow_mut();
@@ -448,14 +558,19 @@ fn attend_group(q: &[f32], hd: usize, kt: &[f16], stride: usize, vc: &[f16], kvd
         for h0 in (0..heads).step_by(3) {
             let hs = (heads - h0).min(3);
             let qs = &q[h0 * hd..(h0 + hs) * hd];
-            for p0 in (0..n16).step_by(16) {
+            for p0 in (lo16..n16).step_by(16) {
                 // SAFETY: p0 + 16 <= n16 <= stride, kt holds hd * stride,
                 // scores holds heads * n16 (asserted / resized above).
                 unsafe { kernels::scores16_heads(qs, hd, kt.as_ptr(), stride, p0, scale, scores.as_mut_ptr().add(h0 * n16 + p0), n16) };
             }
         }
         for h in 0..heads {
-            let s = &mut scores[h * n16..h * n16 + n];
+            let s = &mut scores[h * n16 + lo..h * n16 + n];
+            if let Some(cap) = softcap {
+                for v in s.iter_mut() {
+                    *v = cap * (*v / cap).tanh();
+                }
+            }
             let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
             let mut sum = 0f32;
             for sc in s.iter_mut() {
@@ -478,10 +593,10 @@ fn attend_group(q: &[f32], hd: usize, kt: &[f16], stride: usize, vc: &[f16], kvd
                     unsafe {
                         kernels::weighted_values64(
                             hs,
-                            scores.as_ptr().add(h0 * n16),
+                            scores.as_ptr().add(h0 * n16 + lo),
                             n16,
-                            n,
-                            vc.as_ptr(),
+                            n - lo,
+                            vc.as_ptr().add(lo * kvd),
                             kvd,
                             voff + dc * 64,
                             out.as_mut_ptr().add(h0 * hd + dc * 64),
@@ -495,7 +610,7 @@ fn attend_group(q: &[f32], hd: usize, kt: &[f16], stride: usize, vc: &[f16], kvd
             let mut v = vec![0f32; hd];
             for h in 0..heads {
                 let o = &mut out[h * hd..(h + 1) * hd];
-                for (j, &w) in scores[h * n16..h * n16 + n].iter().enumerate() {
+                for (j, &w) in scores[h * n16 + lo..h * n16 + n].iter().enumerate().map(|(j, w)| (j + lo, w)) {
                     for (x, y) in v.iter_mut().zip(&vc[j * kvd + voff..j * kvd + voff + hd]) {
                         *x = y.to_f32();
                     }

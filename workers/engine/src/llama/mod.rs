@@ -25,8 +25,53 @@ use candle_core::Device;
 use crate::kernels::{self, QActs, QMatrix};
 use crate::tokenizer::GgufTokenizer;
 
+/// The decoder architectures the engine runs, from `general.architecture`.
+/// They share one forward (`host.rs`, `device.rs`); what differs is in
+/// `LlamaConfig`: the rope layout, q/k/v biases, per-head q/k norms, norms
+/// after attention and the FFN, the FFN's activation, an embedding scale,
+/// sliding-window layers and soft-capping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    /// Qwen2 / Qwen2.5: llama's blocks with biases on q, k and v and
+    /// NeoX-style rope.
+    Qwen2,
+    /// Gemma 3: q/k RMS norms per head, norms after attention and the FFN,
+    /// GeGLU, embeddings scaled by sqrt(hidden), and five sliding-window
+    /// layers (their own rope base) to one global layer.
+    Gemma3,
+}
+
+impl Arch {
+    pub fn from_name(name: &str) -> Result<Arch> {
+        Ok(match name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "gemma3" => Arch::Gemma3,
+            other => bail!("architecture {other:?} is not supported (llama, qwen2, gemma3)"),
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+}
+
+/// The FFN's gate activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// SwiGLU: silu(gate) * up.
+    Silu,
+    /// GeGLU with GELU's tanh approximation (ggml's `ggml_gelu`).
+    GeluTanh,
+}
+
 #[derive(Clone, Debug)]
 pub struct LlamaConfig {
+    pub arch: Arch,
     pub n_layers: usize,
     pub hidden: usize,
     pub n_heads: usize,
@@ -39,9 +84,75 @@ pub struct LlamaConfig {
     pub eps: f32,
     /// Context length the model was trained for (GGUF `context_length`).
     pub train_ctx: usize,
+    /// Rope rotates (i, i + dims/2) pairs (NeoX; qwen2, gemma3) instead of
+    /// adjacent pairs (llama, whose converter permutes q/k for it).
+    pub rope_neox: bool,
+    /// Positions are multiplied by this before rope (linear rope scaling,
+    /// global layers only; 1 for none).
+    pub rope_scale: f32,
+    /// Sliding-window layers: keys at most `window - 1` positions back are
+    /// seen, and rope uses `rope_base_swa`. `swa[l]` says which layers.
+    pub window: Option<usize>,
+    pub swa: Vec<bool>,
+    pub rope_base_swa: f32,
+    /// Scale of q·k before softmax.
+    pub attn_scale: f32,
+    /// Embeddings multiplied by this (gemma: sqrt(hidden)).
+    pub embed_scale: f32,
+    pub act: Act,
+    /// tanh soft-capping of attention scores / final logits, where the
+    /// GGUF gives one (`cap * tanh(x / cap)`).
+    pub attn_softcap: Option<f32>,
+    pub final_softcap: Option<f32>,
 }
 
 impl LlamaConfig {
+    /// Hyperparameters from `{arch}.*` metadata, with each architecture's
+    /// defaults where llama.cpp has them.
+    pub fn from_gguf(content: &gguf_file::Content, arch: Arch, vocab: usize) -> Result<LlamaConfig> {
+        let a = arch.name();
+        let key = |k: &str| format!("{a}.{k}");
+        let u = |k: &str| -> Result<usize> { Ok(metadata(content, &key(k))?.to_u32()? as usize) };
+        let f = |k: &str| -> Option<f32> { content.metadata.get(&key(k)).and_then(|v| v.to_f32().ok()) };
+        let n_heads = u("attention.head_count")?;
+        let hidden = u("embedding_length")?;
+        let head_dim = u("attention.key_length").unwrap_or(hidden / n_heads);
+        let n_layers = u("block_count")?;
+        let gemma = arch == Arch::Gemma3;
+        let window = if gemma { u("attention.sliding_window").ok() } else { None };
+        // llama.cpp's gemma3 pattern: every 6th layer global, the rest local.
+        let swa = (0..n_layers).map(|l| window.is_some() && l % 6 < 5).collect();
+        let rope_scale = match (content.metadata.get(&key("rope.scaling.type")).and_then(|v| v.to_string().ok()), f("rope.scaling.factor")) {
+            (Some(t), Some(fct)) if t == "linear" && fct > 0.0 => 1.0 / fct,
+            _ => 1.0,
+        };
+        let cfg = LlamaConfig {
+            arch,
+            n_layers,
+            hidden,
+            n_heads,
+            n_kv_heads: u("attention.head_count_kv").unwrap_or(n_heads),
+            head_dim,
+            ffn: u("feed_forward_length")?,
+            vocab,
+            rope_base: f("rope.freq_base").unwrap_or(if gemma { 1_000_000.0 } else { 10000.0 }),
+            rope_dims: u("rope.dimension_count").unwrap_or(head_dim),
+            eps: f("attention.layer_norm_rms_epsilon").context("GGUF metadata attention.layer_norm_rms_epsilon missing")?,
+            train_ctx: u("context_length").unwrap_or(4096),
+            rope_neox: arch != Arch::Llama,
+            rope_scale,
+            window,
+            swa,
+            rope_base_swa: 10000.0,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            embed_scale: if gemma { (hidden as f32).sqrt() } else { 1.0 },
+            act: if gemma { Act::GeluTanh } else { Act::Silu },
+            attn_softcap: f("attn_logit_softcapping").filter(|c| *c > 0.0),
+            final_softcap: f("final_logit_softcapping").filter(|c| *c > 0.0),
+        };
+        Ok(cfg)
+    }
+
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
     }
@@ -49,16 +160,31 @@ impl LlamaConfig {
         self.n_kv_heads * self.head_dim
     }
 
+    /// Whether layer `l` is a sliding-window layer.
+    pub fn is_swa(&self, l: usize) -> bool {
+        self.window.is_some() && self.swa.get(l).copied().unwrap_or(false)
+    }
+
+    /// The first key position a query at `pos` sees in layer `l`.
+    pub fn first_visible(&self, l: usize, pos: usize) -> usize {
+        match self.window {
+            Some(w) if self.is_swa(l) => (pos + 1).saturating_sub(w),
+            _ => 0,
+        }
+    }
+
     /// RoPE cos/sin for positions < `len`, `[len][rope_dims / 2]`, computed
     /// the way ggml does (theta multiplied down in f32, so values match
-    /// llama.cpp's closely). Both executors use these same tables.
-    fn rope_tables(&self, len: usize) -> (Vec<f32>, Vec<f32>) {
+    /// llama.cpp's closely). Both executors use these same tables; `swa`
+    /// gives the sliding-window layers' table (their own base, no scaling).
+    fn rope_tables(&self, len: usize, swa: bool) -> (Vec<f32>, Vec<f32>) {
         let half = self.rope_dims / 2;
-        let theta_scale = self.rope_base.powf(-2.0 / self.rope_dims as f32);
+        let (base, scale) = if swa { (self.rope_base_swa, 1.0) } else { (self.rope_base, self.rope_scale) };
+        let theta_scale = base.powf(-2.0 / self.rope_dims as f32);
         let mut cos = vec![0f32; len * half];
         let mut sin = vec![0f32; len * half];
         for p in 0..len {
-            let mut theta = p as f32;
+            let mut theta = p as f32 * scale;
             for i in 0..half {
                 cos[p * half + i] = theta.cos();
                 sin[p * half + i] = theta.sin();
@@ -200,13 +326,18 @@ fn metadata<'a>(c: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::V
 fn ggml_name(dt: GgmlDType) -> &'static str {
     match dt {
         GgmlDType::Q4_1 => "q4_1",
+        GgmlDType::Q5_0 => "q5_0",
         GgmlDType::Q8_0 => "q8_0",
+        GgmlDType::Q4K => "q4_k",
+        GgmlDType::Q5K => "q5_k",
+        GgmlDType::Q6K => "q6_k",
         _ => "other",
     }
 }
 
-/// A GGUF matrix as a host `QMatrix`: Q4_1 and Q8_0 kept as stored, anything
-/// else requantized to Q8_0. SWITCHYARD_REQUANT=q8_0 turns every matrix into
+/// A GGUF matrix as a host `QMatrix`: Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K
+/// kept as stored, anything else (f32, f16, other quantizations)
+/// requantized to Q8_0. SWITCHYARD_REQUANT=q8_0 turns every matrix into
 /// Q8_0 (for comparing numerics).
 fn load_host_matrix(content: &gguf_file::Content, file: &mut File, name: &str) -> Result<QMatrix> {
     let force_q8 = std::env::var("SWITCHYARD_REQUANT").map(|v| v == "q8_0").unwrap_or(false);
@@ -226,6 +357,14 @@ fn load_host_matrix(content: &gguf_file::Content, file: &mut File, name: &str) -
     }
     let values = qt.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
     Ok(QMatrix::quantize_q8_0(&values, rows, cols))
+}
+
+/// A GGUF vector (norm weights, biases) as f32, None when the file has none.
+fn load_opt_vec(content: &gguf_file::Content, file: &mut File, name: &str) -> Result<Option<Vec<f32>>> {
+    if !content.tensor_infos.contains_key(name) {
+        return Ok(None);
+    }
+    load_vec(content, file, name).map(Some)
 }
 
 /// A GGUF vector (norm weights) as f32.
@@ -275,29 +414,10 @@ impl LlamaModel {
     pub fn load_layers(path: &Path, backend: Backend, layers: Option<Range<usize>>) -> Result<Self> {
         let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
         let content = gguf_file::Content::read(&mut file).with_context(|| format!("reading GGUF {}", path.display()))?;
-        let arch = metadata(&content, "general.architecture")?.to_string()?.clone();
-        if arch != "llama" {
-            bail!("architecture {arch:?} is not supported (llama only)");
-        }
-        let u = |k: &str| -> Result<usize> { Ok(metadata(&content, &format!("llama.{k}"))?.to_u32()? as usize) };
-        let n_heads = u("attention.head_count")?;
-        let hidden = u("embedding_length")?;
-        let head_dim = hidden / n_heads;
+        let arch = Arch::from_name(metadata(&content, "general.architecture")?.to_string()?)?;
         let tokenizer = GgufTokenizer::from_gguf(&content.metadata)?;
-        let cfg = LlamaConfig {
-            n_layers: u("block_count")?,
-            hidden,
-            n_heads,
-            n_kv_heads: u("attention.head_count_kv").unwrap_or(n_heads),
-            head_dim,
-            ffn: u("feed_forward_length")?,
-            vocab: tokenizer.vocab_size(),
-            rope_base: metadata(&content, "llama.rope.freq_base").and_then(|v| Ok(v.to_f32()?)).unwrap_or(10000.0),
-            rope_dims: u("rope.dimension_count").unwrap_or(head_dim),
-            eps: metadata(&content, "llama.attention.layer_norm_rms_epsilon")?.to_f32()?,
-            train_ctx: u("context_length").unwrap_or(4096),
-        };
-        if cfg.n_heads % cfg.n_kv_heads != 0 || cfg.rope_dims > head_dim || cfg.rope_dims % 2 != 0 {
+        let cfg = LlamaConfig::from_gguf(&content, arch, tokenizer.vocab_size())?;
+        if cfg.n_heads % cfg.n_kv_heads != 0 || cfg.rope_dims > cfg.head_dim || cfg.rope_dims % 2 != 0 {
             bail!("unsupported head layout: {cfg:?}");
         }
         let nl = cfg.n_layers;
@@ -340,10 +460,11 @@ impl LlamaModel {
         if len <= self.rope_len {
             return Ok(());
         }
-        let (cos, sin) = self.cfg.rope_tables(len);
+        let global = self.cfg.rope_tables(len, false);
+        let local = self.cfg.window.map(|_| self.cfg.rope_tables(len, true));
         match &mut self.exec {
-            Exec::Host(h) => h.set_rope(cos, sin),
-            Exec::Device(d) => d.set_rope(&cos, &sin, len)?,
+            Exec::Host(h) => h.set_rope(global, local),
+            Exec::Device(d) => d.set_rope(global, local, len)?,
         }
         self.rope_len = len;
         Ok(())

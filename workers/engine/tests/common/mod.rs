@@ -212,3 +212,14 @@ pub fn embedding_inputs(n: usize) -> Vec<String> {
         })
         .collect()
 }
+
+/// Gemma 3 270M in Q4_K_M, where the agent fetches it (`gemma-3-270m`).
+pub fn gemma3_path() -> PathBuf {
+    let p = switchyard_engine::models_dir().join("gemma-3-270m/gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        p.exists(),
+        "model file {} is missing: fetch it first (switchyard worker --model gemma-3-270m downloads it) or point SWITCHYARD_MODELS_DIR at it",
+        p.display()
+    );
+    p
+}
