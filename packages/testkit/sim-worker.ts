@@ -162,6 +162,8 @@ export class SimWorker {
   inFlight = 0;
   /** Requests served, by path. */
   readonly served = new Map<string, number>();
+  /** The W3C traceparent of every request served that carried one (the router's attempt span). */
+  readonly traceparents: string[] = [];
   /** Requests whose client (the router) went away before the response ended. */
   aborted = 0;
   lastRequestHeaders: IncomingMessage["headers"] | undefined;
@@ -271,6 +273,8 @@ export class SimWorker {
     const path = req.url ?? "";
     this.lastBody = body;
     this.served.set(path, (this.served.get(path) ?? 0) + 1);
+    const traceparent = req.headers.traceparent;
+    if (typeof traceparent === "string") this.traceparents.push(traceparent);
     this.inFlight++;
     let closed = false;
     res.on("close", () => {

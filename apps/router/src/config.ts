@@ -354,6 +354,20 @@ export const configSchema = z.object({
       maxConversationBytes: z.number().int().positive().default(4 * 1024 * 1024),
     })
     .prefault({}),
+  /** OpenTelemetry traces (docs/TELEMETRY.md): off, and the SDK not even loaded, unless otlpEndpoint is set. */
+  telemetry: z
+    .object({
+      /** OTLP/HTTP collector base URL (traces go to <url>/v1/traces), e.g. http://otel-collector:4318. */
+      otlpEndpoint: z.url({ protocol: /^https?$/ }).optional(),
+      /** Extra headers on every export (a collector's API key), env: JSON map. */
+      headers: z.record(z.string(), z.string()).default({}),
+      serviceName: z.string().min(1).default("switchyard-router"),
+      /** Share of traces started here that are kept (a caller's sampled flag always wins). */
+      sampleRatio: z.number().min(0).max(1).default(1),
+      /** How long spans wait to be exported in a batch. */
+      exportIntervalMs: z.number().int().min(10).max(60_000).default(1_000),
+    })
+    .prefault({}),
   /**
    * Per-tenant and per-key rate limits (docs/LIMITS.md). The limits
    * themselves are rows set with `switchyard limits set`; routers count

@@ -14,6 +14,7 @@ import type { LeaseService } from "./leases/service.ts";
 import type { StartupSummary } from "./observability/summary.ts";
 import type { RateLimiter } from "./ratelimit/limiter.ts";
 import type { ResponseStore } from "@switchyard/state";
+import type { Span, Tracing } from "./observability/tracing.ts";
 
 export interface Readiness {
   redis: boolean;
@@ -35,6 +36,8 @@ export interface AppDeps {
   readiness: () => Promise<Readiness>;
   /** Admission control: priority bands and fair queues in front of the worker pools (absent: none). */
   admission?: AdmissionGate;
+  /** OpenTelemetry traces (absent: telemetry off, no SDK loaded). */
+  tracing?: Tracing;
   /** Per-tenant and per-key rate limits (absent: none). */
   rateLimiter?: RateLimiter;
   /** Stored /v1/responses answers, shared by every router (Redis); absent: kept in this app's memory. */
@@ -58,6 +61,8 @@ export type AppEnv = {
     route: string;
     /** The answer is an SSE stream (its duration is observed when it ends). */
     streaming: boolean;
+    /** The request's root span (only while tracing: read it with `?? noSpan`). */
+    span: Span;
     /** The JSON body as the route's schema parsed it (middleware.ts jsonBody). */
     body: unknown;
   };

@@ -7,6 +7,7 @@ import type { z } from "zod";
 import { ApiError } from "./errors.ts";
 import type { AppDeps, AppEnv } from "./deps.ts";
 import { markAuth, markBody } from "./openapi/marks.ts";
+import type { Span } from "./observability/tracing.ts";
 
 const clientIdPattern = /^[A-Za-z0-9._:-]{8,128}$/;
 
@@ -44,8 +45,11 @@ export function requestContext(deps: AppDeps): MiddlewareHandler<AppEnv> {
     // Responses built by the relay carry the id themselves.
     c.header("x-request-id", requestId);
     if (clientId) c.header("x-client-request-id", clientId);
+    const span = deps.tracing?.request(`${c.req.method} ${c.get("route")}`, c.req.header("traceparent"), { "http.request.method": c.req.method, "http.route": c.get("route"), "switchyard.request_id": requestId });
+    if (span) c.set("span", span);
     await next();
     const status = c.res.status;
+    if (span) endRequestSpan(c, span, status);
     deps.metrics.requests.inc({ route: c.get("route"), status: String(status) });
     const streaming = c.get("streaming") === true;
     if (!streaming) deps.metrics.duration.observe({ route: c.get("route") }, (performance.now() - startedAt) / 1000);
@@ -59,6 +63,15 @@ export function requestContext(deps: AppDeps): MiddlewareHandler<AppEnv> {
       ...(streaming ? { streaming: true } : {}),
     });
   };
+}
+
+/** The root span ends with the answer: when a stream's last byte is written, not when its headers are. */
+function endRequestSpan(c: Context<AppEnv>, span: Span, status: number): void {
+  span.set({ "http.response.status_code": status });
+  if (status >= 500) span.fail(`status ${status}`);
+  const out = c.env?.outgoing;
+  if (out && !out.writableFinished) out.once("close", () => span.end());
+  else span.end();
 }
 
 /**

@@ -58,6 +58,7 @@ import { LeaseService } from "./leases/service.ts";
 import { redactedHost, startupSummary } from "./observability/summary.ts";
 import { PostgresRateLimits } from "./ratelimit/limits.ts";
 import { RateLimiter } from "./ratelimit/limiter.ts";
+import { startTracing } from "./observability/tracing.ts";
 import { ConfigError } from "./config.ts";
 
 export interface RouterHandle {
@@ -370,8 +371,11 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   // Draining (close()): /readyz says so at once; `shutdown` ends the requests still running once router.drainMs has passed.
   let draining = false;
   const shutdown = new AbortController();
+  // Telemetry: the OpenTelemetry SDK is loaded only when telemetry.otlpEndpoint is set.
+  const tracing = await startTracing(config.telemetry, log);
   const deps: AppDeps = {
     config,
+    ...(tracing ? { tracing } : {}),
     keys: new KeyResolver(keyStore, config.router.keyCacheMs),
     directory,
     chain,
@@ -467,6 +471,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       await ledger.close();
       await connections.close();
       await Promise.all(closers.map((c) => c()));
+      await tracing?.shutdown();
       if (redis) redis.disconnect();
       if (!opts.db) await db.close();
       if (embedded) await embedded.stop();

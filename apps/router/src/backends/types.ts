@@ -20,6 +20,8 @@ export interface BackendRequest {
 /** What a backend is told about the request it is sent: only its id (x-request-id upstream). */
 export interface AttemptCall {
   requestId: string;
+  /** W3C traceparent of this attempt's span, while tracing: workers get it (and name their engine job by its span id). */
+  traceparent?: string;
 }
 
 /** Why an attempt failed; `retryable` failures may move to the next candidate. */

@@ -17,6 +17,8 @@ import { clientRequestId, clientSignal } from "../middleware.ts";
 import type { RelayContext } from "../relay/context.ts";
 import { dispatch } from "../relay/dispatch.ts";
 import type { RateTicket } from "../ratelimit/limiter.ts";
+import { requestTrace, stage, traced } from "./trace.ts";
+import type { Span } from "../observability/tracing.ts";
 import type { Resolution } from "../routing/chain.ts";
 import { CACHE_SCOPE_FIELD, requestClass, type RequestClass } from "../routing/request-class.ts";
 import { withPrefixName } from "../routing/scorer.ts";
@@ -51,6 +53,7 @@ export class InferencePipeline {
   private readonly tenant: KeyOwner;
   private place: PoolPlace | undefined;
   private rate: RateTicket | undefined;
+  private readonly trace: Span | undefined;
 
   constructor(
     private readonly c: Context<AppEnv>,
@@ -60,18 +63,19 @@ export class InferencePipeline {
     private readonly opts: InferenceOptions = {},
   ) {
     this.tenant = c.get("tenant");
+    this.trace = requestTrace(c);
   }
 
   async run(): Promise<Response> {
     // One output limit, before the budget hold and before any upstream sees the body.
     normalizeMaxOutput(this.path, this.body);
     await this.limit();
-    await this.admit().catch((err: unknown) => {
+    await stage(this.trace, "admission", () => this.admit()).catch((err: unknown) => {
       this.rate?.settle(undefined);
       throw err;
     });
     try {
-      const { resolution, cls, leased } = await this.resolve();
+      const { resolution, cls, leased } = await stage(this.trace, "routing", () => this.resolve());
       const stripUsage = this.askForUsage();
       const tab = this.hold();
       const result = await this.attempt(leased, resolution, cls, tab, stripUsage);
@@ -176,7 +180,7 @@ export class InferencePipeline {
     return dispatch(
       leased.backends,
       { path: this.path, body, stream: body.stream === true, ...(raw ? { raw } : {}), ...(leased.fencingToken !== undefined ? { fencingToken: leased.fencingToken } : {}) },
-      {
+      traced(this.trace, {
         requestId: c.get("requestId"),
         deadlines: deps.config.deadlines,
         signal: clientSignal(c),
@@ -199,7 +203,7 @@ export class InferencePipeline {
           this.rate?.settle(o.usage, o.firstTokenAt !== undefined || (o.chunks ?? 0) > 0);
           tab.settle(o);
         },
-      },
+      }),
     );
   }
 

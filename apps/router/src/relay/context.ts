@@ -10,6 +10,8 @@ import type { AttemptReporter } from "../routing/scorer.ts";
 
 export interface RelayContext {
   requestId: string;
+  /** While tracing: the traceparent of the attempt now running (set as each attempt starts, pipeline/trace.ts). */
+  traceparent?: string;
   deadlines: Deadlines;
   /** Aborted when the client goes away or the total deadline passes. */
   signal: AbortSignal;

@@ -6,6 +6,7 @@ import { FinishReason, type TokenLogprobs } from "@switchyard/proto/switchyard/e
 import type { GenerateEngine } from "../shard/pipeline.ts";
 import type { WorkerContext } from "./context.ts";
 import { errorEvent, errorJson } from "./errors.ts";
+import { engineRequestId } from "./request.ts";
 import { chatLogprobs, completionLogprobs, engineErrorStatus, finishName, toGenerate, usageOf, type GenerateBody, type Input, type LogprobsAsk } from "./converters.ts";
 
 export type { GenerateBody } from "./converters.ts";
@@ -48,11 +49,12 @@ export async function runGenerate(
    * prefix: the name of the prompt's long prefix, advertised once the engine has computed it;
    * cacheScope: the engine prefix-cache salt (the tenant's scope from the router, "" for none).
    */
-  opts: { chat: boolean; requestId: string; signal: AbortSignal; prefix?: string; cacheScope?: string },
+  opts: { chat: boolean; requestId: string; spanId?: string | undefined; signal: AbortSignal; prefix?: string; cacheScope?: string },
 ): Promise<Response> {
   const ask = logprobsAsk(body, opts.chat);
   if (typeof ask === "string") return errorJson(400, ask, "invalid_request", ask.split(":")[0]);
-  const engineId = `${opts.requestId}:${randomUUID().slice(0, 8)}`;
+  // The trace's span id when the router sent one, so an engine log line leads to the span.
+  const engineId = engineRequestId(opts.requestId, opts.spanId, () => randomUUID().slice(0, 8));
   const id = `${opts.chat ? "chatcmpl" : "cmpl"}-${randomUUID().replaceAll("-", "")}`;
   const created = Math.floor(Date.now() / 1000);
   const events = engine.call({ case: "generate", value: toGenerate(body, input, ask, opts.cacheScope ?? "") }, engineId);

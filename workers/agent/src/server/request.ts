@@ -29,6 +29,17 @@ export function requireModel(ctx: WorkerContext, model: unknown, kind: ModelKind
 /** The router's request id (its logs and the engine's name the request by it). */
 export const requestId = (c: Context) => c.req.header("x-request-id") ?? "req";
 
+/** The span id of the router's attempt (W3C traceparent), when it sent one: the engine job is named by it. */
+export function traceSpanId(c: Context): string | undefined {
+  const m = /^[0-9a-f]{2}-[0-9a-f]{32}-([0-9a-f]{16})-[0-9a-f]{2}$/.exec(c.req.header("traceparent")?.trim().toLowerCase() ?? "");
+  return m && !/^0+$/.test(m[1]!) ? m[1] : undefined;
+}
+
+/** The engine's id for one job: the router's request id and the attempt's span id (or a random suffix when untraced). */
+export function engineRequestId(requestId: string, spanId: string | undefined, random: () => string): string {
+  return `${requestId}:${spanId ?? random()}`;
+}
+
 /**
  * jsonBody + requireModel: the body of a request for a loaded model of
  * `kind`, or the error to answer.

@@ -140,6 +140,7 @@ export class WorkerBackend implements Backend {
     const token = this.connections.tokenFor(this.worker.id);
     if (token) headers.authorization = `Bearer ${token}`;
     if (req.fencingToken !== undefined) headers["x-switchyard-fencing-token"] = String(req.fencingToken);
+    if (call.traceparent) headers.traceparent = call.traceparent;
     const signature = req.fencingToken !== undefined ? this.connections.fencingSignature(this.worker.id, req.fencingToken) : undefined;
     if (signature) headers[FENCING_SIGNATURE_HEADER] = signature;
     Object.assign(headers, this.extraHeaders());

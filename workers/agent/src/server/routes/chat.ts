@@ -7,7 +7,7 @@ import type { WorkerContext } from "../context.ts";
 import { errorJson } from "../errors.ts";
 import { contentText } from "../converters.ts";
 import { routerCacheScope, runGenerate, type GenerateBody } from "../generate.ts";
-import { modelBody, requestId } from "../request.ts";
+import { modelBody, requestId, traceSpanId } from "../request.ts";
 import { generateEngine, SHARD_ROUTE_HEADER } from "../../shard/route.ts";
 
 export function registerChat(app: Hono, ctx: WorkerContext): void {
@@ -27,6 +27,6 @@ export function registerChat(app: Hono, ctx: WorkerContext): void {
     // The head shard of a split model runs it down the pipeline (the router's route, or its static --next).
     const engine = generateEngine(ctx, c.req.header(SHARD_ROUTE_HEADER));
     if (!engine.ok) return errorJson(engine.status, engine.message, engine.code);
-    return runGenerate(ctx, engine.engine, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
+    return runGenerate(ctx, engine.engine, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), spanId: traceSpanId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
   });
 }

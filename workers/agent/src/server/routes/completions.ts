@@ -6,7 +6,7 @@ import { routerPrefixName } from "@switchyard/state";
 import type { WorkerContext } from "../context.ts";
 import { errorJson } from "../errors.ts";
 import { routerCacheScope, runGenerate, type GenerateBody } from "../generate.ts";
-import { modelBody, requestId } from "../request.ts";
+import { modelBody, requestId, traceSpanId } from "../request.ts";
 import { generateEngine, SHARD_ROUTE_HEADER } from "../../shard/route.ts";
 
 export function registerCompletions(app: Hono, ctx: WorkerContext): void {
@@ -18,6 +18,6 @@ export function registerCompletions(app: Hono, ctx: WorkerContext): void {
     // The head shard of a split model runs it down the pipeline (the router's route, or its static --next).
     const engine = generateEngine(ctx, c.req.header(SHARD_ROUTE_HEADER));
     if (!engine.ok) return errorJson(engine.status, engine.message, engine.code);
-    return runGenerate(ctx, engine.engine, body as unknown as GenerateBody, { case: "prompt", value: prompt }, { chat: false, requestId: requestId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
+    return runGenerate(ctx, engine.engine, body as unknown as GenerateBody, { case: "prompt", value: prompt }, { chat: false, requestId: requestId(c), spanId: traceSpanId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
   });
 }
