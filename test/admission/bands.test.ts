@@ -1,14 +1,11 @@
 // Admission bands through a real router and sim workers with decode slots:
 // each band's saturation ceiling (counted locally between heartbeats, so a
 // burst does not overshoot), higher bands first, and the priority header.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { SimWorker } from "#testkit/sim-worker";
+import { beforeAll, describe, expect, it } from "vitest";
 import { sleep, waitFor } from "../helpers/env.ts";
-import { call, settleDown, startHarness, waiting, type Call, type Harness } from "./harness.ts";
+import { call, harnessHooks, startHarness, waiting, type Harness } from "./harness.ts";
 
 let h: Harness;
-let calls: Call[] = [];
-let sims: SimWorker[] = [];
 
 beforeAll(async () => {
   h = await startHarness(["live", "bulk"], {
@@ -16,27 +13,11 @@ beforeAll(async () => {
   });
 });
 
-afterEach(async () => {
-  await settleDown(h, calls, sims);
-  calls = [];
-  await h.stopSims();
-  sims = [];
-});
-
-afterAll(async () => {
-  await h?.close();
-});
-
-const start = (tenant: string, opts: Parameters<typeof call>[2] = {}) => {
-  const c = call(h, tenant, opts);
-  calls.push(c);
-  return c;
-};
+const { start, pool } = harnessHooks(() => h);
 
 describe("ceilings", () => {
   it("batch < 0.7, standard < 0.9, interactive < 1.0 of the pool's slots; the rest wait; a burst does not overshoot", async () => {
-    const w = await h.sim({ id: "ceil", slots: 10 });
-    sims.push(w);
+    const w = await pool("ceil", 10);
     // A burst of 10 batch streams at once, with the worker's heartbeat far away:
     // only the router's own count stops it at the ceiling.
     for (let i = 0; i < 10; i++) start("bulk", { hold: true });
@@ -59,8 +40,7 @@ describe("ceilings", () => {
 
 describe("band order", () => {
   it("higher bands go first, whatever the arrival order; lower ones wait for their own ceiling", async () => {
-    const w = await h.sim({ id: "order", slots: 4 });
-    sims.push(w);
+    const w = await pool("order", 4);
     const holders = Array.from({ length: 4 }, () => start("live", { hold: true }));
     await waitFor(() => w.inFlight === 4, { what: "4 holders running" });
     const b1 = start("bulk", { label: "batch" });
@@ -90,8 +70,7 @@ describe("band order", () => {
 
 describe("x-switchyard-priority", () => {
   it("asking above the tenant's maximum is refused with 403 priority_not_allowed; an unknown band with 400", async () => {
-    const w = await h.sim({ id: "prio", slots: 4 });
-    sims.push(w);
+    const w = await pool("prio", 4);
     const before = h.fx.router.deps.metrics.admissionRejections.get({ band: "interactive", reason: "priority_not_allowed" });
     const r = await call(h, "acme", { priority: "interactive" }).done;
     expect(r.status).toBe(403);
@@ -110,8 +89,7 @@ describe("x-switchyard-priority", () => {
   });
 
   it("asking for a lower band (or the own default) is served in that band", async () => {
-    const w = await h.sim({ id: "prio-low", slots: 4 });
-    sims.push(w);
+    const w = await pool("prio-low", 4);
     const admitted = (band: string) => h.fx.router.deps.metrics.admissionAdmitted.get({ band, queued: "false" });
     const [b0, s0, i0] = [admitted("batch"), admitted("standard"), admitted("interactive")];
     expect((await call(h, "acme", { priority: "batch" }).done).status).toBe(200);

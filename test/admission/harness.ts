@@ -1,6 +1,7 @@
 // Shared by the admission tests: a real router with admission config, extra
 // tenants with keys, sim workers with decode slots, and streams that can be
 // held open, timed and cancelled.
+import { afterAll, afterEach } from "vitest";
 import { createKey, createTenant } from "@switchyard/db";
 import { SimWorker } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
@@ -98,4 +99,47 @@ export async function settleDown(h: Harness, calls: Call[], sims: SimWorker[]): 
     },
     { what: "pool idle", timeoutMs: 5000 },
   );
+}
+
+export interface HarnessHooks {
+  /** The calls `start` made since the last test ended (aborted after each test). */
+  calls: Call[];
+  /** A streamed chat, aborted after the test. */
+  start(tenant: string, opts?: Parameters<typeof call>[2]): Call;
+  /** A sim worker with `slots` decode slots, stopped after the test. */
+  pool(id: string, slots: number): Promise<SimWorker>;
+}
+
+/**
+ * Registers a suite's hooks on the harness `harness()` returns: after each
+ * test its calls are aborted, the pool waited idle and its sims stopped; after
+ * all, the harness is closed, then `afterClose` runs.
+ */
+export function harnessHooks(harness: () => Harness | undefined, afterClose?: () => Promise<void>): HarnessHooks {
+  const calls: Call[] = [];
+  const sims: SimWorker[] = [];
+  afterEach(async () => {
+    const h = harness()!;
+    await settleDown(h, calls, sims);
+    calls.length = 0;
+    await h.stopSims();
+    sims.length = 0;
+  });
+  afterAll(async () => {
+    await harness()?.close();
+    await afterClose?.();
+  });
+  return {
+    calls,
+    start: (tenant, opts = {}) => {
+      const c = call(harness()!, tenant, opts);
+      calls.push(c);
+      return c;
+    },
+    pool: async (id, slots) => {
+      const w = await harness()!.sim({ id, slots });
+      sims.push(w);
+      return w;
+    },
+  };
 }

@@ -3,17 +3,15 @@
 // client that goes away leaves the queue at once; metrics on /metrics; and
 // paid backends are not worker capacity (not gated when they come first, the
 // pool place given back when a request falls through to them).
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { setPrice } from "@switchyard/db";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import type { SimWorker } from "#testkit/sim-worker";
 import { sleep, waitFor } from "../helpers/env.ts";
-import { call, MODEL, settleDown, startHarness, waiting, type Call, type Harness } from "./harness.ts";
+import { call, harnessHooks, MODEL, startHarness, waiting, type Harness } from "./harness.ts";
 
 let h: Harness;
 let openrouter: FakeOpenRouter;
-let calls: Call[] = [];
-let sims: SimWorker[] = [];
 const PAID = "vendor/adm-paid";
 
 beforeAll(async () => {
@@ -33,27 +31,12 @@ beforeAll(async () => {
   await waitFor(() => h.fx.router.deps.guard.deps.prices.price("openrouter", PAID), { what: "price visible", timeoutMs: 10_000 });
 });
 
-afterEach(async () => {
-  await settleDown(h, calls, sims);
-  calls = [];
-  await h.stopSims();
-  sims = [];
-});
-
-afterAll(async () => {
-  await h?.close();
+const { calls, start, pool } = harnessHooks(() => h, async () => {
   await openrouter?.stop();
 });
 
-const start = (tenant: string, opts: Parameters<typeof call>[2] = {}) => {
-  const c = call(h, tenant, opts);
-  calls.push(c);
-  return c;
-};
-
 async function fullPool(slots: number): Promise<SimWorker> {
-  const w = await h.sim({ id: `full-${slots}-${calls.length}`, slots });
-  sims.push(w);
+  const w = await pool(`full-${slots}-${calls.length}`, slots);
   for (let i = 0; i < slots; i++) start("live", { hold: true });
   await waitFor(() => w.inFlight === slots, { what: "pool full" });
   return w;
@@ -61,8 +44,7 @@ async function fullPool(slots: number): Promise<SimWorker> {
 
 describe("bounded queues", () => {
   it("a full band queue answers 503 queue_full with the band's Retry-After, at once", async () => {
-    const w = await h.sim({ id: "qfull", slots: 2 });
-    sims.push(w);
+    const w = await pool("qfull", 2);
     // Batch: 1 of 2 slots (0.5 < 0.7), then 2 of 2; then 2 may wait.
     for (let i = 0; i < 4; i++) start("bulk", { hold: true });
     await waitFor(() => w.inFlight === 2 && waiting(h, "batch") === 2, { what: "2 running, 2 waiting" });
@@ -115,8 +97,7 @@ describe("bounded queues", () => {
 
 describe("what is not worker capacity", () => {
   it("a pool with no worker accepting work is not gated: the chain answers at once", async () => {
-    const w = await h.sim({ id: "draining", slots: 1 });
-    sims.push(w);
+    const w = await pool("draining", 1);
     w.state = "draining";
     await w.heartbeat();
     await waitFor(() => h.fx.router.deps.directory.all().every((r) => r.state === "draining"), { what: "draining visible" });
@@ -138,8 +119,7 @@ describe("what is not worker capacity", () => {
   });
 
   it("a request that falls through from a worker to a paid backend gives its pool place back at that attempt", async () => {
-    const w = await h.sim({ id: "failing", slots: 2 });
-    sims.push(w);
+    const w = await pool("failing", 2);
     w.behavior.failStatus = 503;
     openrouter.enqueue({ kind: "slow", interTokenMs: 100, completionTokens: 20 });
     const admitted = h.fx.router.deps.metrics.admissionAdmitted.get({ band: "standard", queued: "false" });

@@ -5,14 +5,11 @@
 // the next slot that frees, not a place after alpha's backlog. And the
 // other side of fair share: a lone tenant still uses the whole pool, and
 // weights divide it.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { SimWorker } from "#testkit/sim-worker";
+import { beforeAll, describe, expect, it } from "vitest";
 import { sleep, waitFor } from "../helpers/env.ts";
-import { call, MODEL, settleDown, startHarness, waiting, type Call, type Harness } from "../admission/harness.ts";
+import { call, harnessHooks, MODEL, startHarness, waiting, type Call, type Harness } from "../admission/harness.ts";
 
 let h: Harness;
-let calls: Call[] = [];
-let sims: SimWorker[] = [];
 
 beforeAll(async () => {
   h = await startHarness(["alpha", "beta", "heavy", "light", "holder"], {
@@ -20,28 +17,7 @@ beforeAll(async () => {
   });
 });
 
-afterEach(async () => {
-  await settleDown(h, calls, sims);
-  calls = [];
-  await h.stopSims();
-  sims = [];
-});
-
-afterAll(async () => {
-  await h?.close();
-});
-
-const start = (tenant: string, opts: Parameters<typeof call>[2] = {}) => {
-  const c = call(h, tenant, opts);
-  calls.push(c);
-  return c;
-};
-
-async function pool(id: string, slots: number): Promise<SimWorker> {
-  const w = await h.sim({ id, slots });
-  sims.push(w);
-  return w;
-}
+const { start, pool } = harnessHooks(() => h);
 
 const tenantState = (tenant: string) => h.gate.inspect(MODEL)?.tenants.get(tenant);
 
