@@ -4,18 +4,16 @@
 // generation id and the usage seen — and an Anthropic orphan whose final
 // usage had arrived is finished at price × that usage (usage_on_crash).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createKey, createTenant, insertLedgerRows, usageCostMicro, type KeyOwner } from "@switchyard/db";
-import { budgetDay, intentProgressKey, RedisBudgetStore, RedisIntentJournal } from "@switchyard/state";
+import { usageCostMicro, type KeyOwner } from "@switchyard/db";
+import { budgetDay, intentProgressKey, RedisBudgetStore } from "@switchyard/state";
 import { AnthropicCostLookup } from "../../apps/router/src/backends/anthropic/cost-lookup.ts";
 import type { Backend } from "../../apps/router/src/backends/types.ts";
 import { StaticBudgets } from "../../apps/router/src/billing/budgets.ts";
-import { BudgetGuard, type TabInput } from "../../apps/router/src/billing/guard.ts";
-import { RedisLedgerBuffer } from "../../apps/router/src/billing/ledger-stream.ts";
+import type { TabInput } from "../../apps/router/src/billing/guard.ts";
 import { OrphanFinisher } from "../../apps/router/src/billing/orphans.ts";
 import { StaticPriceBook } from "../../apps/router/src/billing/prices.ts";
-import { silentLogger } from "../../apps/router/src/observability/log.ts";
-import { RouterMetrics } from "../../apps/router/src/observability/metrics.ts";
 import { createTestDb, createTestRedis, sleep, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
+import { journalGuard, ledgerBuffer, seedOwner } from "../helpers/journal-guard.ts";
 
 const HOLD_TTL_MS = 600;
 const CLAIM_IDLE_MS = 150;
@@ -34,14 +32,8 @@ const anthropic = backend("anthropic", AN_MODEL);
 beforeAll(async () => {
   db = await createTestDb();
   redis = await createTestRedis();
-  const mk = async (name: string): Promise<KeyOwner> => {
-    const t = await createTenant(db.db, name);
-    if (!t.ok) throw new Error("tenant");
-    const k = await createKey(db.db, t.tenant.id);
-    return { keyId: k.row.id, prefix: k.row.prefix, tenantId: t.tenant.id, tenantName: name, revoked: false };
-  };
-  owner = await mk("intents");
-  unlimited = await mk("intents-unlimited");
+  owner = await seedOwner(db, "intents");
+  unlimited = await seedOwner(db, "intents-unlimited");
 }, 120_000);
 
 afterAll(async () => {
@@ -57,19 +49,8 @@ function setup(consumer: string, limitMicro: bigint) {
     { backend: "openrouter", model: "openai/gpt-4o-mini", inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n },
     { backend: "anthropic", model: AN_MODEL, ...AN_PRICE },
   ]);
-  const ledger = new RedisLedgerBuffer(redis.redis, (rows) => insertLedgerRows(db.db, rows), { prefix: redis.prefix, consumer: `${consumer}-drain`, batch: 100, flushMs: 20, claimIdleMs: 1_000, log: silentLogger });
-  const intents = new RedisIntentJournal(redis.redis, { prefix: redis.prefix, ledgerKey: ledger.key, consumer, claimIdleMs: CLAIM_IDLE_MS });
-  const guard = new BudgetGuard({
-    store,
-    budgets,
-    prices,
-    ledger,
-    alerts: async () => false,
-    billing: { holdTtlMs: HOLD_TTL_MS, maxOutputTokens: 100, refreshMs: 1_000, ledgerBatch: 100, ledgerFlushMs: 20, ledgerClaimIdleMs: CLAIM_IDLE_MS, orphanScanMs: 50, orphanLookupConcurrency: 4 },
-    log: silentLogger,
-    metrics: new RouterMetrics(),
-    intents,
-  });
+  const ledger = ledgerBuffer(db, redis, `${consumer}-drain`);
+  const { intents, guard } = journalGuard(redis, { consumer, store, budgets, prices, ledger, holdTtlMs: HOLD_TTL_MS, claimIdleMs: CLAIM_IDLE_MS });
   return { store, ledger, intents, guard };
 }
 

@@ -4,17 +4,14 @@
 // finish it at the same moment — one ledger row, one settle. Then the
 // "dead" router comes back and settles its own request: nothing happens.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createKey, createTenant, insertLedgerRows, type KeyOwner } from "@switchyard/db";
-import { budgetDay, RedisBudgetStore, RedisIntentJournal, type BudgetStore } from "@switchyard/state";
+import type { KeyOwner } from "@switchyard/db";
+import { budgetDay, RedisBudgetStore, type BudgetStore } from "@switchyard/state";
 import type { Backend } from "../../apps/router/src/backends/types.ts";
 import { StaticBudgets } from "../../apps/router/src/billing/budgets.ts";
-import { BudgetGuard } from "../../apps/router/src/billing/guard.ts";
-import { RedisLedgerBuffer } from "../../apps/router/src/billing/ledger-stream.ts";
 import { OrphanFinisher, type CrashCostLookup } from "../../apps/router/src/billing/orphans.ts";
 import { StaticPriceBook } from "../../apps/router/src/billing/prices.ts";
-import { silentLogger } from "../../apps/router/src/observability/log.ts";
-import { RouterMetrics } from "../../apps/router/src/observability/metrics.ts";
 import { createTestDb, createTestRedis, sleep, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
+import { journalGuard, ledgerBuffer, seedOwner } from "../helpers/journal-guard.ts";
 
 const MODEL = "openai/gpt-4o-mini";
 const HOLD_TTL_MS = 1_200;
@@ -50,10 +47,7 @@ function countingStore(inner: BudgetStore): BudgetStore & { settles: string[] } 
 beforeAll(async () => {
   db = await createTestDb();
   redis = await createTestRedis();
-  const t = await createTenant(db.db, "racy");
-  if (!t.ok) throw new Error("tenant");
-  const k = await createKey(db.db, t.tenant.id);
-  owner = { keyId: k.row.id, prefix: k.row.prefix, tenantId: t.tenant.id, tenantName: "racy", revoked: false };
+  owner = await seedOwner(db, "racy");
 }, 120_000);
 
 afterAll(async () => {
@@ -67,22 +61,8 @@ describe("two routers finishing the same orphan", () => {
     const budgets = new StaticBudgets();
     budgets.budgets.set(owner.tenantId, { limitMicro: 1_000_000_000n, timeZone: "UTC", thresholds: [] });
     const prices = new StaticPriceBook([{ backend: "openrouter", model: MODEL, inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n }]);
-    const ledger = new RedisLedgerBuffer(redis.redis, (rows) => insertLedgerRows(db.db, rows), { prefix: redis.prefix, consumer: "drain", batch: 100, flushMs: 20, claimIdleMs: 1_000, log: silentLogger });
-    const router = (consumer: string) => {
-      const intents = new RedisIntentJournal(redis.redis, { prefix: redis.prefix, ledgerKey: ledger.key, consumer, claimIdleMs: CLAIM_IDLE_MS });
-      const guard = new BudgetGuard({
-        store,
-        budgets,
-        prices,
-        ledger,
-        alerts: async () => false,
-        billing: { holdTtlMs: HOLD_TTL_MS, maxOutputTokens: 100, refreshMs: 1_000, ledgerBatch: 100, ledgerFlushMs: 20, ledgerClaimIdleMs: CLAIM_IDLE_MS, orphanScanMs: 50, orphanLookupConcurrency: 4 },
-        log: silentLogger,
-        metrics: new RouterMetrics(),
-        intents,
-      });
-      return { intents, guard };
-    };
+    const ledger = ledgerBuffer(db, redis, "drain");
+    const router = (consumer: string) => journalGuard(redis, { consumer, store, budgets, prices, ledger, holdTtlMs: HOLD_TTL_MS, claimIdleMs: CLAIM_IDLE_MS });
 
     // The router that will go silent: hold + intent, first chunk seen.
     const dead = router("dead");
