@@ -6,7 +6,9 @@ export class UsageError extends Error {
 export const usage = `switchyard — a distributed inference fabric
 
 Usage:
-  switchyard up [--split N]             router + local worker, embedded state (single machine)
+  switchyard up [--model NAME|PATH]… [--split N]
+                                        router + local worker, embedded state (single machine); default models
+                                        smollm2-135m-instruct + all-minilm-l6-v2 (e.g. --model gemma-3-270m)
                                         (--split N: N local shard workers of the chat model, blocks split evenly)
   switchyard router [--config FILE] [--embedded] [--processes N]
                                         start a router replica: needs redis.url | redis.cluster | redis.sentinels, and database.url
@@ -62,7 +64,8 @@ Usage:
   switchyard bench router --profile DIR [--quick]
                                         a CPU profile (node --cpu-prof) of one router under 100 streams, top functions printed
                                         router overhead and money-path benchmarks (prints tables)
-  switchyard bench engine [--quick]     engine vs llama.cpp on the same GGUF (prints a table)
+  switchyard bench engine [--quick] [--model NAME]
+                                        engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct)
   switchyard bench admission [--quick]  interactive TTFT under 500 batch streams, admission on vs off (asserts both)
   switchyard bench routing [--quick]    latency-aware routing vs round-robin over 1×/2×/4× workers; resume after kill -9
 

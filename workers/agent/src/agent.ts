@@ -12,6 +12,7 @@ import { ensureEngine, type EngineFlavor } from "./engine/binary.ts";
 import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { EngineSupervisor, isShard } from "./engine/supervisor.ts";
 import { checkAdvertiseUrl } from "./advertise.ts";
+import { checkFits, defaultMemoryBudget, planModel } from "./engine/plan.ts";
 import { resolveModel, type ResolvedModel } from "./models/fetch.ts";
 import { createWorkerApp } from "./server/app.ts";
 import { LazyShardLink, type ShardPeer } from "./shard/link.ts";
@@ -71,6 +72,10 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
     }
   }
   const maxBatch = opts.maxBatch;
+  // Refuse what cannot fit before the engine tries (and the OOM killer ends it).
+  const llamaModels = models.filter((m) => m.kind === ModelKind.LLAMA_GGUF);
+  const plans = await Promise.all(llamaModels.map(async (m) => ({ name: m.name, plan: await planModel(cpuBinary, m.path) })));
+  checkFits(plans, { maxBatch, maxSeqLen: opts.maxSeqLen, budget: opts.memoryBudget ?? defaultMemoryBudget() });
   const supervisor = new EngineSupervisor({
     cpuBinary,
     gpuBinary,

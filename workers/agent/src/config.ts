@@ -57,6 +57,8 @@ export const WorkerConfigSchema = z
     engineBinary: z.string().min(1).optional(),
     maxBatch: z.number().int().min(1).max(1024).default(16),
     maxSeqLen: z.number().int().min(16).max(1 << 20).default(2048),
+    /** Bytes the worker's llama models may take (weights + KV for maxBatch × maxSeqLen); default: the host's memory or its cgroup limit. */
+    memoryBudget: z.number().int().min(1).optional(),
     threads: z.number().int().min(1).max(1024).optional(),
     heartbeatMs: z.number().int().min(10).default(1000),
     /** How long a record outlives its last heartbeat. */

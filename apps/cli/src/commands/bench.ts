@@ -1,7 +1,7 @@
 // `switchyard bench <suite>`: benchmarks that print a table.
 import { UsageError } from "../usage.ts";
 
-export async function benchCommand(args: string[], flags: { quick?: boolean; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string }): Promise<number> {
+export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string }): Promise<number> {
   const [suite] = args;
   // The one bench entry point; it loads only the suite asked for.
   const { benches } = await import("../../../../bench/index.ts");
@@ -25,7 +25,8 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; lev
     return benches.routing({ quick: flags.quick === true });
   }
   if (suite === "engine") {
-    return benches.engine({ quick: flags.quick === true });
+    if ((flags.model?.length ?? 0) > 1) throw new UsageError("bench engine: one --model at a time");
+    return benches.engine({ quick: flags.quick === true, ...(flags.model?.[0] ? { model: flags.model[0] } : {}) });
   }
   throw new UsageError(`bench: expected 'router', 'engine', 'admission' or 'routing', got '${suite ?? ""}'`);
 }

