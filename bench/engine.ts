@@ -60,12 +60,15 @@ async function llamaRound(model: string, runs: number): Promise<{ prefill: numbe
   return { prefill: r.prefill.median_tok_s, decode: r.decode.median_tok_s, engine: r.engine };
 }
 
-export async function runEngineBench(opts: { quick: boolean }): Promise<number> {
+export async function runEngineBench(opts: { quick: boolean; model?: string }): Promise<number> {
   const threads = 2;
   const streams = [1, 4, 8, 16];
   const tokens = opts.quick ? 32 : 64;
   const rounds = opts.quick ? 1 : 3;
-  const model = (await resolveModel("smollm2-135m-instruct")).path;
+  const modelName = opts.model ?? "smollm2-135m-instruct";
+  const model = (await resolveModel(modelName)).path;
+  // Worker start → ready loads what a default worker serves, or the model asked for.
+  const workerModels = opts.model ? [opts.model] : ["smollm2-135m-instruct", "all-minilm-l6-v2"];
   const bin = await ensureEngine("cpu");
   ensureReference();
 
@@ -81,7 +84,7 @@ export async function runEngineBench(opts: { quick: boolean }): Promise<number> 
   const starts: number[] = [];
   for (let i = 0; i < (opts.quick ? 1 : 3); i++) {
     const t0 = performance.now();
-    const agent = await startAgent({ registry: new MemoryRegistryStore(), models: ["smollm2-135m-instruct", "all-minilm-l6-v2"], token: "bench-token-0000", device: "cpu", engineBinary: bin, log: () => {} });
+    const agent = await startAgent({ registry: new MemoryRegistryStore(), models: workerModels, token: "bench-token-0000", device: "cpu", engineBinary: bin, log: () => {} });
     await agent.supervisor.whenReady();
     starts.push(performance.now() - t0);
     await agent.stop();
@@ -90,7 +93,7 @@ export async function runEngineBench(opts: { quick: boolean }): Promise<number> 
   const single = med(eng.map((e) => e.rows.get(1)!.perStream));
   const llamaDecode = med(ref.map((r) => r.decode));
   const out: string[] = [];
-  out.push(`Model SmolLM2-135M-Instruct Q4_1, ${threads} threads, ${tokens} decoded tokens per stream, 128-token prompt; median of ${rounds} interleaved round(s).`);
+  out.push(`Model ${opts.model ? `${modelName} (${path.basename(model)})` : "SmolLM2-135M-Instruct Q4_1"}, ${threads} threads, ${tokens} decoded tokens per stream, 128-token prompt; median of ${rounds} interleaved round(s).`);
   out.push(`Reference: ${ref[0]!.engine}.`);
   out.push("");
   out.push("| measure | switchyard-engine | llama.cpp | ratio |");
@@ -112,7 +115,7 @@ export async function runEngineBench(opts: { quick: boolean }): Promise<number> 
     out.push(`| ${n} | ${fmt(med(eng.map((e) => e.rows.get(n)!.perStream)))} | ${fmt(agg)} | ${fmt(agg / single, 2)} | ${eng[0]!.rows.get(n)!.kvBytesPerToken} |`);
   }
   out.push("");
-  out.push(`Worker start → ready (warm cache, both models loaded and warmed): ${starts.map((s) => fmt(s, 0)).join(", ")} ms`);
+  out.push(`Worker start → ready (warm cache, ${workerModels.join(" + ")} loaded and warmed): ${starts.map((s) => fmt(s, 0)).join(", ")} ms`);
   const agg8 = med(eng.map((e) => e.rows.get(8)!.aggregate));
   out.push("");
   out.push(

@@ -4,5 +4,5 @@ export const benches = {
   router: async (opts: import("./router.ts").RouterBenchOptions) => (await import("./router.ts")).runRouterBench(opts),
   admission: async (opts: { quick: boolean }) => (await import("./admission.ts")).runAdmissionBench(opts),
   routing: async (opts: { quick: boolean }) => (await import("./routing.ts")).runRoutingBench(opts),
-  engine: async (opts: { quick: boolean }) => (await import("./engine.ts")).runEngineBench(opts),
+  engine: async (opts: { quick: boolean; model?: string }) => (await import("./engine.ts")).runEngineBench(opts),
 };
