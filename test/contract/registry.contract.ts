@@ -45,6 +45,25 @@ export function registryContract(name: string, make: () => Promise<RegistryHarne
       }
     });
 
+    it("polling again reads the same record until the worker writes another (also a refused one turned valid)", async () => {
+      const h = await make();
+      try {
+        await h.store.publish(record("w-a", { inFlight: 1 }), 1000);
+        await h.store.putRaw("w-b", "{not json", 1000);
+        const first = await h.store.listing();
+        const again = await h.store.listing();
+        expect(again.workers).toEqual(first.workers);
+        expect(again.rejected.map((r) => [r.workerId, r.reason])).toEqual([["w-b", "invalid_record"]]);
+        await h.store.publish(record("w-a", { inFlight: 2 }), 1000);
+        await h.store.publish(record("w-b"), 1000);
+        const later = await h.store.listing();
+        expect(later.rejected).toEqual([]);
+        expect(later.workers.map((w) => [w.id, w.inFlight]).sort()).toEqual([["w-a", 2], ["w-b", 0]]);
+      } finally {
+        await cleanup(h);
+      }
+    });
+
     it("a refreshed heartbeat replaces the record", async () => {
       const h = await make();
       try {

@@ -71,7 +71,13 @@ export class WorkerDirectory {
   private async load(): Promise<void> {
     this.snapshot = await this.vet(await this.store.listing());
     const byModel = new Map<string, WorkerRecord[]>();
-    for (const w of this.snapshot) for (const m of w.models) byModel.set(m, [...(byModel.get(m) ?? []), w]);
+    // Appended in place: copying each model's list per worker made a refresh quadratic in the workers.
+    const add = (m: string, w: WorkerRecord) => {
+      const list = byModel.get(m);
+      if (list) list.push(w);
+      else byModel.set(m, [w]);
+    };
+    for (const w of this.snapshot) for (const m of w.models) add(m, w);
     // A split model is served wherever a complete pipeline of its shards is:
     // each pipeline joins the model's workers as one record (its head's).
     const order = (replicas: readonly WorkerRecord[]) => this.scorer.rankWorkers(replicas, defaultRequestClass, "", false).map((r) => r.item);
@@ -80,7 +86,7 @@ export class WorkerDirectory {
     for (const [model, plans] of this.plans) {
       for (const p of plans) {
         planOf.set(p.record, p);
-        byModel.set(model, [...(byModel.get(model) ?? []), p.record]);
+        add(model, p.record);
       }
     }
     this.planOf = planOf;

@@ -68,15 +68,26 @@ export class RedisRegistryStore implements RegistryStore {
     return (await this.listing()).workers;
   }
 
+  /**
+   * Each worker's record as last decoded, with the text it came from: a poll
+   * that reads the same text again (a router polls several times per
+   * heartbeat) reuses it instead of parsing and validating it again.
+   */
+  private decoded = new Map<string, { raw: string; result: ReturnType<typeof decodeRecord> }>();
+
   async listing(): Promise<RegistryListing> {
     const keyPrefix = workerKey(this.prefix, "");
     const pattern = `${globEscape(keyPrefix)}*`;
     // The id is the key: the one thing a worker's ACL user could not choose.
     const ids = (await scanKeys(this.redis, pattern)).map((key) => key.slice(keyPrefix.length));
     const out: RegistryListing = { workers: [], invites: new Map(), rejected: [] };
-    if (ids.length === 0) return out;
+    if (ids.length === 0) {
+      this.decoded.clear();
+      return out;
+    }
     const keys = [...ids.map((id) => workerKey(this.prefix, id)), ...ids.map((id) => inviteKey(this.prefix, id))];
     const values = await registryCommands(this.redis).syRegistry_read(String(keys.length), ...keys, String(this.maxRecordBytes), String(ids.length));
+    const decodedNow = new Map<string, { raw: string; result: ReturnType<typeof decodeRecord> }>();
     ids.forEach((id, i) => {
       const raw = values[i];
       if (raw === null || raw === undefined) return; // expired between SCAN and read
@@ -90,7 +101,9 @@ export class RedisRegistryStore implements RegistryStore {
         );
         return;
       }
-      const decoded = decodeRecord(id, raw, this.maxRecordBytes);
+      const last = this.decoded.get(id);
+      const decoded = last && last.raw === raw ? last.result : decodeRecord(id, raw, this.maxRecordBytes);
+      decodedNow.set(id, { raw, result: decoded });
       if (!decoded.ok) {
         out.rejected.push({ workerId: id, reason: decoded.reason, detail: decoded.detail } satisfies RejectedRecord);
         return;
@@ -100,6 +113,8 @@ export class RedisRegistryStore implements RegistryStore {
       const grant = typeof invite === "string" ? decodeInvite(invite) : undefined;
       if (grant) out.invites.set(id, grant satisfies WorkerInviteGrant);
     });
+    // Workers gone since the last poll drop out of the cache.
+    this.decoded = decodedNow;
     return out;
   }
 
