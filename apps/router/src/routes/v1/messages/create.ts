@@ -52,9 +52,9 @@ export const createMessageSchema = z.looseObject({
   output_config: z.looseObject({ format: z.looseObject({ type: z.string(), schema: z.record(z.string(), z.unknown()).optional() }).nullish(), effort: z.string().nullish() }).optional(),
   // Read only to refuse them by name when set (translate/messages/request.ts).
   cache_control: cacheControl.nullish(),
-  container: z.unknown().optional(),
-  mcp_servers: z.array(z.unknown()).optional(),
-  context_management: z.unknown().optional(),
+  container: z.null().optional(),
+  mcp_servers: z.array(z.never()).max(0).optional(),
+  context_management: z.null().optional(),
   inference_geo: z.string().nullish(),
   speed: z.string().nullish(),
   // Anthropic refuses extra inputs; so does Switchyard, naming the field.
