@@ -3,9 +3,12 @@
 // opened and read a little, and `switchyard budgets reconcile` as users run it.
 import { spawn } from "node:child_process";
 import path from "node:path";
+import { afterAll, beforeAll } from "vitest";
 import { createKey, createTenant, setBudget, setPrice } from "@switchyard/db";
+import type { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
 import type { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
-import { REDIS_URL, type TestDb, type TestRedis } from "../helpers/env.ts";
+import { createTestDb, createTestRedis, REDIS_URL, type TestDb, type TestRedis } from "../helpers/env.ts";
+import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
 
 export const MODEL = "openai/gpt-4o-mini";
 /** Short holds keep the tests fast; the total deadline stays below them, as it must. */
@@ -14,28 +17,72 @@ export const TOTAL_MS = 2_500;
 export const CLAIM_IDLE_MS = 1_000;
 export const ORPHAN_SCAN_MS = 250;
 
-export async function seedTenant(db: TestDb, name: string, dailyLimitCents = 1_000n): Promise<{ tenantId: number; key: string }> {
+// The table's price bounds the hold, far above what the fake charges ($0.137 / $0.593 per Mtok).
+const OPENROUTER_PRICE = { backend: "openrouter", model: MODEL, inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n };
+
+/** A tenant with a key, a daily budget and `price` (by default MODEL's on OpenRouter) in the price table. */
+export async function seedTenant(db: TestDb, name: string, dailyLimitCents = 1_000n, price: Parameters<typeof setPrice>[1] = OPENROUTER_PRICE): Promise<{ tenantId: number; key: string }> {
   const t = await createTenant(db.db, name);
   if (!t.ok) throw new Error("tenant");
   const key = (await createKey(db.db, t.tenant.id)).key;
   await setBudget(db.db, { tenantId: t.tenant.id, dailyLimitCents });
-  // The table's price bounds the hold, far above what the fake charges ($0.137 / $0.593 per Mtok).
-  await setPrice(db.db, { backend: "openrouter", model: MODEL, inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n });
+  await setPrice(db.db, price);
   return { tenantId: t.tenant.id, key };
 }
 
-export function routerEnv(db: TestDb, redis: TestRedis, fake: FakeOpenRouter, apiKey: string): Record<string, string> {
+function crashEnv(db: TestDb, redis: TestRedis): Record<string, string> {
   return {
     DATABASE_URL: db.url,
     REDIS_URL,
     SWITCHYARD_REDIS__KEY_PREFIX: redis.prefix,
-    OPENROUTER_API_KEY: apiKey,
-    SWITCHYARD_PROVIDERS__OPENROUTER__BASE_URL: fake.url,
     SWITCHYARD_BILLING__HOLD_TTL_MS: String(HOLD_TTL_MS),
     SWITCHYARD_DEADLINES__TOTAL_MS: String(TOTAL_MS),
     SWITCHYARD_BILLING__LEDGER_CLAIM_IDLE_MS: String(CLAIM_IDLE_MS),
     SWITCHYARD_BILLING__ORPHAN_SCAN_MS: String(ORPHAN_SCAN_MS),
   };
+}
+
+/** A router process's env: the test's database and Redis prefix, short holds, OpenRouter at the fake. */
+export function routerEnv(db: TestDb, redis: TestRedis, fake: FakeOpenRouter, apiKey: string): Record<string, string> {
+  return { ...crashEnv(db, redis), OPENROUTER_API_KEY: apiKey, SWITCHYARD_PROVIDERS__OPENROUTER__BASE_URL: fake.url };
+}
+
+/** As routerEnv, with Anthropic at the fake. */
+export function anthropicRouterEnv(db: TestDb, redis: TestRedis, fake: FakeAnthropic, apiKey: string): Record<string, string> {
+  return { ...crashEnv(db, redis), ANTHROPIC_API_KEY: apiKey, SWITCHYARD_PROVIDERS__ANTHROPIC__BASE_URL: fake.url };
+}
+
+export interface TwoRouters {
+  db: TestDb;
+  redis: TestRedis;
+  /** router-a: the one the test kills. */
+  a: RouterProc;
+  b: RouterProc;
+}
+
+/**
+ * Registers the suite's hooks: a database and a Redis prefix, `setup` on them
+ * (starts the fake, seeds; gives the routers' env), then two router processes
+ * on that env. Its fields are set once beforeAll has run. After all:
+ * router-a killed with -9, router-b stopped, `stopFake`, the database
+ * dropped, Redis cleaned.
+ */
+export function twoRouters(setup: (db: TestDb, redis: TestRedis) => Promise<Record<string, string>>, stopFake: () => Promise<unknown> | undefined): TwoRouters {
+  const rig = {} as TwoRouters;
+  beforeAll(async () => {
+    rig.db = await createTestDb();
+    rig.redis = await createTestRedis();
+    const env = await setup(rig.db, rig.redis);
+    [rig.a, rig.b] = await Promise.all([spawnRouter(env, "router-a"), spawnRouter(env, "router-b")]);
+  }, 180_000);
+  afterAll(async () => {
+    await rig.a?.kill9();
+    await rig.b?.stop();
+    await stopFake();
+    await rig.db?.drop();
+    await rig.redis?.cleanup();
+  });
+  return rig;
 }
 
 export interface OpenStream {

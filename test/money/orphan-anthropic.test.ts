@@ -1,62 +1,35 @@
 // kill -9 of a router in the middle of paid Anthropic streams: Anthropic has
 // no per-message cost lookup and no usage had arrived (it comes with the last
 // event), so the surviving router finishes each at its hold — once, marked.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createKey, createTenant, setBudget, setPrice, worstCaseMicro } from "@switchyard/db";
+import { describe, expect, it } from "vitest";
+import { worstCaseMicro } from "@switchyard/db";
 import { budgetDay, RedisBudgetStore } from "@switchyard/state";
 import { promptTokensUpperBound } from "../../apps/router/src/billing/estimate.ts";
 import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
-import { createTestDb, createTestRedis, REDIS_URL, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
-import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
-import { CLAIM_IDLE_MS, HOLD_TTL_MS, ORPHAN_SCAN_MS, TOTAL_MS } from "./crash-helpers.ts";
+import { waitFor } from "../helpers/env.ts";
+import { anthropicRouterEnv, CLAIM_IDLE_MS, HOLD_TTL_MS, seedTenant, twoRouters } from "./crash-helpers.ts";
 
 const MODEL = "claude-3-5-haiku-latest";
 const PRICE = { inputMicroPerMtok: 80_000_000n, outputMicroPerMtok: 400_000_000n };
 const STREAMS = 10;
 
-let db: TestDb;
-let redis: TestRedis;
 let fake: FakeAnthropic;
-let a: RouterProc;
-let b: RouterProc;
 let key: string;
 let tenantId: number;
 
-beforeAll(async () => {
-  db = await createTestDb();
-  redis = await createTestRedis();
-  fake = await new FakeAnthropic("sk-ant-crash").start();
-  fake.defaultScenario = { kind: "slow", interTokenMs: 100, completionTokens: 40 };
-  const t = await createTenant(db.db, "anthropic-crash");
-  if (!t.ok) throw new Error("tenant");
-  tenantId = t.tenant.id;
-  key = (await createKey(db.db, tenantId)).key;
-  await setBudget(db.db, { tenantId, dailyLimitCents: 1_000n });
-  await setPrice(db.db, { backend: "anthropic", model: MODEL, ...PRICE });
-  const env = {
-    DATABASE_URL: db.url,
-    REDIS_URL,
-    SWITCHYARD_REDIS__KEY_PREFIX: redis.prefix,
-    ANTHROPIC_API_KEY: "sk-ant-crash",
-    SWITCHYARD_PROVIDERS__ANTHROPIC__BASE_URL: fake.url,
-    SWITCHYARD_BILLING__HOLD_TTL_MS: String(HOLD_TTL_MS),
-    SWITCHYARD_DEADLINES__TOTAL_MS: String(TOTAL_MS),
-    SWITCHYARD_BILLING__LEDGER_CLAIM_IDLE_MS: String(CLAIM_IDLE_MS),
-    SWITCHYARD_BILLING__ORPHAN_SCAN_MS: String(ORPHAN_SCAN_MS),
-  };
-  [a, b] = await Promise.all([spawnRouter(env, "router-a"), spawnRouter(env, "router-b")]);
-}, 180_000);
-
-afterAll(async () => {
-  await a?.kill9();
-  await b?.stop();
-  await fake?.stop();
-  await db?.drop();
-  await redis?.cleanup();
-});
+const rig = twoRouters(
+  async (db, redis) => {
+    fake = await new FakeAnthropic("sk-ant-crash").start();
+    fake.defaultScenario = { kind: "slow", interTokenMs: 100, completionTokens: 40 };
+    ({ tenantId, key } = await seedTenant(db, "anthropic-crash", 1_000n, { backend: "anthropic", model: MODEL, ...PRICE }));
+    return anthropicRouterEnv(db, redis, fake, "sk-ant-crash");
+  },
+  () => fake?.stop(),
+);
 
 describe("kill -9 in the middle of paid Anthropic streams", () => {
   it("each request gets one row at its hold, marked hold_on_crash, and the day is charged once", async () => {
+    const { db, redis, a } = rig;
     const contents = Array.from({ length: STREAMS }, (_, i) => `anthropic ${i} ${"z".repeat(i * 5)}`);
     const opened = await Promise.all(
       contents.map(async (content) => {

@@ -3,44 +3,32 @@
 // request at what OpenRouter says the generation cost (GET /generation).
 // Every request gets exactly one row, the ledger equals what the provider
 // charged to the micro-cent, and the tenant's day in Redis equals the ledger.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { budgetDay, RedisBudgetStore } from "@switchyard/state";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
-import { createTestDb, createTestRedis, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
-import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
-import { CLAIM_IDLE_MS, HOLD_TTL_MS, ORPHAN_SCAN_MS, openStream, reconcileCli, routerEnv, seedTenant } from "./crash-helpers.ts";
+import { waitFor } from "../helpers/env.ts";
+import { CLAIM_IDLE_MS, HOLD_TTL_MS, ORPHAN_SCAN_MS, openStream, reconcileCli, routerEnv, seedTenant, twoRouters } from "./crash-helpers.ts";
 
 const STREAMS = 50;
 
-let db: TestDb;
-let redis: TestRedis;
 let fake: FakeOpenRouter;
-let a: RouterProc;
-let b: RouterProc;
 let key: string;
 let tenantId: number;
 
-beforeAll(async () => {
-  db = await createTestDb();
-  redis = await createTestRedis();
-  fake = await new FakeOpenRouter({ apiKey: "sk-or-kill" }).start();
-  // Long enough to be cut by the kill: 40 tokens, 100 ms apart.
-  fake.defaultScenario = { kind: "slow", interTokenMs: 100, completionTokens: 40 };
-  ({ tenantId, key } = await seedTenant(db, "killed"));
-  const env = routerEnv(db, redis, fake, "sk-or-kill");
-  [a, b] = await Promise.all([spawnRouter(env, "router-a"), spawnRouter(env, "router-b")]);
-}, 180_000);
-
-afterAll(async () => {
-  await a?.kill9();
-  await b?.stop();
-  await fake?.stop();
-  await db?.drop();
-  await redis?.cleanup();
-});
+const rig = twoRouters(
+  async (db, redis) => {
+    fake = await new FakeOpenRouter({ apiKey: "sk-or-kill" }).start();
+    // Long enough to be cut by the kill: 40 tokens, 100 ms apart.
+    fake.defaultScenario = { kind: "slow", interTokenMs: 100, completionTokens: 40 };
+    ({ tenantId, key } = await seedTenant(db, "killed"));
+    return routerEnv(db, redis, fake, "sk-or-kill");
+  },
+  () => fake?.stop(),
+);
 
 describe("kill -9 in the middle of 50 paid streams", () => {
   it("every request is finished once, at the provider's own cost; Redis equals the ledger equals the invoice", async () => {
+    const { db, redis, a } = rig;
     const streams = await Promise.all(Array.from({ length: STREAMS }, (_, i) => openStream(a.url, key, `stream ${i} ${"x".repeat(i)}`)));
     const ids = streams.map((s) => s.requestId);
     expect(new Set(ids).size).toBe(STREAMS);

@@ -4,39 +4,26 @@
 // killed request is finished by the other router from its intent (issue 18;
 // test/money/orphan-*.test.ts go further), and reconcile makes the Redis
 // counters equal the ledger.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { budgetDay, RedisBudgetStore } from "@switchyard/state";
 import { reconcileBudgetDay } from "../../apps/router/src/billing/reconcile.ts";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
-import { createTestDb, createTestRedis, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
-import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
-import { HOLD_TTL_MS, MODEL, routerEnv, seedTenant } from "./crash-helpers.ts";
+import { waitFor } from "../helpers/env.ts";
+import type { RouterProc } from "../helpers/router-proc.ts";
+import { HOLD_TTL_MS, MODEL, routerEnv, seedTenant, twoRouters } from "./crash-helpers.ts";
 
-
-let db: TestDb;
-let redis: TestRedis;
 let fake: FakeOpenRouter;
-let a: RouterProc;
-let b: RouterProc;
 let key: string;
 let tenantId: number;
 
-beforeAll(async () => {
-  db = await createTestDb();
-  redis = await createTestRedis();
-  fake = await new FakeOpenRouter({ apiKey: "sk-or-crash" }).start();
-  ({ tenantId, key } = await seedTenant(db, "crashy", 100n));
-  const env = routerEnv(db, redis, fake, "sk-or-crash");
-  [a, b] = await Promise.all([spawnRouter(env, "router-a"), spawnRouter(env, "router-b")]);
-}, 180_000);
-
-afterAll(async () => {
-  await a?.kill9();
-  await b?.stop();
-  await fake?.stop();
-  await db?.drop();
-  await redis?.cleanup();
-});
+const rig = twoRouters(
+  async (db, redis) => {
+    fake = await new FakeOpenRouter({ apiKey: "sk-or-crash" }).start();
+    ({ tenantId, key } = await seedTenant(db, "crashy", 100n));
+    return routerEnv(db, redis, fake, "sk-or-crash");
+  },
+  () => fake?.stop(),
+);
 
 const post = (router: RouterProc, body: Record<string, unknown>) =>
   fetch(`${router.url}/v1/chat/completions`, {
@@ -47,6 +34,7 @@ const post = (router: RouterProc, body: Record<string, unknown>) =>
 
 describe("kill -9 of a router mid-stream", () => {
   it("the hold expires, nothing is double-counted, reconcile makes Redis equal the ledger", async () => {
+    const { db, redis, a, b } = rig;
     const store = new RedisBudgetStore(redis.redis, redis.prefix);
     const day = budgetDay(Date.now(), "UTC");
     const done: string[] = [];
