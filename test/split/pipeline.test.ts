@@ -99,7 +99,8 @@ describe("a 2-shard pipeline of real engines", () => {
     const wire = (head.ctx.pipeline as PipelineHead).wire;
     expect(wire.rowBytes).toBeGreaterThan(0);
     expect(wire.frameBytes / wire.rowBytes).toBeLessThan(1.05);
-    // Micro-batches: two groups of sequences were on the pipeline at once.
+    // Micro-batches: two groups of sequences were on the pipeline at once (one per shard).
+    expect((head.ctx.pipeline as PipelineHead).depth).toBe(2);
     expect(wire.maxStepsInFlight).toBe(2);
   }, 120_000);
 
@@ -150,6 +151,16 @@ describe("a 2-shard pipeline of real engines", () => {
     const reference = await chat(whole, questions[2]!);
     expect(await chat(h3, questions[2]!)).toEqual(reference);
     expect(await chat(h3, questions[0]!, true)).toEqual(await chat(whole, questions[0]!));
+    // Several streams at once: one micro-batch per shard in flight, so all three shards work at once.
+    const all = await Promise.all(questions.map((q) => chat(whole, q)));
+    expect(await Promise.all(questions.map((q) => chat(h3, q)))).toEqual(all);
+    const pipe = h3.ctx.pipeline as PipelineHead;
+    expect(pipe.depth).toBe(3);
+    expect(pipe.wire.maxStepsInFlight).toBe(3);
+    // The middle shard forwarded rows too: every hop carries raw rows plus a small header.
+    const mid = m3.shardWire();
+    expect(mid.rowBytes).toBeGreaterThan(0);
+    expect(mid.stepFrameBytes / mid.rowBytes).toBeLessThan(1.05);
   }, 120_000);
 
   it("a shard lost mid-stream ends the stream with one SSE error event; the next request is refused clearly", async () => {
@@ -221,6 +232,8 @@ describe("a 2-shard pipeline of real engines", () => {
       const open = create(ShardOpenSchema, { model: LLM, seqId: "abandoned", capacity: 64, maxTokens: 8 });
       await link.request(FrameKind.OPEN, toBinary(ShardOpenSchema, open));
       expect(await activeSequences(tail)).toBe(1);
+      // Its KV cache (64 positions × 15 blocks × keys and values) shows in the heartbeat.
+      expect((await tail.record()).kvCacheBytes).toBeGreaterThanOrEqual(64 * 15 * 2 * 192 * 2);
     } finally {
       link.close();
     }

@@ -35,7 +35,7 @@ async function agent(id: string, layers?: { start: number; end: number }) {
 }
 
 describe("a worker serving a layer range (real engine)", () => {
-  it("loads only its blocks and advertises the range and its memory", async () => {
+  it("loads only its blocks and advertises the range and its memory (weights of its range, KV caches)", async () => {
     const [whole, tail] = await Promise.all([agent("whole-1"), agent("shard-15-30", { start: 15, end: 30 })]);
     await Promise.all([whole.supervisor.whenReady(), tail.supervisor.whenReady()]);
     expect(tail.supervisor.state).toBe("ready");
@@ -54,6 +54,10 @@ describe("a worker serving a layer range (real engine)", () => {
     const wholeBytes = Number(whole.supervisor.loaded.get(LLM)!.weightBytes);
     expect(shardBytes).toBeLessThan(wholeBytes * 0.8);
     expect(shardBytes).toBeGreaterThan(wholeBytes * 0.3);
+    // The heartbeat carries the engine's measured weights and KV caches (none open yet).
+    expect(rec.weightBytes).toBe(shardBytes);
+    expect(wholeRec.weightBytes).toBe(wholeBytes);
+    expect(rec.kvCacheBytes).toBe(0);
   }, 120_000);
 
   it("refuses a range outside the model with a clear message", async () => {

@@ -41,8 +41,19 @@ export interface AgentHandle {
   record(): Promise<WorkerRecord>;
   /** Publish a heartbeat now (e.g. right after becoming ready). */
   heartbeat(): Promise<void>;
+  /** What this worker sent down a split model's pipeline so far (zeros on a whole worker). */
+  shardWire(): ShardWire;
   /** Graceful: drain, deregister, stop the engine. */
   stop(): Promise<void>;
+}
+
+export interface ShardWire {
+  /** STEP frames sent to the next shard (headers included), and the raw activation rows they carry. */
+  stepFrameBytes: number;
+  rowBytes: number;
+  /** Every frame byte on the connection to the next shard, each way (OPEN, STEP, CLOSE out; OK and SAMPLES back). */
+  linkSent: number;
+  linkReceived: number;
 }
 
 function defaultLog(msg: string, fields?: Record<string, unknown>) {
@@ -149,11 +160,19 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
     const s = serve({ fetch: app.fetch, hostname: host, port: opts.port }, (info: AddressInfo) => resolve({ server: s, port: info.port }));
     s.once("error", reject);
   });
-  const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, workerId: id, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log });
+  // Rows this shard forwards for an earlier one (a middle shard); the head counts its own.
+  const forwarded = { frameBytes: 0, rowBytes: 0 };
+  const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, workerId: id, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log, wire: forwarded });
+  const shardWire = (): ShardWire => {
+    const head = ctx.pipeline instanceof PipelineHead ? ctx.pipeline.wire : { frameBytes: 0, rowBytes: 0 };
+    const link = next?.bytes() ?? { sent: 0, received: 0 };
+    return { stepFrameBytes: head.frameBytes + forwarded.frameBytes, rowBytes: head.rowBytes + forwarded.rowBytes, linkSent: link.sent, linkReceived: link.received };
+  };
   const url = opts.advertise ?? `http://${reachableHost(host)}:${port}`;
   const startedAt = Date.now();
   let queueDepth = 0;
   let memoryBytes = 0;
+  let kvCacheBytes = 0;
   // Whether the engine keeps a prefix cache at all (SWITCHYARD_PREFIX_CACHE_MB=0 turns it off).
   let prefixCaching = true;
 
@@ -165,6 +184,7 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
         if (ev.kind.case === "stats") {
           queueDepth = ev.kind.value.queuedRequests;
           memoryBytes = Number(ev.kind.value.rssBytes);
+          kvCacheBytes = Number(ev.kind.value.kvCacheBytes);
           prefixCaching = prefixes.size === 0 || ev.kind.value.prefixCacheBytes > 0n;
         }
       } catch {
@@ -191,6 +211,9 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
       capacity: maxBatch,
       device: supervisor.device,
       memoryBytes,
+      // The engine's own memory, measured: what this worker's share of a split model costs.
+      weightBytes: loaded.reduce((n, l) => n + Number(l.weightBytes), 0),
+      kvCacheBytes,
       layerRanges: loaded
         .filter((l) => l.nLayers > 0 && l.kind === ModelKind.LLAMA_GGUF)
         .map((l) => ({ model: l.model, start: l.layerStart, end: l.layerEnd, blocks: l.nLayers, ...(digest && isShard(l) ? { digest } : {}) })),
@@ -250,7 +273,7 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
       log("worker stopped", { id });
     })());
 
-  return { id, url, supervisor, models, ctx, record, heartbeat: beat, stop };
+  return { id, url, supervisor, models, ctx, record, heartbeat: beat, shardWire, stop };
 }
 
 /**

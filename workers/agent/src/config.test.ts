@@ -18,7 +18,7 @@ function issues(input: Record<string, unknown>): string[] {
 describe("worker config", () => {
   it("fills in the defaults a worker runs with", () => {
     const c = parseWorkerConfig(base, { SWITCHYARD_CACHE: "/srv/cache" });
-    expect(c).toMatchObject({ host: "127.0.0.1", port: 0, device: "auto", maxBatch: 16, maxSeqLen: 2048, heartbeatMs: 1000, ttlMs: 3000, drainGraceMs: 30_000, shardF16: false, pipelineDepth: 2, cacheDir: "/srv/cache" });
+    expect(c).toMatchObject({ host: "127.0.0.1", port: 0, device: "auto", maxBatch: 16, maxSeqLen: 2048, heartbeatMs: 1000, ttlMs: 3000, drainGraceMs: 30_000, shardF16: false, cacheDir: "/srv/cache" });
     expect(c.layers).toBeUndefined();
   });
 

@@ -74,8 +74,8 @@ export const WorkerConfigSchema = z
     next: PeerSchema.optional(),
     /** Send activations to the next shard as f16 rows (half the bytes; f32 is exact). */
     shardF16: z.boolean().default(false),
-    /** On the head shard: steps (micro-batches) in flight down the pipeline at once. */
-    pipelineDepth: z.number().int().min(1).max(64).default(2),
+    /** On the head shard: steps (micro-batches) in flight down the pipeline at once (default: one per shard, from its share of the blocks). */
+    pipelineDepth: z.number().int().min(1).max(64).optional(),
     /** Model cache root (default: defaultCacheDir()). */
     cacheDir: z.string().min(1).optional(),
   })

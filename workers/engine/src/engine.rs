@@ -15,7 +15,7 @@ use candle_core::Device;
 
 use crate::batch::{panic_message, GenRequest, LlamaRuntime, MAX_QUEUED};
 use crate::bert::{BertEmbedder, BertRuntime, EmbedJob, MAX_QUEUED_EMBEDS};
-use crate::llama::{Backend, LlamaModel, Scratch};
+use crate::llama::{Backend, LlamaModel, Scratch, ShardInput};
 use crate::protocol::*;
 use crate::sampling::SamplingParams;
 use crate::tokenizer::ChatMessage as TplMessage;
@@ -506,24 +506,54 @@ impl Engine {
         let result = (|| {
             let rt = self.llama(&h.model)?;
             let model = &rt.model;
-            let tokens = tokenize_llama(model, &h.input.map(Into::into))?;
-            if tokens.len() > rt.max_seq_len {
-                return Err(Failure(
-                    ErrorCode::ContextLength,
-                    format!("{} tokens exceed max_seq_len {}", tokens.len(), rt.max_seq_len),
-                ));
-            }
-            let nl = model.cfg.n_layers;
-            let layers: Vec<usize> =
-                if h.layers.is_empty() { (0..=nl).collect() } else { h.layers.iter().map(|&l| l as usize).collect() };
-            if let Some(bad) = layers.iter().find(|&&l| l > nl) {
-                return Err(invalid(format!("layer {bad} out of range 0..={nl}")));
-            }
-            let states = model
-                .hidden_states(&tokens, &layers, &mut scratch)
-                .map_err(|e| Failure(ErrorCode::Internal, format!("{e:#}")))?;
             let hidden = model.cfg.hidden;
-            let n = tokens.len();
+            let nl = model.cfg.n_layers;
+            // A shard past block 0 starts from the previous shard's rows; every other model from the prompt.
+            let acts = match &h.activations {
+                Some(t) if !model.is_whole() && model.layers.start > 0 => {
+                    if t.shape.len() != 2 || t.shape[1] as usize != hidden || t.shape[0] == 0 {
+                        return Err(invalid(format!("activations shape {:?} is not [seq_len, {hidden}]", t.shape)));
+                    }
+                    Some(t.to_f32().map_err(invalid)?)
+                }
+                Some(_) => return Err(invalid("activations are for a shard that does not start at block 0")),
+                None if !model.is_whole() && model.layers.start > 0 => {
+                    return Err(invalid(format!("this shard starts at block {}: send the previous shard's rows as activations", model.layers.start)))
+                }
+                None => None,
+            };
+            let tokens = match acts {
+                Some(_) => vec![],
+                None => tokenize_llama(model, &h.input.map(Into::into))?,
+            };
+            let n = acts.as_ref().map_or(tokens.len(), |a| a.len() / hidden);
+            if n > rt.max_seq_len {
+                return Err(Failure(ErrorCode::ContextLength, format!("{n} tokens exceed max_seq_len {}", rt.max_seq_len)));
+            }
+            let mut output = None;
+            let (layers, states) = if model.is_whole() {
+                let layers: Vec<usize> =
+                    if h.layers.is_empty() { (0..=nl).collect() } else { h.layers.iter().map(|&l| l as usize).collect() };
+                if let Some(bad) = layers.iter().find(|&&l| l > nl) {
+                    return Err(invalid(format!("layer {bad} out of range 0..={nl}")));
+                }
+                let states = model.hidden_states(&tokens, &layers, &mut scratch).map_err(|e| Failure(ErrorCode::Internal, format!("{e:#}")))?;
+                (layers, states)
+            } else {
+                let (a, b) = (model.layers.start, model.layers.end);
+                let layers: Vec<usize> = match (h.layers.is_empty(), h.pass_on) {
+                    (true, true) => vec![],
+                    (true, false) => (if a == 0 { 0 } else { a + 1 }..=b).collect(),
+                    (false, _) => h.layers.iter().map(|&l| l as usize).collect(),
+                };
+                let input = match &acts {
+                    Some(x) => ShardInput::Activations(x),
+                    None => ShardInput::Tokens(&tokens),
+                };
+                let (states, out) = model.shard_hidden_states(input, &layers, h.pass_on, &mut scratch).map_err(|e| invalid(format!("{e:#}")))?;
+                output = out.map(|o| Tensor::from_f32(&[n, hidden], &o));
+                (layers, states)
+            };
             let pooling = Pooling::try_from(h.pooling).unwrap_or(Pooling::Unspecified);
             let dtype = match DType::try_from(h.dtype).unwrap_or(DType::DtypeUnspecified) {
                 DType::DtypeF16 => DType::DtypeF16,
@@ -550,6 +580,7 @@ impl Engine {
                 layers: layers.iter().map(|&l| l as u32).collect(),
                 tensors,
                 n_tokens: n as u32,
+                output,
             })
         })();
         self.scratch = scratch;

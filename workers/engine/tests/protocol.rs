@@ -334,6 +334,7 @@ fn embeddings_hidden_states_and_forward() {
             layers: vec![0, 30],
             pooling: Pooling::None as i32,
             dtype: DType::DtypeF32 as i32,
+            ..Default::default()
         }),
     );
     let hs = match e.until_end("hs").pop().unwrap().kind {
@@ -376,6 +377,7 @@ fn embeddings_hidden_states_and_forward() {
             layers: vec![],
             pooling: Pooling::Mean as i32,
             dtype: DType::DtypeF16 as i32,
+            ..Default::default()
         }),
     );
     match e.until_end("hs16").pop().unwrap().kind {

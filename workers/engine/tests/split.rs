@@ -267,3 +267,38 @@ fn a_sequence_resumed_on_new_shards_continues_exactly_where_it_was() {
     assert!(format!("{:#}", s.open(&m, 512, ShardOpen { generated: vec![1; 4], ..open("x", 64, 4) }).unwrap_err()).contains("max_tokens"));
     assert!(format!("{:#}", s.open(&m, 512, ShardOpen { generated: vec![1 << 30], ..open("x", 64, 4) }).unwrap_err()).contains("vocabulary"));
 }
+
+#[test]
+fn hidden_states_across_shards_equal_the_unsplit_models_bit_for_bit() {
+    use switchyard_engine::llama::{Scratch, ShardInput};
+    let whole = LlamaModel::load(&common::smollm_path()).unwrap();
+    let tokens = chat(&whole, "What is the capital of France?");
+    let asked = [0usize, 5, 10, 11, 20, 29, 30];
+    let mut s = Scratch::default();
+    let reference = whole.hidden_states(&tokens, &asked, &mut s).unwrap();
+    // Three shards: each captures the layers it holds and passes its output rows on.
+    let shards: Vec<LlamaModel> = [0..10, 10..20, 20..30].into_iter().map(|r| shard(r).0).collect();
+    let mut got: Vec<(usize, Vec<f32>)> = vec![];
+    let mut rows: Option<Vec<f32>> = None;
+    for (k, m) in shards.iter().enumerate() {
+        let own: Vec<usize> = asked.iter().copied().filter(|&l| (m.layers.start < l && l <= m.layers.end) || (l == 0 && m.layers.start == 0)).collect();
+        let input = match &rows {
+            None => ShardInput::Tokens(&tokens),
+            Some(x) => ShardInput::Activations(x),
+        };
+        let (states, out) = m.shard_hidden_states(input, &own, k + 1 < shards.len(), &mut s).unwrap();
+        got.extend(states);
+        rows = out;
+    }
+    assert!(rows.is_none(), "the last shard passes nothing on");
+    assert_eq!(got.len(), reference.len());
+    for ((l, x), (rl, rx)) in got.iter().zip(&reference) {
+        assert_eq!(l, rl);
+        assert!(x == rx, "layer {l} differs from the unsplit model's");
+    }
+    // A layer another shard holds is refused, not computed wrong.
+    let err = shards[1].shard_hidden_states(ShardInput::Activations(&vec![0.0; 576 * tokens.len()]), &[10], false, &mut s).unwrap_err();
+    assert!(format!("{err:#}").contains("layer 10 is not held by this shard"), "{err:#}");
+    let err = shards[1].shard_hidden_states(ShardInput::Tokens(&tokens), &[12], false, &mut s).unwrap_err();
+    assert!(format!("{err:#}").contains("takes the previous shard's rows"), "{err:#}");
+}

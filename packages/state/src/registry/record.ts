@@ -33,6 +33,10 @@ export const workerRecordSchema = z.object({
   capacity: z.number().int().positive(),
   device: z.string().default("cpu"),
   memoryBytes: z.number().int().nonnegative().optional(),
+  /** Model weights the engine holds, measured at load (a shard: its blocks only, plus embeddings on the first and norm + head on the last). */
+  weightBytes: z.number().int().nonnegative().optional(),
+  /** KV caches the engine has allocated now (whole-model sequences and shard sequences). */
+  kvCacheBytes: z.number().int().nonnegative().optional(),
   layerRanges: z.array(layerRangeSchema).default([]),
   /** Names (registry/prefix.ts) of prompt prefixes the engine computed recently, newest first: routers send requests with these prefixes here. */
   prefixes: z.array(z.string().max(64)).max(64).default([]),

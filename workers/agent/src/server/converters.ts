@@ -143,5 +143,5 @@ export function toHiddenStates(body: Record<string, unknown>): HiddenStates | { 
   if (typeof body.input === "string") input = { case: "prompt", value: body.input };
   else if (Array.isArray(body.messages) && body.messages.length > 0) input = { case: "messages", value: chatMessages(body.messages as { role?: unknown; content?: unknown }[]) };
   else return { param: "input", message: "input (a string) or messages is required" };
-  return { $typeName: "switchyard.engine.v1.HiddenStates", model: String(body.model), input, layers: layers as number[], pooling, dtype };
+  return { $typeName: "switchyard.engine.v1.HiddenStates", model: String(body.model), input, layers: layers as number[], pooling, dtype, passOn: false };
 }

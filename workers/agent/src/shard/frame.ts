@@ -14,13 +14,16 @@
 //                   UTF-8, u32 rows), then Σ rows × hidden raw little-endian
 //                   rows, sequences in order — exactly that many bytes
 //     SAMPLES       protobuf ShardOutput (the last shard's samples)
+//     HIDDEN        protobuf HiddenStates: the layers still wanted and the
+//                   previous shard's output rows (raw f32 bytes in a bytes field)
+//     HIDDEN_STATES protobuf HiddenStatesResult (the reply: those layers)
 //     OK            empty
 //     ERROR         UTF-8 message
 //     LOST          UTF-8 worker id, "\n", message: a shard down the
 //                   pipeline is gone (its connection closed or refused) —
 //                   the head may rebuild the pipeline around it
 
-export const FrameKind = { OPEN: 1, STEP: 2, CLOSE: 3, OK: 16, SAMPLES: 18, ERROR: 31, LOST: 32 } as const;
+export const FrameKind = { OPEN: 1, STEP: 2, CLOSE: 3, HIDDEN: 4, OK: 16, SAMPLES: 18, HIDDEN_STATES: 19, ERROR: 31, LOST: 32 } as const;
 export type FrameKindValue = (typeof FrameKind)[keyof typeof FrameKind];
 
 /** Header bytes after the length prefix. */

@@ -65,8 +65,9 @@ export class ShardLink {
   private tag = 0;
   private readonly pending = new Map<number, { resolve: (f: Frame) => void; reject: (e: Error) => void }>();
   private closed: Error | undefined;
-  /** Bytes written, for wire-overhead measurements. */
+  /** Bytes written and read (frames, after the upgrade), for wire-overhead measurements. */
   bytesSent = 0;
+  bytesReceived = 0;
 
   private constructor(
     private readonly socket: Socket,
@@ -74,6 +75,7 @@ export class ShardLink {
   ) {
     const reader = new FrameReader();
     socket.on("data", (d: Buffer) => {
+      this.bytesReceived += d.length;
       let frames: Frame[];
       try {
         frames = reader.push(d);
@@ -188,6 +190,9 @@ export class ShardLink {
 /** A link made on first use and remade after it breaks. */
 export class LazyShardLink {
   private link: Promise<ShardLink> | undefined;
+  /** Bytes of the links this one replaced. */
+  private readonly retired = { sent: 0, received: 0 };
+  private current: ShardLink | undefined;
 
   constructor(
     readonly peer: ShardPeer,
@@ -201,8 +206,19 @@ export class LazyShardLink {
       const l = await current.catch(() => undefined);
       if (l?.alive) return l;
     }
+    if (this.current) {
+      this.retired.sent += this.current.bytesSent;
+      this.retired.received += this.current.bytesReceived;
+      this.current = undefined;
+    }
     this.link = ShardLink.connect(this.peer, this.expect?.());
+    this.link.then((l) => (this.current = l), () => {});
     return this.link;
+  }
+
+  /** Frame bytes sent to and received from the next shard, over every connection made. */
+  bytes(): { sent: number; received: number } {
+    return { sent: this.retired.sent + (this.current?.bytesSent ?? 0), received: this.retired.received + (this.current?.bytesReceived ?? 0) };
   }
 
   async close(): Promise<void> {

@@ -14,6 +14,7 @@
 // around it: closed everywhere, reopened with the tokens it generated so far,
 // and re-prefilled with prompt + those tokens, so its stream continues with
 // the very next token — no error event, nothing repeated or missing.
+import { randomBytes } from "node:crypto";
 import { create, toBinary, fromBinary } from "@bufbuild/protobuf";
 import {
   DoneSchema,
@@ -27,6 +28,8 @@ import {
   UsageSchema,
   type Event,
   type Generate,
+  type HiddenStates,
+  type HiddenStatesResult,
   type Loaded,
   type ShardOpen,
 } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
@@ -35,18 +38,28 @@ import type { ShardRoute } from "@switchyard/state";
 import { DTYPE_F16, DTYPE_F32, encodeStep, FrameKind } from "./frame.ts";
 import { ShardLostError, type LazyShardLink } from "./link.ts";
 import { staticPath, type PipelinePath, type ShardPaths } from "./paths.ts";
+import { pipelineHiddenStates } from "./hidden.ts";
 
 /** What runGenerate needs of an engine: a whole worker's EngineClient, or a pipeline head. */
 export interface GenerateEngine {
   call(kind: RequestKind, requestId: string): AsyncGenerator<Event>;
   cancel(requestId: string): void;
+  /** Hidden states where the model's layers are spread over several shards (a pipeline head); a whole worker asks its engine. */
+  hiddenStates?(req: HiddenStates): Promise<HiddenStatesResult>;
 }
 
 /** Times one sequence may be rebuilt around lost shards (each loss is one). */
 const MAX_REBUILDS = 4;
 
 interface Seq {
+  /**
+   * The sequence's id on the pipeline (every shard's engine and every STEP
+   * frame): 64 random bits, 11 bytes, instead of the request id — each
+   * decode row carries it, so it is the frame's per-row overhead.
+   */
   id: string;
+  /** The generation's request id (its events carry it). */
+  requestId: string;
   promptIds: number[];
   /** Tokens generated so far (what a rebuilt pipeline re-prefills after the prompt). */
   generated: number[];
@@ -68,8 +81,8 @@ export class PipelineHead implements GenerateEngine {
   /** Sequences whose step is in flight, or that are being rebuilt. */
   private readonly busy = new Set<string>();
   private inFlight = 0;
-  /** Steps in flight at most (micro-batches along the pipeline; 1 = one step at a time). */
-  private readonly depth: number;
+  /** Steps in flight at most, if set (micro-batches along the pipeline; 1 = one step at a time). */
+  private readonly fixedDepth: number | undefined;
   /** Bytes of frames and of raw rows sent to the next shard (wire overhead), and the most steps seen in flight at once. */
   readonly wire = { frameBytes: 0, rowBytes: 0, maxStepsInFlight: 0 };
   /** Sequences rebuilt around a lost shard, and the last rebuild's loss → first step sent on the new path (ms). */
@@ -82,7 +95,20 @@ export class PipelineHead implements GenerateEngine {
     private readonly next: LazyShardLink | undefined,
     private readonly opts: { f16?: boolean; depth?: number; paths?: ShardPaths; log: (msg: string, fields?: Record<string, unknown>) => void },
   ) {
-    this.depth = Math.max(1, opts.depth ?? 2);
+    this.fixedDepth = opts.depth === undefined ? undefined : Math.max(1, opts.depth);
+  }
+
+  /**
+   * Steps in flight at most: by default one per shard (estimated from this
+   * shard's share of the blocks), so that with enough streams every shard has
+   * a micro-batch to work on while the others are elsewhere — 2 for two
+   * equal shards, 3 for three.
+   */
+  get depth(): number {
+    if (this.fixedDepth !== undefined) return this.fixedDepth;
+    const l = this.model();
+    const own = l ? l.layerEnd - l.layerStart : 0;
+    return own > 0 ? Math.max(2, Math.min(8, Math.ceil(l!.nLayers / own))) : 2;
   }
 
   /** Whether generations without a router's route can run (a static `--next`). */
@@ -92,7 +118,7 @@ export class PipelineHead implements GenerateEngine {
 
   /** This head's generations along a router's route. */
   routed(route: ShardRoute): GenerateEngine {
-    return { call: (kind, requestId) => this.run(kind, requestId, route), cancel: (id) => this.cancel(id) };
+    return { call: (kind, requestId) => this.run(kind, requestId, route), cancel: (id) => this.cancel(id), hiddenStates: (req) => this.hiddenStatesAlong(req, route) };
   }
 
   call(kind: RequestKind, requestId: string): AsyncGenerator<Event> {
@@ -112,9 +138,10 @@ export class PipelineHead implements GenerateEngine {
     if (ids.length >= loaded.maxSeqLen) {
       throw new EngineError(ErrorCode.CONTEXT_LENGTH, `prompt is ${ids.length} tokens; max_seq_len ${loaded.maxSeqLen} leaves no room to generate`);
     }
+    const wire = randomBytes(8).toString("base64url");
     const open = create(ShardOpenSchema, {
       model: loaded.model,
-      seqId: requestId,
+      seqId: wire,
       capacity: Math.min(ids.length + g.maxTokens, loaded.maxSeqLen),
       maxTokens: g.maxTokens,
       temperature: g.temperature,
@@ -130,8 +157,9 @@ export class PipelineHead implements GenerateEngine {
     const queue: Event[] = [];
     let failure: Error | undefined;
     let wake: (() => void) | undefined;
-    this.seqs.set(requestId, {
-      id: requestId,
+    this.seqs.set(wire, {
+      id: wire,
+      requestId,
       promptIds: [...ids],
       generated: [],
       feed: [...ids],
@@ -202,8 +230,22 @@ export class PipelineHead implements GenerateEngine {
   }
 
   cancel(requestId: string): void {
-    const s = this.seqs.get(requestId);
-    if (s) s.cancelled = true;
+    for (const s of this.seqs.values()) if (s.requestId === requestId) s.cancelled = true;
+  }
+
+  /** Hidden states along the static pipeline. */
+  hiddenStates(req: HiddenStates): Promise<HiddenStatesResult> {
+    return this.hiddenStatesAlong(req, undefined);
+  }
+
+  /** Each layer from the shard that holds it (shard/hidden.ts), down the static pipeline or a path through the router's route. */
+  private async hiddenStatesAlong(req: HiddenStates, route: ShardRoute | undefined): Promise<HiddenStatesResult> {
+    const engine = this.engine();
+    const loaded = this.model();
+    if (!engine?.alive || !loaded) throw new EngineError(ErrorCode.MODEL_NOT_LOADED, "the head shard is not loaded");
+    const path = route ? this.opts.paths?.choose(route, new Set()) : this.next ? staticPath(this.next) : undefined;
+    if (!path) throw new EngineError(ErrorCode.INTERNAL, route ? "no live replica for some stage of the route" : "this head shard has no static next shard: a router's route is required");
+    return pipelineHiddenStates(engine, loaded, req, () => path.link());
   }
 
   private async closeLocal(seqId: string): Promise<void> {
@@ -223,7 +265,7 @@ export class PipelineHead implements GenerateEngine {
     this.seqs.delete(s.id);
     s.push(
       create(EventSchema, {
-        requestId: s.id,
+        requestId: s.requestId,
         kind: { case: "done", value: create(DoneSchema, { finishReason: reason, usage: create(UsageSchema, { promptTokens: s.promptIds.length, completionTokens: s.completion }) }) },
       }),
     );
@@ -334,7 +376,7 @@ export class PipelineHead implements GenerateEngine {
       const t = smp.tokens ?? create(TokensSchema);
       s.completion += t.ids.length;
       s.generated.push(...t.ids);
-      if (t.ids.length > 0 || t.text !== "") s.push(create(EventSchema, { requestId: s.id, kind: { case: "tokens", value: t } }));
+      if (t.ids.length > 0 || t.text !== "") s.push(create(EventSchema, { requestId: s.requestId, kind: { case: "tokens", value: t } }));
       if (smp.finishReason !== FinishReason.UNSPECIFIED) {
         this.done(s, smp.finishReason);
         await this.closeEverywhere(s);

@@ -10,10 +10,11 @@ import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { ShardCloseSchema, ShardOpenSchema, ShardOutputSchema, type Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { HiddenStatesResultSchema, HiddenStatesSchema, ShardCloseSchema, ShardOpenSchema, ShardOutputSchema, type Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { EngineClient } from "../engine/client.ts";
 import { decodeShardLeg, verifyShardTicket, type ShardLeg } from "@switchyard/state";
 import { decodeStep, encodeFrame, encodeStep, FrameKind, FrameReader, type Frame } from "./frame.ts";
+import { shardHiddenStates } from "./hidden.ts";
 import { EXPECT_HEADERS, LazyShardLink, lostBody, ROUTE_HEADERS, SHARD_PATH, SHARD_PROTOCOL, ShardLostError } from "./link.ts";
 
 export interface ShardServerOptions {
@@ -28,6 +29,8 @@ export interface ShardServerOptions {
   /** SHA-256 of this shard's GGUF file (hex). */
   digest?: string;
   log: (msg: string, fields?: Record<string, unknown>) => void;
+  /** Counts what this shard forwards: STEP frame bytes and the raw rows in them. */
+  wire?: { frameBytes: number; rowBytes: number };
 }
 
 function credentialOk(header: string | undefined, token: string): boolean {
@@ -234,9 +237,23 @@ async function handle(f: Frame, opts: ShardServerOptions, opened: Map<string, st
       if (out.activations) {
         if (!opts.next) throw new Error(`this shard ends at block ${shard.layerEnd} of ${shard.nLayers} and has no next shard configured`);
         const link = await opts.next.get();
-        return { reply: link.request(FrameKind.STEP, encodeStep(step.seqs, hidden, out.activations.data), f.dtype) };
+        const frame = encodeStep(step.seqs, hidden, out.activations.data);
+        if (opts.wire) {
+          opts.wire.rowBytes += out.activations.data.length;
+          opts.wire.frameBytes += frame.length + 12;
+        }
+        return { reply: link.request(FrameKind.STEP, frame, f.dtype) };
       }
       return { reply: Promise.resolve({ kind: FrameKind.SAMPLES, dtype: 0, tag: f.tag, body: toBinary(ShardOutputSchema, out) }) };
+    }
+    case FrameKind.HIDDEN: {
+      // Stateless: it keeps no order with the frames around it (its answer waits on the shards after this one).
+      const req = fromBinary(HiddenStatesSchema, f.body);
+      const next = opts.next;
+      const reply = shardHiddenStates(engine, shard, req, next ? () => next.get() : undefined).then(
+        (r): Frame => ({ kind: FrameKind.HIDDEN_STATES, dtype: 0, tag: f.tag, body: toBinary(HiddenStatesResultSchema, r) }),
+      );
+      return { reply };
     }
     default:
       throw new Error(`unexpected frame kind ${f.kind}`);

@@ -629,6 +629,52 @@ impl LlamaModel {
         Ok(ordered)
     }
 
+    /// One shard's part of hidden states across a split model: `input` enters
+    /// its first block (token ids on the first shard, else the previous
+    /// shard's `[n, hidden]` output rows); the layers it holds among `layers`
+    /// (l with start < l <= end, and 0 on the first shard) are captured, in
+    /// the order asked; with `pass_on` its output rows (layer `end`) come
+    /// back too, for the next shard. Layers this shard does not hold are
+    /// refused: the caller splits the request.
+    pub fn shard_hidden_states(
+        &self,
+        input: ShardInput,
+        layers: &[usize],
+        pass_on: bool,
+        s: &mut Scratch,
+    ) -> Result<(Vec<(usize, Vec<f32>)>, Option<Vec<f32>>)> {
+        let (a, b) = (self.layers.start, self.layers.end);
+        let holds = |l: usize| (a < l && l <= b) || (l == 0 && a == 0);
+        if let Some(&bad) = layers.iter().find(|&&l| !holds(l)) {
+            bail!("layer {bad} is not held by this shard (blocks [{a}, {b}) hold layers {}..={b})", if a == 0 { 0 } else { a + 1 });
+        }
+        let input = match input {
+            ShardInput::Tokens(t) => {
+                if a != 0 {
+                    bail!("this shard starts at block {a}: it takes the previous shard's rows, not token ids");
+                }
+                SeqInput::Tokens(t)
+            }
+            ShardInput::Activations(x) => {
+                if a == 0 {
+                    bail!("the first shard takes token ids, not activations");
+                }
+                if x.is_empty() || x.len() % self.cfg.hidden != 0 {
+                    bail!("activations of {} values are not [n, {}]", x.len(), self.cfg.hidden);
+                }
+                SeqInput::Activations(x)
+            }
+        };
+        let end = if pass_on { b } else { layers.iter().copied().max().unwrap_or(a).max(a) };
+        let out = self.forward_seq(input, a..end, layers, false, s)?;
+        let mut ordered = Vec::with_capacity(layers.len());
+        for &l in layers {
+            let v = out.captured.iter().find(|(ol, _)| *ol == l).map(|(_, v)| v.clone()).context("layer not captured")?;
+            ordered.push((l, v));
+        }
+        Ok((ordered, pass_on.then_some(out.out)))
+    }
+
     /// Blocks [start, end) over `input` (`[n, hidden]` activations, or token
     /// ids when start == 0), positions 0..n; with `logits` the final norm and
     /// head follow and the result is `[n, vocab]`, else `[n, hidden]`.

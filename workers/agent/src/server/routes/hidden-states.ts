@@ -1,7 +1,8 @@
 // POST /v1/hidden_states on the worker: per-layer activations as safetensors
-// bytes (default) or JSON floats (Accept: application/json).
+// bytes (default) or JSON floats (Accept: application/json). On the head of a
+// split model each layer comes from the shard that holds it (shard/hidden.ts).
 import type { Hono } from "hono";
-import { ModelKind, type Tensor } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { ModelKind, type HiddenStatesResult, type Tensor } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { EngineClient } from "../../engine/client.ts";
 import { EngineError } from "../../engine/client.ts";
 import type { WorkerContext } from "../context.ts";
@@ -9,15 +10,22 @@ import { errorJson } from "../errors.ts";
 import { toHiddenStates } from "../converters.ts";
 import { modelBody } from "../request.ts";
 import { encodeSafetensors, tensorToFloats } from "../safetensors.ts";
+import { generateEngine, SHARD_ROUTE_HEADER } from "../../shard/route.ts";
+import type { GenerateEngine } from "../../shard/pipeline.ts";
 
-async function runHiddenStates(ctx: WorkerContext, engine: EngineClient, body: Record<string, unknown>, wantJson: boolean): Promise<Response> {
+async function runHiddenStates(ctx: WorkerContext, engine: EngineClient, pipeline: GenerateEngine, body: Record<string, unknown>, wantJson: boolean): Promise<Response> {
   const request = toHiddenStates(body);
   if (!("$typeName" in request)) return errorJson(400, request.message, "invalid_request", request.param);
   const end = ctx.begin();
   try {
-    const ev = await engine.once({ case: "hiddenStates", value: request });
-    if (ev.kind.case !== "hiddenStates") return errorJson(502, "engine answered without hidden states", "engine_error");
-    const { layers: got, tensors, nTokens } = ev.kind.value;
+    let result: HiddenStatesResult;
+    if (pipeline.hiddenStates) result = await pipeline.hiddenStates(request);
+    else {
+      const ev = await engine.once({ case: "hiddenStates", value: request });
+      if (ev.kind.case !== "hiddenStates") return errorJson(502, "engine answered without hidden states", "engine_error");
+      result = ev.kind.value;
+    }
+    const { layers: got, tensors, nTokens } = result;
     const named: [string, Tensor][] = got.map((l, i) => [`layer_${l}`, tensors[i]!]);
     const headers = { "x-switchyard-tokens": String(nTokens), "x-switchyard-layers": got.join(",") };
     if (wantJson) {
@@ -40,6 +48,9 @@ export function registerHiddenStates(app: Hono, ctx: WorkerContext): void {
   app.post("/v1/hidden_states", async (c) => {
     const body = await modelBody(c, ctx, ModelKind.LLAMA_GGUF);
     if (body instanceof Response) return body;
-    return runHiddenStates(ctx, ctx.supervisor.client!, body, (c.req.header("accept") ?? "").includes("application/json"));
+    // The head shard of a split model gathers the layers down the pipeline (the router's route, or its static --next).
+    const choice = generateEngine(ctx, c.req.header(SHARD_ROUTE_HEADER));
+    if (!choice.ok) return errorJson(choice.status, choice.message, choice.code);
+    return runHiddenStates(ctx, ctx.supervisor.client!, choice.engine, body, (c.req.header("accept") ?? "").includes("application/json"));
   });
 }
