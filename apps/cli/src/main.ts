@@ -23,6 +23,7 @@ export async function main(argv: string[]): Promise<number> {
         name: { type: "string" },
         quick: { type: "boolean" },
         levels: { type: "string" },
+        threads: { type: "string" },
         only: { type: "string" },
         cluster: { type: "string" },
         from: { type: "string" },

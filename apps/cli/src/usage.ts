@@ -66,6 +66,8 @@ Usage:
                                         router overhead and money-path benchmarks (prints tables)
   switchyard bench engine [--quick] [--model NAME]
                                         engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct)
+  switchyard bench split [--quick] [--levels 1,8,16] [--threads N]
+                                        one model unsplit vs split in 2 and 3 shards: tok/s, hop latency, wire bytes, memory
   switchyard bench admission [--quick]  interactive TTFT under 500 batch streams, admission on vs off (asserts both)
   switchyard bench routing [--quick]    latency-aware routing vs round-robin over 1×/2×/4× workers; resume after kill -9
 

@@ -1,7 +1,7 @@
 // `switchyard bench <suite>`: benchmarks that print a table.
 import { UsageError } from "../usage.ts";
 
-export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string }): Promise<number> {
+export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string }): Promise<number> {
   const [suite] = args;
   // The one bench entry point; it loads only the suite asked for.
   const { benches } = await import("../../../../bench/index.ts");
@@ -28,5 +28,12 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     if ((flags.model?.length ?? 0) > 1) throw new UsageError("bench engine: one --model at a time");
     return benches.engine({ quick: flags.quick === true, ...(flags.model?.[0] ? { model: flags.model[0] } : {}) });
   }
-  throw new UsageError(`bench: expected 'router', 'engine', 'admission' or 'routing', got '${suite ?? ""}'`);
+  if (suite === "split") {
+    const levels = flags.levels?.split(",").map((n) => Number(n.trim()));
+    if (levels?.some((n) => !Number.isInteger(n) || n < 1)) throw new UsageError("bench split: --levels takes stream counts like 1,8,16");
+    const threads = flags.threads === undefined ? undefined : Number(flags.threads);
+    if (threads !== undefined && (!Number.isInteger(threads) || threads < 1)) throw new UsageError("bench split: --threads takes the unsplit engine's thread count (the shards' sum to it)");
+    return benches.split({ quick: flags.quick === true, ...(levels ? { levels } : {}), ...(threads ? { threads } : {}) });
+  }
+  throw new UsageError(`bench: expected 'router', 'engine', 'split', 'admission' or 'routing', got '${suite ?? ""}'`);
 }

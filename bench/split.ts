@@ -1,0 +1,274 @@
+// `switchyard bench split`: one model unsplit, split in 2 and split in 3
+// (issue 11), side by side in one run and interleaved round by round: the
+// shards' engine threads sum to the unsplit engine's. Real agents and real
+// engines on this machine, activations over the shards' real connections.
+// Prints aggregate decode tok/s at 1/8/16 streams, TTFT and per-token latency
+// (and what each hop adds), bytes on the wire per activation row ÷ its raw
+// bytes, shard start → ready, and memory per shard ÷ unsplit. Greedy output
+// must be the same everywhere: a difference fails the bench.
+import os from "node:os";
+import { resolveModel, startAgent, type AgentHandle, type ShardWire } from "@switchyard/agent";
+import { MemoryRegistryStore } from "@switchyard/state";
+import { percentile } from "./lib/load.ts";
+
+const MODEL = "smollm2-135m-instruct";
+const TOKEN = "bench-split-token-0123456789";
+const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
+const med = (xs: number[]) => percentile(xs, 50);
+const mib = (b: number) => fmt(b / (1 << 20), 1);
+
+interface Shard {
+  agent: AgentHandle;
+  start: number;
+  end: number;
+  threads: number;
+  /** startAgent → ready (engine spawned, its blocks loaded, warm-up pass). */
+  readyMs: number;
+  peakKv: number;
+}
+
+interface Config {
+  name: string;
+  /** The head (or the whole worker) is shards[0]. */
+  shards: Shard[];
+}
+
+/** Block ranges of `n` near-equal shards of `layers` blocks. */
+export function splitRanges(layers: number, n: number): { start: number; end: number }[] {
+  return Array.from({ length: n }, (_, i) => ({ start: Math.round((i * layers) / n), end: Math.round(((i + 1) * layers) / n) }));
+}
+
+/** Starts the shards last to first (each needs the next one's URL), each timed to ready on its own. */
+async function startConfig(name: string, ranges: { start: number; end: number }[] | undefined, threads: number[], maxBatch: number, started: AgentHandle[]): Promise<Config> {
+  const shards: Shard[] = [];
+  const specs = ranges ?? [undefined];
+  for (let i = specs.length - 1; i >= 0; i--) {
+    const r = specs[i];
+    const t0 = performance.now();
+    const agent = await startAgent({
+      registry: new MemoryRegistryStore(),
+      models: [MODEL],
+      token: TOKEN,
+      device: "cpu",
+      workerId: `${name}-${i}`,
+      maxBatch,
+      maxSeqLen: 512,
+      threads: threads[i],
+      drainGraceMs: 0,
+      log: () => {},
+      ...(r ? { layers: r } : {}),
+      ...(r && shards[0] ? { next: { url: shards[0].agent.url, token: TOKEN } } : {}),
+    });
+    started.push(agent);
+    await agent.supervisor.whenReady();
+    const loaded = agent.supervisor.loaded.get(MODEL)!;
+    shards.unshift({ agent, start: loaded.layerStart, end: loaded.layerEnd, threads: threads[i]!, readyMs: performance.now() - t0, peakKv: 0 });
+  }
+  return { name, shards };
+}
+
+interface StreamResult {
+  text: string;
+  tokens: number;
+  ttftMs: number;
+  /** Gaps between content chunks after the first. */
+  gaps: number[];
+}
+
+async function stream(url: string, prompt: string, maxTokens: number): Promise<StreamResult> {
+  const t0 = performance.now();
+  const res = await fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: MODEL, prompt, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }),
+  });
+  if (res.status !== 200) throw new Error(`${url}: ${res.status} ${await res.text()}`);
+  let text = "";
+  let tokens = -1;
+  let ttftMs = NaN;
+  let last = NaN;
+  const gaps: number[] = [];
+  let buf = "";
+  const decoder = new TextDecoder();
+  for await (const chunk of res.body!) {
+    buf += decoder.decode(chunk, { stream: true });
+    let nl: number;
+    while ((nl = buf.indexOf("\n\n")) >= 0) {
+      const ev = buf.slice(0, nl);
+      buf = buf.slice(nl + 2);
+      if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
+      const j = JSON.parse(ev.slice(6)) as { error?: { message: string }; choices?: { text?: string }[]; usage?: { completion_tokens: number } };
+      if (j.error) throw new Error(`${url}: stream error ${j.error.message}`);
+      const piece = j.choices?.[0]?.text ?? "";
+      if (piece) {
+        const now = performance.now();
+        if (Number.isNaN(ttftMs)) ttftMs = now - t0;
+        else gaps.push(now - last);
+        last = now;
+        text += piece;
+      }
+      if (j.usage) tokens = j.usage.completion_tokens;
+    }
+  }
+  if (tokens < 0) throw new Error(`${url}: no usage in the stream`);
+  return { text, tokens, ttftMs, gaps };
+}
+
+const wireZero: ShardWire = { stepFrameBytes: 0, rowBytes: 0, linkSent: 0, linkReceived: 0 };
+function wireOf(c: Config): ShardWire {
+  return c.shards.map((s) => s.agent.shardWire()).reduce((a, b) => ({ stepFrameBytes: a.stepFrameBytes + b.stepFrameBytes, rowBytes: a.rowBytes + b.rowBytes, linkSent: a.linkSent + b.linkSent, linkReceived: a.linkReceived + b.linkReceived }), wireZero);
+}
+
+interface LevelResult {
+  aggregate: number;
+  ttftMs: number;
+  perTokenMs: number;
+  wire: ShardWire;
+  texts: string[];
+}
+
+/** `n` streams at once on `c`'s head; Σ completion tokens ÷ wall time, and while they run each shard's peak KV bytes. */
+async function runLevel(c: Config, n: number, tokens: number, round: number): Promise<LevelResult> {
+  const before = wireOf(c);
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      for (const s of c.shards) s.peakKv = Math.max(s.peakKv, (await s.agent.record()).kvCacheBytes ?? 0);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  const t0 = performance.now();
+  // Distinct prompts (no two streams share a prefix beyond the first words); the same ones in every config.
+  const results = await Promise.all(Array.from({ length: n }, (_, i) => stream(c.shards[0]!.agent.url, `Story ${round * 100 + i}: a lighthouse keeper on a stormy night`, tokens)));
+  const wall = (performance.now() - t0) / 1000;
+  sampling = false;
+  await sampler;
+  const after = wireOf(c);
+  return {
+    aggregate: results.reduce((a, r) => a + r.tokens, 0) / wall,
+    ttftMs: med(results.map((r) => r.ttftMs)),
+    perTokenMs: med(results.flatMap((r) => r.gaps)),
+    wire: { stepFrameBytes: after.stepFrameBytes - before.stepFrameBytes, rowBytes: after.rowBytes - before.rowBytes, linkSent: after.linkSent - before.linkSent, linkReceived: after.linkReceived - before.linkReceived },
+    texts: results.map((r) => r.text),
+  };
+}
+
+export async function runSplitBench(opts: { quick: boolean; levels?: number[]; threads?: number }): Promise<number> {
+  const levels = opts.levels ?? (opts.quick ? [1] : [1, 8, 16]);
+  const tokens = opts.quick ? 8 : 48;
+  const rounds = opts.quick ? 1 : 2;
+  const threads = opts.threads ?? Math.min(os.availableParallelism(), 16);
+  // The whole worker would reuse prompt prefixes and shards keep none: measure both without.
+  process.env.SWITCHYARD_PREFIX_CACHE_MB = "0";
+  await resolveModel(MODEL);
+  const maxBatch = Math.max(16, ...levels);
+  const per = (k: number) => Array.from({ length: k }, () => Math.max(1, Math.floor(threads / k)));
+  process.stderr.write(`» starting unsplit, split=2 and split=3 (${threads} threads each in all)\n`);
+  const configs: Config[] = [];
+  const started: AgentHandle[] = [];
+  try {
+    configs.push(await startConfig("unsplit", undefined, [threads], maxBatch, started));
+    const nLayers = configs[0]!.shards[0]!.agent.supervisor.loaded.get(MODEL)!.nLayers;
+    configs.push(await startConfig("split2", splitRanges(nLayers, 2), per(2), maxBatch, started));
+    configs.push(await startConfig("split3", splitRanges(nLayers, 3), per(3), maxBatch, started));
+    const hidden = configs[0]!.shards[0]!.agent.supervisor.loaded.get(MODEL)!.hiddenSize;
+
+    // Interleaved: every level, every round, each config in turn.
+    const res = new Map<string, Map<number, LevelResult[]>>(configs.map((c) => [c.name, new Map(levels.map((n) => [n, []]))]));
+    let mismatch = "";
+    for (let r = 0; r < rounds; r++) {
+      for (const n of levels) {
+        const texts: string[][] = [];
+        for (const c of configs) {
+          const lr = await runLevel(c, n, tokens, r);
+          res.get(c.name)!.get(n)!.push(lr);
+          texts.push(lr.texts);
+        }
+        for (let k = 1; k < texts.length; k++) {
+          const i = texts[k]!.findIndex((t, j) => t !== texts[0]![j]);
+          if (i >= 0 && !mismatch) mismatch = `${configs[k]!.name} at ${n} streams, stream ${i}: ${JSON.stringify(texts[k]![i])} ≠ unsplit ${JSON.stringify(texts[0]![i])}`;
+        }
+        process.stderr.write(`round ${r + 1}/${rounds}, ${n} stream(s) done\n`);
+      }
+    }
+    const agg = (name: string, n: number) => med(res.get(name)!.get(n)!.map((x) => x.aggregate));
+    const lat = (name: string, key: "ttftMs" | "perTokenMs") => med(res.get(name)!.get(levels[0]!)!.map((x) => x[key]));
+    const label = (c: Config) => (c.shards.length === 1 ? "unsplit" : `split=${c.shards.length}`);
+    const threadsOf = (c: Config) => c.shards.map((s) => s.threads).join("+");
+    const rowBytes = hidden * 4;
+
+    const out: string[] = [];
+    out.push(`Model SmolLM2-135M-Instruct Q4_1 on CPU kernels, ${tokens} tokens per stream, greedy, prefix cache off; median of ${rounds} interleaved round(s).`);
+    out.push(`Engine threads: ${configs.map((c) => `${label(c)} ${threadsOf(c)}`).join(", ")} (${os.availableParallelism()} CPUs here).`);
+    out.push(`Greedy output identical in every config: ${mismatch ? `NO — ${mismatch}` : "yes"}.`);
+    out.push("");
+    out.push(`| streams | ${configs.map((c) => `${label(c)} tok/s`).join(" | ")} | ${configs.slice(1).map((c) => `${label(c)} ÷ unsplit`).join(" | ")} |`);
+    out.push(`|---:|${configs.map(() => "---:").join("|")}|${configs.slice(1).map(() => "---:").join("|")}|`);
+    for (const n of levels) {
+      const base = agg("unsplit", n);
+      out.push(`| ${n} | ${configs.map((c) => fmt(agg(c.name, n))).join(" | ")} | ${configs.slice(1).map((c) => `${fmt(agg(c.name, n) / base, 2)}×`).join(" | ")} |`);
+    }
+    out.push("");
+    out.push(`Latency at ${levels[0]} stream(s) (median); a hop is one shard-to-shard link, each way:`);
+    out.push("");
+    out.push("| config | hops | TTFT ms | per-token ms | TTFT added per hop ms | per-token added per hop ms |");
+    out.push("|---|---:|---:|---:|---:|---:|");
+    for (const c of configs) {
+      const hops = c.shards.length - 1;
+      const addT = hops ? fmt((lat(c.name, "ttftMs") - lat("unsplit", "ttftMs")) / hops, 2) : "-";
+      const addP = hops ? fmt((lat(c.name, "perTokenMs") - lat("unsplit", "perTokenMs")) / hops, 2) : "-";
+      out.push(`| ${label(c)} | ${hops} | ${fmt(lat(c.name, "ttftMs"), 1)} | ${fmt(lat(c.name, "perTokenMs"), 2)} | ${addT} | ${addP} |`);
+    }
+    out.push("");
+    out.push(`Bytes on the wire per activation row per hop ÷ its raw bytes (${hidden} × f32 = ${rowBytes} B); "all frames" adds the OPEN/CLOSE frames and the replies coming back (samples):`);
+    out.push("");
+    out.push("| config | streams | rows sent | STEP bytes per row | ÷ raw | all frames both ways ÷ raw |");
+    out.push("|---|---:|---:|---:|---:|---:|");
+    const wireRatios: { name: string; n: number; step: number; all: number }[] = [];
+    for (const c of configs.slice(1)) {
+      for (const n of levels) {
+        const w = res.get(c.name)!.get(n)!.reduce((a, x) => ({ stepFrameBytes: a.stepFrameBytes + x.wire.stepFrameBytes, rowBytes: a.rowBytes + x.wire.rowBytes, linkSent: a.linkSent + x.wire.linkSent, linkReceived: a.linkReceived + x.wire.linkReceived }), wireZero);
+        const rows = w.rowBytes / rowBytes;
+        const step = w.stepFrameBytes / w.rowBytes;
+        const all = (w.linkSent + w.linkReceived) / w.rowBytes;
+        wireRatios.push({ name: c.name, n, step, all });
+        out.push(`| ${label(c)} | ${n} | ${rows} | ${fmt(w.stepFrameBytes / rows, 1)} | ${fmt(step, 4)}× | ${fmt(all, 4)}× |`);
+      }
+    }
+    out.push("");
+    out.push("Shards: start → ready (each started on its own: engine spawned, its blocks loaded, warm-up pass) and memory ÷ the unsplit engine's:");
+    out.push("");
+    out.push(`| config | shard | blocks | threads | start → ready ms | weights MiB | weights ÷ unsplit | peak KV MiB (${levels.at(-1)} streams) | KV ÷ unsplit | RSS MiB | RSS ÷ unsplit |`);
+    out.push("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    const whole = configs[0]!.shards[0]!;
+    const wholeRec = await whole.agent.record();
+    const memRatios: { name: string; i: number; weights: number; kv: number }[] = [];
+    for (const c of configs) {
+      for (const [i, s] of c.shards.entries()) {
+        const rec = await s.agent.record();
+        const weights = (rec.weightBytes ?? 0) / (wholeRec.weightBytes ?? NaN);
+        const kv = s.peakKv / whole.peakKv;
+        memRatios.push({ name: c.name, i, weights, kv });
+        out.push(
+          `| ${label(c)} | ${i} | ${s.start}-${s.end} | ${s.threads} | ${fmt(s.readyMs, 0)} | ${mib(rec.weightBytes ?? NaN)} | ${fmt(weights, 2)} | ${mib(s.peakKv)} | ${fmt(kv, 2)} | ${mib(rec.memoryBytes ?? NaN)} | ${fmt((rec.memoryBytes ?? NaN) / (wholeRec.memoryBytes ?? NaN), 2)} |`,
+        );
+      }
+    }
+    const at8 = levels.includes(8) ? 8 : levels.at(-1)!;
+    const r8 = agg("split2", at8) / agg("unsplit", at8);
+    const w8 = wireRatios.filter((w) => w.n === at8);
+    out.push("");
+    out.push(
+      "Targets: " +
+        [
+          `split=2 ≥ 0.9× unsplit at ${at8} streams: ${r8 >= 0.9 ? "met" : "NOT met"} (${fmt(r8, 2)}×)`,
+          `STEP bytes ≤ 1.01× raw rows at ${at8} streams: ${w8.every((w) => w.step <= 1.01) ? "met" : "NOT met"} (${w8.map((w) => `${w.name} ${fmt(w.step, 4)}×`).join(", ")})`,
+          `greedy output identical: ${mismatch ? "NOT met" : "met"}`,
+        ].join("; "),
+    );
+    process.stdout.write(out.join("\n") + "\n");
+    return mismatch ? 1 : 0;
+  } finally {
+    await Promise.all(started.map((a) => a.stop()));
+  }
+}
