@@ -19,29 +19,38 @@ describe("money", () => {
     expect(() => centsToMicro(Number.MAX_SAFE_INTEGER + 1)).toThrow(RangeError);
   });
 
+  /** Each USD input converts to exactly these micro-cents. */
+  const converts = (cases: Array<[string, bigint]>) => {
+    for (const [usd, micro] of cases) expect(usdToMicro(usd), usd).toBe(micro);
+  };
+
   it("USD decimal strings convert exactly", () => {
-    expect(usdToMicro("0.000123")).toBe(12_300n);
-    expect(usdToMicro("1")).toBe(100_000_000n);
-    expect(usdToMicro("0")).toBe(0n);
-    expect(usdToMicro("-0")).toBe(0n);
-    expect(usdToMicro("12.5")).toBe(1_250_000_000n);
-    expect(usdToMicro(".5")).toBe(50_000_000n);
-    expect(usdToMicro("3.")).toBe(300_000_000n);
-    expect(usdToMicro("0.00000001")).toBe(1n); // the smallest unit
-    expect(usdToMicro("1.5e-7")).toBe(15n);
-    expect(usdToMicro("2E3")).toBe(200_000_000_000n);
-    expect(usdToMicro(" 0.1 ")).toBe(10_000_000n);
-    // Well past 2^53 micro-cents: still exact.
-    expect(usdToMicro("123456789012.34567891")).toBe(12_345_678_901_234_567_891n);
+    converts([
+      ["0.000123", 12_300n],
+      ["1", 100_000_000n],
+      ["0", 0n],
+      ["-0", 0n],
+      ["12.5", 1_250_000_000n],
+      [".5", 50_000_000n],
+      ["3.", 300_000_000n],
+      ["0.00000001", 1n], // the smallest unit
+      ["1.5e-7", 15n],
+      ["2E3", 200_000_000_000n],
+      [" 0.1 ", 10_000_000n],
+      // Well past 2^53 micro-cents: still exact.
+      ["123456789012.34567891", 12_345_678_901_234_567_891n],
+    ]);
   });
 
   it("digits beyond micro-cent precision round half-up", () => {
-    expect(usdToMicro("0.000000005")).toBe(1n);
-    expect(usdToMicro("0.0000000049999")).toBe(0n);
-    expect(usdToMicro("0.000000015")).toBe(2n);
-    expect(usdToMicro("0.123456784999")).toBe(12_345_678n);
-    expect(usdToMicro("0.123456785")).toBe(12_345_679n);
-    expect(usdToMicro("5e-9")).toBe(1n);
+    converts([
+      ["0.000000005", 1n],
+      ["0.0000000049999", 0n],
+      ["0.000000015", 2n],
+      ["0.123456784999", 12_345_678n],
+      ["0.123456785", 12_345_679n],
+      ["5e-9", 1n],
+    ]);
   });
 
   it("a JS number is read by its shortest decimal, never by float arithmetic", () => {
