@@ -23,13 +23,10 @@ afterAll(async () => {
   await Promise.all([big?.stop(), small?.stop(), db?.drop()]);
 });
 
-/** `switchyard router` with this environment: its exit code and output (it must exit by itself). */
-function router(env: Record<string, string>): Promise<{ code: number | null; out: string }> {
+/** The CLI with these arguments and this environment: its exit code and output (it must exit by itself). */
+function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [bin, "router"], {
-      env: { ...process.env, REDIS_URL: "", SWITCHYARD_PORT: "0", SWITCHYARD_ROUTER__ADMIN_PORT: "0", DATABASE_URL: db.url, ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, REDIS_URL: "", ...env }, stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
     child.stdout.on("data", (d: Buffer) => (out += d.toString()));
     child.stderr.on("data", (d: Buffer) => (out += d.toString()));
@@ -40,6 +37,9 @@ function router(env: Record<string, string>): Promise<{ code: number | null; out
     });
   });
 }
+
+/** `switchyard router` with this environment. */
+const router = (env: Record<string, string>) => cli(["router"], { SWITCHYARD_PORT: "0", SWITCHYARD_ROUTER__ADMIN_PORT: "0", DATABASE_URL: db.url, ...env });
 
 const single = (() => {
   const u = new URL(REDIS_URL);
@@ -101,20 +101,6 @@ describe("Redis Cluster seeds are checked at start", () => {
 });
 
 describe("`switchyard worker` reads the routers' config", () => {
-  /** The CLI with this environment and arguments (it must exit by itself). */
-  const cli = (args: string[], env: Record<string, string> = {}) =>
-    new Promise<{ code: number | null; out: string }>((resolve) => {
-      const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, REDIS_URL: "", ...env }, stdio: ["ignore", "pipe", "pipe"] });
-      let out = "";
-      child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-      child.stderr.on("data", (d: Buffer) => (out += d.toString()));
-      const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
-      child.once("exit", (code) => {
-        clearTimeout(timer);
-        resolve({ code, out });
-      });
-    });
-
   it("without --redis and without a Redis in its config it names every way to give one", async () => {
     const r = await cli(["worker", "--token", "t0123456789"]);
     expect(r.code).toBe(2);
