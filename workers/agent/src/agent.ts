@@ -51,7 +51,7 @@ export interface ShardWire {
   /** STEP frames sent to the next shard (headers included), and the raw activation rows they carry. */
   stepFrameBytes: number;
   rowBytes: number;
-  /** Every frame byte on the connection to the next shard, each way (OPEN, STEP, CLOSE out; OK and SAMPLES back). */
+  /** Every frame byte on the static (--next) connection to the next shard, each way (OPEN, STEP, CLOSE out; OK and SAMPLES back); routed paths are not counted here. */
   linkSent: number;
   linkReceived: number;
 }
