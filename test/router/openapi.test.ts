@@ -46,6 +46,7 @@ describe("GET /openapi.json", () => {
         "POST /v1/embeddings",
         "POST /v1/hidden_states",
         "GET /v1/models",
+        "GET /v1/models/{id}",
         "POST /v1/leases",
         "GET /v1/leases/{id}",
         "POST /v1/leases/{id}/extend",

@@ -11,6 +11,7 @@ import { registerCompletions } from "./routes/v1/completions/create.ts";
 import { registerEmbeddings } from "./routes/v1/embeddings/create.ts";
 import { registerHiddenStates } from "./routes/v1/hidden_states/create.ts";
 import { registerListModels } from "./routes/v1/models/list.ts";
+import { registerRetrieveModel } from "./routes/v1/models/retrieve.ts";
 import { registerCreateLease } from "./routes/v1/leases/create.ts";
 import { registerRetrieveLease } from "./routes/v1/leases/retrieve.ts";
 import { registerExtendLease } from "./routes/v1/leases/extend.ts";
@@ -32,6 +33,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   registerEmbeddings(app, deps);
   registerHiddenStates(app, deps);
   registerListModels(app, deps);
+  registerRetrieveModel(app, deps);
   registerCreateLease(app, deps);
   registerRetrieveLease(app, deps);
   registerExtendLease(app, deps);

@@ -4,15 +4,21 @@
 //! together (a decode token each, or the next chunk of a prompt that is still
 //! being prefilled), so new requests join between decode steps and a finished
 //! or cancelled sequence frees its slot at once.
+//!
+//! A request for n choices is one sequence until its prompt is computed;
+//! then the prompt's keys and values are copied into n - 1 more caches
+//! (allocated at admission, so a request either gets all its slots or none)
+//! and each choice samples on with its own RNG. One Done answers the request
+//! when its last choice ends.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 use crate::llama::{KvCache, LlamaModel, Scratch, SeqStep};
 use crate::prefix::{PrefixCache, DEFAULT_PREFIX_CACHE_BYTES};
 use crate::shard::Shards;
-use crate::protocol::{event, Done, ErrorCode, Event, FinishReason, TokenLogprob, TokenLogprobs, Tokens, Usage};
+use crate::protocol::{event, ChoiceDone, Done, ErrorCode, Event, FinishReason, TokenLogprob, TokenLogprobs, Tokens, Usage};
 use crate::sampling::{Sampler, SamplingParams};
 
 /// Prompt tokens fed per step across all prefilling sequences: long prompts
@@ -115,10 +121,27 @@ pub struct GenRequest {
     pub logprobs: Option<usize>,
     /// Prefix-cache scope: only entries computed under the same salt are reused ("" = none).
     pub cache_salt: String,
+    /// Choices to generate (at least 1, at most max_batch).
+    pub n: usize,
+}
+
+impl GenRequest {
+    /// One choice, no penalties: the plain request the tests and benches build.
+    pub fn new(request_id: impl Into<String>, prompt: Vec<u32>, max_tokens: usize, params: SamplingParams) -> Self {
+        GenRequest { request_id: request_id.into(), prompt, max_tokens, params, stops: vec![], logprobs: None, cache_salt: String::new(), n: 1 }
+    }
 }
 
 struct Sequence {
     request_id: String,
+    /// Which choice of its request this is (0 for the first).
+    index: u32,
+    /// The first choice holds the other choices' empty caches until its
+    /// prompt is computed; then they are forked from it.
+    spare: Vec<KvCache>,
+    /// The request's seed, for the forks (choice i samples with seed + i).
+    seed: Option<u64>,
+    stops: Vec<String>,
     prompt: Vec<u32>,
     prefilled: usize,
     generated: usize,
@@ -150,6 +173,15 @@ pub struct LlamaRuntime {
     prefix: PrefixCache,
     /// Sequences of a split model this shard holds caches for (shard.rs).
     pub shards: Shards,
+    /// Requests with choices still running: what the ended ones reported.
+    groups: HashMap<String, Group>,
+}
+
+/// A request's choices that ended, while others still run.
+#[derive(Default)]
+struct Group {
+    running: usize,
+    choices: Vec<ChoiceDone>,
 }
 
 /// The Done event of a request cancelled before admission.
@@ -162,15 +194,21 @@ fn done(request_id: &str, reason: FinishReason, prompt: usize, completion: usize
     .into_event(request_id)
 }
 
-/// The Done event of a sequence that was admitted.
-fn done_of(s: &Sequence, reason: FinishReason) -> Event {
+/// The Done event of a request whose last running choice is `s`, the
+/// others having ended as `choices`.
+fn done_of(s: &Sequence, reason: FinishReason, mut choices: Vec<ChoiceDone>) -> Event {
     let (prefill_us, decode_us) = timings(s);
+    choices.push(ChoiceDone { index: s.index, finish_reason: reason as i32, completion_tokens: s.generated as u32 });
+    choices.sort_by_key(|c| c.index);
+    let completion: u32 = choices.iter().map(|c| c.completion_tokens).sum();
     Done {
-        finish_reason: reason as i32,
-        usage: Some(Usage { prompt_tokens: s.prompt.len() as u32, completion_tokens: s.generated as u32 }),
+        // A cancelled request says so, whichever of its choices had ended.
+        finish_reason: if reason == FinishReason::Cancelled { reason as i32 } else { choices[0].finish_reason },
+        usage: Some(Usage { prompt_tokens: s.prompt.len() as u32, completion_tokens: completion }),
         prefill_us,
         decode_us,
         cached_prompt_tokens: s.cached as u32,
+        choices,
     }
     .into_event(&s.request_id)
 }
@@ -195,6 +233,7 @@ impl LlamaRuntime {
             scratch: Scratch::default(),
             tokens_generated: 0,
             shards: Shards::default(),
+            groups: HashMap::new(),
             prefix: PrefixCache::new(
                 std::env::var("SWITCHYARD_PREFIX_CACHE_MB").ok().and_then(|v| v.parse::<usize>().ok()).map_or(DEFAULT_PREFIX_CACHE_BYTES, |mb| mb << 20),
             ),
@@ -225,8 +264,9 @@ impl LlamaRuntime {
         !self.active.is_empty() || !self.queue.is_empty()
     }
 
+    /// Sequences decoding or prefilling, counting each choice.
     pub fn active_len(&self) -> usize {
-        self.active.len()
+        self.active.iter().map(|s| 1 + s.spare.len()).sum()
     }
 
     pub fn queued_len(&self) -> usize {
@@ -234,7 +274,7 @@ impl LlamaRuntime {
     }
 
     pub fn kv_cache_bytes(&self) -> u64 {
-        self.active.iter().map(|s| s.cache.bytes() as u64).sum()
+        self.active.iter().flat_map(|s| std::iter::once(&s.cache).chain(&s.spare)).map(|c| c.bytes() as u64).sum()
     }
 
     pub fn contains(&self, request_id: &str) -> bool {
@@ -253,13 +293,31 @@ impl LlamaRuntime {
             emit(done(&q.request_id, FinishReason::Cancelled, q.prompt.len(), 0));
             return true;
         }
-        if let Some(i) = self.active.iter().position(|s| s.request_id == request_id) {
+        let mut found = None;
+        while let Some(i) = self.active.iter().position(|s| s.request_id == request_id) {
             let s = self.active.swap_remove(i);
-            emit(done_of(&s, FinishReason::Cancelled));
-            Self::keep_prefix(&mut self.prefix, &self.model, &s);
-            return true;
+            if s.index == 0 {
+                Self::keep_prefix(&mut self.prefix, &self.model, &s);
+            }
+            if let Some(prev) = found.replace(s) {
+                self.end_choice(&prev, FinishReason::Cancelled);
+            }
         }
-        false
+        match found {
+            Some(last) => {
+                let ended = self.groups.remove(request_id).map(|g| g.choices).unwrap_or_default();
+                emit(done_of(&last, FinishReason::Cancelled, ended));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Notes a choice that ended while others of its request run on.
+    fn end_choice(&mut self, s: &Sequence, reason: FinishReason) {
+        let g = self.groups.entry(s.request_id.clone()).or_default();
+        g.running = g.running.saturating_sub(1);
+        g.choices.push(ChoiceDone { index: s.index, finish_reason: reason as i32, completion_tokens: s.generated as u32 });
     }
 
     pub fn cancel_all(&mut self, emit: &mut dyn FnMut(Event)) {
@@ -275,11 +333,17 @@ impl LlamaRuntime {
     }
 
     fn admit(&mut self, emit: &mut dyn FnMut(Event)) {
-        while self.active.len() < self.max_batch {
-            let Some(req) = self.queue.pop_front() else { break };
+        // In arrival order: a request waits until all its choices fit.
+        while let Some(front) = self.queue.front() {
+            if self.active_len() + front.n.max(1) > self.max_batch {
+                break;
+            }
+            let req = self.queue.pop_front().unwrap();
+            let n = req.n.max(1);
             let capacity = (req.prompt.len() + req.max_tokens).min(self.max_seq_len);
             let max_new = req.max_tokens.min(capacity - req.prompt.len());
-            let mut cache = match self.model.new_cache(capacity) {
+            let caches: Result<Vec<KvCache>, _> = (0..n).map(|_| self.model.new_cache(capacity)).collect();
+            let mut caches = match caches {
                 Ok(c) => c,
                 Err(e) => {
                     // Out of device memory for this one: it fails, the rest run.
@@ -287,9 +351,20 @@ impl LlamaRuntime {
                     continue;
                 }
             };
+            let mut cache = caches.pop().unwrap();
             let cached = self.prefix.reuse(&req.cache_salt, &req.prompt, &mut cache);
+            let seed = req.params.seed;
+            let mut sampler = Sampler::new(req.params);
+            sampler.prime(&req.prompt);
+            if n > 1 {
+                self.groups.insert(req.request_id.clone(), Group { running: n, choices: Vec::new() });
+            }
             self.active.push(Sequence {
                 request_id: req.request_id,
+                index: 0,
+                spare: caches,
+                seed,
+                stops: req.stops.clone(),
                 prompt: req.prompt,
                 prefilled: cached,
                 generated: 0,
@@ -298,7 +373,7 @@ impl LlamaRuntime {
                 cached,
                 cache_salt: req.cache_salt,
                 cache,
-                sampler: Sampler::new(req.params),
+                sampler,
                 logprobs: req.logprobs,
                 text: TextStream::new(req.stops),
                 feed: Vec::new(),
@@ -345,14 +420,22 @@ impl LlamaRuntime {
         };
         if let Some(msg) = err {
             eprintln!("switchyard-engine: batch step failed: {msg}");
+            // One error per request, however many choices it had running.
+            let mut told = std::collections::HashSet::new();
             for s in self.active.drain(..) {
-                emit(Event::error(&s.request_id, ErrorCode::Internal, format!("model step failed: {msg}")));
+                if told.insert(s.request_id.clone()) {
+                    emit(Event::error(&s.request_id, ErrorCode::Internal, format!("model step failed: {msg}")));
+                }
             }
+            self.groups.clear();
             self.scratch = Scratch::default();
             return Err(msg);
         }
         let vocab = self.model.cfg.vocab;
         let mut finished: Vec<(usize, FinishReason)> = Vec::new();
+        // Choices forked this step, sampled from their first choice's logits.
+        let mut forked: Vec<Sequence> = Vec::new();
+        let mut forked_finished: Vec<(usize, FinishReason)> = Vec::new();
         for (i, s) in self.active.iter_mut().enumerate() {
             if s.prefilled < s.prompt.len() {
                 s.prefilled += s.feed.len();
@@ -362,52 +445,116 @@ impl LlamaRuntime {
                 // Its prompt is computed: requests arriving while it still
                 // generates can take it (a burst behind one system prompt).
                 Self::keep_prefix(&mut self.prefix, &self.model, s);
+                // Its other choices start from the same keys and values.
+                let spare = std::mem::take(&mut s.spare);
+                let base = forked.len();
+                for (k, mut cache) in spare.into_iter().enumerate() {
+                    let index = k as u32 + 1;
+                    if let Err(e) = cache.copy_prefix_from(&s.cache, s.prompt.len()) {
+                        // Same shapes, capacity checked at admission: not expected.
+                        // The request answers with the choices it has.
+                        eprintln!("switchyard-engine: forking choice {index} of {:?}: {e:#}", s.request_id);
+                        if let Some(g) = self.groups.get_mut(&s.request_id) {
+                            g.running -= 1;
+                        }
+                        continue;
+                    }
+                    forked.push(Sequence {
+                        request_id: s.request_id.clone(),
+                        index,
+                        spare: Vec::new(),
+                        seed: s.seed,
+                        stops: s.stops.clone(),
+                        prompt: s.prompt.clone(),
+                        prefilled: s.prefilled,
+                        generated: 0,
+                        max_new: s.max_new,
+                        out: Vec::new(),
+                        cached: s.cached,
+                        cache_salt: s.cache_salt.clone(),
+                        cache,
+                        sampler: s.sampler.fork(s.seed.map(|seed| seed.wrapping_add(index as u64))),
+                        logprobs: s.logprobs,
+                        text: TextStream::new(s.stops.clone()),
+                        feed: Vec::new(),
+                        t_admit: s.t_admit,
+                        t_first: None,
+                    });
+                }
+                let logits = &self.scratch.logits[i * vocab..(i + 1) * vocab];
+                for (k, f) in forked[base..].iter_mut().enumerate() {
+                    if let Some(reason) = Self::sample_next(&self.model, &mut self.tokens_generated, f, logits, emit) {
+                        forked_finished.push((base + k, reason));
+                    }
+                }
             }
             let logits = &self.scratch.logits[i * vocab..(i + 1) * vocab];
-            let tok = s.sampler.sample(logits);
-            if s.t_first.is_none() {
-                s.t_first = Some(Instant::now());
-            }
-            if self.model.tokenizer.is_eog(tok) {
-                finished.push((i, FinishReason::Stop));
-                continue;
-            }
-            s.generated += 1;
-            s.out.push(tok);
-            self.tokens_generated += 1;
-            let (text, stopped) = s.text.push(self.model.tokenizer.token_bytes(tok));
-            let logprobs = match s.logprobs {
-                None => vec![],
-                Some(k) => {
-                    let tokenizer = &self.model.tokenizer;
-                    let entry = |id: u32, logprob: f32| TokenLogprob { id, token: tokenizer.token_bytes(id).to_vec(), logprob };
-                    let (lp, top) = crate::sampling::logprobs(logits, tok, k);
-                    vec![TokenLogprobs { chosen: Some(entry(tok, lp)), top: top.into_iter().map(|(id, l)| entry(id, l)).collect() }]
-                }
-            };
-            emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![tok], text, logprobs })));
-            if stopped {
-                finished.push((i, FinishReason::Stop));
-            } else if s.generated >= s.max_new {
-                finished.push((i, FinishReason::Length));
-            } else {
-                s.feed.clear();
-                s.feed.push(tok);
+            if let Some(reason) = Self::sample_next(&self.model, &mut self.tokens_generated, s, logits, emit) {
+                finished.push((i, reason));
             }
         }
+        let base = self.active.len();
+        self.active.extend(forked);
+        finished.extend(forked_finished.into_iter().map(|(k, r)| (base + k, r)));
         // Remove from the back so earlier indices stay valid.
+        finished.sort_by_key(|&(i, _)| i);
         for &(i, reason) in finished.iter().rev() {
             let mut s = self.active.swap_remove(i);
             // A stop-sequence hit already dropped the held text; otherwise
             // whatever was held back as a possible stop prefix goes out now.
             let tail = s.text.finish();
             if !tail.is_empty() {
-                emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![], text: tail, logprobs: vec![] })));
+                emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![], text: tail, logprobs: vec![], index: s.index, prompt: false })));
             }
-            emit(done_of(&s, reason));
-            Self::keep_prefix(&mut self.prefix, &self.model, &s);
+            if s.index == 0 {
+                Self::keep_prefix(&mut self.prefix, &self.model, &s);
+            }
+            let last = self.groups.get(&s.request_id).is_none_or(|g| g.running <= 1);
+            if last {
+                let ended = self.groups.remove(&s.request_id).map(|g| g.choices).unwrap_or_default();
+                emit(done_of(&s, reason, ended));
+            } else {
+                self.end_choice(&s, reason);
+            }
         }
         Ok(())
+    }
+}
+
+impl LlamaRuntime {
+    /// Samples `s`'s next token from `logits`, emits it, and says whether
+    /// the sequence ended (EOS, a stop sequence, or its token budget).
+    fn sample_next(model: &LlamaModel, tokens_generated: &mut u64, s: &mut Sequence, logits: &[f32], emit: &mut dyn FnMut(Event)) -> Option<FinishReason> {
+        let tok = s.sampler.sample(logits);
+        if s.t_first.is_none() {
+            s.t_first = Some(Instant::now());
+        }
+        if model.tokenizer.is_eog(tok) {
+            return Some(FinishReason::Stop);
+        }
+        s.generated += 1;
+        s.out.push(tok);
+        *tokens_generated += 1;
+        let (text, stopped) = s.text.push(model.tokenizer.token_bytes(tok));
+        let logprobs = match s.logprobs {
+            None => vec![],
+            Some(k) => {
+                let tokenizer = &model.tokenizer;
+                let entry = |id: u32, logprob: f32| TokenLogprob { id, token: tokenizer.token_bytes(id).to_vec(), logprob };
+                let (lp, top) = crate::sampling::logprobs(logits, tok, k);
+                vec![TokenLogprobs { chosen: Some(entry(tok, lp)), top: top.into_iter().map(|(id, l)| entry(id, l)).collect() }]
+            }
+        };
+        emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![tok], text, logprobs, index: s.index, prompt: false })));
+        if stopped {
+            Some(FinishReason::Stop)
+        } else if s.generated >= s.max_new {
+            Some(FinishReason::Length)
+        } else {
+            s.feed.clear();
+            s.feed.push(tok);
+            None
+        }
     }
 }
 

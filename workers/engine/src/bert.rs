@@ -90,6 +90,19 @@ impl BertEmbedder {
         self.tokenizer.encode(text, true).map_err(|e| anyhow!("tokenizing: {e}"))
     }
 
+    /// Token ids given by the caller, framed as `encode` frames text (the
+    /// tokenizer's own post-processing: [CLS] … [SEP], truncated alike).
+    pub fn encode_ids(&self, ids: &[u32]) -> Result<Encoding> {
+        if let Some(bad) = ids.iter().find(|&&t| t as usize >= self.vocab) {
+            return Err(anyhow!("token {bad} is not in the vocabulary (0..{})", self.vocab));
+        }
+        let tokens = ids
+            .iter()
+            .map(|&id| tokenizers::Token::new(id, self.tokenizer.id_to_token(id).unwrap_or_default(), (0, 0)))
+            .collect();
+        self.tokenizer.post_process(Encoding::from_tokens(tokens, 0), None, true).map_err(|e| anyhow!("framing token ids: {e}"))
+    }
+
     /// One forward over `encodings` padded to the longest of them (right
     /// padding, mask 0, as sentence-transformers pads a batch): a unit
     /// vector per input, in order.
@@ -135,7 +148,7 @@ impl BertEmbedder {
 /// vectors are the same whether it ran alone or between decode steps.
 pub struct EmbedJob {
     pub request_id: String,
-    inputs: Vec<String>,
+    inputs: Vec<EmbedInput>,
     /// Inputs tokenized so far (each tokenized when its chunk is planned).
     next: usize,
     /// Tokenized but did not fit the last chunk: it leads the next one.
@@ -147,8 +160,18 @@ pub struct EmbedJob {
     started: Instant,
 }
 
+/// One input: text, or token ids of the model's vocabulary.
+pub enum EmbedInput {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
 impl EmbedJob {
     pub fn new(request_id: String, inputs: Vec<String>) -> Self {
+        Self::of(request_id, inputs.into_iter().map(EmbedInput::Text).collect())
+    }
+
+    pub fn of(request_id: String, inputs: Vec<EmbedInput>) -> Self {
         let n = inputs.len();
         EmbedJob {
             request_id,
@@ -176,10 +199,13 @@ impl EmbedJob {
             let enc = match self.carried.take() {
                 Some(e) => e,
                 None if self.next < self.inputs.len() => {
-                    // The text is not needed once tokenized.
-                    let text = std::mem::take(&mut self.inputs[self.next]);
+                    // The input is not needed once tokenized.
+                    let input = std::mem::replace(&mut self.inputs[self.next], EmbedInput::Ids(Vec::new()));
                     self.next += 1;
-                    bert.encode(&text)?
+                    match input {
+                        EmbedInput::Text(text) => bert.encode(&text)?,
+                        EmbedInput::Ids(ids) => bert.encode_ids(&ids)?,
+                    }
                 }
                 None => break,
             };

@@ -14,7 +14,7 @@ use std::time::Instant;
 use candle_core::Device;
 
 use crate::batch::{panic_message, GenRequest, LlamaRuntime, MAX_QUEUED};
-use crate::bert::{BertEmbedder, BertRuntime, EmbedJob, MAX_QUEUED_EMBEDS};
+use crate::bert::{BertEmbedder, BertRuntime, EmbedInput, EmbedJob, MAX_QUEUED_EMBEDS};
 use crate::llama::{Backend, LlamaModel, Scratch, ShardInput};
 use crate::protocol::*;
 use crate::sampling::SamplingParams;
@@ -361,6 +361,7 @@ impl Engine {
                     embedding_dim: 0,
                     layer_start: model.layers.start as u32,
                     layer_end: model.layers.end as u32,
+                    fim: model.tokenizer.fim_tokens().is_some(),
                 };
                 self.models.insert(r.model.clone(), Model::Llama(Box::new(
                     LlamaRuntime::new(model, max_batch, max_seq_len).map_err(|e| Failure(ErrorCode::LoadFailed, format!("{e:#}")))?,
@@ -382,6 +383,7 @@ impl Engine {
                     embedding_dim: bert.hidden as u32,
                     layer_start: 0,
                     layer_end: bert.n_layers as u32,
+                    fim: false,
                 };
                 self.models.insert(r.model.clone(), Model::Bert(Box::new(BertRuntime::new(bert))));
                 ev
@@ -433,12 +435,41 @@ impl Engine {
         if g.cache_salt.len() > MAX_CACHE_SALT {
             return Err(invalid(format!("cache_salt must be at most {MAX_CACHE_SALT} bytes")));
         }
+        for (name, v) in [("frequency_penalty", g.frequency_penalty), ("presence_penalty", g.presence_penalty)] {
+            if !v.is_finite() || !(-2.0..=2.0).contains(&v) {
+                return Err(invalid(format!("{name} must be within [-2, 2]")));
+            }
+        }
+        if !g.repetition_penalty.is_finite() || g.repetition_penalty < 0.0 {
+            return Err(invalid("repetition_penalty must be a finite number > 0 (0 or 1: off)"));
+        }
+        if !g.min_p.is_finite() || !(0.0..=1.0).contains(&g.min_p) {
+            return Err(invalid("min_p must be within [0, 1]"));
+        }
+        if g.logit_bias.values().any(|b| !b.is_finite() || !(-100.0..=100.0).contains(b)) {
+            return Err(invalid("logit_bias values must be within [-100, 100]"));
+        }
+        let n = g.n.max(1) as usize;
         let rt = self.llama(&g.model)?;
         if !rt.model.is_whole() {
             let (l, n) = (&rt.model.layers, rt.model.cfg.n_layers);
             return Err(invalid(format!("model {:?} is a shard (blocks {}-{} of {n}): generations go through the pipeline's head", g.model, l.start, l.end)));
         }
-        let prompt = tokenize_llama(&rt.model, &g.input.map(Into::into))?;
+        if n > rt.max_batch {
+            return Err(invalid(format!("n is {n}; this model decodes at most {} sequences together (max_batch)", rt.max_batch)));
+        }
+        let vocab = rt.model.cfg.vocab;
+        if let Some(bad) = g.logit_bias.keys().find(|&&t| t as usize >= vocab) {
+            return Err(invalid(format!("logit_bias token {bad} is not in the vocabulary (0..{vocab})")));
+        }
+        let prompt = if g.suffix.is_empty() {
+            tokenize_llama(&rt.model, &g.input.map(Into::into))?
+        } else {
+            let Some(generate::Input::Prompt(prefix)) = &g.input else {
+                return Err(invalid("suffix needs a text prompt"));
+            };
+            fim_prompt(&rt.model, prefix, &g.suffix)?
+        };
         if prompt.len() >= rt.max_seq_len {
             return Err(Failure(
                 ErrorCode::ContextLength,
@@ -448,14 +479,47 @@ impl Engine {
         if rt.queued_len() >= MAX_QUEUED {
             return Err(Failure(ErrorCode::Overloaded, format!("{} requests already queued", rt.queued_len())));
         }
+        if g.echo_prompt && !g.logprobs {
+            let tok = &self.llama(&g.model)?.model.tokenizer;
+            let bytes: Vec<u8> = prompt.iter().flat_map(|&t| tok.token_bytes(t).to_vec()).collect();
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            self.emit(Event::new(id, event::Kind::Tokens(Tokens { ids: prompt.clone(), text, logprobs: vec![], index: 0, prompt: true })));
+        } else if g.echo_prompt {
+            // Each position's logits predict the next token: one forward over the prompt.
+            let mut scratch = std::mem::take(&mut self.scratch);
+            let rt = self.llama(&g.model)?;
+            let nl = rt.model.cfg.n_layers;
+            let tokens = rt
+                .model
+                .forward_range(0, nl, &prompt, None, true, &mut scratch)
+                .map(|logits| prompt_logprobs(&rt.model, &prompt, &logits, g.top_logprobs as usize));
+            self.scratch = scratch;
+            let tokens = tokens.map_err(|e| Failure(ErrorCode::Internal, format!("prompt logprobs: {e:#}")))?;
+            self.emit(Event::new(id, event::Kind::Tokens(tokens)));
+        }
+        let mut logit_bias: Vec<(u32, f32)> = g.logit_bias.into_iter().filter(|&(_, b)| b != 0.0).collect();
+        logit_bias.sort_unstable_by_key(|&(t, _)| t);
+        let params = SamplingParams {
+            temperature: g.temperature,
+            top_p: g.top_p,
+            top_k: g.top_k,
+            seed: g.seed,
+            logit_bias,
+            frequency_penalty: g.frequency_penalty,
+            presence_penalty: g.presence_penalty,
+            repetition_penalty: g.repetition_penalty,
+            min_p: g.min_p,
+        };
+        let rt = self.llama(&g.model)?;
         rt.submit(GenRequest {
             request_id: id.to_string(),
             prompt,
             max_tokens: g.max_tokens as usize,
-            params: SamplingParams { temperature: g.temperature, top_p: g.top_p, top_k: g.top_k, seed: g.seed },
+            params,
             stops: g.stop,
             logprobs: g.logprobs.then_some(g.top_logprobs as usize),
             cache_salt: g.cache_salt,
+            n,
         });
         Ok(())
     }
@@ -484,20 +548,37 @@ impl Engine {
             Some(Model::Llama(_)) => return Err(invalid(format!("model {:?} is not an embedding model", e.model))),
             None => return Err(Failure(ErrorCode::ModelNotLoaded, format!("model {:?} is not loaded", e.model))),
         };
-        if e.inputs.is_empty() {
+        if !e.inputs.is_empty() && !e.token_inputs.is_empty() {
+            return Err(invalid("embed takes inputs or token_inputs, not both"));
+        }
+        let count = e.inputs.len() + e.token_inputs.len();
+        if count == 0 {
             return Err(invalid("embed.inputs is empty"));
         }
-        if e.inputs.len() > MAX_EMBED_INPUTS {
-            return Err(invalid(format!("embed.inputs has {} inputs; at most {MAX_EMBED_INPUTS} per request", e.inputs.len())));
+        if count > MAX_EMBED_INPUTS {
+            return Err(invalid(format!("embed.inputs has {count} inputs; at most {MAX_EMBED_INPUTS} per request")));
         }
-        let bytes: usize = e.inputs.iter().map(String::len).sum();
+        // A token id is 4 bytes in the request: the same bound as text.
+        let bytes: usize = e.inputs.iter().map(String::len).sum::<usize>() + e.token_inputs.iter().map(|t| 4 * t.ids.len()).sum::<usize>();
         if bytes > MAX_EMBED_BYTES {
             return Err(invalid(format!("embed.inputs total {bytes} bytes; at most {MAX_EMBED_BYTES} per request")));
+        }
+        let vocab = rt.embedder.vocab;
+        if e.token_inputs.iter().any(|t| t.ids.is_empty()) {
+            return Err(invalid("embed.token_inputs has an empty input"));
+        }
+        if let Some(bad) = e.token_inputs.iter().flat_map(|t| &t.ids).find(|&&t| t as usize >= vocab) {
+            return Err(invalid(format!("token {bad} is not in the vocabulary (0..{vocab})")));
         }
         if rt.queued_len() >= MAX_QUEUED_EMBEDS {
             return Err(Failure(ErrorCode::Overloaded, format!("{} embeddings requests already queued", rt.queued_len())));
         }
-        rt.submit(EmbedJob::new(id.to_string(), e.inputs));
+        let inputs = if e.token_inputs.is_empty() {
+            e.inputs.into_iter().map(EmbedInput::Text).collect()
+        } else {
+            e.token_inputs.into_iter().map(|t| EmbedInput::Ids(t.ids)).collect()
+        };
+        rt.submit(EmbedJob::of(id.to_string(), inputs));
         Ok(())
     }
 
@@ -627,6 +708,8 @@ impl Engine {
 /// Prompt or chat messages, whichever oneof the request used.
 pub enum PromptInput {
     Prompt(String),
+    /// Token ids, fed as they are.
+    Tokens(Vec<u32>),
     /// Messages, and whether to continue the final (assistant) one.
     Messages(Vec<ChatMessage>, bool),
 }
@@ -636,6 +719,7 @@ impl From<generate::Input> for PromptInput {
         match i {
             generate::Input::Prompt(p) => PromptInput::Prompt(p),
             generate::Input::Messages(m) => PromptInput::Messages(m.messages, m.continue_final_message),
+            generate::Input::PromptTokens(t) => PromptInput::Tokens(t.ids),
         }
     }
 }
@@ -668,6 +752,13 @@ fn tokenize_llama(model: &LlamaModel, input: &Option<PromptInput>) -> Result<Vec
             }
             tok.encode(p, true, true)
         }
+        Some(PromptInput::Tokens(ids)) => {
+            let vocab = model.cfg.vocab;
+            if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+                return Err(invalid(format!("prompt token {bad} is not in the vocabulary (0..{vocab})")));
+            }
+            ids.clone()
+        }
         Some(PromptInput::Messages(msgs, continue_final)) => {
             if msgs.is_empty() {
                 return Err(invalid("messages is empty"));
@@ -685,6 +776,42 @@ fn tokenize_llama(model: &LlamaModel, input: &Option<PromptInput>) -> Result<Vec
         return Err(invalid("input tokenizes to nothing"));
     }
     Ok(ids)
+}
+
+/// The fill-in-the-middle prompt (prefix-suffix-middle order, as StarCoder
+/// and Qwen were trained): the answer is what goes between the two.
+fn fim_prompt(model: &LlamaModel, prefix: &str, suffix: &str) -> Result<Vec<u32>, Failure> {
+    let tok = &model.tokenizer;
+    let Some((pre, suf, mid)) = tok.fim_tokens() else {
+        return Err(invalid("suffix: this model has no fill-in-the-middle tokens"));
+    };
+    let mut ids = tok.encode("", true, false);
+    ids.push(pre);
+    ids.extend(tok.encode(prefix, false, false));
+    ids.push(suf);
+    ids.extend(tok.encode(suffix, false, false));
+    ids.push(mid);
+    Ok(ids)
+}
+
+/// The prompt's tokens with their logprobs under the model (`logits` is
+/// [prompt.len(), vocab], position i predicting token i + 1): the first has
+/// no chosen logprob, as nothing precedes it.
+fn prompt_logprobs(model: &LlamaModel, prompt: &[u32], logits: &[f32], k: usize) -> Tokens {
+    let vocab = model.cfg.vocab;
+    let tokenizer = &model.tokenizer;
+    let entry = |id: u32, logprob: f32| TokenLogprob { id, token: tokenizer.token_bytes(id).to_vec(), logprob };
+    let mut out = Vec::with_capacity(prompt.len());
+    for (i, &t) in prompt.iter().enumerate() {
+        if i == 0 {
+            out.push(TokenLogprobs { chosen: Some(TokenLogprob { id: t, token: tokenizer.token_bytes(t).to_vec(), logprob: f32::NAN }), top: vec![] });
+            continue;
+        }
+        let row = &logits[(i - 1) * vocab..i * vocab];
+        let (lp, top) = crate::sampling::logprobs(row, t, k);
+        out.push(TokenLogprobs { chosen: Some(entry(t, lp)), top: top.into_iter().map(|(id, l)| entry(id, l)).collect() });
+    }
+    Tokens { ids: prompt.to_vec(), text: String::from_utf8_lossy(&prompt.iter().flat_map(|&t| tokenizer.token_bytes(t).to_vec()).collect::<Vec<u8>>()).into_owned(), logprobs: out, index: 0, prompt: true }
 }
 
 /// Resident set size from /proc (0 where there is no procfs).

@@ -146,7 +146,7 @@ mod tests {
             },
             Request {
                 request_id: "b".repeat(300),
-                kind: Some(request::Kind::Embed(Embed { model: "m".into(), inputs: vec!["x".repeat(1000)] })),
+                kind: Some(request::Kind::Embed(Embed { model: "m".into(), inputs: vec!["x".repeat(1000)], ..Default::default() })),
             },
         ];
         let mut buf = Vec::new();

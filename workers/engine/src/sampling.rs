@@ -1,5 +1,11 @@
-//! Token sampling: greedy at temperature 0, otherwise temperature, top-k and
-//! top-p (nucleus) over a per-request seeded RNG, so a seed reproduces a run.
+//! Token sampling: greedy at temperature 0, otherwise temperature, top-k,
+//! top-p (nucleus) and min-p over a per-request seeded RNG, so a seed
+//! reproduces a run. Before either, the logits may be adjusted: the
+//! repetition penalty (prompt and output), OpenAI's frequency and presence
+//! penalties (output so far) and logit bias — on a copy, so logprobs still
+//! report the model's own distribution.
+
+use std::collections::HashMap;
 
 #[derive(Clone, Debug, Default)]
 pub struct SamplingParams {
@@ -9,6 +15,27 @@ pub struct SamplingParams {
     /// 0 disables top-k.
     pub top_k: u32,
     pub seed: Option<u64>,
+    /// Added to these tokens' logits (OpenAI's logit_bias).
+    pub logit_bias: Vec<(u32, f32)>,
+    /// logit -= count * frequency_penalty + (count > 0) * presence_penalty,
+    /// counting the tokens this sequence generated.
+    pub frequency_penalty: f32,
+    pub presence_penalty: f32,
+    /// 0 or 1 disables it: a token seen in the prompt or output has a
+    /// positive logit divided by it and a negative one multiplied.
+    pub repetition_penalty: f32,
+    /// 0 disables it: tokens below min_p × the top probability are dropped.
+    pub min_p: f32,
+}
+
+impl SamplingParams {
+    fn adjusts_logits(&self) -> bool {
+        !self.logit_bias.is_empty() || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0 || self.penalizes_repetition()
+    }
+
+    fn penalizes_repetition(&self) -> bool {
+        self.repetition_penalty > 0.0 && self.repetition_penalty != 1.0
+    }
 }
 
 /// xoshiro256** seeded through SplitMix64: small, fast, and its output for a
@@ -61,6 +88,12 @@ pub struct Sampler {
     rng: Rng,
     /// Reused between steps: (logit or prob, token id).
     cands: Vec<(f32, u32)>,
+    /// How often each token was sampled (frequency/presence penalties).
+    generated: HashMap<u32, u32>,
+    /// Tokens of the prompt and the output (repetition penalty).
+    seen: HashMap<u32, ()>,
+    /// The adjusted copy of the logits, reused between steps.
+    adjusted: Vec<f32>,
 }
 
 pub fn argmax(logits: &[f32]) -> u32 {
@@ -102,7 +135,28 @@ pub fn logprobs(logits: &[f32], chosen: u32, k: usize) -> (f32, Vec<(u32, f32)>)
 impl Sampler {
     pub fn new(params: SamplingParams) -> Self {
         let seed = params.seed.unwrap_or_else(entropy_seed);
-        Sampler { params, rng: Rng::new(seed), cands: Vec::new() }
+        Sampler { params, rng: Rng::new(seed), cands: Vec::new(), generated: HashMap::new(), seen: HashMap::new(), adjusted: Vec::new() }
+    }
+
+    /// A sampler for the same request that has seen the same prompt and
+    /// output, with its own RNG stream (one of n choices forked from one).
+    pub fn fork(&self, seed: Option<u64>) -> Self {
+        let seed = seed.unwrap_or_else(entropy_seed);
+        Sampler {
+            params: self.params.clone(),
+            rng: Rng::new(seed),
+            cands: Vec::new(),
+            generated: self.generated.clone(),
+            seen: self.seen.clone(),
+            adjusted: Vec::new(),
+        }
+    }
+
+    /// The prompt's tokens count as seen for the repetition penalty.
+    pub fn prime(&mut self, prompt: &[u32]) {
+        if self.params.penalizes_repetition() {
+            self.seen.extend(prompt.iter().map(|&t| (t, ())));
+        }
     }
 
     pub fn is_greedy(&self) -> bool {
@@ -120,7 +174,52 @@ impl Sampler {
         }
     }
 
+    /// Samples the next token and remembers it for the penalties.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let tok = if self.params.adjusts_logits() {
+            let mut adjusted = std::mem::take(&mut self.adjusted);
+            adjusted.clear();
+            adjusted.extend_from_slice(logits);
+            self.adjust(&mut adjusted);
+            let tok = self.sample_from(&adjusted);
+            self.adjusted = adjusted;
+            tok
+        } else {
+            self.sample_from(logits)
+        };
+        *self.generated.entry(tok).or_insert(0) += 1;
+        if self.params.penalizes_repetition() {
+            self.seen.insert(tok, ());
+        }
+        tok
+    }
+
+    /// Applies the penalties and the bias in place (ids beyond the vocabulary
+    /// were refused before they got here, and are skipped if not).
+    fn adjust(&self, logits: &mut [f32]) {
+        let p = &self.params;
+        if p.penalizes_repetition() {
+            for &t in self.seen.keys() {
+                if let Some(v) = logits.get_mut(t as usize) {
+                    *v = if *v > 0.0 { *v / p.repetition_penalty } else { *v * p.repetition_penalty };
+                }
+            }
+        }
+        if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
+            for (&t, &count) in &self.generated {
+                if let Some(v) = logits.get_mut(t as usize) {
+                    *v -= count as f32 * p.frequency_penalty + p.presence_penalty;
+                }
+            }
+        }
+        for &(t, bias) in &p.logit_bias {
+            if let Some(v) = logits.get_mut(t as usize) {
+                *v += bias;
+            }
+        }
+    }
+
+    fn sample_from(&mut self, logits: &[f32]) -> u32 {
         if self.is_greedy() {
             return argmax(logits);
         }
@@ -160,6 +259,15 @@ impl Sampler {
             cands.truncate(keep);
             total = cands.iter().map(|c| c.0 as f64).sum();
         }
+        let min_p = self.params.min_p;
+        if min_p > 0.0 {
+            // cands[0] is the most likely: its weight is exp(0) = 1.
+            let keep = cands.partition_point(|c| c.0 >= min_p).max(1);
+            if keep < cands.len() {
+                cands.truncate(keep);
+                total = cands.iter().map(|c| c.0 as f64).sum();
+            }
+        }
         let mut r = self.rng.next_f64() * total;
         for c in cands.iter() {
             r -= c.0 as f64;
@@ -190,7 +298,72 @@ mod tests {
     }
 
     fn params(temperature: f32, top_p: f32, top_k: u32, seed: u64) -> SamplingParams {
-        SamplingParams { temperature, top_p, top_k, seed: Some(seed) }
+        SamplingParams { temperature, top_p, top_k, seed: Some(seed), ..Default::default() }
+    }
+
+    #[test]
+    fn logit_bias_forces_and_bans_without_touching_the_callers_logits() {
+        let logits = vec![5.0f32, 1.0, 0.0, -1.0];
+        let mut s = Sampler::new(SamplingParams { logit_bias: vec![(3, 100.0)], ..Default::default() });
+        assert_eq!(s.sample(&logits), 3);
+        assert_eq!(logits[3], -1.0);
+        let mut s = Sampler::new(SamplingParams { logit_bias: vec![(0, -100.0)], temperature: 1.0, seed: Some(3), ..Default::default() });
+        for _ in 0..200 {
+            assert_ne!(s.sample(&logits), 0);
+        }
+    }
+
+    #[test]
+    fn frequency_and_presence_penalties_count_what_was_generated() {
+        // Greedy: token 0 leads by 1.5; frequency 1.0 makes it lose after one use.
+        let logits = [2.5f32, 1.0, 0.0];
+        let mut s = Sampler::new(SamplingParams { frequency_penalty: 1.0, ..Default::default() });
+        let picks: Vec<u32> = (0..4).map(|_| s.sample(&logits)).collect();
+        // 2.5 > 1.0, then 1.5 > 1.0, then 0.5 < 1.0, then 0.5 > 0.0.
+        assert_eq!(picks, vec![0, 0, 1, 0]);
+        // Presence: a flat penalty once a token appeared.
+        let mut s = Sampler::new(SamplingParams { presence_penalty: 3.0, ..Default::default() });
+        assert_eq!((0..3).map(|_| s.sample(&logits)).collect::<Vec<_>>(), vec![0, 1, 2]);
+        // Negative values encourage repeats.
+        let mut s = Sampler::new(SamplingParams { frequency_penalty: -2.0, ..Default::default() });
+        assert!((0..5).all(|_| s.sample(&[1.0, 1.5]) == 1));
+    }
+
+    #[test]
+    fn repetition_penalty_covers_the_prompt() {
+        let logits = [2.0f32, 1.5, -1.0];
+        let mut s = Sampler::new(SamplingParams { repetition_penalty: 2.0, ..Default::default() });
+        s.prime(&[0]);
+        // 2.0 / 2 = 1.0 < 1.5.
+        assert_eq!(s.sample(&logits), 1);
+        // Now 1 is seen too: 0.75 < 1.0.
+        assert_eq!(s.sample(&logits), 0);
+        let mut plain = Sampler::new(SamplingParams::default());
+        plain.prime(&[0]);
+        assert_eq!(plain.sample(&logits), 0);
+    }
+
+    #[test]
+    fn min_p_drops_the_unlikely() {
+        // p ∝ [e^2, e^0, e^0]: the others are e^-2 ≈ 0.135 of the top.
+        let logits = [2.0f32, 0.0, 0.0];
+        let mut s = Sampler::new(SamplingParams { temperature: 1.0, min_p: 0.2, seed: Some(1), ..Default::default() });
+        assert!((0..300).all(|_| s.sample(&logits) == 0));
+        let mut s = Sampler::new(SamplingParams { temperature: 1.0, min_p: 0.1, seed: Some(1), ..Default::default() });
+        assert!((0..300).any(|_| s.sample(&logits) != 0));
+    }
+
+    #[test]
+    fn forks_share_history_but_not_randomness() {
+        let logits: Vec<f32> = (0..50).map(|i| (i % 7) as f32 * 0.2).collect();
+        let mut a = Sampler::new(SamplingParams { temperature: 1.0, frequency_penalty: 0.5, seed: Some(1), ..Default::default() });
+        a.sample(&logits);
+        let mut b = a.fork(Some(2));
+        let mut c = a.fork(Some(2));
+        let run = |s: &mut Sampler| (0..30).map(|_| s.sample(&logits)).collect::<Vec<_>>();
+        let (rb, rc, ra) = (run(&mut b), run(&mut c), run(&mut a));
+        assert_eq!(rb, rc);
+        assert_ne!(ra, rb);
     }
 
     #[test]

@@ -80,7 +80,7 @@ impl Shards {
             bail!("generated token {bad} is outside the vocabulary ({vocab})");
         }
         let cache = model.new_cache(capacity).context("allocating the KV cache")?;
-        let params = SamplingParams { temperature: r.temperature, top_p: r.top_p, top_k: r.top_k, seed: r.seed };
+        let params = SamplingParams { temperature: r.temperature, top_p: r.top_p, top_k: r.top_k, seed: r.seed, ..Default::default() };
         let mut sampler = Sampler::new(params);
         let mut text = TextStream::new(r.stop);
         // A resumed sequence: its text stream holds what the lost shard held

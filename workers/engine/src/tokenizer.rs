@@ -400,6 +400,17 @@ impl GgufTokenizer {
         self.eog.contains(&id)
     }
 
+    /// The fill-in-the-middle tokens (prefix, suffix, middle) under the names
+    /// code models use for them (StarCoder's; Qwen's and CodeGemma's), if the
+    /// vocabulary has all three.
+    pub fn fim_tokens(&self) -> Option<(u32, u32, u32)> {
+        const NAMES: [[&str; 3]; 2] = [
+            ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"],
+            ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"],
+        ];
+        NAMES.iter().find_map(|[p, s, m]| Some((self.token_id(p)?, self.token_id(s)?, self.token_id(m)?)))
+    }
+
     /// Renders chat messages with the GGUF's template, generation prompt on.
     pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String> {
         self.render_chat(messages, true)

@@ -390,6 +390,7 @@ fn salted(id: &str, prompt: Vec<u32>, n: usize, salt: &str) -> GenRequest {
         stops: vec![],
         logprobs: None,
         cache_salt: salt.into(),
+        n: 1,
     }
 }
 
@@ -466,7 +467,7 @@ fn seeded_sampling_is_reproducible_through_the_scheduler() {
     let mut rt = LlamaRuntime::new(model, 4, 256).unwrap();
     let sampled = |rt: &mut LlamaRuntime, id: &str, seed: u64| {
         let mut r = gen(id, prompt.clone(), 16);
-        r.params = SamplingParams { temperature: 0.9, top_p: 0.95, top_k: 40, seed: Some(seed) };
+        r.params = SamplingParams { temperature: 0.9, top_p: 0.95, top_k: 40, seed: Some(seed), ..Default::default() };
         run_runtime(rt, vec![r]).remove(0).1
     };
     let a = sampled(&mut rt, "a", 7);

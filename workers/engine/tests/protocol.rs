@@ -158,7 +158,7 @@ fn bad_requests_get_errors_and_the_engine_survives() {
         }),
     );
     expect_error(&mut e, "temp", ErrorCode::InvalidRequest);
-    e.send("emb", request::Kind::Embed(Embed { model: "smol".into(), inputs: vec!["x".into()] }));
+    e.send("emb", request::Kind::Embed(Embed { model: "smol".into(), inputs: vec!["x".into()], ..Default::default() }));
     expect_error(&mut e, "emb", ErrorCode::InvalidRequest);
     e.send(
         "hs",
@@ -313,6 +313,7 @@ fn embeddings_hidden_states_and_forward() {
         request::Kind::Embed(Embed {
             model: "minilm".into(),
             inputs: vec!["The cat sits on the mat.".into(), "A cat is sitting on a rug.".into(), "How do I reset my password?".into()],
+            ..Default::default()
         }),
     );
     let v = match e.until_end("emb").pop().unwrap().kind {
@@ -322,7 +323,7 @@ fn embeddings_hidden_states_and_forward() {
     let cos = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
     assert_eq!(v[0].len(), 384);
     assert!(cos(&v[0], &v[1]) > cos(&v[0], &v[2]) + 0.3);
-    e.send("emb0", request::Kind::Embed(Embed { model: "minilm".into(), inputs: vec![] }));
+    e.send("emb0", request::Kind::Embed(Embed { model: "minilm".into(), inputs: vec![], ..Default::default() }));
     expect_error(&mut e, "emb0", ErrorCode::InvalidRequest);
 
     load_llama(&mut e, "smol", 2, 512);
@@ -489,7 +490,7 @@ fn load_minilm(e: &mut EngineProc, name: &str) {
 }
 
 fn embed(model: &str, inputs: Vec<String>) -> request::Kind {
-    request::Kind::Embed(Embed { model: model.into(), inputs })
+    request::Kind::Embed(Embed { model: model.into(), inputs, ..Default::default() })
 }
 
 /// Issue 10 item 7: one large embeddings request used to run whole inside

@@ -111,6 +111,7 @@ fn unsplit(prompts: &[Vec<u32>], max_tokens: usize) -> Vec<Vec<u32>> {
                 stops: vec![],
                 logprobs: None,
                 cache_salt: String::new(),
+                n: 1,
             });
             let mut events = Vec::new();
             while rt.has_work() {
@@ -195,7 +196,7 @@ fn bad_ranges_and_frames_are_refused() {
     // A shard never serves whole-model generation.
     let mut rt = LlamaRuntime::new(head, 2, 64).unwrap();
     let mut sink = |_| {};
-    rt.submit(GenRequest { request_id: "g".into(), prompt: vec![1, 2], max_tokens: 2, params: SamplingParams::default(), stops: vec![], logprobs: None, cache_salt: String::new() });
+    rt.submit(GenRequest { request_id: "g".into(), prompt: vec![1, 2], max_tokens: 2, params: SamplingParams::default(), stops: vec![], logprobs: None, cache_salt: String::new(), n: 1 });
     assert!(rt.step(&mut sink).is_err());
 }
 

@@ -4,6 +4,7 @@
 // server.ts iterate that list and never name a provider.
 import type { z } from "zod";
 import type { CrashCostLookup } from "../billing/orphans.ts";
+import type { FieldSupport } from "./fields.ts";
 import type { UpstreamLimits } from "./transport.ts";
 import type { Backend } from "./types.ts";
 
@@ -33,6 +34,8 @@ export interface Provider<K extends string = string, S extends z.ZodType = z.Zod
   readonly config: S;
   /** The environment variable that sets `providers.<key>.apiKey`. */
   readonly apiKeyEnv: string;
+  /** What it does with each request field (its folder's fields.ts; the README's table is rendered from these). */
+  readonly fields: FieldSupport;
   /** The name it knows `model` by when no alias says: set only when `model` looks like one of its own. */
   conventionalName(model: string): string | undefined;
   connect(cfg: z.infer<S>, ctx: ProviderContext): ProviderConnection;

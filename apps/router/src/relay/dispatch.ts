@@ -6,6 +6,7 @@
 import { ApiError } from "../errors.ts";
 import type { Backend, BackendRequest, UpstreamResponse } from "../backends/types.ts";
 import { UpstreamFailure } from "../backends/types.ts";
+import { refusedField } from "../backends/fields.ts";
 import { endFailedAttempt, failureToApiError, startAttempt } from "./attempt.ts";
 import type { RelayContext } from "./context.ts";
 import { relayRaw } from "./raw.ts";
@@ -34,10 +35,18 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
     ctx.settle?.({ backend, status: f.kind === "timeout" ? "timeout" : f.kind === "aborted" ? "client_cancelled" : "error" });
   const skipped: Array<{ backend: Backend; reason: string }> = [];
   const tried = new Set<Backend>();
+  // The first field a candidate refuses (backends/fields.ts): the request
+  // goes to one that can honour it, or is answered 400 naming it.
+  let refused: { param: string; message: string } | undefined;
   for (const backend of candidates) {
     if (attempts >= ctx.maxAttempts) break;
     if (ctx.signal.aborted) throw new ApiError("upstream_timeout", "client went away before dispatch");
     if (!backend.supports(req.path)) continue;
+    const refusal = refusedField(backend.kind, req.path, req.body);
+    if (refusal) {
+      refused ??= refusal;
+      continue;
+    }
     let attemptReq = req;
     let progress: Leg["progress"];
     if (ctx.admit) {
@@ -87,6 +96,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   }
   if (!last || !lastBackend) {
     // Nothing was tried: say why the paid backends were passed over.
+    if (refused) throw new ApiError("invalid_request", refused.message, refused.param);
     if (skipped.some((s) => s.reason === "budget_exhausted")) {
       throw new ApiError("budget_exceeded", `the tenant's daily budget cannot cover this request on ${skipped.map((s) => s.backend.id).join(", ")}`, null, { "x-should-retry": "false" });
     }

@@ -41,6 +41,12 @@ export type Continuation =
 
 export function resumable(req: BackendRequest): boolean {
   if (!req.stream || req.raw) return false;
+  // A continuation is one text carried on: not several choices, not an echo
+  // or a fill-in-the-middle, and not penalties that count what was generated
+  // (the continuation would see it as prompt).
+  const b = req.body;
+  if ((typeof b.n === "number" && b.n > 1) || b.echo === true || (typeof b.suffix === "string" && b.suffix !== "")) return false;
+  if ((typeof b.frequency_penalty === "number" && b.frequency_penalty !== 0) || (typeof b.presence_penalty === "number" && b.presence_penalty !== 0)) return false;
   if (req.path === "/v1/chat/completions") return Array.isArray(req.body.messages);
   if (req.path === "/v1/completions") {
     const p = req.body.prompt;

@@ -167,10 +167,18 @@ export class EngineSupervisor {
             logprobs: false,
             topLogprobs: 0,
             cacheSalt: "",
+            n: 1,
+            logitBias: {},
+            frequencyPenalty: 0,
+            presencePenalty: 0,
+            repetitionPenalty: 0,
+            minP: 0,
+            echoPrompt: false,
+            suffix: "",
           },
         }));
       } else {
-        await client.once({ case: "embed", value: { $typeName: "switchyard.engine.v1.Embed", model: m.name, inputs: ["warm up"] } });
+        await client.once({ case: "embed", value: { $typeName: "switchyard.engine.v1.Embed", model: m.name, inputs: ["warm up"], tokenInputs: [] } });
       }
     }
   }

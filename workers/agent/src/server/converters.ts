@@ -3,7 +3,7 @@
 // events, tensors and errors become JSON here. Routes and the stream pump
 // (generate.ts) never build a proto message or read one's fields themselves,
 // so a change to engine.proto lands in this file.
-import { DType, FinishReason, Pooling, type ChatMessages, type Done, type Embeddings, type Generate, type HiddenStates, type TokenLogprob, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { DType, FinishReason, Pooling, type ChatMessages, type Done, type Embed, type Embeddings, type Generate, type HiddenStates, type Loaded, type TokenLogprob, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { EngineError } from "../engine/client.ts";
 
 export interface GenerateBody {
@@ -21,6 +21,91 @@ export interface GenerateBody {
   logprobs?: boolean | number | null;
   /** chat only: alternatives per token (0–20), needs logprobs: true. */
   top_logprobs?: number | null;
+  n?: number | null;
+  logit_bias?: Record<string, number> | null;
+  frequency_penalty?: number | null;
+  presence_penalty?: number | null;
+  repetition_penalty?: number | null;
+  min_p?: number | null;
+  /** completions only */
+  echo?: boolean | null;
+  best_of?: number | null;
+  suffix?: string | null;
+}
+
+/** A field the worker can't honour as asked: the 400 to answer. */
+export interface Refusal {
+  param: string;
+  message: string;
+}
+
+/** Choices per request at most (n, best_of): a request's choices decode together in one batch. */
+export const MAX_CHOICES = 8;
+
+/** The sampling controls beyond temperature/top-p/top-k, checked against the model. */
+export interface SamplingAsk {
+  /** Choices generated: best_of when set (the best n are returned), else n. */
+  generate: number;
+  /** Choices returned. */
+  n: number;
+  logitBias: Record<number, number>;
+  frequencyPenalty: number;
+  presencePenalty: number;
+  repetitionPenalty: number;
+  minP: number;
+  echo: boolean;
+  suffix: string;
+}
+
+const isNum = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v);
+
+/** OpenAI's rules for the sampling fields (and the extensions'), against what this model and engine can do. */
+export function samplingAsk(body: GenerateBody, chat: boolean, model: Loaded): SamplingAsk | Refusal {
+  const bad = (param: string, what: string): Refusal => ({ param, message: `${param}: ${what}` });
+  const most = Math.min(MAX_CHOICES, model.maxBatch || MAX_CHOICES);
+  const n = body.n ?? 1;
+  if (!Number.isInteger(n) || n < 1 || n > most) return bad("n", `an integer from 1 to ${most} (choices decode together in one batch)`);
+  let generate = n;
+  if (body.best_of != null) {
+    if (chat) return bad("best_of", "a legacy completions field");
+    if (!Number.isInteger(body.best_of) || body.best_of < n || body.best_of > most) return bad("best_of", `an integer from n (${n}) to ${most}`);
+    if (body.stream === true && body.best_of > n) return bad("best_of", "cannot be used with stream (the best choices are known only at the end)");
+    generate = body.best_of;
+  }
+  const logitBias: Record<number, number> = {};
+  if (body.logit_bias != null) {
+    if (typeof body.logit_bias !== "object" || Array.isArray(body.logit_bias)) return bad("logit_bias", "an object mapping token ids to biases");
+    for (const [k, v] of Object.entries(body.logit_bias)) {
+      const id = /^\d+$/.test(k) ? Number(k) : NaN;
+      if (!Number.isSafeInteger(id) || id >= model.vocabSize) return bad("logit_bias", `'${k}' is not a token id of this model (0 to ${model.vocabSize - 1})`);
+      if (!isNum(v) || v < -100 || v > 100) return bad("logit_bias", `the bias for ${k} must be a number from -100 to 100`);
+      logitBias[id] = v;
+    }
+  }
+  for (const f of ["frequency_penalty", "presence_penalty"] as const) {
+    const v = body[f];
+    if (v != null && (!isNum(v) || v < -2 || v > 2)) return bad(f, "a number from -2 to 2");
+  }
+  const rep = body.repetition_penalty;
+  if (rep != null && (!isNum(rep) || rep <= 0)) return bad("repetition_penalty", "a number > 0 (1 is off)");
+  const minP = body.min_p;
+  if (minP != null && (!isNum(minP) || minP < 0 || minP > 1)) return bad("min_p", "a number from 0 to 1");
+  if (chat && (body.echo != null || body.suffix != null)) return bad(body.echo != null ? "echo" : "suffix", "a legacy completions field");
+  if (body.echo != null && typeof body.echo !== "boolean") return bad("echo", "a boolean");
+  const suffix = body.suffix ?? "";
+  if (typeof suffix !== "string") return bad("suffix", "a string");
+  if (suffix !== "" && !model.fim) return bad("suffix", `model '${model.model}' has no fill-in-the-middle tokens, so it cannot complete between a prompt and a suffix`);
+  return {
+    generate,
+    n,
+    logitBias,
+    frequencyPenalty: body.frequency_penalty ?? 0,
+    presencePenalty: body.presence_penalty ?? 0,
+    repetitionPenalty: rep ?? 0,
+    minP: minP ?? 0,
+    echo: body.echo === true,
+    suffix,
+  };
 }
 
 /** What the request asks for in logprobs (undefined: none). */
@@ -53,8 +138,22 @@ export function completionLogprobs(entries: TokenLogprobs[], offset: number) {
 
 export type Input =
   | { case: "prompt"; value: string }
+  /** Token ids of the model's vocabulary (completions' token-array prompt). */
+  | { case: "tokens"; value: number[] }
   /** continueFinal: carry on the final (assistant) message instead of opening a new turn. */
   | { case: "messages"; value: { role: string; content: string }[]; continueFinal?: boolean };
+
+/** The first content part a text-only model cannot read, as its param path (messages[i].content[j]). */
+export function nonTextPart(messages: { content?: unknown }[]): string | undefined {
+  for (const [i, m] of messages.entries()) {
+    if (!Array.isArray(m.content)) continue;
+    for (const [j, p] of (m.content as unknown[]).entries()) {
+      const type = p && typeof p === "object" ? (p as { type?: unknown }).type : undefined;
+      if (type !== "text") return `messages[${i}].content[${j}]`;
+    }
+  }
+  return undefined;
+}
 
 export function contentText(content: unknown): string {
   if (typeof content === "string") return content;
@@ -62,7 +161,7 @@ export function contentText(content: unknown): string {
   return "";
 }
 
-export function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsAsk, cacheSalt: string): Generate {
+export function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsAsk, cacheSalt: string, sampling: SamplingAsk): Generate {
   const stop = body.stop == null ? [] : Array.isArray(body.stop) ? body.stop : [body.stop];
   return {
     $typeName: "switchyard.engine.v1.Generate",
@@ -70,7 +169,9 @@ export function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsA
     input:
       input.case === "prompt"
         ? { case: "prompt", value: input.value }
-        : { case: "messages", value: chatMessages(input.value, input.continueFinal ?? false) },
+        : input.case === "tokens"
+          ? { case: "promptTokens", value: { $typeName: "switchyard.engine.v1.TokenIds", ids: input.value } }
+          : { case: "messages", value: chatMessages(input.value, input.continueFinal ?? false) },
     maxTokens: body.max_tokens ?? body.max_completion_tokens ?? 256,
     temperature: body.temperature ?? 1,
     topP: body.top_p ?? 1,
@@ -80,7 +181,71 @@ export function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsA
     logprobs: logprobs !== undefined,
     topLogprobs: logprobs?.top ?? 0,
     cacheSalt,
+    n: sampling.generate,
+    logitBias: sampling.logitBias,
+    frequencyPenalty: sampling.frequencyPenalty,
+    presencePenalty: sampling.presencePenalty,
+    repetitionPenalty: sampling.repetitionPenalty,
+    minP: sampling.minP,
+    echoPrompt: sampling.echo,
+    suffix: sampling.suffix,
   };
+}
+
+/**
+ * Completions' `prompt` as the engine's inputs: a string, a list of strings,
+ * token ids, or a list of token-id lists (OpenAI's four shapes), each id
+ * checked against the model's vocabulary; or the 400 to answer.
+ */
+export function completionInputs(prompt: unknown, vocabSize: number): Input[] | Refusal {
+  const bad = (message: string): Refusal => ({ param: "prompt", message: `prompt: ${message}` });
+  const ids = (v: unknown[]): Input | Refusal => {
+    if (v.length === 0) return bad("an empty token list");
+    for (const t of v) if (!Number.isSafeInteger(t) || (t as number) < 0 || (t as number) >= vocabSize) return bad(`${String(t)} is not a token id of this model (0 to ${vocabSize - 1})`);
+    return { case: "tokens", value: v as number[] };
+  };
+  if (typeof prompt === "string") return [{ case: "prompt", value: prompt }];
+  if (!Array.isArray(prompt) || prompt.length === 0) return bad("a string, a list of strings, or token ids");
+  if (prompt.every((p) => typeof p === "number")) {
+    const one = ids(prompt);
+    return "param" in one ? one : [one];
+  }
+  if (prompt.length > MAX_CHOICES) return bad(`at most ${MAX_CHOICES} prompts per request`);
+  const out: Input[] = [];
+  for (const p of prompt) {
+    if (typeof p === "string") out.push({ case: "prompt", value: p });
+    else if (Array.isArray(p)) {
+      const one = ids(p);
+      if ("param" in one) return one;
+      out.push(one);
+    } else return bad("a string, a list of strings, or token ids");
+  }
+  return out;
+}
+
+/**
+ * Embeddings' `input` as the engine's: strings, or token ids of the model's
+ * vocabulary (LangChain's default shape); or the 400 to answer.
+ */
+export function toEmbed(model: string, input: unknown, vocabSize: number): Embed | Refusal {
+  const bad = (message: string): Refusal => ({ param: "input", message: `input: ${message}` });
+  const embed = (inputs: string[], tokens: number[][]): Embed => ({
+    $typeName: "switchyard.engine.v1.Embed",
+    model,
+    inputs,
+    tokenInputs: tokens.map((ids) => ({ $typeName: "switchyard.engine.v1.TokenIds", ids })),
+  });
+  if (typeof input === "string") return embed([input], []);
+  if (!Array.isArray(input) || input.length === 0) return bad("a string or a non-empty array of strings or token ids is required");
+  if (input.every((s) => typeof s === "string")) return embed(input as string[], []);
+  const lists = input.every((t) => typeof t === "number") ? [input as unknown[]] : input;
+  const tokens: number[][] = [];
+  for (const l of lists) {
+    if (!Array.isArray(l) || l.length === 0) return bad("mixes strings and token ids, or holds an empty token list");
+    for (const t of l) if (!Number.isSafeInteger(t) || (t as number) < 0 || (t as number) >= vocabSize) return bad(`${String(t)} is not a token id of this model (0 to ${vocabSize - 1})`);
+    tokens.push(l as number[]);
+  }
+  return embed([], tokens);
 }
 
 /** OpenAI's usage block; prompt tokens served from the engine's prefix cache count as cached. */
@@ -91,6 +256,16 @@ export function usageOf(done: Done) {
 }
 
 export const finishName = (r: FinishReason) => (r === FinishReason.LENGTH ? "length" : "stop");
+
+/** Engine logprobs of an echoed prompt → the completions shape: the first token has none (null), as OpenAI reports it. */
+export function echoLogprobs(entries: TokenLogprobs[]) {
+  const lp = completionLogprobs(entries, 0);
+  return {
+    ...lp,
+    token_logprobs: lp.token_logprobs.map((v, i) => (i === 0 || !Number.isFinite(v) ? null : v)),
+    top_logprobs: lp.top_logprobs.map((v, i) => (i === 0 ? null : v)),
+  };
+}
 
 export const engineErrorStatus = (err: unknown): { status: number; code: string; message: string } => {
   if (err instanceof EngineError) {

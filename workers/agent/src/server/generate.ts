@@ -2,12 +2,12 @@
 // whole answer as JSON, or the SSE stream with its one error event after the
 // first byte. The shapes on each side are converters.ts's.
 import { randomUUID } from "node:crypto";
-import { FinishReason, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
-import type { GenerateEngine } from "../shard/pipeline.ts";
+import { FinishReason, type Done, type Event, type Loaded, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { pipelineRefusal, type GenerateEngine } from "../shard/pipeline.ts";
 import type { WorkerContext } from "./context.ts";
 import { errorEvent, errorJson } from "./errors.ts";
 import { engineRequestId } from "./request.ts";
-import { chatLogprobs, completionLogprobs, engineErrorStatus, finishName, toGenerate, usageOf, type GenerateBody, type Input, type LogprobsAsk } from "./converters.ts";
+import { chatLogprobs, completionLogprobs, echoLogprobs, engineErrorStatus, finishName, samplingAsk, toGenerate, usageOf, type GenerateBody, type Input, type LogprobsAsk } from "./converters.ts";
 
 export type { GenerateBody } from "./converters.ts";
 export { contentText } from "./converters.ts";
@@ -40,54 +40,136 @@ export function routerCacheScope(body: Record<string, unknown>): string {
   return typeof scope === "string" && CACHE_SCOPE.test(scope) ? scope : "";
 }
 
+/** Yields each generator's values, tagged with its index, as they come. */
+async function* merged<T>(gens: AsyncGenerator<T>[]): AsyncGenerator<[number, T]> {
+  const pull = (i: number) => gens[i]!.next().then((r) => ({ i, r }));
+  const live = new Map(gens.map((_, i) => [i, pull(i)] as const));
+  while (live.size > 0) {
+    const { i, r } = await Promise.race(live.values());
+    if (r.done) {
+      live.delete(i);
+      continue;
+    }
+    live.set(i, pull(i));
+    yield [i, r.value];
+  }
+}
+
+/** One choice as it accumulates. */
+interface ChoiceState {
+  text: string;
+  entries: TokenLogprobs[];
+}
+
+/** One engine generation (a prompt, with its n or best_of choices) as it accumulates. */
+interface RunState {
+  choices: Map<number, ChoiceState>;
+  /** The echoed prompt's text and logprobs (completions' echo). */
+  echo?: { text: string; entries: TokenLogprobs[] };
+  done?: Done;
+}
+
+const meanLogprob = (c: ChoiceState) => (c.entries.length === 0 ? -Infinity : c.entries.reduce((s, e) => s + (e.chosen?.logprob ?? 0), 0) / c.entries.length);
+
 export async function runGenerate(
   ctx: WorkerContext,
   engine: GenerateEngine,
   body: GenerateBody,
-  input: Input,
+  /** One per prompt (completions' prompt may be a list); each gets n choices. */
+  inputs: Input[],
   /**
+   * model: what the engine reported loading (vocabulary, batch, FIM tokens);
    * prefix: the name of the prompt's long prefix, advertised once the engine has computed it;
    * cacheScope: the engine prefix-cache salt (the tenant's scope from the router, "" for none).
    */
-  opts: { chat: boolean; requestId: string; spanId?: string | undefined; signal: AbortSignal; prefix?: string; cacheScope?: string },
+  opts: { chat: boolean; requestId: string; spanId?: string | undefined; signal: AbortSignal; model: Loaded; prefix?: string; cacheScope?: string },
 ): Promise<Response> {
   const ask = logprobsAsk(body, opts.chat);
   if (typeof ask === "string") return errorJson(400, ask, "invalid_request", ask.split(":")[0]);
+  const sampling = samplingAsk(body, opts.chat, opts.model);
+  if ("param" in sampling) return errorJson(400, sampling.message, "invalid_request", sampling.param);
+  const n = sampling.n;
+  // best_of ranks choices by their mean logprob: the engine reports them even when the client did not ask.
+  const engineAsk = ask ?? (sampling.generate > n ? { top: 0 } : undefined);
+  const generates = inputs.map((input) => toGenerate(body, input, engineAsk, opts.cacheScope ?? "", sampling));
+  if (engine !== ctx.supervisor.client) {
+    const refused = generates.map(pipelineRefusal).find((r) => r !== undefined);
+    if (refused) return errorJson(400, `${refused}: not available on a split model (its shards sample one choice with temperature, top_p, top_k and seed)`, "invalid_request", refused);
+  }
   // The trace's span id when the router sent one, so an engine log line leads to the span.
   const engineId = engineRequestId(opts.requestId, opts.spanId, () => randomUUID().slice(0, 8));
+  const engineIds = inputs.map((_, p) => (inputs.length > 1 ? `${engineId}:${p}` : engineId));
   const id = `${opts.chat ? "chatcmpl" : "cmpl"}-${randomUUID().replaceAll("-", "")}`;
   const created = Math.floor(Date.now() / 1000);
-  const events = engine.call({ case: "generate", value: toGenerate(body, input, ask, opts.cacheScope ?? "") }, engineId);
+  const streams = generates.map((g, p) => engine.call({ case: "generate", value: g }, engineIds[p]!));
+  const cancelAll = () => engineIds.forEach((e) => engine.cancel(e));
   const formatLogprobs = (entries: TokenLogprobs[], offset: number) =>
     ask === undefined ? null : opts.chat ? chatLogprobs(entries) : completionLogprobs(entries, offset);
-  const onAbort = () => engine.cancel(engineId);
-  opts.signal.addEventListener("abort", onAbort, { once: true });
+  opts.signal.addEventListener("abort", cancelAll, { once: true });
   const end = ctx.begin();
   const release = () => {
     end();
-    opts.signal.removeEventListener("abort", onAbort);
+    opts.signal.removeEventListener("abort", cancelAll);
+  };
+  const runs: RunState[] = inputs.map(() => ({ choices: new Map() }));
+  /** The text an echo repeats: the prompt as sent, or the engine's decoding of token ids. */
+  const echoText = (p: number, engineText: string) => {
+    const input = inputs[p]!;
+    return input.case === "prompt" ? input.value : engineText;
+  };
+  /** Folds one engine event into its run; true when it was the run's Done. */
+  const absorb = (p: number, ev: Event): boolean => {
+    const run = runs[p]!;
+    if (ev.kind.case === "tokens") {
+      const t = ev.kind.value;
+      if (t.prompt) {
+        run.echo = { text: echoText(p, t.text), entries: t.logprobs };
+        return false;
+      }
+      let c = run.choices.get(t.index);
+      if (!c) run.choices.set(t.index, (c = { text: "", entries: [] }));
+      c.text += t.text;
+      c.entries.push(...t.logprobs);
+    } else if (ev.kind.case === "done") {
+      run.done = ev.kind.value;
+      return true;
+    }
+    return false;
+  };
+  const finishOf = (done: Done, index: number) => finishName(done.choices.find((c) => c.index === index)?.finishReason ?? done.finishReason);
+  const usage = () => {
+    const all = runs.map((r) => usageOf(r.done!));
+    const prompt = all.reduce((s, u) => s + u.prompt_tokens, 0);
+    const completion = all.reduce((s, u) => s + u.completion_tokens, 0);
+    const cached = all.reduce((s, u) => s + u.prompt_tokens_details.cached_tokens, 0);
+    return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
   };
 
   if (!body.stream) {
     try {
-      let text = "";
-      const entries: TokenLogprobs[] = [];
-      for await (const ev of events) {
-        if (ev.kind.case === "tokens") {
-          text += ev.kind.value.text;
-          entries.push(...ev.kind.value.logprobs);
-        } else if (ev.kind.case === "done") {
-          if (opts.prefix) ctx.notePrefix(opts.prefix);
-          const usage = usageOf(ev.kind.value);
-          const finish = finishName(ev.kind.value.finishReason);
-          return Response.json(
-            opts.chat
-              ? { id, object: "chat.completion", created, model: body.model, choices: [{ index: 0, message: { role: "assistant", content: text }, finish_reason: finish, logprobs: formatLogprobs(entries, 0) }], usage }
-              : { id, object: "text_completion", created, model: body.model, choices: [{ index: 0, text, finish_reason: finish, logprobs: formatLogprobs(entries, 0) }], usage },
-          );
-        }
-      }
-      return errorJson(502, "engine ended without a result", "engine_error");
+      for await (const [p, ev] of merged(streams)) absorb(p, ev);
+      if (runs.some((r) => !r.done)) return errorJson(502, "engine ended without a result", "engine_error");
+      if (opts.prefix) ctx.notePrefix(opts.prefix);
+      const choices = runs.flatMap((run, p) => {
+        let picked = [...run.choices.entries()].sort(([a], [b]) => a - b);
+        // best_of: the n with the highest mean logprob per token, best first.
+        if (sampling.generate > n) picked = picked.sort(([, a], [, b]) => meanLogprob(b) - meanLogprob(a)).slice(0, n);
+        return picked.map(([engineIndex, c], k) => {
+          const index = p * n + k;
+          const finish_reason = finishOf(run.done!, engineIndex);
+          if (opts.chat) return { index, message: { role: "assistant", content: c.text }, finish_reason, logprobs: formatLogprobs(c.entries, 0) };
+          const echo = sampling.echo ? run.echo : undefined;
+          const prefix = echo?.text ?? "";
+          let logprobs: unknown = formatLogprobs(c.entries, prefix.length);
+          if (echo && ask !== undefined) {
+            const e = echoLogprobs(echo.entries);
+            const g = logprobs as ReturnType<typeof completionLogprobs>;
+            logprobs = { tokens: [...e.tokens, ...g.tokens], token_logprobs: [...e.token_logprobs, ...g.token_logprobs], top_logprobs: [...e.top_logprobs, ...g.top_logprobs], text_offset: [...e.text_offset, ...g.text_offset] };
+          }
+          return { index, text: prefix + c.text, finish_reason, logprobs };
+        });
+      });
+      return Response.json({ id, object: opts.chat ? "chat.completion" : "text_completion", created, model: body.model, choices, usage: usage() });
     } catch (err) {
       const e = engineErrorStatus(err);
       return errorJson(e.status, e.message, e.code);
@@ -96,62 +178,73 @@ export async function runGenerate(
     }
   }
 
-  // Streaming: wait for the first event before committing to a 200, so an
-  // engine that refuses the request answers with a proper status.
-  let first: IteratorResult<Awaited<ReturnType<typeof events.next>>["value"]>;
+  // Streaming (best_of is n here): wait for the first event before committing
+  // to a 200, so an engine that refuses the request answers with a proper status.
+  const events = merged(streams);
+  let first: IteratorResult<[number, Event]>;
   try {
     first = await events.next();
   } catch (err) {
     release();
+    cancelAll();
     const e = engineErrorStatus(err);
     return errorJson(e.status, e.message, e.code);
   }
   const includeUsage = body.stream_options?.include_usage === true;
   const enc = new TextEncoder();
   const sse = (payload: string) => enc.encode(`data: ${payload}\n\n`);
-  // Logprobs ride on the next chunk that goes out: a token's text can be
-  // held back (an unfinished UTF-8 character, a possible stop sequence).
-  let pending: TokenLogprobs[] = [];
-  let sentChars = 0;
-  const chunk = (delta: Record<string, unknown> | string, finish: string | null) => {
-    const logprobs = formatLogprobs(pending, sentChars);
-    pending = [];
-    sentChars += typeof delta === "string" ? delta.length : typeof delta.content === "string" ? delta.content.length : 0;
-    return JSON.stringify(
-      opts.chat
-        ? { id, object: "chat.completion.chunk", created, model: body.model, choices: [{ index: 0, delta, finish_reason: finish, logprobs }] }
-        : { id, object: "text_completion", created, model: body.model, choices: [{ index: 0, text: delta, finish_reason: finish, logprobs }] },
-    );
+  // Per choice: logprobs ride on the next chunk that goes out (a token's
+  // text can be held back: an unfinished UTF-8 character, a possible stop
+  // sequence), text offsets, whether the role went out.
+  const pending = new Map<number, TokenLogprobs[]>();
+  const sentChars = new Map<number, number>();
+  const sentRole = new Set<number>();
+  const chunk = (index: number, text: string, finish: string | null, logprobs?: unknown) => {
+    const lp = logprobs !== undefined ? logprobs : formatLogprobs(pending.get(index) ?? [], sentChars.get(index) ?? 0);
+    pending.delete(index);
+    sentChars.set(index, (sentChars.get(index) ?? 0) + text.length);
+    if (!opts.chat) return JSON.stringify({ id, object: "text_completion", created, model: body.model, choices: [{ index, text, finish_reason: finish, logprobs: lp }] });
+    const delta = sentRole.has(index) ? (text || finish === null ? { content: text } : {}) : { role: "assistant", content: text };
+    sentRole.add(index);
+    return JSON.stringify({ id, object: "chat.completion.chunk", created, model: body.model, choices: [{ index, delta, finish_reason: finish, logprobs: lp }] });
   };
-  let sentRole = false;
   const stream = new ReadableStream<Uint8Array>({
     async start(controller) {
       let current = first;
+      let finished = 0;
       try {
         while (!current.done) {
-          const ev = current.value;
+          const [p, ev] = current.value;
+          if (ev.kind.case === "done" && ev.kind.value.finishReason === FinishReason.CANCELLED) break;
+          const ended = absorb(p, ev);
           if (ev.kind.case === "tokens") {
-            pending.push(...ev.kind.value.logprobs);
-            if (ev.kind.value.text) {
-              const delta = opts.chat ? (sentRole ? { content: ev.kind.value.text } : { role: "assistant", content: ev.kind.value.text }) : ev.kind.value.text;
-              sentRole = true;
-              controller.enqueue(sse(chunk(delta, null)));
+            const t = ev.kind.value;
+            if (t.prompt && sampling.echo && !opts.chat) {
+              // The echoed prompt opens each of this prompt's choices.
+              const echo = runs[p]!.echo!;
+              const lp = ask === undefined ? null : echoLogprobs(echo.entries);
+              for (let j = 0; j < n; j++) controller.enqueue(sse(chunk(p * n + j, echo.text, null, lp)));
+            } else if (!t.prompt) {
+              const index = p * n + t.index;
+              pending.set(index, [...(pending.get(index) ?? []), ...t.logprobs]);
+              if (t.text) controller.enqueue(sse(chunk(index, t.text, null)));
             }
-          } else if (ev.kind.case === "done") {
-            if (ev.kind.value.finishReason === FinishReason.CANCELLED) break;
-            if (opts.prefix) ctx.notePrefix(opts.prefix);
-            controller.enqueue(sse(chunk(opts.chat ? (sentRole ? {} : { role: "assistant", content: "" }) : "", finishName(ev.kind.value.finishReason))));
-            if (includeUsage) {
-              const usage = usageOf(ev.kind.value);
-              controller.enqueue(sse(JSON.stringify({ id, object: opts.chat ? "chat.completion.chunk" : "text_completion", created, model: body.model, choices: [], usage })));
+          }
+          if (ended) {
+            const done = runs[p]!.done!;
+            for (let j = 0; j < n; j++) controller.enqueue(sse(chunk(p * n + j, "", finishOf(done, j))));
+            if (++finished === runs.length) {
+              if (opts.prefix) ctx.notePrefix(opts.prefix);
+              if (includeUsage) controller.enqueue(sse(JSON.stringify({ id, object: opts.chat ? "chat.completion.chunk" : "text_completion", created, model: body.model, choices: [], usage: usage() })));
+              controller.enqueue(sse("[DONE]"));
+              break;
             }
-            controller.enqueue(sse("[DONE]"));
-            break;
           }
           current = await events.next();
         }
       } catch (err) {
         // After the first byte: exactly one error event, then close.
+        cancelAll();
         const e = engineErrorStatus(err);
         ctx.log("stream failed", { request_id: opts.requestId, error: e.message });
         try {
@@ -169,7 +262,7 @@ export async function runGenerate(
       }
     },
     cancel() {
-      engine.cancel(engineId);
+      cancelAll();
       void events.return(undefined);
       release();
     },

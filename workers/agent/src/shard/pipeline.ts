@@ -76,6 +76,24 @@ interface Seq {
   fail(err: Error): void;
 }
 
+/**
+ * The request field a split model's pipeline cannot honour, if the
+ * generation asks for one: its shards sample with temperature, top-p, top-k
+ * and a seed only (ShardOpen), one choice, from a text or chat prompt.
+ */
+export function pipelineRefusal(g: Generate): string | undefined {
+  if (g.n > 1) return "n";
+  if (Object.keys(g.logitBias).length > 0) return "logit_bias";
+  if (g.frequencyPenalty !== 0) return "frequency_penalty";
+  if (g.presencePenalty !== 0) return "presence_penalty";
+  if (g.repetitionPenalty !== 0 && g.repetitionPenalty !== 1) return "repetition_penalty";
+  if (g.minP !== 0) return "min_p";
+  if (g.echoPrompt) return "echo";
+  if (g.suffix !== "") return "suffix";
+  if (g.input.case === "promptTokens") return "prompt";
+  return undefined;
+}
+
 export class PipelineHead implements GenerateEngine {
   private readonly seqs = new Map<string, Seq>();
   /** Sequences whose step is in flight, or that are being rebuilt. */
@@ -128,6 +146,9 @@ export class PipelineHead implements GenerateEngine {
   private async *run(kind: RequestKind, requestId: string, route: ShardRoute | undefined): AsyncGenerator<Event> {
     if (kind.case !== "generate") throw new EngineError(ErrorCode.INVALID_REQUEST, "a pipeline head serves generations only");
     const g: Generate = kind.value;
+    const refused = pipelineRefusal(g);
+    if (refused) throw new EngineError(ErrorCode.INVALID_REQUEST, `${refused}: not available on a split model`);
+    if (g.input.case === "promptTokens") throw new EngineError(ErrorCode.INVALID_REQUEST, "prompt: token ids are not available on a split model");
     const engine = this.engine();
     const loaded = this.model();
     if (!engine?.alive || !loaded) throw new EngineError(ErrorCode.MODEL_NOT_LOADED, "the head shard is not loaded");

@@ -4,6 +4,7 @@ import { z } from "zod";
 import type { Provider } from "../provider.ts";
 import { AnthropicBackend, AnthropicConnections } from "./client.ts";
 import { AnthropicCostLookup } from "./cost-lookup.ts";
+import { anthropicFields } from "./fields.ts";
 
 /** Its `providers.anthropic` section. */
 const config = z.object({
@@ -18,6 +19,7 @@ export const anthropic: Provider<"anthropic", typeof config> = {
   key: "anthropic",
   config,
   apiKeyEnv: "ANTHROPIC_API_KEY",
+  fields: anthropicFields,
   conventionalName: (model) => (model.startsWith("claude-") ? model : undefined),
   connect(cfg, ctx) {
     const conns = new AnthropicConnections({ ...cfg, ...ctx });

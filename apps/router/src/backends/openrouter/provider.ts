@@ -4,6 +4,7 @@ import { z } from "zod";
 import type { Provider } from "../provider.ts";
 import { OpenRouterBackend, OpenRouterConnections } from "./client.ts";
 import { OpenRouterCostLookup } from "./cost-lookup.ts";
+import { openrouterFields } from "./fields.ts";
 
 /** Its `providers.openrouter` section. */
 const config = z.object({
@@ -18,6 +19,7 @@ export const openrouter: Provider<"openrouter", typeof config> = {
   key: "openrouter",
   config,
   apiKeyEnv: "OPENROUTER_API_KEY",
+  fields: openrouterFields,
   conventionalName: (model) => (/^[\w.-]+\/[\w.:-]+$/.test(model) ? model : undefined),
   connect(cfg, ctx) {
     const conns = new OpenRouterConnections({ ...cfg, ...ctx });

@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/engine/v1/engine.proto.
  */
 export const file_switchyard_engine_v1_engine: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL2VuZ2luZS92MS9lbmdpbmUucHJvdG8SFHN3aXRjaHlhcmQuZW5naW5lLnYxIqEFCgdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSNQoKbG9hZF9tb2RlbBgKIAEoCzIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkxvYWRNb2RlbEgAEjIKCGdlbmVyYXRlGAsgASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuR2VuZXJhdGVIABIsCgVlbWJlZBgMIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVtYmVkSAASOwoNaGlkZGVuX3N0YXRlcxgNIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc0gAEjAKB2ZvcndhcmQYDiABKAsyHS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkSAASLgoGY2FuY2VsGA8gASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2FuY2VsSAASMwoFc3RhdHMYECABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TdGF0c1JlcXVlc3RIABIyCghzaHV0ZG93bhgRIAEoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNodXRkb3duSAASMgoIdG9rZW5pemUYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbml6ZUgAEjUKCnNoYXJkX29wZW4YEyABKAsyHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE9wZW5IABI1CgpzaGFyZF9zdGVwGBQgASgLMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuU2hhcmRTdGVwSAASNwoLc2hhcmRfY2xvc2UYFSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZENsb3NlSABCBgoEa2luZCKnAQoJTG9hZE1vZGVsEg0KBW1vZGVsGAEgASgJEi0KBGtpbmQYAiABKA4yHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Nb2RlbEtpbmQSDAoEcGF0aBgDIAEoCRITCgttYXhfc2VxX2xlbhgEIAEoDRIRCgltYXhfYmF0Y2gYBSABKA0SEwoLbGF5ZXJfc3RhcnQYBiABKA0SEQoJbGF5ZXJfZW5kGAcgASgNIiwKC0NoYXRNZXNzYWdlEgwKBHJvbGUYASABKAkSDwoHY29udGVudBgCIAEoCSKZAgoIR2VuZXJhdGUSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABISCgptYXhfdG9rZW5zGAQgASgNEhMKC3RlbXBlcmF0dXJlGAUgASgCEg0KBXRvcF9wGAYgASgCEg0KBXRvcF9rGAcgASgNEhEKBHNlZWQYCCABKARIAYgBARIMCgRzdG9wGAkgAygJEhAKCGxvZ3Byb2JzGAogASgIEhQKDHRvcF9sb2dwcm9icxgLIAEoDRISCgpjYWNoZV9zYWx0GAwgASgJQgcKBWlucHV0QgcKBV9zZWVkImMKDENoYXRNZXNzYWdlcxIzCghtZXNzYWdlcxgBIAMoCzIhLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNoYXRNZXNzYWdlEh4KFmNvbnRpbnVlX2ZpbmFsX21lc3NhZ2UYAiABKAgiJgoFRW1iZWQSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJIqACCgxIaWRkZW5TdGF0ZXMSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABIOCgZsYXllcnMYBCADKA0SLgoHcG9vbGluZxgFIAEoDjIdLnN3aXRjaHlhcmQuZW5naW5lLnYxLlBvb2xpbmcSKgoFZHR5cGUYBiABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZRIxCgthY3RpdmF0aW9ucxg8IAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIPCgdwYXNzX29uGD0gASgIQgcKBWlucHV0IpYBCgdGb3J3YXJkEg0KBW1vZGVsGAEgASgJEhMKC2xheWVyX3N0YXJ0GAIgASgNEhEKCWxheWVyX2VuZBgDIAEoDRIxCgthY3RpdmF0aW9ucxgEIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIRCgl0b2tlbl9pZHMYBSADKA0SDgoGbG9naXRzGAYgASgIIugBCglTaGFyZE9wZW4SDQoFbW9kZWwYASABKAkSDgoGc2VxX2lkGAIgASgJEhAKCGNhcGFjaXR5GAMgASgNEhIKCm1heF90b2tlbnMYBCABKA0SEwoLdGVtcGVyYXR1cmUYBSABKAISDQoFdG9wX3AYBiABKAISDQoFdG9wX2sYByABKA0SEQoEc2VlZBgIIAEoBEgAiAEBEgwKBHN0b3AYCSADKAkSEAoIbG9ncHJvYnMYCiABKAgSFAoMdG9wX2xvZ3Byb2JzGAsgASgNEhEKCWdlbmVyYXRlZBgyIAMoDUIHCgVfc2VlZCI/CgxTaGFyZFNlcVJvd3MSDgoGc2VxX2lkGAEgASgJEgwKBHJvd3MYAiABKA0SEQoJdG9rZW5faWRzGAMgAygNIq8BCglTaGFyZFN0ZXASDQoFbW9kZWwYASABKAkSMAoEc2VxcxgCIAMoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2VxUm93cxIxCgthY3RpdmF0aW9ucxgDIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIuCglvdXRfZHR5cGUYBCABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZSIrCgpTaGFyZENsb3NlEg0KBW1vZGVsGAEgASgJEg4KBnNlcV9pZBgCIAEoCSIjCgZDYW5jZWwSGQoRdGFyZ2V0X3JlcXVlc3RfaWQYASABKAkiDgoMU3RhdHNSZXF1ZXN0IgoKCFNodXRkb3duImwKCFRva2VuaXplEg0KBW1vZGVsGAEgASgJEhAKBnByb21wdBgCIAEoCUgAEjYKCG1lc3NhZ2VzGAMgASgLMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2VzSABCBwoFaW5wdXQiUQoGVGVuc29yEioKBWR0eXBlGAEgASgOMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuRFR5cGUSDQoFc2hhcGUYAiADKAQSDAoEZGF0YRgDIAEoDCLcBAoFRXZlbnQSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgZsb2FkZWQYCiABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Mb2FkZWRIABIuCgZ0b2tlbnMYCyABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbnNIABIqCgRkb25lGAwgASgLMhouc3dpdGNoeWFyZC5lbmdpbmUudjEuRG9uZUgAEjYKCmVtYmVkZGluZ3MYDSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FbWJlZGRpbmdzSAASQQoNaGlkZGVuX3N0YXRlcxgOIAEoCzIoLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc1Jlc3VsdEgAEjYKB2ZvcndhcmQYDyABKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkUmVzdWx0SAASLAoFZXJyb3IYECABKAsyGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FcnJvckgAEiwKBXN0YXRzGBEgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuU3RhdHNIABIzCgl0b2tlbl9pZHMYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbklkc0gAEiwKBXJlYWR5GBMgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuUmVhZHlIABI5CgxzaGFyZF9vdXRwdXQYFCABKAsyIS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE91dHB1dEgAQgYKBGtpbmQidAoLU2hhcmRPdXRwdXQSMQoLYWN0aXZhdGlvbnMYASABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISMgoHc2FtcGxlcxgCIAMoCzIhLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2FtcGxlIoYBCgtTaGFyZFNhbXBsZRIOCgZzZXFfaWQYASABKAkSLAoGdG9rZW5zGAIgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5zEjkKDWZpbmlzaF9yZWFzb24YAyABKA4yIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5GaW5pc2hSZWFzb24iKAoFUmVhZHkSDgoGZGV2aWNlGAEgASgJEg8KB3ZlcnNpb24YAiABKAkijwIKBkxvYWRlZBINCgVtb2RlbBgBIAEoCRItCgRraW5kGAIgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuTW9kZWxLaW5kEhAKCG5fbGF5ZXJzGAMgASgNEhMKC2hpZGRlbl9zaXplGAQgASgNEhIKCnZvY2FiX3NpemUYBSABKA0SEwoLbWF4X3NlcV9sZW4YBiABKA0SEQoJbWF4X2JhdGNoGAcgASgNEg8KB2xvYWRfbXMYCCABKAQSFAoMd2VpZ2h0X2J5dGVzGAkgASgEEhUKDWVtYmVkZGluZ19kaW0YCiABKA0SEwoLbGF5ZXJfc3RhcnQYCyABKA0SEQoJbGF5ZXJfZW5kGAwgASgNIloKBlRva2VucxILCgNpZHMYASADKA0SDAoEdGV4dBgCIAEoCRI1Cghsb2dwcm9icxgDIAMoCzIjLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuTG9ncHJvYnMiOgoMVG9rZW5Mb2dwcm9iEgoKAmlkGAEgASgNEg0KBXRva2VuGAIgASgMEg8KB2xvZ3Byb2IYAyABKAIidAoNVG9rZW5Mb2dwcm9icxIyCgZjaG9zZW4YASABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2ISLwoDdG9wGAIgAygLMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5Mb2dwcm9iIjkKBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKA0SGQoRY29tcGxldGlvbl90b2tlbnMYAiABKA0isgEKBERvbmUSOQoNZmluaXNoX3JlYXNvbhgBIAEoDjIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkZpbmlzaFJlYXNvbhIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlEhIKCnByZWZpbGxfdXMYAyABKAQSEQoJZGVjb2RlX3VzGAQgASgEEhwKFGNhY2hlZF9wcm9tcHRfdG9rZW5zGAUgASgNImcKCkVtYmVkZGluZ3MSLQoHdmVjdG9ycxgBIAMoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlIpMBChJIaWRkZW5TdGF0ZXNSZXN1bHQSDgoGbGF5ZXJzGAEgAygNEi0KB3RlbnNvcnMYAiADKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISEAoIbl90b2tlbnMYAyABKA0SLAoGb3V0cHV0GDwgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIj0KDUZvcndhcmRSZXN1bHQSLAoGb3V0cHV0GAEgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIhcKCFRva2VuSWRzEgsKA2lkcxgBIAMoDSJHCgVFcnJvchItCgRjb2RlGAEgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkihwIKBVN0YXRzEhgKEGFjdGl2ZV9zZXF1ZW5jZXMYASABKA0SFwoPcXVldWVkX3JlcXVlc3RzGAIgASgNEhEKCW1heF9iYXRjaBgDIAEoDRIWCg5rdl9jYWNoZV9ieXRlcxgEIAEoBBIRCglyc3NfYnl0ZXMYBSABKAQSDgoGZGV2aWNlGAYgASgJEg4KBm1vZGVscxgHIAMoCRIYChB0b2tlbnNfZ2VuZXJhdGVkGAggASgEEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoBBIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoBBIcChRwcmVmaXhfdG9rZW5zX3JldXNlZBgLIAEoBCpXCglNb2RlbEtpbmQSGgoWTU9ERUxfS0lORF9VTlNQRUNJRklFRBAAEhkKFU1PREVMX0tJTkRfTExBTUFfR0dVRhABEhMKD01PREVMX0tJTkRfQkVSVBACKlgKB1Bvb2xpbmcSFwoTUE9PTElOR19VTlNQRUNJRklFRBAAEhAKDFBPT0xJTkdfTk9ORRABEhAKDFBPT0xJTkdfTUVBThACEhAKDFBPT0xJTkdfTEFTVBADKjwKBURUeXBlEhUKEURUWVBFX1VOU1BFQ0lGSUVEEAASDQoJRFRZUEVfRjMyEAESDQoJRFRZUEVfRjE2EAIqfAoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAMq7gEKCUVycm9yQ29kZRIaChZFUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASHgoaRVJST1JfQ09ERV9JTlZBTElEX1JFUVVFU1QQARIfChtFUlJPUl9DT0RFX01PREVMX05PVF9MT0FERUQQAhIdChlFUlJPUl9DT0RFX0NPTlRFWFRfTEVOR1RIEAMSGQoVRVJST1JfQ09ERV9PVkVSTE9BREVEEAQSFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAFEhUKEUVSUk9SX0NPREVfREVWSUNFEAYSGgoWRVJST1JfQ09ERV9MT0FEX0ZBSUxFRBAHYgZwcm90bzM");
+  fileDesc("CiFzd2l0Y2h5YXJkL2VuZ2luZS92MS9lbmdpbmUucHJvdG8SFHN3aXRjaHlhcmQuZW5naW5lLnYxIqEFCgdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSNQoKbG9hZF9tb2RlbBgKIAEoCzIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkxvYWRNb2RlbEgAEjIKCGdlbmVyYXRlGAsgASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuR2VuZXJhdGVIABIsCgVlbWJlZBgMIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVtYmVkSAASOwoNaGlkZGVuX3N0YXRlcxgNIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc0gAEjAKB2ZvcndhcmQYDiABKAsyHS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkSAASLgoGY2FuY2VsGA8gASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2FuY2VsSAASMwoFc3RhdHMYECABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TdGF0c1JlcXVlc3RIABIyCghzaHV0ZG93bhgRIAEoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNodXRkb3duSAASMgoIdG9rZW5pemUYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbml6ZUgAEjUKCnNoYXJkX29wZW4YEyABKAsyHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE9wZW5IABI1CgpzaGFyZF9zdGVwGBQgASgLMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuU2hhcmRTdGVwSAASNwoLc2hhcmRfY2xvc2UYFSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZENsb3NlSABCBgoEa2luZCKnAQoJTG9hZE1vZGVsEg0KBW1vZGVsGAEgASgJEi0KBGtpbmQYAiABKA4yHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Nb2RlbEtpbmQSDAoEcGF0aBgDIAEoCRITCgttYXhfc2VxX2xlbhgEIAEoDRIRCgltYXhfYmF0Y2gYBSABKA0SEwoLbGF5ZXJfc3RhcnQYBiABKA0SEQoJbGF5ZXJfZW5kGAcgASgNIiwKC0NoYXRNZXNzYWdlEgwKBHJvbGUYASABKAkSDwoHY29udGVudBgCIAEoCSLXBAoIR2VuZXJhdGUSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABI3Cg1wcm9tcHRfdG9rZW5zGB4gASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5JZHNIABISCgptYXhfdG9rZW5zGAQgASgNEhMKC3RlbXBlcmF0dXJlGAUgASgCEg0KBXRvcF9wGAYgASgCEg0KBXRvcF9rGAcgASgNEhEKBHNlZWQYCCABKARIAYgBARIMCgRzdG9wGAkgAygJEhAKCGxvZ3Byb2JzGAogASgIEhQKDHRvcF9sb2dwcm9icxgLIAEoDRISCgpjYWNoZV9zYWx0GAwgASgJEgkKAW4YHyABKA0SQQoKbG9naXRfYmlhcxggIAMoCzItLnN3aXRjaHlhcmQuZW5naW5lLnYxLkdlbmVyYXRlLkxvZ2l0Qmlhc0VudHJ5EhkKEWZyZXF1ZW5jeV9wZW5hbHR5GCEgASgCEhgKEHByZXNlbmNlX3BlbmFsdHkYIiABKAISGgoScmVwZXRpdGlvbl9wZW5hbHR5GCMgASgCEg0KBW1pbl9wGCQgASgCEhMKC2VjaG9fcHJvbXB0GCUgASgIEg4KBnN1ZmZpeBgmIAEoCRowCg5Mb2dpdEJpYXNFbnRyeRILCgNrZXkYASABKA0SDQoFdmFsdWUYAiABKAI6AjgBQgcKBWlucHV0QgcKBV9zZWVkImMKDENoYXRNZXNzYWdlcxIzCghtZXNzYWdlcxgBIAMoCzIhLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNoYXRNZXNzYWdlEh4KFmNvbnRpbnVlX2ZpbmFsX21lc3NhZ2UYAiABKAgiXAoFRW1iZWQSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEjQKDHRva2VuX2lucHV0cxgeIAMoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuSWRzIqACCgxIaWRkZW5TdGF0ZXMSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABIOCgZsYXllcnMYBCADKA0SLgoHcG9vbGluZxgFIAEoDjIdLnN3aXRjaHlhcmQuZW5naW5lLnYxLlBvb2xpbmcSKgoFZHR5cGUYBiABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZRIxCgthY3RpdmF0aW9ucxg8IAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIPCgdwYXNzX29uGD0gASgIQgcKBWlucHV0IpYBCgdGb3J3YXJkEg0KBW1vZGVsGAEgASgJEhMKC2xheWVyX3N0YXJ0GAIgASgNEhEKCWxheWVyX2VuZBgDIAEoDRIxCgthY3RpdmF0aW9ucxgEIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIRCgl0b2tlbl9pZHMYBSADKA0SDgoGbG9naXRzGAYgASgIIugBCglTaGFyZE9wZW4SDQoFbW9kZWwYASABKAkSDgoGc2VxX2lkGAIgASgJEhAKCGNhcGFjaXR5GAMgASgNEhIKCm1heF90b2tlbnMYBCABKA0SEwoLdGVtcGVyYXR1cmUYBSABKAISDQoFdG9wX3AYBiABKAISDQoFdG9wX2sYByABKA0SEQoEc2VlZBgIIAEoBEgAiAEBEgwKBHN0b3AYCSADKAkSEAoIbG9ncHJvYnMYCiABKAgSFAoMdG9wX2xvZ3Byb2JzGAsgASgNEhEKCWdlbmVyYXRlZBgyIAMoDUIHCgVfc2VlZCI/CgxTaGFyZFNlcVJvd3MSDgoGc2VxX2lkGAEgASgJEgwKBHJvd3MYAiABKA0SEQoJdG9rZW5faWRzGAMgAygNIq8BCglTaGFyZFN0ZXASDQoFbW9kZWwYASABKAkSMAoEc2VxcxgCIAMoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2VxUm93cxIxCgthY3RpdmF0aW9ucxgDIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIuCglvdXRfZHR5cGUYBCABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZSIrCgpTaGFyZENsb3NlEg0KBW1vZGVsGAEgASgJEg4KBnNlcV9pZBgCIAEoCSIjCgZDYW5jZWwSGQoRdGFyZ2V0X3JlcXVlc3RfaWQYASABKAkiDgoMU3RhdHNSZXF1ZXN0IgoKCFNodXRkb3duImwKCFRva2VuaXplEg0KBW1vZGVsGAEgASgJEhAKBnByb21wdBgCIAEoCUgAEjYKCG1lc3NhZ2VzGAMgASgLMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2VzSABCBwoFaW5wdXQiUQoGVGVuc29yEioKBWR0eXBlGAEgASgOMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuRFR5cGUSDQoFc2hhcGUYAiADKAQSDAoEZGF0YRgDIAEoDCLcBAoFRXZlbnQSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgZsb2FkZWQYCiABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Mb2FkZWRIABIuCgZ0b2tlbnMYCyABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbnNIABIqCgRkb25lGAwgASgLMhouc3dpdGNoeWFyZC5lbmdpbmUudjEuRG9uZUgAEjYKCmVtYmVkZGluZ3MYDSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FbWJlZGRpbmdzSAASQQoNaGlkZGVuX3N0YXRlcxgOIAEoCzIoLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc1Jlc3VsdEgAEjYKB2ZvcndhcmQYDyABKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkUmVzdWx0SAASLAoFZXJyb3IYECABKAsyGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FcnJvckgAEiwKBXN0YXRzGBEgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuU3RhdHNIABIzCgl0b2tlbl9pZHMYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbklkc0gAEiwKBXJlYWR5GBMgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuUmVhZHlIABI5CgxzaGFyZF9vdXRwdXQYFCABKAsyIS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE91dHB1dEgAQgYKBGtpbmQidAoLU2hhcmRPdXRwdXQSMQoLYWN0aXZhdGlvbnMYASABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISMgoHc2FtcGxlcxgCIAMoCzIhLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2FtcGxlIoYBCgtTaGFyZFNhbXBsZRIOCgZzZXFfaWQYASABKAkSLAoGdG9rZW5zGAIgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5zEjkKDWZpbmlzaF9yZWFzb24YAyABKA4yIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5GaW5pc2hSZWFzb24iKAoFUmVhZHkSDgoGZGV2aWNlGAEgASgJEg8KB3ZlcnNpb24YAiABKAkinAIKBkxvYWRlZBINCgVtb2RlbBgBIAEoCRItCgRraW5kGAIgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuTW9kZWxLaW5kEhAKCG5fbGF5ZXJzGAMgASgNEhMKC2hpZGRlbl9zaXplGAQgASgNEhIKCnZvY2FiX3NpemUYBSABKA0SEwoLbWF4X3NlcV9sZW4YBiABKA0SEQoJbWF4X2JhdGNoGAcgASgNEg8KB2xvYWRfbXMYCCABKAQSFAoMd2VpZ2h0X2J5dGVzGAkgASgEEhUKDWVtYmVkZGluZ19kaW0YCiABKA0SEwoLbGF5ZXJfc3RhcnQYCyABKA0SEQoJbGF5ZXJfZW5kGAwgASgNEgsKA2ZpbRgeIAEoCCJ5CgZUb2tlbnMSCwoDaWRzGAEgAygNEgwKBHRleHQYAiABKAkSNQoIbG9ncHJvYnMYAyADKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2JzEg0KBWluZGV4GB4gASgNEg4KBnByb21wdBgfIAEoCCI6CgxUb2tlbkxvZ3Byb2ISCgoCaWQYASABKA0SDQoFdG9rZW4YAiABKAwSDwoHbG9ncHJvYhgDIAEoAiJ0Cg1Ub2tlbkxvZ3Byb2JzEjIKBmNob3NlbhgBIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuTG9ncHJvYhIvCgN0b3AYAiADKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2IiOQoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoDRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoDSLlAQoERG9uZRI5Cg1maW5pc2hfcmVhc29uGAEgASgOMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuRmluaXNoUmVhc29uEioKBXVzYWdlGAIgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuVXNhZ2USEgoKcHJlZmlsbF91cxgDIAEoBBIRCglkZWNvZGVfdXMYBCABKAQSHAoUY2FjaGVkX3Byb21wdF90b2tlbnMYBSABKA0SMQoHY2hvaWNlcxgeIAMoCzIgLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNob2ljZURvbmUicQoKQ2hvaWNlRG9uZRINCgVpbmRleBgBIAEoDRI5Cg1maW5pc2hfcmVhc29uGAIgASgOMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuRmluaXNoUmVhc29uEhkKEWNvbXBsZXRpb25fdG9rZW5zGAMgASgNImcKCkVtYmVkZGluZ3MSLQoHdmVjdG9ycxgBIAMoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlIpMBChJIaWRkZW5TdGF0ZXNSZXN1bHQSDgoGbGF5ZXJzGAEgAygNEi0KB3RlbnNvcnMYAiADKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISEAoIbl90b2tlbnMYAyABKA0SLAoGb3V0cHV0GDwgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIj0KDUZvcndhcmRSZXN1bHQSLAoGb3V0cHV0GAEgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIhcKCFRva2VuSWRzEgsKA2lkcxgBIAMoDSJHCgVFcnJvchItCgRjb2RlGAEgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkihwIKBVN0YXRzEhgKEGFjdGl2ZV9zZXF1ZW5jZXMYASABKA0SFwoPcXVldWVkX3JlcXVlc3RzGAIgASgNEhEKCW1heF9iYXRjaBgDIAEoDRIWCg5rdl9jYWNoZV9ieXRlcxgEIAEoBBIRCglyc3NfYnl0ZXMYBSABKAQSDgoGZGV2aWNlGAYgASgJEg4KBm1vZGVscxgHIAMoCRIYChB0b2tlbnNfZ2VuZXJhdGVkGAggASgEEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoBBIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoBBIcChRwcmVmaXhfdG9rZW5zX3JldXNlZBgLIAEoBCpXCglNb2RlbEtpbmQSGgoWTU9ERUxfS0lORF9VTlNQRUNJRklFRBAAEhkKFU1PREVMX0tJTkRfTExBTUFfR0dVRhABEhMKD01PREVMX0tJTkRfQkVSVBACKlgKB1Bvb2xpbmcSFwoTUE9PTElOR19VTlNQRUNJRklFRBAAEhAKDFBPT0xJTkdfTk9ORRABEhAKDFBPT0xJTkdfTUVBThACEhAKDFBPT0xJTkdfTEFTVBADKjwKBURUeXBlEhUKEURUWVBFX1VOU1BFQ0lGSUVEEAASDQoJRFRZUEVfRjMyEAESDQoJRFRZUEVfRjE2EAIqfAoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAMq7gEKCUVycm9yQ29kZRIaChZFUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASHgoaRVJST1JfQ09ERV9JTlZBTElEX1JFUVVFU1QQARIfChtFUlJPUl9DT0RFX01PREVMX05PVF9MT0FERUQQAhIdChlFUlJPUl9DT0RFX0NPTlRFWFRfTEVOR1RIEAMSGQoVRVJST1JfQ09ERV9PVkVSTE9BREVEEAQSFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAFEhUKEUVSUk9SX0NPREVfREVWSUNFEAYSGgoWRVJST1JfQ09ERV9MT0FEX0ZBSUxFRBAHYgZwcm90bzM");
 
 /**
  * @generated from message switchyard.engine.v1.Request
@@ -227,6 +227,16 @@ export type Generate = Message<"switchyard.engine.v1.Generate"> & {
      */
     value: ChatMessages;
     case: "messages";
+  } | {
+    /**
+     * Token ids as the prompt, fed as they are (no BOS added, nothing
+     * parsed): completions' `prompt` given as a token array. Each id must be
+     * < vocab_size.
+     *
+     * @generated from field: switchyard.engine.v1.TokenIds prompt_tokens = 30;
+     */
+    value: TokenIds;
+    case: "promptTokens";
   } | { case: undefined; value?: undefined };
 
   /**
@@ -292,6 +302,78 @@ export type Generate = Message<"switchyard.engine.v1.Generate"> & {
    * @generated from field: string cache_salt = 12;
    */
   cacheSalt: string;
+
+  /**
+   * Choices to generate for the one prompt, 1 (0 = 1) to max_batch: the
+   * prompt is computed once and its keys and values copied into each
+   * choice's cache. Tokens and Done carry the choice index; one Done comes
+   * when the last choice ends, with every choice's finish in `choices` and
+   * usage.completion_tokens summed over all of them. Choice i samples with
+   * seed + i when a seed is set.
+   *
+   * @generated from field: uint32 n = 31;
+   */
+  n: number;
+
+  /**
+   * Added to the logits of these token ids before sampling (OpenAI's
+   * logit_bias: -100 bans, +100 forces in practice). Ids must be < vocab_size.
+   *
+   * @generated from field: map<uint32, float> logit_bias = 32;
+   */
+  logitBias: { [key: number]: number };
+
+  /**
+   * OpenAI's penalties over the tokens generated so far (each choice its
+   * own): logit -= count * frequency_penalty + (count > 0) * presence_penalty.
+   * Both within [-2, 2].
+   *
+   * @generated from field: float frequency_penalty = 33;
+   */
+  frequencyPenalty: number;
+
+  /**
+   * @generated from field: float presence_penalty = 34;
+   */
+  presencePenalty: number;
+
+  /**
+   * The CTRL/HF repetition penalty over prompt and generated tokens: a seen
+   * token's positive logit is divided by it, a negative one multiplied.
+   * 0 or 1 disables it; otherwise > 0.
+   *
+   * @generated from field: float repetition_penalty = 35;
+   */
+  repetitionPenalty: number;
+
+  /**
+   * Drop tokens whose probability (after temperature) is below min_p times
+   * the most likely one's. 0 disables it; within [0, 1].
+   *
+   * @generated from field: float min_p = 36;
+   */
+  minP: number;
+
+  /**
+   * Report the prompt's own tokens first (completions' `echo`): one Tokens
+   * event with prompt = true, its ids and text. With logprobs, one entry per
+   * prompt token too (the first's logprob is NaN and it has no alternatives:
+   * nothing precedes it), alternatives per top_logprobs; that costs one
+   * extra forward over the prompt.
+   *
+   * @generated from field: bool echo_prompt = 37;
+   */
+  echoPrompt: boolean;
+
+  /**
+   * Fill in the middle (completions' `suffix`): the prompt is the prefix and
+   * the engine feeds <fim_prefix> prompt <fim_suffix> suffix <fim_middle>
+   * with the model's own FIM tokens. Refused (INVALID_REQUEST) for a model
+   * without them (Loaded.fim false). Only with a text prompt.
+   *
+   * @generated from field: string suffix = 38;
+   */
+  suffix: string;
 };
 
 /**
@@ -341,6 +423,15 @@ export type Embed = Message<"switchyard.engine.v1.Embed"> & {
    * @generated from field: repeated string inputs = 2;
    */
   inputs: string[];
+
+  /**
+   * Inputs given as token ids of the model's own vocabulary (OpenAI's token
+   * array input; LangChain's default), each embedded as the tokenizer would
+   * have framed it ([CLS] ids [SEP]). Either inputs or token_inputs, not both.
+   *
+   * @generated from field: repeated switchyard.engine.v1.TokenIds token_inputs = 30;
+   */
+  tokenInputs: TokenIds[];
 };
 
 /**
@@ -1000,6 +1091,14 @@ export type Loaded = Message<"switchyard.engine.v1.Loaded"> & {
    * @generated from field: uint32 layer_end = 12;
    */
   layerEnd: number;
+
+  /**
+   * The model has fill-in-the-middle tokens (prefix, suffix, middle), so
+   * Generate.suffix works.
+   *
+   * @generated from field: bool fim = 30;
+   */
+  fim: boolean;
 };
 
 /**
@@ -1034,6 +1133,20 @@ export type Tokens = Message<"switchyard.engine.v1.Tokens"> & {
    * @generated from field: repeated switchyard.engine.v1.TokenLogprobs logprobs = 3;
    */
   logprobs: TokenLogprobs[];
+
+  /**
+   * Which choice these tokens belong to (Generate.n), from 0.
+   *
+   * @generated from field: uint32 index = 30;
+   */
+  index: number;
+
+  /**
+   * These are the prompt's tokens (Generate.echo_prompt), not generated ones.
+   *
+   * @generated from field: bool prompt = 31;
+   */
+  prompt: boolean;
 };
 
 /**
@@ -1149,6 +1262,14 @@ export type Done = Message<"switchyard.engine.v1.Done"> & {
    * @generated from field: uint32 cached_prompt_tokens = 5;
    */
   cachedPromptTokens: number;
+
+  /**
+   * How each choice ended, by index (Generate.n; one entry when n is 1).
+   * finish_reason above is choice 0's, or CANCELLED for a cancelled request.
+   *
+   * @generated from field: repeated switchyard.engine.v1.ChoiceDone choices = 30;
+   */
+  choices: ChoiceDone[];
 };
 
 /**
@@ -1157,6 +1278,33 @@ export type Done = Message<"switchyard.engine.v1.Done"> & {
  */
 export const DoneSchema: GenMessage<Done> = /*@__PURE__*/
   messageDesc(file_switchyard_engine_v1_engine, 26);
+
+/**
+ * @generated from message switchyard.engine.v1.ChoiceDone
+ */
+export type ChoiceDone = Message<"switchyard.engine.v1.ChoiceDone"> & {
+  /**
+   * @generated from field: uint32 index = 1;
+   */
+  index: number;
+
+  /**
+   * @generated from field: switchyard.engine.v1.FinishReason finish_reason = 2;
+   */
+  finishReason: FinishReason;
+
+  /**
+   * @generated from field: uint32 completion_tokens = 3;
+   */
+  completionTokens: number;
+};
+
+/**
+ * Describes the message switchyard.engine.v1.ChoiceDone.
+ * Use `create(ChoiceDoneSchema)` to create a new message.
+ */
+export const ChoiceDoneSchema: GenMessage<ChoiceDone> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 27);
 
 /**
  * @generated from message switchyard.engine.v1.Embeddings
@@ -1180,7 +1328,7 @@ export type Embeddings = Message<"switchyard.engine.v1.Embeddings"> & {
  * Use `create(EmbeddingsSchema)` to create a new message.
  */
 export const EmbeddingsSchema: GenMessage<Embeddings> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 27);
+  messageDesc(file_switchyard_engine_v1_engine, 28);
 
 /**
  * @generated from message switchyard.engine.v1.HiddenStatesResult
@@ -1217,7 +1365,7 @@ export type HiddenStatesResult = Message<"switchyard.engine.v1.HiddenStatesResul
  * Use `create(HiddenStatesResultSchema)` to create a new message.
  */
 export const HiddenStatesResultSchema: GenMessage<HiddenStatesResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 28);
+  messageDesc(file_switchyard_engine_v1_engine, 29);
 
 /**
  * @generated from message switchyard.engine.v1.ForwardResult
@@ -1236,7 +1384,7 @@ export type ForwardResult = Message<"switchyard.engine.v1.ForwardResult"> & {
  * Use `create(ForwardResultSchema)` to create a new message.
  */
 export const ForwardResultSchema: GenMessage<ForwardResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 29);
+  messageDesc(file_switchyard_engine_v1_engine, 30);
 
 /**
  * @generated from message switchyard.engine.v1.TokenIds
@@ -1253,7 +1401,7 @@ export type TokenIds = Message<"switchyard.engine.v1.TokenIds"> & {
  * Use `create(TokenIdsSchema)` to create a new message.
  */
 export const TokenIdsSchema: GenMessage<TokenIds> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 30);
+  messageDesc(file_switchyard_engine_v1_engine, 31);
 
 /**
  * @generated from message switchyard.engine.v1.Error
@@ -1275,7 +1423,7 @@ export type Error = Message<"switchyard.engine.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 31);
+  messageDesc(file_switchyard_engine_v1_engine, 32);
 
 /**
  * @generated from message switchyard.engine.v1.Stats
@@ -1345,7 +1493,7 @@ export type Stats = Message<"switchyard.engine.v1.Stats"> & {
  * Use `create(StatsSchema)` to create a new message.
  */
 export const StatsSchema: GenMessage<Stats> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 32);
+  messageDesc(file_switchyard_engine_v1_engine, 33);
 
 /**
  * @generated from enum switchyard.engine.v1.ModelKind

@@ -5,8 +5,9 @@ import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { routerPrefixName } from "@switchyard/state";
 import type { WorkerContext } from "../context.ts";
 import { errorJson } from "../errors.ts";
-import { contentText } from "../converters.ts";
+import { contentText, nonTextPart } from "../converters.ts";
 import { routerCacheScope, runGenerate, type GenerateBody } from "../generate.ts";
+import { unknownField } from "../fields.ts";
 import { modelBody, requestId, traceSpanId } from "../request.ts";
 import { generateEngine, SHARD_ROUTE_HEADER } from "../../shard/route.ts";
 
@@ -14,7 +15,16 @@ export function registerChat(app: Hono, ctx: WorkerContext): void {
   app.post("/v1/chat/completions", async (c) => {
     const body = await modelBody(c, ctx, ModelKind.LLAMA_GGUF);
     if (body instanceof Response) return body;
+    const unknown = unknownField(body, "chat");
+    if (unknown) return errorJson(400, `${unknown}: not a field this worker knows; it would be ignored`, "invalid_request", unknown);
+    if (body.audio != null || (Array.isArray(body.modalities) && body.modalities.some((m) => m !== "text"))) {
+      const param = body.audio != null ? "audio" : "modalities";
+      return errorJson(400, `${param}: this worker answers with text only`, "invalid_request", param);
+    }
     if (!Array.isArray(body.messages) || body.messages.length === 0) return errorJson(400, "messages: at least one message is required", "invalid_request", "messages");
+    // The engine's models read text: an image or audio part would be dropped, so it is refused.
+    const part = nonTextPart(body.messages as { content?: unknown }[]);
+    if (part) return errorJson(400, `${part}: model '${String(body.model)}' reads text only; only text content parts can be sent to it`, "invalid_request", part);
     const messages = (body.messages as { role?: unknown; content?: unknown }[]).map((m) => ({ role: String(m.role ?? "user"), content: contentText(m.content) }));
     // vLLM's continuation fields: the router's stream resume sends them.
     const continueFinal = body.continue_final_message === true;
@@ -27,6 +37,6 @@ export function registerChat(app: Hono, ctx: WorkerContext): void {
     // The head shard of a split model runs it down the pipeline (the router's route, or its static --next).
     const engine = generateEngine(ctx, c.req.header(SHARD_ROUTE_HEADER));
     if (!engine.ok) return errorJson(engine.status, engine.message, engine.code);
-    return runGenerate(ctx, engine.engine, body as unknown as GenerateBody, { case: "messages", value: messages, continueFinal }, { chat: true, requestId: requestId(c), spanId: traceSpanId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
+    return runGenerate(ctx, engine.engine, body as unknown as GenerateBody, [{ case: "messages", value: messages, continueFinal }], { chat: true, model: ctx.supervisor.loaded.get(String(body.model))!, requestId: requestId(c), spanId: traceSpanId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
   });
 }

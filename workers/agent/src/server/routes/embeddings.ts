@@ -6,8 +6,9 @@ import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { EngineClient } from "../../engine/client.ts";
 import { EngineError } from "../../engine/client.ts";
 import type { WorkerContext } from "../context.ts";
-import { embeddingsData } from "../converters.ts";
+import { embeddingsData, toEmbed } from "../converters.ts";
 import { errorJson } from "../errors.ts";
+import { unknownField } from "../fields.ts";
 import { modelBody, requestId } from "../request.ts";
 
 /** Inputs per request at most: OpenAI's limit, the engine's, and the router's default (config embeddings.maxInputs). */
@@ -16,12 +17,21 @@ export const EMBEDDINGS_MAX_INPUTS = 2048;
 export const EMBEDDINGS_MAX_INPUT_CHARS = 1_048_576;
 
 async function runEmbeddings(ctx: WorkerContext, engine: EngineClient, body: Record<string, unknown>, requestId: string, signal: AbortSignal): Promise<Response> {
-  const inputs = typeof body.input === "string" ? [body.input] : Array.isArray(body.input) && body.input.every((s) => typeof s === "string") ? (body.input as string[]) : undefined;
-  if (!inputs || inputs.length === 0) return errorJson(400, "input: a string or a non-empty array of strings is required", "invalid_request", "input");
-  if (inputs.length > EMBEDDINGS_MAX_INPUTS) return errorJson(400, `input: at most ${EMBEDDINGS_MAX_INPUTS} inputs per request (got ${inputs.length})`, "invalid_request", "input");
+  const model = ctx.supervisor.loaded.get(String(body.model))!;
+  // Token ids are read in the model's own vocabulary (its tokenizer is the engine's).
+  const embed = toEmbed(String(body.model), body.input, model.vocabSize);
+  if ("param" in embed) return errorJson(400, embed.message, "invalid_request", embed.param);
+  const count = embed.inputs.length + embed.tokenInputs.length;
+  if (count > EMBEDDINGS_MAX_INPUTS) return errorJson(400, `input: at most ${EMBEDDINGS_MAX_INPUTS} inputs per request (got ${count})`, "invalid_request", "input");
   let chars = 0;
-  for (const s of inputs) chars += s.length;
+  for (const s of embed.inputs) chars += s.length;
+  for (const t of embed.tokenInputs) chars += t.ids.length;
   if (chars > EMBEDDINGS_MAX_INPUT_CHARS) return errorJson(400, `input: at most ${EMBEDDINGS_MAX_INPUT_CHARS} characters across all inputs per request (got ${chars})`, "invalid_request", "input");
+  // Truncating a vector only keeps its meaning for models trained to be
+  // truncated (Matryoshka); none of the engine's is, so only the full width is honoured.
+  if (body.dimensions != null && body.dimensions !== model.embeddingDim) {
+    return errorJson(400, `dimensions: model '${String(body.model)}' was not trained for truncated embeddings; it gives ${model.embeddingDim} dimensions only`, "invalid_request", "dimensions");
+  }
   const base64 = body.encoding_format === "base64";
   const end = ctx.begin();
   // A client that goes away frees the engine: it embeds in chunks and drops a cancelled job between two.
@@ -29,7 +39,7 @@ async function runEmbeddings(ctx: WorkerContext, engine: EngineClient, body: Rec
   const onAbort = () => engine.cancel(engineId);
   signal.addEventListener("abort", onAbort, { once: true });
   try {
-    const ev = await engine.once({ case: "embed", value: { $typeName: "switchyard.engine.v1.Embed", model: String(body.model), inputs } }, engineId);
+    const ev = await engine.once({ case: "embed", value: embed }, engineId);
     if (ev.kind.case !== "embeddings") return errorJson(502, "engine answered without embeddings", "engine_error");
     const data = embeddingsData(ev.kind.value, base64);
     const prompt = ev.kind.value.usage?.promptTokens ?? 0;
@@ -47,6 +57,8 @@ export function registerEmbeddings(app: Hono, ctx: WorkerContext): void {
   app.post("/v1/embeddings", async (c) => {
     const body = await modelBody(c, ctx, ModelKind.BERT);
     if (body instanceof Response) return body;
+    const unknown = unknownField(body, "embeddings");
+    if (unknown) return errorJson(400, `${unknown}: not a field this worker knows; it would be ignored`, "invalid_request", unknown);
     return runEmbeddings(ctx, ctx.supervisor.client!, body, requestId(c), c.req.raw.signal);
   });
 }

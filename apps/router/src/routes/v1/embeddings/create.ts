@@ -4,13 +4,14 @@ import { z } from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { handleInference } from "../../../pipeline/inference.ts";
-import { UINT32_MAX } from "../fields.ts";
+import { tokenIds, UINT32_MAX } from "../fields.ts";
 import { documented } from "../../../openapi/marks.ts";
 import { inferenceErrors, rateLimitHeaders } from "../../../openapi/common.ts";
 
 export const embeddingsSchema = z.looseObject({
   model: z.string().min(1),
-  input: z.union([z.string(), z.array(z.string()).min(1)]),
+  // Text, or token ids of the model's vocabulary (LangChain's default shape).
+  input: z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)]),
   encoding_format: z.enum(["float", "base64"]).nullish(),
   dimensions: z.number().int().positive().max(UINT32_MAX).nullish(),
   user: z.string().nullish(),
@@ -25,7 +26,9 @@ export interface EmbeddingsLimits {
 /** The request schema under the configured limits: more inputs or text than they allow is a 400 naming `input`. */
 export function embeddingsSchemaFor(limits: EmbeddingsLimits) {
   return embeddingsSchema.superRefine((body, ctx) => {
-    const inputs = typeof body.input === "string" ? [body.input] : body.input;
+    const input = body.input;
+    // A token list is one input; a token counts as one character.
+    const inputs: Array<string | number[]> = typeof input === "string" ? [input] : input.every((t) => typeof t === "number") ? [input as number[]] : (input as Array<string | number[]>);
     if (inputs.length > limits.maxInputs) {
       ctx.addIssue({ code: "custom", path: ["input"], message: `at most ${limits.maxInputs} inputs per request (got ${inputs.length})` });
       return;

@@ -1,0 +1,34 @@
+// What the Anthropic translation (request.ts) does with each request field
+// (backends/fields.ts has the catalogue). Messages has no penalties, bias,
+// seed, choices or logprobs; it serves chat only.
+import type { FieldSupport } from "../fields.ts";
+
+export const anthropicFields: FieldSupport = {
+  // OpenAI's range is 0..2, Anthropic's 0..1: clamped.
+  temperature: "translated",
+  top_p: "honoured",
+  max_tokens: "translated",
+  stop: "translated",
+  stream: "translated",
+  seed: "refused",
+  n: "refused",
+  logprobs: "refused",
+  logit_bias: "refused",
+  frequency_penalty: "refused",
+  presence_penalty: "refused",
+  top_k: "honoured",
+  min_p: "refused",
+  repetition_penalty: "refused",
+  image_parts: "translated",
+  audio_parts: "refused",
+  modalities: "refused",
+  echo: "unserved",
+  best_of: "unserved",
+  suffix: "unserved",
+  prompt_tokens: "unserved",
+  prompt_list: "unserved",
+  dimensions: "unserved",
+  encoding_format: "unserved",
+  input_tokens: "unserved",
+  unknown: "refused",
+};

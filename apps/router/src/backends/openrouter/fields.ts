@@ -1,0 +1,37 @@
+// What OpenRouter does with each request field (backends/fields.ts has the
+// catalogue): it speaks OpenAI's protocol and passes its sampling fields to
+// the provider, so most go through as they are. Refused: what its API does
+// not offer (one choice per request; no echo, best_of or suffix) and token-id
+// inputs, whose tokenizer depends on the model behind it. Fields outside the
+// catalogue go through too: they are OpenRouter's own (provider, models,
+// transforms, reasoning, usage).
+import type { FieldSupport } from "../fields.ts";
+
+export const openrouterFields: FieldSupport = {
+  temperature: "honoured",
+  top_p: "honoured",
+  max_tokens: "honoured",
+  stop: "honoured",
+  stream: "honoured",
+  seed: "honoured",
+  n: "refused",
+  logprobs: "honoured",
+  logit_bias: "honoured",
+  frequency_penalty: "honoured",
+  presence_penalty: "honoured",
+  top_k: "honoured",
+  min_p: "honoured",
+  repetition_penalty: "honoured",
+  image_parts: "honoured",
+  audio_parts: "honoured",
+  modalities: "honoured",
+  echo: "refused",
+  best_of: "refused",
+  suffix: "refused",
+  prompt_tokens: "refused",
+  prompt_list: "refused",
+  dimensions: "honoured",
+  encoding_format: "honoured",
+  input_tokens: "refused",
+  unknown: "honoured",
+};

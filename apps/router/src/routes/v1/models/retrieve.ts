@@ -1,0 +1,29 @@
+// GET /v1/models/{id} — one model in OpenAI's shape, as /v1/models lists it
+// (the SDK's models.retrieve()); 404 model_not_found when nothing serves it.
+// An id holding a slash (an alias such as "openai/gpt-4o-mini") comes
+// percent-encoded, as the SDKs send it.
+import type { Hono } from "hono";
+import { z } from "zod";
+import type { AppDeps, AppEnv } from "../../../deps.ts";
+import { ApiError } from "../../../errors.ts";
+import { authenticate } from "../../../middleware.ts";
+import { documented } from "../../../openapi/marks.ts";
+import { servedModels } from "./list.ts";
+
+export const modelAnswer = z.looseObject({ id: z.string(), object: z.literal("model"), created: z.number().int(), owned_by: z.string() });
+
+export function registerRetrieveModel(app: Hono<AppEnv>, deps: AppDeps): void {
+  app.get(
+    "/v1/models/:id",
+    authenticate(deps),
+    documented(
+      { summary: "Retrieve a model served now", tag: "models", operationId: "retrieveModel", responses: { 200: { description: "the model, as /v1/models lists it", json: modelAnswer } }, errors: ["model_not_found"] },
+      (c) => {
+        const id = c.req.param("id") ?? "";
+        const model = servedModels(deps, c.get("tenant").tenantName).find((m) => m.id === id);
+        if (!model) throw new ApiError("model_not_found", `model '${id}' is not served by any live worker or configured provider`, "model");
+        return c.json(model);
+      },
+    ),
+  );
+}

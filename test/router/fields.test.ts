@@ -1,0 +1,116 @@
+// The request-field table (apps/router/src/backends/fields.ts) against the
+// code: the README shows exactly what the table renders, and every field the
+// paid backends declare is treated as declared through a real router (real
+// Redis and Postgres) with the OpenRouter and Anthropic fakes: refused →
+// 400 naming the field, nothing sent upstream; honoured → sent on as it was
+// asked; translated → answered. The worker column is held to the real worker
+// and SmolLM2 in test/e2e/sampling.test.ts.
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { setBudget, setPrice } from "@switchyard/db";
+import { fieldSupport, refusedField, renderFieldTable, requestFields, sampleOf, type FieldName } from "../../apps/router/src/backends/fields.ts";
+import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
+import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
+import { waitFor } from "../helpers/env.ts";
+import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+
+const OR_MODEL = "openai/gpt-4o-mini";
+const AN_MODEL = "claude-3-5-haiku-latest";
+type Route = "chat" | "completions" | "embeddings";
+const paths: Record<Route, string> = { chat: "/v1/chat/completions", completions: "/v1/completions", embeddings: "/v1/embeddings" };
+const base: Record<Route, Record<string, unknown>> = {
+  chat: { messages: [{ role: "user", content: "hello" }], max_tokens: 3 },
+  completions: { prompt: "hello", max_tokens: 3 },
+  embeddings: { input: "hello" },
+};
+
+let fx: RouterFixture;
+let openrouter: FakeOpenRouter;
+let anthropic: FakeAnthropic;
+
+beforeAll(async () => {
+  openrouter = await new FakeOpenRouter({ apiKey: "sk-or-fields" }).start();
+  anthropic = await new FakeAnthropic("sk-ant-fields").start();
+  fx = await startTestRouter({
+    "providers.openrouter": { apiKey: "sk-or-fields", baseUrl: openrouter.url },
+    "providers.anthropic": { apiKey: "sk-ant-fields", baseUrl: anthropic.url },
+    "billing.refreshMs": 100,
+  });
+  for (const [backend, model] of [["openrouter", OR_MODEL], ["anthropic", AN_MODEL]] as const) {
+    await setPrice(fx.db.db, { backend, model, inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 1_000_000n });
+    await waitFor(() => fx.router.deps.guard.deps.prices.price(backend, model));
+  }
+  await setBudget(fx.db.db, { tenantId: fx.tenantId, dailyLimitCents: 10_000n });
+}, 120_000);
+
+afterAll(async () => {
+  await fx?.close();
+  await openrouter?.stop();
+  await anthropic?.stop();
+});
+
+const post = async (route: Route, body: Record<string, unknown>) => {
+  const r = await fetch(`${fx.router.url}${paths[route]}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const text = await r.text();
+  return { status: r.status, text, json: (() => { try { return JSON.parse(text) as { error?: { param?: string; code?: string } }; } catch { return {}; } })() };
+};
+
+describe("the field table", () => {
+  it("is what the README shows", () => {
+    const readme = readFileSync(path.resolve(import.meta.dirname, "../../README.md"), "utf8");
+    const table = /<!-- fields:begin -->\n([\s\S]*?)\n<!-- fields:end -->/.exec(readme)?.[1];
+    expect(table, "README.md has the table between <!-- fields:begin --> and <!-- fields:end -->").toBeDefined();
+    expect(table).toBe(renderFieldTable());
+  });
+
+  it("names the field a body asks for, and nothing for a plain body", () => {
+    for (const [name, f] of Object.entries(requestFields)) {
+      for (const route of f.routes) {
+        expect(f.asks({ ...base[route], ...sampleOf(f, route) }, route), `${name} on ${route}`).toBeDefined();
+        // The base bodies ask for nothing but what every backend does (max_tokens).
+        if (name !== "max_tokens") expect(f.asks(base[route], route), `${name} on a plain ${route} body`).toBeUndefined();
+      }
+    }
+    expect(refusedField("anthropic", "/v1/chat/completions", { ...base.chat, model: "m", temprature: 0.2 })).toMatchObject({ param: "temprature" });
+    expect(refusedField("anthropic", "/v1/chat/completions", { ...base.chat, model: "m", response_format: { type: "json_object" }, user: "u" })).toBeUndefined();
+    // Workers refuse fields they do not know themselves (the real worker: test/e2e/sampling.test.ts).
+    expect(refusedField("worker", "/v1/chat/completions", { ...base.chat, model: "m", temprature: 0.2 })).toBeUndefined();
+    expect(refusedField("worker", "/v1/chat/completions", { ...base.chat, model: "m", modalities: ["audio"] })).toMatchObject({ param: "modalities" });
+  });
+});
+
+describe.each([
+  ["openrouter", OR_MODEL],
+  ["anthropic", AN_MODEL],
+] as const)("%s does what it declares", (kind, model) => {
+  // Anthropic serves chat only (its Backend.supports); the others every route.
+  const served: readonly Route[] = kind === "anthropic" ? ["chat"] : ["chat", "completions", "embeddings"];
+  const rows = (Object.entries(requestFields) as Array<[FieldName, (typeof requestFields)[FieldName]]>).flatMap(([name, f]) =>
+    f.routes.filter((route) => fieldSupport[kind][name] !== "unserved" && served.includes(route)).map((route) => [name, route as Route, fieldSupport[kind][name]] as const),
+  );
+  it.each(rows)("%s on %s: %s", async (name, route, support) => {
+    const f = requestFields[name];
+    const body = { ...base[route], ...sampleOf(f, route), model };
+    const fake = kind === "openrouter" ? openrouter : anthropic;
+    const before = fake.requests.length;
+    const r = await post(route, body);
+    if (support === "refused") {
+      expect(r.status, r.text).toBe(400);
+      expect(r.json.error?.param).toBe(f.asks(body, route));
+      expect(fake.requests.length, "nothing went upstream").toBe(before);
+      return;
+    }
+    expect(r.status, r.text).toBe(200);
+    expect(fake.requests.length).toBeGreaterThan(before);
+    if (kind === "openrouter" && support === "honoured") {
+      // Sent on as asked (the router adds only its own usage/stream_options asks).
+      const sent = fake.requests.at(-1)!.body as Record<string, unknown>;
+      for (const [k, v] of Object.entries(sampleOf(f, route))) if (k !== "stream_options") expect(sent[k], k).toEqual(v);
+    }
+  });
+});
