@@ -76,18 +76,26 @@ export class Histogram {
     readonly buckets: number[] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
   ) {}
   observe(labels: Labels, value: number): void {
-    const k = labelKey(labels);
-    let s = this.series.get(k);
-    if (!s) {
-      s = { counts: this.buckets.map(() => 0), sum: 0, count: 0 };
-      this.series.set(k, s);
-    }
+    const s = this.seriesOf(labels);
     for (let i = 0; i < this.buckets.length; i++) if (value <= this.buckets[i]!) s.counts[i]!++;
     s.sum += value;
     s.count++;
   }
   count(labels: Labels = {}): number {
     return this.series.get(labelKey(labels))?.count ?? 0;
+  }
+  /** Shows the series at zero before its first observation (a fixed set of label values, so /metrics does not grow later). */
+  touch(labels: Labels): void {
+    this.seriesOf(labels);
+  }
+  private seriesOf(labels: Labels) {
+    const k = labelKey(labels);
+    let s = this.series.get(k);
+    if (!s) {
+      s = { counts: this.buckets.map(() => 0), sum: 0, count: 0 };
+      this.series.set(k, s);
+    }
+    return s;
   }
   /** An unlabelled histogram whose cumulative counts are read when rendered (the event loop's), instead of observe(). */
   source(read: () => { counts: number[]; sum: number; count: number }): void {

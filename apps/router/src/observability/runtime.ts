@@ -53,6 +53,12 @@ export class RuntimeMetrics {
       }
     });
     this.gc.observe({ entryTypes: ["gc"] });
+    // Every kind's series from the start, at zero: the first major GC must
+    // not grow /metrics (a scraper sees a fixed set; the cardinality test holds).
+    for (const kind of [...Object.values(gcKinds), "other"]) {
+      metrics.gcPauses.inc({ kind }, 0);
+      metrics.gcPause.touch({ kind });
+    }
     metrics.eventLoopDelay.source(() => {
       const h = this.loop;
       return { counts: loopDelayBuckets(h, metrics.eventLoopDelay.buckets, res), count: h.count, sum: h.count ? excess(h.mean) * h.count : 0 };
