@@ -13,7 +13,7 @@
 
 mod common;
 
-use switchyard_engine::llama::{Arch, LlamaModel};
+use switchyard_engine::llama::{Arch, Backend, LlamaModel};
 use switchyard_engine::{parity, random_gguf};
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
@@ -21,16 +21,24 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
 }
 
 fn check(arch: &str, dtype: &str) {
+    check_on(arch, dtype, Backend::Kernels)
+}
+
+fn check_on(arch: &str, dtype: &str, backend: Backend) {
     let fx = common::fixture("random_arch_reference.json");
     let case = &fx["cases"][format!("{arch}-{dtype}")];
     let dir = std::env::temp_dir().join(format!("switchyard-random-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join(format!("{arch}-{dtype}.gguf"));
+    // One file per test: tests run in parallel.
+    let file = dir.join(format!("{arch}-{dtype}-{}.gguf", if matches!(backend, Backend::Candle(_)) { "candle" } else { "kernels" }));
     random_gguf::write_random(&file, Arch::from_name(arch).unwrap(), random_gguf::dtype_of(dtype).unwrap(), &common::smollm_path(), 1).unwrap();
-    let m = LlamaModel::load(&file).unwrap();
+    let on_device = matches!(backend, Backend::Candle(_));
+    let m = LlamaModel::load_on(&file, backend).unwrap();
     std::fs::remove_file(&file).ok();
     assert_eq!(m.cfg.arch.name(), arch);
-    assert!(m.matrix_types().contains(&format!("o={dtype}")), "{} kept as {dtype}: {}", arch, m.matrix_types());
+    if !on_device {
+        assert!(m.matrix_types().contains(&format!("o={dtype}")), "{} kept as {dtype}: {}", arch, m.matrix_types());
+    }
     let prompt = ids(&case["prompt_ids"]);
     // Token ids on the real vocabulary are llama.cpp's.
     assert_eq!(m.tokenizer.encode(case["prompt"].as_str().unwrap(), true, true), prompt);
@@ -51,7 +59,7 @@ fn check(arch: &str, dtype: &str) {
             break;
         }
     }
-    eprintln!("{arch} {dtype}: max |logit diff| over llama.cpp's top 20: {worst:.3}");
+    eprintln!("{arch} {dtype} on {}: max |logit diff| over llama.cpp's top 20: {worst:.3}", m.backend_name());
 }
 
 macro_rules! cases {
@@ -67,4 +75,16 @@ cases! {
     qwen2_q8_0: "qwen2", "q8_0"; qwen2_q5_0: "qwen2", "q5_0"; qwen2_q4_1: "qwen2", "q4_1";
     gemma3_q4_k: "gemma3", "q4_k"; gemma3_q5_k: "gemma3", "q5_k"; gemma3_q6_k: "gemma3", "q6_k";
     gemma3_q8_0: "gemma3", "q8_0"; gemma3_q5_0: "gemma3", "q5_0"; gemma3_q4_1: "gemma3", "q4_1";
+}
+
+// The candle executor (the code a CUDA build runs; here on the CPU device)
+// on the qwen2 layout: q/k/v biases and NeoX rope, Q4_K_M's two types.
+#[test]
+fn qwen2_q4_k_on_candle() {
+    check_on("qwen2", "q4_k", Backend::Candle(candle_core::Device::Cpu));
+}
+
+#[test]
+fn qwen2_q6_k_on_candle() {
+    check_on("qwen2", "q6_k", Backend::Candle(candle_core::Device::Cpu));
 }

@@ -21,6 +21,8 @@ use crate::kernels::QMatrix;
 
 struct Layer {
     attn_norm: Tensor,
+    /// q, k, v biases (qwen2).
+    bqkv: Option<(Tensor, Tensor, Tensor)>,
     wq: QMatMul,
     wk: QMatMul,
     wv: QMatMul,
@@ -73,7 +75,7 @@ impl DeviceKv {
 
 impl DeviceModel {
     pub(super) fn load(content: &gguf_file::Content, file: &mut File, cfg: &LlamaConfig, dev: Device) -> Result<Self> {
-        if cfg.arch != super::Arch::Llama {
+        if !matches!(cfg.arch, super::Arch::Llama | super::Arch::Qwen2) {
             bail!("the {} architecture runs on the CPU kernels only for now (--llama-backend kernels)", cfg.arch.name());
         }
         if cfg.rope_dims != cfg.head_dim {
@@ -102,8 +104,21 @@ impl DeviceModel {
         for i in 0..cfg.n_layers {
             let t = &mut tensor;
             let w = |what: &str| format!("blk.{i}.{what}.weight");
+            let bias = |t: &mut dyn FnMut(&str) -> Result<candle_core::quantized::QTensor>, what: &str| -> Result<Option<Tensor>> {
+                let name = format!("blk.{i}.{what}.bias");
+                if !content.tensor_infos.contains_key(&name) {
+                    return Ok(None);
+                }
+                Ok(Some(vector(t, &name)?))
+            };
+            let bqkv = match (bias(t, "attn_q")?, bias(t, "attn_k")?, bias(t, "attn_v")?) {
+                (Some(q), Some(k), Some(v)) => Some((q, k, v)),
+                (None, None, None) => None,
+                _ => bail!("block {i} has biases on some of q, k and v only"),
+            };
             layers.push(Layer {
                 attn_norm: vector(t, &w("attn_norm"))?,
+                bqkv,
                 wq: matrix(t, &w("attn_q"))?,
                 wk: matrix(t, &w("attn_k"))?,
                 wv: matrix(t, &w("attn_v"))?,
@@ -227,11 +242,19 @@ impl DeviceModel {
         for li in layers {
             let layer = &self.layers[li];
             let xn = candle_nn::ops::rms_norm(&x, &layer.attn_norm, cfg.eps)?;
-            let q = layer.wq.forward(&xn)?.reshape((m, nh, 1, hd))?;
-            let k = layer.wk.forward(&xn)?.reshape((m, nkv, 1, hd))?;
-            let v = layer.wv.forward(&xn)?.reshape((m, nkv, hd))?;
-            let q = candle_nn::rotary_emb::rope_i(&q.contiguous()?, &cos, &sin)?;
-            let k = candle_nn::rotary_emb::rope_i(&k.contiguous()?, &cos, &sin)?;
+            let (mut q, mut k, mut v) = (layer.wq.forward(&xn)?, layer.wk.forward(&xn)?, layer.wv.forward(&xn)?);
+            if let Some((bq, bk, bv)) = &layer.bqkv {
+                q = q.broadcast_add(bq)?;
+                k = k.broadcast_add(bk)?;
+                v = v.broadcast_add(bv)?;
+            }
+            let q = q.reshape((m, nh, 1, hd))?;
+            let k = k.reshape((m, nkv, 1, hd))?;
+            let v = v.reshape((m, nkv, hd))?;
+            // Adjacent pairs (llama) or NeoX halves (qwen2), as on the host.
+            let rope = if cfg.rope_neox { candle_nn::rotary_emb::rope } else { candle_nn::rotary_emb::rope_i };
+            let q = rope(&q.contiguous()?, &cos, &sin)?;
+            let k = rope(&k.contiguous()?, &cos, &sin)?;
             let mut outs = Vec::with_capacity(spans.len());
             for (&(seq, r0, t, p0), mask) in spans.iter().zip(&masks) {
                 let cache = caches[seq];
