@@ -9,14 +9,14 @@ import type { WorkerContext } from "../context.ts";
 import { embeddingsData, toEmbed } from "../converters.ts";
 import { errorJson } from "../errors.ts";
 import { unknownField } from "../fields.ts";
-import { modelBody, requestId } from "../request.ts";
+import { engineRequestId, modelBody, requestId, traceSpanId } from "../request.ts";
 
 /** Inputs per request at most: OpenAI's limit, the engine's, and the router's default (config embeddings.maxInputs). */
 export const EMBEDDINGS_MAX_INPUTS = 2048;
 /** Characters across all inputs of one request at most (the engine's 4 MiB of UTF-8 holds this many). */
 export const EMBEDDINGS_MAX_INPUT_CHARS = 1_048_576;
 
-async function runEmbeddings(ctx: WorkerContext, engine: EngineClient, body: Record<string, unknown>, requestId: string, signal: AbortSignal): Promise<Response> {
+async function runEmbeddings(ctx: WorkerContext, engine: EngineClient, body: Record<string, unknown>, engineId: string, signal: AbortSignal): Promise<Response> {
   const model = ctx.supervisor.loaded.get(String(body.model))!;
   // Token ids are read in the model's own vocabulary (its tokenizer is the engine's).
   const embed = toEmbed(String(body.model), body.input, model.vocabSize);
@@ -35,7 +35,6 @@ async function runEmbeddings(ctx: WorkerContext, engine: EngineClient, body: Rec
   const base64 = body.encoding_format === "base64";
   const end = ctx.begin();
   // A client that goes away frees the engine: it embeds in chunks and drops a cancelled job between two.
-  const engineId = `${requestId}:${randomUUID().slice(0, 8)}`;
   const onAbort = () => engine.cancel(engineId);
   signal.addEventListener("abort", onAbort, { once: true });
   try {
@@ -59,6 +58,7 @@ export function registerEmbeddings(app: Hono, ctx: WorkerContext): void {
     if (body instanceof Response) return body;
     const unknown = unknownField(body, "embeddings");
     if (unknown) return errorJson(400, `${unknown}: not a field this worker knows; it would be ignored`, "invalid_request", unknown);
-    return runEmbeddings(ctx, ctx.supervisor.client!, body, requestId(c), c.req.raw.signal);
+    // The engine job is named by the router's request id and its attempt's span (a trace finds it).
+    return runEmbeddings(ctx, ctx.supervisor.client!, body, engineRequestId(requestId(c), traceSpanId(c), () => randomUUID().slice(0, 8)), c.req.raw.signal);
   });
 }

@@ -1,6 +1,7 @@
 // POST /v1/hidden_states on the worker: per-layer activations as safetensors
 // bytes (default) or JSON floats (Accept: application/json). On the head of a
 // split model each layer comes from the shard that holds it (shard/hidden.ts).
+import { randomUUID } from "node:crypto";
 import type { Hono } from "hono";
 import { ModelKind, type HiddenStatesResult, type Tensor } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { EngineClient } from "../../engine/client.ts";
@@ -8,12 +9,12 @@ import { EngineError } from "../../engine/client.ts";
 import type { WorkerContext } from "../context.ts";
 import { errorJson } from "../errors.ts";
 import { toHiddenStates } from "../converters.ts";
-import { modelBody } from "../request.ts";
+import { engineRequestId, modelBody, requestId, traceSpanId } from "../request.ts";
 import { encodeSafetensors, tensorToFloats } from "../safetensors.ts";
 import { generateEngine, SHARD_ROUTE_HEADER } from "../../shard/route.ts";
 import type { GenerateEngine } from "../../shard/pipeline.ts";
 
-async function runHiddenStates(ctx: WorkerContext, engine: EngineClient, pipeline: GenerateEngine, body: Record<string, unknown>, wantJson: boolean): Promise<Response> {
+async function runHiddenStates(ctx: WorkerContext, engine: EngineClient, pipeline: GenerateEngine, body: Record<string, unknown>, wantJson: boolean, engineId: string): Promise<Response> {
   const request = toHiddenStates(body);
   if (!("$typeName" in request)) return errorJson(400, request.message, "invalid_request", request.param);
   const end = ctx.begin();
@@ -21,7 +22,7 @@ async function runHiddenStates(ctx: WorkerContext, engine: EngineClient, pipelin
     let result: HiddenStatesResult;
     if (pipeline.hiddenStates) result = await pipeline.hiddenStates(request);
     else {
-      const ev = await engine.once({ case: "hiddenStates", value: request });
+      const ev = await engine.once({ case: "hiddenStates", value: request }, engineId);
       if (ev.kind.case !== "hiddenStates") return errorJson(502, "engine answered without hidden states", "engine_error");
       result = ev.kind.value;
     }
@@ -51,6 +52,8 @@ export function registerHiddenStates(app: Hono, ctx: WorkerContext): void {
     // The head shard of a split model gathers the layers down the pipeline (the router's route, or its static --next).
     const choice = generateEngine(ctx, c.req.header(SHARD_ROUTE_HEADER));
     if (!choice.ok) return errorJson(choice.status, choice.message, choice.code);
-    return runHiddenStates(ctx, ctx.supervisor.client!, choice.engine, body, (c.req.header("accept") ?? "").includes("application/json"));
+    // The engine job is named by the router's request id and its attempt's span (a trace finds it).
+    const engineId = engineRequestId(requestId(c), traceSpanId(c), () => randomUUID().slice(0, 8));
+    return runHiddenStates(ctx, ctx.supervisor.client!, choice.engine, body, (c.req.header("accept") ?? "").includes("application/json"), engineId);
   });
 }
