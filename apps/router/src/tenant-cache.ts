@@ -1,0 +1,48 @@
+// A per-tenant value read from Postgres and cached for ttlMs: what budgets
+// (billing/budgets.ts) and rate limits (ratelimit/limits.ts) share. An
+// expired entry is re-read, but when Postgres fails or is slow the last value
+// is used (an outage must not stall requests); only a tenant never seen
+// before has to wait for Postgres. One read per tenant at a time.
+import { freshOrStale } from "./auth/resolver.ts";
+
+/** How long an expired entry waits for Postgres before the last one is used. */
+const STALE_AFTER_MS = 250;
+
+export class TenantCache<V> {
+  private readonly cache = new Map<number, { until: number; value: V }>();
+  private readonly inflight = new Map<number, Promise<V>>();
+
+  constructor(
+    private readonly read: (tenantId: number) => Promise<V>,
+    private readonly ttlMs: number,
+    /** Entries kept at most: made-up tenant ids can't grow the router's memory without limit. */
+    private readonly maxEntries = 100_000,
+  ) {}
+
+  async get(tenantId: number): Promise<V> {
+    const now = Date.now();
+    const hit = this.cache.get(tenantId);
+    if (hit && hit.until > now) return hit.value;
+    const fresh = this.load(tenantId);
+    if (!hit) return fresh;
+    const value = await freshOrStale(fresh, hit.value, STALE_AFTER_MS);
+    // Don't re-ask a failing Postgres on every request: at most once a second.
+    hit.until = Math.max(hit.until, now + Math.min(this.ttlMs, 1_000));
+    return value;
+  }
+
+  private load(tenantId: number): Promise<V> {
+    let p = this.inflight.get(tenantId);
+    if (!p) {
+      p = this.read(tenantId)
+        .then((value) => {
+          if (this.cache.size >= this.maxEntries) this.cache.clear();
+          this.cache.set(tenantId, { until: Date.now() + this.ttlMs, value });
+          return value;
+        })
+        .finally(() => this.inflight.delete(tenantId));
+      this.inflight.set(tenantId, p);
+    }
+    return p;
+  }
+}
