@@ -2,7 +2,9 @@
 // processes share the public port, the primary serves the admin port with
 // their metrics added up, and a router process killed with SIGKILL is
 // restarted while the other keeps serving.
+import { spawn } from "node:child_process";
 import { request } from "node:http";
+import path from "node:path";
 import { createKey, createTenant } from "@switchyard/db";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSimProcess, type SimProcess } from "../helpers/sim-process.ts";
@@ -123,4 +125,26 @@ describe("switchyard router --processes 2", () => {
     expect(await exit).toBe(0);
     for (const pid of pids) expect(() => process.kill(pid, 0)).toThrow();
   }, 30_000);
+});
+
+describe("switchyard router --processes 4 stopped while starting", () => {
+  it("SIGTERM as soon as the first process listens ends the ones still starting too, and exits", async () => {
+    // A stop message sent to a process that has not started yet would be lost
+    // (it listens for none), and the primary would wait for it forever.
+    const bin = path.resolve(import.meta.dirname, "../../apps/cli/bin/switchyard.mjs");
+    const env = { ...process.env, SWITCHYARD_CONFIG: "", DATABASE_URL: db.url, REDIS_URL, SWITCHYARD_REDIS__KEY_PREFIX: redis.prefix, SWITCHYARD_PORT: "0", SWITCHYARD_ROUTER__ADMIN_PORT: "0", SWITCHYARD_ROUTER__PROCESSES: "4" };
+    const child = spawn(process.execPath, [bin, "router"], { env, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+    const exit = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    try {
+      await waitFor(() => /router listening/.test(out), { timeoutMs: 60_000, what: () => `a first router process:\n${out.slice(-2000)}` });
+      child.kill("SIGTERM");
+      const code = await Promise.race([exit, sleep(20_000).then(() => "still running after 20 s")]);
+      expect(code, out.slice(-2000)).toBe(0);
+    } finally {
+      child.kill("SIGKILL");
+    }
+  }, 90_000);
 });

@@ -292,6 +292,13 @@ export async function superviseRouters(config: Config, opts: SuperviseOptions): 
     for (const p of live.values()) p.worker.process.kill("SIGKILL");
   });
   for (const p of live.values()) {
+    // One still starting listens for no message yet (a stop sent now would be
+    // lost, and it would serve on after the primary waits for it): it holds
+    // no request, so SIGTERM ends it.
+    if (!p.started) {
+      p.worker.process.kill("SIGTERM");
+      continue;
+    }
     try {
       p.worker.send({ sy: "stop" } satisfies ToChild);
     } catch {
