@@ -160,7 +160,8 @@ export async function runAdmissionBench(opts: { quick: boolean; log?: (line: str
     for (const mode of ["on", "off"] as const) {
       const port = await freePort();
       const adminPort = await freePort();
-      const proc = startProc(process.execPath, [cli, "router"], {
+      // One router process: admission queues live in a process, and this bench measures one gate.
+      const proc = startProc(process.execPath, [cli, "router", "--processes", "1"], {
         DATABASE_URL: dbUrl,
         REDIS_URL: REDIS,
         SWITCHYARD_CONFIG: configFile,

@@ -139,7 +139,8 @@ export async function runRoutingBench(opts: { quick: boolean }): Promise<number>
       ["round_robin", "round-robin"],
     ] as const) {
       const env = await routerEnv(mode);
-      const proc = startProc(process.execPath, [cli, "router"], env, `router-${mode}`);
+      // One router process: the scorer's latency window lives in a process, and this bench compares policies, not process counts.
+      const proc = startProc(process.execPath, [cli, "router", "--processes", "1"], env, `router-${mode}`);
       procs.push(proc);
       const url = `http://127.0.0.1:${env.SWITCHYARD_ROUTER__PORT}`;
       await waitHttp(`${url}/readyz`, { ok: (s) => s === 200, timeoutMs: 60_000 });
