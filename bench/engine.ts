@@ -2,7 +2,8 @@
 // (node-llama-cpp's CPU prebuilt) on the same GGUF and thread count, in one
 // run and interleaved round by round (this box is noisy): prefill tok/s,
 // single-stream decode, aggregate decode at 1/4/8/16 streams, KV memory per
-// added sequence, and worker start → ready with a warm cache.
+// added sequence, constrained decoding's token-mask cost per token at 8
+// streams (engine only), and worker start → ready with a warm cache.
 import { execFile, execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -23,6 +24,8 @@ interface EngineRound {
   /** Time to first token of the prompt computed whole, and with all but its last 16 tokens from the prefix cache. */
   ttft?: { cold: number; warm: number; cached: number };
   rows: Map<number, { perStream: number; aggregate: number; kvBytesPerToken: number }>;
+  /** JSON Schema token masks at `streams` streams: µs per masked token and their share of decode time. */
+  mask?: { streams: number; usPerToken: number; percent: number };
 }
 
 async function engineRound(bin: string, model: string, threads: number, streams: number[], tokens: number): Promise<EngineRound> {
@@ -35,7 +38,13 @@ async function engineRound(bin: string, model: string, threads: number, streams:
   }
   if (!Number.isFinite(prefill) || rows.size === 0) throw new Error(`could not read the engine bench output:\n${stdout}`);
   const t = /time to first token, \d+-token prompt: ([\d.]+) ms computed, ([\d.]+) ms with (\d+) tokens/.exec(stdout);
-  return { prefill, rows, ...(t ? { ttft: { cold: Number(t[1]), warm: Number(t[2]), cached: Number(t[3]) } } : {}) };
+  const m = /constrained decoding \(JSON Schema\), (\d+) streams: mask ([\d.]+) us\/token, ([\d.]+)% of decode time/.exec(stdout);
+  return {
+    prefill,
+    rows,
+    ...(t ? { ttft: { cold: Number(t[1]), warm: Number(t[2]), cached: Number(t[3]) } } : {}),
+    ...(m ? { mask: { streams: Number(m[1]), usPerToken: Number(m[2]), percent: Number(m[3]) } } : {}),
+  };
 }
 
 function ensureReference(): void {
@@ -114,6 +123,12 @@ export async function runEngineBench(opts: { quick: boolean; model?: string }): 
     const agg = med(eng.map((e) => e.rows.get(n)!.aggregate));
     out.push(`| ${n} | ${fmt(med(eng.map((e) => e.rows.get(n)!.perStream)))} | ${fmt(agg)} | ${fmt(agg / single, 2)} | ${eng[0]!.rows.get(n)!.kvBytesPerToken} |`);
   }
+  const masks = eng.map((e) => e.mask).filter((m) => m !== undefined);
+  const maskPercent = masks.length > 0 ? med(masks.map((m) => m.percent)) : NaN;
+  if (masks.length > 0) {
+    out.push("");
+    out.push(`Constrained decoding (a JSON Schema, llguidance): token mask ${fmt(med(masks.map((m) => m.usPerToken)))} µs per token at ${masks[0]!.streams} streams, ${fmt(maskPercent, 2)} % of decode time.`);
+  }
   out.push("");
   out.push(`Worker start → ready (warm cache, ${workerModels.join(" + ")} loaded and warmed): ${starts.map((s) => fmt(s, 0)).join(", ")} ms`);
   const agg8 = med(eng.map((e) => e.rows.get(8)!.aggregate));
@@ -124,6 +139,7 @@ export async function runEngineBench(opts: { quick: boolean; model?: string }): 
         `single-stream decode ≥ 1.0× llama.cpp: ${single >= llamaDecode ? "met" : "NOT met"} (${fmt(single / llamaDecode, 2)}×)`,
         `aggregate at 8 streams ≥ 3× single: ${agg8 >= 3 * single ? "met" : "NOT met"} (${fmt(agg8 / single, 2)}×)`,
         `start → ready ≤ 5 s: ${med(starts) <= 5000 ? "met" : "NOT met"} (${fmt(med(starts) / 1000, 2)} s)`,
+        `token mask < 5 % of decode time at 8 streams: ${maskPercent < 5 ? "met" : "NOT met"} (${fmt(maskPercent, 2)} %)`,
       ].join("; "),
   );
   process.stdout.write(out.join("\n") + "\n");

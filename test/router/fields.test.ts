@@ -77,7 +77,8 @@ describe("the field table", () => {
       }
     }
     expect(refusedField("anthropic", "/v1/chat/completions", { ...base.chat, model: "m", temprature: 0.2 })).toMatchObject({ param: "temprature" });
-    expect(refusedField("anthropic", "/v1/chat/completions", { ...base.chat, model: "m", response_format: { type: "json_object" }, user: "u" })).toBeUndefined();
+    expect(refusedField("anthropic", "/v1/chat/completions", { ...base.chat, model: "m", response_format: { type: "text" }, tool_choice: "none", user: "u" })).toBeUndefined();
+    expect(refusedField("anthropic", "/v1/chat/completions", { ...base.chat, model: "m", response_format: { type: "json_object" } })).toMatchObject({ param: "response_format" });
     // Workers refuse fields they do not know themselves (the real worker: test/e2e/sampling.test.ts).
     expect(refusedField("worker", "/v1/chat/completions", { ...base.chat, model: "m", temprature: 0.2 })).toBeUndefined();
     expect(refusedField("worker", "/v1/chat/completions", { ...base.chat, model: "m", modalities: ["audio"] })).toMatchObject({ param: "modalities" });

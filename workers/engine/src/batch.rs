@@ -19,6 +19,7 @@ use crate::llama::{KvCache, LlamaModel, Scratch, SeqStep};
 use crate::prefix::{PrefixCache, DEFAULT_PREFIX_CACHE_BYTES};
 use crate::shard::Shards;
 use crate::protocol::{event, ChoiceDone, Done, ErrorCode, Event, FinishReason, TokenLogprob, TokenLogprobs, Tokens, Usage};
+use crate::grammar::{Grammar, GrammarFactory, Vocab};
 use crate::sampling::{Sampler, SamplingParams};
 
 /// Prompt tokens fed per step across all prefilling sequences: long prompts
@@ -123,12 +124,14 @@ pub struct GenRequest {
     pub cache_salt: String,
     /// Choices to generate (at least 1, at most max_batch).
     pub n: usize,
+    /// Constrained decoding: the tokens it may sample next, step by step.
+    pub grammar: Option<Grammar>,
 }
 
 impl GenRequest {
     /// One choice, no penalties: the plain request the tests and benches build.
     pub fn new(request_id: impl Into<String>, prompt: Vec<u32>, max_tokens: usize, params: SamplingParams) -> Self {
-        GenRequest { request_id: request_id.into(), prompt, max_tokens, params, stops: vec![], logprobs: None, cache_salt: String::new(), n: 1 }
+        GenRequest { request_id: request_id.into(), prompt, max_tokens, params, stops: vec![], logprobs: None, cache_salt: String::new(), n: 1, grammar: None }
     }
 }
 
@@ -156,6 +159,10 @@ struct Sequence {
     sampler: Sampler,
     logprobs: Option<usize>,
     text: TextStream,
+    grammar: Option<Grammar>,
+    /// Its grammar failed: the request ends with this Error instead of a
+    /// Done (all its choices).
+    errored: Option<String>,
     /// Tokens fed at the next step (a prompt chunk, or the last sampled token).
     feed: Vec<u32>,
     t_admit: Instant,
@@ -175,6 +182,8 @@ pub struct LlamaRuntime {
     pub shards: Shards,
     /// Requests with choices still running: what the ended ones reported.
     groups: HashMap<String, Group>,
+    /// Compiles constrained-decoding grammars over this model's vocabulary.
+    grammars: GrammarSlot,
 }
 
 /// A request's choices that ended, while others still run.
@@ -182,6 +191,45 @@ pub struct LlamaRuntime {
 struct Group {
     running: usize,
     choices: Vec<ChoiceDone>,
+}
+
+/// The grammar compiler of a model: built on its own thread from the moment
+/// the model loads (slicing the vocabulary takes a second or two on a CPU),
+/// so neither the load nor the request loop waits for it.
+enum GrammarSlot {
+    Building(std::thread::JoinHandle<anyhow::Result<GrammarFactory>>),
+    Ready(GrammarFactory),
+    Failed(String),
+}
+
+impl GrammarSlot {
+    fn start(vocab: anyhow::Result<Vocab>) -> Self {
+        match vocab {
+            Err(e) => GrammarSlot::Failed(format!("{e:#}")),
+            Ok(v) => GrammarSlot::Building(std::thread::spawn(move || {
+                let t = Instant::now();
+                let f = GrammarFactory::from_vocab(v);
+                eprintln!("switchyard-engine: constrained decoding ready for the vocabulary in {:?}", t.elapsed());
+                f
+            })),
+        }
+    }
+
+    fn get(&mut self) -> anyhow::Result<&GrammarFactory> {
+        if let GrammarSlot::Building(_) = self {
+            let GrammarSlot::Building(h) = std::mem::replace(self, GrammarSlot::Failed(String::new())) else { unreachable!() };
+            *self = match h.join() {
+                Ok(Ok(f)) => GrammarSlot::Ready(f),
+                Ok(Err(e)) => GrammarSlot::Failed(format!("{e:#}")),
+                Err(p) => GrammarSlot::Failed(panic_message(&p)),
+            };
+        }
+        match self {
+            GrammarSlot::Ready(f) => Ok(f),
+            GrammarSlot::Failed(e) => Err(anyhow::anyhow!("constrained decoding is unavailable for this model: {e}")),
+            GrammarSlot::Building(_) => unreachable!(),
+        }
+    }
 }
 
 /// The Done event of a request cancelled before admission.
@@ -224,6 +272,7 @@ impl Done {
 impl LlamaRuntime {
     pub fn new(mut model: LlamaModel, max_batch: usize, max_seq_len: usize) -> anyhow::Result<Self> {
         model.ensure_rope(max_seq_len)?;
+        let model_vocab = Vocab::of(&model.tokenizer);
         Ok(LlamaRuntime {
             model,
             max_batch: max_batch.max(1),
@@ -234,10 +283,17 @@ impl LlamaRuntime {
             tokens_generated: 0,
             shards: Shards::default(),
             groups: HashMap::new(),
+            grammars: GrammarSlot::start(model_vocab),
             prefix: PrefixCache::new(
                 std::env::var("SWITCHYARD_PREFIX_CACHE_MB").ok().and_then(|v| v.parse::<usize>().ok()).map_or(DEFAULT_PREFIX_CACHE_BYTES, |mb| mb << 20),
             ),
         })
+    }
+
+    /// The grammar compiler for this model's vocabulary (waits for it the
+    /// first time if it is still being built).
+    pub fn grammars(&mut self) -> anyhow::Result<&GrammarFactory> {
+        self.grammars.get()
     }
 
     /// Bounds the prefix cache (0 turns it off and empties it).
@@ -376,6 +432,8 @@ impl LlamaRuntime {
                 sampler,
                 logprobs: req.logprobs,
                 text: TextStream::new(req.stops),
+                grammar: req.grammar,
+                errored: None,
                 feed: Vec::new(),
                 t_admit: Instant::now(),
                 t_first: None,
@@ -476,6 +534,10 @@ impl LlamaRuntime {
                         sampler: s.sampler.fork(s.seed.map(|seed| seed.wrapping_add(index as u64))),
                         logprobs: s.logprobs,
                         text: TextStream::new(s.stops.clone()),
+                        // Its own grammar state, from the first choice's
+                        // (nothing sampled yet): a fresh grammar.
+                        grammar: s.grammar.as_ref().map(Grammar::fork),
+                        errored: None,
                         feed: Vec::new(),
                         t_admit: s.t_admit,
                         t_first: None,
@@ -498,8 +560,20 @@ impl LlamaRuntime {
         finished.extend(forked_finished.into_iter().map(|(k, r)| (base + k, r)));
         // Remove from the back so earlier indices stay valid.
         finished.sort_by_key(|&(i, _)| i);
+        // A request one of whose choices failed its grammar ends with one
+        // Error and no Done, every choice of it.
+        let failed: HashMap<String, String> = finished
+            .iter()
+            .filter_map(|&(i, _)| Some((self.active[i].request_id.clone(), self.active[i].errored.clone()?)))
+            .collect();
         for &(i, reason) in finished.iter().rev() {
             let mut s = self.active.swap_remove(i);
+            if failed.contains_key(&s.request_id) {
+                if s.index == 0 {
+                    Self::keep_prefix(&mut self.prefix, &self.model, &s);
+                }
+                continue;
+            }
             // A stop-sequence hit already dropped the held text; otherwise
             // whatever was held back as a possible stop prefix goes out now.
             let tail = s.text.finish();
@@ -517,6 +591,16 @@ impl LlamaRuntime {
                 self.end_choice(&s, reason);
             }
         }
+        for (id, msg) in failed {
+            while let Some(i) = self.active.iter().position(|s| s.request_id == id) {
+                let s = self.active.swap_remove(i);
+                if s.index == 0 {
+                    Self::keep_prefix(&mut self.prefix, &self.model, &s);
+                }
+            }
+            self.groups.remove(&id);
+            emit(Event::error(&id, ErrorCode::Internal, msg));
+        }
         Ok(())
     }
 }
@@ -524,13 +608,31 @@ impl LlamaRuntime {
 impl LlamaRuntime {
     /// Samples `s`'s next token from `logits`, emits it, and says whether
     /// the sequence ended (EOS, a stop sequence, or its token budget).
+    /// A grammar leaves the sampler only the tokens it allows (masked after
+    /// the bias and the penalties); logprobs stay those of the model's own
+    /// distribution. A grammar failure marks `s` errored (Cancelled here).
     fn sample_next(model: &LlamaModel, tokens_generated: &mut u64, s: &mut Sequence, logits: &[f32], emit: &mut dyn FnMut(Event)) -> Option<FinishReason> {
-        let tok = s.sampler.sample(logits);
+        let tok = match &mut s.grammar {
+            None => s.sampler.sample(logits),
+            Some(g) => match s.sampler.sample_masked(logits, &mut |l| g.mask_logits(l)) {
+                Ok(tok) => tok,
+                Err(e) => {
+                    s.errored = Some(format!("constrained decoding: {e:#}"));
+                    return Some(FinishReason::Cancelled);
+                }
+            },
+        };
         if s.t_first.is_none() {
             s.t_first = Some(Instant::now());
         }
         if model.tokenizer.is_eog(tok) {
             return Some(FinishReason::Stop);
+        }
+        if let Some(g) = &mut s.grammar {
+            if let Err(e) = g.commit(tok) {
+                s.errored = Some(format!("constrained decoding: {e:#}"));
+                return Some(FinishReason::Cancelled);
+            }
         }
         s.generated += 1;
         s.out.push(tok);
@@ -546,7 +648,8 @@ impl LlamaRuntime {
             }
         };
         emit(Event::new(&s.request_id, event::Kind::Tokens(Tokens { ids: vec![tok], text, logprobs, index: s.index, prompt: false })));
-        if stopped {
+        // A complete grammar allows nothing more: the answer is whole.
+        if stopped || s.grammar.as_ref().is_some_and(Grammar::is_done) {
             Some(FinishReason::Stop)
         } else if s.generated >= s.max_new {
             Some(FinishReason::Length)

@@ -18,7 +18,9 @@ use crate::bert::{BertEmbedder, BertRuntime, EmbedInput, EmbedJob, MAX_QUEUED_EM
 use crate::llama::{Backend, LlamaModel, Scratch, ShardInput};
 use crate::protocol::*;
 use crate::sampling::SamplingParams;
-use crate::tokenizer::ChatMessage as TplMessage;
+use crate::grammar::{Answer, GrammarSpec};
+use crate::tokenizer::{ChatMessage as TplMessage, ToolCallMsg};
+use crate::tools::{Function, Mode as ToolMode, ToolChoice};
 
 /// Longest prefix-cache salt accepted (the router sends 22 characters).
 const MAX_CACHE_SALT: usize = 128;
@@ -462,10 +464,12 @@ impl Engine {
         if let Some(bad) = g.logit_bias.keys().find(|&&t| t as usize >= vocab) {
             return Err(invalid(format!("logit_bias token {bad} is not in the vocabulary (0..{vocab})")));
         }
+        let input: Option<PromptInput> = g.input.map(Into::into);
+        let spec = grammar_spec(&g.constraint, &chat_tools(&input)?)?;
         let prompt = if g.suffix.is_empty() {
-            tokenize_llama(&rt.model, &g.input.map(Into::into))?
+            tokenize_llama(&rt.model, &input)?
         } else {
-            let Some(generate::Input::Prompt(prefix)) = &g.input else {
+            let Some(PromptInput::Prompt(prefix)) = &input else {
                 return Err(invalid("suffix needs a text prompt"));
             };
             fim_prompt(&rt.model, prefix, &g.suffix)?
@@ -479,6 +483,10 @@ impl Engine {
         if rt.queued_len() >= MAX_QUEUED {
             return Err(Failure(ErrorCode::Overloaded, format!("{} requests already queued", rt.queued_len())));
         }
+        let grammar = match &spec {
+            None => None,
+            Some(spec) => Some(rt.grammars().and_then(|f| f.compile(spec)).map_err(|e| invalid(format!("constraint: {e:#}")))?),
+        };
         if g.echo_prompt && !g.logprobs {
             let tok = &self.llama(&g.model)?.model.tokenizer;
             let bytes: Vec<u8> = prompt.iter().flat_map(|&t| tok.token_bytes(t).to_vec()).collect();
@@ -520,6 +528,7 @@ impl Engine {
             logprobs: g.logprobs.then_some(g.top_logprobs as usize),
             cache_salt: g.cache_salt,
             n,
+            grammar,
         });
         Ok(())
     }
@@ -710,15 +719,15 @@ pub enum PromptInput {
     Prompt(String),
     /// Token ids, fed as they are.
     Tokens(Vec<u32>),
-    /// Messages, and whether to continue the final (assistant) one.
-    Messages(Vec<ChatMessage>, bool),
+    /// Messages, whether to continue the final (assistant) one, and the tools.
+    Messages(ChatMessages),
 }
 
 impl From<generate::Input> for PromptInput {
     fn from(i: generate::Input) -> Self {
         match i {
             generate::Input::Prompt(p) => PromptInput::Prompt(p),
-            generate::Input::Messages(m) => PromptInput::Messages(m.messages, m.continue_final_message),
+            generate::Input::Messages(m) => PromptInput::Messages(m),
             generate::Input::PromptTokens(t) => PromptInput::Tokens(t.ids),
         }
     }
@@ -727,7 +736,7 @@ impl From<hidden_states::Input> for PromptInput {
     fn from(i: hidden_states::Input) -> Self {
         match i {
             hidden_states::Input::Prompt(p) => PromptInput::Prompt(p),
-            hidden_states::Input::Messages(m) => PromptInput::Messages(m.messages, m.continue_final_message),
+            hidden_states::Input::Messages(m) => PromptInput::Messages(m),
         }
     }
 }
@@ -735,9 +744,53 @@ impl From<tokenize::Input> for PromptInput {
     fn from(i: tokenize::Input) -> Self {
         match i {
             tokenize::Input::Prompt(p) => PromptInput::Prompt(p),
-            tokenize::Input::Messages(m) => PromptInput::Messages(m.messages, m.continue_final_message),
+            tokenize::Input::Messages(m) => PromptInput::Messages(m),
         }
     }
+}
+
+/// The functions a chat offers, validated.
+fn chat_tools(input: &Option<PromptInput>) -> Result<Vec<Function>, Failure> {
+    let Some(PromptInput::Messages(m)) = input else { return Ok(Vec::new()) };
+    let mut seen = std::collections::HashSet::new();
+    m.tools
+        .iter()
+        .map(|t| {
+            if !seen.insert(t.name.as_str()) {
+                return Err(invalid(format!("tools: {:?} is defined twice", t.name)));
+            }
+            Function::new(t.name.clone(), t.description.clone(), &t.parameters, t.strict).map_err(|e| invalid(format!("tools: {e:#}")))
+        })
+        .collect()
+}
+
+/// The grammar a Generate asks for (None: free text).
+fn grammar_spec(c: &Option<Constraint>, functions: &[Function]) -> Result<Option<GrammarSpec>, Failure> {
+    let Some(c) = c else { return Ok(None) };
+    let answer = match &c.answer {
+        None => Answer::Text,
+        Some(constraint::Answer::JsonObject(true)) => Answer::JsonObject,
+        Some(constraint::Answer::JsonObject(false)) => Answer::Text,
+        Some(constraint::Answer::JsonSchema(s)) => {
+            Answer::JsonSchema(serde_json::from_str(s).map_err(|e| invalid(format!("response_format: the JSON Schema is not JSON: {e}")))?)
+        }
+    };
+    let tools = match c.tool_choice.as_ref().map(|t| (ToolChoiceMode::try_from(t.mode).unwrap_or(ToolChoiceMode::None), t)) {
+        None | Some((ToolChoiceMode::None, _)) => None,
+        Some((mode, t)) => {
+            if functions.is_empty() {
+                return Err(invalid("tool_choice: the request has no tools"));
+            }
+            let mode = match mode {
+                ToolChoiceMode::Auto => ToolMode::Auto,
+                ToolChoiceMode::Required => ToolMode::Required,
+                _ => ToolMode::Function(t.function.clone()),
+            };
+            Some(ToolChoice { functions: functions.to_vec(), mode, parallel: t.parallel })
+        }
+    };
+    let spec = GrammarSpec { answer, strict: c.strict, tools };
+    Ok((!spec.is_free()).then_some(spec))
 }
 
 /// Token ids for a prompt (special tokens parsed, BOS when the model asks
@@ -759,13 +812,27 @@ fn tokenize_llama(model: &LlamaModel, input: &Option<PromptInput>) -> Result<Vec
             }
             ids.clone()
         }
-        Some(PromptInput::Messages(msgs, continue_final)) => {
-            if msgs.is_empty() {
+        Some(PromptInput::Messages(chat)) => {
+            if chat.messages.is_empty() {
                 return Err(invalid("messages is empty"));
             }
-            let msgs: Vec<TplMessage> =
-                msgs.iter().map(|m| TplMessage { role: m.role.clone(), content: m.content.clone() }).collect();
-            let text = if *continue_final { tok.apply_chat_template_continuing(&msgs) } else { tok.apply_chat_template(&msgs) }
+            let msgs: Vec<TplMessage> = chat
+                .messages
+                .iter()
+                .map(|m| TplMessage {
+                    role: m.role.clone(),
+                    content: m.content.clone(),
+                    tool_calls: m
+                        .tool_calls
+                        .iter()
+                        .map(|c| ToolCallMsg { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() })
+                        .collect(),
+                    tool_call_id: (!m.tool_call_id.is_empty()).then(|| m.tool_call_id.clone()),
+                })
+                .collect();
+            let tools = chat_tools(input)?;
+            let text = tok
+                .apply_chat_template_with_tools(&msgs, &tools, chat.continue_final_message)
                 .map_err(|e| invalid(format!("{e:#}")))?;
             // Templates that write the BOS themselves must not get a second one.
             let bos_in_text = tok.bos.and_then(|b| tok.token_text(b)).is_some_and(|b| text.starts_with(b));

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod bert;
 pub mod devices;
 pub mod engine;
+pub mod grammar;
 pub mod kernels;
 pub mod llama;
 pub mod par;
@@ -20,6 +21,7 @@ pub mod slice;
 pub mod spm;
 pub mod random_gguf;
 pub mod tokenizer;
+pub mod tools;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

@@ -11,6 +11,7 @@ use switchyard_engine::protocol::{self, event, Event, Ready, Request};
 const USAGE: &str = "usage:
   switchyard-engine [--device auto|cpu|cuda|metal] [--llama-backend auto|kernels|candle] [--threads N]
   switchyard-engine bench --model PATH.gguf [--streams 1,4,8,16] [--tokens 64] [--prompt-tokens 128] [--threads N]
+                          [--constrained-streams 8 (0: skip the JSON Schema mask measurement)]
                           [--device cpu|cuda|metal] [--llama-backend auto|kernels|candle]
   switchyard-engine parity [--model PATH.gguf] [--device auto|cpu|cuda|metal] [--steps 16]
   switchyard-engine gguf-slice IN.gguf OUT.gguf --layers N

@@ -187,11 +187,33 @@ impl Sampler {
         } else {
             self.sample_from(logits)
         };
+        self.record(tok);
+        tok
+    }
+
+    /// Like `sample`, with `mask` applied to the logits after the penalties
+    /// and the bias (constrained decoding: it sets what the grammar forbids
+    /// to -inf). The caller's logits are left as they are.
+    pub fn sample_masked(&mut self, logits: &[f32], mask: &mut dyn FnMut(&mut [f32]) -> anyhow::Result<()>) -> anyhow::Result<u32> {
+        let mut adjusted = std::mem::take(&mut self.adjusted);
+        adjusted.clear();
+        adjusted.extend_from_slice(logits);
+        if self.params.adjusts_logits() {
+            self.adjust(&mut adjusted);
+        }
+        let masked = mask(&mut adjusted);
+        let tok = masked.map(|()| self.sample_from(&adjusted));
+        self.adjusted = adjusted;
+        let tok = tok?;
+        self.record(tok);
+        Ok(tok)
+    }
+
+    fn record(&mut self, tok: u32) {
         *self.generated.entry(tok).or_insert(0) += 1;
         if self.params.penalizes_repetition() {
             self.seen.insert(tok, ());
         }
-        tok
     }
 
     /// Applies the penalties and the bias in place (ids beyond the vocabulary

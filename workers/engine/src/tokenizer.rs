@@ -35,10 +35,51 @@ pub enum PreTokenizer {
     DigitsThenGpt2,
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, Default)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant message's tool calls.
+    pub tool_calls: Vec<ToolCallMsg>,
+    /// A tool result's call id.
+    pub tool_call_id: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ToolCallMsg {
+    pub id: String,
+    pub name: String,
+    /// JSON text.
+    pub arguments: String,
+}
+
+impl ChatMessage {
+    pub fn text(role: &str, content: String) -> Self {
+        ChatMessage { role: role.to_string(), content, ..Default::default() }
+    }
+
+    /// The message as a chat template sees it: OpenAI's shape, with a call's
+    /// arguments parsed (Hugging Face templates write `arguments | tojson`).
+    fn template_value(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        m.insert("role".into(), self.role.clone().into());
+        m.insert("content".into(), self.content.clone().into());
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<serde_json::Value> = self
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    let args = serde_json::from_str(&c.arguments).unwrap_or_else(|_| serde_json::Value::String(c.arguments.clone()));
+                    serde_json::json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": args}})
+                })
+                .collect();
+            m.insert("tool_calls".into(), calls.into());
+        }
+        if let Some(id) = &self.tool_call_id {
+            m.insert("tool_call_id".into(), id.clone().into());
+        }
+        serde_json::Value::Object(m)
+    }
 }
 
 pub struct GgufTokenizer {
@@ -61,6 +102,8 @@ pub struct GgufTokenizer {
     pub add_bos: bool,
     chat_env: Option<minijinja::Environment<'static>>,
     model: Model,
+    /// The chat template renders `tools` itself (it mentions them).
+    pub template_has_tools: bool,
 }
 
 /// GPT-2's reversible byte -> printable char table.
@@ -335,7 +378,9 @@ impl GgufTokenizer {
             }
         }
 
-        let chat_env = match meta(md, "tokenizer.chat_template").and_then(|v| v.to_string().ok()) {
+        let template_src = meta(md, "tokenizer.chat_template").and_then(|v| v.to_string().ok());
+        let template_has_tools = template_src.is_some_and(|t| t.contains("tools"));
+        let chat_env = match template_src {
             Some(tpl) => {
                 let mut env = minijinja::Environment::new();
                 minijinja_contrib::add_to_environment(&mut env);
@@ -381,6 +426,7 @@ impl GgufTokenizer {
             eog,
             add_bos,
             chat_env,
+            template_has_tools,
         })
     }
 
@@ -413,7 +459,24 @@ impl GgufTokenizer {
 
     /// Renders chat messages with the GGUF's template, generation prompt on.
     pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String> {
-        self.render_chat(messages, true)
+        self.render_chat(messages, true, &[])
+    }
+
+    /// As `apply_chat_template`, or `apply_chat_template_continuing`, with
+    /// functions the model may call: handed to a template that renders
+    /// `tools`, otherwise written into the messages (tools.rs).
+    pub fn apply_chat_template_with_tools(&self, messages: &[ChatMessage], tools: &[crate::tools::Function], continuing: bool) -> Result<String> {
+        let has_calls = messages.iter().any(|m| !m.tool_calls.is_empty() || m.role == "tool");
+        if self.template_has_tools || (tools.is_empty() && !has_calls) {
+            let values: Vec<serde_json::Value> = tools.iter().map(|f| f.openai()).collect();
+            return if continuing { self.continuing(messages, &values) } else { self.render_chat(messages, true, &values) };
+        }
+        let rewritten = crate::tools::rewrite_for_plain_template(messages, tools);
+        if continuing {
+            self.continuing(&rewritten, &[])
+        } else {
+            self.render_chat(&rewritten, true, &[])
+        }
     }
 
     /// The chat rendered so that generation continues the final message,
@@ -422,15 +485,19 @@ impl GgufTokenizer {
     /// the template writes after it). The content is looked for as written,
     /// then with surrounding whitespace trimmed (templates that trim).
     pub fn apply_chat_template_continuing(&self, messages: &[ChatMessage]) -> Result<String> {
+        self.continuing(messages, &[])
+    }
+
+    fn continuing(&self, messages: &[ChatMessage], tools: &[serde_json::Value]) -> Result<String> {
         let last = messages.last().context("no messages")?;
         if last.role != "assistant" {
             bail!("continue_final_message needs the last message to be the assistant's (it is {:?})", last.role);
         }
         if last.content.trim().is_empty() {
             // Nothing to continue: the assistant turn simply opens.
-            return self.render_chat(&messages[..messages.len() - 1], true);
+            return self.render_chat(&messages[..messages.len() - 1], true, tools);
         }
-        let rendered = self.render_chat(messages, false)?;
+        let rendered = self.render_chat(messages, false, tools)?;
         for needle in [last.content.as_str(), last.content.trim()] {
             if needle.is_empty() {
                 continue;
@@ -442,12 +509,16 @@ impl GgufTokenizer {
         bail!("the chat template does not write the final message's text verbatim, so it cannot be continued")
     }
 
-    fn render_chat(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+    fn render_chat(&self, messages: &[ChatMessage], add_generation_prompt: bool, tools: &[serde_json::Value]) -> Result<String> {
         let env = self.chat_env.as_ref().context("the model has no tokenizer.chat_template")?;
         let tpl = env.get_template("chat").map_err(|e| anyhow!("{e}"))?;
         let tok = |id: Option<u32>| id.and_then(|i| self.token_text(i)).unwrap_or("").to_string();
+        let messages: Vec<serde_json::Value> = messages.iter().map(ChatMessage::template_value).collect();
+        // Templates test `tools is defined` / `if tools`: none means undefined.
+        let tools = (!tools.is_empty()).then(|| minijinja::Value::from_serialize(tools));
         tpl.render(minijinja::context! {
             messages => messages,
+            tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => tok(self.bos),
             eos_token => tok(self.eos),
@@ -608,6 +679,10 @@ impl GgufTokenizer {
 
     pub fn is_control(&self, id: u32) -> bool {
         self.token_types.get(id as usize) == Some(&TOKEN_CONTROL)
+    }
+
+    pub fn is_control_or_unknown(&self, id: u32) -> bool {
+        matches!(self.token_types.get(id as usize), Some(&TOKEN_CONTROL) | Some(&TOKEN_UNKNOWN))
     }
 }
 

@@ -62,7 +62,7 @@ fn chat_template_and_prompt_ids_match_reference() {
         let Some(msgs) = c["messages"].as_array() else { continue };
         let msgs: Vec<ChatMessage> = msgs
             .iter()
-            .map(|m| ChatMessage { role: m["role"].as_str().unwrap().into(), content: m["content"].as_str().unwrap().into() })
+            .map(|m| ChatMessage { role: m["role"].as_str().unwrap().into(), content: m["content"].as_str().unwrap().into(), ..Default::default() })
             .collect();
         let rendered = tok.apply_chat_template(&msgs).unwrap();
         assert_eq!(rendered, c["prompt"].as_str().unwrap());
@@ -78,12 +78,12 @@ fn chat_template_and_prompt_ids_match_reference() {
 fn continue_final_message_picks_up_mid_answer() {
     let model = model();
     let tok = &model.tokenizer;
-    let user = ChatMessage { role: "user".into(), content: "Name three fruits and say why they are healthy.".into() };
+    let user = ChatMessage { role: "user".into(), content: "Name three fruits and say why they are healthy.".into(), ..Default::default() };
     let prompt = tok.encode(&tok.apply_chat_template(std::slice::from_ref(&user)).unwrap(), false, true);
     let (full, _) = greedy(model, &prompt, 14);
     assert!(full.len() == 14, "greedy answer ended early: {full:?}");
     let partial = tok.decode(&full[..8]);
-    let msgs = vec![user.clone(), ChatMessage { role: "assistant".into(), content: partial.clone() }];
+    let msgs = vec![user.clone(), ChatMessage { role: "assistant".into(), content: partial.clone(), ..Default::default() }];
     let rendered = tok.apply_chat_template_continuing(&msgs).unwrap();
     assert!(rendered.ends_with(&partial), "{rendered:?}");
     let ids = tok.encode(&rendered, false, true);
@@ -96,7 +96,7 @@ fn continue_final_message_picks_up_mid_answer() {
     // Only an assistant message can be continued.
     assert!(tok.apply_chat_template_continuing(std::slice::from_ref(&user)).is_err());
     // An empty partial answer just opens the assistant turn.
-    let empty = vec![user.clone(), ChatMessage { role: "assistant".into(), content: String::new() }];
+    let empty = vec![user.clone(), ChatMessage { role: "assistant".into(), content: String::new(), ..Default::default() }];
     assert_eq!(tok.apply_chat_template_continuing(&empty).unwrap(), tok.apply_chat_template(&[user]).unwrap());
 }
 
@@ -295,7 +295,7 @@ fn prefix_cache_reuses_shared_prompts_on(backend: Backend) {
     let tok = &model().tokenizer;
     let system = "You are a careful assistant for a hardware store. Answer briefly, name the aisle, and never invent stock.";
     let chat = |msgs: &[(&str, &str)]| {
-        let m: Vec<ChatMessage> = msgs.iter().map(|(r, c)| ChatMessage { role: (*r).into(), content: (*c).into() }).collect();
+        let m: Vec<ChatMessage> = msgs.iter().map(|(r, c)| ChatMessage { role: (*r).into(), content: (*c).into(), ..Default::default() }).collect();
         tok.encode(&tok.apply_chat_template(&m).unwrap(), false, true)
     };
     let a = chat(&[("system", system), ("user", "Where are the hammers?")]);
@@ -338,7 +338,7 @@ fn prefix_cache_serves_a_burst_behind_one_system_prompt() {
     let tok = &model().tokenizer;
     let system = "You are a careful assistant for a hardware store. Answer briefly, name the aisle, and never invent stock.";
     let chat = |q: &str| {
-        let m = [ChatMessage { role: "system".into(), content: system.into() }, ChatMessage { role: "user".into(), content: q.into() }];
+        let m = [ChatMessage { role: "system".into(), content: system.into(), ..Default::default() }, ChatMessage { role: "user".into(), content: q.into(), ..Default::default() }];
         tok.encode(&tok.apply_chat_template(&m).unwrap(), false, true)
     };
     let (a, b) = (chat("Where are the hammers?"), chat("Do you sell garden hoses?"));
@@ -391,6 +391,7 @@ fn salted(id: &str, prompt: Vec<u32>, n: usize, salt: &str) -> GenRequest {
         logprobs: None,
         cache_salt: salt.into(),
         n: 1,
+        grammar: None,
     }
 }
 
@@ -402,7 +403,7 @@ fn salted(id: &str, prompt: Vec<u32>, n: usize, salt: &str) -> GenRequest {
 fn prefix_cache_is_scoped_by_cache_salt() {
     let tok = &model().tokenizer;
     let system = "You are the internal assistant of the Acme treasury desk. Quarterly figures are confidential until the board signs off.";
-    let m = [ChatMessage { role: "system".into(), content: system.into() }, ChatMessage { role: "user".into(), content: "Summarise the plan.".into() }];
+    let m = [ChatMessage { role: "system".into(), content: system.into(), ..Default::default() }, ChatMessage { role: "user".into(), content: "Summarise the plan.".into(), ..Default::default() }];
     let p = tok.encode(&tok.apply_chat_template(&m).unwrap(), false, true);
     assert!(p.len() > 30);
     let mut rt = LlamaRuntime::new(LlamaModel::load(&common::smollm_path()).unwrap(), 4, 512).unwrap();

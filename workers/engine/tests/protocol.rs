@@ -29,8 +29,9 @@ fn chat(model: &str, content: &str, max_tokens: u32) -> request::Kind {
     request::Kind::Generate(Generate {
         model: model.into(),
         input: Some(generate::Input::Messages(ChatMessages {
-            messages: vec![ChatMessage { role: "user".into(), content: content.into() }],
+            messages: vec![ChatMessage { role: "user".into(), content: content.into(), ..Default::default() }],
             continue_final_message: false,
+            ..Default::default()
         })),
         max_tokens,
         ..Default::default()

@@ -21,7 +21,7 @@ fn shard(range: std::ops::Range<usize>) -> (LlamaModel, Shards) {
 
 fn chat(model: &LlamaModel, q: &str) -> Vec<u32> {
     let tok = &model.tokenizer;
-    let m = [ChatMessage { role: "user".into(), content: q.into() }];
+    let m = [ChatMessage { role: "user".into(), content: q.into(), ..Default::default() }];
     tok.encode(&tok.apply_chat_template(&m).unwrap(), false, true)
 }
 
@@ -112,6 +112,7 @@ fn unsplit(prompts: &[Vec<u32>], max_tokens: usize) -> Vec<Vec<u32>> {
                 logprobs: None,
                 cache_salt: String::new(),
                 n: 1,
+                grammar: None,
             });
             let mut events = Vec::new();
             while rt.has_work() {
@@ -196,7 +197,7 @@ fn bad_ranges_and_frames_are_refused() {
     // A shard never serves whole-model generation.
     let mut rt = LlamaRuntime::new(head, 2, 64).unwrap();
     let mut sink = |_| {};
-    rt.submit(GenRequest { request_id: "g".into(), prompt: vec![1, 2], max_tokens: 2, params: SamplingParams::default(), stops: vec![], logprobs: None, cache_salt: String::new(), n: 1 });
+    rt.submit(GenRequest { request_id: "g".into(), prompt: vec![1, 2], max_tokens: 2, params: SamplingParams::default(), stops: vec![], logprobs: None, cache_salt: String::new(), n: 1, grammar: None });
     assert!(rt.step(&mut sink).is_err());
 }
 

@@ -55,6 +55,9 @@ function part(body: Json, types: readonly string[]): string | undefined {
   return undefined;
 }
 
+/** A function tool for the tool rows' samples. */
+const sampleTool = { type: "function", function: { name: "get_weather", description: "The weather in a city", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } };
+
 export const requestFields = {
   temperature: { label: "temperature", routes: gen, asks: (b) => when(num(b.temperature), "temperature"), sample: { temperature: 0.5 } },
   top_p: { label: "top_p", routes: gen, asks: (b) => when(num(b.top_p) && b.top_p < 1, "top_p"), sample: { top_p: 0.9 } },
@@ -87,6 +90,21 @@ export const requestFields = {
     routes: gen,
     asks: (b) => when(num(b.repetition_penalty) && b.repetition_penalty !== 1 && b.repetition_penalty !== 0, "repetition_penalty"),
     sample: { repetition_penalty: 1.1 },
+  },
+  response_format: {
+    label: "response_format json_object / json_schema",
+    routes: ["chat"],
+    asks: (b) => when(isObj(b.response_format) && b.response_format.type !== "text", "response_format"),
+    sample: { response_format: { type: "json_object" } },
+  },
+  tools: { label: "tools (function)", routes: ["chat"], asks: (b) => when(Array.isArray(b.tools) && b.tools.length > 0, "tools"), sample: { tools: [sampleTool] } },
+  tool_choice: { label: "tool_choice", routes: ["chat"], asks: (b) => when(b.tool_choice != null, "tool_choice"), sample: { tools: [sampleTool], tool_choice: "required" }, keys: ["tool_choice"] },
+  parallel_tool_calls: {
+    label: "parallel_tool_calls false",
+    routes: ["chat"],
+    asks: (b) => when(b.parallel_tool_calls === false, "parallel_tool_calls"),
+    sample: { tools: [sampleTool], parallel_tool_calls: false },
+    keys: ["parallel_tool_calls"],
   },
   image_parts: { label: "image_url content parts", routes: ["chat"], asks: (b) => part(b, ["image_url"]), sample: { messages: [{ role: "user", content: [{ type: "text", text: "What is this?" }, { type: "image_url", image_url: { url: "data:image/png;base64,iVBORw0KGgo=" } }] }] } },
   audio_parts: { label: "input_audio / file content parts", routes: ["chat"], asks: (b) => part(b, ["input_audio", "file"]), sample: { messages: [{ role: "user", content: [{ type: "input_audio", input_audio: { data: "UklGRg==", format: "wav" } }] }] } },
@@ -122,18 +140,16 @@ export type FieldSupport = Record<FieldName, Support>;
 /**
  * Keys no row covers that are not "unknown" either: the inputs themselves,
  * fields that do not change the answer (attribution, storage, priority
- * hints), the router's own fields to its workers, and the structured-output
- * fields (response_format, tools: their own section of the README).
+ * hints) and the router's own fields to its workers.
  */
 const inputs: Record<Route, readonly string[]> = { chat: ["messages"], completions: ["prompt"], embeddings: ["input"] };
 const inert = ["model", "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"];
 const internal = ["switchyard_prefix", "switchyard_cache_scope", "continue_final_message", "add_generation_prompt"];
-const structured = ["response_format", "tools", "tool_choice", "parallel_tool_calls"];
 function known(route: Route): Set<string> {
   const covered = Object.values(requestFields as Record<string, RequestField>)
     .filter((f) => f.routes.includes(route))
     .flatMap((f) => f.keys ?? Object.keys(f.sample));
-  const extra = route === "embeddings" ? [] : [...internal, ...(route === "chat" ? structured : [])];
+  const extra = route === "embeddings" ? [] : internal;
   return new Set([...inputs[route], ...inert, ...extra, ...covered]);
 }
 let knownCache: Record<Route, Set<string>> | undefined;

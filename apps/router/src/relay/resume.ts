@@ -47,12 +47,24 @@ export function resumable(req: BackendRequest): boolean {
   const b = req.body;
   if ((typeof b.n === "number" && b.n > 1) || b.echo === true || (typeof b.suffix === "string" && b.suffix !== "")) return false;
   if ((typeof b.frequency_penalty === "number" && b.frequency_penalty !== 0) || (typeof b.presence_penalty === "number" && b.presence_penalty !== 0)) return false;
-  if (req.path === "/v1/chat/completions") return Array.isArray(req.body.messages);
+  if (req.path === "/v1/chat/completions") return Array.isArray(req.body.messages) && !constrained(req.body);
   if (req.path === "/v1/completions") {
     const p = req.body.prompt;
     return typeof p === "string" || (Array.isArray(p) && p.length === 1 && typeof p[0] === "string");
   }
   return false;
+}
+
+/**
+ * A grammar-constrained answer (a JSON response format, tool calls) cannot be
+ * continued from its text: the continuation would start the grammar over,
+ * and streamed tool calls are not content. Such a stream that breaks ends
+ * with its error event instead.
+ */
+function constrained(body: Record<string, unknown>): boolean {
+  const rf = body.response_format as { type?: unknown } | null | undefined;
+  const tools = Array.isArray(body.tools) && body.tools.length > 0 && body.tool_choice !== "none";
+  return tools || (rf != null && rf.type !== "text");
 }
 
 export class StreamResume {

@@ -3,7 +3,7 @@
 // events, tensors and errors become JSON here. Routes and the stream pump
 // (generate.ts) never build a proto message or read one's fields themselves,
 // so a change to engine.proto lands in this file.
-import { DType, FinishReason, Pooling, type ChatMessages, type Done, type Embed, type Embeddings, type Generate, type HiddenStates, type Loaded, type TokenLogprob, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { DType, FinishReason, Pooling, ToolChoiceMode, type ChatMessage, type ChatMessages, type Constraint, type Done, type Embed, type Embeddings, type Generate, type HiddenStates, type Loaded, type Tool, type TokenLogprob, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { EngineError } from "../engine/client.ts";
 
 export interface GenerateBody {
@@ -140,8 +140,98 @@ export type Input =
   | { case: "prompt"; value: string }
   /** Token ids of the model's vocabulary (completions' token-array prompt). */
   | { case: "tokens"; value: number[] }
-  /** continueFinal: carry on the final (assistant) message instead of opening a new turn. */
-  | { case: "messages"; value: { role: string; content: string }[]; continueFinal?: boolean };
+  /**
+   * continueFinal: carry on the final (assistant) message instead of opening a new turn;
+   * structured: the tools and the output constraint (structuredOutput).
+   */
+  | { case: "messages"; value: OpenAIMessage[]; continueFinal?: boolean; structured?: Structured };
+
+/** An OpenAI chat message as the worker reads it. */
+export interface OpenAIMessage {
+  role?: unknown;
+  content?: unknown;
+  tool_calls?: unknown;
+  tool_call_id?: unknown;
+  name?: unknown;
+}
+
+/** What a chat request asks of its output beyond free text. */
+export interface Structured {
+  /** The tools rendered into the prompt ([] with tool_choice "none"). */
+  tools: Tool[];
+  constraint?: Constraint;
+  /** The output is read for tool calls (tool_choice auto, required or a function). */
+  toolCalls: boolean;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * response_format, tools, tool_choice and parallel_tool_calls → the engine's
+ * tools and constraint, or the 400 to answer (field and message). Nothing
+ * asked for is dropped: what the engine cannot do is refused here.
+ */
+export function structuredOutput(body: Record<string, unknown>): Structured | { param: string; message: string } {
+  let answer: Constraint["answer"] = { case: undefined };
+  let strict = false;
+  const rf = body.response_format;
+  if (rf != null) {
+    if (!isObject(rf)) return { param: "response_format", message: "response_format: must be an object" };
+    if (rf.type === "json_object") answer = { case: "jsonObject", value: true };
+    else if (rf.type === "json_schema") {
+      const js = rf.json_schema;
+      if (!isObject(js)) return { param: "response_format.json_schema", message: "response_format.json_schema: must be an object with a schema" };
+      const schema = js.schema ?? {};
+      if (!isObject(schema)) return { param: "response_format.json_schema.schema", message: "response_format.json_schema.schema: must be a JSON Schema object" };
+      answer = { case: "jsonSchema", value: JSON.stringify(schema) };
+      strict = js.strict === true;
+    } else if (rf.type !== "text") return { param: "response_format.type", message: "response_format.type: one of text, json_object, json_schema" };
+  }
+  const tools: Tool[] = [];
+  if (body.tools != null) {
+    if (!Array.isArray(body.tools)) return { param: "tools", message: "tools: must be an array" };
+    for (const [i, t] of body.tools.entries()) {
+      if (!isObject(t) || t.type !== "function" || !isObject(t.function)) return { param: `tools[${i}]`, message: `tools[${i}]: only {type: "function", function: {...}} tools are supported` };
+      const fn = t.function;
+      if (typeof fn.name !== "string" || !/^[A-Za-z0-9_-]{1,64}$/.test(fn.name)) return { param: `tools[${i}].function.name`, message: `tools[${i}].function.name: 1-64 letters, digits, _ or -` };
+      if (fn.parameters != null && !isObject(fn.parameters)) return { param: `tools[${i}].function.parameters`, message: `tools[${i}].function.parameters: must be a JSON Schema object` };
+      if (tools.some((x) => x.name === fn.name)) return { param: `tools[${i}].function.name`, message: `tools[${i}].function.name: '${fn.name}' is defined twice` };
+      tools.push({ $typeName: "switchyard.engine.v1.Tool", name: fn.name, description: typeof fn.description === "string" ? fn.description : "", parameters: fn.parameters == null ? "" : JSON.stringify(fn.parameters), strict: fn.strict === true });
+    }
+  }
+  const tc = body.tool_choice;
+  let mode = tools.length > 0 ? ToolChoiceMode.AUTO : ToolChoiceMode.NONE;
+  let fn = "";
+  if (tc != null) {
+    if (tc === "none") mode = ToolChoiceMode.NONE;
+    else if (tc === "auto") mode = ToolChoiceMode.AUTO;
+    else if (tc === "required") mode = ToolChoiceMode.REQUIRED;
+    else if (isObject(tc) && tc.type === "function" && isObject(tc.function) && typeof tc.function.name === "string") {
+      mode = ToolChoiceMode.FUNCTION;
+      fn = tc.function.name;
+      if (!tools.some((t) => t.name === fn)) return { param: "tool_choice", message: `tool_choice: '${fn}' is not among the tools` };
+    } else return { param: "tool_choice", message: "tool_choice: 'none', 'auto', 'required' or {type: 'function', function: {name}}" };
+    if (mode !== ToolChoiceMode.NONE && tools.length === 0) return { param: "tool_choice", message: "tool_choice: needs tools" };
+  }
+  if (body.parallel_tool_calls != null && typeof body.parallel_tool_calls !== "boolean") return { param: "parallel_tool_calls", message: "parallel_tool_calls: must be a boolean" };
+  const toolCalls = mode !== ToolChoiceMode.NONE;
+  const constrained = answer.case !== undefined || toolCalls;
+  return {
+    // tool_choice "none": the model is not shown the tools, so it cannot call one.
+    tools: toolCalls ? tools : [],
+    toolCalls,
+    ...(constrained
+      ? {
+          constraint: {
+            $typeName: "switchyard.engine.v1.Constraint",
+            answer,
+            strict,
+            ...(toolCalls ? { toolChoice: { $typeName: "switchyard.engine.v1.ToolChoice", mode, function: fn, parallel: body.parallel_tool_calls !== false } } : {}),
+          },
+        }
+      : {}),
+  };
+}
 
 /** The first content part a text-only model cannot read, as its param path (messages[i].content[j]). */
 export function nonTextPart(messages: { content?: unknown }[]): string | undefined {
@@ -171,7 +261,7 @@ export function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsA
         ? { case: "prompt", value: input.value }
         : input.case === "tokens"
           ? { case: "promptTokens", value: { $typeName: "switchyard.engine.v1.TokenIds", ids: input.value } }
-          : { case: "messages", value: chatMessages(input.value, input.continueFinal ?? false) },
+          : { case: "messages", value: chatMessages(input.value, input.continueFinal ?? false, input.structured?.tools ?? []) },
     maxTokens: body.max_tokens ?? body.max_completion_tokens ?? 256,
     temperature: body.temperature ?? 1,
     topP: body.top_p ?? 1,
@@ -189,6 +279,7 @@ export function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsA
     minP: sampling.minP,
     echoPrompt: sampling.echo,
     suffix: sampling.suffix,
+    ...(input.case === "messages" && input.structured?.constraint ? { constraint: input.structured.constraint } : {}),
   };
 }
 
@@ -276,12 +367,33 @@ export const engineErrorStatus = (err: unknown): { status: number; code: string;
 };
 
 
-/** OpenAI chat messages → the engine's (content parts flattened to their text). */
-export function chatMessages(messages: { role?: unknown; content?: unknown }[], continueFinal = false): ChatMessages {
+/** OpenAI chat messages → the engine's (content parts flattened to their text, an assistant's tool calls, a tool result's call id). */
+export function chatMessages(messages: OpenAIMessage[], continueFinal = false, tools: Tool[] = []): ChatMessages {
   return {
     $typeName: "switchyard.engine.v1.ChatMessages",
-    messages: messages.map((m) => ({ $typeName: "switchyard.engine.v1.ChatMessage", role: String(m.role ?? "user"), content: contentText(m.content) })),
+    messages: messages.map(chatMessage),
     continueFinalMessage: continueFinal,
+    tools,
+  };
+}
+
+function chatMessage(m: OpenAIMessage): ChatMessage {
+  const calls = Array.isArray(m.tool_calls) ? m.tool_calls.filter(isObject) : [];
+  return {
+    $typeName: "switchyard.engine.v1.ChatMessage",
+    role: String(m.role ?? "user"),
+    content: contentText(m.content),
+    toolCalls: calls.map((c) => {
+      const fn = isObject(c.function) ? c.function : {};
+      return {
+        $typeName: "switchyard.engine.v1.ToolCall",
+        id: typeof c.id === "string" ? c.id : "",
+        name: typeof fn.name === "string" ? fn.name : "",
+        arguments: typeof fn.arguments === "string" ? fn.arguments : JSON.stringify(fn.arguments ?? {}),
+      };
+    }),
+    toolCallId: typeof m.tool_call_id === "string" ? m.tool_call_id : "",
+    name: typeof m.name === "string" ? m.name : "",
   };
 }
 

@@ -8,6 +8,7 @@ import type { WorkerContext } from "./context.ts";
 import { errorEvent, errorJson } from "./errors.ts";
 import { engineRequestId } from "./request.ts";
 import { chatLogprobs, completionLogprobs, echoLogprobs, engineErrorStatus, finishName, samplingAsk, toGenerate, usageOf, type GenerateBody, type Input, type LogprobsAsk } from "./converters.ts";
+import { ToolCallParser, toolCallDelta, type ToolCallPiece } from "./tool-calls.ts";
 
 export type { GenerateBody } from "./converters.ts";
 export { contentText } from "./converters.ts";
@@ -136,7 +137,21 @@ export async function runGenerate(
     }
     return false;
   };
-  const finishOf = (done: Done, index: number) => finishName(done.choices.find((c) => c.index === index)?.finishReason ?? done.finishReason);
+  // Tool calls are read out of each choice's text (tool-calls.ts), one parser
+  // per choice; without tools the text is the content.
+  const toolCalls = inputs.some((input) => input.case === "messages" && input.structured?.toolCalls === true);
+  const parsers = new Map<number, ToolCallParser>();
+  const parserOf = (index: number) => {
+    if (!toolCalls) return undefined;
+    let parser = parsers.get(index);
+    if (!parser) parsers.set(index, (parser = new ToolCallParser()));
+    return parser;
+  };
+  /** The choice's finish_reason: "tool_calls" when the model ended after making calls. */
+  const finishOf = (done: Done, engineIndex: number, parser?: ToolCallParser) => {
+    const r = done.choices.find((c) => c.index === engineIndex)?.finishReason ?? done.finishReason;
+    return parser && parser.calls.length > 0 && r === FinishReason.STOP ? "tool_calls" : finishName(r);
+  };
   const usage = () => {
     const all = runs.map((r) => usageOf(r.done!));
     const prompt = all.reduce((s, u) => s + u.prompt_tokens, 0);
@@ -156,8 +171,17 @@ export async function runGenerate(
         if (sampling.generate > n) picked = picked.sort(([, a], [, b]) => meanLogprob(b) - meanLogprob(a)).slice(0, n);
         return picked.map(([engineIndex, c], k) => {
           const index = p * n + k;
+          if (opts.chat) {
+            const parser = toolCalls ? new ToolCallParser() : undefined;
+            let message: Record<string, unknown> = { role: "assistant", content: c.text };
+            if (parser) {
+              parser.feed(c.text);
+              parser.finish();
+              message = { role: "assistant", content: parser.calls.length > 0 && !parser.text ? null : parser.text, ...(parser.calls.length > 0 ? { tool_calls: parser.calls } : {}) };
+            }
+            return { index, message, finish_reason: finishOf(run.done!, engineIndex, parser), logprobs: formatLogprobs(c.entries, 0) };
+          }
           const finish_reason = finishOf(run.done!, engineIndex);
-          if (opts.chat) return { index, message: { role: "assistant", content: c.text }, finish_reason, logprobs: formatLogprobs(c.entries, 0) };
           const echo = sampling.echo ? run.echo : undefined;
           const prefix = echo?.text ?? "";
           let logprobs: unknown = formatLogprobs(c.entries, prefix.length);
@@ -208,6 +232,16 @@ export async function runGenerate(
     sentRole.add(index);
     return JSON.stringify({ id, object: "chat.completion.chunk", created, model: body.model, choices: [{ index, delta, finish_reason: finish, logprobs: lp }] });
   };
+  /** A chat chunk of a choice read for tool calls: its text as content, its calls as OpenAI's delta.tool_calls. */
+  const pieceChunk = (index: number, piece: ToolCallPiece) => {
+    if (piece.kind === "text") return chunk(index, piece.text, null);
+    const lp = formatLogprobs(pending.get(index) ?? [], 0);
+    pending.delete(index);
+    // OpenAI's first chunk of a call carries the role and a null content.
+    const delta = { ...(sentRole.has(index) ? {} : { role: "assistant", content: null }), tool_calls: [toolCallDelta(piece)] };
+    sentRole.add(index);
+    return JSON.stringify({ id, object: "chat.completion.chunk", created, model: body.model, choices: [{ index, delta, finish_reason: null, logprobs: lp }] });
+  };
   const stream = new ReadableStream<Uint8Array>({
     async start(controller) {
       let current = first;
@@ -227,12 +261,20 @@ export async function runGenerate(
             } else if (!t.prompt) {
               const index = p * n + t.index;
               pending.set(index, [...(pending.get(index) ?? []), ...t.logprobs]);
-              if (t.text) controller.enqueue(sse(chunk(index, t.text, null)));
+              const parser = opts.chat ? parserOf(index) : undefined;
+              if (parser) for (const piece of parser.feed(t.text)) controller.enqueue(sse(pieceChunk(index, piece)));
+              else if (t.text) controller.enqueue(sse(chunk(index, t.text, null)));
             }
           }
           if (ended) {
             const done = runs[p]!.done!;
-            for (let j = 0; j < n; j++) controller.enqueue(sse(chunk(p * n + j, "", finishOf(done, j))));
+            for (let j = 0; j < n; j++) {
+              const index = p * n + j;
+              const parser = opts.chat ? parserOf(index) : undefined;
+              // Text held back as a possible call's start goes out as content.
+              for (const piece of parser?.finish() ?? []) if (piece.kind === "text") controller.enqueue(sse(pieceChunk(index, piece)));
+              controller.enqueue(sse(chunk(index, "", finishOf(done, j, parser))));
+            }
             if (++finished === runs.length) {
               if (opts.prefix) ctx.notePrefix(opts.prefix);
               if (includeUsage) controller.enqueue(sse(JSON.stringify({ id, object: opts.chat ? "chat.completion.chunk" : "text_completion", created, model: body.model, choices: [], usage: usage() })));

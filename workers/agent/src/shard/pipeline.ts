@@ -91,6 +91,8 @@ export function pipelineRefusal(g: Generate): string | undefined {
   if (g.echoPrompt) return "echo";
   if (g.suffix !== "") return "suffix";
   if (g.input.case === "promptTokens") return "prompt";
+  // The shards sample without a grammar: refused rather than ignored.
+  if (g.constraint) return g.constraint.toolChoice ? "tools" : "response_format";
   return undefined;
 }
 

@@ -19,6 +19,11 @@ export const anthropicFields: FieldSupport = {
   top_k: "honoured",
   min_p: "refused",
   repetition_penalty: "refused",
+  // Messages has tools but no output grammar: json_object / json_schema are refused.
+  response_format: "refused",
+  tools: "translated",
+  tool_choice: "translated",
+  parallel_tool_calls: "translated",
   image_parts: "translated",
   audio_parts: "refused",
   modalities: "refused",

@@ -19,6 +19,11 @@ export const workerFields: FieldSupport = {
   min_p: "honoured",
   repetition_penalty: "honoured",
   // The engine's models read text only (llama GGUF, BERT): refused by the agent.
+  // Constrained decoding (llguidance) on the engine; a split model refuses them.
+  response_format: "honoured",
+  tools: "honoured",
+  tool_choice: "honoured",
+  parallel_tool_calls: "honoured",
   image_parts: "per model",
   audio_parts: "per model",
   modalities: "refused",

@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/engine/v1/engine.proto.
  */
 export const file_switchyard_engine_v1_engine: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL2VuZ2luZS92MS9lbmdpbmUucHJvdG8SFHN3aXRjaHlhcmQuZW5naW5lLnYxIqEFCgdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSNQoKbG9hZF9tb2RlbBgKIAEoCzIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkxvYWRNb2RlbEgAEjIKCGdlbmVyYXRlGAsgASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuR2VuZXJhdGVIABIsCgVlbWJlZBgMIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVtYmVkSAASOwoNaGlkZGVuX3N0YXRlcxgNIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc0gAEjAKB2ZvcndhcmQYDiABKAsyHS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkSAASLgoGY2FuY2VsGA8gASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2FuY2VsSAASMwoFc3RhdHMYECABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TdGF0c1JlcXVlc3RIABIyCghzaHV0ZG93bhgRIAEoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNodXRkb3duSAASMgoIdG9rZW5pemUYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbml6ZUgAEjUKCnNoYXJkX29wZW4YEyABKAsyHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE9wZW5IABI1CgpzaGFyZF9zdGVwGBQgASgLMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuU2hhcmRTdGVwSAASNwoLc2hhcmRfY2xvc2UYFSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZENsb3NlSABCBgoEa2luZCKnAQoJTG9hZE1vZGVsEg0KBW1vZGVsGAEgASgJEi0KBGtpbmQYAiABKA4yHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Nb2RlbEtpbmQSDAoEcGF0aBgDIAEoCRITCgttYXhfc2VxX2xlbhgEIAEoDRIRCgltYXhfYmF0Y2gYBSABKA0SEwoLbGF5ZXJfc3RhcnQYBiABKA0SEQoJbGF5ZXJfZW5kGAcgASgNIiwKC0NoYXRNZXNzYWdlEgwKBHJvbGUYASABKAkSDwoHY29udGVudBgCIAEoCSLXBAoIR2VuZXJhdGUSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABI3Cg1wcm9tcHRfdG9rZW5zGB4gASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5JZHNIABISCgptYXhfdG9rZW5zGAQgASgNEhMKC3RlbXBlcmF0dXJlGAUgASgCEg0KBXRvcF9wGAYgASgCEg0KBXRvcF9rGAcgASgNEhEKBHNlZWQYCCABKARIAYgBARIMCgRzdG9wGAkgAygJEhAKCGxvZ3Byb2JzGAogASgIEhQKDHRvcF9sb2dwcm9icxgLIAEoDRISCgpjYWNoZV9zYWx0GAwgASgJEgkKAW4YHyABKA0SQQoKbG9naXRfYmlhcxggIAMoCzItLnN3aXRjaHlhcmQuZW5naW5lLnYxLkdlbmVyYXRlLkxvZ2l0Qmlhc0VudHJ5EhkKEWZyZXF1ZW5jeV9wZW5hbHR5GCEgASgCEhgKEHByZXNlbmNlX3BlbmFsdHkYIiABKAISGgoScmVwZXRpdGlvbl9wZW5hbHR5GCMgASgCEg0KBW1pbl9wGCQgASgCEhMKC2VjaG9fcHJvbXB0GCUgASgIEg4KBnN1ZmZpeBgmIAEoCRowCg5Mb2dpdEJpYXNFbnRyeRILCgNrZXkYASABKA0SDQoFdmFsdWUYAiABKAI6AjgBQgcKBWlucHV0QgcKBV9zZWVkImMKDENoYXRNZXNzYWdlcxIzCghtZXNzYWdlcxgBIAMoCzIhLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNoYXRNZXNzYWdlEh4KFmNvbnRpbnVlX2ZpbmFsX21lc3NhZ2UYAiABKAgiXAoFRW1iZWQSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEjQKDHRva2VuX2lucHV0cxgeIAMoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuSWRzIqACCgxIaWRkZW5TdGF0ZXMSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABIOCgZsYXllcnMYBCADKA0SLgoHcG9vbGluZxgFIAEoDjIdLnN3aXRjaHlhcmQuZW5naW5lLnYxLlBvb2xpbmcSKgoFZHR5cGUYBiABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZRIxCgthY3RpdmF0aW9ucxg8IAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIPCgdwYXNzX29uGD0gASgIQgcKBWlucHV0IpYBCgdGb3J3YXJkEg0KBW1vZGVsGAEgASgJEhMKC2xheWVyX3N0YXJ0GAIgASgNEhEKCWxheWVyX2VuZBgDIAEoDRIxCgthY3RpdmF0aW9ucxgEIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIRCgl0b2tlbl9pZHMYBSADKA0SDgoGbG9naXRzGAYgASgIIugBCglTaGFyZE9wZW4SDQoFbW9kZWwYASABKAkSDgoGc2VxX2lkGAIgASgJEhAKCGNhcGFjaXR5GAMgASgNEhIKCm1heF90b2tlbnMYBCABKA0SEwoLdGVtcGVyYXR1cmUYBSABKAISDQoFdG9wX3AYBiABKAISDQoFdG9wX2sYByABKA0SEQoEc2VlZBgIIAEoBEgAiAEBEgwKBHN0b3AYCSADKAkSEAoIbG9ncHJvYnMYCiABKAgSFAoMdG9wX2xvZ3Byb2JzGAsgASgNEhEKCWdlbmVyYXRlZBgyIAMoDUIHCgVfc2VlZCI/CgxTaGFyZFNlcVJvd3MSDgoGc2VxX2lkGAEgASgJEgwKBHJvd3MYAiABKA0SEQoJdG9rZW5faWRzGAMgAygNIq8BCglTaGFyZFN0ZXASDQoFbW9kZWwYASABKAkSMAoEc2VxcxgCIAMoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2VxUm93cxIxCgthY3RpdmF0aW9ucxgDIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIuCglvdXRfZHR5cGUYBCABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZSIrCgpTaGFyZENsb3NlEg0KBW1vZGVsGAEgASgJEg4KBnNlcV9pZBgCIAEoCSIjCgZDYW5jZWwSGQoRdGFyZ2V0X3JlcXVlc3RfaWQYASABKAkiDgoMU3RhdHNSZXF1ZXN0IgoKCFNodXRkb3duImwKCFRva2VuaXplEg0KBW1vZGVsGAEgASgJEhAKBnByb21wdBgCIAEoCUgAEjYKCG1lc3NhZ2VzGAMgASgLMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2VzSABCBwoFaW5wdXQiUQoGVGVuc29yEioKBWR0eXBlGAEgASgOMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuRFR5cGUSDQoFc2hhcGUYAiADKAQSDAoEZGF0YRgDIAEoDCLcBAoFRXZlbnQSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgZsb2FkZWQYCiABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Mb2FkZWRIABIuCgZ0b2tlbnMYCyABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbnNIABIqCgRkb25lGAwgASgLMhouc3dpdGNoeWFyZC5lbmdpbmUudjEuRG9uZUgAEjYKCmVtYmVkZGluZ3MYDSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FbWJlZGRpbmdzSAASQQoNaGlkZGVuX3N0YXRlcxgOIAEoCzIoLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc1Jlc3VsdEgAEjYKB2ZvcndhcmQYDyABKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkUmVzdWx0SAASLAoFZXJyb3IYECABKAsyGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FcnJvckgAEiwKBXN0YXRzGBEgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuU3RhdHNIABIzCgl0b2tlbl9pZHMYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbklkc0gAEiwKBXJlYWR5GBMgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuUmVhZHlIABI5CgxzaGFyZF9vdXRwdXQYFCABKAsyIS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE91dHB1dEgAQgYKBGtpbmQidAoLU2hhcmRPdXRwdXQSMQoLYWN0aXZhdGlvbnMYASABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISMgoHc2FtcGxlcxgCIAMoCzIhLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2FtcGxlIoYBCgtTaGFyZFNhbXBsZRIOCgZzZXFfaWQYASABKAkSLAoGdG9rZW5zGAIgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5zEjkKDWZpbmlzaF9yZWFzb24YAyABKA4yIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5GaW5pc2hSZWFzb24iKAoFUmVhZHkSDgoGZGV2aWNlGAEgASgJEg8KB3ZlcnNpb24YAiABKAkinAIKBkxvYWRlZBINCgVtb2RlbBgBIAEoCRItCgRraW5kGAIgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuTW9kZWxLaW5kEhAKCG5fbGF5ZXJzGAMgASgNEhMKC2hpZGRlbl9zaXplGAQgASgNEhIKCnZvY2FiX3NpemUYBSABKA0SEwoLbWF4X3NlcV9sZW4YBiABKA0SEQoJbWF4X2JhdGNoGAcgASgNEg8KB2xvYWRfbXMYCCABKAQSFAoMd2VpZ2h0X2J5dGVzGAkgASgEEhUKDWVtYmVkZGluZ19kaW0YCiABKA0SEwoLbGF5ZXJfc3RhcnQYCyABKA0SEQoJbGF5ZXJfZW5kGAwgASgNEgsKA2ZpbRgeIAEoCCJ5CgZUb2tlbnMSCwoDaWRzGAEgAygNEgwKBHRleHQYAiABKAkSNQoIbG9ncHJvYnMYAyADKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2JzEg0KBWluZGV4GB4gASgNEg4KBnByb21wdBgfIAEoCCI6CgxUb2tlbkxvZ3Byb2ISCgoCaWQYASABKA0SDQoFdG9rZW4YAiABKAwSDwoHbG9ncHJvYhgDIAEoAiJ0Cg1Ub2tlbkxvZ3Byb2JzEjIKBmNob3NlbhgBIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuTG9ncHJvYhIvCgN0b3AYAiADKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2IiOQoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoDRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoDSLlAQoERG9uZRI5Cg1maW5pc2hfcmVhc29uGAEgASgOMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuRmluaXNoUmVhc29uEioKBXVzYWdlGAIgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuVXNhZ2USEgoKcHJlZmlsbF91cxgDIAEoBBIRCglkZWNvZGVfdXMYBCABKAQSHAoUY2FjaGVkX3Byb21wdF90b2tlbnMYBSABKA0SMQoHY2hvaWNlcxgeIAMoCzIgLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNob2ljZURvbmUicQoKQ2hvaWNlRG9uZRINCgVpbmRleBgBIAEoDRI5Cg1maW5pc2hfcmVhc29uGAIgASgOMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuRmluaXNoUmVhc29uEhkKEWNvbXBsZXRpb25fdG9rZW5zGAMgASgNImcKCkVtYmVkZGluZ3MSLQoHdmVjdG9ycxgBIAMoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlIpMBChJIaWRkZW5TdGF0ZXNSZXN1bHQSDgoGbGF5ZXJzGAEgAygNEi0KB3RlbnNvcnMYAiADKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISEAoIbl90b2tlbnMYAyABKA0SLAoGb3V0cHV0GDwgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIj0KDUZvcndhcmRSZXN1bHQSLAoGb3V0cHV0GAEgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIhcKCFRva2VuSWRzEgsKA2lkcxgBIAMoDSJHCgVFcnJvchItCgRjb2RlGAEgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkihwIKBVN0YXRzEhgKEGFjdGl2ZV9zZXF1ZW5jZXMYASABKA0SFwoPcXVldWVkX3JlcXVlc3RzGAIgASgNEhEKCW1heF9iYXRjaBgDIAEoDRIWCg5rdl9jYWNoZV9ieXRlcxgEIAEoBBIRCglyc3NfYnl0ZXMYBSABKAQSDgoGZGV2aWNlGAYgASgJEg4KBm1vZGVscxgHIAMoCRIYChB0b2tlbnNfZ2VuZXJhdGVkGAggASgEEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoBBIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoBBIcChRwcmVmaXhfdG9rZW5zX3JldXNlZBgLIAEoBCpXCglNb2RlbEtpbmQSGgoWTU9ERUxfS0lORF9VTlNQRUNJRklFRBAAEhkKFU1PREVMX0tJTkRfTExBTUFfR0dVRhABEhMKD01PREVMX0tJTkRfQkVSVBACKlgKB1Bvb2xpbmcSFwoTUE9PTElOR19VTlNQRUNJRklFRBAAEhAKDFBPT0xJTkdfTk9ORRABEhAKDFBPT0xJTkdfTUVBThACEhAKDFBPT0xJTkdfTEFTVBADKjwKBURUeXBlEhUKEURUWVBFX1VOU1BFQ0lGSUVEEAASDQoJRFRZUEVfRjMyEAESDQoJRFRZUEVfRjE2EAIqfAoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAMq7gEKCUVycm9yQ29kZRIaChZFUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASHgoaRVJST1JfQ09ERV9JTlZBTElEX1JFUVVFU1QQARIfChtFUlJPUl9DT0RFX01PREVMX05PVF9MT0FERUQQAhIdChlFUlJPUl9DT0RFX0NPTlRFWFRfTEVOR1RIEAMSGQoVRVJST1JfQ09ERV9PVkVSTE9BREVEEAQSFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAFEhUKEUVSUk9SX0NPREVfREVWSUNFEAYSGgoWRVJST1JfQ09ERV9MT0FEX0ZBSUxFRBAHYgZwcm90bzM");
+  fileDesc("CiFzd2l0Y2h5YXJkL2VuZ2luZS92MS9lbmdpbmUucHJvdG8SFHN3aXRjaHlhcmQuZW5naW5lLnYxIqEFCgdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSNQoKbG9hZF9tb2RlbBgKIAEoCzIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkxvYWRNb2RlbEgAEjIKCGdlbmVyYXRlGAsgASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuR2VuZXJhdGVIABIsCgVlbWJlZBgMIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVtYmVkSAASOwoNaGlkZGVuX3N0YXRlcxgNIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc0gAEjAKB2ZvcndhcmQYDiABKAsyHS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkSAASLgoGY2FuY2VsGA8gASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2FuY2VsSAASMwoFc3RhdHMYECABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TdGF0c1JlcXVlc3RIABIyCghzaHV0ZG93bhgRIAEoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNodXRkb3duSAASMgoIdG9rZW5pemUYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbml6ZUgAEjUKCnNoYXJkX29wZW4YEyABKAsyHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE9wZW5IABI1CgpzaGFyZF9zdGVwGBQgASgLMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuU2hhcmRTdGVwSAASNwoLc2hhcmRfY2xvc2UYFSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZENsb3NlSABCBgoEa2luZCKnAQoJTG9hZE1vZGVsEg0KBW1vZGVsGAEgASgJEi0KBGtpbmQYAiABKA4yHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Nb2RlbEtpbmQSDAoEcGF0aBgDIAEoCRITCgttYXhfc2VxX2xlbhgEIAEoDRIRCgltYXhfYmF0Y2gYBSABKA0SEwoLbGF5ZXJfc3RhcnQYBiABKA0SEQoJbGF5ZXJfZW5kGAcgASgNIoQBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSMgoKdG9vbF9jYWxscxgUIAMoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgVIAEoCRIMCgRuYW1lGBYgASgJIjcKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSEQoJYXJndW1lbnRzGAMgASgJIk0KBFRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRISCgpwYXJhbWV0ZXJzGAMgASgJEg4KBnN0cmljdBgEIAEoCCKNBQoIR2VuZXJhdGUSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABI3Cg1wcm9tcHRfdG9rZW5zGB4gASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5JZHNIABISCgptYXhfdG9rZW5zGAQgASgNEhMKC3RlbXBlcmF0dXJlGAUgASgCEg0KBXRvcF9wGAYgASgCEg0KBXRvcF9rGAcgASgNEhEKBHNlZWQYCCABKARIAYgBARIMCgRzdG9wGAkgAygJEhAKCGxvZ3Byb2JzGAogASgIEhQKDHRvcF9sb2dwcm9icxgLIAEoDRISCgpjYWNoZV9zYWx0GAwgASgJEgkKAW4YHyABKA0SQQoKbG9naXRfYmlhcxggIAMoCzItLnN3aXRjaHlhcmQuZW5naW5lLnYxLkdlbmVyYXRlLkxvZ2l0Qmlhc0VudHJ5EhkKEWZyZXF1ZW5jeV9wZW5hbHR5GCEgASgCEhgKEHByZXNlbmNlX3BlbmFsdHkYIiABKAISGgoScmVwZXRpdGlvbl9wZW5hbHR5GCMgASgCEg0KBW1pbl9wGCQgASgCEhMKC2VjaG9fcHJvbXB0GCUgASgIEg4KBnN1ZmZpeBgmIAEoCRI0Cgpjb25zdHJhaW50GBQgASgLMiAuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ29uc3RyYWludBowCg5Mb2dpdEJpYXNFbnRyeRILCgNrZXkYASABKA0SDQoFdmFsdWUYAiABKAI6AjgBQgcKBWlucHV0QgcKBV9zZWVkIosBCgpDb25zdHJhaW50EhUKC2pzb25fc2NoZW1hGAEgASgJSAASFQoLanNvbl9vYmplY3QYAiABKAhIABIOCgZzdHJpY3QYAyABKAgSNQoLdG9vbF9jaG9pY2UYBCABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub29sQ2hvaWNlQggKBmFuc3dlciJkCgpUb29sQ2hvaWNlEjIKBG1vZGUYASABKA4yJC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub29sQ2hvaWNlTW9kZRIQCghmdW5jdGlvbhgCIAEoCRIQCghwYXJhbGxlbBgDIAEoCCKOAQoMQ2hhdE1lc3NhZ2VzEjMKCG1lc3NhZ2VzGAEgAygLMiEuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2USHgoWY29udGludWVfZmluYWxfbWVzc2FnZRgCIAEoCBIpCgV0b29scxgUIAMoCzIaLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRvb2wiXAoFRW1iZWQSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEjQKDHRva2VuX2lucHV0cxgeIAMoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuSWRzIqACCgxIaWRkZW5TdGF0ZXMSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABIOCgZsYXllcnMYBCADKA0SLgoHcG9vbGluZxgFIAEoDjIdLnN3aXRjaHlhcmQuZW5naW5lLnYxLlBvb2xpbmcSKgoFZHR5cGUYBiABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZRIxCgthY3RpdmF0aW9ucxg8IAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIPCgdwYXNzX29uGD0gASgIQgcKBWlucHV0IpYBCgdGb3J3YXJkEg0KBW1vZGVsGAEgASgJEhMKC2xheWVyX3N0YXJ0GAIgASgNEhEKCWxheWVyX2VuZBgDIAEoDRIxCgthY3RpdmF0aW9ucxgEIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIRCgl0b2tlbl9pZHMYBSADKA0SDgoGbG9naXRzGAYgASgIIugBCglTaGFyZE9wZW4SDQoFbW9kZWwYASABKAkSDgoGc2VxX2lkGAIgASgJEhAKCGNhcGFjaXR5GAMgASgNEhIKCm1heF90b2tlbnMYBCABKA0SEwoLdGVtcGVyYXR1cmUYBSABKAISDQoFdG9wX3AYBiABKAISDQoFdG9wX2sYByABKA0SEQoEc2VlZBgIIAEoBEgAiAEBEgwKBHN0b3AYCSADKAkSEAoIbG9ncHJvYnMYCiABKAgSFAoMdG9wX2xvZ3Byb2JzGAsgASgNEhEKCWdlbmVyYXRlZBgyIAMoDUIHCgVfc2VlZCI/CgxTaGFyZFNlcVJvd3MSDgoGc2VxX2lkGAEgASgJEgwKBHJvd3MYAiABKA0SEQoJdG9rZW5faWRzGAMgAygNIq8BCglTaGFyZFN0ZXASDQoFbW9kZWwYASABKAkSMAoEc2VxcxgCIAMoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2VxUm93cxIxCgthY3RpdmF0aW9ucxgDIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIuCglvdXRfZHR5cGUYBCABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZSIrCgpTaGFyZENsb3NlEg0KBW1vZGVsGAEgASgJEg4KBnNlcV9pZBgCIAEoCSIjCgZDYW5jZWwSGQoRdGFyZ2V0X3JlcXVlc3RfaWQYASABKAkiDgoMU3RhdHNSZXF1ZXN0IgoKCFNodXRkb3duImwKCFRva2VuaXplEg0KBW1vZGVsGAEgASgJEhAKBnByb21wdBgCIAEoCUgAEjYKCG1lc3NhZ2VzGAMgASgLMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2VzSABCBwoFaW5wdXQiUQoGVGVuc29yEioKBWR0eXBlGAEgASgOMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuRFR5cGUSDQoFc2hhcGUYAiADKAQSDAoEZGF0YRgDIAEoDCLcBAoFRXZlbnQSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgZsb2FkZWQYCiABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Mb2FkZWRIABIuCgZ0b2tlbnMYCyABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbnNIABIqCgRkb25lGAwgASgLMhouc3dpdGNoeWFyZC5lbmdpbmUudjEuRG9uZUgAEjYKCmVtYmVkZGluZ3MYDSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FbWJlZGRpbmdzSAASQQoNaGlkZGVuX3N0YXRlcxgOIAEoCzIoLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc1Jlc3VsdEgAEjYKB2ZvcndhcmQYDyABKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkUmVzdWx0SAASLAoFZXJyb3IYECABKAsyGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FcnJvckgAEiwKBXN0YXRzGBEgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuU3RhdHNIABIzCgl0b2tlbl9pZHMYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbklkc0gAEiwKBXJlYWR5GBMgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuUmVhZHlIABI5CgxzaGFyZF9vdXRwdXQYFCABKAsyIS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE91dHB1dEgAQgYKBGtpbmQidAoLU2hhcmRPdXRwdXQSMQoLYWN0aXZhdGlvbnMYASABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISMgoHc2FtcGxlcxgCIAMoCzIhLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2FtcGxlIoYBCgtTaGFyZFNhbXBsZRIOCgZzZXFfaWQYASABKAkSLAoGdG9rZW5zGAIgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5zEjkKDWZpbmlzaF9yZWFzb24YAyABKA4yIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5GaW5pc2hSZWFzb24iKAoFUmVhZHkSDgoGZGV2aWNlGAEgASgJEg8KB3ZlcnNpb24YAiABKAkinAIKBkxvYWRlZBINCgVtb2RlbBgBIAEoCRItCgRraW5kGAIgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuTW9kZWxLaW5kEhAKCG5fbGF5ZXJzGAMgASgNEhMKC2hpZGRlbl9zaXplGAQgASgNEhIKCnZvY2FiX3NpemUYBSABKA0SEwoLbWF4X3NlcV9sZW4YBiABKA0SEQoJbWF4X2JhdGNoGAcgASgNEg8KB2xvYWRfbXMYCCABKAQSFAoMd2VpZ2h0X2J5dGVzGAkgASgEEhUKDWVtYmVkZGluZ19kaW0YCiABKA0SEwoLbGF5ZXJfc3RhcnQYCyABKA0SEQoJbGF5ZXJfZW5kGAwgASgNEgsKA2ZpbRgeIAEoCCJ5CgZUb2tlbnMSCwoDaWRzGAEgAygNEgwKBHRleHQYAiABKAkSNQoIbG9ncHJvYnMYAyADKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2JzEg0KBWluZGV4GB4gASgNEg4KBnByb21wdBgfIAEoCCI6CgxUb2tlbkxvZ3Byb2ISCgoCaWQYASABKA0SDQoFdG9rZW4YAiABKAwSDwoHbG9ncHJvYhgDIAEoAiJ0Cg1Ub2tlbkxvZ3Byb2JzEjIKBmNob3NlbhgBIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuTG9ncHJvYhIvCgN0b3AYAiADKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2IiOQoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoDRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoDSLlAQoERG9uZRI5Cg1maW5pc2hfcmVhc29uGAEgASgOMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuRmluaXNoUmVhc29uEioKBXVzYWdlGAIgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuVXNhZ2USEgoKcHJlZmlsbF91cxgDIAEoBBIRCglkZWNvZGVfdXMYBCABKAQSHAoUY2FjaGVkX3Byb21wdF90b2tlbnMYBSABKA0SMQoHY2hvaWNlcxgeIAMoCzIgLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNob2ljZURvbmUicQoKQ2hvaWNlRG9uZRINCgVpbmRleBgBIAEoDRI5Cg1maW5pc2hfcmVhc29uGAIgASgOMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuRmluaXNoUmVhc29uEhkKEWNvbXBsZXRpb25fdG9rZW5zGAMgASgNImcKCkVtYmVkZGluZ3MSLQoHdmVjdG9ycxgBIAMoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlIpMBChJIaWRkZW5TdGF0ZXNSZXN1bHQSDgoGbGF5ZXJzGAEgAygNEi0KB3RlbnNvcnMYAiADKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISEAoIbl90b2tlbnMYAyABKA0SLAoGb3V0cHV0GDwgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIj0KDUZvcndhcmRSZXN1bHQSLAoGb3V0cHV0GAEgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIhcKCFRva2VuSWRzEgsKA2lkcxgBIAMoDSJHCgVFcnJvchItCgRjb2RlGAEgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkihwIKBVN0YXRzEhgKEGFjdGl2ZV9zZXF1ZW5jZXMYASABKA0SFwoPcXVldWVkX3JlcXVlc3RzGAIgASgNEhEKCW1heF9iYXRjaBgDIAEoDRIWCg5rdl9jYWNoZV9ieXRlcxgEIAEoBBIRCglyc3NfYnl0ZXMYBSABKAQSDgoGZGV2aWNlGAYgASgJEg4KBm1vZGVscxgHIAMoCRIYChB0b2tlbnNfZ2VuZXJhdGVkGAggASgEEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoBBIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoBBIcChRwcmVmaXhfdG9rZW5zX3JldXNlZBgLIAEoBCpXCglNb2RlbEtpbmQSGgoWTU9ERUxfS0lORF9VTlNQRUNJRklFRBAAEhkKFU1PREVMX0tJTkRfTExBTUFfR0dVRhABEhMKD01PREVMX0tJTkRfQkVSVBACKoQBCg5Ub29sQ2hvaWNlTW9kZRIZChVUT09MX0NIT0lDRV9NT0RFX05PTkUQABIZChVUT09MX0NIT0lDRV9NT0RFX0FVVE8QARIdChlUT09MX0NIT0lDRV9NT0RFX1JFUVVJUkVEEAISHQoZVE9PTF9DSE9JQ0VfTU9ERV9GVU5DVElPThADKlgKB1Bvb2xpbmcSFwoTUE9PTElOR19VTlNQRUNJRklFRBAAEhAKDFBPT0xJTkdfTk9ORRABEhAKDFBPT0xJTkdfTUVBThACEhAKDFBPT0xJTkdfTEFTVBADKjwKBURUeXBlEhUKEURUWVBFX1VOU1BFQ0lGSUVEEAASDQoJRFRZUEVfRjMyEAESDQoJRFRZUEVfRjE2EAIqfAoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAMq7gEKCUVycm9yQ29kZRIaChZFUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASHgoaRVJST1JfQ09ERV9JTlZBTElEX1JFUVVFU1QQARIfChtFUlJPUl9DT0RFX01PREVMX05PVF9MT0FERUQQAhIdChlFUlJPUl9DT0RFX0NPTlRFWFRfTEVOR1RIEAMSGQoVRVJST1JfQ09ERV9PVkVSTE9BREVEEAQSFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAFEhUKEUVSUk9SX0NPREVfREVWSUNFEAYSGgoWRVJST1JfQ09ERV9MT0FEX0ZBSUxFRBAHYgZwcm90bzM");
 
 /**
  * @generated from message switchyard.engine.v1.Request
@@ -189,6 +189,25 @@ export type ChatMessage = Message<"switchyard.engine.v1.ChatMessage"> & {
    * @generated from field: string content = 2;
    */
   content: string;
+
+  /**
+   * An assistant message's calls (OpenAI's `tool_calls`).
+   *
+   * @generated from field: repeated switchyard.engine.v1.ToolCall tool_calls = 20;
+   */
+  toolCalls: ToolCall[];
+
+  /**
+   * A tool result (role "tool"): the call it answers, and the function's name.
+   *
+   * @generated from field: string tool_call_id = 21;
+   */
+  toolCallId: string;
+
+  /**
+   * @generated from field: string name = 22;
+   */
+  name: string;
 };
 
 /**
@@ -197,6 +216,76 @@ export type ChatMessage = Message<"switchyard.engine.v1.ChatMessage"> & {
  */
 export const ChatMessageSchema: GenMessage<ChatMessage> = /*@__PURE__*/
   messageDesc(file_switchyard_engine_v1_engine, 2);
+
+/**
+ * One function call the model made.
+ *
+ * @generated from message switchyard.engine.v1.ToolCall
+ */
+export type ToolCall = Message<"switchyard.engine.v1.ToolCall"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The arguments as JSON text (OpenAI's `function.arguments`).
+   *
+   * @generated from field: string arguments = 3;
+   */
+  arguments: string;
+};
+
+/**
+ * Describes the message switchyard.engine.v1.ToolCall.
+ * Use `create(ToolCallSchema)` to create a new message.
+ */
+export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 3);
+
+/**
+ * A function the model may call (OpenAI's `tools[].function`).
+ *
+ * @generated from message switchyard.engine.v1.Tool
+ */
+export type Tool = Message<"switchyard.engine.v1.Tool"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string description = 2;
+   */
+  description: string;
+
+  /**
+   * Its JSON Schema as JSON text; "" means it takes no arguments.
+   *
+   * @generated from field: string parameters = 3;
+   */
+  parameters: string;
+
+  /**
+   * OpenAI's `strict`: with it, a schema keyword the grammar cannot enforce
+   * is refused; without it, such keywords are ignored.
+   *
+   * @generated from field: bool strict = 4;
+   */
+  strict: boolean;
+};
+
+/**
+ * Describes the message switchyard.engine.v1.Tool.
+ * Use `create(ToolSchema)` to create a new message.
+ */
+export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 4);
 
 /**
  * @generated from message switchyard.engine.v1.Generate
@@ -374,6 +463,14 @@ export type Generate = Message<"switchyard.engine.v1.Generate"> & {
    * @generated from field: string suffix = 38;
    */
   suffix: string;
+
+  /**
+   * Constrained decoding: every sampled token is one the grammar allows
+   * (llguidance computes a token mask per sequence per step). Unset: free text.
+   *
+   * @generated from field: switchyard.engine.v1.Constraint constraint = 20;
+   */
+  constraint?: Constraint | undefined;
 };
 
 /**
@@ -381,7 +478,97 @@ export type Generate = Message<"switchyard.engine.v1.Generate"> & {
  * Use `create(GenerateSchema)` to create a new message.
  */
 export const GenerateSchema: GenMessage<Generate> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 3);
+  messageDesc(file_switchyard_engine_v1_engine, 5);
+
+/**
+ * What the output must be. A schema llguidance cannot compile is refused with
+ * INVALID_REQUEST before the request is queued.
+ *
+ * Tool calls have one format, whatever the model (the chat template's own
+ * tool section, where it has one, is given the tools; the output grammar is
+ * always this one):
+ *   <tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>
+ * with parallel calls separated by "\n". The JSON is written compactly with
+ * ", " and ": " separators, "name" first, and the arguments match the
+ * function's schema.
+ *
+ * @generated from message switchyard.engine.v1.Constraint
+ */
+export type Constraint = Message<"switchyard.engine.v1.Constraint"> & {
+  /**
+   * @generated from oneof switchyard.engine.v1.Constraint.answer
+   */
+  answer: {
+    /**
+     * A JSON Schema (JSON text): the whole output is one JSON value matching it.
+     *
+     * @generated from field: string json_schema = 1;
+     */
+    value: string;
+    case: "jsonSchema";
+  } | {
+    /**
+     * Any JSON object.
+     *
+     * @generated from field: bool json_object = 2;
+     */
+    value: boolean;
+    case: "jsonObject";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * With json_schema: refuse keywords the grammar cannot enforce (OpenAI's
+   * `strict: true`) instead of ignoring them.
+   *
+   * @generated from field: bool strict = 3;
+   */
+  strict: boolean;
+
+  /**
+   * Tool calls over ChatMessages.tools. REQUIRED and FUNCTION replace the
+   * answer: the output is only tool calls. AUTO: either tool calls or the
+   * answer (free text that never contains "<tool_call>", or the JSON above).
+   *
+   * @generated from field: switchyard.engine.v1.ToolChoice tool_choice = 4;
+   */
+  toolChoice?: ToolChoice | undefined;
+};
+
+/**
+ * Describes the message switchyard.engine.v1.Constraint.
+ * Use `create(ConstraintSchema)` to create a new message.
+ */
+export const ConstraintSchema: GenMessage<Constraint> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 6);
+
+/**
+ * @generated from message switchyard.engine.v1.ToolChoice
+ */
+export type ToolChoice = Message<"switchyard.engine.v1.ToolChoice"> & {
+  /**
+   * @generated from field: switchyard.engine.v1.ToolChoiceMode mode = 1;
+   */
+  mode: ToolChoiceMode;
+
+  /**
+   * @generated from field: string function = 2;
+   */
+  function: string;
+
+  /**
+   * More than one call in a turn (OpenAI's `parallel_tool_calls`, default true).
+   *
+   * @generated from field: bool parallel = 3;
+   */
+  parallel: boolean;
+};
+
+/**
+ * Describes the message switchyard.engine.v1.ToolChoice.
+ * Use `create(ToolChoiceSchema)` to create a new message.
+ */
+export const ToolChoiceSchema: GenMessage<ToolChoice> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 7);
 
 /**
  * @generated from message switchyard.engine.v1.ChatMessages
@@ -401,6 +588,16 @@ export type ChatMessages = Message<"switchyard.engine.v1.ChatMessages"> & {
    * @generated from field: bool continue_final_message = 2;
    */
   continueFinalMessage: boolean;
+
+  /**
+   * Functions the model may call, rendered into the prompt: given to the chat
+   * template as `tools` when the template uses them, otherwise written into
+   * the system message in the documented format (workers/engine/README.md),
+   * with assistant tool calls and tool results rewritten to match.
+   *
+   * @generated from field: repeated switchyard.engine.v1.Tool tools = 20;
+   */
+  tools: Tool[];
 };
 
 /**
@@ -408,7 +605,7 @@ export type ChatMessages = Message<"switchyard.engine.v1.ChatMessages"> & {
  * Use `create(ChatMessagesSchema)` to create a new message.
  */
 export const ChatMessagesSchema: GenMessage<ChatMessages> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 4);
+  messageDesc(file_switchyard_engine_v1_engine, 8);
 
 /**
  * @generated from message switchyard.engine.v1.Embed
@@ -439,7 +636,7 @@ export type Embed = Message<"switchyard.engine.v1.Embed"> & {
  * Use `create(EmbedSchema)` to create a new message.
  */
 export const EmbedSchema: GenMessage<Embed> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 5);
+  messageDesc(file_switchyard_engine_v1_engine, 9);
 
 /**
  * @generated from message switchyard.engine.v1.HiddenStates
@@ -510,7 +707,7 @@ export type HiddenStates = Message<"switchyard.engine.v1.HiddenStates"> & {
  * Use `create(HiddenStatesSchema)` to create a new message.
  */
 export const HiddenStatesSchema: GenMessage<HiddenStates> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 6);
+  messageDesc(file_switchyard_engine_v1_engine, 10);
 
 /**
  * Runs blocks [layer_start, layer_end) over activations computed elsewhere:
@@ -562,7 +759,7 @@ export type Forward = Message<"switchyard.engine.v1.Forward"> & {
  * Use `create(ForwardSchema)` to create a new message.
  */
 export const ForwardSchema: GenMessage<Forward> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 7);
+  messageDesc(file_switchyard_engine_v1_engine, 11);
 
 /**
  * A sequence of a split model opens on every shard before its first step:
@@ -646,7 +843,7 @@ export type ShardOpen = Message<"switchyard.engine.v1.ShardOpen"> & {
  * Use `create(ShardOpenSchema)` to create a new message.
  */
 export const ShardOpenSchema: GenMessage<ShardOpen> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 8);
+  messageDesc(file_switchyard_engine_v1_engine, 12);
 
 /**
  * @generated from message switchyard.engine.v1.ShardSeqRows
@@ -677,7 +874,7 @@ export type ShardSeqRows = Message<"switchyard.engine.v1.ShardSeqRows"> & {
  * Use `create(ShardSeqRowsSchema)` to create a new message.
  */
 export const ShardSeqRowsSchema: GenMessage<ShardSeqRows> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 9);
+  messageDesc(file_switchyard_engine_v1_engine, 13);
 
 /**
  * One batched step over this shard's blocks for several sequences: a
@@ -716,7 +913,7 @@ export type ShardStep = Message<"switchyard.engine.v1.ShardStep"> & {
  * Use `create(ShardStepSchema)` to create a new message.
  */
 export const ShardStepSchema: GenMessage<ShardStep> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 10);
+  messageDesc(file_switchyard_engine_v1_engine, 14);
 
 /**
  * Frees a sequence's KV cache on this shard (unknown ids are not an error:
@@ -741,7 +938,7 @@ export type ShardClose = Message<"switchyard.engine.v1.ShardClose"> & {
  * Use `create(ShardCloseSchema)` to create a new message.
  */
 export const ShardCloseSchema: GenMessage<ShardClose> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 11);
+  messageDesc(file_switchyard_engine_v1_engine, 15);
 
 /**
  * @generated from message switchyard.engine.v1.Cancel
@@ -760,7 +957,7 @@ export type Cancel = Message<"switchyard.engine.v1.Cancel"> & {
  * Use `create(CancelSchema)` to create a new message.
  */
 export const CancelSchema: GenMessage<Cancel> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 12);
+  messageDesc(file_switchyard_engine_v1_engine, 16);
 
 /**
  * @generated from message switchyard.engine.v1.StatsRequest
@@ -773,7 +970,7 @@ export type StatsRequest = Message<"switchyard.engine.v1.StatsRequest"> & {
  * Use `create(StatsRequestSchema)` to create a new message.
  */
 export const StatsRequestSchema: GenMessage<StatsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 13);
+  messageDesc(file_switchyard_engine_v1_engine, 17);
 
 /**
  * @generated from message switchyard.engine.v1.Shutdown
@@ -786,7 +983,7 @@ export type Shutdown = Message<"switchyard.engine.v1.Shutdown"> & {
  * Use `create(ShutdownSchema)` to create a new message.
  */
 export const ShutdownSchema: GenMessage<Shutdown> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 14);
+  messageDesc(file_switchyard_engine_v1_engine, 18);
 
 /**
  * @generated from message switchyard.engine.v1.Tokenize
@@ -820,7 +1017,7 @@ export type Tokenize = Message<"switchyard.engine.v1.Tokenize"> & {
  * Use `create(TokenizeSchema)` to create a new message.
  */
 export const TokenizeSchema: GenMessage<Tokenize> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 15);
+  messageDesc(file_switchyard_engine_v1_engine, 19);
 
 /**
  * @generated from message switchyard.engine.v1.Tensor
@@ -849,7 +1046,7 @@ export type Tensor = Message<"switchyard.engine.v1.Tensor"> & {
  * Use `create(TensorSchema)` to create a new message.
  */
 export const TensorSchema: GenMessage<Tensor> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 16);
+  messageDesc(file_switchyard_engine_v1_engine, 20);
 
 /**
  * @generated from message switchyard.engine.v1.Event
@@ -939,7 +1136,7 @@ export type Event = Message<"switchyard.engine.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 17);
+  messageDesc(file_switchyard_engine_v1_engine, 21);
 
 /**
  * @generated from message switchyard.engine.v1.ShardOutput
@@ -965,7 +1162,7 @@ export type ShardOutput = Message<"switchyard.engine.v1.ShardOutput"> & {
  * Use `create(ShardOutputSchema)` to create a new message.
  */
 export const ShardOutputSchema: GenMessage<ShardOutput> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 18);
+  messageDesc(file_switchyard_engine_v1_engine, 22);
 
 /**
  * @generated from message switchyard.engine.v1.ShardSample
@@ -998,7 +1195,7 @@ export type ShardSample = Message<"switchyard.engine.v1.ShardSample"> & {
  * Use `create(ShardSampleSchema)` to create a new message.
  */
 export const ShardSampleSchema: GenMessage<ShardSample> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 19);
+  messageDesc(file_switchyard_engine_v1_engine, 23);
 
 /**
  * @generated from message switchyard.engine.v1.Ready
@@ -1022,7 +1219,7 @@ export type Ready = Message<"switchyard.engine.v1.Ready"> & {
  * Use `create(ReadySchema)` to create a new message.
  */
 export const ReadySchema: GenMessage<Ready> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 20);
+  messageDesc(file_switchyard_engine_v1_engine, 24);
 
 /**
  * @generated from message switchyard.engine.v1.Loaded
@@ -1106,7 +1303,7 @@ export type Loaded = Message<"switchyard.engine.v1.Loaded"> & {
  * Use `create(LoadedSchema)` to create a new message.
  */
 export const LoadedSchema: GenMessage<Loaded> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 21);
+  messageDesc(file_switchyard_engine_v1_engine, 25);
 
 /**
  * One or more newly generated tokens for a Generate request.
@@ -1154,7 +1351,7 @@ export type Tokens = Message<"switchyard.engine.v1.Tokens"> & {
  * Use `create(TokensSchema)` to create a new message.
  */
 export const TokensSchema: GenMessage<Tokens> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 22);
+  messageDesc(file_switchyard_engine_v1_engine, 26);
 
 /**
  * @generated from message switchyard.engine.v1.TokenLogprob
@@ -1183,7 +1380,7 @@ export type TokenLogprob = Message<"switchyard.engine.v1.TokenLogprob"> & {
  * Use `create(TokenLogprobSchema)` to create a new message.
  */
 export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 23);
+  messageDesc(file_switchyard_engine_v1_engine, 27);
 
 /**
  * @generated from message switchyard.engine.v1.TokenLogprobs
@@ -1207,7 +1404,7 @@ export type TokenLogprobs = Message<"switchyard.engine.v1.TokenLogprobs"> & {
  * Use `create(TokenLogprobsSchema)` to create a new message.
  */
 export const TokenLogprobsSchema: GenMessage<TokenLogprobs> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 24);
+  messageDesc(file_switchyard_engine_v1_engine, 28);
 
 /**
  * @generated from message switchyard.engine.v1.Usage
@@ -1229,7 +1426,7 @@ export type Usage = Message<"switchyard.engine.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 25);
+  messageDesc(file_switchyard_engine_v1_engine, 29);
 
 /**
  * @generated from message switchyard.engine.v1.Done
@@ -1277,7 +1474,7 @@ export type Done = Message<"switchyard.engine.v1.Done"> & {
  * Use `create(DoneSchema)` to create a new message.
  */
 export const DoneSchema: GenMessage<Done> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 26);
+  messageDesc(file_switchyard_engine_v1_engine, 30);
 
 /**
  * @generated from message switchyard.engine.v1.ChoiceDone
@@ -1304,7 +1501,7 @@ export type ChoiceDone = Message<"switchyard.engine.v1.ChoiceDone"> & {
  * Use `create(ChoiceDoneSchema)` to create a new message.
  */
 export const ChoiceDoneSchema: GenMessage<ChoiceDone> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 27);
+  messageDesc(file_switchyard_engine_v1_engine, 31);
 
 /**
  * @generated from message switchyard.engine.v1.Embeddings
@@ -1328,7 +1525,7 @@ export type Embeddings = Message<"switchyard.engine.v1.Embeddings"> & {
  * Use `create(EmbeddingsSchema)` to create a new message.
  */
 export const EmbeddingsSchema: GenMessage<Embeddings> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 28);
+  messageDesc(file_switchyard_engine_v1_engine, 32);
 
 /**
  * @generated from message switchyard.engine.v1.HiddenStatesResult
@@ -1365,7 +1562,7 @@ export type HiddenStatesResult = Message<"switchyard.engine.v1.HiddenStatesResul
  * Use `create(HiddenStatesResultSchema)` to create a new message.
  */
 export const HiddenStatesResultSchema: GenMessage<HiddenStatesResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 29);
+  messageDesc(file_switchyard_engine_v1_engine, 33);
 
 /**
  * @generated from message switchyard.engine.v1.ForwardResult
@@ -1384,7 +1581,7 @@ export type ForwardResult = Message<"switchyard.engine.v1.ForwardResult"> & {
  * Use `create(ForwardResultSchema)` to create a new message.
  */
 export const ForwardResultSchema: GenMessage<ForwardResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 30);
+  messageDesc(file_switchyard_engine_v1_engine, 34);
 
 /**
  * @generated from message switchyard.engine.v1.TokenIds
@@ -1401,7 +1598,7 @@ export type TokenIds = Message<"switchyard.engine.v1.TokenIds"> & {
  * Use `create(TokenIdsSchema)` to create a new message.
  */
 export const TokenIdsSchema: GenMessage<TokenIds> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 31);
+  messageDesc(file_switchyard_engine_v1_engine, 35);
 
 /**
  * @generated from message switchyard.engine.v1.Error
@@ -1423,7 +1620,7 @@ export type Error = Message<"switchyard.engine.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 32);
+  messageDesc(file_switchyard_engine_v1_engine, 36);
 
 /**
  * @generated from message switchyard.engine.v1.Stats
@@ -1493,7 +1690,7 @@ export type Stats = Message<"switchyard.engine.v1.Stats"> & {
  * Use `create(StatsSchema)` to create a new message.
  */
 export const StatsSchema: GenMessage<Stats> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 33);
+  messageDesc(file_switchyard_engine_v1_engine, 37);
 
 /**
  * @generated from enum switchyard.engine.v1.ModelKind
@@ -1527,6 +1724,39 @@ export const ModelKindSchema: GenEnum<ModelKind> = /*@__PURE__*/
   enumDesc(file_switchyard_engine_v1_engine, 0);
 
 /**
+ * @generated from enum switchyard.engine.v1.ToolChoiceMode
+ */
+export enum ToolChoiceMode {
+  /**
+   * @generated from enum value: TOOL_CHOICE_MODE_NONE = 0;
+   */
+  NONE = 0,
+
+  /**
+   * @generated from enum value: TOOL_CHOICE_MODE_AUTO = 1;
+   */
+  AUTO = 1,
+
+  /**
+   * @generated from enum value: TOOL_CHOICE_MODE_REQUIRED = 2;
+   */
+  REQUIRED = 2,
+
+  /**
+   * Exactly the function named in ToolChoice.function.
+   *
+   * @generated from enum value: TOOL_CHOICE_MODE_FUNCTION = 3;
+   */
+  FUNCTION = 3,
+}
+
+/**
+ * Describes the enum switchyard.engine.v1.ToolChoiceMode.
+ */
+export const ToolChoiceModeSchema: GenEnum<ToolChoiceMode> = /*@__PURE__*/
+  enumDesc(file_switchyard_engine_v1_engine, 1);
+
+/**
  * @generated from enum switchyard.engine.v1.Pooling
  */
 export enum Pooling {
@@ -1557,7 +1787,7 @@ export enum Pooling {
  * Describes the enum switchyard.engine.v1.Pooling.
  */
 export const PoolingSchema: GenEnum<Pooling> = /*@__PURE__*/
-  enumDesc(file_switchyard_engine_v1_engine, 1);
+  enumDesc(file_switchyard_engine_v1_engine, 2);
 
 /**
  * @generated from enum switchyard.engine.v1.DType
@@ -1585,7 +1815,7 @@ export enum DType {
  * Describes the enum switchyard.engine.v1.DType.
  */
 export const DTypeSchema: GenEnum<DType> = /*@__PURE__*/
-  enumDesc(file_switchyard_engine_v1_engine, 2);
+  enumDesc(file_switchyard_engine_v1_engine, 3);
 
 /**
  * @generated from enum switchyard.engine.v1.FinishReason
@@ -1620,7 +1850,7 @@ export enum FinishReason {
  * Describes the enum switchyard.engine.v1.FinishReason.
  */
 export const FinishReasonSchema: GenEnum<FinishReason> = /*@__PURE__*/
-  enumDesc(file_switchyard_engine_v1_engine, 3);
+  enumDesc(file_switchyard_engine_v1_engine, 4);
 
 /**
  * @generated from enum switchyard.engine.v1.ErrorCode
@@ -1671,5 +1901,5 @@ export enum ErrorCode {
  * Describes the enum switchyard.engine.v1.ErrorCode.
  */
 export const ErrorCodeSchema: GenEnum<ErrorCode> = /*@__PURE__*/
-  enumDesc(file_switchyard_engine_v1_engine, 4);
+  enumDesc(file_switchyard_engine_v1_engine, 5);
 

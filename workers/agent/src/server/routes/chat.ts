@@ -5,7 +5,7 @@ import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { routerPrefixName } from "@switchyard/state";
 import type { WorkerContext } from "../context.ts";
 import { errorJson } from "../errors.ts";
-import { contentText, nonTextPart } from "../converters.ts";
+import { nonTextPart, structuredOutput, type OpenAIMessage } from "../converters.ts";
 import { routerCacheScope, runGenerate, type GenerateBody } from "../generate.ts";
 import { unknownField } from "../fields.ts";
 import { modelBody, requestId, traceSpanId } from "../request.ts";
@@ -25,7 +25,9 @@ export function registerChat(app: Hono, ctx: WorkerContext): void {
     // The engine's models read text: an image or audio part would be dropped, so it is refused.
     const part = nonTextPart(body.messages as { content?: unknown }[]);
     if (part) return errorJson(400, `${part}: model '${String(body.model)}' reads text only; only text content parts can be sent to it`, "invalid_request", part);
-    const messages = (body.messages as { role?: unknown; content?: unknown }[]).map((m) => ({ role: String(m.role ?? "user"), content: contentText(m.content) }));
+    const messages = (body.messages as unknown[]).map((m): OpenAIMessage => (m && typeof m === "object" ? (m as OpenAIMessage) : { content: m }));
+    const structured = structuredOutput(body);
+    if ("param" in structured) return errorJson(400, structured.message, "invalid_request", structured.param);
     // vLLM's continuation fields: the router's stream resume sends them.
     const continueFinal = body.continue_final_message === true;
     if (continueFinal && messages.at(-1)!.role !== "assistant") {
@@ -37,6 +39,6 @@ export function registerChat(app: Hono, ctx: WorkerContext): void {
     // The head shard of a split model runs it down the pipeline (the router's route, or its static --next).
     const engine = generateEngine(ctx, c.req.header(SHARD_ROUTE_HEADER));
     if (!engine.ok) return errorJson(engine.status, engine.message, engine.code);
-    return runGenerate(ctx, engine.engine, body as unknown as GenerateBody, [{ case: "messages", value: messages, continueFinal }], { chat: true, model: ctx.supervisor.loaded.get(String(body.model))!, requestId: requestId(c), spanId: traceSpanId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
+    return runGenerate(ctx, engine.engine, body as unknown as GenerateBody, [{ case: "messages", value: messages, continueFinal, structured }], { chat: true, model: ctx.supervisor.loaded.get(String(body.model))!, requestId: requestId(c), spanId: traceSpanId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
   });
 }

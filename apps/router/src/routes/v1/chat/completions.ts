@@ -10,16 +10,68 @@ import { completionAnswer, inferenceErrors } from "../../../openapi/common.ts";
 
 const contentPart = z.looseObject({ type: z.string() });
 
+/** An assistant message's call, as OpenAI sends it back in the conversation. */
+const toolCall = z.looseObject({
+  id: z.string(),
+  type: z.literal("function"),
+  function: z.looseObject({ name: z.string(), arguments: z.string() }),
+});
+
 export const chatMessageSchema = z.looseObject({
   role: z.enum(["system", "developer", "user", "assistant", "tool", "function"]),
   content: z.union([z.string(), z.array(contentPart), z.null()]).optional(),
   name: z.string().optional(),
+  tool_calls: z.array(toolCall).nullish(),
+  tool_call_id: z.string().nullish(),
 });
 
-export const chatCompletionSchema = z.looseObject({
-  ...generationFields,
-  messages: z.array(chatMessageSchema).min(1),
-});
+const jsonSchema = z.record(z.string(), z.unknown());
+const functionName = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, "1-64 letters, digits, _ or -");
+
+/**
+ * Structured outputs and tool calls, as OpenAI defines them. Workers enforce
+ * them by constrained decoding; paid backends get them forwarded (or refused
+ * by their adapter, as Anthropic's does for response_format).
+ */
+export const structuredFields = {
+  response_format: z
+    .discriminatedUnion("type", [
+      z.looseObject({ type: z.literal("text") }),
+      z.looseObject({ type: z.literal("json_object") }),
+      z.looseObject({
+        type: z.literal("json_schema"),
+        json_schema: z.looseObject({ name: z.string().optional(), description: z.string().optional(), schema: jsonSchema.optional(), strict: z.boolean().nullish() }),
+      }),
+    ])
+    .nullish(),
+  tools: z
+    .array(
+      z.looseObject({
+        type: z.literal("function"),
+        function: z.looseObject({ name: functionName, description: z.string().optional(), parameters: jsonSchema.optional(), strict: z.boolean().nullish() }),
+      }),
+    )
+    .max(128)
+    .nullish(),
+  tool_choice: z.union([z.enum(["none", "auto", "required"]), z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string() }) })]).nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
+};
+
+export const chatCompletionSchema = z
+  .looseObject({
+    ...generationFields,
+    ...structuredFields,
+    messages: z.array(chatMessageSchema).min(1),
+  })
+  .superRefine((body, ctx) => {
+    const choice = body.tool_choice;
+    if (choice == null || choice === "none") return;
+    const names = (body.tools ?? []).map((t) => t.function.name);
+    if (names.length === 0) ctx.addIssue({ code: "custom", path: ["tool_choice"], message: "needs tools" });
+    else if (typeof choice === "object" && !names.includes(choice.function.name)) {
+      ctx.addIssue({ code: "custom", path: ["tool_choice"], message: `'${choice.function.name}' is not among the tools` });
+    }
+  });
 
 /** The answer's documented shape (OpenAI's chat.completion; streams are chat.completion.chunk events). */
 export const chatCompletionAnswer = z.looseObject({ id: z.string(), object: z.literal("chat.completion"), choices: z.array(z.looseObject({ index: z.number().int() })) });
