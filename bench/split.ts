@@ -4,11 +4,14 @@
 // engines on this machine, activations over the shards' real connections.
 // Prints aggregate decode tok/s at 1/8/16 streams, TTFT and per-token latency
 // (and what each hop adds), bytes on the wire per activation row ÷ its raw
-// bytes, shard start → ready, and memory per shard ÷ unsplit. Greedy output
-// must be the same everywhere: a difference fails the bench.
+// bytes, shard start → ready, memory per shard ÷ unsplit, and the stall when
+// the serving tail shard is SIGKILLed mid-stream and its replica takes over.
+// Greedy output must be the same everywhere: a difference fails the bench.
 import os from "node:os";
+import path from "node:path";
 import { resolveModel, startAgent, type AgentHandle, type ShardWire } from "@switchyard/agent";
-import { MemoryRegistryStore } from "@switchyard/state";
+import { encodeShardRoute, MemoryRegistryStore, SHARD_ROUTE_HEADER, signShardRoute } from "@switchyard/state";
+import { repoRoot, startProc, type Proc } from "#testkit/procs";
 import { percentile } from "./lib/load.ts";
 
 const MODEL = "smollm2-135m-instruct";
@@ -114,6 +117,146 @@ async function stream(url: string, prompt: string, maxTokens: number): Promise<S
   return { text, tokens, ttftMs, gaps };
 }
 
+/** A tail shard in its own process (bench/shard-main.ts): one that can be SIGKILLed. */
+interface TailProc {
+  id: string;
+  url: string;
+  proc: Proc;
+}
+
+async function startTail(id: string, range: { start: number; end: number }, threads: number, maxBatch: number): Promise<TailProc> {
+  const proc = startProc(
+    process.execPath,
+    ["--import", "tsx", path.join(repoRoot(), "bench/shard-main.ts")],
+    { MODEL, LAYERS: `${range.start}-${range.end}`, WORKER_ID: id, TOKEN, THREADS: String(threads), MAX_BATCH: String(maxBatch), MAX_SEQ_LEN: "512" },
+    id,
+  );
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = "";
+    const timer = setTimeout(() => reject(new Error(`${id}: not ready in 180 s`)), 180_000);
+    proc.child.stdout!.on("data", (d: Buffer) => {
+      out += d.toString();
+      const m = /ready (\S+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]!);
+      }
+    });
+    proc.child.once("exit", (code, sig) => {
+      clearTimeout(timer);
+      reject(new Error(`${id} exited (${code ?? sig}) before it was ready`));
+    });
+  });
+  return { id, url, proc };
+}
+
+interface KillResult {
+  text: string;
+  errorEvents: number;
+  /** The SIGKILL → the next text chunk the client got (ms). */
+  stallMs: number;
+  /** Gaps between text chunks other than the stall. */
+  gaps: number[];
+}
+
+/** A greedy stream to a head with `headers`; `kill` runs once the first text arrived, and the stall after it is timed. */
+async function streamKilling(url: string, prompt: string, maxTokens: number, headers: Record<string, string>, kill: () => void): Promise<KillResult> {
+  const res = await fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", ...headers },
+    body: JSON.stringify({ model: MODEL, prompt, max_tokens: maxTokens, temperature: 0, stream: true }),
+  });
+  if (res.status !== 200) throw new Error(`${url}: ${res.status} ${await res.text()}`);
+  let text = "";
+  let errorEvents = 0;
+  let killedAt = NaN;
+  let stallMs = NaN;
+  let last = NaN;
+  const gaps: number[] = [];
+  let buf = "";
+  const decoder = new TextDecoder();
+  for await (const chunk of res.body!) {
+    buf += decoder.decode(chunk, { stream: true });
+    let nl: number;
+    while ((nl = buf.indexOf("\n\n")) >= 0) {
+      const ev = buf.slice(0, nl);
+      buf = buf.slice(nl + 2);
+      if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
+      const j = JSON.parse(ev.slice(6)) as { error?: unknown; choices?: { text?: string }[] };
+      if (j.error) errorEvents++;
+      const piece = j.choices?.[0]?.text ?? "";
+      if (!piece) continue;
+      const now = performance.now();
+      if (!Number.isNaN(killedAt) && Number.isNaN(stallMs)) stallMs = now - killedAt;
+      else if (!Number.isNaN(last)) gaps.push(now - last);
+      last = now;
+      text += piece;
+      if (Number.isNaN(killedAt)) {
+        kill();
+        killedAt = performance.now();
+      }
+    }
+  }
+  return { text, errorEvents, stallMs, gaps };
+}
+
+interface ReplacementResult {
+  kills: number;
+  stalls: number[];
+  gaps: number[];
+  /** The head's loss → first step sent on the new path, per kill (ms). */
+  rebuildMs: number[];
+  rebuilt: number;
+  errorEvents: number;
+  mismatch: string;
+}
+
+/**
+ * A 2-shard pipeline whose tail has a replica, each tail its own process:
+ * per round, the tail serving a stream is SIGKILLed after its first token,
+ * the head rebuilds the sequence on the replica (re-prefilling prompt +
+ * tokens so far), and a fresh spare is started for the next round. The
+ * head gets the route a router would send (signed here with the workers'
+ * credential). The text must be the unsplit model's, with no error event.
+ */
+async function runReplacement(opts: { rounds: number; tokens: number; range: [{ start: number; end: number }, { start: number; end: number }]; threads: number; maxBatch: number; unsplit: AgentHandle; started: AgentHandle[]; tails: TailProc[] }): Promise<ReplacementResult> {
+  const [headRange, tailRange] = opts.range;
+  let next = 0;
+  const spawnTail = () => startTail(`replace-tail-${next++}`, tailRange, opts.threads, opts.maxBatch).then((t) => (opts.tails.push(t), t));
+  const [head, first, second] = await Promise.all([
+    startAgent({ registry: new MemoryRegistryStore(), models: [MODEL], token: TOKEN, device: "cpu", workerId: "replace-head", maxBatch: opts.maxBatch, maxSeqLen: 512, threads: opts.threads, drainGraceMs: 0, log: () => {}, layers: headRange }),
+    spawnTail(),
+    spawnTail(),
+  ]);
+  opts.started.push(head);
+  await head.supervisor.whenReady();
+  const shardHead = head.ctx.shardHead!;
+  const out: ReplacementResult = { kills: 0, stalls: [], gaps: [], rebuildMs: [], rebuilt: 0, errorEvents: 0, mismatch: "" };
+  let serving = first;
+  let spare = second;
+  for (let r = 0; r < opts.rounds; r++) {
+    const prompt = `Story ${900 + r}: a lighthouse keeper on a stormy night`;
+    const want = (await stream(opts.unsplit.url, prompt, opts.tokens)).text;
+    // The head takes a stage's replicas in the route's order: the first one serves, the second takes over.
+    const route = signShardRoute({ model: MODEL, digest: shardHead.digest, stages: [{ ...tailRange, hops: [serving, spare].map((t) => ({ id: t.id, url: t.url })) }] }, () => TOKEN, Date.now() + 10 * 60_000);
+    if (!route) throw new Error("could not sign the shard route");
+    const before = shardHead.pipeline.rebuilt.sequences;
+    const victim = serving;
+    const res = await streamKilling(head.url, prompt, opts.tokens, { [SHARD_ROUTE_HEADER]: encodeShardRoute(route) }, () => victim.proc.child.kill("SIGKILL"));
+    out.kills++;
+    out.stalls.push(res.stallMs);
+    out.gaps.push(...res.gaps);
+    out.errorEvents += res.errorEvents;
+    out.rebuilt += shardHead.pipeline.rebuilt.sequences - before;
+    out.rebuildMs.push(shardHead.pipeline.rebuilt.lastMs);
+    if (res.text !== want && !out.mismatch) out.mismatch = `round ${r + 1}: ${JSON.stringify(res.text)} ≠ unsplit ${JSON.stringify(want)}`;
+    process.stderr.write(`replacement round ${r + 1}/${opts.rounds} done\n`);
+    serving = spare;
+    if (r + 1 < opts.rounds) spare = await spawnTail();
+  }
+  return out;
+}
+
 const wireZero: ShardWire = { stepFrameBytes: 0, rowBytes: 0, linkSent: 0, linkReceived: 0 };
 function wireOf(c: Config): ShardWire {
   return c.shards.map((s) => s.agent.shardWire()).reduce((a, b) => ({ stepFrameBytes: a.stepFrameBytes + b.stepFrameBytes, rowBytes: a.rowBytes + b.rowBytes, linkSent: a.linkSent + b.linkSent, linkReceived: a.linkReceived + b.linkReceived }), wireZero);
@@ -166,6 +309,7 @@ export async function runSplitBench(opts: { quick: boolean; levels?: number[]; t
   process.stderr.write(`» starting unsplit, split=2 and split=3 (${threads} threads each in all)\n`);
   const configs: Config[] = [];
   const started: AgentHandle[] = [];
+  const tails: TailProc[] = [];
   try {
     configs.push(await startConfig("unsplit", undefined, [threads], maxBatch, started));
     const nLayers = configs[0]!.shards[0]!.agent.supervisor.loaded.get(MODEL)!.nLayers;
@@ -191,6 +335,19 @@ export async function runSplitBench(opts: { quick: boolean; levels?: number[]; t
         process.stderr.write(`round ${r + 1}/${rounds}, ${n} stream(s) done\n`);
       }
     }
+    // The replacement phase: a 2-shard pipeline whose tail has a replica; the serving tail is SIGKILLed mid-stream.
+    const replacement = await runReplacement({
+      rounds: opts.quick ? 1 : 3,
+      tokens: opts.quick ? 16 : 64,
+      range: splitRanges(nLayers, 2) as [{ start: number; end: number }, { start: number; end: number }],
+      threads: per(2)[0]!,
+      maxBatch,
+      unsplit: configs[0]!.shards[0]!.agent,
+      started,
+      tails,
+    });
+    const replaced = replacement.kills > 0 && replacement.rebuilt === replacement.kills && replacement.errorEvents === 0 && !replacement.mismatch && replacement.stalls.every((x) => Number.isFinite(x));
+
     const agg = (name: string, n: number) => med(res.get(name)!.get(n)!.map((x) => x.aggregate));
     const lat = (name: string, key: "ttftMs" | "perTokenMs") => med(res.get(name)!.get(levels[0]!)!.map((x) => x[key]));
     const label = (c: Config) => (c.shards.length === 1 ? "unsplit" : `split=${c.shards.length}`);
@@ -254,6 +411,16 @@ export async function runSplitBench(opts: { quick: boolean; levels?: number[]; t
         );
       }
     }
+    out.push("");
+    out.push(
+      `Replacement: split=2 with a replica of the tail (each tail its own process), the serving tail SIGKILLed after a stream's first token; ${opts.quick ? 16 : 64} tokens per stream. Stall = the kill → the next text chunk on the client; the head's rebuild = its loss → the sequence reopened along the replica (the re-prefill of prompt + tokens so far follows):`,
+    );
+    out.push("");
+    out.push("| kills | stall ms (median) | stall ms (max) | ordinary token interval ms (median) | head's rebuild ms (median) | sequences rebuilt | text identical to unsplit | error events |");
+    out.push("|---:|---:|---:|---:|---:|---:|---|---:|");
+    out.push(
+      `| ${replacement.kills} | ${fmt(med(replacement.stalls), 0)} | ${fmt(Math.max(...replacement.stalls), 0)} | ${fmt(med(replacement.gaps), 1)} | ${fmt(med(replacement.rebuildMs), 0)} | ${replacement.rebuilt} | ${replacement.mismatch ? `NO — ${replacement.mismatch}` : "yes"} | ${replacement.errorEvents} |`,
+    );
     const at8 = levels.includes(8) ? 8 : levels.at(-1)!;
     const r8 = agg("split2", at8) / agg("unsplit", at8);
     const w8 = wireRatios.filter((w) => w.n === at8);
@@ -264,11 +431,12 @@ export async function runSplitBench(opts: { quick: boolean; levels?: number[]; t
           `split=2 ≥ 0.9× unsplit at ${at8} streams: ${r8 >= 0.9 ? "met" : "NOT met"} (${fmt(r8, 2)}×)`,
           `STEP bytes ≤ 1.01× raw rows at ${at8} streams: ${w8.every((w) => w.step <= 1.01) ? "met" : "NOT met"} (${w8.map((w) => `${w.name} ${fmt(w.step, 4)}×`).join(", ")})`,
           `greedy output identical: ${mismatch ? "NOT met" : "met"}`,
+          `a killed tail replaced mid-stream (same text, no error event): ${replaced ? "met" : "NOT met"}`,
         ].join("; "),
     );
     process.stdout.write(out.join("\n") + "\n");
-    return mismatch ? 1 : 0;
+    return mismatch || !replaced ? 1 : 0;
   } finally {
-    await Promise.all(started.map((a) => a.stop()));
+    await Promise.all([...started.map((a) => a.stop()), ...tails.map((t) => t.proc.stop())]);
   }
 }

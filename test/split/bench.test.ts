@@ -2,7 +2,8 @@
 // --quick` (1 stream, a few tokens) starts the model unsplit, in 2 and in 3
 // shards, prints its tables, and the values in them are sane: tokens flowed
 // everywhere, greedy output agreed, every activation row crossed each hop
-// with only a small header, each shard holds a share of the weights.
+// with only a small header, each shard holds a share of the weights, and a
+// tail SIGKILLed mid-stream was replaced by its replica without a trace in the text.
 import { describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli-run.ts";
 
@@ -27,7 +28,7 @@ function row(rows: string[][], ...first: string[]): string[] {
 const num = (cell: string) => Number.parseFloat(cell.replace(/×$/, ""));
 
 describe("switchyard bench split --quick", () => {
-  it("prints throughput, hop latency, wire bytes, start → ready and memory per shard, with sane values", async () => {
+  it("prints throughput, hop latency, wire bytes, start → ready, memory per shard and a mid-stream replacement, with sane values", async () => {
     const { code, out } = await runCli(["bench", "split", "--quick", "--threads", "2"]);
     expect(out).toContain("Greedy output identical in every config: yes.");
     expect(out).toContain("Engine threads: unsplit 2, split=2 1+1, split=3 1+1+1");
@@ -62,7 +63,14 @@ describe("switchyard bench split --quick", () => {
       expect(num(r[6]!)).toBeGreaterThan(lo);
       expect(num(r[6]!)).toBeLessThan(hi);
     }
+    // Replacement: the serving tail SIGKILLed mid-stream, the stream went on on its replica with the unsplit text, no error event.
+    const replaced = row(table(out, "| kills | stall ms"), "1");
+    expect(replaced[5]).toBe("1");
+    expect(replaced[6]).toBe("yes");
+    expect(replaced[7]).toBe("0");
+    expect(num(replaced[1]!)).toBeGreaterThan(0);
     expect(out).toMatch(/Targets: split=2 ≥ 0\.9× unsplit at 1 streams: (met|NOT met)/);
+    expect(out).toContain("a killed tail replaced mid-stream (same text, no error event): met");
     expect(code).toBe(0);
   }, 300_000);
 });
