@@ -4,7 +4,7 @@
 // memory measured. A range outside the model is refused with a clear message
 // instead of restarting forever.
 import { afterAll, describe, expect, it } from "vitest";
-import { catalog, startAgent, type AgentHandle } from "@switchyard/agent";
+import { catalog, planModel, resolveModel, startAgent, type AgentHandle } from "@switchyard/agent";
 import { MemoryRegistryStore } from "@switchyard/state";
 import { parseLayers } from "../../apps/cli/src/commands/worker.ts";
 import { engineBinary, WORKER_TOKEN } from "../helpers/worker.ts";
@@ -16,7 +16,7 @@ afterAll(async () => {
   await Promise.all(agents.map((a) => a.stop()));
 });
 
-async function agent(id: string, layers?: { start: number; end: number }) {
+async function agent(id: string, layers?: { start: number; end: number }, memoryBudget?: number) {
   const a = await startAgent({
     registry: new MemoryRegistryStore(),
     models: [LLM],
@@ -29,6 +29,7 @@ async function agent(id: string, layers?: { start: number; end: number }) {
     drainGraceMs: 0,
     log: () => {},
     ...(layers ? { layers } : {}),
+    ...(memoryBudget ? { memoryBudget } : {}),
   });
   agents.push(a);
   return a;
@@ -60,11 +61,22 @@ describe("a worker serving a layer range (real engine)", () => {
     expect(rec.kvCacheBytes).toBe(0);
   }, 120_000);
 
-  it("refuses a range outside the model with a clear message", async () => {
-    const bad = await agent("shard-bad", { start: 0, end: 31 });
-    await expect(bad.supervisor.whenReady()).rejects.toThrow(/--layers 0-31: .*not within the model's 30 blocks/);
+  it("refuses a range outside the model with a clear message, before loading anything", async () => {
+    await expect(agent("shard-bad", { start: 0, end: 31 })).rejects.toThrow(/--layers 0-31: .*not within the model's 30 blocks/);
     expect(() => parseLayers("15")).toThrow(/START-END/);
     expect(() => parseLayers("20-10")).toThrow(/START must be below END/);
     expect(parseLayers("0-15")).toEqual({ start: 0, end: 15 });
   }, 60_000);
+
+  it("plans a shard's memory by its blocks: a budget the shard fits starts it, the same budget refuses the whole model", async () => {
+    const file = (await resolveModel(LLM)).path;
+    const [whole, tail] = await Promise.all([planModel(engineBinary(), file), planModel(engineBinary(), file, { start: 15, end: 30 })]);
+    expect(tail.kvBytesPerToken * 2).toBe(whole.kvBytesPerToken);
+    expect(tail.weightBytes).toBeLessThan(whole.weightBytes * 0.8);
+    const need = (p: typeof whole) => p.weightBytes + p.overheadBytes + p.kvBytesPerToken * 4 * 512;
+    const budget = Math.round((need(whole) + need(tail)) / 2);
+    const shard = await agent("shard-budget", { start: 15, end: 30 }, budget);
+    await shard.supervisor.whenReady();
+    await expect(agent("whole-budget", undefined, budget)).rejects.toThrow(/the models need \d+ MiB but the memory budget is \d+ MiB/);
+  }, 120_000);
 });

@@ -85,7 +85,8 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
   const maxBatch = opts.maxBatch;
   // Refuse what cannot fit before the engine tries (and the OOM killer ends it).
   const llamaModels = models.filter((m) => m.kind === ModelKind.LLAMA_GGUF);
-  const plans = await Promise.all(llamaModels.map(async (m) => ({ name: m.name, plan: await planModel(cpuBinary, m.path) })));
+  // A shard plans only its blocks (and the ends it holds), not the whole model.
+  const plans = await Promise.all(llamaModels.map(async (m) => ({ name: m.name, plan: await planModel(cpuBinary, m.path, opts.layers) })));
   checkFits(plans, { maxBatch, maxSeqLen: opts.maxSeqLen, budget: opts.memoryBudget ?? defaultMemoryBudget() });
   const supervisor = new EngineSupervisor({
     cpuBinary,

@@ -2,9 +2,10 @@
 //! the bytes the CPU kernels hold for the weights, the KV cache bytes one
 //! token costs, and the largest batch × context that fits a budget.
 //!
-//! `switchyard-engine plan --model PATH.gguf [--budget BYTES] [--batch B
-//! --context C] [--json]`; the agent runs it before loading a model and
-//! refuses one that cannot fit instead of being killed by the OOM killer.
+//! `switchyard-engine plan --model PATH.gguf [--layers START-END] [--budget
+//! BYTES] [--batch B --context C] [--json]`; the agent runs it before loading
+//! a model (with the shard's range for a shard) and refuses one that cannot
+//! fit instead of being killed by the OOM killer.
 
 use std::fs::File;
 use std::path::Path;
@@ -18,6 +19,9 @@ use crate::llama::{Arch, LlamaConfig};
 pub struct Plan {
     pub arch: String,
     pub n_layers: usize,
+    /// The blocks this plan covers, `[start, end)`: the whole model unless
+    /// planned for a shard.
+    pub layers: (usize, usize),
     pub train_ctx: usize,
     /// What the host executor holds for the weights (types kept as stored,
     /// others requantized to Q8_0, norms and biases as f32).
@@ -46,22 +50,64 @@ fn host_bytes(dt: GgmlDType, n: u64, is_matrix: bool) -> u64 {
     }
 }
 
+/// The block a tensor belongs to (`blk.N.…`), if any.
+fn block_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
 impl Plan {
     pub fn of_file(path: &Path) -> Result<Plan> {
+        Self::of_range(path, None)
+    }
+
+    /// The plan of blocks `[start, end)` as a shard loads them: its blocks,
+    /// the embedding table on the first shard, the final norm and the output
+    /// head on the last (the embedding table again where the head is tied to
+    /// it, as the shard keeps its own copy), and KV for its blocks only.
+    pub fn of_range(path: &Path, layers: Option<(usize, usize)>) -> Result<Plan> {
         let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
         let content = gguf_file::Content::read(&mut f).with_context(|| format!("reading GGUF {}", path.display()))?;
         let arch = Arch::from_name(content.metadata.get("general.architecture").context("general.architecture missing")?.to_string()?)?;
         let vocab = content.metadata.get("tokenizer.ggml.tokens").map(|v| v.to_vec().map(|t| t.len())).transpose()?.unwrap_or(0);
         let cfg = LlamaConfig::from_gguf(&content, arch, vocab)?;
-        let mut weight_bytes = 0u64;
-        for t in content.tensor_infos.values() {
-            let dims = t.shape.dims();
-            let n: u64 = dims.iter().map(|&d| d as u64).product();
-            weight_bytes += host_bytes(t.ggml_dtype, n, dims.len() == 2);
+        let (start, end) = layers.unwrap_or((0, cfg.n_layers));
+        if start >= end || end > cfg.n_layers {
+            bail!("layer range {start}-{end} is not within the model's {nl} blocks (start < end <= {nl})", nl = cfg.n_layers);
         }
-        let kv_bytes_per_token = (2 * cfg.n_layers * cfg.kv_dim() * 2) as u64;
+        let (first, last) = (start == 0, end == cfg.n_layers);
+        let bytes = |t: &gguf_file::TensorInfo| {
+            let dims = t.shape.dims();
+            host_bytes(t.ggml_dtype, dims.iter().map(|&d| d as u64).product(), dims.len() == 2)
+        };
+        let mut weight_bytes = 0u64;
+        for (name, t) in &content.tensor_infos {
+            let held = match (block_of(name), name.as_str()) {
+                (Some(b), _) => (start..end).contains(&b),
+                (None, "token_embd.weight") => first,
+                (None, "output_norm.weight" | "output.weight") => last,
+                // Anything else (RoPE factors, …) every shard keeps.
+                (None, _) => true,
+            };
+            if held {
+                weight_bytes += bytes(t);
+            }
+        }
+        if last && !first && !content.tensor_infos.contains_key("output.weight") {
+            if let Some(embd) = content.tensor_infos.get("token_embd.weight") {
+                weight_bytes += bytes(embd);
+            }
+        }
+        let kv_bytes_per_token = (2 * (end - start) * cfg.kv_dim() * 2) as u64;
         let rope = (cfg.train_ctx * cfg.rope_dims * 4 * if cfg.window.is_some() { 2 } else { 1 }) as u64;
-        Ok(Plan { arch: arch.name().into(), n_layers: cfg.n_layers, train_ctx: cfg.train_ctx, weight_bytes, kv_bytes_per_token, overhead_bytes: rope + (64 << 20) })
+        Ok(Plan {
+            arch: arch.name().into(),
+            n_layers: cfg.n_layers,
+            layers: (start, end),
+            train_ctx: cfg.train_ctx,
+            weight_bytes,
+            kv_bytes_per_token,
+            overhead_bytes: rope + (64 << 20),
+        })
     }
 
     /// Bytes for `batch` sequences of `context` positions each.
@@ -76,7 +122,7 @@ impl Plan {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let (mut model, mut budget, mut batch, mut context, mut json) = (None, None, None, None, false);
+    let (mut model, mut budget, mut batch, mut context, mut json, mut layers) = (None, None, None, None, false, None);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut num = |what: &str| -> Result<u64> { Ok(it.next().with_context(|| format!("{what} needs a value"))?.parse()?) };
@@ -86,11 +132,16 @@ pub fn run(args: &[String]) -> Result<()> {
             "--batch" => batch = Some(num("--batch")? as usize),
             "--context" => context = Some(num("--context")? as usize),
             "--json" => json = true,
+            "--layers" => {
+                let v = it.next().context("--layers needs START-END")?;
+                let (a, b) = v.split_once('-').with_context(|| format!("--layers {v:?} is not START-END"))?;
+                layers = Some((a.parse().with_context(|| format!("--layers {v:?}"))?, b.parse().with_context(|| format!("--layers {v:?}"))?));
+            }
             other => bail!("unexpected argument {other:?}"),
         }
     }
-    let model = model.context("usage: switchyard-engine plan --model PATH.gguf [--budget BYTES] [--batch B --context C] [--json]")?;
-    let plan = Plan::of_file(Path::new(&model))?;
+    let model = model.context("usage: switchyard-engine plan --model PATH.gguf [--layers START-END] [--budget BYTES] [--batch B --context C] [--json]")?;
+    let plan = Plan::of_range(Path::new(&model), layers)?;
     let need = match (batch, context) {
         (Some(b), Some(c)) => Some(plan.bytes_for(b, c)),
         _ => None,
@@ -113,6 +164,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let mib = |b: u64| b as f64 / 1048576.0;
     println!("{model}: {} ({} layers, trained context {})", plan.arch, plan.n_layers, plan.train_ctx);
+    if plan.layers != (0, plan.n_layers) {
+        println!("shard: blocks {}-{}", plan.layers.0, plan.layers.1);
+    }
     println!("weights {:.1} MiB, KV {} bytes per token, overhead {:.1} MiB", mib(plan.weight_bytes), plan.kv_bytes_per_token, mib(plan.overhead_bytes));
     if let (Some(n), Some(b), Some(c)) = (need, batch, context) {
         println!("batch {b} x context {c}: {:.1} MiB", mib(n));

@@ -304,3 +304,25 @@ fn hidden_states_across_shards_equal_the_unsplit_models_bit_for_bit() {
     let err = shards[1].shard_hidden_states(ShardInput::Tokens(&tokens), &[12], false, &mut s).unwrap_err();
     assert!(format!("{err:#}").contains("takes the previous shard's rows"), "{err:#}");
 }
+
+#[test]
+fn a_shards_memory_plan_matches_what_the_shard_loads() {
+    use switchyard_engine::plan::Plan;
+    let path = common::smollm_path();
+    let whole = LlamaModel::load(&path).unwrap();
+    let nl = whole.cfg.n_layers;
+    let close = |planned: u64, loaded: u64| (planned as f64 / loaded as f64 - 1.0).abs() < 0.02;
+    let p = Plan::of_file(&path).unwrap();
+    assert!(close(p.weight_bytes, whole.weight_bytes), "whole: planned {} loaded {}", p.weight_bytes, whole.weight_bytes);
+    assert_eq!(p.kv_bytes_per_token, whole.kv_bytes_per_token() as u64);
+    for range in [0..15, 15..nl, 0..10, 10..20, 20..nl] {
+        let (m, _) = shard(range.clone());
+        let p = Plan::of_range(&path, Some((range.start, range.end))).unwrap();
+        assert!(close(p.weight_bytes, m.weight_bytes), "{range:?}: planned {} loaded {}", p.weight_bytes, m.weight_bytes);
+        assert_eq!(p.kv_bytes_per_token, m.kv_bytes_per_token() as u64, "{range:?}");
+        assert!(p.weight_bytes < whole.weight_bytes);
+    }
+    // A range outside the model is refused, as the shard itself refuses it.
+    let err = Plan::of_range(&path, Some((10, nl + 1))).unwrap_err().to_string();
+    assert!(err.contains("is not within the model's 30 blocks"), "{err}");
+}

@@ -1,6 +1,6 @@
 // Memory planning before a model loads: the engine reads the GGUF's header
 // (`switchyard-engine plan`) and reports the bytes its weights take on the
-// CPU kernels and the KV bytes per token; the agent adds the KV of
+// CPU kernels and the KV bytes per token — for a shard, of its blocks only; the agent adds the KV of
 // maxBatch sequences of maxSeqLen positions and refuses models that do not
 // fit the memory budget, with an error that says why, instead of being
 // killed by the OOM killer halfway through loading.
@@ -18,8 +18,14 @@ export interface ModelPlan {
   trainCtx: number;
 }
 
-export async function planModel(binary: string, file: string): Promise<ModelPlan> {
-  const { stdout } = await run(binary, ["plan", "--model", file, "--json"], { maxBuffer: 1 << 20 });
+/** The plan of the whole model, or of blocks [start, end) as a shard loads them. */
+export async function planModel(binary: string, file: string, layers?: { start: number; end: number }): Promise<ModelPlan> {
+  const range = layers ? ["--layers", `${layers.start}-${layers.end}`] : [];
+  const { stdout } = await run(binary, ["plan", "--model", file, ...range, "--json"], { maxBuffer: 1 << 20 }).catch((err: Error & { stderr?: string }) => {
+    // The engine's own words (a bad range, an unreadable file), not execFile's command line.
+    const why = err.stderr?.trim().replace(/^plan: /, "");
+    throw new Error(why ? `${layers ? `--layers ${layers.start}-${layers.end}: ` : ""}${why}` : err.message);
+  });
   const p = (JSON.parse(stdout) as { plan: { weight_bytes: number; kv_bytes_per_token: number; overhead_bytes: number; train_ctx: number } }).plan;
   return { weightBytes: p.weight_bytes, kvBytesPerToken: p.kv_bytes_per_token, overheadBytes: p.overhead_bytes, trainCtx: p.train_ctx };
 }
