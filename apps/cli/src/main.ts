@@ -47,6 +47,7 @@ export async function main(argv: string[]): Promise<number> {
         split: { type: "string" },
         next: { type: "string" },
         "next-token": { type: "string" },
+        "shard-keepalive": { type: "string" },
         embedded: { type: "boolean" },
         processes: { type: "string" },
         profile: { type: "string" },

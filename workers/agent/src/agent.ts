@@ -142,14 +142,14 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
     ? new LazyShardLink(opts.next, () => {
         const l = shardModel();
         return l && digest ? { model: l.model, digest, layerStart: l.layerEnd } : undefined;
-      })
+      }, opts.shardKeepaliveMs)
     : undefined;
   // The head shard (block 0 on) answers generations like a whole worker, down
   // the pipeline: the static --next one, or the one a router's route names.
   const paths = opts.layers?.start === 0 ? new ShardPaths(() => {
     const l = shardModel();
     return l && digest ? { model: l.model, digest, layerStart: l.layerEnd } : undefined;
-  }) : undefined;
+  }, opts.shardKeepaliveMs) : undefined;
   if (paths) {
     ctx.pipeline = new PipelineHead(() => supervisor.client, shardModel, next, { f16: opts.shardF16, depth: opts.pipelineDepth, paths, log });
     ctx.shardHead = { pipeline: ctx.pipeline as PipelineHead, shard: shardModel, digest: digest ?? "" };
@@ -163,7 +163,7 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
   });
   // Rows this shard forwards for an earlier one (a middle shard); the head counts its own.
   const forwarded = { frameBytes: 0, rowBytes: 0 };
-  const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, workerId: id, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log, wire: forwarded });
+  const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, workerId: id, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log, wire: forwarded, keepaliveMs: opts.shardKeepaliveMs });
   const shardWire = (): ShardWire => {
     const head = ctx.pipeline instanceof PipelineHead ? ctx.pipeline.wire : { frameBytes: 0, rowBytes: 0 };
     const link = next?.bytes() ?? { sent: 0, received: 0 };

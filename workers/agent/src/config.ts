@@ -74,6 +74,12 @@ export const WorkerConfigSchema = z
     next: PeerSchema.optional(),
     /** Send activations to the next shard as f16 rows (half the bytes; f32 is exact). */
     shardF16: z.boolean().default(false),
+    /**
+     * A shard connection silent this long (ms) counts as lost, like a closed
+     * one: the keepalive this shard asks of the next (it pings every quarter
+     * of it). 0 turns it off.
+     */
+    shardKeepaliveMs: z.union([z.literal(0), z.number().int().min(200).max(600_000)]).default(5000),
     /** On the head shard: steps (micro-batches) in flight down the pipeline at once (default: one per shard, from its share of the blocks). */
     pipelineDepth: z.number().int().min(1).max(64).optional(),
     /** Model cache root (default: defaultCacheDir()). */

@@ -28,6 +28,7 @@ export interface WorkerFlags {
   layers?: string;
   next?: string;
   "next-token"?: string;
+  "shard-keepalive"?: string;
 }
 
 /**
@@ -90,6 +91,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
     ...(layers ? { layers } : {}),
     // The next shard of a split model, and the credential it accepts (default: this worker's own).
     ...(flags.next ? { next: { url: flags.next, token: flags["next-token"] ?? token } } : {}),
+    ...(flags["shard-keepalive"] !== undefined ? { shardKeepaliveMs: Number(flags["shard-keepalive"]) } : {}),
   }).catch((err: unknown) => {
     redis.disconnect();
     throw err instanceof WorkerConfigError ? new UsageError(`worker: ${err.message}`) : err;

@@ -20,10 +20,13 @@
 //     OK            empty
 //     ERROR         UTF-8 message
 //     LOST          UTF-8 worker id, "\n", message: a shard down the
-//                   pipeline is gone (its connection closed or refused) —
-//                   the head may rebuild the pipeline around it
+//                   pipeline is gone (its connection closed or refused, or
+//                   it fell silent) — the head may rebuild the pipeline around it
+//     PING          empty, tag 0: the keepalive (link.ts), sent by each end
+//                   every quarter of it, outside the order of the other
+//                   frames; never answered
 
-export const FrameKind = { OPEN: 1, STEP: 2, CLOSE: 3, HIDDEN: 4, OK: 16, SAMPLES: 18, HIDDEN_STATES: 19, ERROR: 31, LOST: 32 } as const;
+export const FrameKind = { OPEN: 1, STEP: 2, CLOSE: 3, HIDDEN: 4, PING: 5, OK: 16, SAMPLES: 18, HIDDEN_STATES: 19, ERROR: 31, LOST: 32 } as const;
 export type FrameKindValue = (typeof FrameKind)[keyof typeof FrameKind];
 
 /** Header bytes after the length prefix. */

@@ -4,7 +4,9 @@
 // bearer credential routers use for that worker (a static `--next`), or a
 // router's shard ticket for that worker with its leg of the route
 // (registry/shard-route.ts). Requests are tagged, so many may be in flight on
-// the one connection.
+// the one connection. A keepalive (PINGs both ways) finds a peer that vanished
+// without closing the connection (a host gone, a partition, a frozen
+// process): it counts as lost, like one whose connection closed.
 import http from "node:http";
 import https from "node:https";
 import type { Socket } from "node:net";
@@ -37,6 +39,20 @@ export interface ShardExpectation {
   layerStart: number;
 }
 
+/**
+ * The keepalive the connecting shard asks for, in ms: each end sends a PING
+ * every quarter of it, and takes the other for gone when it has heard
+ * nothing (no frame, no byte) for that long. A PING is never answered: each
+ * end hears the other's own, so one end's large frame going out does not
+ * hide the other's liveness (its PINGs come the other way). The accepting
+ * shard echoes the header in its 101 when it keeps the keepalive (an older
+ * one would not, and is not held to it).
+ */
+export const KEEPALIVE_HEADER = "x-switchyard-shard-keepalive";
+export const DEFAULT_KEEPALIVE_MS = 5000;
+/** The keepalives a shard accepts from a peer (ms). */
+export const KEEPALIVE_RANGE = { min: 200, max: 600_000 } as const;
+
 export const EXPECT_HEADERS = { model: "x-switchyard-shard-model", digest: "x-switchyard-shard-digest", layerStart: "x-switchyard-shard-start" } as const;
 /** A routed connection's headers: the leg (base64url JSON), the ticket, and the replica ids chosen after it. */
 export const ROUTE_HEADERS = { leg: "x-switchyard-shard-leg", ticket: "x-switchyard-shard-ticket", path: "x-switchyard-shard-path" } as const;
@@ -60,6 +76,48 @@ export class ShardLostError extends ShardLinkError {
 export function lostBody(err: ShardLostError): Buffer {
   return Buffer.from(`${err.worker}\n${err.message}`, "utf8");
 }
+
+/**
+ * Calls `onSilent` once when no byte came in on `socket` for `timeoutMs`;
+ * `ping` runs every quarter of it. A verdict waits for the I/O this process
+ * had not read yet (an event loop that was busy is not a silent peer), and a
+ * check that itself ran late starts the window over. Returns the function
+ * that stops watching (also done when the socket closes).
+ */
+export function watchSilence(socket: Socket, timeoutMs: number, onSilent: (silentMs: number) => void, ping: () => void): () => void {
+  let heardAt = Date.now();
+  const every = Math.max(50, Math.floor(timeoutMs / 4));
+  let tickAt = Date.now();
+  const heard = () => (heardAt = Date.now());
+  socket.on("data", heard);
+  const timer = setInterval(() => {
+    const now = Date.now();
+    // This process was held up (not the peer): the peer gets a fresh window.
+    if (now - tickAt > 2 * every) heardAt = now;
+    tickAt = now;
+    if (now - heardAt >= timeoutMs) {
+      // After the poll phase: bytes already in the kernel get read (and counted) first.
+      setImmediate(() => {
+        const silent = Date.now() - heardAt;
+        if (silent < timeoutMs || socket.destroyed) return;
+        stop();
+        onSilent(silent);
+      });
+      return;
+    }
+    if (!socket.destroyed) ping();
+  }, every);
+  timer.unref();
+  const stop = () => {
+    clearInterval(timer);
+    socket.off("data", heard);
+  };
+  socket.once("close", stop);
+  return stop;
+}
+
+/** The keepalive frame (the same bytes every time). */
+export const PING_FRAME = encodeFrame({ kind: FrameKind.PING, dtype: 0, tag: 0, body: new Uint8Array() });
 
 export class ShardLink {
   private tag = 0;
@@ -85,6 +143,7 @@ export class ShardLink {
         return;
       }
       for (const f of frames) {
+        if (f.kind === FrameKind.PING) continue;
         const p = this.pending.get(f.tag);
         if (!p) continue;
         this.pending.delete(f.tag);
@@ -101,7 +160,26 @@ export class ShardLink {
     socket.on("error", (err) => this.fail(new ShardLostError(peerName, `shard ${peerName}: ${err.message}`)));
   }
 
-  static connect(peer: ShardPeer, expect?: ShardExpectation, timeoutMs = 5000): Promise<ShardLink> {
+  /** Pings the peer and takes it for gone after `timeoutMs` of silence (it said it keeps the keepalive). */
+  private keepalive(timeoutMs: number): void {
+    watchSilence(
+      this.socket,
+      timeoutMs,
+      (silent) => {
+        this.fail(new ShardLostError(this.peerName, `shard ${this.peerName}: silent for ${silent} ms (keepalive ${timeoutMs} ms), taken for gone`));
+        this.socket.destroy();
+      },
+      () => {
+        this.bytesSent += PING_FRAME.length;
+        this.socket.write(PING_FRAME);
+      },
+    );
+  }
+
+  /** Opens a link to `peer`; `keepaliveMs` (0: none) is the silence after which it is taken for gone. */
+  static connect(peer: ShardPeer, expect?: ShardExpectation, opts: { timeoutMs?: number; keepaliveMs?: number } = {}): Promise<ShardLink> {
+    const timeoutMs = opts.timeoutMs ?? 5000;
+    const keepaliveMs = opts.keepaliveMs ?? DEFAULT_KEEPALIVE_MS;
     const u = new URL(SHARD_PATH, peer.url);
     const mod = u.protocol === "https:" ? https : http;
     const name = peer.id ?? peer.url;
@@ -115,6 +193,7 @@ export class ShardLink {
             : {}),
           connection: "Upgrade",
           upgrade: SHARD_PROTOCOL,
+          ...(keepaliveMs > 0 ? { [KEEPALIVE_HEADER]: String(keepaliveMs) } : {}),
           ...(expect
             ? { [EXPECT_HEADERS.model]: expect.model, [EXPECT_HEADERS.digest]: expect.digest, [EXPECT_HEADERS.layerStart]: String(expect.layerStart) }
             : {}),
@@ -129,6 +208,8 @@ export class ShardLink {
         }
         socket.setNoDelay(true);
         const link = new ShardLink(socket, name);
+        // Only a peer that said it keeps the keepalive is held to it.
+        if (keepaliveMs > 0 && Number(res.headers[KEEPALIVE_HEADER]) === keepaliveMs) link.keepalive(keepaliveMs);
         if (head.length) socket.unshift(head);
         resolve(link);
       });
@@ -198,6 +279,8 @@ export class LazyShardLink {
     readonly peer: ShardPeer,
     /** What this shard expects of the next (known once its own shard is loaded). */
     private readonly expect?: () => ShardExpectation | undefined,
+    /** The keepalive asked of the next shard (ms; 0: none). */
+    private readonly keepaliveMs = DEFAULT_KEEPALIVE_MS,
   ) {}
 
   async get(): Promise<ShardLink> {
@@ -211,7 +294,7 @@ export class LazyShardLink {
       this.retired.received += this.current.bytesReceived;
       this.current = undefined;
     }
-    this.link = ShardLink.connect(this.peer, this.expect?.());
+    this.link = ShardLink.connect(this.peer, this.expect?.(), { keepaliveMs: this.keepaliveMs });
     this.link.then((l) => (this.current = l), () => {});
     return this.link;
   }

@@ -31,7 +31,11 @@ export class ShardPaths {
   private readonly lost = new Map<string, number>();
   private readonly sweeper: NodeJS.Timeout;
 
-  constructor(private readonly expect: () => ShardExpectation | undefined) {
+  constructor(
+    private readonly expect: () => ShardExpectation | undefined,
+    /** The keepalive asked of the first shard of each path (ms; 0: none). */
+    private readonly keepaliveMs?: number,
+  ) {
     this.sweeper = setInterval(() => this.sweep(), 10_000);
     this.sweeper.unref();
   }
@@ -66,7 +70,7 @@ export class ShardPaths {
           const first = chosen[0]!;
           // This route's tickets open the connection; later sequences on the same replicas reuse it.
           const peer = { url: first.url, id: first.id, routed: { ticket: first.ticket, leg: legOf(route, 0), path: hops.slice(1) } };
-          entry = { link: new LazyShardLink(peer, this.expect), usedAt: Date.now() };
+          entry = { link: new LazyShardLink(peer, this.expect, this.keepaliveMs), usedAt: Date.now() };
           this.links.set(key, entry);
         }
         entry.usedAt = Date.now();

@@ -4,10 +4,13 @@
 // frames — OPEN / CLOSE applied here and passed on down the pipeline, STEP run
 // through this shard's blocks and its output rows sent straight to the next
 // shard (the static one, or the replica the leg chose), whose reply (the last
-// shard's samples) comes back the same way. A next shard that is gone is
-// reported LOST, by name, so the head can rebuild around it.
+// shard's samples) comes back the same way. A next shard that is gone (or
+// silent past the keepalive) is reported LOST, by name, so the head can
+// rebuild around it; a connecting shard that falls silent is dropped, which
+// frees what it opened here.
 import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, Server } from "node:http";
+import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { HiddenStatesResultSchema, HiddenStatesSchema, ShardCloseSchema, ShardOpenSchema, ShardOutputSchema, type Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
@@ -15,7 +18,7 @@ import type { EngineClient } from "../engine/client.ts";
 import { decodeShardLeg, verifyShardTicket, type ShardLeg } from "@switchyard/state";
 import { decodeStep, encodeFrame, encodeStep, FrameKind, FrameReader, type Frame } from "./frame.ts";
 import { shardHiddenStates } from "./hidden.ts";
-import { EXPECT_HEADERS, LazyShardLink, lostBody, ROUTE_HEADERS, SHARD_PATH, SHARD_PROTOCOL, ShardLostError } from "./link.ts";
+import { DEFAULT_KEEPALIVE_MS, EXPECT_HEADERS, KEEPALIVE_HEADER, KEEPALIVE_RANGE, LazyShardLink, lostBody, PING_FRAME, ROUTE_HEADERS, SHARD_PATH, SHARD_PROTOCOL, ShardLostError, watchSilence } from "./link.ts";
 
 export interface ShardServerOptions {
   token: string;
@@ -31,6 +34,8 @@ export interface ShardServerOptions {
   log: (msg: string, fields?: Record<string, unknown>) => void;
   /** Counts what this shard forwards: STEP frame bytes and the raw rows in them. */
   wire?: { frameBytes: number; rowBytes: number };
+  /** The keepalive this shard asks of the shards it connects onward to along a route (ms; 0: none). */
+  keepaliveMs?: number;
 }
 
 function credentialOk(header: string | undefined, token: string): boolean {
@@ -60,7 +65,21 @@ export function attachShardServer(server: Server, opts: ShardServerOptions): { c
     }
     const mismatch = expectationMismatch(req, opts);
     if (mismatch) return refuse("409 Conflict", mismatch);
-    socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${SHARD_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`);
+    // The sender's keepalive: both ends ping every quarter of it, so silence that long means it is gone.
+    const keepalive = Number(req.headers[KEEPALIVE_HEADER]);
+    const watched = Number.isInteger(keepalive) && keepalive >= KEEPALIVE_RANGE.min && keepalive <= KEEPALIVE_RANGE.max;
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${SHARD_PROTOCOL}\r\nconnection: Upgrade\r\n${watched ? `${KEEPALIVE_HEADER}: ${keepalive}\r\n` : ""}\r\n`);
+    if (watched) {
+      watchSilence(
+        socket as Socket,
+        keepalive,
+        (silent) => {
+          opts.log("shard connection silent: dropped", { silentMs: silent, keepaliveMs: keepalive });
+          socket.destroy();
+        },
+        () => socket.write(PING_FRAME),
+      );
+    }
     open.add(socket);
     socket.on("close", () => open.delete(socket));
     // A routed connection's onward link is its own: it goes with it, once the sequences opened over it are freed.
@@ -105,7 +124,7 @@ function routedNext(req: IncomingMessage, opts: ShardServerOptions): { ok: true;
   if (!hop) return { ok: false, status: "400 Bad Request", message: `the chosen next shard '${String(path[0]).slice(0, 64)}' is not one the route names for blocks ${stage.start}-${stage.end}` };
   const onward = { model: leg.model, digest: leg.digest, exp: leg.exp, start: stage.start, end: stage.end, rest: leg.rest.slice(1) };
   const expect = { model: leg.model, digest: leg.digest, layerStart: shard.layerEnd };
-  return { ok: true, next: new LazyShardLink({ url: hop.url, id: hop.id, routed: { ticket: hop.ticket, leg: onward, path: path.slice(1) } }, () => expect) };
+  return { ok: true, next: new LazyShardLink({ url: hop.url, id: hop.id, routed: { ticket: hop.ticket, leg: onward, path: path.slice(1) } }, () => expect, opts.keepaliveMs ?? DEFAULT_KEEPALIVE_MS) };
 }
 
 /** Why this shard can't follow the connecting one (another model or file, blocks that don't continue its own), if it can't. */
@@ -152,6 +171,8 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions,
       return;
     }
     for (const f of frames) {
+      // The peer's keepalive: hearing it was the point (watchSilence), nothing to run or answer.
+      if (f.kind === FrameKind.PING) continue;
       // This shard's part runs in order; waiting for the next shard's reply
       // does not hold up the frames behind it (micro-batches overlap).
       const handled = chain.then(() => handle(f, opts, opened));
