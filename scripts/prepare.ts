@@ -1,6 +1,7 @@
-// Fetches the default models and builds the CPU engine (both cached outside
-// the clone), with progress. `npm test` and `.ci/run` call it first so tests
-// never time out on a first download or a cold cargo build.
+// Fetches the default models, builds the CPU engine and installs the Python
+// tools the tests drive (all cached outside the clone), with progress. `npm
+// test` and `.ci/run` call it first so tests never time out on a first
+// download, a cold cargo build or a pip install.
 import { catalog, ensureEngine, resolveModel } from "@switchyard/agent";
 
 const t0 = Date.now();
@@ -14,3 +15,7 @@ process.stderr.write(`» engine: ${bin}\n» prepared in ${((Date.now() - t0) / 1
 // The OpenAPI fuzzer the API test runs (test/router/openapi.test.ts), from PyPI into its own cached venv.
 const { ensureSchemathesis } = await import("./schemathesis.ts");
 process.stderr.write(`» schemathesis: ${await ensureSchemathesis((s) => process.stderr.write(`${s}\n`))}\n`);
+
+// The Python clients the e2e client test drives (test/e2e/python-clients.test.ts), into their own cached venv.
+const { ensurePythonClients } = await import("./python-clients.ts");
+process.stderr.write(`» python clients: ${await ensurePythonClients((s) => process.stderr.write(`${s}\n`))}\n`);
