@@ -180,21 +180,41 @@ describe("split models placed by the router from heartbeats", () => {
     await fx.registry.remove("tail-fake");
   }, 60_000);
 
-  it("leases apply to a pipeline as to a worker: a lease on any of its shards keeps others off it and gives it to the holder", async () => {
+  it("leases apply to a pipeline as to a worker: a leased replica is left out for others and put first for its holder; with a stage's every replica leased the pipeline is the holders' alone", async () => {
     const t = await createTenant(fx.db.db, "split-holder");
     if (!t.ok) throw new Error("tenant");
     const holder = (await createKey(fx.db.db, t.tenant.id)).key;
-    const res = await fetch(`${fx.router.url}/v1/leases`, { method: "POST", headers: { authorization: `Bearer ${holder}`, "content-type": "application/json" }, body: JSON.stringify({ worker: "tail-b", duration_s: 30 }) });
-    expect(res.status).toBe(201);
-    const lease = (await res.json()) as { id: string };
+    const lease = async (worker: string) => {
+      const res = await fetch(`${fx.router.url}/v1/leases`, { method: "POST", headers: { authorization: `Bearer ${holder}`, "content-type": "application/json" }, body: JSON.stringify({ worker, duration_s: 30 }) });
+      expect(res.status).toBe(201);
+      return ((await res.json()) as { id: string }).id;
+    };
+    const release = (id: string) => fetch(`${fx.router.url}/v1/leases/${id}`, { method: "DELETE", headers: { authorization: `Bearer ${holder}` } });
     const ask = (key: string, extra: Record<string, string> = {}) =>
-      fetch(`${fx.router.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", ...extra }, body: JSON.stringify({ model: LLM, messages: story, max_tokens: 2 }) });
+      fetch(`${fx.router.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "x-switchyard-debug": "route", ...extra }, body: JSON.stringify({ model: LLM, messages: story, max_tokens: 2 }) });
+    const chain = (res: Response) => /^pipeline\[[^\]]*\]/.exec(res.headers.get("x-switchyard-route") ?? "")?.[0];
+
+    // One tail leased: the others still get the pipeline, through the tail nobody holds (the head is sent only that one).
+    const b = await lease("tail-b");
     const other = await ask(fx.key);
-    expect(other.status).toBe(503);
-    expect(((await other.json()) as { error: { message: string } }).error.message).toMatch(/leased by another tenant/);
-    expect((await ask(holder, { "x-switchyard-lease": lease.id })).status).toBe(200);
-    await fetch(`${fx.router.url}/v1/leases/${lease.id}`, { method: "DELETE", headers: { authorization: `Bearer ${holder}` } });
-    await waitFor(async () => (await ask(fx.key)).status === 200, { timeoutMs: 5000, what: "the pipeline free again" });
+    expect(other.status).toBe(200);
+    expect(chain(other)).toBe("pipeline[head 0-15 > tail-a 15-30]");
+    // The holder gets its leased tail first (the other as its replica).
+    const mine = await ask(holder, { "x-switchyard-lease": b });
+    expect(mine.status).toBe(200);
+    expect(chain(mine)).toBe("pipeline[head 0-15 > tail-b|tail-a 15-30]");
+
+    // Both tails leased: no pipeline is left for others; each lease's holder runs on its own tail only.
+    const a = await lease("tail-a");
+    const blocked = await ask(fx.key);
+    expect(blocked.status).toBe(503);
+    expect(((await blocked.json()) as { error: { message: string } }).error.message).toMatch(/leased by another tenant/);
+    const onA = await ask(holder, { "x-switchyard-lease": a });
+    expect(onA.status).toBe(200);
+    expect(chain(onA)).toBe("pipeline[head 0-15 > tail-a 15-30]");
+
+    await Promise.all([release(a), release(b)]);
+    await waitFor(async () => /> (tail-a\|tail-b|tail-b\|tail-a) 15-30\]$/.test(chain(await ask(fx.key)) ?? ""), { timeoutMs: 5000, what: "the pipeline with both tails free again" });
   }, 60_000);
 
   it("replaces a tail killed mid-stream with its live replica: same text as the unsplit model, no error event", async () => {

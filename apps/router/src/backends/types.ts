@@ -78,8 +78,16 @@ export interface Backend {
   supports(path: InferencePath): boolean;
   /** The worker's registry id (self-hosted backends). */
   readonly workerId?: string;
-  /** A split model's pipeline: every worker it may use, head first (a lease on any of them keeps others off it). */
+  /** A split model's pipeline: every worker it may use, head first. */
   readonly pipelineWorkers?: readonly string[];
+  /**
+   * A split model's pipeline, for this request: leave out the workers `skip`
+   * names (replicas leased by someone else), `prefer` first in its stage;
+   * false when it cannot run without them (its head, or a stage's every replica).
+   */
+  narrow?(skip: (workerId: string) => boolean, prefer?: string): boolean;
+  /** Its name in x-switchyard-route, when it has a better one than its score's (a pipeline's chain, as narrowed). */
+  describe?(): string;
   /**
    * Send the request; resolves once the upstream answered with 2xx headers,
    * rejects with UpstreamFailure otherwise. `signal` aborts the call.

@@ -148,8 +148,11 @@ export class LeaseDirectory {
    * all it gets.
    */
   async skipLeased(backends: Backend[], queue: LeaseQueueOptions, signal?: AbortSignal): Promise<SkipResult> {
-    // A pipeline is leased when any worker it may use is (a lease reserves that GPU for its holder).
-    const leasedIn = (list: Backend[]) => list.filter((b) => (b.pipelineWorkers ?? (b.workerId !== undefined ? [b.workerId] : [])).some((id) => this.leaseOf(id) !== undefined));
+    // A lease reserves that GPU for its holder. A pipeline goes without its
+    // leased replicas (narrowed for this request), and is leased only when it
+    // cannot: its head is, or every replica of some stage.
+    const leasedNow = (id: string) => this.leaseOf(id) !== undefined;
+    const leasedIn = (list: Backend[]) => list.filter((b) => (b.narrow ? !b.narrow(leasedNow) : b.workerId !== undefined && leasedNow(b.workerId)));
     let leased = leasedIn(backends);
     if (leased.length === 0) return { backends, leasedWorkers: [] };
     const without = (skip: Backend[]) => backends.filter((b) => !skip.includes(b));

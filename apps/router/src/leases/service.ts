@@ -180,8 +180,11 @@ export class LeaseService {
 
   private async routeHolder(backends: Backend[], leaseId: string, tenantId: number, model: string): Promise<LeaseRouting> {
     const lease = await this.holderLease(tenantId, leaseId);
-    // A split model's pipeline is the holder's when it uses the leased worker (any of its shards).
-    const mine = backends.filter((b) => b.workerId === lease.workerId || b.pipelineWorkers?.includes(lease.workerId));
+    // A split model's pipeline is the holder's when it uses the leased worker
+    // (any of its shards): the leased replica first in its stage, without
+    // replicas someone else leased.
+    const othersLease = (id: string) => id !== lease.workerId && this.directory.leaseOf(id) !== undefined;
+    const mine = backends.filter((b) => (b.workerId === lease.workerId || b.pipelineWorkers?.includes(lease.workerId)) && b.narrow?.(othersLease, lease.workerId) !== false);
     if (mine.length === 0) {
       const w = this.workers.all().find((x) => x.id === lease.workerId);
       if (w && acceptsNewWork(w)) throw new ApiError("invalid_request", `leased worker ${lease.workerId} does not serve model '${model}'`, "model");

@@ -6,7 +6,7 @@ import { encodeShardRoute, SHARD_ROUTE_HEADER, signShardRoute, type WorkerRecord
 import type { Backend } from "../backends/types.ts";
 import { WorkerBackend, type WorkerConnections } from "../backends/worker/client.ts";
 import type { WorkerDirectory } from "../routing/directory.ts";
-import { pipelineWorkers, routePlanOf, type PipelinePlan } from "./placement.ts";
+import { describePipeline, pipelineWithout, pipelineWorkers, routePlanOf, type PipelinePlan } from "./placement.ts";
 
 /** How long a route's tickets let the head open connections along it (a connection made in time lives on). */
 export const ROUTE_TICKET_MS = 10 * 60_000;
@@ -17,24 +17,47 @@ const signed = new WeakMap<PipelinePlan, { header: string; until: number }>();
 
 export class PipelineBackend extends WorkerBackend {
   readonly pipelineWorkers: readonly string[];
+  private current: PipelinePlan;
 
   constructor(
-    readonly plan: PipelinePlan,
+    plan: PipelinePlan,
     private readonly conns: WorkerConnections,
     model = "",
   ) {
     super(plan.record, conns, model);
+    this.current = plan;
     this.pipelineWorkers = pipelineWorkers(plan);
+  }
+
+  /** The pipeline this request will use (narrowed, if it was). */
+  get plan(): PipelinePlan {
+    return this.current;
+  }
+
+  /**
+   * For this request only: drops the replicas `skip` names from the route
+   * the head gets, `prefer` first in its stage; false (and unchanged) when
+   * the pipeline cannot run without them.
+   */
+  narrow(skip: (workerId: string) => boolean, prefer?: string): boolean {
+    const p = pipelineWithout(this.current, skip, prefer);
+    if (!p) return false;
+    this.current = p;
+    return true;
+  }
+
+  describe(): string {
+    return describePipeline(this.current);
   }
 
   protected override extraHeaders(): Record<string, string> {
     const now = Date.now();
-    let s = signed.get(this.plan);
+    let s = signed.get(this.current);
     if (!s || s.until < now) {
-      const route = signShardRoute(routePlanOf(this.plan), (id) => this.conns.tokenFor(id), now + ROUTE_TICKET_MS);
+      const route = signShardRoute(routePlanOf(this.current), (id) => this.conns.tokenFor(id), now + ROUTE_TICKET_MS);
       // Without credentials for a stage's replicas the head gets no route and refuses clearly.
       s = { header: route ? encodeShardRoute(route) : "", until: now + REUSE_MS };
-      signed.set(this.plan, s);
+      signed.set(this.current, s);
     }
     return s.header ? { [SHARD_ROUTE_HEADER]: s.header } : {};
   }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { decodeShardLeg, decodeShardRoute, encodeShardRoute, legOf, restRoute, signShardRoute, verifyShardTicket, workerRecordSchema, type WorkerRecord } from "@switchyard/state";
-import { describePipeline, pipelineWorkers, placePipelines, routePlanOf } from "./placement.ts";
+import { describePipeline, pipelineWithout, pipelineWorkers, placePipelines, routePlanOf } from "./placement.ts";
 
 const M = "smollm2-135m-instruct";
 const D1 = "a".repeat(64);
@@ -34,6 +34,26 @@ describe("placement of split models from heartbeats", () => {
     expect(pipelineWorkers(p)).toEqual(["h1", "t2", "t1"]);
     // Routed as one worker: the head's id and URL, the model, the capacity of its smallest stage.
     expect(p.record).toMatchObject({ id: "h1", models: [M], capacity: 8 });
+  });
+
+  it("leaves out replicas (leased by others) and puts one first, unless the pipeline cannot run without them", () => {
+    const p = placePipelines([shard("h", 0, 10), shard("m1", 10, 20), shard("m2", 10, 20, { inFlight: 2 }), shard("t1", 20, 30), shard("t2", 20, 30, { inFlight: 7 })]).get(M)![0]!;
+    expect(describePipeline(p)).toBe("pipeline[h 0-10 > m1|m2 10-20 > t1|t2 20-30]");
+    const skip = (...ids: string[]) => (id: string) => ids.includes(id);
+    // Nothing to leave out: the plan itself.
+    expect(pipelineWithout(p, skip("other"))).toBe(p);
+    // One replica of a stage: the others serve it; the record's load is that of the busiest first replica now.
+    const q = pipelineWithout(p, skip("t1"))!;
+    expect(describePipeline(q)).toBe("pipeline[h 0-10 > m1|m2 10-20 > t2 20-30]");
+    expect(q.record.inFlight).toBe(7);
+    expect(routePlanOf(q).stages.map((s) => s.hops.map((h) => h.id))).toEqual([["m1", "m2"], ["t2"]]);
+    expect(describePipeline(p)).toBe("pipeline[h 0-10 > m1|m2 10-20 > t1|t2 20-30]");
+    // The holder's leased replica first in its stage.
+    expect(describePipeline(pipelineWithout(p, skip(), "m2")!)).toBe("pipeline[h 0-10 > m2|m1 10-20 > t1|t2 20-30]");
+    expect(describePipeline(pipelineWithout(p, skip("m1"), "t2")!)).toBe("pipeline[h 0-10 > m2 10-20 > t2|t1 20-30]");
+    // Without its head, or without every replica of a stage, there is no pipeline.
+    expect(pipelineWithout(p, skip("h"))).toBeUndefined();
+    expect(pipelineWithout(p, skip("t1", "t2"))).toBeUndefined();
   });
 
   it("prefers fewer hops, covers three-way splits, and gives every head its pipeline", () => {

@@ -128,6 +128,27 @@ function pipelineRecord(head: WorkerRecord, model: string, stages: PipelineStage
   };
 }
 
+/**
+ * The pipeline without the workers `skip` names (leased by someone else),
+ * and with `prefer` first in its stage: undefined when it cannot run without
+ * them — its head is one, or they are every replica of some stage. The plan
+ * itself when nothing changes.
+ */
+export function pipelineWithout(p: PipelinePlan, skip: (workerId: string) => boolean, prefer?: string): PipelinePlan | undefined {
+  if (skip(p.head.id)) return undefined;
+  let changed = false;
+  const stages: PipelineStage[] = [];
+  for (const s of p.stages) {
+    let replicas = s.replicas.filter((w) => !skip(w.id));
+    if (replicas.length === 0) return undefined;
+    const at = prefer === undefined ? -1 : replicas.findIndex((w) => w.id === prefer);
+    if (at > 0) replicas = [replicas[at]!, ...replicas.slice(0, at), ...replicas.slice(at + 1)];
+    if (replicas.length !== s.replicas.length || replicas.some((w, i) => w !== s.replicas[i])) changed = true;
+    stages.push({ ...s, replicas });
+  }
+  return changed ? { ...p, stages, record: pipelineRecord(p.head, p.model, stages) } : p;
+}
+
 /** What the head is told (before tickets): the stages after it, replicas in order. */
 export function routePlanOf(p: PipelinePlan): RoutePlan {
   return { model: p.model, digest: p.digest, stages: p.stages.map((s) => ({ start: s.start, end: s.end, hops: s.replicas.map((w) => ({ id: w.id, url: w.url })) })) };

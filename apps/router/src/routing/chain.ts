@@ -176,7 +176,8 @@ export class BackendChain {
       backends: ranked.map((r) => r.backend),
       known,
       scores,
-      explain: () => explainRanking(scores),
+      // Read when the answer goes out: a pipeline names the replicas its head was sent (leases narrow them).
+      explain: () => explainRanking(ranked.map((r) => (r.backend.describe ? { ...r.score, id: r.backend.describe() } : r.score))),
       observe: (backend) => scorer.begin(backend, klass),
     };
   }
