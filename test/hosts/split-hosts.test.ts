@@ -6,6 +6,10 @@
 // from their heartbeats, and activations go head → middle → tail over the
 // fabric. Greedy output through the router equals the unsplit model's,
 // streamed and not, and so do hidden states gathered from the three hosts.
+// Then a second tail joins and the serving tail's cable is cut mid-stream —
+// no FIN, no RST, its packets just stop: the middle shard's keepalive takes
+// it for lost, the head rebuilds on the other tail, and the stream goes on
+// with the unsplit text and no error event.
 import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -57,7 +61,7 @@ async function invite(name: string): Promise<string[]> {
 
 beforeAll(async () => {
   fabric = Fabric.create();
-  for (const h of ["router", "redis", "pg", "shard-head", "shard-mid", "shard-tail"]) fabric.addHost(h);
+  for (const h of ["router", "redis", "pg", "shard-head", "shard-mid", "shard-tail", "shard-tail-b"]) fabric.addHost(h);
   redis = await startNsRedis(fabric, "redis", { password: REDIS_PASSWORD });
   pg = await startNsPostgres(fabric, "pg");
   await cli(["migrate"]);
@@ -113,11 +117,48 @@ async function viaRouter(q: string, stream: boolean): Promise<{ text: string; ro
   return { text, route };
 }
 
-async function unsplit(q: string): Promise<string> {
+/** A greedy chat streamed through the router; `onFirst` runs once the first text arrived (with the route header). */
+async function streamVia(q: string, maxTokens: number, onFirst: (route: string) => void): Promise<{ text: string; events: string[]; stallMs: number }> {
+  const res = await fetch(`${routerUrl}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "x-switchyard-debug": "route" },
+    body: JSON.stringify({ model: LLM, messages: [{ role: "user", content: q }], temperature: 0, max_tokens: maxTokens, stream: true }),
+    signal: AbortSignal.timeout(90_000),
+  });
+  expect(res.status).toBe(200);
+  const route = res.headers.get("x-switchyard-route") ?? "";
+  const reader = res.body!.getReader();
+  const dec = new TextDecoder();
+  let raw = "";
+  let firedAt = 0;
+  let stallMs = -1;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    const chunk = dec.decode(value, { stream: true });
+    raw += chunk;
+    if (firedAt && stallMs < 0 && (chunk.includes('"content":"') || chunk.includes('{"error"'))) stallMs = performance.now() - firedAt;
+    if (!firedAt && raw.includes('"content":"')) {
+      onFirst(route);
+      firedAt = performance.now();
+    }
+  }
+  const events = raw
+    .split("\n\n")
+    .filter((e) => e.startsWith("data: "))
+    .map((e) => e.slice(6));
+  const text = events
+    .filter((e) => e !== "[DONE]" && !e.startsWith('{"error"'))
+    .map((e) => (JSON.parse(e) as { choices?: { delta?: { content?: string } }[] }).choices?.[0]?.delta?.content ?? "")
+    .join("");
+  return { text, events, stallMs };
+}
+
+async function unsplit(q: string, maxTokens = 16): Promise<string> {
   const res = await fetch(`${whole.url}/v1/chat/completions`, {
     method: "POST",
     headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json" },
-    body: JSON.stringify({ model: LLM, messages: [{ role: "user", content: q }], temperature: 0, max_tokens: 16 }),
+    body: JSON.stringify({ model: LLM, messages: [{ role: "user", content: q }], temperature: 0, max_tokens: maxTokens }),
   });
   expect(res.status).toBe(200);
   return ((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content;
@@ -168,4 +209,34 @@ describe("a model split across hosts", () => {
     expect(res.headers.get("x-switchyard-route")).toMatch(/^pipeline\[/);
     expect(bytes.equals(Buffer.from(await ref.arrayBuffer()))).toBe(true);
   }, 60_000);
+
+  it("a tail whose cable is cut mid-stream (no FIN, no RST) is taken for lost by the keepalive and replaced by the other tail: the unsplit text, no error event", async () => {
+    const pin = ["--device", "cpu", "--engine", engineBinary()];
+    const args = await invite("shard-tail-b");
+    const tailB = args[args.indexOf("--id") + 1]!;
+    shards.set("shard-tail-b", fabric.spawn("shard-tail-b", process.execPath, [CLI, "worker", ...args, "--layers", "20-30", ...pin], workerEnv()));
+    await shards.get("shard-tail-b")!.waitFor(/serving smollm2-135m-instruct at (\S+)/, 90_000);
+    // Both tails in the chain the router sends.
+    await waitFor(async () => (await viaRouter("Say hi.", false)).route.includes(`|`), { timeoutMs: 30_000, intervalMs: 250, what: "the second tail in the pipeline" });
+    const q = "Tell me a long story about a lighthouse keeper and a storm.";
+    const want = await unsplit(q, 48);
+    let cut = "";
+    try {
+      const { text, events, stallMs } = await streamVia(q, 48, (route) => {
+        // The head takes the first tail the route names: that one's cable is cut.
+        const first = /> ([^ |]+)(\|[^ ]+)? 20-30\]/.exec(route)?.[1];
+        cut = first === tailB ? "shard-tail-b" : "shard-tail";
+        fabric.cutLink(cut);
+      });
+      expect(events.filter((e) => e.startsWith('{"error"'))).toEqual([]);
+      expect(events.at(-1)).toBe("[DONE]");
+      expect(text).toBe(want);
+      if (process.env.SY_TEST_LOG) console.info(`cut ${cut} → next text ${stallMs.toFixed(0)} ms`);
+      // Only the keepalive (5 s by default) can tell, then reopening and re-prefilling; generously.
+      expect(stallMs).toBeGreaterThan(0);
+      expect(stallMs).toBeLessThan(5000 + 10_000);
+    } finally {
+      if (cut) fabric.restoreLink(cut);
+    }
+  }, 240_000);
 });
