@@ -18,7 +18,7 @@ function issues(input: Record<string, unknown>): string[] {
 describe("worker config", () => {
   it("fills in the defaults a worker runs with", () => {
     const c = parseWorkerConfig(base, { SWITCHYARD_CACHE: "/srv/cache" });
-    expect(c).toMatchObject({ host: "127.0.0.1", port: 0, device: "auto", maxBatch: 16, maxSeqLen: 2048, heartbeatMs: 1000, ttlMs: 3000, drainGraceMs: 30_000, shardF16: false, cacheDir: "/srv/cache" });
+    expect(c).toMatchObject({ host: "127.0.0.1", port: 0, device: "auto", maxBatch: 16, maxSeqLen: 2048, heartbeatMs: 1000, ttlMs: 3000, drainGraceMs: 30_000, shardF16: false, shardKeepaliveMs: 5000, cacheDir: "/srv/cache" });
     expect(c.layers).toBeUndefined();
   });
 
@@ -37,6 +37,8 @@ describe("worker config", () => {
     expect(issues({ ...base, heartbeatMs: 1000, ttlMs: 1000 })).toEqual(["ttlMs"]);
     expect(issues({ ...base, next: { url: "http://10.0.0.2:9100", token: "t" } })).toEqual(["next"]);
     expect(issues({ ...base, next: { url: "not a url", token: "t" }, layers: { start: 0, end: 15 } })).toEqual(["next.url"]);
+    expect(issues({ ...base, shardKeepaliveMs: 50 })).toEqual(["shardKeepaliveMs"]);
+    expect(issues({ ...base, shardKeepaliveMs: 0 })).toEqual([]);
   });
 
   it("refuses an option it does not know (a typo is an error, not a default)", () => {

@@ -79,7 +79,11 @@ export const WorkerConfigSchema = z
      * one: the keepalive this shard asks of the next (it pings every quarter
      * of it). 0 turns it off.
      */
-    shardKeepaliveMs: z.union([z.literal(0), z.number().int().min(200).max(600_000)]).default(5000),
+    shardKeepaliveMs: z
+      .number()
+      .int()
+      .refine((ms) => ms === 0 || (ms >= 200 && ms <= 600_000), "must be 0 (off) or 200 to 600000 ms")
+      .default(5000),
     /** On the head shard: steps (micro-batches) in flight down the pipeline at once (default: one per shard, from its share of the blocks). */
     pipelineDepth: z.number().int().min(1).max(64).optional(),
     /** Model cache root (default: defaultCacheDir()). */
