@@ -172,13 +172,19 @@ export class BackendChain {
     }
     if (scorer.cfg.mode === "score") ranked = promoteFree(ranked, scorer.cfg.freeComparableRatio);
     const scores = ranked.map((r) => r.score);
+    // A request's worker counts as taken from now on, not only from its attempt's start.
+    const first = ranked[0]?.backend;
+    const unpick = cls !== undefined && first?.workerId !== undefined ? scorer.pick(first.id) : undefined;
     return {
       backends: ranked.map((r) => r.backend),
       known,
       scores,
       // Read when the answer goes out: a pipeline names the replicas its head was sent (leases narrow them).
       explain: () => explainRanking(ranked.map((r) => (r.backend.describe ? { ...r.score, id: r.backend.describe() } : r.score))),
-      observe: (backend) => scorer.begin(backend, klass),
+      observe: (backend) => {
+        unpick?.();
+        return scorer.begin(backend, klass);
+      },
     };
   }
 }

@@ -8,7 +8,9 @@
 //             backend has `minSamples`, the median of its peers' (new
 //             workers get a fair trial), or `defaultLatencyMs`
 //   load      (in flight + queued) / capacity — in flight is the larger of
-//             the heartbeat's count and this router's own live attempts
+//             the heartbeat's count and this router's own live attempts,
+//             plus the picks of this turn of the event loop whose attempts
+//             have not begun (pick(): a burst ranked at once spreads)
 //   failures  recent failure rate, failures / (attempts + 2)
 //   cents     expected cost of this request on a paid backend (price book)
 //
@@ -131,6 +133,11 @@ export class RouteScorer {
   /** backendId → attempts this router has in flight. */
   private readonly live = new Map<string, number>();
   private readonly turns = new Map<string, number>();
+  /** backendId → routing picks made this turn of the event loop whose attempts have not begun. */
+  private readonly picked = new Map<string, number>();
+  /** Counts the turns in which picks were made: a pick from an ended turn is not counted down again. */
+  private pickTurn = 0;
+  private pickClearScheduled = false;
   /** prefix key → the worker backend that last served it well (insertion order = age). */
   private readonly affinity = new Map<string, string>();
   private readonly random: () => number;
@@ -153,6 +160,42 @@ export class RouteScorer {
   /** Attempts this router has in flight on a backend. */
   inFlight(backendId: string): number {
     return this.live.get(backendId) ?? 0;
+  }
+
+  /**
+   * A routing decision's first candidate: it counts as in flight on that
+   * backend until its attempt begins (the returned function, idempotent) or
+   * this turn of the event loop ends. Requests ranked in one turn — a burst
+   * the admission gate lets through at once, or one whose waits all ended on
+   * the same promise — then see each other's picks: without this they all
+   * saw the same counts and took the same best worker, queueing on it while
+   * its peer sat idle.
+   */
+  pick(backendId: string): () => void {
+    if (!this.pickClearScheduled) {
+      this.pickClearScheduled = true;
+      setImmediate(() => {
+        this.pickClearScheduled = false;
+        this.picked.clear();
+        this.pickTurn++;
+      });
+    }
+    this.picked.set(backendId, (this.picked.get(backendId) ?? 0) + 1);
+    const turn = this.pickTurn;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      if (turn !== this.pickTurn) return;
+      const left = (this.picked.get(backendId) ?? 0) - 1;
+      if (left > 0) this.picked.set(backendId, left);
+      else this.picked.delete(backendId);
+    };
+  }
+
+  /** Picks on a backend whose attempts have not begun yet (see pick). */
+  picks(backendId: string): number {
+    return this.picked.get(backendId) ?? 0;
   }
 
   private p95Of(backendId: string, cls: RequestClass, now: number): { p95: number; n: number } {
@@ -207,7 +250,7 @@ export class RouteScorer {
     const measured = pool.map((w) => ({ w, id: `worker:${w.id}`, lat: this.p95Of(`worker:${w.id}`, cls, now) }));
     const prior = this.prior(measured.filter((m) => m.lat.n > 0).map((m) => m.lat.p95));
     const ranked: Ranked<WorkerRecord>[] = measured.map(({ w, id, lat }) => {
-      const inFlight = Math.max(w.inFlight, this.inFlight(id));
+      const inFlight = Math.max(w.inFlight, this.inFlight(id)) + this.picks(id);
       const load = (inFlight + w.queueDepth) / Math.max(1, w.capacity);
       const failureRate = this.failureRate(id, now);
       const p95 = lat.n > 0 ? lat.p95 : prior;
