@@ -180,7 +180,7 @@ describe("split models placed by the router from heartbeats", () => {
     await fx.registry.remove("tail-fake");
   }, 60_000);
 
-  it("leases apply to a pipeline as to a worker: a leased replica is left out for others and put first for its holder; with a stage's every replica leased the pipeline is the holders' alone", async () => {
+  it("leases apply to a pipeline as to a worker: a leased replica is left out for others and put first for its holder; with a stage's every replica leased the pipeline is the holders' alone, each fenced on its own", async () => {
     const t = await createTenant(fx.db.db, "split-holder");
     if (!t.ok) throw new Error("tenant");
     const holder = (await createKey(fx.db.db, t.tenant.id)).key;
@@ -212,6 +212,10 @@ describe("split models placed by the router from heartbeats", () => {
     const onA = await ask(holder, { "x-switchyard-lease": a });
     expect(onA.status).toBe(200);
     expect(chain(onA)).toBe("pipeline[head 0-15 > tail-a 15-30]");
+    // The head checks each tail's lease against that tail's own tokens: tail-a's newer lease does not make tail-b's stale.
+    const backOnB = await ask(holder, { "x-switchyard-lease": b });
+    expect(backOnB.status, await backOnB.clone().text()).toBe(200);
+    expect(chain(backOnB)).toBe("pipeline[head 0-15 > tail-b 15-30]");
 
     await Promise.all([release(a), release(b)]);
     await waitFor(async () => /> (tail-a\|tail-b|tail-b\|tail-a) 15-30\]$/.test(chain(await ask(fx.key)) ?? ""), { timeoutMs: 5000, what: "the pipeline with both tails free again" });

@@ -15,6 +15,8 @@ export interface BackendRequest {
   raw?: { accept: string };
   /** A lease holder's request: workers get it as x-switchyard-fencing-token and refuse older ones. */
   fencingToken?: number;
+  /** The leased worker the token belongs to (a shard of a split model's pipeline may be it, not the head). */
+  fencingWorker?: string;
 }
 
 /** What a backend is told about the request it is sent: only its id (x-request-id upstream). */

@@ -36,6 +36,8 @@ export interface LeaseRouting {
   backends: Backend[];
   /** Sent to the worker with every attempt of a lease holder's request. */
   fencingToken?: number;
+  /** The leased worker the token belongs to. */
+  fencingWorker?: string;
 }
 
 export interface LeaseServiceOptions {
@@ -192,7 +194,7 @@ export class LeaseService {
         "retry-after": String(this.opts.config.router.retryAfterS),
       });
     }
-    return { backends: mine, fencingToken: lease.fencingToken };
+    return { backends: mine, fencingToken: lease.fencingToken, fencingWorker: lease.workerId };
   }
 
   /** The tenant's live lease by id: Redis when it answers, this router's snapshot when it doesn't. */

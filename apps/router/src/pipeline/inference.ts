@@ -179,7 +179,7 @@ export class InferencePipeline {
     const place = this.place;
     return dispatch(
       leased.backends,
-      { path: this.path, body, stream: body.stream === true, ...(raw ? { raw } : {}), ...(leased.fencingToken !== undefined ? { fencingToken: leased.fencingToken } : {}) },
+      { path: this.path, body, stream: body.stream === true, ...(raw ? { raw } : {}), ...(leased.fencingToken !== undefined ? { fencingToken: leased.fencingToken, ...(leased.fencingWorker ? { fencingWorker: leased.fencingWorker } : {}) } : {}) },
       traced(this.trace, {
         requestId: c.get("requestId"),
         deadlines: deps.config.deadlines,

@@ -8,6 +8,12 @@
 import { createHmac, createPrivateKey, createPublicKey, sign, verify, type KeyObject } from "node:crypto";
 
 export const FENCING_SIGNATURE_HEADER = "x-switchyard-fencing-signature";
+/**
+ * The worker a fencing token belongs to, when it is not the one the request
+ * is sent to: a lease on a shard after a split model's head, whose token the
+ * head checks on that shard's behalf (its signature is for that worker's id).
+ */
+export const FENCING_WORKER_HEADER = "x-switchyard-fencing-worker";
 
 // PKCS#8 DER of an Ed25519 private key, up to the 32-byte seed (RFC 8410).
 const PKCS8_ED25519_PREFIX = Buffer.from("302e020100300506032b657004220420", "hex");

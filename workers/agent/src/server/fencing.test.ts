@@ -8,8 +8,9 @@ import { describe, expect, it } from "vitest";
 import type { EngineSupervisor } from "../engine/supervisor.ts";
 import { createWorkerApp } from "./app.ts";
 import type { WorkerContext } from "./context.ts";
-import { fencingPublicKey, FencingSigner } from "@switchyard/state";
-import { FENCING_SIGNATURE_HEADER, FencingGuard } from "./fencing.ts";
+import { encodeShardRoute, FENCING_WORKER_HEADER, fencingPublicKey, FencingSigner, SHARD_ROUTE_HEADER, signShardRoute } from "@switchyard/state";
+import type { PipelineHead } from "../shard/pipeline.ts";
+import { FENCING_SIGNATURE_HEADER, FencingGuard, ShardFencing } from "./fencing.ts";
 
 describe("FencingGuard", () => {
   it("accepts equal or newer tokens, refuses older ones, ignores requests without one", () => {
@@ -128,5 +129,45 @@ describe("signed fencing tokens (invited workers)", () => {
     expect(forged.status).toBe(403);
     expect(((await forged.json()) as { error: { code: string } }).error.code).toBe("unsigned_fencing_token");
     expect((await post("3", signer.sign("w9", 3))).status).toBe(404); // past fencing: no model loaded
+  });
+});
+
+describe("a head shard fencing the leases on the shards after it", () => {
+  const SECRET = "routers-secret-key-0123456789";
+  const publicKey = fencingPublicKey(SECRET);
+  const signer = new FencingSigner(SECRET);
+
+  it("keeps each shard's tokens apart, each signed for that shard's id", () => {
+    const f = new ShardFencing(publicKey);
+    expect(f.admit("t1", "7", signer.sign("t1", 7))).toEqual({ ok: true, token: 7 });
+    // Another replica's older lease is not stale: its tokens are its own.
+    expect(f.admit("t2", "3", signer.sign("t2", 3))).toEqual({ ok: true, token: 3 });
+    expect(f.admit("t1", "6", signer.sign("t1", 6))).toMatchObject({ ok: false, status: 409, code: "stale_fencing_token" });
+    // A signature for the head (or another shard) does not fence t2.
+    expect(f.admit("t2", "9", signer.sign("head", 9))).toMatchObject({ ok: false, status: 403 });
+  });
+
+  it("over HTTP: the head checks a shard's token only for a shard on the request's route, apart from its own", async () => {
+    const TOKEN = "worker-secret-789";
+    const supervisor = { state: "ready", client: { alive: true }, loaded: new Map() } as unknown as EngineSupervisor;
+    const base = { supervisor, token: TOKEN, inFlight: 0, begin: () => () => {}, draining: false, idle: async () => {}, log: () => {}, notePrefix: () => {}, fencingKey: { workerId: "head", publicKey } };
+    const head = createWorkerApp({ ...base, shardHead: { pipeline: {} as PipelineHead, shard: () => undefined, digest: "d".repeat(64) } });
+    const route = encodeShardRoute(signShardRoute({ model: "m", digest: "d".repeat(64), stages: [{ start: 15, end: 30, hops: [{ id: "t1", url: "http://10.0.0.2:9100" }, { id: "t2", url: "http://10.0.0.3:9100" }] }] }, () => "cred", Date.now() + 60_000)!);
+    const post = (app: ReturnType<typeof createWorkerApp>, fence: string, sig: string, worker?: string) =>
+      app.request("/v1/embeddings", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", "x-switchyard-fencing-token": fence, [FENCING_SIGNATURE_HEADER]: sig, [SHARD_ROUTE_HEADER]: route, ...(worker ? { [FENCING_WORKER_HEADER]: worker } : {}) },
+        body: JSON.stringify({ model: "m", input: "x" }),
+      });
+    // Past fencing: 404 (no model loaded).
+    expect((await post(head, "8", signer.sign("t1", 8), "t1")).status).toBe(404);
+    expect((await post(head, "5", signer.sign("t2", 5), "t2")).status).toBe(404);
+    expect((await post(head, "4", signer.sign("head", 4))).status).toBe(404);
+    expect((await post(head, "7", signer.sign("t1", 7), "t1")).status).toBe(409);
+    // A shard not on the route, or a worker that is no head: refused.
+    const off = await post(head, "9", signer.sign("t3", 9), "t3");
+    expect(off.status).toBe(400);
+    expect(((await off.json()) as { error: { code: string } }).error.code).toBe("invalid_fencing_token");
+    expect((await post(createWorkerApp(base), "9", signer.sign("t1", 9), "t1")).status).toBe(400);
   });
 });

@@ -105,3 +105,31 @@ export class FencingGuard {
     return { ok: true, token };
   }
 }
+
+/**
+ * A split model's head checks the fencing tokens of leases on the shards
+ * after it (whose requests all enter through a head): one guard per leased
+ * shard, since each lease's tokens only grow on its own worker — one
+ * counter for all would refuse the holder of one replica once another
+ * replica's newer lease had come through. In memory, at most `max` shards
+ * (the oldest forgotten first); with the routers' key, a token counts only
+ * with a router's signature for that shard's id.
+ */
+export class ShardFencing {
+  private readonly guards = new Map<string, FencingGuard>();
+
+  constructor(
+    private readonly publicKey?: string,
+    private readonly max = 256,
+  ) {}
+
+  admit(workerId: string, header: string | undefined | null, signature?: string | null): FencingVerdict {
+    let g = this.guards.get(workerId);
+    if (!g) {
+      g = new FencingGuard(undefined, this.publicKey ? { workerId, publicKey: this.publicKey } : undefined);
+      this.guards.set(workerId, g);
+      if (this.guards.size > this.max) this.guards.delete(this.guards.keys().next().value!);
+    }
+    return g.admit(header, signature);
+  }
+}

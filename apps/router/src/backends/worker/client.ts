@@ -2,7 +2,7 @@
 // origin keeps connections warm; the pool is shared by every request.
 import { Pool } from "undici";
 import type { LookupFunction } from "node:net";
-import { FENCING_SIGNATURE_HEADER, FencingSigner, workerCallSecret, type WorkerRecord } from "@switchyard/state";
+import { FENCING_SIGNATURE_HEADER, FENCING_WORKER_HEADER, FencingSigner, workerCallSecret, type WorkerRecord } from "@switchyard/state";
 import { parseSse } from "../../relay/sse.ts";
 import {
   boundedBody,
@@ -141,7 +141,10 @@ export class WorkerBackend implements Backend {
     if (token) headers.authorization = `Bearer ${token}`;
     if (req.fencingToken !== undefined) headers["x-switchyard-fencing-token"] = String(req.fencingToken);
     if (call.traceparent) headers.traceparent = call.traceparent;
-    const signature = req.fencingToken !== undefined ? this.connections.fencingSignature(this.worker.id, req.fencingToken) : undefined;
+    // A lease on a shard after a pipeline's head: the head checks the token for that shard (signed for its id).
+    const fenced = req.fencingWorker ?? this.worker.id;
+    if (req.fencingToken !== undefined && fenced !== this.worker.id) headers[FENCING_WORKER_HEADER] = fenced;
+    const signature = req.fencingToken !== undefined ? this.connections.fencingSignature(fenced, req.fencingToken) : undefined;
     if (signature) headers[FENCING_SIGNATURE_HEADER] = signature;
     Object.assign(headers, this.extraHeaders());
     let res;
