@@ -145,6 +145,10 @@ describe("openai (Python SDK)", () => {
     expect(s.usage?.completion_tokens).toBeGreaterThan(0);
   });
 
+  it("parse() with a model the grammar cannot hold (a format it does not know) is a 400 naming response_format", () => {
+    expect(report.results["sdk.parse.unenforceable"]).toMatchObject({ ok: false, error: "BadRequestError", status_code: 400, param: "response_format" });
+  });
+
   it('tool_choice "required" returns tool_calls whose arguments validate, with no content', () => {
     const r = ok<{ finish: string; content: string | null; calls: SdkCall[] }>("sdk.tools.required");
     expect(r.finish).toBe("tool_calls");
@@ -200,6 +204,14 @@ describe("LangChain (ChatOpenAI, OpenAIEmbeddings)", () => {
     expect(r.invalid).toEqual([]);
     expect(r.calls).toHaveLength(1);
     expectLcCalls(r.calls, weatherArgs);
+  });
+
+  it("a strict tool the grammar cannot hold is a 400 naming its parameters; not strict, the keyword is ignored and the call comes back", () => {
+    const r = ok<{ strict: { status_code: number; param: string } | null; lenient: LcCall[] }>("lc.tools.unenforceable");
+    expect(r.strict).toMatchObject({ status_code: 400, param: "tools[0].function.parameters" });
+    expect(r.lenient).toHaveLength(1);
+    expect(r.lenient[0]!.name).toBe("Host");
+    expect(typeof r.lenient[0]!.args.address).toBe("string");
   });
 
   it("streamed tool-call chunks add up to the call, with usage", () => {

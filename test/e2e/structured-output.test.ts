@@ -180,7 +180,16 @@ describe("response_format json_schema on SmolLM2", () => {
   it("a schema the grammar cannot enforce is a 400 naming the field (strict), ignored without strict", async () => {
     const odd = { type: "object", properties: { card: { type: "string", format: "credit-card" } }, required: ["card"] };
     const refused = client.chat.completions.create({ model: LLM, messages: [{ role: "user", content: "x" }], response_format: { type: "json_schema", json_schema: { name: "odd", schema: odd, strict: true } }, max_tokens: 8 });
-    await expect(refused).rejects.toMatchObject({ status: 400 });
+    await expect(refused).rejects.toMatchObject({ status: 400, param: "response_format" });
+    // A strict tool whose parameters the grammar cannot enforce: the 400 names that tool.
+    const oddTool = client.chat.completions.create({
+      model: LLM,
+      messages: [{ role: "user", content: "x" }],
+      tools: [tools[0]!, { type: "function", function: { name: "pay", parameters: odd, strict: true } }],
+      tool_choice: "required",
+      max_tokens: 8,
+    });
+    await expect(oddTool).rejects.toMatchObject({ status: 400, param: "tools[1].function.parameters" });
     const bad = client.chat.completions.create({ model: LLM, messages: [{ role: "user", content: "x" }], response_format: { type: "xml" } as never, max_tokens: 8 });
     await expect(bad).rejects.toMatchObject({ status: 400, param: "response_format.type" });
     const lenient = await client.chat.completions.create({ model: LLM, messages: [{ role: "user", content: "A card number." }], response_format: { type: "json_schema", json_schema: { name: "odd", schema: odd, strict: false } }, temperature: 0, max_tokens: 60 });

@@ -30,7 +30,7 @@ litellm.suppress_debug_info = True
 import openai  # noqa: E402
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_openai import ChatOpenAI, OpenAIEmbeddings
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, IPvAnyAddress
 from tokenizers import Tokenizer
 
 BASE_URL = os.environ["SY_BASE_URL"]
@@ -54,6 +54,14 @@ class GetWeather(BaseModel):
 
     city: str = Field(max_length=40, description="the city's name")
     unit: Literal["celsius", "fahrenheit"]
+
+
+class Host(BaseModel):
+    """A host on the network."""
+
+    name: str = Field(max_length=20)
+    # Pydantic writes {"format": "ipvanyaddress"}, a format no grammar knows.
+    address: IPvAnyAddress
 
 
 WEATHER_TOOL = {
@@ -164,6 +172,12 @@ def _():
     return {"deltas": deltas, "parsed": parsed(final.choices[0].message.parsed), "usage": usage and usage.model_dump(include={"prompt_tokens", "completion_tokens", "total_tokens"})}
 
 
+@check("sdk.parse.unenforceable")
+def _():
+    # parse() sends strict: true, so a keyword the grammar cannot hold is refused, naming the field.
+    return client.chat.completions.parse(model=CHAT, messages=[{"role": "user", "content": "A host."}], response_format=Host, max_tokens=60).choices[0].message.parsed
+
+
 @check("sdk.tools.required")
 def _():
     r = client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": ASK_WEATHER}], tools=[WEATHER_TOOL, TIME_TOOL], tool_choice="required", temperature=0, max_tokens=200)
@@ -249,6 +263,18 @@ def _():
 def _():
     msg = chat_model().bind_tools([GetWeather, TIME_TOOL], tool_choice="GetWeather", strict=True, parallel_tool_calls=False).invoke("Tell me about Paris.")
     return {"calls": lc_calls(msg.tool_calls), "invalid": msg.invalid_tool_calls, "finish": msg.response_metadata.get("finish_reason")}
+
+
+@check("lc.tools.unenforceable")
+def _():
+    # strict: the tool's parameters are refused by name; not strict: the format is ignored, the call comes back.
+    try:
+        chat_model(max_tokens=60).bind_tools([Host], tool_choice="Host", strict=True).invoke("A host.")
+        strict = None
+    except openai.BadRequestError as e:
+        strict = {"status_code": e.status_code, "param": e.param, "message": e.message}
+    lenient = chat_model(max_tokens=60).bind_tools([Host], tool_choice="Host").invoke("Describe the host web1 at 10.0.0.7.")
+    return {"strict": strict, "lenient": lc_calls(lenient.tool_calls)}
 
 
 @check("lc.tools.stream")

@@ -485,7 +485,11 @@ impl Engine {
         }
         let grammar = match &spec {
             None => None,
-            Some(spec) => Some(rt.grammars().and_then(|f| f.compile(spec)).map_err(|e| invalid(format!("constraint: {e:#}")))?),
+            // The message starts with the field at fault; the agent answers it as the 400's param.
+            Some(spec) => {
+                let factory = rt.grammars().map_err(|e| invalid(format!("{e:#}")))?;
+                Some(factory.compile(spec).map_err(|e| invalid(factory.refusal(spec, &e)))?)
+            }
         };
         if g.echo_prompt && !g.logprobs {
             let tok = &self.llama(&g.model)?.model.tokenizer;

@@ -94,8 +94,62 @@ impl GrammarFactory {
     }
 
     /// A matcher for one sequence. Errors are the request's fault (a schema
-    /// llguidance refuses, an unknown function).
+    /// llguidance refuses, an unknown function). Without strict, a `pattern`
+    /// llguidance cannot compile (look-around, backreferences) is ignored
+    /// like any other keyword it cannot enforce.
     pub fn compile(&self, spec: &GrammarSpec) -> Result<Grammar> {
+        match self.compile_as_given(spec) {
+            Ok(g) => Ok(g),
+            Err(e) => match self.without_bad_patterns(spec) {
+                Some(lenient) => self.compile_as_given(&lenient).map_err(|_| e),
+                None => Err(e),
+            },
+        }
+    }
+
+    /// `spec` with the patterns that do not compile dropped from its
+    /// non-strict schemas; None when there is none to drop.
+    fn without_bad_patterns(&self, spec: &GrammarSpec) -> Option<GrammarSpec> {
+        let mut out = spec.clone();
+        let mut dropped = false;
+        if !spec.strict {
+            if let Answer::JsonSchema(s) = &mut out.answer {
+                dropped |= self.drop_bad_patterns(s);
+            }
+        }
+        if let Some(choice) = &mut out.tools {
+            for f in choice.functions.iter_mut().filter(|f| !f.strict) {
+                dropped |= self.drop_bad_patterns(&mut f.parameters);
+            }
+        }
+        dropped.then_some(out)
+    }
+
+    fn drop_bad_patterns(&self, schema: &mut Value) -> bool {
+        let mut dropped = false;
+        match schema {
+            Value::Object(m) => {
+                if let Some(Value::String(p)) = m.get("pattern") {
+                    let alone = GrammarSpec { answer: Answer::JsonSchema(json!({"type": "string", "pattern": p})), strict: true, tools: None };
+                    if self.compile_as_given(&alone).is_err() {
+                        m.remove("pattern");
+                        dropped = true;
+                    }
+                }
+                for (k, v) in m.iter_mut() {
+                    // Values, not schemas: a const's own "pattern" key is data.
+                    if !matches!(k.as_str(), "const" | "enum" | "default" | "examples") {
+                        dropped |= self.drop_bad_patterns(v);
+                    }
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(|v| dropped |= self.drop_bad_patterns(v)),
+            _ => {}
+        }
+        dropped
+    }
+
+    fn compile_as_given(&self, spec: &GrammarSpec) -> Result<Grammar> {
         let grammar = spec.top_level()?;
         let parser = self.factory.create_parser(grammar)?;
         let matcher = Matcher::new(Ok(parser));
@@ -103,6 +157,33 @@ impl GrammarFactory {
             bail!("{e}");
         }
         Ok(Grammar { matcher, vocab: self.vocab, mask_ns: 0 })
+    }
+
+    /// Why `spec` does not compile, starting with the request field at fault
+    /// (the agent answers it as the 400's `param`): the first tool in play
+    /// whose parameters do not compile on their own, with that error rather
+    /// than the whole tool-call grammar's, else the response_format's schema.
+    pub fn refusal(&self, spec: &GrammarSpec, err: &anyhow::Error) -> String {
+        if let Some(choice) = &spec.tools {
+            if let tools::Mode::Function(name) = &choice.mode {
+                if !choice.functions.iter().any(|f| &f.name == name) {
+                    return format!("tool_choice: {err:#}");
+                }
+            }
+            for (i, f) in choice.functions.iter().enumerate() {
+                if matches!(&choice.mode, tools::Mode::Function(name) if name != &f.name) {
+                    continue;
+                }
+                let alone = GrammarSpec { answer: Answer::JsonSchema(f.parameters.clone()), strict: f.strict, tools: None };
+                if let Err(e) = self.compile(&alone) {
+                    return format!("tools[{i}].function.parameters: {e:#}");
+                }
+            }
+        }
+        match spec.answer {
+            Answer::Text => format!("tools: {err:#}"),
+            _ => format!("response_format: {err:#}"),
+        }
     }
 }
 

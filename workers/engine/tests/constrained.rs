@@ -216,14 +216,27 @@ fn refusals_and_the_prefix_cache() {
     // A keyword llguidance cannot enforce: refused with strict, ignored without.
     let odd = json!({"type": "string", "format": "credit-card"});
     let msg = refused(&mut e, "strict", gen(vec![user("x")], vec![], schema(odd.clone()), 8));
-    assert!(msg.contains("constraint"), "{msg}");
+    assert!(msg.starts_with("response_format: ") && msg.contains("credit-card"), "{msg}");
+    // A tool's parameters that do not compile: the message names that tool (the agent's param).
+    let mut odd_tool = time_tool();
+    odd_tool.parameters = json!({"type": "object", "properties": {"card": odd.clone()}, "required": ["card"]}).to_string();
+    odd_tool.strict = true;
+    let msg = refused(&mut e, "strict-tool", gen(vec![user("x")], vec![weather_tool(), odd_tool], tools_choice(ToolChoiceMode::Required, "", true), 8));
+    assert!(msg.starts_with("tools[1].function.parameters: ") && msg.contains("credit-card") && !msg.contains("<tool_call>"), "{msg}");
     e.send("lenient", request::Kind::Generate(gen(vec![user("Say a word in quotes.")], vec![], Some(Constraint { answer: Some(constraint::Answer::JsonSchema(odd.to_string())), strict: false, ..Default::default() }), 12)));
     let (_, text, _) = collect_generation(&e.until_end("lenient"));
     assert!(text.starts_with('"'), "{text:?}");
+    // So is a pattern llguidance cannot compile (look-ahead, which pydantic writes for Decimal).
+    let ahead = json!({"type": "object", "properties": {"n": {"type": "string", "pattern": "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$", "maxLength": 8}}, "required": ["n"]});
+    let msg = refused(&mut e, "strict-ahead", gen(vec![user("x")], vec![], schema(ahead.clone()), 8));
+    assert!(msg.starts_with("response_format: ") && msg.contains("look-around"), "{msg}");
+    e.send("lenient-ahead", request::Kind::Generate(gen(vec![user("A number as JSON.")], vec![], Some(Constraint { answer: Some(constraint::Answer::JsonSchema(ahead.to_string())), strict: false, ..Default::default() }), 20)));
+    let (_, text, _) = collect_generation(&e.until_end("lenient-ahead"));
+    assert!(serde_json::from_str::<Value>(&text).unwrap()["n"].is_string(), "{text:?}");
     let msg = refused(&mut e, "no-tools", gen(vec![user("x")], vec![], tools_choice(ToolChoiceMode::Required, "", true), 8));
     assert!(msg.contains("no tools"), "{msg}");
     let msg = refused(&mut e, "unknown-fn", gen(vec![user("x")], vec![weather_tool()], tools_choice(ToolChoiceMode::Function, "nope", true), 8));
-    assert!(msg.contains("nope"), "{msg}");
+    assert!(msg.starts_with("tool_choice: ") && msg.contains("nope"), "{msg}");
 
     // The same constrained prompt twice: the second takes the prompt from the
     // prefix cache and, greedy, writes the same JSON.

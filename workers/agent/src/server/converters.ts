@@ -358,12 +358,16 @@ export function echoLogprobs(entries: TokenLogprobs[]) {
   };
 }
 
-export const engineErrorStatus = (err: unknown): { status: number; code: string; message: string } => {
+/** A refusal's message that starts with the request field at fault (`tools[1].function.parameters: …`): that field. */
+const FIELD_PREFIX = /^([a-z_]+(?:\[\d+\])?(?:\.[a-z_]+)*): /;
+
+export const engineErrorStatus = (err: unknown): { status: number; code: string; message: string; param: string | null } => {
   if (err instanceof EngineError) {
     const invalid = err.code === 1 || err.code === 3; // INVALID_REQUEST, CONTEXT_LENGTH
-    return { status: invalid ? 400 : err.code === 2 ? 404 : 503, code: invalid ? "invalid_request" : err.code === 2 ? "model_not_found" : "engine_error", message: err.message };
+    const param = err.code === 1 ? (FIELD_PREFIX.exec(err.message)?.[1] ?? null) : null;
+    return { status: invalid ? 400 : err.code === 2 ? 404 : 503, code: invalid ? "invalid_request" : err.code === 2 ? "model_not_found" : "engine_error", message: err.message, param };
   }
-  return { status: 500, code: "internal_error", message: (err as Error)?.message ?? String(err) };
+  return { status: 500, code: "internal_error", message: (err as Error)?.message ?? String(err), param: null };
 };
 
 

@@ -196,7 +196,7 @@ export async function runGenerate(
       return Response.json({ id, object: opts.chat ? "chat.completion" : "text_completion", created, model: body.model, choices, usage: usage() });
     } catch (err) {
       const e = engineErrorStatus(err);
-      return errorJson(e.status, e.message, e.code);
+      return errorJson(e.status, e.message, e.code, e.param);
     } finally {
       release();
     }
@@ -212,7 +212,7 @@ export async function runGenerate(
     release();
     cancelAll();
     const e = engineErrorStatus(err);
-    return errorJson(e.status, e.message, e.code);
+    return errorJson(e.status, e.message, e.code, e.param);
   }
   const includeUsage = body.stream_options?.include_usage === true;
   const enc = new TextEncoder();

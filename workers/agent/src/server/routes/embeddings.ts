@@ -6,7 +6,7 @@ import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { EngineClient } from "../../engine/client.ts";
 import { EngineError } from "../../engine/client.ts";
 import type { WorkerContext } from "../context.ts";
-import { embeddingsData, toEmbed } from "../converters.ts";
+import { embeddingsData, engineErrorStatus, toEmbed } from "../converters.ts";
 import { errorJson } from "../errors.ts";
 import { unknownField } from "../fields.ts";
 import { engineRequestId, modelBody, requestId, traceSpanId } from "../request.ts";
@@ -44,7 +44,7 @@ async function runEmbeddings(ctx: WorkerContext, engine: EngineClient, body: Rec
     const prompt = ev.kind.value.usage?.promptTokens ?? 0;
     return Response.json({ object: "list", data, model: body.model, usage: { prompt_tokens: prompt, total_tokens: prompt } });
   } catch (err) {
-    if (err instanceof EngineError && err.code === 1) return errorJson(400, err.message, "invalid_request");
+    if (err instanceof EngineError && err.code === 1) return errorJson(400, err.message, "invalid_request", engineErrorStatus(err).param);
     return errorJson(503, (err as Error).message, "engine_error");
   } finally {
     signal.removeEventListener("abort", onAbort);
