@@ -185,6 +185,7 @@ describe("a shard that vanishes without closing its connection", () => {
     await new Promise<void>((resolve) => socket.once("close", () => resolve()));
     const ms = performance.now() - t0;
     expect(ms).toBeGreaterThanOrEqual(500);
-    expect(ms).toBeLessThan(600 + 5000);
+    // The keepalive, then the next check; generously (a loaded box delays timers).
+    expect(ms).toBeLessThan(600 + 10_000);
   }, 120_000);
 });
