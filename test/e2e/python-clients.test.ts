@@ -145,6 +145,15 @@ describe("openai (Python SDK)", () => {
     expect(s.usage?.completion_tokens).toBeGreaterThan(0);
   });
 
+  it("chat.completions.stream with n=2 and a Pydantic model: each streamed choice parses", () => {
+    const choices = ok<{ index: number; finish: string; parsed: Parsed }[]>("sdk.stream.parse.n2");
+    expect(choices.map((c) => c.index)).toEqual([0, 1]);
+    for (const c of choices) {
+      expect(c.finish).toBe("stop");
+      expectInstance(c.parsed, "Person");
+    }
+  });
+
   it("parse() with a model the grammar cannot hold (a format it does not know) is a 400 naming response_format", () => {
     expect(report.results["sdk.parse.unenforceable"]).toMatchObject({ ok: false, error: "BadRequestError", status_code: 400, param: "response_format" });
   });
@@ -181,7 +190,7 @@ describe("openai (Python SDK)", () => {
   it("embeddings of the model's own token ids equal the texts' embeddings", () => {
     const r = ok<{ ids: number[][]; dims: number[]; max_abs_diff: number; usage: number }>("sdk.embeddings.tokens");
     expect(r.dims).toEqual([384, 384]);
-    expect(r.max_abs_diff).toBe(0);
+    expect(r.max_abs_diff).toBeLessThan(1e-5);
     // Each input framed [CLS] .. [SEP] by the worker.
     expect(r.usage).toBe(r.ids.reduce((a, ids) => a + ids.length + 2, 0));
   });
@@ -226,13 +235,15 @@ describe("LangChain (ChatOpenAI, OpenAIEmbeddings)", () => {
   it('a ToolMessage goes back into the conversation; tool_choice "none" answers in text', () => {
     const r = ok<{ content: string; calls: unknown[]; finish: string; prompt_tokens: number }>("lc.tools.round_trip");
     expect(r.calls).toEqual([]);
-    expect(r.finish).toBe("stop");
+    expect(r.finish).not.toBe("tool_calls");
     expect(r.content.length).toBeGreaterThan(0);
     expect(r.content).not.toContain("<tool_call>");
   });
 
   it("OpenAIEmbeddings with check_embedding_ctx_length=False (LangChain's setting for providers other than OpenAI) embeds as the SDK does", () => {
-    expect(ok("lc.embeddings.text")).toEqual({ dims: [384, 384], max_abs_diff: 0 });
+    const r = ok<{ dims: number[]; max_abs_diff: number }>("lc.embeddings.text");
+    expect(r.dims).toEqual([384, 384]);
+    expect(r.max_abs_diff).toBeLessThan(1e-5);
   });
 
   it("OpenAIEmbeddings by default sends tiktoken's cl100k ids: outside this model's vocabulary they are a 400 naming input, not vectors of other tokens", () => {

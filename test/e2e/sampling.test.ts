@@ -110,13 +110,20 @@ describe("sampling fields on the real worker", () => {
     const texts = ["", "", ""];
     const finishes: Array<string | null> = [null, null, null];
     let usage: Json | undefined;
+    // Each choice first appears with its role, in index order (the openai Python SDK's stream helper needs it).
+    const opened: number[] = [];
     for (const c of chunks(s.text)) {
       if (c.usage) usage = c.usage;
       for (const ch of c.choices) {
+        if (!opened.includes(ch.index)) {
+          opened.push(ch.index);
+          expect(ch.delta.role).toBe("assistant");
+        }
         texts[ch.index] += ch.delta.content ?? "";
         if (ch.finish_reason) finishes[ch.index] = ch.finish_reason;
       }
     }
+    expect(opened).toEqual([0, 1, 2]);
     expect(texts).toEqual(r.choices.map((c) => c.message.content));
     expect(finishes.every((f) => f === "stop" || f === "length")).toBe(true);
     expect(usage?.completion_tokens).toBe(r.usage!.completion_tokens);

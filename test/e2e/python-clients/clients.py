@@ -60,8 +60,9 @@ class Host(BaseModel):
     """A host on the network."""
 
     name: str = Field(max_length=20)
-    # Pydantic writes {"format": "ipvanyaddress"}, a format no grammar knows.
-    address: IPvAnyAddress
+    # Pydantic writes {"format": "ipvanyaddress"}, a format no grammar knows;
+    # bounded, so that ignored the string still ends.
+    address: IPvAnyAddress = Field(json_schema_extra={"maxLength": 40})
 
 
 WEATHER_TOOL = {
@@ -170,6 +171,16 @@ def _():
         final = stream.get_final_completion()
     usage = final.usage
     return {"deltas": deltas, "parsed": parsed(final.choices[0].message.parsed), "usage": usage and usage.model_dump(include={"prompt_tokens", "completion_tokens", "total_tokens"})}
+
+
+@check("sdk.stream.parse.n2")
+def _():
+    # Two streamed choices, interleaved in one stream, each its own grammar.
+    with client.chat.completions.stream(model=CHAT, messages=[{"role": "user", "content": "Invent a user."}], response_format=Person, n=2, temperature=1, seed=5, max_tokens=200) as stream:
+        for _event in stream:
+            pass
+        final = stream.get_final_completion()
+    return [{"index": c.index, "finish": c.finish_reason, "parsed": parsed(c.message.parsed)} for c in final.choices]
 
 
 @check("sdk.parse.unenforceable")

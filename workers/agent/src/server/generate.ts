@@ -246,6 +246,17 @@ export async function runGenerate(
     async start(controller) {
       let current = first;
       let finished = 0;
+      // Several choices: each opens with its role, in index order, before any
+      // token, as OpenAI streams them. Clients build their snapshot from the
+      // first chunk and append the indices after it (the openai Python SDK's
+      // chat.completions.stream() failed with IndexError when choice 1 spoke first).
+      if (opts.chat && runs.length * n > 1) {
+        for (let index = 0; index < runs.length * n; index++) {
+          const delta = parserOf(index) ? { role: "assistant" } : { role: "assistant", content: "" };
+          sentRole.add(index);
+          controller.enqueue(sse(JSON.stringify({ id, object: "chat.completion.chunk", created, model: body.model, choices: [{ index, delta, finish_reason: null, logprobs: null }] })));
+        }
+      }
       try {
         while (!current.done) {
           const [p, ev] = current.value;
