@@ -165,6 +165,19 @@ describe("openai (Python SDK)", () => {
     expectSdkCalls(r.calls, { get_weather: weatherArgs, get_time: timeArgs });
   });
 
+  it("tool_choice allowed_tools (chat and Responses): only the allowed function is called; one that is not among the tools is a 400", () => {
+    const r = ok<{ finish: string; calls: SdkCall[]; unknown: { status_code: number; param: string } | null; responses: { type: string; name: string | null; arguments: string | null }[] }>("sdk.tools.allowed");
+    expect(r.finish).toBe("tool_calls");
+    expectSdkCalls(r.calls, { get_time: timeArgs });
+    expect(r.unknown).toEqual({ status_code: 400, param: "tool_choice.allowed_tools.tools" });
+    const calls = r.responses.filter((o) => o.type === "function_call");
+    expect(calls.length).toBeGreaterThan(0);
+    for (const c of calls) {
+      expect(c.name).toBe("get_time");
+      expect(timeArgs(JSON.parse(c.arguments!))).toBe(true);
+    }
+  });
+
   it("parse() with a strict pydantic_function_tool, parallel_tool_calls false: one call, arguments parsed into the model", () => {
     const r = ok<{ finish: string; calls: SdkCall[]; parsed: Parsed[] }>("sdk.tools.parse");
     expect(r.finish).toBe("tool_calls");

@@ -196,6 +196,34 @@ def _():
     return {"finish": c.finish_reason, "content": c.message.content, "calls": sdk_calls(c.message.tool_calls)}
 
 
+@check("sdk.tools.allowed")
+def _():
+    # allowed_tools: of the two tools, only get_time may be called, and one must be.
+    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "get_time"}}]}}
+    r = client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": ASK_WEATHER}], tools=[WEATHER_TOOL, TIME_TOOL], tool_choice=choice, temperature=0, max_tokens=200)
+    c = r.choices[0]
+    try:
+        bad = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "nope"}}]}}
+        client.chat.completions.create(model=CHAT, messages=[{"role": "user", "content": "x"}], tools=[WEATHER_TOOL], tool_choice=bad, max_tokens=8)
+        unknown = None
+    except openai.BadRequestError as e:
+        unknown = {"status_code": e.status_code, "param": e.param}
+    rr = client.responses.create(
+        model=CHAT,
+        input=ASK_WEATHER,
+        tools=[{"type": "function", "name": f["function"]["name"], "parameters": f["function"]["parameters"]} for f in (WEATHER_TOOL, TIME_TOOL)],
+        tool_choice={"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_time"}]},
+        temperature=0,
+        max_output_tokens=200,
+    )
+    return {
+        "finish": c.finish_reason,
+        "calls": sdk_calls(c.message.tool_calls),
+        "unknown": unknown,
+        "responses": [{"type": o.type, "name": getattr(o, "name", None), "arguments": getattr(o, "arguments", None)} for o in rr.output],
+    }
+
+
 @check("sdk.tools.parse")
 def _():
     # pydantic_function_tool marks the function strict: parse() then parses its arguments into the model.

@@ -9,6 +9,7 @@ import type { PoolPlace } from "../admission/gate.ts";
 import type { KeyOwner } from "../auth/key-store.ts";
 import type { Backend, InferencePath } from "../backends/types.ts";
 import { normalizeMaxOutput, promptTokensUpperBound } from "../billing/estimate.ts";
+import { narrowAllowedTools } from "./allowed-tools.ts";
 import type { RequestTab } from "../billing/guard.ts";
 import type { AppDeps, AppEnv } from "../deps.ts";
 import { ApiError } from "../errors.ts";
@@ -69,6 +70,7 @@ export class InferencePipeline {
   async run(): Promise<Response> {
     // One output limit, before the budget hold and before any upstream sees the body.
     normalizeMaxOutput(this.path, this.body);
+    narrowAllowedTools(this.path, this.body);
     await this.limit();
     await stage(this.trace, "admission", () => this.admit()).catch((err: unknown) => {
       this.rate?.settle(undefined);

@@ -129,7 +129,14 @@ function chatToolChoice(choice: unknown): unknown {
   if (choice === undefined || choice === null) return undefined;
   if (choice === "auto" || choice === "none" || choice === "required") return choice;
   if (isObject(choice) && choice.type === "function" && typeof choice.name === "string") return { type: "function", function: { name: choice.name } };
-  reject("tool_choice", "must be 'auto', 'none', 'required' or a function ({type:'function', name})");
+  if (isObject(choice) && choice.type === "allowed_tools" && (choice.mode === "auto" || choice.mode === "required") && Array.isArray(choice.tools) && choice.tools.length > 0) {
+    const tools = choice.tools.map((t, i) => {
+      if (!isObject(t) || t.type !== "function" || typeof t.name !== "string") reject(`tool_choice.tools[${i}]`, "must be a function ({type:'function', name})");
+      return { type: "function", function: { name: t.name } };
+    });
+    return { type: "allowed_tools", allowed_tools: { mode: choice.mode, tools } };
+  }
+  reject("tool_choice", "must be 'auto', 'none', 'required', a function ({type:'function', name}) or allowed_tools ({type:'allowed_tools', mode, tools})");
 }
 
 function responseFormat(text: unknown): Json | undefined {

@@ -53,7 +53,17 @@ export const structuredFields = {
     )
     .max(128)
     .nullish(),
-  tool_choice: z.union([z.enum(["none", "auto", "required"]), z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string() }) })]).nullish(),
+  tool_choice: z
+    .union([
+      z.enum(["none", "auto", "required"]),
+      z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string() }) }),
+      // Call only these of the tools (pipeline/allowed-tools.ts narrows `tools` to them).
+      z.looseObject({
+        type: z.literal("allowed_tools"),
+        allowed_tools: z.looseObject({ mode: z.enum(["auto", "required"]), tools: z.array(z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string() }) })).min(1).max(128) }),
+      }),
+    ])
+    .nullish(),
   parallel_tool_calls: z.boolean().nullish(),
 };
 
@@ -68,7 +78,10 @@ export const chatCompletionSchema = z
     if (choice == null || choice === "none") return;
     const names = (body.tools ?? []).map((t) => t.function.name);
     if (names.length === 0) ctx.addIssue({ code: "custom", path: ["tool_choice"], message: "needs tools" });
-    else if (typeof choice === "object" && !names.includes(choice.function.name)) {
+    else if (typeof choice === "object" && choice.type === "allowed_tools") {
+      const missing = choice.allowed_tools.tools.find((t) => !names.includes(t.function.name));
+      if (missing) ctx.addIssue({ code: "custom", path: ["tool_choice", "allowed_tools", "tools"], message: `'${missing.function.name}' is not among the tools` });
+    } else if (typeof choice === "object" && !names.includes(choice.function.name)) {
       ctx.addIssue({ code: "custom", path: ["tool_choice"], message: `'${choice.function.name}' is not among the tools` });
     }
   });
