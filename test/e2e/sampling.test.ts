@@ -174,7 +174,7 @@ describe("sampling fields on the real worker", () => {
     expect(list.json.usage.prompt_tokens).toBe(fromText.json.usage.prompt_tokens + other.json.usage.prompt_tokens);
   }, 60_000);
 
-  it("embeddings of token ids (LangChain's default input) equal their text's", async () => {
+  it("embeddings of the model's own token ids equal their text's", async () => {
     const text = (await client.embeddings.create({ model: EMB, input: "hello world" })).data[0]!.embedding;
     // bert-base-uncased ids: hello 7592, world 2088 ([CLS]/[SEP] added as for text).
     const ids = (await client.embeddings.create({ model: EMB, input: [[7592, 2088]] })).data[0]!.embedding;

@@ -333,7 +333,12 @@ export function toEmbed(model: string, input: unknown, vocabSize: number): Embed
   const tokens: number[][] = [];
   for (const l of lists) {
     if (!Array.isArray(l) || l.length === 0) return bad("mixes strings and token ids, or holds an empty token list");
-    for (const t of l) if (!Number.isSafeInteger(t) || (t as number) < 0 || (t as number) >= vocabSize) return bad(`${String(t)} is not a token id of this model (0 to ${vocabSize - 1})`);
+    for (const t of l) {
+      if (!Number.isSafeInteger(t) || (t as number) < 0 || (t as number) >= vocabSize) {
+        // The usual sender: LangChain's OpenAIEmbeddings, which tokenizes with tiktoken by default.
+        return bad(`${String(t)} is not a token id of this model (0 to ${vocabSize - 1}); token ids are the model's own, so a client that tokenizes with tiktoken (LangChain's OpenAIEmbeddings by default) must send the text instead (check_embedding_ctx_length=False)`);
+      }
+    }
     tokens.push(l as number[]);
   }
   return embed([], tokens);
