@@ -4,6 +4,6 @@ export const benches = {
   router: async (opts: import("./router.ts").RouterBenchOptions) => (await import("./router.ts")).runRouterBench(opts),
   admission: async (opts: { quick: boolean }) => (await import("./admission.ts")).runAdmissionBench(opts),
   routing: async (opts: { quick: boolean }) => (await import("./routing.ts")).runRoutingBench(opts),
-  engine: async (opts: { quick: boolean; model?: string }) => (await import("./engine.ts")).runEngineBench(opts),
+  engine: async (opts: { quick: boolean; model?: string; reference?: import("./engine.ts").ReferenceChoice }) => (await import("./engine.ts")).runEngineBench(opts),
   split: async (opts: { quick: boolean; levels?: number[]; threads?: number }) => (await import("./split.ts")).runSplitBench(opts),
 };

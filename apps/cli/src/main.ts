@@ -51,6 +51,7 @@ export async function main(argv: string[]): Promise<number> {
         embedded: { type: "boolean" },
         processes: { type: "string" },
         profile: { type: "string" },
+        reference: { type: "string" },
         // budgets, prices
         "daily-cents": { type: "string" },
         "daily-usd": { type: "string" },

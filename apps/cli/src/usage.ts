@@ -65,8 +65,10 @@ Usage:
   switchyard bench router --profile DIR [--quick]
                                         a CPU profile (node --cpu-prof) of one router under 100 streams, top functions printed
                                         router overhead and money-path benchmarks (prints tables)
-  switchyard bench engine [--quick] [--model NAME]
-                                        engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct)
+  switchyard bench engine [--quick] [--model NAME] [--reference both|native|node]
+                                        engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct):
+                                        llama.cpp built for this CPU (llama-cpp-python, built on first use, ~8 min on 2 cores)
+                                        and node-llama-cpp's prebuilt; ratios against the stronger
   switchyard bench split [--quick] [--levels 1,8,16] [--threads N]
                                         one model unsplit vs split in 2 and 3 shards: tok/s, hop latency, wire bytes, memory
   switchyard bench admission [--quick]  interactive TTFT under 500 batch streams, admission on vs off (asserts both)

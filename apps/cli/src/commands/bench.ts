@@ -1,7 +1,7 @@
 // `switchyard bench <suite>`: benchmarks that print a table.
 import { UsageError } from "../usage.ts";
 
-export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string }): Promise<number> {
+export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string }): Promise<number> {
   const [suite] = args;
   // The one bench entry point; it loads only the suite asked for.
   const { benches } = await import("../../../../bench/index.ts");
@@ -26,7 +26,10 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
   }
   if (suite === "engine") {
     if ((flags.model?.length ?? 0) > 1) throw new UsageError("bench engine: one --model at a time");
-    return benches.engine({ quick: flags.quick === true, ...(flags.model?.[0] ? { model: flags.model[0] } : {}) });
+    // --reference: llama.cpp built for this CPU and node-llama-cpp's prebuilt (both, the default), or one of them.
+    const reference = flags.reference ?? "both";
+    if (reference !== "both" && reference !== "native" && reference !== "node") throw new UsageError(`bench engine: --reference takes 'both', 'native' or 'node', got '${reference}'`);
+    return benches.engine({ quick: flags.quick === true, reference, ...(flags.model?.[0] ? { model: flags.model[0] } : {}) });
   }
   if (suite === "split") {
     const levels = flags.levels?.split(",").map((n) => Number(n.trim()));
