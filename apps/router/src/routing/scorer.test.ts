@@ -78,6 +78,17 @@ describe("RouteScorer", () => {
     expect(scorer.inFlight("worker:b")).toBe(0);
   });
 
+  it("puts a worker with a free slot before a full one, whatever their p95s (the full one would queue the request); among full ones the score decides", () => {
+    const { scorer, samples } = setup();
+    samples("fast", 100);
+    samples("slow", 300);
+    expect(order(scorer.rankWorkers([worker("fast", { inFlight: 8 }), worker("slow", { inFlight: 2 })], cls, "m"))).toEqual(["slow", "fast"]);
+    expect(order(scorer.rankWorkers([worker("fast", { inFlight: 6, queueDepth: 2 }), worker("slow")], cls, "m"))).toEqual(["slow", "fast"]);
+    expect(order(scorer.rankWorkers([worker("fast", { inFlight: 8 }), worker("slow", { inFlight: 8 })], cls, "m"))).toEqual(["fast", "slow"]);
+    // With room on both, a lower p95 still outweighs load.
+    expect(order(scorer.rankWorkers([worker("fast", { inFlight: 6 }), worker("slow")], cls, "m"))).toEqual(["fast", "slow"]);
+  });
+
   it("weighs recent failures", () => {
     const { scorer, samples } = setup();
     samples("a", 100);

@@ -23,6 +23,11 @@
 // tenant's identical prompt has another name, so affinity, its explanation
 // and what workers advertise never tell one tenant what another sent.
 //
+// A worker with no free slot (in flight + queued ≥ capacity) goes after
+// every one with room, whatever its score: it would queue the request, and
+// a p95 lifted by such queueing must not send everything to its peer until
+// that one queues in turn. Among full ones the score decides.
+//
 // Lower is better. With probability `epsilon` a random other healthy
 // candidate goes first, so a backend that was slow once gets measured again.
 // Every ranking can explain itself (the x-switchyard-route header, a debug log line).
@@ -286,7 +291,12 @@ export class RouteScorer {
       const j = Math.floor(this.random() * (i + 1));
       [ranked[i], ranked[j]] = [ranked[j]!, ranked[i]!];
     }
-    ranked.sort((a, b) => Number(a.score.degraded) - Number(b.score.degraded) || a.score.score - b.score.score);
+    // A worker with no free slot queues the request behind the ones it runs:
+    // one with room goes first, whatever the p95s say (a p95 lifted by such
+    // queueing would otherwise send every next request to the other worker
+    // until it queues too, and back).
+    const full = (s: Score) => s.capacity !== undefined && s.inFlight + s.queued >= s.capacity;
+    ranked.sort((a, b) => Number(a.score.degraded) - Number(b.score.degraded) || Number(full(a.score)) - Number(full(b.score)) || a.score.score - b.score.score);
     if (decide) this.explore(ranked);
     return ranked;
   }
