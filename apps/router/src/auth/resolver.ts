@@ -2,12 +2,18 @@
 // stops working within keyCacheMs. Negative answers are cached too, so a
 // flood of bad keys doesn't become a flood of Postgres queries. An expired
 // entry is re-read, but a key seen before keeps its last answer when
-// Postgres fails or is slow, so a database outage does not stop serving.
+// Postgres fails or is slow, so a database outage does not stop serving. An
+// entry in use is re-read in the background from 3/4 of its ttl on, so a key
+// in steady use never waits for Postgres (with the 2 s default, a request
+// every 2 s per key did, in its time to first token).
 import { hashKey } from "@switchyard/db";
 import type { KeyOwner, KeyStore } from "./key-store.ts";
 
 /** How long an expired entry waits for Postgres before the last answer is used. */
 const STALE_AFTER_MS = 250;
+
+/** Share of the ttl after which a hit starts a background re-read. */
+const REFRESH_AHEAD = 0.75;
 
 /** The fresh value if it arrives within `ms`, else (or on failure) the stale one. */
 export function freshOrStale<T>(fresh: Promise<T>, stale: T, ms: number): Promise<T> {
@@ -27,7 +33,9 @@ export function freshOrStale<T>(fresh: Promise<T>, stale: T, ms: number): Promis
 }
 
 export class KeyResolver {
-  private readonly cache = new Map<string, { owner: KeyOwner | undefined; until: number }>();
+  private readonly cache = new Map<string, { owner: KeyOwner | undefined; until: number; refreshAt: number }>();
+  /** Keys whose entry is being re-read in the background (one read per key at a time). */
+  private readonly refreshing = new Set<string>();
   private readonly pendingTouch = new Set<number>();
   private readonly lastTouched = new Map<number, number>();
   private flushTimer: NodeJS.Timeout | undefined;
@@ -43,13 +51,22 @@ export class KeyResolver {
     const now = Date.now();
     const hit = this.cache.get(hash);
     let owner: KeyOwner | undefined;
-    if (hit && hit.until > now) owner = hit.owner;
-    else if (hit) {
+    if (hit && hit.until > now) {
+      owner = hit.owner;
+      if (hit.refreshAt <= now && !this.refreshing.has(hash)) {
+        this.refreshing.add(hash);
+        this.refresh(hash)
+          // A failed background read keeps the entry as it was and is tried again at most once a second.
+          .catch(() => (hit.refreshAt = Date.now() + Math.min(this.ttlMs, 1_000)))
+          .finally(() => this.refreshing.delete(hash));
+      }
+    } else if (hit) {
       // Expired: re-read, but if Postgres fails or is slow, answer from the
       // last lookup — an outage must not take serving down. A revocation
       // still takes effect within the TTL whenever Postgres answers.
       owner = await freshOrStale(this.refresh(hash), hit.owner, STALE_AFTER_MS);
       hit.until = Math.max(hit.until, now + Math.min(this.ttlMs, 1_000));
+      hit.refreshAt = hit.until;
     } else {
       owner = await this.refresh(hash);
     }
@@ -60,7 +77,8 @@ export class KeyResolver {
   private async refresh(hash: string): Promise<KeyOwner | undefined> {
     const owner = await this.store.lookup(hash);
     if (this.cache.size >= this.maxEntries) this.cache.clear();
-    this.cache.set(hash, { owner, until: Date.now() + this.ttlMs });
+    const at = Date.now();
+    this.cache.set(hash, { owner, until: at + this.ttlMs, refreshAt: at + this.ttlMs * REFRESH_AHEAD });
     return owner;
   }
 
