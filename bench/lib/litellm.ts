@@ -6,12 +6,12 @@
 // OpenAI-compatible upstream, with logging, telemetry, the UI, the database
 // and every network fetch off. Anything that stops it from coming up is a
 // `{ skipped }`, never a throw, so the rest of the bench still runs.
-import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { Target } from "./load.ts";
+import { findPython, runTool as run } from "./run-tool.ts";
 import { repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 
 /** The newest release whose `[proxy]` extra resolves from PyPI here (1.110.x needs `litellm-proxy`, not published). */
@@ -37,51 +37,7 @@ const MASTER_KEY = "sk-switchyard-bench";
 
 export type LiteLLMStarted = { proc: Proc; target: Target; version: string; passesSimShape: boolean };
 
-interface Run {
-  code: number | null;
-  out: string; // the tail
-}
-
-function run(cmd: string, args: string[], opts: { onLine?: (line: string) => void; timeoutMs?: number; env?: Record<string, string> } = {}): Promise<Run> {
-  return new Promise((resolve) => {
-    let out = "";
-    let partial = "";
-    let child;
-    try {
-      child = spawn(cmd, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...opts.env } });
-    } catch (e) {
-      return resolve({ code: null, out: String(e) });
-    }
-    const timer = opts.timeoutMs ? setTimeout(() => child.kill("SIGKILL"), opts.timeoutMs) : undefined;
-    const take = (d: Buffer) => {
-      const s = d.toString();
-      out = (out + s).slice(-4000);
-      if (!opts.onLine) return;
-      const lines = (partial + s).split(/\r?\n/);
-      partial = lines.pop() ?? "";
-      for (const l of lines) if (l.trim()) opts.onLine(l);
-    };
-    child.stdout.on("data", take);
-    child.stderr.on("data", take);
-    child.on("error", (e) => {
-      clearTimeout(timer);
-      resolve({ code: null, out: String(e) });
-    });
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      resolve({ code, out });
-    });
-  });
-}
-
 const lastLines = (s: string, n = 3) => s.trim().split("\n").slice(-n).join(" | ");
-
-async function findPython(): Promise<string | undefined> {
-  const probe = "import sys, venv, ensurepip; sys.exit(0 if (3, 10) <= sys.version_info[:2] < (3, 16) else 1)";
-  const candidates = [process.env.LITELLM_PYTHON, "python3.12", "python3.11", "python3.13", "python3.10", "python3"].filter((c): c is string => !!c);
-  for (const c of candidates) if ((await run(c, ["-c", probe], { timeoutMs: 20_000 })).code === 0) return c;
-  return undefined;
-}
 
 /** Ensures the venv holds the pinned LiteLLM; returns its `litellm` entry point, or why not. */
 export async function ensureLiteLLM(log: (s: string) => void = () => {}): Promise<{ bin: string } | { skipped: string }> {
@@ -96,7 +52,7 @@ export async function ensureLiteLLM(log: (s: string) => void = () => {}): Promis
   const t0 = performance.now();
   const elapsed = () => `${((performance.now() - t0) / 1000).toFixed(0)}s`;
   log(`[litellm] installing ${REQUIREMENTS.join(" ")} into ${LITELLM_VENV} (first use; ~1 min, ~750 MB)`);
-  const python = await findPython();
+  const python = await findPython(process.env.LITELLM_PYTHON, [3, 10], [3, 16]);
   if (!python) return { skipped: "no Python 3.10–3.15 with the venv module (set LITELLM_PYTHON)" };
   rmSync(LITELLM_VENV, { recursive: true, force: true });
   const venv = await run(python, ["-m", "venv", LITELLM_VENV], { timeoutMs: 120_000 });

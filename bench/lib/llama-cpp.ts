@@ -6,11 +6,11 @@
 // through llama.cpp's low-level batch/decode API. A -march=native build only
 // runs on the CPU it was built for, so the venv's marker names that CPU and a
 // different one rebuilds.
-import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { findPython, runTool as run } from "./run-tool.ts";
 
 export const LLAMA_CPP_PYTHON_VERSION = "0.3.36";
 export const LLAMA_CPP_VENV = process.env.SWITCHYARD_LLAMA_CPP_VENV ?? path.join(os.homedir(), ".cache", "switchyard", "llama-cpp-venv");
@@ -22,43 +22,6 @@ const CMAKE_ARGS = "-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF";
 // path, not the CPU). Everything else -march=native gives (AVX-512 VNNI,
 // BF16, the repacked Q4 kernels) stays on.
 const NATIVE_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
-
-interface Run {
-  code: number | null;
-  out: string; // the tail
-}
-
-function run(cmd: string, args: string[], opts: { onLine?: (line: string) => void; timeoutMs?: number; env?: Record<string, string> } = {}): Promise<Run> {
-  return new Promise((resolve) => {
-    let out = "";
-    let partial = "";
-    let child;
-    try {
-      child = spawn(cmd, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...opts.env } });
-    } catch (e) {
-      return resolve({ code: null, out: String(e) });
-    }
-    const timer = opts.timeoutMs ? setTimeout(() => child.kill("SIGKILL"), opts.timeoutMs) : undefined;
-    const take = (d: Buffer) => {
-      const s = d.toString();
-      out = (out + s).slice(-8000);
-      if (!opts.onLine) return;
-      const lines = (partial + s).split(/\r?\n/);
-      partial = lines.pop() ?? "";
-      for (const l of lines) if (l.trim()) opts.onLine(l);
-    };
-    child.stdout.on("data", take);
-    child.stderr.on("data", take);
-    child.on("error", (e) => {
-      clearTimeout(timer);
-      resolve({ code: null, out: out + String(e) });
-    });
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      resolve({ code, out });
-    });
-  });
-}
 
 /** The CPU a native build is good for: model name and feature flags (Linux), else the model name. */
 export function cpuFingerprint(): string {
@@ -84,14 +47,6 @@ export function installedLlamaCpp(): string | undefined {
   return existsSync(py) && existsSync(marker()) && readFileSync(marker(), "utf8").trim() === wanted() ? py : undefined;
 }
 
-async function findPython(): Promise<string | undefined> {
-  const probe = "import sys, venv, ensurepip; sys.exit(0 if (3, 9) <= sys.version_info[:2] < (3, 15) else 1)";
-  for (const c of [process.env.LLAMA_CPP_PYTHON, "python3.12", "python3.11", "python3.13", "python3"].filter((c): c is string => !!c)) {
-    if ((await run(c, ["-c", probe], { timeoutMs: 20_000 })).code === 0) return c;
-  }
-  return undefined;
-}
-
 /**
  * The venv's python with the native llama.cpp, building it first when it is
  * not there (pip compiles llama.cpp: minutes; `log` gets the build's
@@ -103,7 +58,7 @@ export async function ensureLlamaCpp(log: (s: string) => void = () => {}): Promi
   const want = `llama-cpp-python==${LLAMA_CPP_PYTHON_VERSION}`;
   const cores = os.availableParallelism();
   log(`» building ${want} (llama.cpp with ${CMAKE_ARGS}) into ${LLAMA_CPP_VENV}: first use only, ~8 min on 2 cores`);
-  const python = await findPython();
+  const python = await findPython(process.env.LLAMA_CPP_PYTHON, [3, 9], [3, 15]);
   if (!python) throw new Error("the native llama.cpp reference needs Python 3.9-3.14 with the venv module (set LLAMA_CPP_PYTHON)");
   rmSync(LLAMA_CPP_VENV, { recursive: true, force: true });
   const venv = await run(python, ["-m", "venv", LLAMA_CPP_VENV], { timeoutMs: 120_000 });
