@@ -78,6 +78,21 @@ interface StreamResult {
   gaps: number[];
 }
 
+/** A stream's `data:` events as they arrive, each parsed (`[DONE]` and comments skipped). */
+async function* sseData<T>(res: Response): AsyncGenerator<T> {
+  let buf = "";
+  const decoder = new TextDecoder();
+  for await (const chunk of res.body!) {
+    buf += decoder.decode(chunk, { stream: true });
+    let nl: number;
+    while ((nl = buf.indexOf("\n\n")) >= 0) {
+      const ev = buf.slice(0, nl);
+      buf = buf.slice(nl + 2);
+      if (ev.startsWith("data: ") && ev !== "data: [DONE]") yield JSON.parse(ev.slice(6)) as T;
+    }
+  }
+}
+
 async function stream(url: string, prompt: string, maxTokens: number): Promise<StreamResult> {
   const t0 = performance.now();
   const res = await fetch(`${url}/v1/completions`, {
@@ -91,27 +106,17 @@ async function stream(url: string, prompt: string, maxTokens: number): Promise<S
   let ttftMs = NaN;
   let last = NaN;
   const gaps: number[] = [];
-  let buf = "";
-  const decoder = new TextDecoder();
-  for await (const chunk of res.body!) {
-    buf += decoder.decode(chunk, { stream: true });
-    let nl: number;
-    while ((nl = buf.indexOf("\n\n")) >= 0) {
-      const ev = buf.slice(0, nl);
-      buf = buf.slice(nl + 2);
-      if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
-      const j = JSON.parse(ev.slice(6)) as { error?: { message: string }; choices?: { text?: string }[]; usage?: { completion_tokens: number } };
-      if (j.error) throw new Error(`${url}: stream error ${j.error.message}`);
-      const piece = j.choices?.[0]?.text ?? "";
-      if (piece) {
-        const now = performance.now();
-        if (Number.isNaN(ttftMs)) ttftMs = now - t0;
-        else gaps.push(now - last);
-        last = now;
-        text += piece;
-      }
-      if (j.usage) tokens = j.usage.completion_tokens;
+  for await (const j of sseData<{ error?: { message: string }; choices?: { text?: string }[]; usage?: { completion_tokens: number } }>(res)) {
+    if (j.error) throw new Error(`${url}: stream error ${j.error.message}`);
+    const piece = j.choices?.[0]?.text ?? "";
+    if (piece) {
+      const now = performance.now();
+      if (Number.isNaN(ttftMs)) ttftMs = now - t0;
+      else gaps.push(now - last);
+      last = now;
+      text += piece;
     }
+    if (j.usage) tokens = j.usage.completion_tokens;
   }
   if (tokens < 0) throw new Error(`${url}: no usage in the stream`);
   return { text, tokens, ttftMs, gaps };
@@ -173,28 +178,18 @@ async function streamKilling(url: string, prompt: string, maxTokens: number, hea
   let stallMs = NaN;
   let last = NaN;
   const gaps: number[] = [];
-  let buf = "";
-  const decoder = new TextDecoder();
-  for await (const chunk of res.body!) {
-    buf += decoder.decode(chunk, { stream: true });
-    let nl: number;
-    while ((nl = buf.indexOf("\n\n")) >= 0) {
-      const ev = buf.slice(0, nl);
-      buf = buf.slice(nl + 2);
-      if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
-      const j = JSON.parse(ev.slice(6)) as { error?: unknown; choices?: { text?: string }[] };
-      if (j.error) errorEvents++;
-      const piece = j.choices?.[0]?.text ?? "";
-      if (!piece) continue;
-      const now = performance.now();
-      if (!Number.isNaN(killedAt) && Number.isNaN(stallMs)) stallMs = now - killedAt;
-      else if (!Number.isNaN(last)) gaps.push(now - last);
-      last = now;
-      text += piece;
-      if (Number.isNaN(killedAt)) {
-        kill();
-        killedAt = performance.now();
-      }
+  for await (const j of sseData<{ error?: unknown; choices?: { text?: string }[] }>(res)) {
+    if (j.error) errorEvents++;
+    const piece = j.choices?.[0]?.text ?? "";
+    if (!piece) continue;
+    const now = performance.now();
+    if (!Number.isNaN(killedAt) && Number.isNaN(stallMs)) stallMs = now - killedAt;
+    else if (!Number.isNaN(last)) gaps.push(now - last);
+    last = now;
+    text += piece;
+    if (Number.isNaN(killedAt)) {
+      kill();
+      killedAt = performance.now();
     }
   }
   return { text, errorEvents, stallMs, gaps };
