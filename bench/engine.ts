@@ -53,15 +53,18 @@ async function engineRound(bin: string, model: string, threads: number, streams:
 function ensureReference(): void {
   if (existsSync(path.join(refDir, "node_modules", "node-llama-cpp"))) return;
   process.stderr.write("» installing node-llama-cpp (CPU prebuilt only) in bench/reference\n");
-  const opts = { cwd: refDir, stdio: "inherit" as const, env: { ...process.env, NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true" } };
+  const env = { ...process.env, NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true" };
   try {
-    execFileSync("npm", ["ci", "--omit=optional", "--no-audit", "--no-fund"], opts);
-  } catch {
+    // ci's output is kept back: its refusal below is expected on newer npm and is a page long.
+    execFileSync("npm", ["ci", "--omit=optional", "--no-audit", "--no-fund"], { cwd: refDir, env, stdio: ["ignore", "inherit", "pipe"] });
+  } catch (err) {
     // Newer npm refuses `ci` when the lockfile lacks entries for other
     // platforms' optional prebuilts (they are omitted on purpose); `install`
     // still takes every version it has from the lockfile.
-    process.stderr.write("» npm ci refused the lockfile; installing with npm install (versions from the lockfile)\n");
-    execFileSync("npm", ["install", "--omit=optional", "--no-audit", "--no-fund", "--no-save"], opts);
+    const lines = String((err as { stderr?: Buffer }).stderr ?? "").split("\n");
+    const why = (lines.find((l) => l.includes("Missing:")) ?? lines.find((l) => l.startsWith("npm error")) ?? "").replace(/^npm error\s*/, "").trim();
+    process.stderr.write(`» npm ci refused the lockfile (${why || "no reason given"}); installing with npm install (versions from the lockfile)\n`);
+    execFileSync("npm", ["install", "--omit=optional", "--no-audit", "--no-fund", "--no-save"], { cwd: refDir, env, stdio: "inherit" });
   }
 }
 
