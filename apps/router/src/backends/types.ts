@@ -2,6 +2,7 @@
 // self-hosted workers, OpenRouter, Anthropic. Whatever the upstream speaks,
 // a backend hands the relay OpenAI-shaped bodies and SSE payloads (with an
 // OpenAI `usage` block), so billing and relaying are one code path.
+import type { SseBatch } from "../relay/sse.ts";
 import type { ProviderKey } from "./registry.ts";
 
 export type InferencePath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/hidden_states";
@@ -52,6 +53,13 @@ export interface UpstreamResponse {
    * progress). A failure mid-stream throws UpstreamFailure.
    */
   events(): AsyncGenerator<string>;
+  /**
+   * The same events batch by batch, one per upstream chunk, with the bytes of
+   * those that can reach the client as they are (relay/sse.ts
+   * parseSseBatches). Optional: the relay falls back to `events()`, each
+   * payload sent as text (a translated upstream has no bytes to pass).
+   */
+  batches?(): AsyncGenerator<SseBatch>;
   /** Abort the upstream request and free its connection. */
   abort(): void;
 }

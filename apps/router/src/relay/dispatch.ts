@@ -72,12 +72,12 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
         return { response: relayRaw(backend, raw, a, ctx), backendId: backend.id, attempts };
       }
       if (!req.stream) return { response: await relayWhole(backend, up, a, ctx), backendId: backend.id, attempts };
-      const { events, first } = await firstEvent(backend, up, a, deadlines.firstTokenMs);
+      const { batches, held, first } = await firstEvent(backend, up, a, deadlines.firstTokenMs);
       metrics.ttft.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
       metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
       // The first chunk names the generation (a paid attempt's intent keeps it, for a crash).
       if (progress && typeof first.obj?.id === "string") progress({ generationId: first.obj.id });
-      const leg: Leg = { backend, events, up, a, ttftMs: performance.now() - a.startedAt, ...(progress ? { progress } : {}) };
+      const leg: Leg = { backend, batches, held, up, a, ttftMs: performance.now() - a.startedAt, ...(progress ? { progress } : {}) };
       // Opted in: a break mid-way continues on another free candidate.
       const state = ctx.resume && !backend.paid && resumable(req) ? new StreamResume(req, ctx.resume.maxResumes) : undefined;
       const resume = state && { state, open: (failed: Backend) => openContinuation(state, candidates, tried, failed, req.path, ctx) };

@@ -2,7 +2,7 @@
 // every byte, comments, unknown fields, multi-line data, and the limits.
 import { describe, expect, it } from "vitest";
 import { UpstreamTooLarge } from "../backends/transport.ts";
-import { parseSse, sseEvent } from "./sse.ts";
+import { parseSse, parseSseBatches, type SseBatch, sseEvent, textBatch } from "./sse.ts";
 
 const enc = new TextEncoder();
 
@@ -125,5 +125,66 @@ describe("parseSse", () => {
 describe("sseEvent", () => {
   it("formats one data line and the blank line", () => {
     expect(new TextDecoder().decode(sseEvent('{"a":1}'))).toBe('data: {"a":1}\n\n');
+  });
+});
+
+describe("parseSseBatches", () => {
+  async function batches(chunks: Array<Uint8Array | string>): Promise<SseBatch[]> {
+    const out: SseBatch[] = [];
+    for await (const b of parseSseBatches(from(chunks))) out.push(b);
+    return out;
+  }
+  /** What each event's bytes are, when it has them (null: it goes out as text). */
+  const spans = (b: SseBatch) => b.events.map((e) => (e.start < 0 ? null : b.chunk.toString("utf8", e.start, e.end)));
+
+  it("one batch per chunk, each canonical event with its exact bytes", async () => {
+    const got = await batches(['data: {"a":1}\n\ndata: {"b":2}\n\n', "data: [DONE]\n\n"]);
+    expect(got.map((b) => b.events.map((e) => e.data))).toEqual([['{"a":1}', '{"b":2}'], ["[DONE]"]]);
+    expect(got.map(spans)).toEqual([['data: {"a":1}\n\n', 'data: {"b":2}\n\n'], ["data: [DONE]\n\n"]]);
+  });
+
+  it("an event split across chunks has no bytes (it comes in the batch of the chunk that ends it); the chunk's other events keep theirs", async () => {
+    const got = await batches(['data: {"a":1}\n\ndata: {"b"', ':2}\n\ndata: {"c":3}\n\n']);
+    expect(got.map(spans)).toEqual([['data: {"a":1}\n\n'], [null, 'data: {"c":3}\n\n']]);
+    expect(got[1]!.events[0]!.data).toBe('{"b":2}');
+    // Split after the data line's LF: the blank line is in the next chunk.
+    const split = await batches(["data: x\n", "\ndata: y\n\n"]);
+    expect(split.map(spans)).toEqual([[null, "data: y\n\n"]]);
+  });
+
+  it("a chunk that ends mid-event yields nothing until the event completes", async () => {
+    const got = await batches(["data: {", '"a":1', "}\n\n"]);
+    expect(got).toHaveLength(1);
+    expect(spans(got[0]!)).toEqual([null]);
+  });
+
+  it("CRLF, CR, several data lines, data: without the space and a BOM go out as text", async () => {
+    const got = await batches(["\uFEFFdata: bom\n\n", 'data: {"a":1}\r\n\r\ndata: {"b":2}\n\r\ndata: c\r\rdata: x\ndata: y\n\ndata:z\n\ndata: ok\n\n']);
+    expect(got.map(spans)).toEqual([[null], [null, null, null, null, null, "data: ok\n\n"]]);
+  });
+
+  it("comments and fields before the data line are dropped from the bytes; inside the event they make it text", async () => {
+    const got = await batches([": keep-alive\n\nevent: message\nid: 1\ndata: {\"a\":1}\n\n: ping\ndata: {\"b\":2}\n\ndata: {\"c\":3}\n: inside\n\n"]);
+    expect(spans(got[0]!)).toEqual(['data: {"a":1}\n\n', 'data: {"b":2}\n\n', null]);
+    expect(got[0]!.events.map((e) => e.data)).toEqual(['{"a":1}', '{"b":2}', '{"c":3}']);
+  });
+
+  it("cut at every byte, the events and their text are those of the whole stream", async () => {
+    const text = 'data: {"a":"é"}\n\n: c\n\ndata: {"b":2}\r\n\r\ndata: [DONE]\n\n';
+    const bytes = enc.encode(text);
+    for (let i = 0; i <= bytes.length; i++) {
+      const got = await batches([bytes.subarray(0, i), bytes.subarray(i)]);
+      const out = got.flatMap((b) => b.events.map((e) => (e.start < 0 ? `data: ${e.data}\n\n` : b.chunk.toString("utf8", e.start, e.end)))).join("");
+      expect(out).toBe('data: {"a":"é"}\n\ndata: {"b":2}\n\ndata: [DONE]\n\n');
+    }
+  });
+});
+
+describe("textBatch", () => {
+  it("holds payloads without bytes", () => {
+    expect(textBatch(["a", "b"]).events).toEqual([
+      { data: "a", start: -1, end: -1 },
+      { data: "b", start: -1, end: -1 },
+    ]);
   });
 });

@@ -28,11 +28,48 @@ function asBuffer(chunk: Uint8Array | string): Buffer {
 }
 
 /**
+ * One upstream event: its data, and where its bytes lie in the batch's chunk
+ * when they can go to the client as they are (`start` < 0 when they cannot).
+ */
+export interface SseEvent {
+  data: string;
+  start: number;
+  end: number;
+}
+
+/** The events one upstream chunk completed, in order; `chunk` holds the bytes of those that pass as they are. */
+export interface SseBatch {
+  chunk: Buffer;
+  events: SseEvent[];
+}
+
+const NO_BYTES = Buffer.alloc(0);
+
+/** Events with no upstream bytes behind them (made by the router, or from a backend that only yields payloads): all go out as text. */
+export function textBatch(payloads: readonly string[]): SseBatch {
+  return { chunk: NO_BYTES, events: payloads.map((data) => ({ data, start: -1, end: -1 })) };
+}
+
+/**
  * Yields each event's data (events without a data line are not events).
  * An event still open when the stream ends is discarded, as the spec says.
  * Throws UpstreamTooLarge when a line or an event's data exceeds the limit.
  */
 export async function* parseSse(chunks: AsyncIterable<Uint8Array | string>, opts: Partial<SseOptions> = {}): AsyncGenerator<string> {
+  for await (const batch of parseSseBatches(chunks, opts)) for (const ev of batch.events) yield ev.data;
+}
+
+/**
+ * The parser behind parseSse, one batch per upstream chunk that completed at
+ * least one event. An event's bytes pass as they are only when they are
+ * exactly what the router would write for it — one `data: ` line and the
+ * blank line, both ending in LF, all inside this chunk (no BOM): the client's
+ * parser then reads from them the very event the router read. Any other
+ * shape (CR or CRLF endings, several data lines, a comment or field inside
+ * the event, an event split across chunks) goes out re-written as text.
+ * Comments and fields before an event's data line are dropped, as before.
+ */
+export async function* parseSseBatches(chunks: AsyncIterable<Uint8Array | string>, opts: Partial<SseOptions> = {}): AsyncGenerator<SseBatch> {
   const max = opts.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
   const who = opts.label ?? "upstream";
   // Pieces of a line that began in an earlier chunk (copies: chunks are not ours to keep).
@@ -44,16 +81,24 @@ export async function* parseSse(chunks: AsyncIterable<Uint8Array | string>, opts
   // A CR ended the last chunk: an LF starting the next belongs to it.
   let skipLf = false;
   let atStart = true;
+  // Where the open event's bytes start in this chunk, and whether they are still in the canonical shape.
+  let evStart = 0;
+  let canonical = true;
   const tooLarge = (what: string) => new UpstreamTooLarge(`${who} sent an SSE ${what} over the limit of ${max} bytes`, max);
 
   for await (const raw of chunks) {
     const chunk = asBuffer(raw);
     const n = chunk.length;
+    let events: SseEvent[] | undefined;
     let pos = 0;
     if (skipLf && n > 0) {
       if (chunk[0] === LF) pos = 1;
       skipLf = false;
     }
+    // An event open across the chunk boundary has bytes in an earlier chunk
+    // (a line carried over is marked by its own assembly below).
+    if (hasData) canonical = false;
+    evStart = pos;
     // Next LF and CR at or after pos, found once each (-1: none left in this chunk; -2: not looked for yet).
     let lf = -2;
     let cr = -2;
@@ -72,7 +117,9 @@ export async function* parseSse(chunks: AsyncIterable<Uint8Array | string>, opts
       let start = pos;
       let end = eol;
       let next = eol + 1;
-      if (chunk[eol] === CR) {
+      // Only a plain LF ending keeps the event's bytes passable.
+      let plain = chunk[eol] === LF;
+      if (!plain) {
         if (next < n) {
           if (chunk[next] === LF) next++;
         } else skipLf = true;
@@ -85,33 +132,55 @@ export async function* parseSse(chunks: AsyncIterable<Uint8Array | string>, opts
         end = buf.length;
         pending = [];
         pendingBytes = 0;
+        plain = false;
       } else if (eol - pos > max) throw tooLarge("line");
       pos = next;
       if (atStart) {
         atStart = false;
-        if (end - start >= 3 && buf[start] === 0xef && buf[start + 1] === 0xbb && buf[start + 2] === 0xbf) start += 3;
+        if (end - start >= 3 && buf[start] === 0xef && buf[start + 1] === 0xbb && buf[start + 2] === 0xbf) {
+          start += 3;
+          plain = false;
+        }
       }
 
       // One line: blank dispatches, ":" is a comment, otherwise "field[: value]".
       if (start === end) {
         if (hasData) {
-          const payload = data;
+          (events ??= []).push(canonical && plain ? { data, start: evStart, end: next } : { data, start: -1, end: -1 });
           data = "";
           dataBytes = 0;
           hasData = false;
-          yield payload;
+        }
+        evStart = next;
+        canonical = true;
+        continue;
+      }
+      // Only `data` matters: the name is exactly those four bytes, then a colon or the end.
+      const isData = buf[start] !== COLON && end - start >= 4 && buf[start] === 0x64 && buf[start + 1] === 0x61 && buf[start + 2] === 0x74 && buf[start + 3] === 0x61;
+      if (!isData) {
+        // Dropped: before the data line the event's bytes start after it; inside, they cannot pass.
+        if (hasData) canonical = false;
+        else {
+          evStart = next;
+          canonical = true;
         }
         continue;
       }
-      if (buf[start] === COLON) continue;
-      // Only `data` matters: the name is exactly those four bytes, then a colon or the end.
-      if (end - start < 4 || !(buf[start] === 0x64 && buf[start + 1] === 0x61 && buf[start + 2] === 0x74 && buf[start + 3] === 0x61)) continue;
       let from = start + 4;
       if (from < end) {
-        if (buf[from] !== COLON) continue;
+        if (buf[from] !== COLON) {
+          if (hasData) canonical = false;
+          else {
+            evStart = next;
+            canonical = true;
+          }
+          continue;
+        }
         from++;
         if (from < end && buf[from] === SPACE) from++;
-      }
+        else plain = false;
+      } else plain = false;
+      if (hasData || !plain) canonical = false;
       dataBytes += end - from + (hasData ? 1 : 0);
       if (dataBytes > max) throw tooLarge("event");
       // A BOM inside a value is kept (Buffer decoding never strips one).
@@ -119,6 +188,7 @@ export async function* parseSse(chunks: AsyncIterable<Uint8Array | string>, opts
       data = hasData ? `${data}\n${value}` : value;
       hasData = true;
     }
+    if (events) yield { chunk, events };
   }
 }
 

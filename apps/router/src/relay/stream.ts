@@ -1,6 +1,9 @@
 // Relaying a stream: every upstream event is checked before it is relayed
 // (`[DONE]` or a JSON object, sent as one `data:` line the router
-// validated), the pump writes event by event with backpressure, and after the
+// validated). The events one upstream chunk completed go out in one write,
+// with backpressure: an event that passes unchanged as the upstream's own
+// bytes (a slice of its chunk, sse.ts parseSseBatches), any other as the
+// text the router wrote. Only whole events are ever written, so after the
 // first byte a failure ends the stream with exactly one SSE error event —
 // unless the request opted in to resume, then the stream continues on
 // another free worker (openContinuation).
@@ -12,7 +15,7 @@ import { type Usage, usageFrom } from "../backends/usage.ts";
 import { endFailedAttempt, failureToApiError, outcomeOf, startAttempt, toFailure, type Attempt } from "./attempt.ts";
 import type { RelayContext } from "./context.ts";
 import type { StreamResume } from "./resume.ts";
-import { SSE_DONE, sseText } from "./sse.ts";
+import { SSE_DONE, type SseBatch, type SseEvent, sseText, textBatch } from "./sse.ts";
 
 const encoder = new TextEncoder();
 
@@ -58,7 +61,10 @@ export function upstreamErrorEvent(ev: CheckedEvent): { message?: string } | und
 /** One upstream being relayed; a resumed stream moves to another. */
 export interface Leg {
   backend: Backend;
-  events: AsyncGenerator<string>;
+  /** The upstream's events, one batch per upstream chunk, after `held`. */
+  batches: AsyncIterator<SseBatch>;
+  /** The batch that held the leg's first event (events[0], checked already): the rest go out in the same write. */
+  held: SseBatch;
   up: Pick<UpstreamResponse, "abort">;
   a: Attempt;
   /** Attempt start → its first event. */
@@ -97,11 +103,9 @@ export async function openContinuation(
   }
   if (cont.kind === "finish") {
     // Nothing was left to generate: end the stream as the upstream would have.
-    const payloads = cont.payloads;
-    const events = (async function* () {
-      yield* payloads.slice(1);
-    })();
-    return { leg: { backend: failed, events, up: { abort: () => {} }, a: startAttempt(ctx), ttftMs: 0 }, first: checkEvent(failed, payloads[0]!) };
+    const held = textBatch(cont.payloads);
+    const batches = (async function* (): AsyncGenerator<SseBatch> {})();
+    return { leg: { backend: failed, batches, held, up: { abort: () => {} }, a: startAttempt(ctx), ttftMs: 0 }, first: checkEvent(failed, held.events[0]!.data) };
   }
   for (const backend of candidates) {
     if (ctx.signal.aborted) return undefined;
@@ -112,10 +116,10 @@ export async function openContinuation(
     let up: UpstreamResponse | undefined;
     try {
       up = await backend.open(cont.req, ctx, a.controller.signal);
-      const { events, first } = await firstEvent(backend, up, a, deadlines.firstTokenMs);
+      const { batches, held, first } = await firstEvent(backend, up, a, deadlines.firstTokenMs);
       metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
       ctx.log.info("stream resumed", { from: failed.id, on: backend.id, produced: state.produced, resume: state.resumes });
-      return { leg: { backend, events, up, a, ttftMs: performance.now() - a.startedAt, rewrite: (p) => state.rewrite(p) }, first };
+      return { leg: { backend, batches, held, up, a, ttftMs: performance.now() - a.startedAt, rewrite: (p) => state.rewrite(p) }, first };
     } catch (err) {
       const failure = endFailedAttempt(err, a, up, backend, ctx);
       ctx.log.warn("resume attempt failed", { backend: backend.id, kind: failure.kind, error: failure.message });
@@ -131,15 +135,66 @@ export async function openContinuation(
  * has reached the client yet, so an upstream that closes or reports an error
  * before it is a failure the caller may fail over from.
  */
-export async function firstEvent(backend: Backend, up: UpstreamResponse, a: Attempt, firstTokenMs: number): Promise<{ events: AsyncGenerator<string>; first: CheckedEvent }> {
+export async function firstEvent(backend: Backend, up: UpstreamResponse, a: Attempt, firstTokenMs: number): Promise<{ batches: AsyncIterator<SseBatch>; held: SseBatch; first: CheckedEvent }> {
   a.timer.arm("first_token", firstTokenMs);
-  const events = up.events();
-  const next = await events.next();
+  const batches = up.batches?.() ?? eventByEvent(up.events());
+  const next = await batches.next();
   if (next.done) throw new UpstreamFailure("protocol", `${backend.id} closed the stream before any event`, true);
-  const first = checkEvent(backend, next.value);
+  const held = next.value;
+  const first = checkEvent(backend, held.events[0]!.data);
   const err = upstreamErrorEvent(first);
   if (err) throw new UpstreamFailure("bad_status", `${backend.id} failed before the first token: ${err.message ?? "error event"}`, true);
-  return { events, first };
+  return { batches, held, first };
+}
+
+/** A backend that yields payloads only (translated upstreams): each is a batch of its own, sent as text. */
+async function* eventByEvent(events: AsyncGenerator<string>): AsyncGenerator<SseBatch> {
+  for await (const payload of events) yield textBatch([payload]);
+}
+
+/**
+ * What the relay has to write, gathered until the next write: consecutive
+ * slices of one upstream chunk join into one, and the write is one piece
+ * (a slice as it is, or one buffer of all the pieces).
+ */
+export class Coalescer {
+  private parts: Array<Uint8Array | string> = [];
+  private chunk: Buffer | undefined;
+  private start = 0;
+  private end = 0;
+
+  /** An event's upstream bytes, chunk[start, end). */
+  bytes(chunk: Buffer, start: number, end: number): void {
+    if (this.chunk === chunk && this.end === start) {
+      this.end = end;
+      return;
+    }
+    this.seal();
+    this.chunk = chunk;
+    this.start = start;
+    this.end = end;
+  }
+
+  text(text: string): void {
+    this.seal();
+    this.parts.push(text);
+  }
+
+  /** All that was gathered, as one piece (undefined: nothing), and empty again. */
+  take(): Uint8Array | string | undefined {
+    this.seal();
+    const parts = this.parts;
+    if (parts.length === 0) return undefined;
+    this.parts = [];
+    if (parts.length === 1) return parts[0];
+    return Buffer.concat(parts.map((p) => (typeof p === "string" ? Buffer.from(p, "utf8") : p)));
+  }
+
+  private seal(): void {
+    if (!this.chunk) return;
+    this.parts.push(this.chunk.subarray(this.start, this.end));
+    this.chunk = undefined;
+  }
 }
 
 export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext, firstTokenAt: number, resume?: ResumeRun): Response {
@@ -187,6 +242,12 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
     return line === ev.line ? ev : { line, obj: JSON.parse(line) as Record<string, unknown> };
   };
   const errorEvent = (err: ApiError) => sseText(JSON.stringify(errorBody(err, ctx.requestId)));
+  const pending = new Coalescer();
+  /** An accepted event for the client: its upstream bytes when it passes unchanged (`out` is the checked event itself), else its text. */
+  const emit = (out: CheckedEvent, checked: CheckedEvent, chunk: Buffer, e: SseEvent) => {
+    if (out === checked && e.start >= 0 && out.line === e.data) pending.bytes(chunk, e.start, e.end);
+    else pending.text(sseText(out.line));
+  };
   /** Client went away: abort the upstream so the worker frees the slot. */
   const clientGone = () => {
     leg.a.controller.abort(new UpstreamFailure("aborted", "client went away", false));
@@ -195,10 +256,13 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
   };
   /**
    * The current upstream broke mid-way: for requests that opted in, continue
-   * on another worker. True when the relay goes on (from the new leg).
+   * on another worker. True when the relay goes on (from the new leg's
+   * `held` batch, whose first event is already gathered). What was gathered
+   * from the broken leg goes out first.
    */
-  const resumeAfter = async (failure: UpstreamFailure, write: (text: string) => void | Promise<void>): Promise<boolean> => {
+  const resumeAfter = async (failure: UpstreamFailure, flush: () => void | Promise<void>): Promise<boolean> => {
     if (!resume || !failure.retryable || ctx.signal.aborted || finished) return false;
+    await flush();
     const broken = leg;
     broken.a.cleanup();
     broken.up.abort();
@@ -218,55 +282,93 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
     metrics.streamResumes.inc({ outcome: "resumed" });
     leg = next.leg;
     const ev = rewritten(next.first);
-    if (account(ev)) await write(sseText(ev.line));
+    if (account(ev)) emit(ev, next.first, leg.held.chunk, leg.held.events[0]!);
     leg.a.timer.arm("idle", deadlines.idleMs);
     return true;
   };
   account(firstEv);
   leg.a.timer.arm("idle", deadlines.idleMs);
 
-  // Relays events until the upstream ends or fails. `write` resolves when the
-  // client can take more (backpressure); after the first byte a failure ends
-  // the stream with exactly one error event (unless it resumes elsewhere).
-  const pump = async (write: (text: string) => void | Promise<void>, close: () => void) => {
+  // Relays events until the upstream ends or fails, one write per upstream
+  // chunk. `write` resolves when the client can take more (backpressure);
+  // after the first byte a failure ends the stream with exactly one error
+  // event (unless it resumes elsewhere), after the whole events before it.
+  const pump = async (write: (piece: Uint8Array | string) => void | Promise<void>, close: () => void) => {
+    const flush = (): void | Promise<void> => {
+      const piece = pending.take();
+      if (piece !== undefined) return write(piece);
+    };
+    // The batch being relayed and the next event in it; the first event of a leg's held batch is gathered already.
+    let batch: SseBatch | undefined = leg.held;
+    let i = 1;
+    emit(firstEv, firstEv, batch.chunk, batch.events[0]!);
     try {
-      await write(sseText(firstEv.line));
       for (;;) {
-        let next: IteratorResult<string>;
-        let ev: CheckedEvent = DONE_EVENT;
+        if (batch === undefined || sawDone || i >= batch.events.length) {
+          // This chunk's events are gathered: one write, then the next chunk.
+          await flush();
+          let next: IteratorResult<SseBatch>;
+          try {
+            next = await leg.batches.next();
+          } catch (err) {
+            if (resume && (await resumeAfter(toFailure(err, leg.a), flush))) {
+              batch = leg.held;
+              i = 1;
+              continue;
+            }
+            throw err;
+          }
+          if (next.done) {
+            if (!sawDone && resume && (await resumeAfter(new UpstreamFailure("protocol", `${leg.backend.id} ended the stream without [DONE]`, true), flush))) {
+              batch = leg.held;
+              i = 1;
+              continue;
+            }
+            finish(sawDone ? "ok" : "error");
+            if (!sawDone) {
+              metrics.errors.inc({ code: "bad_upstream" });
+              pending.text(errorEvent(new ApiError("bad_upstream", `${leg.backend.id} ended the stream without [DONE]`)));
+              await flush();
+            }
+            return close();
+          }
+          leg.a.timer.refresh();
+          batch = next.value;
+          i = 0;
+          // After [DONE] keep reading, relaying nothing: the upstream ends right
+          // away and its connection goes back to the pool fully read.
+          continue;
+        }
+        const e = batch.events[i++]!;
+        let ev: CheckedEvent;
         try {
-          next = await leg.events.next();
-          if (!next.done && !sawDone) ev = checkEvent(leg.backend, next.value);
+          ev = checkEvent(leg.backend, e.data);
         } catch (err) {
-          if (resume && (await resumeAfter(toFailure(err, leg.a), write))) continue;
+          if (resume && (await resumeAfter(toFailure(err, leg.a), flush))) {
+            batch = leg.held;
+            i = 1;
+            continue;
+          }
           throw err;
         }
-        if (next.done) {
-          if (!sawDone && resume && (await resumeAfter(new UpstreamFailure("protocol", `${leg.backend.id} ended the stream without [DONE]`, true), write))) continue;
-          finish(sawDone ? "ok" : "error");
-          if (!sawDone) {
-            metrics.errors.inc({ code: "bad_upstream" });
-            await write(errorEvent(new ApiError("bad_upstream", `${leg.backend.id} ended the stream without [DONE]`)));
-          }
-          return close();
-        }
-        leg.a.timer.refresh();
-        // After [DONE] keep reading, relaying nothing: the upstream ends right
-        // away and its connection goes back to the pool fully read.
-        if (sawDone) continue;
         const upstreamErr = upstreamErrorEvent(ev);
         if (upstreamErr) {
-          if (resume && (await resumeAfter(new UpstreamFailure("bad_status", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`, true), write))) continue;
+          if (resume && (await resumeAfter(new UpstreamFailure("bad_status", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`, true), flush))) {
+            batch = leg.held;
+            i = 1;
+            continue;
+          }
           // The worker already ended the stream with its error event: relay
           // it in our shape as the one error event, and stop.
           finish("error");
           leg.up.abort();
           metrics.errors.inc({ code: "bad_upstream" });
-          await write(errorEvent(new ApiError("bad_upstream", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`)));
+          pending.text(errorEvent(new ApiError("bad_upstream", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`)));
+          await flush();
           return close();
         }
         const out = rewritten(ev);
-        if (account(out)) await write(sseText(out.line));
+        if (account(out)) emit(out, ev, batch.chunk, e);
       }
     } catch (err) {
       const failure = toFailure(err, leg.a);
@@ -277,8 +379,10 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
       const apiErr = failureToApiError(failure);
       metrics.errors.inc({ code: apiErr.code });
       ctx.log.warn("stream failed after first byte", { backend: leg.backend.id, kind: failure.kind, error: failure.message });
+      // The whole events accepted before the failure, then the one error event.
+      pending.text(errorEvent(apiErr));
       try {
-        await write(errorEvent(apiErr));
+        await flush();
       } catch {
         // client gone meanwhile
       }
@@ -296,17 +400,17 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
   };
   const out = ctx.outgoing;
   if (out) {
-    // On Node, write straight to the socket: one write per event, as text
-    // (encoded once, by the socket's own write), no WHATWG stream machinery
-    // in between (the relay's hot loop).
+    // On Node, write straight to the socket: one write per upstream chunk
+    // (its bytes as they are, or text encoded once by the socket's own
+    // write), no WHATWG stream machinery in between (the relay's hot loop).
     out.writeHead(200, headers);
     out.flushHeaders();
     out.once("close", () => {
       if (!out.writableFinished) clientGone();
     });
-    const write = (text: string): void | Promise<void> => {
+    const write = (piece: Uint8Array | string): void | Promise<void> => {
       if (out.destroyed) throw new UpstreamFailure("aborted", "client went away", false);
-      if (out.write(text)) return;
+      if (out.write(piece)) return;
       return new Promise<void>((resolve) => {
         const done = () => {
           out.off("drain", done);
@@ -323,7 +427,7 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
       void pump(
-        (text) => controller.enqueue(encoder.encode(text)),
+        (piece) => controller.enqueue(typeof piece === "string" ? encoder.encode(piece) : piece),
         () => {
           try {
             controller.close();

@@ -3,7 +3,7 @@
 import { Pool } from "undici";
 import type { LookupFunction } from "node:net";
 import { FENCING_SIGNATURE_HEADER, FENCING_WORKER_HEADER, FencingSigner, workerCallSecret, type WorkerRecord } from "@switchyard/state";
-import { parseSse } from "../../relay/sse.ts";
+import { parseSse, parseSseBatches } from "../../relay/sse.ts";
 import {
   boundedBody,
   checkDeclaredLength,
@@ -203,6 +203,14 @@ export class WorkerBackend implements Backend {
       events: async function* () {
         try {
           yield* parseSse(body, { maxEventBytes: limits.maxEventBytes, label });
+        } catch (err) {
+          throw classify(err, signal);
+        }
+      },
+      // What the relay reads: a worker's events that pass unchanged go to the client as its bytes.
+      batches: async function* () {
+        try {
+          yield* parseSseBatches(body, { maxEventBytes: limits.maxEventBytes, label });
         } catch (err) {
           throw classify(err, signal);
         }
