@@ -131,6 +131,8 @@ describe("relayStream by slices", () => {
     expect(Buffer.isBuffer(first)).toBe(true);
     expect(first.buffer).toBe(up.sent[0]!.buffer);
     expect(first.byteOffset).toBe(up.sent[0]!.byteOffset);
+    // A chunk of whole events only is written as that very chunk.
+    expect(first).toBe(up.sent[0]);
     expect(settled).toMatchObject([{ status: "ok", chunks: 3 }]);
   });
 

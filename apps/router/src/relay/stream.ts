@@ -192,7 +192,8 @@ export class Coalescer {
 
   private seal(): void {
     if (!this.chunk) return;
-    this.parts.push(this.chunk.subarray(this.start, this.end));
+    // The whole chunk (one event per chunk, a worker streaming tokens) goes as it is, without a view made of it.
+    this.parts.push(this.start === 0 && this.end === this.chunk.length ? this.chunk : this.chunk.subarray(this.start, this.end));
     this.chunk = undefined;
   }
 }
