@@ -7,7 +7,7 @@
 // per upstream chunk (a worker streaming tokens) and four per chunk (chunks
 // that arrive together under load).
 //
-//   node --import tsx bench/relay-micro.ts [streams=3000] [concurrency=100]
+//   node --import tsx apps/router/src/relay/micro-bench.ts [streams=3000] [concurrency=100]
 //
 // Written for issue 14's "SSE relayed by slices" change; it reads the relay's
 // API as it is before and after that change (firstEvent's result is spread
@@ -15,13 +15,13 @@
 import { fork } from "node:child_process";
 import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { Backend, UpstreamResponse } from "../apps/router/src/backends/types.ts";
-import { createLogger } from "../apps/router/src/observability/log.ts";
-import { RouterMetrics } from "../apps/router/src/observability/metrics.ts";
-import { startAttempt } from "../apps/router/src/relay/attempt.ts";
-import type { RelayContext } from "../apps/router/src/relay/context.ts";
-import * as sse from "../apps/router/src/relay/sse.ts";
-import * as stream from "../apps/router/src/relay/stream.ts";
+import type { Backend, UpstreamResponse } from "../backends/types.ts";
+import { createLogger } from "../observability/log.ts";
+import { RouterMetrics } from "../observability/metrics.ts";
+import { startAttempt } from "./attempt.ts";
+import type { RelayContext } from "./context.ts";
+import * as sse from "./sse.ts";
+import * as stream from "./stream.ts";
 
 const TOKENS = 20;
 const chunkJson = (i: number) =>
