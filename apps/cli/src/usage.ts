@@ -6,10 +6,12 @@ export class UsageError extends Error {
 export const usage = `switchyard — a distributed inference fabric
 
 Usage:
-  switchyard up [--model NAME|PATH]… [--split N]
+  switchyard up [--model NAME|PATH]… [--split N] [--processes N]
                                         router + local worker, embedded state (single machine); default models
                                         smollm2-135m-instruct + all-minilm-l6-v2 (e.g. --model gemma-3-270m)
                                         (--split N: N local shard workers of the chat model, blocks split evenly)
+                                        (--processes N, default router.processes else 1: N router processes on a
+                                        private redis-server from PATH, or redis.url, and the embedded PostgreSQL)
   switchyard router [--config FILE] [--embedded] [--processes N]
                                         start a router replica: needs redis.url | redis.cluster | redis.sentinels, and database.url
                                         (SIGTERM drains: /readyz 503, streams finish up to router.drainMs)

@@ -123,6 +123,8 @@ export interface SuperviseOptions {
   untilStop: Promise<unknown>;
   /** A second signal while stopping: end the router processes now. */
   onForce?: (kill: () => void) => void;
+  /** Called once every first process listens: the public URL they share, the admin URL, their pids (`switchyard up` prints them). */
+  onUp?: (info: { url: string; adminUrl: string; pids: number[] }) => void;
 }
 
 /**
@@ -142,6 +144,7 @@ export async function superviseRouters(config: Config, opts: SuperviseOptions): 
   let stopping = false;
   let failed: number | undefined;
   let firstUp!: () => void;
+  let publicUrl = "";
   let startFailed!: (code: number) => void;
   /** Until every first process has started: a failure then stops them all. */
   let initial = true;
@@ -165,6 +168,7 @@ export async function superviseRouters(config: Config, opts: SuperviseOptions): 
       const msg = m as ToPrimary;
       if (msg.sy === "listening") {
         entry.started = true;
+        publicUrl ||= msg.url;
         if ([...live.values()].filter((p) => p.started).length >= processes) firstUp();
       } else if ("id" in msg) pending.get(msg.id)?.(msg);
     });
@@ -283,7 +287,11 @@ export async function superviseRouters(config: Config, opts: SuperviseOptions): 
     return (err as { exitCode?: number }).exitCode || 1;
   }
   initial = false;
-  if (!stopping) log.info("router processes listening", { processes, pids: [...live.values()].map((p) => p.pid), admin: adminUrl });
+  if (!stopping) {
+    const pids = [...live.values()].map((p) => p.pid);
+    log.info("router processes listening", { processes, pids, admin: adminUrl });
+    opts.onUp?.({ url: publicUrl, adminUrl, pids });
+  }
   if (failed === undefined) await opts.untilStop;
   stopping = true;
   // Each drains as `switchyard router` does on SIGTERM; a second signal ends them now.

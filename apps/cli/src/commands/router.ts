@@ -30,6 +30,15 @@ export function routerProcesses(flag: string | undefined, config: Config): numbe
   return config.router.processes ?? availableParallelism();
 }
 
+/** One of --processes N (here or under `switchyard up`): the primary serves the admin port and says when to drain. */
+export async function runRouterProcess(config: Config, opts: { embeddedDatabase?: boolean } = {}): Promise<number> {
+  const adminUrl = primaryAdminUrl();
+  const router = await startRouter(config, { adminListener: false, ...(adminUrl ? { adminUrl } : {}), ...(opts.embeddedDatabase ? { embeddedDatabase: true } : {}) });
+  await serveToPrimary(router, () => renderMetrics(router.deps));
+  await router.close({ graceMs: config.router.drainGraceMs });
+  return 0;
+}
+
 export async function routerCommand(flags: { config?: string; embedded?: boolean; processes?: string }): Promise<number> {
   const config = configFrom(flags);
   const processes = routerProcesses(flags.processes, config);
@@ -53,14 +62,7 @@ export async function routerCommand(flags: { config?: string; embedded?: boolean
         "For one machine with embedded state run 'switchyard up' (or 'switchyard router --embedded' to experiment).",
     );
   }
-  if (isRouterProcess()) {
-    // One of --processes N: the primary serves the admin port and says when to drain.
-    const adminUrl = primaryAdminUrl();
-    const router = await startRouter(config, { adminListener: false, ...(adminUrl ? { adminUrl } : {}) });
-    await serveToPrimary(router, () => renderMetrics(router.deps));
-    await router.close({ graceMs: config.router.drainGraceMs });
-    return 0;
-  }
+  if (isRouterProcess()) return runRouterProcess(config);
   if (processes > 1) {
     let force = () => {};
     const stop = untilSignal({
