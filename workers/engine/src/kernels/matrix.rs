@@ -15,7 +15,8 @@ pub enum QData {
     Q4_1 { qs: Vec<[u8; 16]>, d: Vec<u16>, m: Vec<u16> },
     /// ggml `block_q8_0` in planes: value = d * q.
     Q8_0 { qs: Vec<[i8; 32]>, d: Vec<u16> },
-    /// Q4_1 repacked for the AVX-512 VNNI kernel (see `QMatrix::packed`):
+    /// Q4_1 repacked for the grouped kernels (AVX-512 VNNI: a group per
+    /// zmm; AVX2: two 8-row halves per ymm; see `QMatrix::packed`):
     /// rows in groups of `GROUP`, and for group g and block b the vectors
     /// `qs[(g*nb + b)*4 + k]` hold, in 4-byte lane l, bytes 4k..4k+4 of row
     /// 16g+l's block (low nibbles: elements 4k..4k+3, high nibbles: elements
@@ -417,8 +418,9 @@ impl QMatrix {
         matches!(self.data, QData::Q4_1x16 { .. } | QData::Q8_0x16 { .. })
     }
 
-    /// Repacks into the grouped layout when this CPU runs the AVX-512 VNNI
-    /// kernel (and rows divide into groups); otherwise returns self as is.
+    /// Repacks into the grouped layout when this CPU has a grouped kernel
+    /// for the type (AVX-512 VNNI: Q4_1 and Q8_0; AVX2: Q4_1) and rows
+    /// divide into groups; otherwise returns self as is.
     ///
     /// Why: the plain layout's kernel spends a conversion and an FMA on
     /// every (weight block, activation row) pair, so at batch 8 it is bound
@@ -429,13 +431,22 @@ impl QMatrix {
     /// Same bytes per weight as ggml's format; the integer dots and scales
     /// are exactly those of the plain kernels.
     pub fn packed(self) -> QMatrix {
-        if isa() != Isa::Avx512Vnni || self.rows % GROUP != 0 {
+        let kernel = match isa() {
+            Isa::Avx512Vnni => true,
+            // AVX2 has the grouped kernel for Q4_1 only: without VNNI's
+            // 32-bit accumulation, Q8_0's +128 bytes would overflow the
+            // 16-bit pair sums (its plain kernel moves the sign instead).
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => matches!(self.data, QData::Q4_1 { .. }),
+            _ => false,
+        };
+        if !kernel || self.rows % GROUP != 0 {
             return self;
         }
         self.packed_unchecked()
     }
 
-    fn packed_unchecked(self) -> QMatrix {
+    pub(crate) fn packed_unchecked(self) -> QMatrix {
         let nb = self.cols / QK;
         let ng = self.rows / GROUP;
         let data = match self.data {

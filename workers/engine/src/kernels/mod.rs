@@ -218,6 +218,18 @@ macro_rules! by_rows {
     };
 }
 
+/// `by_rows!` for kernels that take at most 4 rows.
+macro_rules! by_rows4 {
+    ($t:expr, $f:ident, $($arg:expr),*) => {
+        match $t {
+            4 => $f::<4>($($arg),*),
+            3 => $f::<3>($($arg),*),
+            2 => $f::<2>($($arg),*),
+            _ => $f::<1>($($arg),*),
+        }
+    };
+}
+
 #[inline]
 fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &QActs, i0: usize, t: usize, out: &mut [f32; TILE]) {
     let nb = a.nb;
@@ -325,7 +337,8 @@ fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &QActs, i0: usize, t: usize, out
     }
 }
 
-/// `matmul` for the grouped layout (`QMatrix::packed`, AVX-512 VNNI only).
+/// `matmul` for the grouped layout (`QMatrix::packed`: Q4_1 and Q8_0 on
+/// AVX-512 VNNI, Q4_1 on AVX2).
 /// Tasks own runs of 16-row groups; within a task each group's blocks stay
 /// in L1 while up to 8 activation rows at a time pass over them, and every
 /// pass writes 16 contiguous outputs per activation row.
@@ -337,6 +350,10 @@ fn matmul_packed(w: &QMatrix, a: &QActs, out: &mut [f32], ld: usize, off: usize)
     let gchunk = ng.div_ceil(threads * 4).clamp(1, 64);
     let nchunks = ng.div_ceil(gchunk);
     let out_ptr = SendPtr(out.as_mut_ptr());
+    let avx2 = isa() == Isa::Avx2;
+    // AVX2 has 16 vector registers: 8 hold a half-group's unpacked block,
+    // so 4 activation rows' sums fit beside them.
+    let tile = if avx2 { 4 } else { TILE };
     let work = |c: usize| {
         let p = out_ptr;
         let g0 = c * gchunk;
@@ -347,7 +364,7 @@ fn matmul_packed(w: &QMatrix, a: &QActs, out: &mut [f32], ld: usize, off: usize)
             for g in g0..g1 {
                 let mut i = mb;
                 while i < me {
-                    let t = (me - i).min(TILE);
+                    let t = (me - i).min(tile);
                     // SAFETY: the kernel writes out[(i..i+t) * ld + off +
                     // 16g .. +16], inside `out` (asserted sizes) and owned
                     // by this task alone (disjoint groups).
@@ -356,8 +373,13 @@ fn matmul_packed(w: &QMatrix, a: &QActs, out: &mut [f32], ld: usize, off: usize)
                         match &w.data {
                             QData::Q4_1x16 { qs, d, m: wm } => {
                                 let (q, d, wm) = (qs[g * nb * 4..].as_ptr(), d[g * nb..].as_ptr(), wm[g * nb..].as_ptr());
-                                use x86::avx512::q4_1_x16 as k;
-                                by_rows!(t, k, q, d, wm, a, i, o, ld)
+                                if avx2 {
+                                    use x86::avx2::q4_1_x16_avx2 as k;
+                                    by_rows4!(t, k, q, d, wm, a, i, o, ld)
+                                } else {
+                                    use x86::avx512::q4_1_x16 as k;
+                                    by_rows!(t, k, q, d, wm, a, i, o, ld)
+                                }
                             }
                             QData::Q8_0x16 { qs, d } => {
                                 let (q, d) = (qs[g * nb * 8..].as_ptr(), d[g * nb..].as_ptr());

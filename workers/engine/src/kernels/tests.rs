@@ -341,3 +341,116 @@ fn stacked_mixed_types_fill_their_columns() {
         off += p.rows;
     }
 }
+
+/// The AVX2 grouped Q4_1 kernel returns the scalar kernel's bits for
+/// every row of every group, at each tile height it is called with.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn q4_1_grouped_avx2_is_bit_identical() {
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+        eprintln!("no AVX2: the grouped AVX2 kernel is not exercised");
+        return;
+    }
+    let mut seed = 31;
+    for cols in [96, 256, 576] {
+        let w = random_q4_1(48, cols, &mut seed);
+        let wp = w.clone().packed_unchecked();
+        let QData::Q4_1x16 { qs, d, m: wm } = &wp.data else { panic!("not grouped") };
+        let nb = cols / QK;
+        for m in [1usize, 3, 4, 9] {
+            let x: Vec<f32> = (0..m * cols).map(|_| lcg(&mut seed) * 2.0).collect();
+            let mut act = QActs::default();
+            quantize_activations(&x, cols, &mut act);
+            for g in 0..w.rows / GROUP {
+                let (q, dp, mp) = (qs[g * nb * 4..].as_ptr(), d[g * nb..].as_ptr(), wm[g * nb..].as_ptr());
+                let mut i0 = 0;
+                while i0 < m {
+                    let t = (m - i0).min(4);
+                    let mut got = vec![0f32; t * GROUP];
+                    unsafe {
+                        use x86::avx2::q4_1_x16_avx2 as k;
+                        let o = got.as_mut_ptr();
+                        match t {
+                            4 => k::<4>(q, dp, mp, &act, i0, o, GROUP),
+                            3 => k::<3>(q, dp, mp, &act, i0, o, GROUP),
+                            2 => k::<2>(q, dp, mp, &act, i0, o, GROUP),
+                            _ => k::<1>(q, dp, mp, &act, i0, o, GROUP),
+                        }
+                    }
+                    for j in 0..t {
+                        for l in 0..GROUP {
+                            let mut want = [0f32; TILE];
+                            dot_tile(Isa::Scalar, &w, g * GROUP + l, &act, i0 + j, 1, &mut want);
+                            assert_eq!(got[j * GROUP + l].to_bits(), want[0].to_bits(), "cols {cols}, group {g}, row {}, act row {}", g * GROUP + l, i0 + j);
+                        }
+                    }
+                    i0 += t;
+                }
+            }
+        }
+    }
+}
+
+/// Not a check: the CPU time of the SmolLM2 projections' matmuls, plain
+/// layout against grouped, in alternating rounds (thread CPU time, so a
+/// loaded box skews it less than wall time). Run single-threaded:
+/// `RAYON_NUM_THREADS=1 cargo test --release --lib kernel_cpu_time -- --ignored --nocapture`.
+#[cfg(target_os = "linux")]
+#[test]
+#[ignore]
+fn kernel_cpu_time() {
+    #[repr(C)]
+    struct Timespec {
+        sec: i64,
+        nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+    }
+    let cpu = || {
+        let mut t = Timespec { sec: 0, nsec: 0 };
+        // SAFETY: 3 is CLOCK_THREAD_CPUTIME_ID; `t` is a valid timespec.
+        unsafe { clock_gettime(3, &mut t) };
+        t.sec as f64 + t.nsec as f64 * 1e-9
+    };
+    let mut seed = 41;
+    let shapes = [(960usize, 576usize), (576, 576), (3072, 576), (576, 1536)];
+    let mats: Vec<(QMatrix, QMatrix)> = shapes
+        .iter()
+        .map(|&(r, c)| {
+            let w = random_q4_1(r, c, &mut seed);
+            let p = w.clone().packed();
+            (w, p)
+        })
+        .collect();
+    for m in [1usize, 8, 128] {
+        let acts: Vec<QActs> = shapes
+            .iter()
+            .map(|&(_, c)| {
+                let x: Vec<f32> = (0..m * c).map(|_| lcg(&mut seed)).collect();
+                let mut a = QActs::default();
+                quantize_activations(&x, c, &mut a);
+                a
+            })
+            .collect();
+        let macs: f64 = shapes.iter().map(|&(r, c)| (r * c * m) as f64).sum();
+        let reps = (2000 / m).max(4);
+        let (mut t_plain, mut t_grouped) = (0f64, 0f64);
+        for _round in 0..3 {
+            for which in 0..2 {
+                let t0 = cpu();
+                for _ in 0..reps {
+                    for ((w, p), a) in mats.iter().zip(&acts) {
+                        let mut out = vec![0f32; m * w.rows];
+                        matmul(if which == 0 { w } else { p }, a, &mut out);
+                        std::hint::black_box(&out);
+                    }
+                }
+                let dt = cpu() - t0;
+                if which == 0 { t_plain += dt } else { t_grouped += dt }
+            }
+        }
+        let g = |t: f64| macs * reps as f64 * 3.0 / t * 1e-9;
+        eprintln!("m={m:4}: plain {:.2} GMAC/s, grouped {:.2} GMAC/s ({:.2}x), grouped={}", g(t_plain), g(t_grouped), t_plain / t_grouped, mats[0].1.is_packed());
+    }
+}

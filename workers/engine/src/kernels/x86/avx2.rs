@@ -393,3 +393,74 @@ kmin_kernel!(q5k_avx2, "avx2,fma,f16c", dot_avx2, BlockQ5K, unpack_q5k);
 kmin_kernel!(q5k_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_vnni, BlockQ5K, unpack_q5k);
 q6k_kernel!(q6k_avx2, "avx2,fma,f16c", dot_avx2);
 q6k_kernel!(q6k_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_vnni);
+
+/// The grouped Q4_1 layout (`QData::Q4_1x16`) on AVX2: one 16-row weight
+/// group against R activation rows, as two 8-row halves (one 32-bit lane
+/// per weight row). Each half's block is unpacked once for all R rows;
+/// per activation row the 4-byte pieces of the block are broadcast and
+/// eight `maddubs` give 8 rows x 4 values of pair sums each. Their i16 sum
+/// cannot overflow (|q x| <= 15 * 127 per product, 16 products per lane:
+/// 30480), so one `madd` turns them into the 8 rows' exact block dots.
+/// The float work, per block and lane, is the scalar kernel's in its order:
+/// acc + ((d_w * d_a) * dot + m_w * s_a), so the result is bit-identical to
+/// `scalar_q4_1` (tested). Row j's 16 outputs go to out[j * n ..][..16].
+///
+/// # Safety
+/// AVX2, FMA and F16C; `qs`, `wd`, `wm` point at the group's first block
+/// (nb blocks), rows i0..i0 + R of `a` exist, out[j * n + 0..16] is writable.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q4_1_x16_avx2<const R: usize>(
+    qs: *const crate::kernels::Lane64,
+    wd: *const [u16; 16],
+    wm: *const [u16; 16],
+    a: &crate::kernels::QActs,
+    i0: usize,
+    out: *mut f32,
+    n: usize,
+) {
+    let nb = a.nb;
+    let aq = a.qs.as_ptr().add(i0 * nb);
+    let ad = a.d.as_ptr().add(i0 * nb);
+    let asum = a.s.as_ptr().add(i0 * nb);
+    let mask = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    for h in 0..2 {
+        let mut acc = [_mm256_setzero_ps(); R];
+        for b in 0..nb {
+            let p = (qs.add(b * 4) as *const u8).add(32 * h);
+            let ld = |k: usize| _mm256_load_si256(p.add(64 * k) as *const __m256i);
+            let (p0, p1, p2, p3) = (ld(0), ld(1), ld(2), ld(3));
+            // w[k]: elements 4k..4k+3 (low nibbles); w[4 + k]: 16+4k.. (high).
+            let w = [
+                _mm256_and_si256(p0, mask),
+                _mm256_and_si256(p1, mask),
+                _mm256_and_si256(p2, mask),
+                _mm256_and_si256(p3, mask),
+                _mm256_and_si256(_mm256_srli_epi16(p0, 4), mask),
+                _mm256_and_si256(_mm256_srli_epi16(p1, 4), mask),
+                _mm256_and_si256(_mm256_srli_epi16(p2, 4), mask),
+                _mm256_and_si256(_mm256_srli_epi16(p3, 4), mask),
+            ];
+            let dw = f16x8((wd.add(b) as *const u16).add(8 * h));
+            let mw = f16x8((wm.add(b) as *const u16).add(8 * h));
+            for j in 0..R {
+                let o = j * nb + b;
+                let x = aq.add(o) as *const i32;
+                let m = |k: usize| _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(std::ptr::read_unaligned(x.add(k))));
+                let s16 = _mm256_add_epi16(
+                    _mm256_add_epi16(_mm256_add_epi16(m(0), m(1)), _mm256_add_epi16(m(2), m(3))),
+                    _mm256_add_epi16(_mm256_add_epi16(m(4), m(5)), _mm256_add_epi16(m(6), m(7))),
+                );
+                let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones));
+                let t = _mm256_add_ps(
+                    _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_set1_ps(*ad.add(o))), dot),
+                    _mm256_mul_ps(mw, _mm256_set1_ps(*asum.add(o))),
+                );
+                acc[j] = _mm256_add_ps(acc[j], t);
+            }
+        }
+        for (j, v) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.add(j * n + 8 * h), *v);
+        }
+    }
+}
