@@ -25,6 +25,10 @@ pub enum QData {
     /// Q8_0 repacked the same way, 8 vectors per (group, block), each value
     /// stored as q + 128 (an unsigned byte, what VNNI's first operand takes).
     Q8_0x16 { qs: Vec<Lane64>, d: Vec<[u16; GROUP]> },
+    /// Q5_0 grouped for the AVX2 kernel: `qs` as Q4_1x16's (the low four
+    /// bits), `qh[g*nb + b][l]` row l's fifth bits (bit e for element e,
+    /// as in ggml), `d` the scales.
+    Q5_0x16 { qs: Vec<Lane64>, qh: Vec<[u32; GROUP]>, d: Vec<[u16; GROUP]> },
     /// ggml `block_q5_0` in planes: value = d * (q - 16), q in 0..32; the
     /// low four bits as Q4_1's nibbles, bit 4 of element j is bit j of qh.
     Q5_0 { qs: Vec<[u8; 16]>, qh: Vec<u32>, d: Vec<u16> },
@@ -303,7 +307,7 @@ impl QMatrix {
         match self.data {
             QData::Q4_1 { .. } | QData::Q4_1x16 { .. } => "q4_1",
             QData::Q8_0 { .. } | QData::Q8_0x16 { .. } => "q8_0",
-            QData::Q5_0 { .. } => "q5_0",
+            QData::Q5_0 { .. } | QData::Q5_0x16 { .. } => "q5_0",
             QData::Q4K { .. } => "q4_k",
             QData::Q5K { .. } => "q5_k",
             QData::Q6K { .. } => "q6_k",
@@ -317,6 +321,7 @@ impl QMatrix {
             QData::Q4_1x16 { d, .. } => d.len() * GROUP * 20,
             QData::Q8_0x16 { d, .. } => d.len() * GROUP * 34,
             QData::Q5_0 { qs, .. } => qs.len() * 22,
+            QData::Q5_0x16 { d, .. } => d.len() * GROUP * 22,
             QData::Q4K { blocks } => blocks.len() * std::mem::size_of::<BlockQ4K>(),
             QData::Q5K { blocks } => blocks.len() * std::mem::size_of::<BlockQ5K>(),
             QData::Q6K { blocks } => blocks.len() * std::mem::size_of::<BlockQ6K>(),
@@ -397,6 +402,20 @@ impl QMatrix {
                     }
                 }
             }
+            QData::Q5_0x16 { qs, qh, d } => {
+                let (g, l) = (row / GROUP, row % GROUP);
+                for (b, o) in out.chunks_exact_mut(QK).enumerate() {
+                    let gb = g * nb + b;
+                    let dv = f16_to_f32(d[gb][l]);
+                    let mut q = [0u8; 16];
+                    for k in 0..4 {
+                        q[4 * k..4 * k + 4].copy_from_slice(&qs[gb * 4 + k].0[l * 4..l * 4 + 4]);
+                    }
+                    for (j, o) in o.iter_mut().enumerate() {
+                        *o = dv * (q5_0_value(&q, qh[gb][l], j) as i32 - 16) as f32;
+                    }
+                }
+            }
             QData::Q8_0x16 { qs, d } => {
                 let (g, l) = (row / GROUP, row % GROUP);
                 for (b, o) in out.chunks_exact_mut(QK).enumerate() {
@@ -415,11 +434,11 @@ impl QMatrix {
 
     /// Whether the matrix is in the grouped layout of the AVX-512 kernel.
     pub fn is_packed(&self) -> bool {
-        matches!(self.data, QData::Q4_1x16 { .. } | QData::Q8_0x16 { .. })
+        matches!(self.data, QData::Q4_1x16 { .. } | QData::Q8_0x16 { .. } | QData::Q5_0x16 { .. })
     }
 
     /// Repacks into the grouped layout when this CPU has a grouped kernel
-    /// for the type (AVX-512 VNNI: Q4_1 and Q8_0; AVX2: Q4_1) and rows
+    /// for the type (AVX-512 VNNI: Q4_1 and Q8_0; AVX2: Q4_1 and Q5_0) and rows
     /// divide into groups; otherwise returns self as is.
     ///
     /// Why: the plain layout's kernel spends a conversion and an FMA on
@@ -432,12 +451,12 @@ impl QMatrix {
     /// are exactly those of the plain kernels.
     pub fn packed(self) -> QMatrix {
         let kernel = match isa() {
-            Isa::Avx512Vnni => true,
-            // AVX2 has the grouped kernel for Q4_1 only: without VNNI's
+            Isa::Avx512Vnni => matches!(self.data, QData::Q4_1 { .. } | QData::Q8_0 { .. }),
+            // AVX2 has grouped kernels for Q4_1 and Q5_0: without VNNI's
             // 32-bit accumulation, Q8_0's +128 bytes would overflow the
             // 16-bit pair sums (its plain kernel moves the sign instead).
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => matches!(self.data, QData::Q4_1 { .. }),
+            Isa::Avx2 => matches!(self.data, QData::Q4_1 { .. } | QData::Q5_0 { .. }),
             _ => false,
         };
         if !kernel || self.rows % GROUP != 0 {
@@ -487,6 +506,25 @@ impl QMatrix {
                     }
                 }
                 QData::Q8_0x16 { qs: pq, d: pd }
+            }
+            QData::Q5_0 { qs, qh, d } => {
+                let mut pq = vec![Lane64([0; 64]); ng * nb * 4];
+                let mut ph = vec![[0u32; GROUP]; ng * nb];
+                let mut pd = vec![[0u16; GROUP]; ng * nb];
+                for g in 0..ng {
+                    for b in 0..nb {
+                        let gb = g * nb + b;
+                        for l in 0..GROUP {
+                            let src = (g * GROUP + l) * nb + b;
+                            pd[gb][l] = d[src];
+                            ph[gb][l] = qh[src];
+                            for k in 0..4 {
+                                pq[gb * 4 + k].0[l * 4..l * 4 + 4].copy_from_slice(&qs[src][4 * k..4 * k + 4]);
+                            }
+                        }
+                    }
+                }
+                QData::Q5_0x16 { qs: pq, qh: ph, d: pd }
             }
             other => other,
         };

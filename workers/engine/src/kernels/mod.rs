@@ -333,12 +333,12 @@ fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &QActs, i0: usize, t: usize, out
                 Isa::Scalar => scalar::scalar_q6k(w, &tile, t, out),
             }
         }
-        QData::Q4_1x16 { .. } | QData::Q8_0x16 { .. } => unreachable!("packed matrices go through matmul_packed"),
+        QData::Q4_1x16 { .. } | QData::Q8_0x16 { .. } | QData::Q5_0x16 { .. } => unreachable!("packed matrices go through matmul_packed"),
     }
 }
 
 /// `matmul` for the grouped layout (`QMatrix::packed`: Q4_1 and Q8_0 on
-/// AVX-512 VNNI, Q4_1 on AVX2).
+/// AVX-512 VNNI, Q4_1 and Q5_0 on AVX2).
 /// Tasks own runs of 16-row groups; within a task each group's blocks stay
 /// in L1 while up to 8 activation rows at a time pass over them, and every
 /// pass writes 16 contiguous outputs per activation row.
@@ -380,6 +380,11 @@ fn matmul_packed(w: &QMatrix, a: &QActs, out: &mut [f32], ld: usize, off: usize)
                                     use x86::avx512::q4_1_x16 as k;
                                     by_rows!(t, k, q, d, wm, a, i, o, ld)
                                 }
+                            }
+                            QData::Q5_0x16 { qs, qh, d } => {
+                                let (q, h, d) = (qs[g * nb * 4..].as_ptr(), qh[g * nb..].as_ptr(), d[g * nb..].as_ptr());
+                                use x86::avx2::q5_0_x16_avx2 as k;
+                                by_rows4!(t, k, q, h, d, a, i, o, ld)
                             }
                             QData::Q8_0x16 { qs, d } => {
                                 let (q, d) = (qs[g * nb * 8..].as_ptr(), d[g * nb..].as_ptr());

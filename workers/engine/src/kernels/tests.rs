@@ -391,6 +391,39 @@ fn q4_1_grouped_avx2_is_bit_identical() {
     }
 }
 
+/// The grouped Q5_0 layout dequantizes as the plain one, and its AVX2
+/// kernel (through `matmul`, at every tile height) returns the scalar
+/// kernel's bits, including widths with a partial group of 8 blocks.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn q5_0_grouped_avx2_is_bit_identical() {
+    if isa() != Isa::Avx2 {
+        eprintln!("runtime ISA is {:?}: Q5_0 is not grouped here", isa());
+        return;
+    }
+    let mut seed = 33;
+    for (rows, cols) in [(32, 640), (16, 256), (48, 96)] {
+        let w = QMatrix::from_ggml("q5_0", &random_blocks(rows * cols / 32, 22, &[0], &mut seed), rows, cols).unwrap();
+        let wp = w.clone().packed();
+        assert!(matches!(wp.data, QData::Q5_0x16 { .. }), "Q5_0 packs on AVX2");
+        assert_eq!(wp.dequantize(), w.dequantize(), "grouped Q5_0 values");
+        for m in [1usize, 2, 3, 4, 5, 9] {
+            let x: Vec<f32> = (0..m * cols).map(|_| lcg(&mut seed)).collect();
+            let mut act = QActs::default();
+            quantize_activations(&x, cols, &mut act);
+            let mut out = vec![0f32; m * rows];
+            matmul(&wp, &act, &mut out);
+            for i in 0..m {
+                for r in 0..rows {
+                    let mut want = [0f32; TILE];
+                    dot_tile(Isa::Scalar, &w, r, &act, i, 1, &mut want);
+                    assert_eq!(out[i * rows + r].to_bits(), want[0].to_bits(), "{rows}x{cols}, m {m}, row {r}, act row {i}");
+                }
+            }
+        }
+    }
+}
+
 /// Not a check: the CPU time of the SmolLM2 projections' matmuls, plain
 /// layout against grouped, in alternating rounds (thread CPU time, so a
 /// loaded box skews it less than wall time). Run single-threaded:
@@ -414,43 +447,50 @@ fn kernel_cpu_time() {
         t.sec as f64 + t.nsec as f64 * 1e-9
     };
     let mut seed = 41;
-    let shapes = [(960usize, 576usize), (576, 576), (3072, 576), (576, 1536)];
-    let mats: Vec<(QMatrix, QMatrix)> = shapes
-        .iter()
-        .map(|&(r, c)| {
-            let w = random_q4_1(r, c, &mut seed);
-            let p = w.clone().packed();
-            (w, p)
-        })
-        .collect();
-    for m in [1usize, 8, 128] {
-        let acts: Vec<QActs> = shapes
+    // SmolLM2-135M's Q4_1 projections; Gemma 3 270M's Q5_0 ones (q and k, gate and up).
+    let sets: [(&str, &[(usize, usize)]); 2] = [("q4_1", &[(960, 576), (576, 576), (3072, 576), (576, 1536)]), ("q5_0", &[(1280, 640), (4096, 640)])];
+    for (dtype, shapes) in sets {
+        let mats: Vec<(QMatrix, QMatrix)> = shapes
             .iter()
-            .map(|&(_, c)| {
-                let x: Vec<f32> = (0..m * c).map(|_| lcg(&mut seed)).collect();
-                let mut a = QActs::default();
-                quantize_activations(&x, c, &mut a);
-                a
+            .map(|&(r, c)| {
+                let w = if dtype == "q4_1" {
+                    random_q4_1(r, c, &mut seed)
+                } else {
+                    QMatrix::from_ggml("q5_0", &random_blocks(r * c / 32, 22, &[0], &mut seed), r, c).unwrap()
+                };
+                let p = w.clone().packed();
+                (w, p)
             })
             .collect();
-        let macs: f64 = shapes.iter().map(|&(r, c)| (r * c * m) as f64).sum();
-        let reps = (2000 / m).max(4);
-        let (mut t_plain, mut t_grouped) = (0f64, 0f64);
-        for _round in 0..3 {
-            for which in 0..2 {
-                let t0 = cpu();
-                for _ in 0..reps {
-                    for ((w, p), a) in mats.iter().zip(&acts) {
-                        let mut out = vec![0f32; m * w.rows];
-                        matmul(if which == 0 { w } else { p }, a, &mut out);
-                        std::hint::black_box(&out);
+        for m in [1usize, 8, 128] {
+            let acts: Vec<QActs> = shapes
+                .iter()
+                .map(|&(_, c)| {
+                    let x: Vec<f32> = (0..m * c).map(|_| lcg(&mut seed)).collect();
+                    let mut a = QActs::default();
+                    quantize_activations(&x, c, &mut a);
+                    a
+                })
+                .collect();
+            let macs: f64 = shapes.iter().map(|&(r, c)| (r * c * m) as f64).sum();
+            let reps = (2000 / m).max(4);
+            let (mut t_plain, mut t_grouped) = (0f64, 0f64);
+            for _round in 0..3 {
+                for which in 0..2 {
+                    let t0 = cpu();
+                    for _ in 0..reps {
+                        for ((w, p), a) in mats.iter().zip(&acts) {
+                            let mut out = vec![0f32; m * w.rows];
+                            matmul(if which == 0 { w } else { p }, a, &mut out);
+                            std::hint::black_box(&out);
+                        }
                     }
+                    let dt = cpu() - t0;
+                    if which == 0 { t_plain += dt } else { t_grouped += dt }
                 }
-                let dt = cpu() - t0;
-                if which == 0 { t_plain += dt } else { t_grouped += dt }
             }
+            let g = |t: f64| macs * reps as f64 * 3.0 / t * 1e-9;
+            eprintln!("{dtype} m={m:4}: plain {:.2} GMAC/s, grouped {:.2} GMAC/s ({:.2}x), grouped={}", g(t_plain), g(t_grouped), t_plain / t_grouped, mats[0].1.is_packed());
         }
-        let g = |t: f64| macs * reps as f64 * 3.0 / t * 1e-9;
-        eprintln!("m={m:4}: plain {:.2} GMAC/s, grouped {:.2} GMAC/s ({:.2}x), grouped={}", g(t_plain), g(t_grouped), t_plain / t_grouped, mats[0].1.is_packed());
     }
 }

@@ -464,3 +464,85 @@ pub unsafe fn q4_1_x16_avx2<const R: usize>(
         }
     }
 }
+
+/// The grouped Q5_0 layout (`QData::Q5_0x16`) on AVX2, shaped like
+/// `q4_1_x16_avx2`: the fifth bits join each half's unpacked nibbles once
+/// per block (byte k of a lane takes bit 4p + k of the row's qh for piece
+/// p), and four `maddubs` of pair sums (|q x| <= 31 * 127, 8 products per
+/// i16 lane: 31496) go through one `madd`, two per block. The float work
+/// is `scalar_q5_0`'s: block b's term goes to accumulator b % 8 by one
+/// FMA, and the eight accumulators are added in `hsum8`'s order, so each
+/// lane returns the scalar kernel's bits (tested).
+///
+/// # Safety
+/// As `q4_1_x16_avx2`, with `qh` the group's fifth bits.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q5_0_x16_avx2<const R: usize>(
+    qs: *const crate::kernels::Lane64,
+    qh: *const [u32; 16],
+    wd: *const [u16; 16],
+    a: &crate::kernels::QActs,
+    i0: usize,
+    out: *mut f32,
+    n: usize,
+) {
+    let nb = a.nb;
+    let aq = a.qs.as_ptr().add(i0 * nb);
+    let ad = a.d.as_ptr().add(i0 * nb);
+    let ai = a.isum.as_ptr().add(i0 * nb);
+    let mask = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let fifth = _mm256_set1_epi8(0x10);
+    // Byte c of each 32-bit lane copied into the lane's four bytes.
+    let rep = |c: i32| {
+        let v = |l: i32| (4 * l + c) * 0x0101_0101;
+        _mm256_setr_epi32(v(0), v(1), v(2), v(3), v(0), v(1), v(2), v(3))
+    };
+    let reps = [rep(0), rep(1), rep(2), rep(3)];
+    let bitsel = [_mm256_set1_epi32(0x0804_0201), _mm256_set1_epi32(0x8040_2010u32 as i32)];
+    for h in 0..2 {
+        let mut acc = [[_mm256_setzero_ps(); R]; 8];
+        for b in 0..nb {
+            let p = (qs.add(b * 4) as *const u8).add(32 * h);
+            let ld = |k: usize| _mm256_load_si256(p.add(64 * k) as *const __m256i);
+            let (p0, p1, p2, p3) = (ld(0), ld(1), ld(2), ld(3));
+            let mut w = [
+                _mm256_and_si256(p0, mask),
+                _mm256_and_si256(p1, mask),
+                _mm256_and_si256(p2, mask),
+                _mm256_and_si256(p3, mask),
+                _mm256_and_si256(_mm256_srli_epi16(p0, 4), mask),
+                _mm256_and_si256(_mm256_srli_epi16(p1, 4), mask),
+                _mm256_and_si256(_mm256_srli_epi16(p2, 4), mask),
+                _mm256_and_si256(_mm256_srli_epi16(p3, 4), mask),
+            ];
+            // Piece p holds elements 4p..4p+3 (p < 4: low nibbles; p >= 4:
+            // high nibbles, elements 16 + 4(p - 4).. = 4p..), whose fifth
+            // bits are bits 4p..4p+3 of qh: nibble p % 2 of byte p / 2.
+            let hv = _mm256_loadu_si256((qh.add(b) as *const u32).add(8 * h) as *const __m256i);
+            for (pc, wp) in w.iter_mut().enumerate() {
+                let bytes = _mm256_shuffle_epi8(hv, reps[pc / 2]);
+                let sel = bitsel[pc % 2];
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, sel), sel);
+                *wp = _mm256_or_si256(*wp, _mm256_and_si256(set, fifth));
+            }
+            let dw = f16x8((wd.add(b) as *const u16).add(8 * h));
+            let slot = &mut acc[b % 8];
+            for j in 0..R {
+                let o = j * nb + b;
+                let x = aq.add(o) as *const i32;
+                let m = |k: usize| _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(std::ptr::read_unaligned(x.add(k))));
+                let lo = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(m(0), m(1)), _mm256_add_epi16(m(2), m(3))), ones);
+                let hi = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(m(4), m(5)), _mm256_add_epi16(m(6), m(7))), ones);
+                // q - 16 as dot(q, x) - 16 * sum(x).
+                let idot = _mm256_sub_epi32(_mm256_add_epi32(lo, hi), _mm256_set1_epi32(16 * *ai.add(o)));
+                slot[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(*ad.add(o))), _mm256_cvtepi32_ps(idot), slot[j]);
+            }
+        }
+        for j in 0..R {
+            let s = |l: usize, m: usize| _mm256_add_ps(acc[l][j], acc[m][j]);
+            let v = _mm256_add_ps(_mm256_add_ps(s(0, 4), s(2, 6)), _mm256_add_ps(s(1, 5), s(3, 7)));
+            _mm256_storeu_ps(out.add(j * n + 8 * h), v);
+        }
+    }
+}
