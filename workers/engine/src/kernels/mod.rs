@@ -39,12 +39,18 @@ pub fn quantize_activations(x: &[f32], k: usize, out: &mut QActs) {
     out.s.resize(nblocks, 0.0);
     out.isum.resize(nblocks, 0);
     // The per-block scalar loop below costs more than a small batch's
-    // matmul share on this path; the AVX-512 version gives identical bytes
-    // and scales (same max, same product, same rounding).
+    // matmul share on this path; the AVX-512 and AVX2 versions give
+    // identical bytes and scales (same max, same product, same rounding).
     #[cfg(target_arch = "x86_64")]
     if isa() == Isa::Avx512Vnni {
         // SAFETY: the ISA check above covers the function's features.
         unsafe { x86::avx512::quantize_blocks(x, &mut out.qs, &mut out.d, &mut out.s, &mut out.isum) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx2 {
+        // SAFETY: as above; the AVX2 version gives the same bytes too.
+        unsafe { x86::avx2::quantize_blocks(x, &mut out.qs, &mut out.d, &mut out.s, &mut out.isum) };
         return;
     }
     scalar::quantize_scalar(x, out);

@@ -179,6 +179,17 @@ fn simd_quantize_matches_scalar() {
     assert_eq!(a.d, b.d);
     assert_eq!(a.s, b.s);
     assert_eq!(a.isum, b.isum);
+    // The AVX2 version too, whichever family this CPU dispatches to.
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+        let mut c = a.clone();
+        c.qs.fill([0; 32]);
+        c.d.fill(-1.0);
+        c.s.fill(-1.0);
+        c.isum.fill(-1);
+        unsafe { x86::avx2::quantize_blocks(&x, &mut c.qs, &mut c.d, &mut c.s, &mut c.isum) };
+        assert_eq!((c.qs, c.d, c.s, c.isum), (b.qs, b.d, b.s, b.isum), "avx2 quantize");
+    }
 }
 
 #[test]

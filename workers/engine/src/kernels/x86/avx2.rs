@@ -546,3 +546,41 @@ pub unsafe fn q5_0_x16_avx2<const R: usize>(
         }
     }
 }
+
+/// `quantize_activations` for whole blocks on AVX2, the AVX-512 version's
+/// arithmetic on four 8-lane vectors: the same max (exact in any order),
+/// q = trunc(v + copysign(0.5 - 2^-25, v)) as LLVM lowers `f32::round`,
+/// and an exact integer sum, so the bytes and scales equal the scalar's
+/// (tested). q is within -127..=127, so the saturating packs do not clip.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_blocks(x: &[f32], qs: &mut [[i8; 32]], d: &mut [f32], s: &mut [f32], isum: &mut [i32]) {
+    use half::f16;
+    let half = _mm256_castps_si256(_mm256_set1_ps(f32::from_bits(0x3eff_ffff)));
+    let sign = _mm256_set1_epi32(i32::MIN);
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX));
+    let round = |v: __m256| {
+        let h = _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(v), sign), half);
+        _mm256_cvttps_epi32(_mm256_add_ps(v, _mm256_castsi256_ps(h)))
+    };
+    let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (b, xb) in x.chunks_exact(32).enumerate() {
+        let v = [0, 8, 16, 24].map(|o| _mm256_loadu_ps(xb.as_ptr().add(o)));
+        let m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)), _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+        let dv = amax / 127.0;
+        let id = if dv != 0.0 { 1.0 / dv } else { 0.0 };
+        let idv = _mm256_set1_ps(id);
+        let r = v.map(|x| round(_mm256_mul_ps(x, idv)));
+        let q = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+        _mm256_storeu_si256(qs.get_unchecked_mut(b).as_mut_ptr() as *mut __m256i, _mm256_permutevar8x32_epi32(q, perm));
+        let t = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
+        let t = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        let t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0b01_00_11_10));
+        let sum = _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 0b10_11_00_01)));
+        *d.get_unchecked_mut(b) = f16::from_f32(dv).to_f32();
+        *s.get_unchecked_mut(b) = f16::from_f32(dv * sum as f32).to_f32();
+        *isum.get_unchecked_mut(b) = sum;
+    }
+}
