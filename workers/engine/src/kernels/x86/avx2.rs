@@ -1,7 +1,8 @@
-//! 256-bit kernels: attention scores on AVX2 and the plain-layout Q4_1 /
-//! Q8_0 matmuls, each instantiated twice from one macro, with the AVX2
-//! integer dot (`maddubs` + `madd`) and with AVX-512 VNNI's `vpdpbusd` on
-//! ymm registers.
+//! 256-bit kernels: attention scores on AVX2, the plain-layout matmuls,
+//! each instantiated twice from one macro, with the AVX2 integer dot
+//! (`maddubs` + `madd`) and with AVX-512 VNNI's `vpdpbusd` on ymm
+//! registers, and AVX2's grouped-layout Q4_1 / Q5_0 matmuls and activation
+//! quantization.
 
 use super::super::matrix::{BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::{f16_to_f32, Tile, TILE};
