@@ -25,19 +25,24 @@ pub(super) fn quantize_scalar(x: &[f32], out: &mut QActs) {
     }
 }
 
+/// Q4_1 in the grouped kernels' order (AVX-512 VNNI's `q4_1_x16` and
+/// AVX2's `q4_1_x16_avx2` return these bits): per block, the exact integer
+/// dot times d_w * d_a goes into one sum and m_w * s_a into another, each
+/// by a fused multiply-add in block order; the two are added at the end.
 pub(super) fn scalar_q4_1(wq: &[[u8; 16]], wd: &[u16], wm: &[u16], a: &Tile, t: usize, out: &mut [f32; TILE]) {
     let nb = a.nb;
     for j in 0..t {
-        let mut acc = 0f32;
+        let (mut acc, mut macc) = (0f32, 0f32);
         for b in 0..nb {
             let (q, x) = (&wq[b], &a.aq[j * nb + b]);
             let mut isum = 0i32;
             for k in 0..16 {
                 isum += (q[k] & 0x0f) as i32 * x[k] as i32 + (q[k] >> 4) as i32 * x[k + 16] as i32;
             }
-            acc += f16_to_f32(wd[b]) * a.ad[j * nb + b] * isum as f32 + f16_to_f32(wm[b]) * a.asum[j * nb + b];
+            acc = (isum as f32).mul_add(f16_to_f32(wd[b]) * a.ad[j * nb + b], acc);
+            macc = f16_to_f32(wm[b]).mul_add(a.asum[j * nb + b], macc);
         }
-        out[j] = acc;
+        out[j] = acc + macc;
     }
 }
 

@@ -402,9 +402,11 @@ q6k_kernel!(q6k_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", dot_
 /// eight `maddubs` give 8 rows x 4 values of pair sums each. Their i16 sum
 /// cannot overflow (|q x| <= 15 * 127 per product, 16 products per lane:
 /// 30480), so one `madd` turns them into the 8 rows' exact block dots.
-/// The float work, per block and lane, is the scalar kernel's in its order:
-/// acc + ((d_w * d_a) * dot + m_w * s_a), so the result is bit-identical to
-/// `scalar_q4_1` (tested). Row j's 16 outputs go to out[j * n ..][..16].
+/// The float work, per block and lane, is AVX-512's `q4_1_x16`'s and
+/// `scalar_q4_1`'s: acc = fma(dot, d_w * d_a, acc), macc = fma(m_w, s_a,
+/// macc), acc + macc at the end, so the result is bit-identical to the
+/// scalar kernel (tested) and to the AVX-512 one. Row j's 16 outputs go to
+/// out[j * n ..][..16].
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `qs`, `wd`, `wm` point at the group's first block
@@ -427,6 +429,7 @@ pub unsafe fn q4_1_x16_avx2<const R: usize>(
     let ones = _mm256_set1_epi16(1);
     for h in 0..2 {
         let mut acc = [_mm256_setzero_ps(); R];
+        let mut macc = [_mm256_setzero_ps(); R];
         for b in 0..nb {
             let p = (qs.add(b * 4) as *const u8).add(32 * h);
             let ld = |k: usize| _mm256_load_si256(p.add(64 * k) as *const __m256i);
@@ -453,15 +456,12 @@ pub unsafe fn q4_1_x16_avx2<const R: usize>(
                     _mm256_add_epi16(_mm256_add_epi16(m(4), m(5)), _mm256_add_epi16(m(6), m(7))),
                 );
                 let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones));
-                let t = _mm256_add_ps(
-                    _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_set1_ps(*ad.add(o))), dot),
-                    _mm256_mul_ps(mw, _mm256_set1_ps(*asum.add(o))),
-                );
-                acc[j] = _mm256_add_ps(acc[j], t);
+                acc[j] = _mm256_fmadd_ps(dot, _mm256_mul_ps(dw, _mm256_set1_ps(*ad.add(o))), acc[j]);
+                macc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*asum.add(o)), macc[j]);
             }
         }
-        for (j, v) in acc.iter().enumerate() {
-            _mm256_storeu_ps(out.add(j * n + 8 * h), *v);
+        for j in 0..R {
+            _mm256_storeu_ps(out.add(j * n + 8 * h), _mm256_add_ps(acc[j], macc[j]));
         }
     }
 }
