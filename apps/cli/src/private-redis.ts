@@ -2,12 +2,25 @@
 // budgets, leases and ledger buffer through Redis, which in-process stores
 // cannot do across processes. Without a configured Redis, `up` starts a
 // private redis-server of its own: on a spare port of 127.0.0.1 behind a
-// password made for the run, its directory under the up home, nothing
-// saved to disk (`--save ""`, no AOF: the routers drain the ledger buffer
-// into Postgres within router.ledgerFlushMs, and the registry rebuilds from
-// heartbeats), in a process group of its own so the Ctrl-C that reaches
-// `up`'s group does not stop it before the routers have drained; `up` stops
-// it last. One left behind by an `up` that was killed is stopped by the next.
+// password made for the run, in a process group of its own so the Ctrl-C
+// that reaches `up`'s group does not stop it before the routers have
+// drained; `up` stops it last.
+//
+// It holds money (ledger rows and crash intents not yet in Postgres), so it
+// is durable: an append-only file in <home>/redis (no RDB snapshots),
+// `appendfsync everysec`. Redis write()s the AOF before it answers a
+// command, so a killed `up`, a killed redis-server or the next `up`
+// stopping a left-over one loses nothing that was acknowledged; only the
+// machine itself going down can lose the last second not yet fsynced.
+// `always` would fsync on every event-loop turn, and every request's ledger
+// XADD would wait on the disk (milliseconds on a loaded or networked disk)
+// for a failure mode in which the local worker and the requests in flight
+// are lost anyway. The next `up` starts it again on the same directory:
+// the server loads the file, and the new routers drain the rows (consumer
+// group, XAUTOCLAIM for the dead routers' pending ones) and finish the
+// dead routers' intents into Postgres. One left behind by an `up` that was
+// killed is stopped by the next with SIGTERM (a clean shutdown fsyncs the
+// file), SIGKILL only if it does not exit within 5 s — nothing is deleted.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { accessSync, constants, existsSync, readFileSync } from "node:fs";
@@ -62,8 +75,22 @@ async function freePort(): Promise<number> {
   });
 }
 
-/** A redis-server a killed `up` left running (its pid file names it): stopped, when /proc says it is still that redis-server. */
-function stopLeftover(pidFile: string, log: (msg: string) => void): void {
+const gone = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch {
+    return true;
+  }
+};
+
+/**
+ * A redis-server a killed `up` left running (its pid file names it),
+ * stopped when /proc says it is still that redis-server: SIGTERM (it
+ * fsyncs its append-only file and exits), SIGKILL after 5 s; resolves once
+ * it is gone, so the new server opens the file after the old one closed it.
+ */
+async function stopLeftover(pidFile: string, log: (msg: string) => void): Promise<void> {
   if (!existsSync(pidFile)) return;
   const pid = Number(readFileSync(pidFile, "utf8").trim());
   if (!Number.isInteger(pid) || pid <= 1) return;
@@ -74,12 +101,20 @@ function stopLeftover(pidFile: string, log: (msg: string) => void): void {
     return; // gone (or no /proc: left alone rather than guessing)
   }
   if (!cmd.includes("redis-server")) return;
-  log(`stopping the private redis-server a previous 'up' left running (pid ${pid})`);
-  try {
-    process.kill(pid, "SIGKILL");
-  } catch {
-    // gone meanwhile
-  }
+  log(`stopping the private redis-server a previous 'up' left running (pid ${pid}); its data stays and is loaded again`);
+  const signal = (sig: NodeJS.Signals) => {
+    try {
+      process.kill(pid, sig);
+    } catch {
+      // gone meanwhile
+    }
+  };
+  signal("SIGTERM");
+  const deadline = Date.now() + 5_000;
+  while (!gone(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  if (gone(pid)) return;
+  signal("SIGKILL");
+  while (!gone(pid)) await new Promise((r) => setTimeout(r, 20));
 }
 
 /** AUTH and PING on a connection of its own: true once the server answers both. */
@@ -112,16 +147,16 @@ async function waitReady(port: number, password: string, child: ChildProcess, ou
   }
 }
 
-/** Starts the private redis-server under `<home>/redis`; `bin` from findOnPath. */
+/** Starts the private redis-server under `<home>/redis` (loading what an earlier one left there); `bin` from findOnPath. */
 export async function startPrivateRedis(bin: string, home: string, log: (msg: string) => void): Promise<PrivateRedis> {
   const dir = path.resolve(home, "redis");
   await mkdir(dir, { recursive: true, mode: 0o700 });
   const pidFile = path.join(dir, "redis-server.pid");
-  stopLeftover(pidFile, log);
+  await stopLeftover(pidFile, log);
   const port = await freePort();
   const password = randomBytes(24).toString("hex");
   // The password goes in on stdin as a config file ("-"), not on the command line `ps` shows.
-  const child = spawn(bin, ["-", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "yes"], {
+  const child = spawn(bin, ["-", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--dir", dir, "--protected-mode", "yes"], {
     stdio: ["pipe", "pipe", "pipe"],
     detached: true,
   });

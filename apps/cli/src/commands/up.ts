@@ -217,7 +217,7 @@ async function upProcessesRun(
       throw new UsageError(`up: ${(err as Error).message}`);
     }
     target = { url: server.url };
-    step(`private redis-server for the ${processes} router processes: pid ${server.pid} on 127.0.0.1:${server.port}, nothing saved to disk (${server.dir})`);
+    step(`private redis-server for the ${processes} router processes: pid ${server.pid} on 127.0.0.1:${server.port}, append-only file in ${server.dir} (what a killed up left there is drained into Postgres)`);
     // The forked routers read their Redis from the environment, like `switchyard router`.
     process.env.REDIS_URL = server.url;
   }
