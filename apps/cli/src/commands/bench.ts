@@ -8,7 +8,8 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
   if (suite === "router") {
     const levels = flags.levels?.split(",").map((n) => Number(n.trim()));
     if (levels?.some((n) => !Number.isInteger(n))) throw new UsageError(`bench router: --levels takes stream counts like 1,100,1000`);
-    if (flags.only !== undefined && flags.only !== "money") throw new UsageError(`bench router: --only takes 'money', got '${flags.only}'`);
+    // --only non-streaming: with --profile, the profile of the non-streaming closed loop instead of the 100 streams.
+    if (flags.only !== undefined && flags.only !== "money" && !(flags.only === "non-streaming" && flags.profile)) throw new UsageError(`bench router: --only takes 'money' (or 'non-streaming' with --profile), got '${flags.only}'`);
     // --cluster h:p,h:p (or BENCH_REDIS_CLUSTER): also the money and lease figures on that Redis Cluster, next to the single node.
     const clusterList = flags.cluster ?? process.env.BENCH_REDIS_CLUSTER;
     const cluster = clusterList?.split(",").map((s) => s.trim()).filter(Boolean);
@@ -16,7 +17,7 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     // --profile DIR: only a CPU profile of one router process under the 100-stream load.
     const processes = flags.processes === undefined ? undefined : Number(flags.processes);
     if (processes !== undefined && !(Number.isInteger(processes) && processes >= 1)) throw new UsageError("bench router: --processes takes a whole number ≥ 1");
-    return benches.router({ quick: flags.quick === true, levels, only: flags.only, ...(cluster ? { cluster } : {}), ...(flags.profile ? { profile: flags.profile } : {}), ...(processes ? { processes } : {}) });
+    return benches.router({ quick: flags.quick === true, levels, only: flags.only as "money" | "non-streaming" | undefined, ...(cluster ? { cluster } : {}), ...(flags.profile ? { profile: flags.profile } : {}), ...(processes ? { processes } : {}) });
   }
   if (suite === "admission") {
     return benches.admission({ quick: flags.quick === true });
