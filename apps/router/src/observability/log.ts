@@ -3,6 +3,7 @@
 export type LogLevel = "debug" | "info" | "warn" | "error";
 const order: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 
+/** Its methods are called on the logger (`log.warn(…)`), not detached. */
 export interface Logger {
   debug(msg: string, fields?: Record<string, unknown>): void;
   info(msg: string, fields?: Record<string, unknown>): void;
@@ -16,18 +17,46 @@ export function createLogger(
   base: Record<string, unknown> = {},
   write: (line: string) => void = (l) => process.stdout.write(l + "\n"),
 ): Logger {
-  const min = order[level];
-  const emit = (lvl: LogLevel, msg: string, fields?: Record<string, unknown>) => {
-    if (order[lvl] < min) return;
-    write(JSON.stringify({ ts: new Date().toISOString(), level: lvl, msg, ...base, ...fields }));
-  };
-  return {
-    debug: (m, f) => emit("debug", m, f),
-    info: (m, f) => emit("info", m, f),
-    warn: (m, f) => emit("warn", m, f),
-    error: (m, f) => emit("error", m, f),
-    child: (fields) => createLogger(level, { ...base, ...fields }, write),
-  };
+  return new JsonLogger(order[level], base, undefined, write);
+}
+
+// Every request makes a child (its request id): a child is one small object,
+// its fields merged with its parent's only when it first writes a line.
+class JsonLogger implements Logger {
+  private merged: Record<string, unknown> | undefined;
+  constructor(
+    private readonly min: number,
+    private readonly parent: Record<string, unknown> | JsonLogger,
+    private readonly own: Record<string, unknown> | undefined,
+    private readonly write: (line: string) => void,
+  ) {}
+
+  private base(): Record<string, unknown> {
+    if (this.merged) return this.merged;
+    const parent = this.parent instanceof JsonLogger ? this.parent.base() : this.parent;
+    return (this.merged = this.own ? { ...parent, ...this.own } : parent);
+  }
+
+  private emit(lvl: LogLevel, msg: string, fields?: Record<string, unknown>): void {
+    if (order[lvl] < this.min) return;
+    this.write(JSON.stringify({ ts: new Date().toISOString(), level: lvl, msg, ...this.base(), ...fields }));
+  }
+
+  debug(msg: string, fields?: Record<string, unknown>): void {
+    this.emit("debug", msg, fields);
+  }
+  info(msg: string, fields?: Record<string, unknown>): void {
+    this.emit("info", msg, fields);
+  }
+  warn(msg: string, fields?: Record<string, unknown>): void {
+    this.emit("warn", msg, fields);
+  }
+  error(msg: string, fields?: Record<string, unknown>): void {
+    this.emit("error", msg, fields);
+  }
+  child(fields: Record<string, unknown>): Logger {
+    return new JsonLogger(this.min, this, fields, this.write);
+  }
 }
 
 export const silentLogger: Logger = createLogger("error", {}, () => {});

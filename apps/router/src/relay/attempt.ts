@@ -38,6 +38,35 @@ export function outcomeOf(f: UpstreamFailure): AttemptOutcome {
   return "failed";
 }
 
+/** The callbacks waiting on one long-lived signal (the router's shutdown), behind a single listener of its own. */
+const waiting = new WeakMap<AbortSignal, Set<() => void>>();
+
+/**
+ * Calls `fn` when the router-wide `signal` aborts; returns the undo. Every
+ * attempt waits on the same shutdown signal: one listener on it and a Set
+ * here, rather than an EventTarget listener added and removed per attempt
+ * (whose removal walks every other attempt's).
+ */
+export function onAbortOf(signal: AbortSignal, fn: () => void): () => void {
+  let set = waiting.get(signal);
+  if (!set) {
+    const fns = (set = new Set());
+    waiting.set(signal, fns);
+    signal.addEventListener(
+      "abort",
+      () => {
+        const all = [...fns];
+        fns.clear();
+        for (const f of all) f();
+      },
+      { once: true },
+    );
+  }
+  const fns = set;
+  fns.add(fn);
+  return () => fns.delete(fn);
+}
+
 export function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
   const startedAt = performance.now();
   const reporter = backend ? ctx.observe?.(backend) : undefined;
@@ -47,8 +76,9 @@ export function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
   if (ctx.signal.aborted) onClientAbort();
   else ctx.signal.addEventListener("abort", onClientAbort, { once: true });
   const onShutdown = () => controller.abort(new RouterShuttingDown());
+  let offShutdown: (() => void) | undefined;
   if (ctx.shutdown?.aborted) onShutdown();
-  else ctx.shutdown?.addEventListener("abort", onShutdown, { once: true });
+  else if (ctx.shutdown) offShutdown = onAbortOf(ctx.shutdown, onShutdown);
   // The total deadline spans every attempt, counted from the request's arrival.
   const left = ctx.deadlines.totalMs - (performance.now() - ctx.startedAt);
   const total = setTimeout(
@@ -62,7 +92,7 @@ export function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
       timer.clear();
       clearTimeout(total);
       ctx.signal.removeEventListener("abort", onClientAbort);
-      ctx.shutdown?.removeEventListener("abort", onShutdown);
+      offShutdown?.();
     },
     startedAt,
     // The scorer's reporter counts once, whichever path ends the attempt first.

@@ -36,8 +36,16 @@ export const CACHE_SCOPE_FIELD = "switchyard_cache_scope";
  * the tenant's id — the same on every router, unrelated between tenants, and
  * never the tenant's name.
  */
+const scopes = new Map<string, string>();
 export function cacheScope(tenantId: string): string {
-  return createHash("sha256").update(`switchyard:cache-scope\u0000${tenantId}`).digest("base64url").slice(0, 22);
+  // A pure function of the tenant id, asked once per request: remembered (bounded; a full map starts over).
+  let scope = scopes.get(tenantId);
+  if (scope === undefined) {
+    scope = createHash("sha256").update(`switchyard:cache-scope\u0000${tenantId}`).digest("base64url").slice(0, 22);
+    if (scopes.size >= 10_000) scopes.clear();
+    scopes.set(tenantId, scope);
+  }
+  return scope;
 }
 
 const routeNames: Record<InferencePath, string> = {
