@@ -1,10 +1,12 @@
 // The shard link's keepalive watch on real loopback sockets: a peer that
 // pings is never taken for gone, a silent one is after the timeout, and a
 // large frame still going out to a slow reader hides neither end (each hears
-// the other's pings or bytes).
+// the other's pings or bytes). And a lazy link's `existing()` (what CLOSE
+// frames go over) never opens a connection: not before the first, not after
+// the peer's went.
 import { createServer, connect, type Server, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { watchSilence } from "./link.ts";
+import { LazyShardLink, SHARD_PROTOCOL, watchSilence } from "./link.ts";
 
 const servers: Server[] = [];
 const sockets: Socket[] = [];
@@ -72,5 +74,38 @@ describe("watchSilence", () => {
     expect(client.writableLength).toBeGreaterThan(0);
     expect(clientSilent).toBe(0);
     expect(serverSilent).toBe(0);
+  });
+});
+
+describe("LazyShardLink.existing", () => {
+  it("returns the live link only, and never connects: not before the first get, not after the peer closed it", async () => {
+    const conns: Socket[] = [];
+    // Just enough of a shard: it accepts the upgrade, then says nothing.
+    const server = createServer((s) => {
+      conns.push(s);
+      sockets.push(s);
+      s.on("error", () => {});
+      s.once("data", () => s.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${SHARD_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`));
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const lazy = new LazyShardLink({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, token: "t" }, undefined, 0);
+    expect(await lazy.existing()).toBeUndefined();
+    await sleep(100);
+    expect(conns).toHaveLength(0);
+    const link = await lazy.get();
+    expect(await lazy.existing()).toBe(link);
+    expect(conns).toHaveLength(1);
+    // The peer hangs up (as a shard gone, or one dropped by the keepalive).
+    conns[0]!.destroy();
+    for (let i = 0; i < 100 && link.alive; i++) await sleep(10);
+    expect(link.alive).toBe(false);
+    expect(await lazy.existing()).toBeUndefined();
+    await sleep(100);
+    expect(conns).toHaveLength(1);
+    // get() is what reconnects.
+    expect((await lazy.get()).alive).toBe(true);
+    expect(conns).toHaveLength(2);
+    await lazy.close();
   });
 });

@@ -299,6 +299,17 @@ export class LazyShardLink {
     return this.link;
   }
 
+  /**
+   * The link if one is open (or being opened) and alive — never a new
+   * connection. For CLOSE frames: a peer whose connection is gone already
+   * freed what was opened over it, so reconnecting to tell it (to a host
+   * that may be unreachable: the connect timeout) is wasted.
+   */
+  async existing(): Promise<ShardLink | undefined> {
+    const l = await this.link?.catch(() => undefined);
+    return l?.alive ? l : undefined;
+  }
+
   /** Frame bytes sent to and received from the next shard, over every connection made. */
   bytes(): { sent: number; received: number } {
     return { sent: this.retired.sent + (this.current?.bytesSent ?? 0), received: this.retired.received + (this.current?.bytesReceived ?? 0) };

@@ -19,7 +19,7 @@ export interface PipelinePath {
 
 /** The one path of a static `--next` pipeline. */
 export function staticPath(next: LazyShardLink): PipelinePath {
-  return { key: `static ${next.peer.url}`, hops: [next.peer.url], link: () => next.get(), existing: () => next.get().catch(() => undefined) };
+  return { key: `static ${next.peer.url}`, hops: [next.peer.url], link: () => next.get(), existing: () => next.existing() };
 }
 
 /** How long a lost replica is passed over by new sequences when another serves its stage. */
@@ -77,9 +77,7 @@ export class ShardPaths {
         return entry.link.get();
       },
       existing: async () => {
-        const entry = this.links.get(key);
-        const l = await entry?.link.get().catch(() => undefined);
-        return l?.alive ? l : undefined;
+        return this.links.get(key)?.link.existing();
       },
     };
   }

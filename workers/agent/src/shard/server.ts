@@ -155,7 +155,8 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions,
       for (const [seqId, model] of opened) {
         const body = toBinary(ShardCloseSchema, create(ShardCloseSchema, { model, seqId }));
         await opts.engine()?.once({ case: "shardClose", value: create(ShardCloseSchema, { model, seqId }) }).catch(() => {});
-        if (opts.next) await (await opts.next.get().catch(() => undefined))?.request(FrameKind.CLOSE, body).catch(() => {});
+        // Only over a live link: a next shard whose connection went (lost to a keepalive, closed) freed them itself.
+        if (opts.next) await (await opts.next.existing())?.request(FrameKind.CLOSE, body).catch(() => {});
       }
       opened.clear();
       afterClose?.();
@@ -236,7 +237,8 @@ async function handle(f: Frame, opts: ShardServerOptions, opened: Map<string, st
       const close = fromBinary(ShardCloseSchema, f.body);
       await engine.once({ case: "shardClose", value: close });
       opened.delete(close.seqId);
-      if (opts.next) await (await opts.next.get()).request(FrameKind.CLOSE, f.body);
+      // The sequence is open down the pipeline only over a live link (a next shard frees what a closed one opened).
+      if (opts.next) await (await opts.next.existing())?.request(FrameKind.CLOSE, f.body);
       return { reply: Promise.resolve(ok) };
     }
     case FrameKind.STEP: {
