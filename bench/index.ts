@@ -5,5 +5,5 @@ export const benches = {
   admission: async (opts: { quick: boolean }) => (await import("./admission.ts")).runAdmissionBench(opts),
   routing: async (opts: { quick: boolean }) => (await import("./routing.ts")).runRoutingBench(opts),
   engine: async (opts: { quick: boolean; model?: string; reference?: import("./engine.ts").ReferenceChoice }) => (await import("./engine.ts")).runEngineBench(opts),
-  split: async (opts: { quick: boolean; levels?: number[]; threads?: number }) => (await import("./split.ts")).runSplitBench(opts),
+  split: async (opts: { quick: boolean; levels?: number[]; threads?: number; cut?: "balanced" | "even" }) => (await import("./split.ts")).runSplitBench(opts),
 };

@@ -9,7 +9,7 @@
 // Greedy output must be the same everywhere: a difference fails the bench.
 import os from "node:os";
 import path from "node:path";
-import { resolveModel, startAgent, type AgentHandle, type ShardWire } from "@switchyard/agent";
+import { balancedRanges, evenRanges, ggufLayout, resolveModel, startAgent, type AgentHandle, type ShardWire } from "@switchyard/agent";
 import { encodeShardRoute, MemoryRegistryStore, SHARD_ROUTE_HEADER, signShardRoute } from "@switchyard/state";
 import { repoRoot, startProc, type Proc } from "#testkit/procs";
 import { percentile } from "./lib/load.ts";
@@ -36,10 +36,6 @@ interface Config {
   shards: Shard[];
 }
 
-/** Block ranges of `n` near-equal shards of `layers` blocks. */
-export function splitRanges(layers: number, n: number): { start: number; end: number }[] {
-  return Array.from({ length: n }, (_, i) => ({ start: Math.round((i * layers) / n), end: Math.round(((i + 1) * layers) / n) }));
-}
 
 /** Starts the shards last to first (each needs the next one's URL), each timed to ready on its own. */
 async function startConfig(name: string, ranges: { start: number; end: number }[] | undefined, threads: number[], maxBatch: number, started: AgentHandle[]): Promise<Config> {
@@ -291,14 +287,18 @@ async function runLevel(c: Config, n: number, tokens: number, round: number): Pr
   };
 }
 
-export async function runSplitBench(opts: { quick: boolean; levels?: number[]; threads?: number }): Promise<number> {
+export async function runSplitBench(opts: { quick: boolean; levels?: number[]; threads?: number; cut?: "balanced" | "even" }): Promise<number> {
   const levels = opts.levels ?? (opts.quick ? [1] : [1, 8, 16]);
   const tokens = opts.quick ? 8 : 48;
   const rounds = opts.quick ? 1 : 2;
   const threads = opts.threads ?? Math.min(os.availableParallelism(), 16);
   // The whole worker would reuse prompt prefixes and shards keep none: measure both without.
   process.env.SWITCHYARD_PREFIX_CACHE_MB = "0";
-  await resolveModel(MODEL);
+  // The shards' block ranges: by default the cut `switchyard up --split N` makes (ranges of equal
+  // compute, the output head counted on the last); `--cut even` for equal block counts.
+  const layout = await ggufLayout((await resolveModel(MODEL)).path);
+  const cut = opts.cut ?? "balanced";
+  const splitRanges = (n: number) => (cut === "even" ? evenRanges(layout.blocks, n) : balancedRanges(layout, n));
   const maxBatch = Math.max(16, ...levels);
   const per = (k: number) => Array.from({ length: k }, () => Math.max(1, Math.floor(threads / k)));
   process.stderr.write(`» starting unsplit, split=2 and split=3 (${threads} threads each in all)\n`);
@@ -307,9 +307,8 @@ export async function runSplitBench(opts: { quick: boolean; levels?: number[]; t
   const tails: TailProc[] = [];
   try {
     configs.push(await startConfig("unsplit", undefined, [threads], maxBatch, started));
-    const nLayers = configs[0]!.shards[0]!.agent.supervisor.loaded.get(MODEL)!.nLayers;
-    configs.push(await startConfig("split2", splitRanges(nLayers, 2), per(2), maxBatch, started));
-    configs.push(await startConfig("split3", splitRanges(nLayers, 3), per(3), maxBatch, started));
+    configs.push(await startConfig("split2", splitRanges(2), per(2), maxBatch, started));
+    configs.push(await startConfig("split3", splitRanges(3), per(3), maxBatch, started));
     const hidden = configs[0]!.shards[0]!.agent.supervisor.loaded.get(MODEL)!.hiddenSize;
 
     // Interleaved: every level, every round, each config in turn.
@@ -334,7 +333,7 @@ export async function runSplitBench(opts: { quick: boolean; levels?: number[]; t
     const replacement = await runReplacement({
       rounds: opts.quick ? 1 : 3,
       tokens: opts.quick ? 16 : 64,
-      range: splitRanges(nLayers, 2) as [{ start: number; end: number }, { start: number; end: number }],
+      range: splitRanges(2) as [{ start: number; end: number }, { start: number; end: number }],
       threads: per(2)[0]!,
       maxBatch,
       unsplit: configs[0]!.shards[0]!.agent,
@@ -352,6 +351,7 @@ export async function runSplitBench(opts: { quick: boolean; levels?: number[]; t
     const out: string[] = [];
     out.push(`Model SmolLM2-135M-Instruct Q4_1 on CPU kernels, ${tokens} tokens per stream, greedy, prefix cache off; median of ${rounds} interleaved round(s).`);
     out.push(`Engine threads: ${configs.map((c) => `${label(c)} ${threadsOf(c)}`).join(", ")} (${os.availableParallelism()} CPUs here).`);
+    out.push(`Blocks per shard (${cut === "even" ? "equal block counts" : "equal compute, the output head counted on the last shard"}): ${configs.slice(1).map((c) => `${label(c)} ${c.shards.map((s) => `${s.start}-${s.end}`).join(" | ")}`).join("; ")}.`);
     out.push(`Greedy output identical in every config: ${mismatch ? `NO — ${mismatch}` : "yes"}.`);
     out.push("");
     out.push(`| streams | ${configs.map((c) => `${label(c)} tok/s`).join(" | ")} | ${configs.slice(1).map((c) => `${label(c)} ÷ unsplit`).join(" | ")} |`);

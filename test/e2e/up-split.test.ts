@@ -36,8 +36,9 @@ afterAll(() => {
 });
 
 describe("switchyard up --split N", () => {
-  it("starts N shards with even ranges and answers through their pipeline", async () => {
-    expect(stderr).toContain("into 2 local shards: 0-15, 15-30");
+  it("starts N shards with ranges of equal compute and answers through their pipeline", async () => {
+    // 19 + 11 blocks: the last shard also runs the output head (8 blocks' worth of matmul on SmolLM2).
+    expect(stderr).toContain("into 2 local shards: 0-19, 19-30");
     expect(stderr).toContain("» pipeline: 2 shards");
     const key = readFileSync(path.join(home, "api-key"), "utf8").trim();
     const auth = { authorization: `Bearer ${key}`, "content-type": "application/json" };
@@ -50,7 +51,7 @@ describe("switchyard up --split N", () => {
       body: JSON.stringify({ model: "smollm2-135m-instruct", messages: ref.messages, temperature: 0, max_tokens: 8 }),
     });
     expect(res.status).toBe(200);
-    expect(res.headers.get("x-switchyard-route")).toMatch(/^pipeline\[local-shard-0 0-15 > local-shard-1 15-30\]/);
+    expect(res.headers.get("x-switchyard-route")).toMatch(/^pipeline\[local-shard-0 0-19 > local-shard-1 19-30\]/);
     const text = ((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content;
     expect(ref.completion_text.startsWith(text)).toBe(true);
   });

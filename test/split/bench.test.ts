@@ -32,6 +32,8 @@ describe("switchyard bench split --quick", () => {
     const { code, out } = await runCli(["bench", "split", "--quick", "--threads", "2"]);
     expect(out).toContain("Greedy output identical in every config: yes.");
     expect(out).toContain("Engine threads: unsplit 2, split=2 1+1, split=3 1+1+1");
+    // The cut `up --split` makes: equal compute, the last shard's share counting the output head.
+    expect(out).toContain("split=2 0-19 | 19-30; split=3 0-12 | 12-25 | 25-30.");
     // Throughput at 1 stream: all three produced tokens.
     const tput = row(table(out, "| streams | unsplit tok/s"), "1");
     expect(tput.slice(1, 4).map(num).every((x) => x > 0)).toBe(true);
@@ -56,7 +58,7 @@ describe("switchyard bench split --quick", () => {
     const whole = row(memory, "unsplit", "0");
     expect(whole[2]).toBe("0-30");
     expect(num(whole[6]!)).toBe(1);
-    for (const [c, i, blocks, lo, hi] of [["split=2", "0", "0-15", 0.3, 0.8], ["split=2", "1", "15-30", 0.3, 0.8], ["split=3", "1", "10-20", 0.15, 0.5]] as const) {
+    for (const [c, i, blocks, lo, hi] of [["split=2", "0", "0-19", 0.3, 0.85], ["split=2", "1", "19-30", 0.3, 0.8], ["split=3", "1", "12-25", 0.15, 0.5]] as const) {
       const r = row(memory, c, i);
       expect(r[2]).toBe(blocks);
       expect(num(r[4]!)).toBeGreaterThan(0);

@@ -24,6 +24,7 @@ export async function main(argv: string[]): Promise<number> {
         quick: { type: "boolean" },
         levels: { type: "string" },
         threads: { type: "string" },
+        cut: { type: "string" },
         only: { type: "string" },
         cluster: { type: "string" },
         from: { type: "string" },

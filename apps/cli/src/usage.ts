@@ -9,7 +9,7 @@ Usage:
   switchyard up [--model NAME|PATH]… [--split N] [--processes N]
                                         router + local worker, embedded state (single machine); default models
                                         smollm2-135m-instruct + all-minilm-l6-v2 (e.g. --model gemma-3-270m)
-                                        (--split N: N local shard workers of the chat model, blocks split evenly)
+                                        (--split N: N local shard workers of the chat model, blocks split by compute)
                                         (--processes N, default router.processes else 1: N router processes on a
                                         private redis-server from PATH, or redis.url, and the embedded PostgreSQL)
   switchyard router [--config FILE] [--embedded] [--processes N]
@@ -71,7 +71,7 @@ Usage:
                                         engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct):
                                         llama.cpp built for this CPU (llama-cpp-python, built on first use, ~8 min on 2 cores)
                                         and node-llama-cpp's prebuilt; ratios against the stronger
-  switchyard bench split [--quick] [--levels 1,8,16] [--threads N]
+  switchyard bench split [--quick] [--levels 1,8,16] [--threads N] [--cut balanced|even]
                                         one model unsplit vs split in 2 and 3 shards: tok/s, hop latency, wire bytes, memory
   switchyard bench admission [--quick]  interactive TTFT under 500 batch streams, admission on vs off (asserts both)
   switchyard bench routing [--quick]    latency-aware routing vs round-robin over 1×/2×/4× workers; resume after kill -9

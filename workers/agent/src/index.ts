@@ -7,5 +7,5 @@ export { catalog } from "./models/catalog.ts";
 export { decodeSafetensors, tensorToFloats } from "./server/safetensors.ts";
 export { FENCING_HEADER, FencingGuard } from "./server/fencing.ts";
 export { parseWorkerConfig, WorkerConfigError, WorkerConfigSchema, type WorkerConfig, type WorkerConfigInput } from "./config.ts";
-export { ggufBlockCount, evenRanges } from "./models/gguf.ts";
+export { ggufBlockCount, ggufLayout, evenRanges, balancedRanges, type GgufLayout } from "./models/gguf.ts";
 export { planModel, type ModelPlan } from "./engine/plan.ts";

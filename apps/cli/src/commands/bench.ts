@@ -1,7 +1,7 @@
 // `switchyard bench <suite>`: benchmarks that print a table.
 import { UsageError } from "../usage.ts";
 
-export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string }): Promise<number> {
+export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string; cut?: string }): Promise<number> {
   const [suite] = args;
   // The one bench entry point; it loads only the suite asked for.
   const { benches } = await import("../../../../bench/index.ts");
@@ -37,7 +37,10 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     if (levels?.some((n) => !Number.isInteger(n) || n < 1)) throw new UsageError("bench split: --levels takes stream counts like 1,8,16");
     const threads = flags.threads === undefined ? undefined : Number(flags.threads);
     if (threads !== undefined && (!Number.isInteger(threads) || threads < 1)) throw new UsageError("bench split: --threads takes the unsplit engine's thread count (the shards' sum to it)");
-    return benches.split({ quick: flags.quick === true, ...(levels ? { levels } : {}), ...(threads ? { threads } : {}) });
+    // --cut even: equal block counts per shard instead of the equal-compute cut `up --split` makes.
+    if (flags.cut !== undefined && flags.cut !== "even" && flags.cut !== "balanced") throw new UsageError(`bench split: --cut takes 'balanced' or 'even', got '${flags.cut}'`);
+    const cut = flags.cut as "balanced" | "even" | undefined;
+    return benches.split({ quick: flags.quick === true, ...(levels ? { levels } : {}), ...(threads ? { threads } : {}), ...(cut ? { cut } : {}) });
   }
   throw new UsageError(`bench: expected 'router', 'engine', 'split', 'admission' or 'routing', got '${suite ?? ""}'`);
 }

@@ -15,7 +15,7 @@ import { existsSync } from "node:fs";
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { createKey, createTenant, findTenant, hashKey, lookupKeyByHash, type Db } from "@switchyard/db";
-import { evenRanges, ggufBlockCount, resolveModel, startAgent, type AgentHandle, type AgentOptions } from "@switchyard/agent";
+import { balancedRanges, ggufLayout, resolveModel, startAgent, type AgentHandle, type AgentOptions } from "@switchyard/agent";
 import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { createLogger, isRouterProcess, redisTarget, startRouter, superviseRouters, type Config } from "@switchyard/router";
 import { connectRedis, describeRedisTarget, MemoryRegistryStore, RedisRegistryStore, type RedisTarget, type RegistryStore } from "@switchyard/state";
@@ -66,18 +66,20 @@ export function parseSplit(spec: string | undefined): number | undefined {
 }
 
 /**
- * The local shards of `--split N`: the chat model's blocks cut into N even
- * ranges, one worker each (the first also serves the other models, e.g.
+ * The local shards of `--split N`: the chat model's blocks cut into N ranges
+ * of about equal compute (the last one's share counts the output head:
+ * balancedRanges), one worker each (the first also serves the other models, e.g.
  * embeddings); the router places them into a pipeline like any shards.
  */
 async function startShards(n: number, models: string[], common: Omit<AgentOptions, "models" | "workerId" | "layers">, step: (msg: string) => void): Promise<AgentHandle[]> {
   const resolved = await Promise.all(models.map((m) => resolveModel(m)));
   const llm = resolved.find((m) => m.kind === ModelKind.LLAMA_GGUF);
   if (!llm) throw new UsageError("up: --split needs a llama (GGUF) model among --model");
-  const blocks = await ggufBlockCount(llm.path);
+  const layout = await ggufLayout(llm.path);
+  const blocks = layout.blocks;
   if (n > blocks) throw new UsageError(`up: --split ${n}: ${llm.name} has only ${blocks} blocks`);
   const others = models.filter((_, i) => resolved[i] !== llm);
-  const ranges = evenRanges(blocks, n);
+  const ranges = balancedRanges(layout, n);
   step(`splitting ${llm.name} (${blocks} blocks) into ${n} local shards: ${ranges.map((r) => `${r.start}-${r.end}`).join(", ")}`);
   return Promise.all(
     ranges.map((layers, i) => startAgent({ ...common, models: i === 0 ? [llm.name, ...others] : [llm.name], workerId: `local-shard-${i}`, layers })),
