@@ -343,7 +343,11 @@ export class PipelineHead implements GenerateEngine {
       this.inFlight++;
       this.wire.maxStepsInFlight = Math.max(this.wire.maxStepsInFlight, this.inFlight);
       const rebuilding: Promise<void>[] = [];
+      let deliver: (() => void) | undefined;
       void this.step(group)
+        .then((d) => {
+          deliver = d;
+        })
         .catch((err: unknown) => {
           const e = err instanceof EngineError ? err : new EngineError(ErrorCode.INTERNAL, `pipeline step failed: ${(err as Error).message}`);
           const lostAt = Date.now();
@@ -364,12 +368,15 @@ export class PipelineHead implements GenerateEngine {
           void Promise.all(rebuilding).then(() => {
             for (const s of group) this.busy.delete(s.id);
             this.schedule();
+            // The group's next step is on its way to the engine first; the streams' SSE work after it.
+            if (deliver) setImmediate(deliver);
           });
         });
     }
   }
 
-  private async step(step: Seq[]): Promise<void> {
+  /** One step of `step`'s sequences down the pipeline; what it returns hands their new text (and Done) to their streams. */
+  private async step(step: Seq[]): Promise<() => void> {
     const engine = this.engine();
     const loaded = this.model();
     if (!engine?.alive || !loaded) throw new EngineError(ErrorCode.INTERNAL, "the head shard's engine is gone");
@@ -394,18 +401,32 @@ export class PipelineHead implements GenerateEngine {
     const out = fromBinary(ShardOutputSchema, reply.body);
     if (out.samples.length !== step.length) throw new EngineError(ErrorCode.INTERNAL, `${out.samples.length} samples for ${step.length} sequences`);
     for (const [i, smp] of out.samples.entries()) {
+      if (smp.seqId !== step[i]!.id) throw new EngineError(ErrorCode.INTERNAL, `sample for ${smp.seqId} where ${step[i]!.id} was expected`);
+    }
+    const events: (() => void)[] = [];
+    for (const [i, smp] of out.samples.entries()) {
       const s = step[i]!;
-      if (smp.seqId !== s.id) throw new EngineError(ErrorCode.INTERNAL, `sample for ${smp.seqId} where ${s.id} was expected`);
       const t = smp.tokens ?? create(TokensSchema);
       s.completion += t.ids.length;
       s.generated.push(...t.ids);
-      if (t.ids.length > 0 || t.text !== "") s.push(create(EventSchema, { requestId: s.requestId, kind: { case: "tokens", value: t } }));
+      const ev = t.ids.length > 0 || t.text !== "" ? create(EventSchema, { requestId: s.requestId, kind: { case: "tokens", value: t } }) : undefined;
       if (smp.finishReason !== FinishReason.UNSPECIFIED) {
-        this.done(s, smp.finishReason);
-        await this.closeEverywhere(s);
+        // Out of the schedule now; its last text and Done go out with the others'.
+        this.seqs.delete(s.id);
+        const reason = smp.finishReason;
+        events.push(() => {
+          if (ev) s.push(ev);
+          this.done(s, reason);
+        });
+        // Not awaited: the group's next step need not wait for this engine to get to the close.
+        void this.closeEverywhere(s);
       } else {
         s.feed = [...t.ids];
+        if (ev) events.push(() => s.push(ev));
       }
     }
+    return () => {
+      for (const e of events) e();
+    };
   }
 }
