@@ -72,6 +72,8 @@ interface Seq {
   route?: ShardRoute;
   avoid: Set<string>;
   rebuilds: number;
+  /** When it last became ready for a step (the longest waiting go first). */
+  readyAt: number;
   push(ev: Event): void;
   fail(err: Error): void;
 }
@@ -193,6 +195,7 @@ export class PipelineHead implements GenerateEngine {
       ...(route ? { route } : {}),
       avoid,
       rebuilds: 0,
+      readyAt: performance.now(),
       push: (ev) => {
         queue.push(ev);
         wake?.();
@@ -334,11 +337,18 @@ export class PipelineHead implements GenerateEngine {
       }
     }
     while (this.inFlight < this.depth) {
-      const ready = [...this.seqs.values()].filter((s) => !this.busy.has(s.id));
+      const ready = [...this.seqs.values()].filter((s) => !this.busy.has(s.id)).sort((a, b) => a.readyAt - b.readyAt);
       if (ready.length === 0) return;
       const key = ready[0]!.path.key;
       const onPath = ready.filter((s) => s.path.key === key);
-      const group = onPath.slice(0, Math.ceil(onPath.length / (this.depth - this.inFlight)));
+      // Groups of about equal size: a group re-forms from whoever is ready
+      // when its step comes back, so one that started lopsided (streams
+      // arriving one by one: 1 + 7, or 6 + 2) would stay so, and a pipeline
+      // runs at its largest group's pace. So no group takes more than its
+      // share of the path's sequences; the rest wait for the next slot.
+      const all = [...this.seqs.values()].filter((s) => s.path.key === key).length;
+      const share = Math.ceil(all / this.depth);
+      const group = onPath.slice(0, Math.min(share, Math.ceil(onPath.length / (this.depth - this.inFlight))));
       for (const s of group) this.busy.add(s.id);
       this.inFlight++;
       this.wire.maxStepsInFlight = Math.max(this.wire.maxStepsInFlight, this.inFlight);
@@ -366,7 +376,11 @@ export class PipelineHead implements GenerateEngine {
         .finally(() => {
           this.inFlight--;
           void Promise.all(rebuilding).then(() => {
-            for (const s of group) this.busy.delete(s.id);
+            const now = performance.now();
+            for (const s of group) {
+              this.busy.delete(s.id);
+              s.readyAt = now;
+            }
             this.schedule();
             // The group's next step is on its way to the engine first; the streams' SSE work after it.
             if (deliver) setImmediate(deliver);
