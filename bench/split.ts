@@ -290,7 +290,8 @@ async function runLevel(c: Config, n: number, tokens: number, round: number): Pr
 export async function runSplitBench(opts: { quick: boolean; levels?: number[]; threads?: number; cut?: "balanced" | "even" }): Promise<number> {
   const levels = opts.levels ?? (opts.quick ? [1] : [1, 8, 16]);
   const tokens = opts.quick ? 8 : 48;
-  const rounds = opts.quick ? 1 : 2;
+  // Five: one level lasts ~1.5 s, and the 2-thread unsplit engine is the figure a stray process moves most (202–308 tok/s at 8 streams between quiet runs of two rounds).
+  const rounds = opts.quick ? 1 : 5;
   const threads = opts.threads ?? Math.min(os.availableParallelism(), 16);
   // The whole worker would reuse prompt prefixes and shards keep none: measure both without.
   process.env.SWITCHYARD_PREFIX_CACHE_MB = "0";

@@ -123,7 +123,7 @@ export async function main(argv: string[]): Promise<number> {
         throw new UsageError(`unknown command '${command}'`);
     }
   } catch (err) {
-    if (err instanceof UsageError || (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")) {
+    if (err instanceof UsageError || (err as { code?: string } | undefined)?.code?.startsWith("ERR_PARSE_ARGS")) {
       process.stderr.write(`error: ${(err as Error).message}\n\n${usage}\n`);
       return 2;
     }
