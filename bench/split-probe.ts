@@ -10,11 +10,9 @@
 import { readFileSync, readdirSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { resolveModel, startAgent, type AgentHandle } from "@switchyard/agent";
+import { FrameKind, resolveModel, ShardLink, startAgent, type AgentHandle } from "@switchyard/agent";
 import { MemoryRegistryStore } from "@switchyard/state";
 import { repoRoot, startProc, type Proc } from "#testkit/procs";
-import { FrameKind } from "../workers/agent/src/shard/frame.ts";
-import { ShardLink } from "../workers/agent/src/shard/link.ts";
 
 // Every STEP frame's round trip on a shard link (the head's to the tail, in split=2), and each step's agent-side engine times.
 const rtt = { on: false, ms: [] as number[] };

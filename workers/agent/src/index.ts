@@ -9,3 +9,6 @@ export { FENCING_HEADER, FencingGuard } from "./server/fencing.ts";
 export { parseWorkerConfig, WorkerConfigError, WorkerConfigSchema, type WorkerConfig, type WorkerConfigInput } from "./config.ts";
 export { ggufBlockCount, ggufLayout, evenRanges, balancedRanges, type GgufLayout } from "./models/gguf.ts";
 export { planModel, type ModelPlan } from "./engine/plan.ts";
+// The shard link and its frame kinds: bench/split-probe.ts times each STEP round trip on it.
+export { ShardLink } from "./shard/link.ts";
+export { FrameKind } from "./shard/frame.ts";

@@ -1,12 +1,16 @@
 // A snapshot refreshed on a timer from a store (the worker registry, the live
 // leases), so the request path reads memory and never waits on Redis.
-// Overlapping refreshes coalesce when Redis is slow; a failed one keeps the
+// Timer ticks skip while a refresh runs (Redis is slow); an explicit refresh
+// asked for meanwhile gets a load that starts after it, so whoever wrote to
+// the store and then refreshes sees that write. A failed refresh keeps the
 // last snapshot and is logged.
 import type { Logger } from "../observability/log.ts";
 
 export class Poller {
   private timer: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> | undefined;
+  /** The one load queued behind the running one, shared by every refresh asked for meanwhile. */
+  private again: Promise<void> | undefined;
   private lastOk = 0;
 
   constructor(
@@ -20,7 +24,9 @@ export class Poller {
 
   async start(): Promise<void> {
     await this.refresh();
-    this.timer = setInterval(() => void this.refresh(), this.pollMs);
+    this.timer = setInterval(() => {
+      if (!this.refreshing) void this.refresh();
+    }, this.pollMs);
     this.timer.unref();
   }
 
@@ -29,7 +35,14 @@ export class Poller {
   }
 
   refresh(): Promise<void> {
-    this.refreshing ??= this.load()
+    // The running load may have read the store before the caller's write: joining it would hand back a stale snapshot.
+    if (this.refreshing) {
+      return (this.again ??= this.refreshing.then(() => {
+        this.again = undefined;
+        return this.refresh();
+      }));
+    }
+    this.refreshing = this.load()
       .then(
         () => {
           this.lastOk = Date.now();
