@@ -302,6 +302,13 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
     // The batch being relayed and the next event in it; the first event of a leg's held batch is gathered already.
     let batch: SseBatch | undefined = leg.held;
     let i = 1;
+    // A failure resume can carry: on true the continuation's held batch is next (its first event sent already).
+    const resumed = async (failure: UpstreamFailure): Promise<boolean> => {
+      if (!resume || !(await resumeAfter(failure, flush))) return false;
+      batch = leg.held;
+      i = 1;
+      return true;
+    };
     emit(firstEv, firstEv, batch.chunk, batch.events[0]!);
     try {
       for (;;) {
@@ -312,19 +319,11 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
           try {
             next = await leg.batches.next();
           } catch (err) {
-            if (resume && (await resumeAfter(toFailure(err, leg.a), flush))) {
-              batch = leg.held;
-              i = 1;
-              continue;
-            }
+            if (await resumed(toFailure(err, leg.a))) continue;
             throw err;
           }
           if (next.done) {
-            if (!sawDone && resume && (await resumeAfter(new UpstreamFailure("protocol", `${leg.backend.id} ended the stream without [DONE]`, true), flush))) {
-              batch = leg.held;
-              i = 1;
-              continue;
-            }
+            if (!sawDone && (await resumed(new UpstreamFailure("protocol", `${leg.backend.id} ended the stream without [DONE]`, true)))) continue;
             finish(sawDone ? "ok" : "error");
             if (!sawDone) {
               metrics.errors.inc({ code: "bad_upstream" });
@@ -345,20 +344,12 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
         try {
           ev = checkEvent(leg.backend, e.data);
         } catch (err) {
-          if (resume && (await resumeAfter(toFailure(err, leg.a), flush))) {
-            batch = leg.held;
-            i = 1;
-            continue;
-          }
+          if (await resumed(toFailure(err, leg.a))) continue;
           throw err;
         }
         const upstreamErr = upstreamErrorEvent(ev);
         if (upstreamErr) {
-          if (resume && (await resumeAfter(new UpstreamFailure("bad_status", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`, true), flush))) {
-            batch = leg.held;
-            i = 1;
-            continue;
-          }
+          if (await resumed(new UpstreamFailure("bad_status", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`, true))) continue;
           // The worker already ended the stream with its error event: relay
           // it in our shape as the one error event, and stop.
           finish("error");
