@@ -19,6 +19,16 @@ import { createServer } from "node:net";
 /** Ports this process handed out: never hand the same one out twice (two servers started in parallel). */
 const handedOut = new Set<number>();
 
+/** Whether a process with this pid exists (signal 0 checks without sending). */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export async function freePort(): Promise<number> {
   for (;;) {
     const port = await new Promise<number>((resolve, reject) => {

@@ -13,6 +13,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { engineBinary } from "../helpers/worker.ts";
 import { sleep, waitFor } from "../helpers/env.ts";
+import { alive } from "#testkit/procs";
 
 const bin = path.resolve(import.meta.dirname, "../../apps/cli/bin/switchyard.mjs");
 const greedy = JSON.parse(readFileSync(path.resolve(import.meta.dirname, "../../workers/engine/tests/fixtures/greedy_reference.json"), "utf8")) as {
@@ -35,14 +36,6 @@ const chatOk = `switchyard_requests_total{route="/v1/chat/completions",status="2
 const sample = (text: string, series: string): number => {
   const line = text.split("\n").find((l) => l.startsWith(`${series} `));
   return line ? Number(line.slice(series.length + 1)) : 0;
-};
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 };
 
 /** One short chat on a connection of its own: the primary hands each connection to the next process. */

@@ -16,6 +16,7 @@ import { tmpdir, userInfo } from "node:os";
 import path from "node:path";
 import { Redis } from "ioredis";
 import { sleep } from "./env.ts";
+import { alive } from "#testkit/procs";
 
 const PREFIX = "syh";
 
@@ -35,15 +36,6 @@ function tc(args: string[]): string {
   } catch (err) {
     const e = err as { stderr?: string; message: string };
     throw new Error(`tc ${args.join(" ")}: ${e.stderr?.trim() || e.message}`);
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
   }
 }
 

@@ -12,6 +12,7 @@ import { findOnPath, startPrivateRedis, type PrivateRedis } from "../../apps/cli
 import { encodeLedgerRow, ledgerStreamKey } from "../../apps/router/src/billing/ledger-stream.ts";
 import { createTestDb, waitFor, type TestDb } from "../helpers/env.ts";
 import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
+import { alive } from "#testkit/procs";
 
 const PREFIX = "sy:"; // the router's default redis.keyPrefix, as under `up`
 const stream = ledgerStreamKey(PREFIX);
@@ -20,14 +21,6 @@ const servers: PrivateRedis[] = [];
 let db: TestDb | undefined;
 let router: RouterProc | undefined;
 
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 const start = async (): Promise<PrivateRedis> => {
   const s = await startPrivateRedis(findOnPath("redis-server")!, home, () => {});
