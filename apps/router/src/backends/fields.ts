@@ -170,17 +170,38 @@ const routeOf: Partial<Record<InferencePath, Route>> = { "/v1/chat/completions":
 
 /** The first field this body asks for that `kind` refuses, with the 400's message. */
 export function refusedField(kind: string, path: InferencePath, body: Json): { param: string; message: string } | undefined {
-  const route = routeOf[path];
-  const support = (fieldSupport as Record<string, FieldSupport>)[kind];
-  if (!route || !support) return undefined;
-  for (const [name, f] of Object.entries(requestFields) as Array<[FieldName, RequestField]>) {
-    if (!f.routes.includes(route) || support[name] !== "refused" || checkedUpstream[kind]?.includes(name)) continue;
+  const checks = refusalChecks(kind, path);
+  if (!checks) return undefined;
+  for (const { name, f, route } of checks) {
     const param = f.asks(body, route);
     if (param === undefined) continue;
     const what = name === "unknown" ? `'${param}' is not a field Switchyard knows; it would be ignored` : `${f.label} cannot be honoured`;
     return { param, message: `${param}: ${what} by ${kind === "worker" ? "self-hosted workers" : kind}` };
   }
   return undefined;
+}
+
+type RefusalCheck = { name: FieldName; f: RequestField; route: Route };
+/** The fields a backend kind refuses on a route, listed once per (kind, path): every request runs this check on every candidate. */
+const refusalLists = new Map<string, RefusalCheck[] | null>();
+
+function refusalChecks(kind: string, path: InferencePath): RefusalCheck[] | null {
+  const key = `${kind} ${path}`;
+  let list = refusalLists.get(key);
+  if (list === undefined) {
+    const route = routeOf[path];
+    const support = (fieldSupport as Record<string, FieldSupport>)[kind];
+    list = null;
+    if (route && support) {
+      list = [];
+      for (const [name, f] of Object.entries(requestFields) as Array<[FieldName, RequestField]>) {
+        if (!f.routes.includes(route) || support[name] !== "refused" || checkedUpstream[kind]?.includes(name)) continue;
+        list.push({ name, f, route });
+      }
+    }
+    refusalLists.set(key, list);
+  }
+  return list;
 }
 
 /** The README table: one row per field, one column per backend kind. */
