@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/engine/v1/engine.proto.
  */
 export const file_switchyard_engine_v1_engine: GenFile = /*@__PURE__*/
-  fileDesc("CiFzd2l0Y2h5YXJkL2VuZ2luZS92MS9lbmdpbmUucHJvdG8SFHN3aXRjaHlhcmQuZW5naW5lLnYxIqEFCgdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSNQoKbG9hZF9tb2RlbBgKIAEoCzIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkxvYWRNb2RlbEgAEjIKCGdlbmVyYXRlGAsgASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuR2VuZXJhdGVIABIsCgVlbWJlZBgMIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVtYmVkSAASOwoNaGlkZGVuX3N0YXRlcxgNIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc0gAEjAKB2ZvcndhcmQYDiABKAsyHS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkSAASLgoGY2FuY2VsGA8gASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2FuY2VsSAASMwoFc3RhdHMYECABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TdGF0c1JlcXVlc3RIABIyCghzaHV0ZG93bhgRIAEoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNodXRkb3duSAASMgoIdG9rZW5pemUYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbml6ZUgAEjUKCnNoYXJkX29wZW4YEyABKAsyHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE9wZW5IABI1CgpzaGFyZF9zdGVwGBQgASgLMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuU2hhcmRTdGVwSAASNwoLc2hhcmRfY2xvc2UYFSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZENsb3NlSABCBgoEa2luZCKnAQoJTG9hZE1vZGVsEg0KBW1vZGVsGAEgASgJEi0KBGtpbmQYAiABKA4yHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Nb2RlbEtpbmQSDAoEcGF0aBgDIAEoCRITCgttYXhfc2VxX2xlbhgEIAEoDRIRCgltYXhfYmF0Y2gYBSABKA0SEwoLbGF5ZXJfc3RhcnQYBiABKA0SEQoJbGF5ZXJfZW5kGAcgASgNIoQBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSMgoKdG9vbF9jYWxscxgUIAMoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgVIAEoCRIMCgRuYW1lGBYgASgJIjcKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSEQoJYXJndW1lbnRzGAMgASgJIk0KBFRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRISCgpwYXJhbWV0ZXJzGAMgASgJEg4KBnN0cmljdBgEIAEoCCKNBQoIR2VuZXJhdGUSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABI3Cg1wcm9tcHRfdG9rZW5zGB4gASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5JZHNIABISCgptYXhfdG9rZW5zGAQgASgNEhMKC3RlbXBlcmF0dXJlGAUgASgCEg0KBXRvcF9wGAYgASgCEg0KBXRvcF9rGAcgASgNEhEKBHNlZWQYCCABKARIAYgBARIMCgRzdG9wGAkgAygJEhAKCGxvZ3Byb2JzGAogASgIEhQKDHRvcF9sb2dwcm9icxgLIAEoDRISCgpjYWNoZV9zYWx0GAwgASgJEgkKAW4YHyABKA0SQQoKbG9naXRfYmlhcxggIAMoCzItLnN3aXRjaHlhcmQuZW5naW5lLnYxLkdlbmVyYXRlLkxvZ2l0Qmlhc0VudHJ5EhkKEWZyZXF1ZW5jeV9wZW5hbHR5GCEgASgCEhgKEHByZXNlbmNlX3BlbmFsdHkYIiABKAISGgoScmVwZXRpdGlvbl9wZW5hbHR5GCMgASgCEg0KBW1pbl9wGCQgASgCEhMKC2VjaG9fcHJvbXB0GCUgASgIEg4KBnN1ZmZpeBgmIAEoCRI0Cgpjb25zdHJhaW50GBQgASgLMiAuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ29uc3RyYWludBowCg5Mb2dpdEJpYXNFbnRyeRILCgNrZXkYASABKA0SDQoFdmFsdWUYAiABKAI6AjgBQgcKBWlucHV0QgcKBV9zZWVkIosBCgpDb25zdHJhaW50EhUKC2pzb25fc2NoZW1hGAEgASgJSAASFQoLanNvbl9vYmplY3QYAiABKAhIABIOCgZzdHJpY3QYAyABKAgSNQoLdG9vbF9jaG9pY2UYBCABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub29sQ2hvaWNlQggKBmFuc3dlciJkCgpUb29sQ2hvaWNlEjIKBG1vZGUYASABKA4yJC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub29sQ2hvaWNlTW9kZRIQCghmdW5jdGlvbhgCIAEoCRIQCghwYXJhbGxlbBgDIAEoCCKOAQoMQ2hhdE1lc3NhZ2VzEjMKCG1lc3NhZ2VzGAEgAygLMiEuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2USHgoWY29udGludWVfZmluYWxfbWVzc2FnZRgCIAEoCBIpCgV0b29scxgUIAMoCzIaLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRvb2wiXAoFRW1iZWQSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEjQKDHRva2VuX2lucHV0cxgeIAMoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuSWRzIqACCgxIaWRkZW5TdGF0ZXMSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABIOCgZsYXllcnMYBCADKA0SLgoHcG9vbGluZxgFIAEoDjIdLnN3aXRjaHlhcmQuZW5naW5lLnYxLlBvb2xpbmcSKgoFZHR5cGUYBiABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZRIxCgthY3RpdmF0aW9ucxg8IAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIPCgdwYXNzX29uGD0gASgIQgcKBWlucHV0IpYBCgdGb3J3YXJkEg0KBW1vZGVsGAEgASgJEhMKC2xheWVyX3N0YXJ0GAIgASgNEhEKCWxheWVyX2VuZBgDIAEoDRIxCgthY3RpdmF0aW9ucxgEIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIRCgl0b2tlbl9pZHMYBSADKA0SDgoGbG9naXRzGAYgASgIIugBCglTaGFyZE9wZW4SDQoFbW9kZWwYASABKAkSDgoGc2VxX2lkGAIgASgJEhAKCGNhcGFjaXR5GAMgASgNEhIKCm1heF90b2tlbnMYBCABKA0SEwoLdGVtcGVyYXR1cmUYBSABKAISDQoFdG9wX3AYBiABKAISDQoFdG9wX2sYByABKA0SEQoEc2VlZBgIIAEoBEgAiAEBEgwKBHN0b3AYCSADKAkSEAoIbG9ncHJvYnMYCiABKAgSFAoMdG9wX2xvZ3Byb2JzGAsgASgNEhEKCWdlbmVyYXRlZBgyIAMoDUIHCgVfc2VlZCI/CgxTaGFyZFNlcVJvd3MSDgoGc2VxX2lkGAEgASgJEgwKBHJvd3MYAiABKA0SEQoJdG9rZW5faWRzGAMgAygNIq8BCglTaGFyZFN0ZXASDQoFbW9kZWwYASABKAkSMAoEc2VxcxgCIAMoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2VxUm93cxIxCgthY3RpdmF0aW9ucxgDIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIuCglvdXRfZHR5cGUYBCABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZSIrCgpTaGFyZENsb3NlEg0KBW1vZGVsGAEgASgJEg4KBnNlcV9pZBgCIAEoCSIjCgZDYW5jZWwSGQoRdGFyZ2V0X3JlcXVlc3RfaWQYASABKAkiDgoMU3RhdHNSZXF1ZXN0IgoKCFNodXRkb3duImwKCFRva2VuaXplEg0KBW1vZGVsGAEgASgJEhAKBnByb21wdBgCIAEoCUgAEjYKCG1lc3NhZ2VzGAMgASgLMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2VzSABCBwoFaW5wdXQiUQoGVGVuc29yEioKBWR0eXBlGAEgASgOMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuRFR5cGUSDQoFc2hhcGUYAiADKAQSDAoEZGF0YRgDIAEoDCLcBAoFRXZlbnQSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgZsb2FkZWQYCiABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Mb2FkZWRIABIuCgZ0b2tlbnMYCyABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbnNIABIqCgRkb25lGAwgASgLMhouc3dpdGNoeWFyZC5lbmdpbmUudjEuRG9uZUgAEjYKCmVtYmVkZGluZ3MYDSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FbWJlZGRpbmdzSAASQQoNaGlkZGVuX3N0YXRlcxgOIAEoCzIoLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc1Jlc3VsdEgAEjYKB2ZvcndhcmQYDyABKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkUmVzdWx0SAASLAoFZXJyb3IYECABKAsyGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FcnJvckgAEiwKBXN0YXRzGBEgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuU3RhdHNIABIzCgl0b2tlbl9pZHMYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbklkc0gAEiwKBXJlYWR5GBMgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuUmVhZHlIABI5CgxzaGFyZF9vdXRwdXQYFCABKAsyIS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE91dHB1dEgAQgYKBGtpbmQidAoLU2hhcmRPdXRwdXQSMQoLYWN0aXZhdGlvbnMYASABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISMgoHc2FtcGxlcxgCIAMoCzIhLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2FtcGxlIoYBCgtTaGFyZFNhbXBsZRIOCgZzZXFfaWQYASABKAkSLAoGdG9rZW5zGAIgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5zEjkKDWZpbmlzaF9yZWFzb24YAyABKA4yIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5GaW5pc2hSZWFzb24iKAoFUmVhZHkSDgoGZGV2aWNlGAEgASgJEg8KB3ZlcnNpb24YAiABKAkinAIKBkxvYWRlZBINCgVtb2RlbBgBIAEoCRItCgRraW5kGAIgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuTW9kZWxLaW5kEhAKCG5fbGF5ZXJzGAMgASgNEhMKC2hpZGRlbl9zaXplGAQgASgNEhIKCnZvY2FiX3NpemUYBSABKA0SEwoLbWF4X3NlcV9sZW4YBiABKA0SEQoJbWF4X2JhdGNoGAcgASgNEg8KB2xvYWRfbXMYCCABKAQSFAoMd2VpZ2h0X2J5dGVzGAkgASgEEhUKDWVtYmVkZGluZ19kaW0YCiABKA0SEwoLbGF5ZXJfc3RhcnQYCyABKA0SEQoJbGF5ZXJfZW5kGAwgASgNEgsKA2ZpbRgeIAEoCCJ5CgZUb2tlbnMSCwoDaWRzGAEgAygNEgwKBHRleHQYAiABKAkSNQoIbG9ncHJvYnMYAyADKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2JzEg0KBWluZGV4GB4gASgNEg4KBnByb21wdBgfIAEoCCI6CgxUb2tlbkxvZ3Byb2ISCgoCaWQYASABKA0SDQoFdG9rZW4YAiABKAwSDwoHbG9ncHJvYhgDIAEoAiJ0Cg1Ub2tlbkxvZ3Byb2JzEjIKBmNob3NlbhgBIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuTG9ncHJvYhIvCgN0b3AYAiADKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2IiOQoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoDRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoDSLlAQoERG9uZRI5Cg1maW5pc2hfcmVhc29uGAEgASgOMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuRmluaXNoUmVhc29uEioKBXVzYWdlGAIgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuVXNhZ2USEgoKcHJlZmlsbF91cxgDIAEoBBIRCglkZWNvZGVfdXMYBCABKAQSHAoUY2FjaGVkX3Byb21wdF90b2tlbnMYBSABKA0SMQoHY2hvaWNlcxgeIAMoCzIgLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNob2ljZURvbmUicQoKQ2hvaWNlRG9uZRINCgVpbmRleBgBIAEoDRI5Cg1maW5pc2hfcmVhc29uGAIgASgOMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuRmluaXNoUmVhc29uEhkKEWNvbXBsZXRpb25fdG9rZW5zGAMgASgNImcKCkVtYmVkZGluZ3MSLQoHdmVjdG9ycxgBIAMoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlIpMBChJIaWRkZW5TdGF0ZXNSZXN1bHQSDgoGbGF5ZXJzGAEgAygNEi0KB3RlbnNvcnMYAiADKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISEAoIbl90b2tlbnMYAyABKA0SLAoGb3V0cHV0GDwgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIj0KDUZvcndhcmRSZXN1bHQSLAoGb3V0cHV0GAEgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIhcKCFRva2VuSWRzEgsKA2lkcxgBIAMoDSJHCgVFcnJvchItCgRjb2RlGAEgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkihwIKBVN0YXRzEhgKEGFjdGl2ZV9zZXF1ZW5jZXMYASABKA0SFwoPcXVldWVkX3JlcXVlc3RzGAIgASgNEhEKCW1heF9iYXRjaBgDIAEoDRIWCg5rdl9jYWNoZV9ieXRlcxgEIAEoBBIRCglyc3NfYnl0ZXMYBSABKAQSDgoGZGV2aWNlGAYgASgJEg4KBm1vZGVscxgHIAMoCRIYChB0b2tlbnNfZ2VuZXJhdGVkGAggASgEEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoBBIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoBBIcChRwcmVmaXhfdG9rZW5zX3JldXNlZBgLIAEoBCpXCglNb2RlbEtpbmQSGgoWTU9ERUxfS0lORF9VTlNQRUNJRklFRBAAEhkKFU1PREVMX0tJTkRfTExBTUFfR0dVRhABEhMKD01PREVMX0tJTkRfQkVSVBACKoQBCg5Ub29sQ2hvaWNlTW9kZRIZChVUT09MX0NIT0lDRV9NT0RFX05PTkUQABIZChVUT09MX0NIT0lDRV9NT0RFX0FVVE8QARIdChlUT09MX0NIT0lDRV9NT0RFX1JFUVVJUkVEEAISHQoZVE9PTF9DSE9JQ0VfTU9ERV9GVU5DVElPThADKlgKB1Bvb2xpbmcSFwoTUE9PTElOR19VTlNQRUNJRklFRBAAEhAKDFBPT0xJTkdfTk9ORRABEhAKDFBPT0xJTkdfTUVBThACEhAKDFBPT0xJTkdfTEFTVBADKjwKBURUeXBlEhUKEURUWVBFX1VOU1BFQ0lGSUVEEAASDQoJRFRZUEVfRjMyEAESDQoJRFRZUEVfRjE2EAIqfAoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAMq7gEKCUVycm9yQ29kZRIaChZFUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASHgoaRVJST1JfQ09ERV9JTlZBTElEX1JFUVVFU1QQARIfChtFUlJPUl9DT0RFX01PREVMX05PVF9MT0FERUQQAhIdChlFUlJPUl9DT0RFX0NPTlRFWFRfTEVOR1RIEAMSGQoVRVJST1JfQ09ERV9PVkVSTE9BREVEEAQSFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAFEhUKEUVSUk9SX0NPREVfREVWSUNFEAYSGgoWRVJST1JfQ09ERV9MT0FEX0ZBSUxFRBAHYgZwcm90bzM");
+  fileDesc("CiFzd2l0Y2h5YXJkL2VuZ2luZS92MS9lbmdpbmUucHJvdG8SFHN3aXRjaHlhcmQuZW5naW5lLnYxIqEFCgdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSNQoKbG9hZF9tb2RlbBgKIAEoCzIfLnN3aXRjaHlhcmQuZW5naW5lLnYxLkxvYWRNb2RlbEgAEjIKCGdlbmVyYXRlGAsgASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuR2VuZXJhdGVIABIsCgVlbWJlZBgMIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLkVtYmVkSAASOwoNaGlkZGVuX3N0YXRlcxgNIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc0gAEjAKB2ZvcndhcmQYDiABKAsyHS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkSAASLgoGY2FuY2VsGA8gASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2FuY2VsSAASMwoFc3RhdHMYECABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TdGF0c1JlcXVlc3RIABIyCghzaHV0ZG93bhgRIAEoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNodXRkb3duSAASMgoIdG9rZW5pemUYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbml6ZUgAEjUKCnNoYXJkX29wZW4YEyABKAsyHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE9wZW5IABI1CgpzaGFyZF9zdGVwGBQgASgLMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuU2hhcmRTdGVwSAASNwoLc2hhcmRfY2xvc2UYFSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZENsb3NlSABCBgoEa2luZCKnAQoJTG9hZE1vZGVsEg0KBW1vZGVsGAEgASgJEi0KBGtpbmQYAiABKA4yHy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Nb2RlbEtpbmQSDAoEcGF0aBgDIAEoCRITCgttYXhfc2VxX2xlbhgEIAEoDRIRCgltYXhfYmF0Y2gYBSABKA0SEwoLbGF5ZXJfc3RhcnQYBiABKA0SEQoJbGF5ZXJfZW5kGAcgASgNIoQBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSMgoKdG9vbF9jYWxscxgUIAMoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgVIAEoCRIMCgRuYW1lGBYgASgJIjcKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSEQoJYXJndW1lbnRzGAMgASgJIk0KBFRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRISCgpwYXJhbWV0ZXJzGAMgASgJEg4KBnN0cmljdBgEIAEoCCKNBQoIR2VuZXJhdGUSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABI3Cg1wcm9tcHRfdG9rZW5zGB4gASgLMh4uc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5JZHNIABISCgptYXhfdG9rZW5zGAQgASgNEhMKC3RlbXBlcmF0dXJlGAUgASgCEg0KBXRvcF9wGAYgASgCEg0KBXRvcF9rGAcgASgNEhEKBHNlZWQYCCABKARIAYgBARIMCgRzdG9wGAkgAygJEhAKCGxvZ3Byb2JzGAogASgIEhQKDHRvcF9sb2dwcm9icxgLIAEoDRISCgpjYWNoZV9zYWx0GAwgASgJEgkKAW4YHyABKA0SQQoKbG9naXRfYmlhcxggIAMoCzItLnN3aXRjaHlhcmQuZW5naW5lLnYxLkdlbmVyYXRlLkxvZ2l0Qmlhc0VudHJ5EhkKEWZyZXF1ZW5jeV9wZW5hbHR5GCEgASgCEhgKEHByZXNlbmNlX3BlbmFsdHkYIiABKAISGgoScmVwZXRpdGlvbl9wZW5hbHR5GCMgASgCEg0KBW1pbl9wGCQgASgCEhMKC2VjaG9fcHJvbXB0GCUgASgIEg4KBnN1ZmZpeBgmIAEoCRI0Cgpjb25zdHJhaW50GBQgASgLMiAuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ29uc3RyYWludBowCg5Mb2dpdEJpYXNFbnRyeRILCgNrZXkYASABKA0SDQoFdmFsdWUYAiABKAI6AjgBQgcKBWlucHV0QgcKBV9zZWVkIosBCgpDb25zdHJhaW50EhUKC2pzb25fc2NoZW1hGAEgASgJSAASFQoLanNvbl9vYmplY3QYAiABKAhIABIOCgZzdHJpY3QYAyABKAgSNQoLdG9vbF9jaG9pY2UYBCABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub29sQ2hvaWNlQggKBmFuc3dlciJkCgpUb29sQ2hvaWNlEjIKBG1vZGUYASABKA4yJC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub29sQ2hvaWNlTW9kZRIQCghmdW5jdGlvbhgCIAEoCRIQCghwYXJhbGxlbBgDIAEoCCKOAQoMQ2hhdE1lc3NhZ2VzEjMKCG1lc3NhZ2VzGAEgAygLMiEuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2USHgoWY29udGludWVfZmluYWxfbWVzc2FnZRgCIAEoCBIpCgV0b29scxgUIAMoCzIaLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRvb2wiXAoFRW1iZWQSDQoFbW9kZWwYASABKAkSDgoGaW5wdXRzGAIgAygJEjQKDHRva2VuX2lucHV0cxgeIAMoCzIeLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuSWRzItECCgxIaWRkZW5TdGF0ZXMSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASNgoIbWVzc2FnZXMYAyABKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5DaGF0TWVzc2FnZXNIABIOCgZsYXllcnMYBCADKA0SLgoHcG9vbGluZxgFIAEoDjIdLnN3aXRjaHlhcmQuZW5naW5lLnYxLlBvb2xpbmcSKgoFZHR5cGUYBiABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZRIxCgthY3RpdmF0aW9ucxg8IAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIPCgdwYXNzX29uGD0gASgIEi8KBWZlbmNlGD4gASgLMiAuc3dpdGNoeWFyZC5lbmdpbmUudjEuU2hhcmRGZW5jZUIHCgVpbnB1dCKWAQoHRm9yd2FyZBINCgVtb2RlbBgBIAEoCRITCgtsYXllcl9zdGFydBgCIAEoDRIRCglsYXllcl9lbmQYAyABKA0SMQoLYWN0aXZhdGlvbnMYBCABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISEQoJdG9rZW5faWRzGAUgAygNEg4KBmxvZ2l0cxgGIAEoCCKZAgoJU2hhcmRPcGVuEg0KBW1vZGVsGAEgASgJEg4KBnNlcV9pZBgCIAEoCRIQCghjYXBhY2l0eRgDIAEoDRISCgptYXhfdG9rZW5zGAQgASgNEhMKC3RlbXBlcmF0dXJlGAUgASgCEg0KBXRvcF9wGAYgASgCEg0KBXRvcF9rGAcgASgNEhEKBHNlZWQYCCABKARIAIgBARIMCgRzdG9wGAkgAygJEhAKCGxvZ3Byb2JzGAogASgIEhQKDHRvcF9sb2dwcm9icxgLIAEoDRIRCglnZW5lcmF0ZWQYMiADKA0SLwoFZmVuY2UYMyABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZEZlbmNlQgcKBV9zZWVkIkEKClNoYXJkRmVuY2USEQoJd29ya2VyX2lkGAEgASgJEg0KBXRva2VuGAIgASgEEhEKCXNpZ25hdHVyZRgDIAEoCSI/CgxTaGFyZFNlcVJvd3MSDgoGc2VxX2lkGAEgASgJEgwKBHJvd3MYAiABKA0SEQoJdG9rZW5faWRzGAMgAygNIq8BCglTaGFyZFN0ZXASDQoFbW9kZWwYASABKAkSMAoEc2VxcxgCIAMoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2VxUm93cxIxCgthY3RpdmF0aW9ucxgDIAEoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIuCglvdXRfZHR5cGUYBCABKA4yGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5EVHlwZSIrCgpTaGFyZENsb3NlEg0KBW1vZGVsGAEgASgJEg4KBnNlcV9pZBgCIAEoCSIjCgZDYW5jZWwSGQoRdGFyZ2V0X3JlcXVlc3RfaWQYASABKAkiDgoMU3RhdHNSZXF1ZXN0IgoKCFNodXRkb3duImwKCFRva2VuaXplEg0KBW1vZGVsGAEgASgJEhAKBnByb21wdBgCIAEoCUgAEjYKCG1lc3NhZ2VzGAMgASgLMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuQ2hhdE1lc3NhZ2VzSABCBwoFaW5wdXQiUQoGVGVuc29yEioKBWR0eXBlGAEgASgOMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuRFR5cGUSDQoFc2hhcGUYAiADKAQSDAoEZGF0YRgDIAEoDCLcBAoFRXZlbnQSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgZsb2FkZWQYCiABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Mb2FkZWRIABIuCgZ0b2tlbnMYCyABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbnNIABIqCgRkb25lGAwgASgLMhouc3dpdGNoeWFyZC5lbmdpbmUudjEuRG9uZUgAEjYKCmVtYmVkZGluZ3MYDSABKAsyIC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FbWJlZGRpbmdzSAASQQoNaGlkZGVuX3N0YXRlcxgOIAEoCzIoLnN3aXRjaHlhcmQuZW5naW5lLnYxLkhpZGRlblN0YXRlc1Jlc3VsdEgAEjYKB2ZvcndhcmQYDyABKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Gb3J3YXJkUmVzdWx0SAASLAoFZXJyb3IYECABKAsyGy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5FcnJvckgAEiwKBXN0YXRzGBEgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuU3RhdHNIABIzCgl0b2tlbl9pZHMYEiABKAsyHi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbklkc0gAEiwKBXJlYWR5GBMgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuUmVhZHlIABI5CgxzaGFyZF9vdXRwdXQYFCABKAsyIS5zd2l0Y2h5YXJkLmVuZ2luZS52MS5TaGFyZE91dHB1dEgAQgYKBGtpbmQidAoLU2hhcmRPdXRwdXQSMQoLYWN0aXZhdGlvbnMYASABKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISMgoHc2FtcGxlcxgCIAMoCzIhLnN3aXRjaHlhcmQuZW5naW5lLnYxLlNoYXJkU2FtcGxlIoYBCgtTaGFyZFNhbXBsZRIOCgZzZXFfaWQYASABKAkSLAoGdG9rZW5zGAIgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVG9rZW5zEjkKDWZpbmlzaF9yZWFzb24YAyABKA4yIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5GaW5pc2hSZWFzb24iKAoFUmVhZHkSDgoGZGV2aWNlGAEgASgJEg8KB3ZlcnNpb24YAiABKAkinAIKBkxvYWRlZBINCgVtb2RlbBgBIAEoCRItCgRraW5kGAIgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuTW9kZWxLaW5kEhAKCG5fbGF5ZXJzGAMgASgNEhMKC2hpZGRlbl9zaXplGAQgASgNEhIKCnZvY2FiX3NpemUYBSABKA0SEwoLbWF4X3NlcV9sZW4YBiABKA0SEQoJbWF4X2JhdGNoGAcgASgNEg8KB2xvYWRfbXMYCCABKAQSFAoMd2VpZ2h0X2J5dGVzGAkgASgEEhUKDWVtYmVkZGluZ19kaW0YCiABKA0SEwoLbGF5ZXJfc3RhcnQYCyABKA0SEQoJbGF5ZXJfZW5kGAwgASgNEgsKA2ZpbRgeIAEoCCJ5CgZUb2tlbnMSCwoDaWRzGAEgAygNEgwKBHRleHQYAiABKAkSNQoIbG9ncHJvYnMYAyADKAsyIy5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2JzEg0KBWluZGV4GB4gASgNEg4KBnByb21wdBgfIAEoCCI6CgxUb2tlbkxvZ3Byb2ISCgoCaWQYASABKA0SDQoFdG9rZW4YAiABKAwSDwoHbG9ncHJvYhgDIAEoAiJ0Cg1Ub2tlbkxvZ3Byb2JzEjIKBmNob3NlbhgBIAEoCzIiLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRva2VuTG9ncHJvYhIvCgN0b3AYAiADKAsyIi5zd2l0Y2h5YXJkLmVuZ2luZS52MS5Ub2tlbkxvZ3Byb2IiOQoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoDRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoDSLlAQoERG9uZRI5Cg1maW5pc2hfcmVhc29uGAEgASgOMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuRmluaXNoUmVhc29uEioKBXVzYWdlGAIgASgLMhsuc3dpdGNoeWFyZC5lbmdpbmUudjEuVXNhZ2USEgoKcHJlZmlsbF91cxgDIAEoBBIRCglkZWNvZGVfdXMYBCABKAQSHAoUY2FjaGVkX3Byb21wdF90b2tlbnMYBSABKA0SMQoHY2hvaWNlcxgeIAMoCzIgLnN3aXRjaHlhcmQuZW5naW5lLnYxLkNob2ljZURvbmUicQoKQ2hvaWNlRG9uZRINCgVpbmRleBgBIAEoDRI5Cg1maW5pc2hfcmVhc29uGAIgASgOMiIuc3dpdGNoeWFyZC5lbmdpbmUudjEuRmluaXNoUmVhc29uEhkKEWNvbXBsZXRpb25fdG9rZW5zGAMgASgNImcKCkVtYmVkZGluZ3MSLQoHdmVjdG9ycxgBIAMoCzIcLnN3aXRjaHlhcmQuZW5naW5lLnYxLlRlbnNvchIqCgV1c2FnZRgCIAEoCzIbLnN3aXRjaHlhcmQuZW5naW5lLnYxLlVzYWdlIpMBChJIaWRkZW5TdGF0ZXNSZXN1bHQSDgoGbGF5ZXJzGAEgAygNEi0KB3RlbnNvcnMYAiADKAsyHC5zd2l0Y2h5YXJkLmVuZ2luZS52MS5UZW5zb3ISEAoIbl90b2tlbnMYAyABKA0SLAoGb3V0cHV0GDwgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIj0KDUZvcndhcmRSZXN1bHQSLAoGb3V0cHV0GAEgASgLMhwuc3dpdGNoeWFyZC5lbmdpbmUudjEuVGVuc29yIhcKCFRva2VuSWRzEgsKA2lkcxgBIAMoDSJHCgVFcnJvchItCgRjb2RlGAEgASgOMh8uc3dpdGNoeWFyZC5lbmdpbmUudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkihwIKBVN0YXRzEhgKEGFjdGl2ZV9zZXF1ZW5jZXMYASABKA0SFwoPcXVldWVkX3JlcXVlc3RzGAIgASgNEhEKCW1heF9iYXRjaBgDIAEoDRIWCg5rdl9jYWNoZV9ieXRlcxgEIAEoBBIRCglyc3NfYnl0ZXMYBSABKAQSDgoGZGV2aWNlGAYgASgJEg4KBm1vZGVscxgHIAMoCRIYChB0b2tlbnNfZ2VuZXJhdGVkGAggASgEEhoKEnByZWZpeF9jYWNoZV9ieXRlcxgJIAEoBBIZChFwcmVmaXhfY2FjaGVfaGl0cxgKIAEoBBIcChRwcmVmaXhfdG9rZW5zX3JldXNlZBgLIAEoBCpXCglNb2RlbEtpbmQSGgoWTU9ERUxfS0lORF9VTlNQRUNJRklFRBAAEhkKFU1PREVMX0tJTkRfTExBTUFfR0dVRhABEhMKD01PREVMX0tJTkRfQkVSVBACKoQBCg5Ub29sQ2hvaWNlTW9kZRIZChVUT09MX0NIT0lDRV9NT0RFX05PTkUQABIZChVUT09MX0NIT0lDRV9NT0RFX0FVVE8QARIdChlUT09MX0NIT0lDRV9NT0RFX1JFUVVJUkVEEAISHQoZVE9PTF9DSE9JQ0VfTU9ERV9GVU5DVElPThADKlgKB1Bvb2xpbmcSFwoTUE9PTElOR19VTlNQRUNJRklFRBAAEhAKDFBPT0xJTkdfTk9ORRABEhAKDFBPT0xJTkdfTUVBThACEhAKDFBPT0xJTkdfTEFTVBADKjwKBURUeXBlEhUKEURUWVBFX1VOU1BFQ0lGSUVEEAASDQoJRFRZUEVfRjMyEAESDQoJRFRZUEVfRjE2EAIqfAoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhsKF0ZJTklTSF9SRUFTT05fQ0FOQ0VMTEVEEAMq7gEKCUVycm9yQ29kZRIaChZFUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASHgoaRVJST1JfQ09ERV9JTlZBTElEX1JFUVVFU1QQARIfChtFUlJPUl9DT0RFX01PREVMX05PVF9MT0FERUQQAhIdChlFUlJPUl9DT0RFX0NPTlRFWFRfTEVOR1RIEAMSGQoVRVJST1JfQ09ERV9PVkVSTE9BREVEEAQSFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAFEhUKEUVSUk9SX0NPREVfREVWSUNFEAYSGgoWRVJST1JfQ09ERV9MT0FEX0ZBSUxFRBAHYgZwcm90bzM");
 
 /**
  * @generated from message switchyard.engine.v1.Request
@@ -700,6 +700,13 @@ export type HiddenStates = Message<"switchyard.engine.v1.HiddenStates"> & {
    * @generated from field: bool pass_on = 61;
    */
   passOn: boolean;
+
+  /**
+   * A lease on a shard after the head: checked by that shard (ShardFence).
+   *
+   * @generated from field: switchyard.engine.v1.ShardFence fence = 62;
+   */
+  fence?: ShardFence | undefined;
 };
 
 /**
@@ -836,6 +843,14 @@ export type ShardOpen = Message<"switchyard.engine.v1.ShardOpen"> & {
    * @generated from field: repeated uint32 generated = 50;
    */
   generated: number[];
+
+  /**
+   * A lease on a shard after the head: the holder's fencing token, which
+   * that shard checks itself when the sequence opens there (agents only).
+   *
+   * @generated from field: switchyard.engine.v1.ShardFence fence = 51;
+   */
+  fence?: ShardFence | undefined;
 };
 
 /**
@@ -844,6 +859,40 @@ export type ShardOpen = Message<"switchyard.engine.v1.ShardOpen"> & {
  */
 export const ShardOpenSchema: GenMessage<ShardOpen> = /*@__PURE__*/
   messageDesc(file_switchyard_engine_v1_engine, 12);
+
+/**
+ * A lease holder's fencing token for one shard of a split model, with the
+ * routers' signature for that worker's id (empty when the routers sign
+ * none). The agents pass it down the pipeline unchanged; the shard it names
+ * checks it against its own fencing state, as a whole worker checks
+ * x-switchyard-fencing-token (refusing an older token than it has seen), and
+ * the others ignore it. The engine does not read it.
+ *
+ * @generated from message switchyard.engine.v1.ShardFence
+ */
+export type ShardFence = Message<"switchyard.engine.v1.ShardFence"> & {
+  /**
+   * @generated from field: string worker_id = 1;
+   */
+  workerId: string;
+
+  /**
+   * @generated from field: uint64 token = 2;
+   */
+  token: bigint;
+
+  /**
+   * @generated from field: string signature = 3;
+   */
+  signature: string;
+};
+
+/**
+ * Describes the message switchyard.engine.v1.ShardFence.
+ * Use `create(ShardFenceSchema)` to create a new message.
+ */
+export const ShardFenceSchema: GenMessage<ShardFence> = /*@__PURE__*/
+  messageDesc(file_switchyard_engine_v1_engine, 13);
 
 /**
  * @generated from message switchyard.engine.v1.ShardSeqRows
@@ -874,7 +923,7 @@ export type ShardSeqRows = Message<"switchyard.engine.v1.ShardSeqRows"> & {
  * Use `create(ShardSeqRowsSchema)` to create a new message.
  */
 export const ShardSeqRowsSchema: GenMessage<ShardSeqRows> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 13);
+  messageDesc(file_switchyard_engine_v1_engine, 14);
 
 /**
  * One batched step over this shard's blocks for several sequences: a
@@ -913,7 +962,7 @@ export type ShardStep = Message<"switchyard.engine.v1.ShardStep"> & {
  * Use `create(ShardStepSchema)` to create a new message.
  */
 export const ShardStepSchema: GenMessage<ShardStep> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 14);
+  messageDesc(file_switchyard_engine_v1_engine, 15);
 
 /**
  * Frees a sequence's KV cache on this shard (unknown ids are not an error:
@@ -938,7 +987,7 @@ export type ShardClose = Message<"switchyard.engine.v1.ShardClose"> & {
  * Use `create(ShardCloseSchema)` to create a new message.
  */
 export const ShardCloseSchema: GenMessage<ShardClose> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 15);
+  messageDesc(file_switchyard_engine_v1_engine, 16);
 
 /**
  * @generated from message switchyard.engine.v1.Cancel
@@ -957,7 +1006,7 @@ export type Cancel = Message<"switchyard.engine.v1.Cancel"> & {
  * Use `create(CancelSchema)` to create a new message.
  */
 export const CancelSchema: GenMessage<Cancel> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 16);
+  messageDesc(file_switchyard_engine_v1_engine, 17);
 
 /**
  * @generated from message switchyard.engine.v1.StatsRequest
@@ -970,7 +1019,7 @@ export type StatsRequest = Message<"switchyard.engine.v1.StatsRequest"> & {
  * Use `create(StatsRequestSchema)` to create a new message.
  */
 export const StatsRequestSchema: GenMessage<StatsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 17);
+  messageDesc(file_switchyard_engine_v1_engine, 18);
 
 /**
  * @generated from message switchyard.engine.v1.Shutdown
@@ -983,7 +1032,7 @@ export type Shutdown = Message<"switchyard.engine.v1.Shutdown"> & {
  * Use `create(ShutdownSchema)` to create a new message.
  */
 export const ShutdownSchema: GenMessage<Shutdown> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 18);
+  messageDesc(file_switchyard_engine_v1_engine, 19);
 
 /**
  * @generated from message switchyard.engine.v1.Tokenize
@@ -1017,7 +1066,7 @@ export type Tokenize = Message<"switchyard.engine.v1.Tokenize"> & {
  * Use `create(TokenizeSchema)` to create a new message.
  */
 export const TokenizeSchema: GenMessage<Tokenize> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 19);
+  messageDesc(file_switchyard_engine_v1_engine, 20);
 
 /**
  * @generated from message switchyard.engine.v1.Tensor
@@ -1046,7 +1095,7 @@ export type Tensor = Message<"switchyard.engine.v1.Tensor"> & {
  * Use `create(TensorSchema)` to create a new message.
  */
 export const TensorSchema: GenMessage<Tensor> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 20);
+  messageDesc(file_switchyard_engine_v1_engine, 21);
 
 /**
  * @generated from message switchyard.engine.v1.Event
@@ -1136,7 +1185,7 @@ export type Event = Message<"switchyard.engine.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 21);
+  messageDesc(file_switchyard_engine_v1_engine, 22);
 
 /**
  * @generated from message switchyard.engine.v1.ShardOutput
@@ -1162,7 +1211,7 @@ export type ShardOutput = Message<"switchyard.engine.v1.ShardOutput"> & {
  * Use `create(ShardOutputSchema)` to create a new message.
  */
 export const ShardOutputSchema: GenMessage<ShardOutput> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 22);
+  messageDesc(file_switchyard_engine_v1_engine, 23);
 
 /**
  * @generated from message switchyard.engine.v1.ShardSample
@@ -1195,7 +1244,7 @@ export type ShardSample = Message<"switchyard.engine.v1.ShardSample"> & {
  * Use `create(ShardSampleSchema)` to create a new message.
  */
 export const ShardSampleSchema: GenMessage<ShardSample> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 23);
+  messageDesc(file_switchyard_engine_v1_engine, 24);
 
 /**
  * @generated from message switchyard.engine.v1.Ready
@@ -1219,7 +1268,7 @@ export type Ready = Message<"switchyard.engine.v1.Ready"> & {
  * Use `create(ReadySchema)` to create a new message.
  */
 export const ReadySchema: GenMessage<Ready> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 24);
+  messageDesc(file_switchyard_engine_v1_engine, 25);
 
 /**
  * @generated from message switchyard.engine.v1.Loaded
@@ -1303,7 +1352,7 @@ export type Loaded = Message<"switchyard.engine.v1.Loaded"> & {
  * Use `create(LoadedSchema)` to create a new message.
  */
 export const LoadedSchema: GenMessage<Loaded> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 25);
+  messageDesc(file_switchyard_engine_v1_engine, 26);
 
 /**
  * One or more newly generated tokens for a Generate request.
@@ -1351,7 +1400,7 @@ export type Tokens = Message<"switchyard.engine.v1.Tokens"> & {
  * Use `create(TokensSchema)` to create a new message.
  */
 export const TokensSchema: GenMessage<Tokens> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 26);
+  messageDesc(file_switchyard_engine_v1_engine, 27);
 
 /**
  * @generated from message switchyard.engine.v1.TokenLogprob
@@ -1380,7 +1429,7 @@ export type TokenLogprob = Message<"switchyard.engine.v1.TokenLogprob"> & {
  * Use `create(TokenLogprobSchema)` to create a new message.
  */
 export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 27);
+  messageDesc(file_switchyard_engine_v1_engine, 28);
 
 /**
  * @generated from message switchyard.engine.v1.TokenLogprobs
@@ -1404,7 +1453,7 @@ export type TokenLogprobs = Message<"switchyard.engine.v1.TokenLogprobs"> & {
  * Use `create(TokenLogprobsSchema)` to create a new message.
  */
 export const TokenLogprobsSchema: GenMessage<TokenLogprobs> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 28);
+  messageDesc(file_switchyard_engine_v1_engine, 29);
 
 /**
  * @generated from message switchyard.engine.v1.Usage
@@ -1426,7 +1475,7 @@ export type Usage = Message<"switchyard.engine.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 29);
+  messageDesc(file_switchyard_engine_v1_engine, 30);
 
 /**
  * @generated from message switchyard.engine.v1.Done
@@ -1474,7 +1523,7 @@ export type Done = Message<"switchyard.engine.v1.Done"> & {
  * Use `create(DoneSchema)` to create a new message.
  */
 export const DoneSchema: GenMessage<Done> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 30);
+  messageDesc(file_switchyard_engine_v1_engine, 31);
 
 /**
  * @generated from message switchyard.engine.v1.ChoiceDone
@@ -1501,7 +1550,7 @@ export type ChoiceDone = Message<"switchyard.engine.v1.ChoiceDone"> & {
  * Use `create(ChoiceDoneSchema)` to create a new message.
  */
 export const ChoiceDoneSchema: GenMessage<ChoiceDone> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 31);
+  messageDesc(file_switchyard_engine_v1_engine, 32);
 
 /**
  * @generated from message switchyard.engine.v1.Embeddings
@@ -1525,7 +1574,7 @@ export type Embeddings = Message<"switchyard.engine.v1.Embeddings"> & {
  * Use `create(EmbeddingsSchema)` to create a new message.
  */
 export const EmbeddingsSchema: GenMessage<Embeddings> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 32);
+  messageDesc(file_switchyard_engine_v1_engine, 33);
 
 /**
  * @generated from message switchyard.engine.v1.HiddenStatesResult
@@ -1562,7 +1611,7 @@ export type HiddenStatesResult = Message<"switchyard.engine.v1.HiddenStatesResul
  * Use `create(HiddenStatesResultSchema)` to create a new message.
  */
 export const HiddenStatesResultSchema: GenMessage<HiddenStatesResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 33);
+  messageDesc(file_switchyard_engine_v1_engine, 34);
 
 /**
  * @generated from message switchyard.engine.v1.ForwardResult
@@ -1581,7 +1630,7 @@ export type ForwardResult = Message<"switchyard.engine.v1.ForwardResult"> & {
  * Use `create(ForwardResultSchema)` to create a new message.
  */
 export const ForwardResultSchema: GenMessage<ForwardResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 34);
+  messageDesc(file_switchyard_engine_v1_engine, 35);
 
 /**
  * @generated from message switchyard.engine.v1.TokenIds
@@ -1598,7 +1647,7 @@ export type TokenIds = Message<"switchyard.engine.v1.TokenIds"> & {
  * Use `create(TokenIdsSchema)` to create a new message.
  */
 export const TokenIdsSchema: GenMessage<TokenIds> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 35);
+  messageDesc(file_switchyard_engine_v1_engine, 36);
 
 /**
  * @generated from message switchyard.engine.v1.Error
@@ -1620,7 +1669,7 @@ export type Error = Message<"switchyard.engine.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 36);
+  messageDesc(file_switchyard_engine_v1_engine, 37);
 
 /**
  * @generated from message switchyard.engine.v1.Stats
@@ -1690,7 +1739,7 @@ export type Stats = Message<"switchyard.engine.v1.Stats"> & {
  * Use `create(StatsSchema)` to create a new message.
  */
 export const StatsSchema: GenMessage<Stats> = /*@__PURE__*/
-  messageDesc(file_switchyard_engine_v1_engine, 37);
+  messageDesc(file_switchyard_engine_v1_engine, 38);
 
 /**
  * @generated from enum switchyard.engine.v1.ModelKind
