@@ -15,6 +15,7 @@ import { checkAdvertiseUrl } from "./advertise.ts";
 import { checkFits, defaultMemoryBudget, planModel } from "./engine/plan.ts";
 import { resolveModel, type ResolvedModel } from "./models/fetch.ts";
 import { createWorkerApp } from "./server/app.ts";
+import { FencingGuard } from "./server/fencing.ts";
 import { LazyShardLink, type ShardPeer } from "./shard/link.ts";
 import { ShardPaths } from "./shard/paths.ts";
 import { PipelineHead } from "./shard/pipeline.ts";
@@ -105,6 +106,8 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
   // Prompt prefixes the engine computed lately, oldest first (Map order), for
   // the heartbeat: routers send requests with these prefixes here.
   const prefixes = new Map<string, true>();
+  // One fencing state for the worker: its HTTP API and its shard connections both admit tokens through it.
+  const fencing = new FencingGuard(opts.fencingStatePath, opts.fencingKey ? { workerId: id, publicKey: opts.fencingKey } : undefined);
   const ctx: WorkerContext = {
     supervisor,
     token: opts.token,
@@ -124,8 +127,7 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
       };
     },
     idle: () => (inFlight === 0 ? Promise.resolve() : new Promise((r) => idleWaiters.push(r))),
-    fencingStatePath: opts.fencingStatePath,
-    ...(opts.fencingKey ? { fencingKey: { workerId: id, publicKey: opts.fencingKey } } : {}),
+    fencing,
     notePrefix(key) {
       prefixes.delete(key);
       prefixes.set(key, true);
@@ -163,7 +165,7 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
   });
   // Rows this shard forwards for an earlier one (a middle shard); the head counts its own.
   const forwarded = { frameBytes: 0, rowBytes: 0 };
-  const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, workerId: id, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log, wire: forwarded, keepaliveMs: opts.shardKeepaliveMs });
+  const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, workerId: id, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log, wire: forwarded, keepaliveMs: opts.shardKeepaliveMs, fencing });
   const shardWire = (): ShardWire => {
     const head = ctx.pipeline instanceof PipelineHead ? ctx.pipeline.wire : { frameBytes: 0, rowBytes: 0 };
     const link = next?.bytes() ?? { sent: 0, received: 0 };

@@ -7,7 +7,7 @@ import { Hono } from "hono";
 import type { WorkerContext } from "./context.ts";
 import { errorJson } from "./errors.ts";
 import { decodeShardRoute, FENCING_WORKER_HEADER, SHARD_ROUTE_HEADER } from "@switchyard/state";
-import { FENCING_HEADER, FENCING_SIGNATURE_HEADER, FencingGuard, ShardFencing } from "./fencing.ts";
+import { FENCING_HEADER, FENCING_SIGNATURE_HEADER, parseFencingToken } from "./fencing.ts";
 import { registerChat } from "./routes/chat.ts";
 import { registerCompletions } from "./routes/completions.ts";
 import { registerEmbeddings } from "./routes/embeddings.ts";
@@ -35,20 +35,21 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
   });
 
   // Lease fencing: refuse a dispatch whose token is older than one already seen.
-  const fencing = new FencingGuard(ctx.fencingStatePath, ctx.fencingKey);
-  // A head shard: leases on the shards after it are checked here, each against its own tokens.
-  const shardFencing = new ShardFencing(ctx.fencingKey?.publicKey);
+  const fencing = ctx.fencing;
   app.use("/v1/*", async (c, next) => {
     const forWorker = c.req.header(FENCING_WORKER_HEADER);
     let verdict;
-    if (forWorker === undefined || forWorker === ctx.fencingKey?.workerId) {
+    if (forWorker === undefined || forWorker === fencing.workerId) {
       verdict = fencing.admit(c.req.header(FENCING_HEADER), c.req.header(FENCING_SIGNATURE_HEADER));
     } else {
+      // A head shard, for a lease on a shard after it: the token goes with the
+      // request's sequences to that shard, which checks it against its own
+      // fencing state (shard/server.ts). Here only that it is one on the route.
       const route = ctx.shardHead ? decodeShardRoute(c.req.header(SHARD_ROUTE_HEADER)) : undefined;
       if (!route?.ok || !route.route.stages.some((s) => s.hops.some((h) => h.id === forWorker))) {
         return errorJson(400, `${FENCING_WORKER_HEADER} names '${forWorker.slice(0, 64)}', which is no shard on this request's route`, "invalid_fencing_token");
       }
-      verdict = shardFencing.admit(forWorker, c.req.header(FENCING_HEADER), c.req.header(FENCING_SIGNATURE_HEADER));
+      verdict = parseFencingToken(c.req.header(FENCING_HEADER));
     }
     if (!verdict.ok) return errorJson(verdict.status, verdict.message, verdict.code);
     await next();

@@ -3,6 +3,7 @@
 import type { EngineSupervisor } from "../engine/supervisor.ts";
 import type { Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { GenerateEngine, PipelineHead } from "../shard/pipeline.ts";
+import type { FencingGuard } from "./fencing.ts";
 
 export interface WorkerContext {
   supervisor: EngineSupervisor;
@@ -16,10 +17,13 @@ export interface WorkerContext {
   /** Resolves when in-flight reaches zero (used by drain). */
   idle(): Promise<void>;
   log: (msg: string, fields?: Record<string, unknown>) => void;
-  /** Where the highest lease fencing token seen is kept across restarts (none: in memory only). */
-  fencingStatePath?: string;
-  /** With the routers' public fencing key, only router-signed fencing tokens for this worker's id count. */
-  fencingKey?: { workerId: string; publicKey: string };
+  /**
+   * This worker's lease fencing: the highest token seen (kept across restarts
+   * with a state file) and, with the routers' public key, the signatures
+   * required. Its HTTP API and, on a shard, the sequences opened over shard
+   * connections are checked against this one guard.
+   */
+  fencing: FencingGuard;
   /** A generation with this prompt prefix (registry/prefix.ts) finished: the engine now caches it. */
   notePrefix(key: string): void;
   /** On the head shard of a split model: generations run down the pipeline. */

@@ -5,6 +5,7 @@
 // so a change to engine.proto lands in this file.
 import { DType, FinishReason, Pooling, ToolChoiceMode, type ChatMessage, type ChatMessages, type Constraint, type Done, type Embed, type Embeddings, type Generate, type HiddenStates, type Loaded, type Tool, type TokenLogprob, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { EngineError } from "../engine/client.ts";
+import { ShardRefusedError } from "../shard/link.ts";
 
 export interface GenerateBody {
   model: string;
@@ -367,6 +368,8 @@ export function echoLogprobs(entries: TokenLogprobs[]) {
 const FIELD_PREFIX = /^([a-z_]+(?:\[\d+\])?(?:\.[a-z_]+)*): /;
 
 export const engineErrorStatus = (err: unknown): { status: number; code: string; message: string; param: string | null } => {
+  // A shard of the pipeline refused as a whole worker would (a stale lease fencing token): its status and code.
+  if (err instanceof ShardRefusedError) return { status: err.status, code: err.code, message: err.message, param: null };
   if (err instanceof EngineError) {
     const invalid = err.code === 1 || err.code === 3; // INVALID_REQUEST, CONTEXT_LENGTH
     const param = err.code === 1 ? (FIELD_PREFIX.exec(err.message)?.[1] ?? null) : null;

@@ -9,6 +9,9 @@
 // token counts only with a router's signature for this worker's id
 // (registry/fencing-key.ts): whoever else reaches the worker, even with its
 // call secret, cannot push its highest token up and lock out real leases.
+// A shard of a split model runs the same guard on the token a sequence opens
+// with (ShardOpen.fence, shard/server.ts): one state per worker, whichever
+// way its requests come.
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import type { KeyObject } from "node:crypto";
 import path from "node:path";
@@ -27,6 +30,19 @@ export interface FencingKey {
   publicKey: string;
 }
 
+/** The token a header carries (none without the header), or why it is no token (400). */
+export function parseFencingToken(header: string | undefined | null): FencingVerdict {
+  if (header === undefined || header === null) return { ok: true };
+  if (!/^[1-9]\d{0,15}$/.test(header)) {
+    return { ok: false, status: 400, code: "invalid_fencing_token", message: `${FENCING_HEADER} must be a positive integer` };
+  }
+  const token = Number(header);
+  if (!Number.isSafeInteger(token)) {
+    return { ok: false, status: 400, code: "invalid_fencing_token", message: `${FENCING_HEADER} must be below 2^53` };
+  }
+  return { ok: true, token };
+}
+
 export class FencingGuard {
   /** The highest token accepted so far (0: none yet). */
   highest = 0;
@@ -34,6 +50,11 @@ export class FencingGuard {
   refused = 0;
 
   private readonly verifier: { workerId: string; key: KeyObject } | undefined;
+
+  /** The worker id tokens must be signed for (with the routers' key). */
+  get workerId(): string | undefined {
+    return this.verifier?.workerId;
+  }
   /** The last signature verified, so a lease's requests (one token) cost one verification. */
   private lastSigned: { token: number; signature: string } | undefined;
 
@@ -70,14 +91,9 @@ export class FencingGuard {
 
   /** Checks and records in one synchronous step (nothing can interleave). */
   admit(header: string | undefined | null, signature?: string | null): FencingVerdict {
-    if (header === undefined || header === null) return { ok: true };
-    if (!/^[1-9]\d{0,15}$/.test(header)) {
-      return { ok: false, status: 400, code: "invalid_fencing_token", message: `${FENCING_HEADER} must be a positive integer` };
-    }
-    const token = Number(header);
-    if (!Number.isSafeInteger(token)) {
-      return { ok: false, status: 400, code: "invalid_fencing_token", message: `${FENCING_HEADER} must be below 2^53` };
-    }
+    const parsed = parseFencingToken(header);
+    if (!parsed.ok || parsed.token === undefined) return parsed;
+    const token = parsed.token;
     if (this.verifier && !(this.lastSigned?.token === token && this.lastSigned.signature === signature)) {
       if (!verifyFencingToken(this.verifier.key, this.verifier.workerId, token, signature)) {
         this.refused++;
@@ -103,33 +119,5 @@ export class FencingGuard {
     }
     this.accepted++;
     return { ok: true, token };
-  }
-}
-
-/**
- * A split model's head checks the fencing tokens of leases on the shards
- * after it (whose requests all enter through a head): one guard per leased
- * shard, since each lease's tokens only grow on its own worker — one
- * counter for all would refuse the holder of one replica once another
- * replica's newer lease had come through. In memory, at most `max` shards
- * (the oldest forgotten first); with the routers' key, a token counts only
- * with a router's signature for that shard's id.
- */
-export class ShardFencing {
-  private readonly guards = new Map<string, FencingGuard>();
-
-  constructor(
-    private readonly publicKey?: string,
-    private readonly max = 256,
-  ) {}
-
-  admit(workerId: string, header: string | undefined | null, signature?: string | null): FencingVerdict {
-    let g = this.guards.get(workerId);
-    if (!g) {
-      g = new FencingGuard(undefined, this.publicKey ? { workerId, publicKey: this.publicKey } : undefined);
-      this.guards.set(workerId, g);
-      if (this.guards.size > this.max) this.guards.delete(this.guards.keys().next().value!);
-    }
-    return g.admit(header, signature);
   }
 }

@@ -22,11 +22,15 @@
 //     LOST          UTF-8 worker id, "\n", message: a shard down the
 //                   pipeline is gone (its connection closed or refused, or
 //                   it fell silent) — the head may rebuild the pipeline around it
+//     REFUSED       UTF-8 "<status> <code>", "\n", message: a shard turned the
+//                   frame down as a whole worker turns a request down (a
+//                   stale lease fencing token: 409 stale_fencing_token); the
+//                   head answers the client with that status and code
 //     PING          empty, tag 0: the keepalive (link.ts), sent by each end
 //                   every quarter of it, outside the order of the other
 //                   frames; never answered
 
-export const FrameKind = { OPEN: 1, STEP: 2, CLOSE: 3, HIDDEN: 4, PING: 5, OK: 16, SAMPLES: 18, HIDDEN_STATES: 19, ERROR: 31, LOST: 32 } as const;
+export const FrameKind = { OPEN: 1, STEP: 2, CLOSE: 3, HIDDEN: 4, PING: 5, OK: 16, SAMPLES: 18, HIDDEN_STATES: 19, ERROR: 31, LOST: 32, REFUSED: 33 } as const;
 export type FrameKindValue = (typeof FrameKind)[keyof typeof FrameKind];
 
 /** Header bytes after the length prefix. */

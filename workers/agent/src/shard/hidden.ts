@@ -47,7 +47,7 @@ export async function shardHiddenStates(engine: EngineClient, shard: Loaded, req
   const found = new Map<number, Tensor>(local.layers.map((l, i) => [l, local.tensors[i]!]));
   if (rest.length > 0) {
     if (!local.output) throw new EngineError(ErrorCode.INTERNAL, "the engine passed no rows on");
-    const body = toBinary(HiddenStatesSchema, create(HiddenStatesSchema, { model: req.model, layers: rest, pooling: req.pooling, dtype: req.dtype, activations: local.output }));
+    const body = toBinary(HiddenStatesSchema, create(HiddenStatesSchema, { model: req.model, layers: rest, pooling: req.pooling, dtype: req.dtype, activations: local.output, ...(req.fence ? { fence: req.fence } : {}) }));
     const reply = await (await next!()).request(FrameKind.HIDDEN, body);
     if (reply.kind !== FrameKind.HIDDEN_STATES) throw new EngineError(ErrorCode.INTERNAL, `the next shard answered hidden states with frame kind ${reply.kind}`);
     const remote = fromBinary(HiddenStatesResultSchema, reply.body);

@@ -72,6 +72,35 @@ export class ShardLostError extends ShardLinkError {
   }
 }
 
+/**
+ * A shard down the pipeline refused a frame the way a whole worker refuses a
+ * request (a 4xx with its code, as errorJson answers): not a lost shard —
+ * the head passes it on to the client instead of rebuilding around it.
+ */
+export class ShardRefusedError extends ShardLinkError {
+  override name = "ShardRefusedError";
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The REFUSED frame body for an error (passed back up unchanged by the shards between). */
+export function refusedBody(err: ShardRefusedError): Buffer {
+  return Buffer.from(`${err.status} ${err.code}\n${err.message}`, "utf8");
+}
+
+/** A REFUSED frame's error; a body that is not a 4xx status and a code is a plain link error (nothing a peer sends becomes a status unchecked). */
+export function refusedError(body: Uint8Array): ShardLinkError {
+  const text = Buffer.from(body).toString("utf8");
+  const m = /^(4\d\d) ([a-z_]{1,64})\n/.exec(text);
+  if (!m) return new ShardLinkError(`a shard refused the frame: ${text.slice(0, 200)}`);
+  return new ShardRefusedError(Number(m[1]), m[2]!, text.slice(m[0].length, m[0].length + 1000));
+}
+
 /** The LOST frame body for an error (a lost shard further down keeps its name). */
 export function lostBody(err: ShardLostError): Buffer {
   return Buffer.from(`${err.worker}\n${err.message}`, "utf8");
@@ -148,6 +177,7 @@ export class ShardLink {
         if (!p) continue;
         this.pending.delete(f.tag);
         if (f.kind === FrameKind.ERROR) p.reject(new ShardLinkError(Buffer.from(f.body).toString("utf8")));
+        else if (f.kind === FrameKind.REFUSED) p.reject(refusedError(f.body));
         else if (f.kind === FrameKind.LOST) {
           const text = Buffer.from(f.body).toString("utf8");
           const nl = text.indexOf("\n");

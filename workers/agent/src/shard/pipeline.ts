@@ -31,12 +31,13 @@ import {
   type HiddenStates,
   type HiddenStatesResult,
   type Loaded,
+  type ShardFence,
   type ShardOpen,
 } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { EngineError, type EngineClient, type RequestKind } from "../engine/client.ts";
 import type { ShardRoute } from "@switchyard/state";
 import { DTYPE_F16, DTYPE_F32, encodeStep, FrameKind } from "./frame.ts";
-import { ShardLostError, type LazyShardLink } from "./link.ts";
+import { ShardLostError, ShardRefusedError, type LazyShardLink } from "./link.ts";
 import { staticPath, type PipelinePath, type ShardPaths } from "./paths.ts";
 import { pipelineHiddenStates } from "./hidden.ts";
 
@@ -138,16 +139,24 @@ export class PipelineHead implements GenerateEngine {
     return this.next !== undefined;
   }
 
-  /** This head's generations along a router's route. */
-  routed(route: ShardRoute): GenerateEngine {
-    return { call: (kind, requestId) => this.run(kind, requestId, route), cancel: (id) => this.cancel(id), hiddenStates: (req) => this.hiddenStatesAlong(req, route) };
+  /**
+   * This head's generations along a router's route; `fence`: a lease on a
+   * shard of the route, whose token that shard checks when each sequence
+   * opens there (and on a rebuild's reopening).
+   */
+  routed(route: ShardRoute, fence?: ShardFence): GenerateEngine {
+    return {
+      call: (kind, requestId) => this.run(kind, requestId, route, fence),
+      cancel: (id) => this.cancel(id),
+      hiddenStates: (req) => this.hiddenStatesAlong(fence ? { ...req, fence } : req, route),
+    };
   }
 
   call(kind: RequestKind, requestId: string): AsyncGenerator<Event> {
     return this.run(kind, requestId, undefined);
   }
 
-  private async *run(kind: RequestKind, requestId: string, route: ShardRoute | undefined): AsyncGenerator<Event> {
+  private async *run(kind: RequestKind, requestId: string, route: ShardRoute | undefined, fence?: ShardFence): AsyncGenerator<Event> {
     if (kind.case !== "generate") throw new EngineError(ErrorCode.INVALID_REQUEST, "a pipeline head serves generations only");
     const g: Generate = kind.value;
     const refused = pipelineRefusal(g);
@@ -176,6 +185,7 @@ export class PipelineHead implements GenerateEngine {
       stop: g.stop,
       logprobs: g.logprobs,
       topLogprobs: g.topLogprobs,
+      ...(fence ? { fence } : {}),
     });
     const avoid = new Set<string>();
     const path = await this.openAlong(open, route, avoid);
@@ -243,6 +253,8 @@ export class PipelineHead implements GenerateEngine {
           continue;
         }
         await this.closeLocal(open.seqId);
+        // A shard's refusal (a stale fencing token) is the client's answer, as a whole worker's would be.
+        if (err instanceof ShardRefusedError) throw err;
         throw new EngineError(ErrorCode.INTERNAL, `opening the sequence down the pipeline: ${(err as Error).message}`);
       }
     }
@@ -366,7 +378,9 @@ export class PipelineHead implements GenerateEngine {
             if (err instanceof ShardLostError && s.route && s.rebuilds < MAX_REBUILDS && !s.cancelled) {
               s.rebuilds++;
               this.lose(s.path, err.worker, s.avoid);
-              rebuilding.push(this.rebuild(s, lostAt).catch((re: unknown) => this.failSeq(s, re instanceof EngineError ? re : new EngineError(ErrorCode.INTERNAL, (re as Error).message))));
+              rebuilding.push(
+                this.rebuild(s, lostAt).catch((re: unknown) => this.failSeq(s, re instanceof EngineError || re instanceof ShardRefusedError ? re : new EngineError(ErrorCode.INTERNAL, (re as Error).message))),
+              );
             } else {
               this.opts.log("pipeline step failed", { error: e.message, seq: s.id });
               this.failSeq(s, e);

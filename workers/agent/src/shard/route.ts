@@ -3,8 +3,13 @@
 // (x-switchyard-shard-route) — that route. The route is trusted as far as
 // the request is (it carries this worker's credential: only routers have
 // it), and checked against this shard: the same model and GGUF digest, its
-// stages continuing this shard's blocks to the model's last.
-import { decodeShardRoute, SHARD_ROUTE_HEADER } from "@switchyard/state";
+// stages continuing this shard's blocks to the model's last. A lease on one
+// of the route's shards travels with each sequence to that shard, which
+// checks its fencing token itself (shard/server.ts).
+import { create } from "@bufbuild/protobuf";
+import { ShardFenceSchema, type ShardFence } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { decodeShardRoute, FENCING_SIGNATURE_HEADER, FENCING_WORKER_HEADER, SHARD_ROUTE_HEADER } from "@switchyard/state";
+import { FENCING_HEADER, parseFencingToken } from "../server/fencing.ts";
 import type { WorkerContext } from "../server/context.ts";
 import type { GenerateEngine } from "./pipeline.ts";
 
@@ -12,7 +17,21 @@ export { SHARD_ROUTE_HEADER };
 
 export type RouteChoice = { ok: true; engine: GenerateEngine } | { ok: false; status: 400 | 409 | 503; message: string; code: string };
 
-export function generateEngine(ctx: WorkerContext, routeHeader: string | undefined): RouteChoice {
+/**
+ * The lease fence for a shard after this head, from the router's headers
+ * (x-switchyard-fencing-worker naming it; the app's fencing middleware has
+ * checked that it is on the route and the token well-formed).
+ */
+function shardFence(header: (name: string) => string | undefined): ShardFence | undefined {
+  const workerId = header(FENCING_WORKER_HEADER);
+  const parsed = parseFencingToken(header(FENCING_HEADER));
+  if (workerId === undefined || !parsed.ok || parsed.token === undefined) return undefined;
+  return create(ShardFenceSchema, { workerId, token: BigInt(parsed.token), signature: header(FENCING_SIGNATURE_HEADER) ?? "" });
+}
+
+/** `header`: the request's headers (the route, a lease's fence). */
+export function generateEngine(ctx: WorkerContext, header: (name: string) => string | undefined): RouteChoice {
+  const routeHeader = header(SHARD_ROUTE_HEADER);
   if (routeHeader === undefined) {
     if (ctx.shardHead && !ctx.shardHead.pipeline.hasStaticPath) {
       return { ok: false, status: 503, code: "shard_route_required", message: "this worker is the head shard of a split model with no static --next: a router's route (x-switchyard-shard-route) is required" };
@@ -34,5 +53,5 @@ export function generateEngine(ctx: WorkerContext, routeHeader: string | undefin
   if (first.start !== shard.layerEnd || last.end !== shard.nLayers) {
     return { ok: false, status: 409, code: "shard_route_mismatch", message: `x-switchyard-shard-route covers blocks ${first.start}-${last.end}; after this head's 0-${shard.layerEnd} it must cover ${shard.layerEnd}-${shard.nLayers}` };
   }
-  return { ok: true, engine: head.pipeline.routed(route) };
+  return { ok: true, engine: head.pipeline.routed(route, shardFence(header)) };
 }

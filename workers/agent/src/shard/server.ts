@@ -7,18 +7,22 @@
 // shard's samples) comes back the same way. A next shard that is gone (or
 // silent past the keepalive) is reported LOST, by name, so the head can
 // rebuild around it; a connecting shard that falls silent is dropped, which
-// frees what it opened here.
+// frees what it opened here. A sequence (or hidden-states request) that
+// carries a lease's fencing token for this worker is checked here, against
+// this worker's own fencing state (the same guard its HTTP API uses), and
+// refused as a whole worker refuses a stale token.
 import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, Server } from "node:http";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { HiddenStatesResultSchema, HiddenStatesSchema, ShardCloseSchema, ShardOpenSchema, ShardOutputSchema, type Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { HiddenStatesResultSchema, HiddenStatesSchema, ShardCloseSchema, ShardOpenSchema, ShardOutputSchema, type Loaded, type ShardFence } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { EngineClient } from "../engine/client.ts";
+import type { FencingGuard } from "../server/fencing.ts";
 import { decodeShardLeg, verifyShardTicket, type ShardLeg } from "@switchyard/state";
 import { decodeStep, encodeFrame, encodeStep, FrameKind, FrameReader, type Frame } from "./frame.ts";
 import { shardHiddenStates } from "./hidden.ts";
-import { DEFAULT_KEEPALIVE_MS, EXPECT_HEADERS, KEEPALIVE_HEADER, KEEPALIVE_RANGE, LazyShardLink, lostBody, PING_FRAME, ROUTE_HEADERS, SHARD_PATH, SHARD_PROTOCOL, ShardLostError, watchSilence } from "./link.ts";
+import { DEFAULT_KEEPALIVE_MS, EXPECT_HEADERS, KEEPALIVE_HEADER, KEEPALIVE_RANGE, LazyShardLink, lostBody, PING_FRAME, refusedBody, ROUTE_HEADERS, SHARD_PATH, SHARD_PROTOCOL, ShardLostError, ShardRefusedError, watchSilence } from "./link.ts";
 
 export interface ShardServerOptions {
   token: string;
@@ -36,6 +40,22 @@ export interface ShardServerOptions {
   wire?: { frameBytes: number; rowBytes: number };
   /** The keepalive this shard asks of the shards it connects onward to along a route (ms; 0: none). */
   keepaliveMs?: number;
+  /** This worker's lease fencing (the one its HTTP API checks): fences naming this worker are admitted by it. */
+  fencing?: FencingGuard;
+}
+
+/**
+ * A lease's fencing token for this worker, checked as its HTTP API checks
+ * x-switchyard-fencing-token (signature for its id, older than the highest
+ * seen: refused); a fence for another shard of the pipeline is that shard's.
+ */
+function admitFence(fence: ShardFence | undefined, opts: ShardServerOptions): void {
+  if (!fence || fence.workerId !== opts.workerId || !opts.fencing) return;
+  const verdict = opts.fencing.admit(fence.token.toString(), fence.signature || undefined);
+  if (!verdict.ok) {
+    opts.log("lease fencing token refused", { token: fence.token.toString(), code: verdict.code });
+    throw new ShardRefusedError(verdict.status, verdict.code, verdict.message);
+  }
 }
 
 function credentialOk(header: string | undefined, token: string): boolean {
@@ -201,9 +221,10 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions,
   if (head.length) onData(head);
 }
 
-/** The reply to a frame that failed: LOST (naming the shard) when a shard further down is gone, ERROR otherwise. */
+/** The reply to a frame that failed: LOST (naming the shard) when a shard further down is gone, REFUSED as a whole worker would refuse it, ERROR otherwise. */
 function errorFrame(tag: number, err: unknown): Frame {
   if (err instanceof ShardLostError) return { kind: FrameKind.LOST, dtype: 0, tag, body: lostBody(err) };
+  if (err instanceof ShardRefusedError) return { kind: FrameKind.REFUSED, dtype: 0, tag, body: refusedBody(err) };
   return { kind: FrameKind.ERROR, dtype: 0, tag, body: Buffer.from((err as Error).message) };
 }
 
@@ -221,6 +242,7 @@ async function handle(f: Frame, opts: ShardServerOptions, opened: Map<string, st
     case FrameKind.OPEN: {
       const open = fromBinary(ShardOpenSchema, f.body);
       if (open.model !== shard.model) throw new Error(`this shard serves '${shard.model}', not '${open.model}'`);
+      admitFence(open.fence, opts);
       await engine.once({ case: "shardOpen", value: open });
       if (opts.next) {
         try {
@@ -272,6 +294,7 @@ async function handle(f: Frame, opts: ShardServerOptions, opened: Map<string, st
     case FrameKind.HIDDEN: {
       // Stateless: it keeps no order with the frames around it (its answer waits on the shards after this one).
       const req = fromBinary(HiddenStatesSchema, f.body);
+      admitFence(req.fence, opts);
       const next = opts.next;
       const reply = shardHiddenStates(engine, shard, req, next ? () => next.get() : undefined).then(
         (r): Frame => ({ kind: FrameKind.HIDDEN_STATES, dtype: 0, tag: f.tag, body: toBinary(HiddenStatesResultSchema, r) }),

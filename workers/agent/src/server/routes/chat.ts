@@ -9,7 +9,7 @@ import { nonTextPart, structuredOutput, type OpenAIMessage } from "../converters
 import { routerCacheScope, runGenerate, type GenerateBody } from "../generate.ts";
 import { unknownField } from "../fields.ts";
 import { modelBody, requestId, traceSpanId } from "../request.ts";
-import { generateEngine, SHARD_ROUTE_HEADER } from "../../shard/route.ts";
+import { generateEngine } from "../../shard/route.ts";
 
 export function registerChat(app: Hono, ctx: WorkerContext): void {
   app.post("/v1/chat/completions", async (c) => {
@@ -37,7 +37,7 @@ export function registerChat(app: Hono, ctx: WorkerContext): void {
       return errorJson(400, "continue_final_message and add_generation_prompt cannot both be true", "invalid_request", "add_generation_prompt");
     }
     // The head shard of a split model runs it down the pipeline (the router's route, or its static --next).
-    const engine = generateEngine(ctx, c.req.header(SHARD_ROUTE_HEADER));
+    const engine = generateEngine(ctx, (name) => c.req.header(name));
     if (!engine.ok) return errorJson(engine.status, engine.message, engine.code);
     return runGenerate(ctx, engine.engine, body as unknown as GenerateBody, [{ case: "messages", value: messages, continueFinal, structured }], { chat: true, model: ctx.supervisor.loaded.get(String(body.model))!, requestId: requestId(c), spanId: traceSpanId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
   });

@@ -9,7 +9,7 @@ import { completionInputs } from "../converters.ts";
 import { routerCacheScope, runGenerate, type GenerateBody } from "../generate.ts";
 import { unknownField } from "../fields.ts";
 import { modelBody, requestId, traceSpanId } from "../request.ts";
-import { generateEngine, SHARD_ROUTE_HEADER } from "../../shard/route.ts";
+import { generateEngine } from "../../shard/route.ts";
 
 export function registerCompletions(app: Hono, ctx: WorkerContext): void {
   app.post("/v1/completions", async (c) => {
@@ -22,7 +22,7 @@ export function registerCompletions(app: Hono, ctx: WorkerContext): void {
     const inputs = completionInputs(body.prompt, model.vocabSize);
     if ("param" in inputs) return errorJson(400, inputs.message, "invalid_request", inputs.param);
     // The head shard of a split model runs it down the pipeline (the router's route, or its static --next).
-    const engine = generateEngine(ctx, c.req.header(SHARD_ROUTE_HEADER));
+    const engine = generateEngine(ctx, (name) => c.req.header(name));
     if (!engine.ok) return errorJson(engine.status, engine.message, engine.code);
     return runGenerate(ctx, engine.engine, body as unknown as GenerateBody, inputs, { chat: false, model, requestId: requestId(c), spanId: traceSpanId(c), signal: c.req.raw.signal, prefix: routerPrefixName(body), cacheScope: routerCacheScope(body) });
   });

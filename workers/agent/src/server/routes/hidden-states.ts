@@ -11,7 +11,8 @@ import { errorJson } from "../errors.ts";
 import { toHiddenStates } from "../converters.ts";
 import { engineRequestId, modelBody, requestId, traceSpanId } from "../request.ts";
 import { encodeSafetensors, tensorToFloats } from "../safetensors.ts";
-import { generateEngine, SHARD_ROUTE_HEADER } from "../../shard/route.ts";
+import { ShardRefusedError } from "../../shard/link.ts";
+import { generateEngine } from "../../shard/route.ts";
 import type { GenerateEngine } from "../../shard/pipeline.ts";
 
 async function runHiddenStates(ctx: WorkerContext, engine: EngineClient, pipeline: GenerateEngine, body: Record<string, unknown>, wantJson: boolean, engineId: string): Promise<Response> {
@@ -38,6 +39,7 @@ async function runHiddenStates(ctx: WorkerContext, engine: EngineClient, pipelin
     const bytes = encodeSafetensors(named, { model: String(body.model), n_tokens: String(nTokens), pooling: String(body.pooling ?? "none") });
     return new Response(bytes, { headers: { ...headers, "content-type": "application/octet-stream", "content-length": String(bytes.byteLength) } });
   } catch (err) {
+    if (err instanceof ShardRefusedError) return errorJson(err.status, err.message, err.code);
     if (err instanceof EngineError && (err.code === 1 || err.code === 3)) return errorJson(400, err.message, "invalid_request");
     return errorJson(503, (err as Error).message, "engine_error");
   } finally {
@@ -50,7 +52,7 @@ export function registerHiddenStates(app: Hono, ctx: WorkerContext): void {
     const body = await modelBody(c, ctx, ModelKind.LLAMA_GGUF);
     if (body instanceof Response) return body;
     // The head shard of a split model gathers the layers down the pipeline (the router's route, or its static --next).
-    const choice = generateEngine(ctx, c.req.header(SHARD_ROUTE_HEADER));
+    const choice = generateEngine(ctx, (name) => c.req.header(name));
     if (!choice.ok) return errorJson(choice.status, choice.message, choice.code);
     // The engine job is named by the router's request id and its attempt's span (a trace finds it).
     const engineId = engineRequestId(requestId(c), traceSpanId(c), () => randomUUID().slice(0, 8));
