@@ -44,6 +44,7 @@ export async function main(argv: string[]): Promise<number> {
         engine: { type: "string" },
         "no-worker": { type: "boolean" },
         "fencing-key": { type: "string" },
+        "fencing-state": { type: "string" },
         layers: { type: "string" },
         split: { type: "string" },
         next: { type: "string" },

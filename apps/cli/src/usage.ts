@@ -19,11 +19,13 @@ Usage:
                                         a dead one is restarted; the admin port's /metrics adds them all up
                                         (--embedded: in-process state + embedded PostgreSQL, to experiment)
   switchyard worker --redis URL --token SECRET [--config FILE] [--model NAME|PATH|hf://…]… [--advertise URL]
-           [--port 9100] [--device auto|cpu|cuda|metal] [--id ID] [--fencing-key KEY]
+           [--port 9100] [--device auto|cpu|cuda|metal] [--id ID] [--fencing-key KEY] [--fencing-state FILE]
            [--layers START-END [--next URL [--next-token T]] [--shard-keepalive MS]]
                                         join this host as a worker (SIGTERM drains); --layers: one shard of a
                                         split model, blocks [START, END); --next: the shard after it;
-                                        --shard-keepalive: a next shard silent this long is lost (5000; 0: off)
+                                        --shard-keepalive: a next shard silent this long is lost (5000; 0: off);
+                                        --fencing-state: where the newest lease token seen is kept
+                                        (default with --id: ~/.cache/switchyard/workers/ID.fence)
   switchyard workers invite NAME [--model M]… [--advertise URL]
                                         per-worker Redis ACL user + secret; prints the join command
   switchyard workers revoke NAME        remove an invited worker's Redis user

@@ -25,6 +25,7 @@ export interface WorkerFlags {
   "max-batch"?: string;
   engine?: string;
   "fencing-key"?: string;
+  "fencing-state"?: string;
   layers?: string;
   next?: string;
   "next-token"?: string;
@@ -86,7 +87,8 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
     maxBatch: flags["max-batch"] ? Number(flags["max-batch"]) : undefined,
     // A worker with a stable id remembers the newest lease it served across
     // restarts, so a superseded holder cannot slip in after one.
-    fencingStatePath: flags.id ? path.join(defaultCacheDir(), "workers", `${flags.id}.fence`) : undefined,
+    // (--fencing-state FILE puts it elsewhere.)
+    fencingStatePath: flags["fencing-state"] ?? (flags.id ? path.join(defaultCacheDir(), "workers", `${flags.id}.fence`) : undefined),
     ...(fencingKey ? { fencingKey } : {}),
     ...(layers ? { layers } : {}),
     // The next shard of a split model, and the credential it accepts (default: this worker's own).
