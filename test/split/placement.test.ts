@@ -7,13 +7,17 @@
 // other one: the stream goes on with exactly the unsplit model's greedy text,
 // no error event. With no replica left: one SSE error event, and the model
 // leaves /v1/models within the heartbeat TTL. Model files that differ are
-// never chained, and a shard refuses a route for another file.
+// never chained, and a shard refuses a route for another file. A lease on
+// a tail is fenced by that tail itself: a superseded holder is refused even
+// through a head that never saw the newer lease.
 import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createKey, createTenant } from "@switchyard/db";
 import { startAgent, type AgentHandle } from "@switchyard/agent";
-import { encodeShardRoute, legOf, MemoryRegistryStore, SHARD_ROUTE_HEADER, signShardRoute, type WorkerRecord } from "@switchyard/state";
+import { encodeShardRoute, FENCING_WORKER_HEADER, legOf, MemoryRegistryStore, SHARD_ROUTE_HEADER, signShardRoute, type WorkerRecord } from "@switchyard/state";
 import { ShardLink } from "../../workers/agent/src/shard/link.ts";
 import type { PipelineHead } from "../../workers/agent/src/shard/pipeline.ts";
 import { REDIS_URL, waitFor } from "../helpers/env.ts";
@@ -27,11 +31,13 @@ let fx: RouterFixture;
 let whole: AgentHandle;
 let head: AgentHandle;
 const tails = new Map<string, { child: ChildProcess; stderr: () => string; exited: Promise<unknown> }>();
+// The tails' fencing state (the highest lease token each has seen), this run's own.
+const fenceDir = mkdtempSync(path.join(os.tmpdir(), "sy-split-fence-"));
 
 function spawnTail(id: string, layers = "15-30"): void {
   const child = spawn(
     process.execPath,
-    [CLI, "worker", "--redis", REDIS_URL, "--key-prefix", fx.redis.prefix, "--token", WORKER_TOKEN, "--model", LLM, "--engine", engineBinary(), "--device", "cpu", "--port", "0", "--host", "127.0.0.1", "--id", id, "--layers", layers, "--max-batch", "4"],
+    [CLI, "worker", "--redis", REDIS_URL, "--key-prefix", fx.redis.prefix, "--token", WORKER_TOKEN, "--model", LLM, "--engine", engineBinary(), "--device", "cpu", "--port", "0", "--host", "127.0.0.1", "--id", id, "--layers", layers, "--max-batch", "4", "--fencing-state", path.join(fenceDir, `${id}.fence`)],
     { stdio: ["ignore", "ignore", "pipe"] },
   );
   let stderr = "";
@@ -212,7 +218,7 @@ describe("split models placed by the router from heartbeats", () => {
     const onA = await ask(holder, { "x-switchyard-lease": a });
     expect(onA.status).toBe(200);
     expect(chain(onA)).toBe("pipeline[head 0-15 > tail-a 15-30]");
-    // The head checks each tail's lease against that tail's own tokens: tail-a's newer lease does not make tail-b's stale.
+    // Each tail checks its own lease's tokens: tail-a's newer lease does not make tail-b's stale.
     const backOnB = await ask(holder, { "x-switchyard-lease": b });
     expect(backOnB.status, await backOnB.clone().text()).toBe(200);
     expect(chain(backOnB)).toBe("pipeline[head 0-15 > tail-b 15-30]");
@@ -220,6 +226,82 @@ describe("split models placed by the router from heartbeats", () => {
     await Promise.all([release(a), release(b)]);
     await waitFor(async () => /> (tail-a\|tail-b|tail-b\|tail-a) 15-30\]$/.test(chain(await ask(fx.key)) ?? ""), { timeoutMs: 5000, what: "the pipeline with both tails free again" });
   }, 60_000);
+
+  it("a superseded lease holder is refused by the leased tail itself, even through a head that never saw the newer lease: 409 stale_fencing_token, as from a whole worker, streamed or not, and for hidden states", async () => {
+    const t = await createTenant(fx.db.db, "split-fence");
+    if (!t.ok) throw new Error("tenant");
+    const holder = (await createKey(fx.db.db, t.tenant.id)).key;
+    const lease = async () => {
+      const res = await fetch(`${fx.router.url}/v1/leases`, { method: "POST", headers: { authorization: `Bearer ${holder}`, "content-type": "application/json" }, body: JSON.stringify({ worker: "tail-b", duration_s: 30 }) });
+      expect(res.status).toBe(201);
+      return (await res.json()) as { id: string; fencing_token: number };
+    };
+    const release = (id: string) => fetch(`${fx.router.url}/v1/leases/${id}`, { method: "DELETE", headers: { authorization: `Bearer ${holder}` } });
+    const viaRouter = (leaseId: string) =>
+      fetch(`${fx.router.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${holder}`, "content-type": "application/json", "x-switchyard-debug": "route", "x-switchyard-lease": leaseId }, body: JSON.stringify({ model: LLM, messages: story, temperature: 0, max_tokens: 8 }) });
+
+    // The old lease on tail-b, used; released; a newer one on tail-b, used (through the router's head).
+    const old = await lease();
+    expect((await viaRouter(old.id)).status).toBe(200);
+    await release(old.id);
+    const newer = await lease();
+    expect(newer.fencing_token).toBeGreaterThan(old.fencing_token);
+    const ok = await viaRouter(newer.id);
+    expect(ok.status, await ok.clone().text()).toBe(200);
+    expect(ok.headers.get("x-switchyard-route")).toMatch(/^pipeline\[head 0-15 > tail-b(\|tail-a)? 15-30\]/);
+
+    // The stale holder's request reaches tail-b through a second head (another
+    // pipeline sharing the tail; or the first head restarted): it has no
+    // memory of the newer lease, so only tail-b can refuse — and does.
+    const head2 = await startAgent({ ...agentOpts, registry: new MemoryRegistryStore(), workerId: "head-2", layers: { start: 0, end: 15 } });
+    try {
+      await head2.supervisor.whenReady();
+      const tailB = fx.router.deps.directory.all().find((w) => w.id === "tail-b")!;
+      const route = encodeShardRoute(signShardRoute({ model: LLM, digest: head2.ctx.shardHead!.digest, stages: [{ start: 15, end: 30, hops: [{ id: tailB.id, url: tailB.url }] }] }, () => WORKER_TOKEN, Date.now() + 60_000)!);
+      const asHolder = (token: number, stream: boolean) =>
+        fetch(`${head2.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json", [SHARD_ROUTE_HEADER]: route, "x-switchyard-fencing-token": String(token), [FENCING_WORKER_HEADER]: "tail-b" },
+          body: JSON.stringify({ model: LLM, messages: story, temperature: 0, max_tokens: 8, stream }),
+        });
+      // What a whole worker answers a superseded token with (its own tokens: 2, then 1).
+      const wholeAsk = (token: number) =>
+        fetch(`${whole.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json", "x-switchyard-fencing-token": String(token) }, body: JSON.stringify({ model: LLM, messages: story, max_tokens: 1 }) });
+      expect((await wholeAsk(2)).status).toBe(200);
+      const wholeStale = await wholeAsk(1);
+      const shape = async (res: Response) => {
+        const body = (await res.json()) as { error: Record<string, unknown> };
+        return { status: res.status, keys: Object.keys(body), error: { ...body.error, message: typeof body.error.message } };
+      };
+      const want = await shape(wholeStale);
+      expect(want).toEqual({ status: 409, keys: ["error"], error: { message: "string", type: "invalid_request_error", param: null, code: "stale_fencing_token" } });
+      for (const stream of [false, true]) {
+        const stale = await asHolder(old.fencing_token, stream);
+        expect(stale.headers.get("content-type")).toMatch(/application\/json/);
+        const text = await stale.clone().text();
+        expect(await shape(stale), text).toEqual(want);
+        expect(text).toMatch(new RegExp(`fencing token ${old.fencing_token} is older than ${newer.fencing_token}`));
+      }
+      // Hidden states from tail-b's layers are fenced the same way.
+      const hidden = (token: number) =>
+        fetch(`${head2.url}/v1/hidden_states`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json", [SHARD_ROUTE_HEADER]: route, "x-switchyard-fencing-token": String(token), [FENCING_WORKER_HEADER]: "tail-b" },
+          body: JSON.stringify({ model: LLM, input: "hi", layers: [20] }),
+        });
+      expect(await shape(await hidden(old.fencing_token))).toEqual(want);
+      expect((await hidden(newer.fencing_token)).status).toBe(200);
+      // The newer holder still runs through that head, on tail-b.
+      const fresh = await asHolder(newer.fencing_token, false);
+      expect(fresh.status, await fresh.clone().text()).toBe(200);
+      expect(((await fresh.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content).toBe(await reference(8));
+    } finally {
+      await head2.stop();
+      await release(newer.id);
+    }
+    const chain = async () => (await fetch(`${fx.router.url}/v1/chat/completions`, { method: "POST", headers: { ...auth(), "x-switchyard-debug": "route" }, body: JSON.stringify({ model: LLM, messages: story, max_tokens: 1 }) })).headers.get("x-switchyard-route") ?? "";
+    await waitFor(async () => /> (tail-a\|tail-b|tail-b\|tail-a) 15-30\]/.test(await chain()), { timeoutMs: 5000, what: "the pipeline with both tails free again" });
+  }, 120_000);
 
   it("replaces a tail killed mid-stream with its live replica: same text as the unsplit model, no error event", async () => {
     const maxTokens = 64;
