@@ -23,11 +23,15 @@ use crate::sampling::argmax;
 /// differences reach ~1.1), so only picks that noise can flip may flip.
 pub const FRAGILE_MARGIN: f32 = 1.0;
 /// Bounds on the logit differences along the agreed path. Measured kernels
-/// vs candle on the CPU (SmolLM2-135M Q4_1): top-10 max ~1.1, vocabulary
-/// mean ~0.18; each executor is ~1.0 from llama.cpp on the same steps. A
-/// wrong RoPE, mask or cache write is off by several units.
+/// vs candle on the CPU: SmolLM2-135M Q4_1 top-10 max ~1.1, vocabulary
+/// mean ~0.18; Gemma 3 270M Q4_K_M top-10 max 0.81, mean 0.19-0.34 (its
+/// 262144 logits spread wider, and the kernels' 32-value activation blocks
+/// meet candle's 256-value Q8_K ones on its K-quants; candle's picks agree
+/// with llama.cpp's more often than the kernels' do). Each executor is
+/// ~1.0 from llama.cpp on the same steps. A wrong RoPE, mask or cache
+/// write is off by several units.
 pub const MAX_TOP10_DIFF: f32 = 1.5;
-pub const MAX_MEAN_DIFF: f32 = 0.3;
+pub const MAX_MEAN_DIFF: f32 = 0.45;
 
 pub const PROMPTS: [&str; 4] = [
     "The capital of France is",

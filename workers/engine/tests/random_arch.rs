@@ -88,3 +88,26 @@ fn qwen2_q4_k_on_candle() {
 fn qwen2_q6_k_on_candle() {
     check_on("qwen2", "q6_k", Backend::Candle(candle_core::Device::Cpu));
 }
+
+// ... and on the gemma3 layout: q/k norms, post-norms, GeGLU, the embedding
+// scale, and an 8-position window on five of the six layers, which the
+// prompts cross. Q4_K_M's types and the Q5_0 / Q8_0 of Gemma 3 270M's file.
+#[test]
+fn gemma3_q4_k_on_candle() {
+    check_on("gemma3", "q4_k", Backend::Candle(candle_core::Device::Cpu));
+}
+
+#[test]
+fn gemma3_q6_k_on_candle() {
+    check_on("gemma3", "q6_k", Backend::Candle(candle_core::Device::Cpu));
+}
+
+#[test]
+fn gemma3_q5_0_on_candle() {
+    check_on("gemma3", "q5_0", Backend::Candle(candle_core::Device::Cpu));
+}
+
+#[test]
+fn gemma3_q8_0_on_candle() {
+    check_on("gemma3", "q8_0", Backend::Candle(candle_core::Device::Cpu));
+}
