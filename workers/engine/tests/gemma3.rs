@@ -229,3 +229,36 @@ fn batched_greedy_equals_solo_on(backend: Backend) {
         assert_eq!(toks, &solo[i], "sequence {i} differs when batched");
     }
 }
+
+#[test]
+fn hidden_state_of_last_layer_reproduces_logits() {
+    hidden_state_of_last_layer_reproduces_logits_on(model());
+}
+
+/// Hidden states and layer ranges on the device path (the split after
+/// block 8 leaves global block 5 in the first range, 11 and 17 in the
+/// second).
+#[test]
+fn candle_device_path_hidden_states_reproduce_logits() {
+    hidden_state_of_last_layer_reproduces_logits_on(candle_model());
+}
+
+fn hidden_state_of_last_layer_reproduces_logits_on(m: &LlamaModel) {
+    let prompt = m.tokenizer.encode("The capital of France is", true, true);
+    let mut s = Scratch::default();
+    let mut cache = m.new_cache(prompt.len()).unwrap();
+    m.step(&mut [SeqStep { tokens: &prompt, cache: &mut cache }], &mut s).unwrap();
+    let step_logits = s.logits.clone();
+    let nl = m.cfg.n_layers;
+    let states = m.hidden_states(&prompt, &[0, nl], &mut s).unwrap();
+    let last = &states[1].1;
+    assert_eq!(last.len(), prompt.len() * m.cfg.hidden);
+    let logits = m.forward_range(nl, nl, &[], Some(last), true, &mut s).unwrap();
+    let final_row = &logits[(prompt.len() - 1) * m.cfg.vocab..];
+    let max = |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0f32, |x, (p, q)| x.max((p - q).abs()));
+    assert!(max(final_row, &step_logits) < 1e-3, "{}: head over the last hidden state vs step: {}", m.backend_name(), max(final_row, &step_logits));
+    // Two ranges, split after block 8, give what one pass does.
+    let first = m.forward_range(0, 8, &prompt, None, false, &mut s).unwrap();
+    let rest = m.forward_range(8, nl, &[], Some(&first), false, &mut s).unwrap();
+    assert!(max(&rest, last) < 1e-3, "{}: split forward differs by {}", m.backend_name(), max(&rest, last));
+}
