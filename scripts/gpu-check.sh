@@ -68,7 +68,6 @@ case "${1:-}" in
     set +e
     /tmp/sy-engine-cuda parity --device cuda --model "$model" --steps 16 2>&1 | tee "$out/parity.txt"
     parity=${PIPESTATUS[0]}
-    set -o pipefail
     random_parity /tmp/sy-engine-cuda cuda "$out"
     random=$?
     /tmp/sy-engine-cuda bench --device cuda --model "$model" --streams 1,4,8,16,64 --tokens 64 --repeats 3 2>&1 | tee "$out/bench-cuda.txt"
