@@ -25,7 +25,7 @@ pub enum QData {
     /// Q8_0 repacked the same way, 8 vectors per (group, block), each value
     /// stored as q + 128 (an unsigned byte, what VNNI's first operand takes).
     Q8_0x16 { qs: Vec<Lane64>, d: Vec<[u16; GROUP]> },
-    /// Q5_0 grouped for the AVX2 kernel: `qs` as Q4_1x16's (the low four
+    /// Q5_0 grouped for the AVX2 and AVX-512 kernels: `qs` as Q4_1x16's (the low four
     /// bits), `qh[g*nb + b][l]` row l's fifth bits (bit e for element e,
     /// as in ggml), `d` the scales.
     Q5_0x16 { qs: Vec<Lane64>, qh: Vec<[u32; GROUP]>, d: Vec<[u16; GROUP]> },
@@ -438,7 +438,7 @@ impl QMatrix {
     }
 
     /// Repacks into the grouped layout when this CPU has a grouped kernel
-    /// for the type (AVX-512 VNNI: Q4_1 and Q8_0; AVX2: Q4_1 and Q5_0) and rows
+    /// for the type (AVX-512 VNNI: Q4_1, Q5_0 and Q8_0; AVX2: Q4_1 and Q5_0) and rows
     /// divide into groups; otherwise returns self as is.
     ///
     /// Why: the plain layout's kernel spends a conversion and an FMA on
@@ -451,7 +451,7 @@ impl QMatrix {
     /// are exactly those of the plain kernels.
     pub fn packed(self) -> QMatrix {
         let kernel = match isa() {
-            Isa::Avx512Vnni => matches!(self.data, QData::Q4_1 { .. } | QData::Q8_0 { .. }),
+            Isa::Avx512Vnni => matches!(self.data, QData::Q4_1 { .. } | QData::Q8_0 { .. } | QData::Q5_0 { .. }),
             // AVX2 has grouped kernels for Q4_1 and Q5_0: without VNNI's
             // 32-bit accumulation, Q8_0's +128 bytes would overflow the
             // 16-bit pair sums (its plain kernel moves the sign instead).

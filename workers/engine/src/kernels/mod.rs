@@ -9,8 +9,6 @@ mod matrix;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
-#[cfg(test)]
-mod tests;
 
 pub use matrix::{BlockQ4K, BlockQ5K, BlockQ6K, Lane64, QActs, QData, QMatrix, QK_K};
 
@@ -343,8 +341,8 @@ fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &QActs, i0: usize, t: usize, out
     }
 }
 
-/// `matmul` for the grouped layout (`QMatrix::packed`: Q4_1 and Q8_0 on
-/// AVX-512 VNNI, Q4_1 and Q5_0 on AVX2).
+/// `matmul` for the grouped layout (`QMatrix::packed`: Q4_1, Q5_0 and Q8_0
+/// on AVX-512 VNNI, Q4_1 and Q5_0 on AVX2).
 /// Tasks own runs of 16-row groups; within a task each group's blocks stay
 /// in L1 while up to 8 activation rows at a time pass over them, and every
 /// pass writes 16 contiguous outputs per activation row.
@@ -389,8 +387,13 @@ fn matmul_packed(w: &QMatrix, a: &QActs, out: &mut [f32], ld: usize, off: usize)
                             }
                             QData::Q5_0x16 { qs, qh, d } => {
                                 let (q, h, d) = (qs[g * nb * 4..].as_ptr(), qh[g * nb..].as_ptr(), d[g * nb..].as_ptr());
-                                use x86::avx2::q5_0_x16_avx2 as k;
-                                by_rows4!(t, k, q, h, d, a, i, o, ld)
+                                if avx2 {
+                                    use x86::avx2::q5_0_x16_avx2 as k;
+                                    by_rows4!(t, k, q, h, d, a, i, o, ld)
+                                } else {
+                                    use x86::avx512::q5_0_x16 as k;
+                                    by_rows!(t, k, q, h, d, a, i, o, ld)
+                                }
                             }
                             QData::Q8_0x16 { qs, d } => {
                                 let (q, d) = (qs[g * nb * 8..].as_ptr(), d[g * nb..].as_ptr());
@@ -522,3 +525,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
         *o = v * scale * g;
     }
 }
+
+// Declared last so the tests can call kernels through `by_rows!`.
+#[cfg(test)]
+mod tests;

@@ -402,35 +402,72 @@ fn q4_1_grouped_avx2_is_bit_identical() {
     }
 }
 
-/// The grouped Q5_0 layout dequantizes as the plain one, and its AVX2
-/// kernel (through `matmul`, at every tile height) returns the scalar
-/// kernel's bits, including widths with a partial group of 8 blocks.
+/// The grouped Q5_0 layout dequantizes as the plain one, and its kernels
+/// (AVX2's, and AVX-512's where the CPU has VNNI, each called directly at
+/// every tile height it runs at, and whichever `matmul` picks) return the
+/// scalar kernel's bits, including widths with a partial group of 8 blocks
+/// and ones with fewer than 8 blocks.
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn q5_0_grouped_avx2_is_bit_identical() {
-    if isa() != Isa::Avx2 {
-        eprintln!("runtime ISA is {:?}: Q5_0 is not grouped here", isa());
+fn q5_0_grouped_is_bit_identical() {
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+        eprintln!("no AVX2: the grouped Q5_0 kernels are not exercised");
         return;
     }
+    let vnni = isa() == Isa::Avx512Vnni;
     let mut seed = 33;
-    for (rows, cols) in [(32, 640), (16, 256), (48, 96)] {
+    for (rows, cols) in [(32, 640), (16, 256), (48, 96), (16, 2048)] {
         let w = QMatrix::from_ggml("q5_0", &random_blocks(rows * cols / 32, 22, &[0], &mut seed), rows, cols).unwrap();
-        let wp = w.clone().packed();
-        assert!(matches!(wp.data, QData::Q5_0x16 { .. }), "Q5_0 packs on AVX2");
+        let wp = w.clone().packed_unchecked();
         assert_eq!(wp.dequantize(), w.dequantize(), "grouped Q5_0 values");
-        for m in [1usize, 2, 3, 4, 5, 9] {
+        let QData::Q5_0x16 { qs, qh, d } = &wp.data else { panic!("not grouped") };
+        let nb = cols / QK;
+        for m in [1usize, 2, 3, 4, 5, 8, 9, 17] {
             let x: Vec<f32> = (0..m * cols).map(|_| lcg(&mut seed)).collect();
             let mut act = QActs::default();
             quantize_activations(&x, cols, &mut act);
-            let mut out = vec![0f32; m * rows];
-            matmul(&wp, &act, &mut out);
+            let mut want = vec![0f32; m * rows];
             for i in 0..m {
                 for r in 0..rows {
-                    let mut want = [0f32; TILE];
-                    dot_tile(Isa::Scalar, &w, r, &act, i, 1, &mut want);
-                    assert_eq!(out[i * rows + r].to_bits(), want[0].to_bits(), "{rows}x{cols}, m {m}, row {r}, act row {i}");
+                    let mut one = [0f32; TILE];
+                    dot_tile(Isa::Scalar, &w, r, &act, i, 1, &mut one);
+                    want[i * rows + r] = one[0];
                 }
             }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for avx512 in [false, true] {
+                if avx512 && !vnni {
+                    continue;
+                }
+                let tile = if avx512 { TILE } else { 4 };
+                let mut got = vec![0f32; m * rows];
+                for g in 0..rows / GROUP {
+                    let (q, h, dp) = (qs[g * nb * 4..].as_ptr(), qh[g * nb..].as_ptr(), d[g * nb..].as_ptr());
+                    let mut i = 0;
+                    while i < m {
+                        let t = (m - i).min(tile);
+                        // SAFETY: AVX2 checked above, VNNI by `isa()`; the
+                        // group's blocks and rows i..i + t exist, and the
+                        // outputs land inside `got`.
+                        unsafe {
+                            let o = got.as_mut_ptr().add(i * rows + g * GROUP);
+                            if avx512 {
+                                use x86::avx512::q5_0_x16 as k;
+                                by_rows!(t, k, q, h, dp, &act, i, o, rows)
+                            } else {
+                                use x86::avx2::q5_0_x16_avx2 as k;
+                                by_rows4!(t, k, q, h, dp, &act, i, o, rows)
+                            }
+                        }
+                        i += t;
+                    }
+                }
+                assert_eq!(bits(&got), bits(&want), "{rows}x{cols}, m {m}, {}", if avx512 { "avx512" } else { "avx2" });
+            }
+            let wq = w.clone().packed();
+            let mut out = vec![0f32; m * rows];
+            matmul(&wq, &act, &mut out);
+            assert_eq!(bits(&out), bits(&want), "{rows}x{cols}, m {m}, matmul on {:?} (grouped: {})", isa(), wq.is_packed());
         }
     }
 }

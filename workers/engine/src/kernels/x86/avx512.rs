@@ -206,3 +206,104 @@ pub unsafe fn q8_0_x16<const R: usize>(
     }
 }
 
+
+/// The grouped Q5_0 layout (`QData::Q5_0x16`): `q4_1_x16`'s unpacking and
+/// `vpdpbusd` dots, with the fifth bits added to each piece once per block
+/// (byte k of lane l gets 0x10 where bit 4p + k of row l's qh is set, for
+/// piece p) and q - 16 taken as dot(q, x) - 16 * sum(x), the sum being the
+/// starting value of the integer dot.
+///
+/// The float work must be `scalar_q5_0`'s to return its bits: block b's
+/// term goes to accumulator b % 8 by one FMA, and the eight accumulators
+/// are added in `hsum8`'s order. Eight accumulators per activation row do
+/// not fit in registers beside the weights at R = 8, so the blocks are
+/// walked by accumulator instead (b = l, l + 8, ... for l in the order the
+/// final sum pairs them, 0 4 2 6 1 5 3 7), and each finished accumulator
+/// is folded into at most three partial sums at once. Every block is still
+/// unpacked once.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, FMA, F16C; `qs`, `qh`, `wd` point at the group's
+/// first block (nb blocks), rows i0..i0 + R of `a` exist, and
+/// out[j * n + 0..16] is writable for j < R.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn q5_0_x16<const R: usize>(
+    qs: *const crate::kernels::Lane64,
+    qh: *const [u32; 16],
+    wd: *const [u16; 16],
+    a: &crate::kernels::QActs,
+    i0: usize,
+    out: *mut f32,
+    n: usize,
+) {
+    let nb = a.nb;
+    let aq = a.qs.as_ptr().add(i0 * nb);
+    let ad = a.d.as_ptr().add(i0 * nb);
+    let ai = a.isum.as_ptr().add(i0 * nb);
+    let mask = _mm512_set1_epi8(0x0f);
+    let fifth = _mm512_set1_epi8(0x10);
+    // Byte c of each 32-bit lane copied into the lane's four bytes.
+    let rep = |c: i32| {
+        let v = |l: i32| (4 * l + c) * 0x0101_0101;
+        _mm512_broadcast_i32x4(_mm_setr_epi32(v(0), v(1), v(2), v(3)))
+    };
+    let reps = [rep(0), rep(1), rep(2), rep(3)];
+    let bitsel = [_mm512_set1_epi32(0x0804_0201), _mm512_set1_epi32(0x8040_2010u32 as i32)];
+    let zero = [_mm512_setzero_ps(); R];
+    // Partial sums: t0 = (a0 + a4) + (a2 + a6) once complete, t1 and t2
+    // the pairs being formed.
+    let (mut t0, mut t1, mut t2) = (zero, zero, zero);
+    for (step, l) in [0usize, 4, 2, 6, 1, 5, 3, 7].into_iter().enumerate() {
+        let mut acc = zero;
+        let mut b = l;
+        while b < nb {
+            let p = qs.add(b * 4) as *const __m512i;
+            let (p0, p1, p2, p3) = (_mm512_load_si512(p), _mm512_load_si512(p.add(1)), _mm512_load_si512(p.add(2)), _mm512_load_si512(p.add(3)));
+            let mut w = [
+                _mm512_and_si512(p0, mask),
+                _mm512_and_si512(p1, mask),
+                _mm512_and_si512(p2, mask),
+                _mm512_and_si512(p3, mask),
+                _mm512_and_si512(_mm512_srli_epi16(p0, 4), mask),
+                _mm512_and_si512(_mm512_srli_epi16(p1, 4), mask),
+                _mm512_and_si512(_mm512_srli_epi16(p2, 4), mask),
+                _mm512_and_si512(_mm512_srli_epi16(p3, 4), mask),
+            ];
+            // Piece p holds elements 4p..4p+3, whose fifth bits are bits
+            // 4p..4p+3 of qh: nibble p % 2 of byte p / 2. The nibbles are
+            // below 0x10, so adding 0x10 sets bit 4.
+            let hv = _mm512_loadu_si512(qh.add(b) as *const _);
+            for (pc, wp) in w.iter_mut().enumerate() {
+                let bytes = _mm512_shuffle_epi8(hv, reps[pc / 2]);
+                let set = _mm512_test_epi8_mask(bytes, bitsel[pc % 2]);
+                *wp = _mm512_mask_add_epi8(*wp, set, *wp, fifth);
+            }
+            let sw = _mm512_cvtph_ps(_mm256_loadu_si256(wd.add(b) as *const __m256i));
+            for j in 0..R {
+                let o = j * nb + b;
+                let x = aq.add(o);
+                let mut s = _mm512_set1_epi32(-16 * *ai.add(o));
+                for (k, wk) in w.iter().enumerate() {
+                    s = _mm512_dpbusd_epi32(s, *wk, bcast4(x, k));
+                }
+                let scale = _mm512_mul_ps(sw, _mm512_set1_ps(*ad.add(o)));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[j]);
+            }
+            b += 8;
+        }
+        for j in 0..R {
+            match step {
+                0 => t0[j] = acc[j],
+                1 => t0[j] = _mm512_add_ps(t0[j], acc[j]),
+                2 | 4 => t1[j] = acc[j],
+                3 => t0[j] = _mm512_add_ps(t0[j], _mm512_add_ps(t1[j], acc[j])),
+                5 => t1[j] = _mm512_add_ps(t1[j], acc[j]),
+                6 => t2[j] = acc[j],
+                _ => t0[j] = _mm512_add_ps(t0[j], _mm512_add_ps(t1[j], _mm512_add_ps(t2[j], acc[j]))),
+            }
+        }
+    }
+    for j in 0..R {
+        _mm512_storeu_ps(out.add(j * n), t0[j]);
+    }
+}
