@@ -353,11 +353,7 @@ impl HostModel {
                                 *o = gv / (1.0 + (-gv).exp()) * uv;
                             }
                         }
-                        Act::GeluTanh => {
-                            for ((o, &gv), &uv) in o.iter_mut().zip(g).zip(u) {
-                                *o = gelu_tanh(gv) * uv;
-                            }
-                        }
+                        Act::GeluTanh => kernels::gelu_tanh_mul(g, u, o),
                     }
                 };
                 crate::par::pool().run(m * per_row, &task);
@@ -490,12 +486,6 @@ impl HostModel {
 /// Values per SiLU task (see `run_blocks`).
 const SILU_CHUNK: usize = 256;
 
-/// GELU, tanh approximation (what ggml_gelu computes).
-#[inline]
-fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
-}
 
 /// RMS norm of each head of `x` (heads of `w.len()` values) in place.
 fn head_norms(x: &mut [f32], w: &[f32], eps: f32) {
