@@ -29,6 +29,19 @@ pub enum QData {
     /// bits), `qh[g*nb + b][l]` row l's fifth bits (bit e for element e,
     /// as in ggml), `d` the scales.
     Q5_0x16 { qs: Vec<Lane64>, qh: Vec<[u32; GROUP]>, d: Vec<[u16; GROUP]> },
+    /// Q4_K grouped for the AVX-512 kernel: for group g, super-block s and
+    /// 32-value sub-block l (index u = (g*ns + s)*8 + l, ns = cols/256),
+    /// `qs[u*4..u*4+4]` hold the sub-block's q as Q4_1x16 holds a block's,
+    /// `sc[u][r]`, `m[u][r]` row r's sub-block scale and min, and
+    /// `d[g*ns + s][r]`, `dmin[..][r]` its super-block scales.
+    Q4Kx16 { qs: Vec<Lane64>, sc: Vec<[u8; GROUP]>, m: Vec<[u8; GROUP]>, d: Vec<[u16; GROUP]>, dmin: Vec<[u16; GROUP]> },
+    /// Q6_K grouped for the AVX-512 kernel, indexed as Q4Kx16: `qs[u*8 + k]`
+    /// holds in lane r row r's q (0..64, unsigned, a byte each: what
+    /// `vpdpbusd` takes) of elements 4k..4k+3 of sub-block u; `sc[u*2 + h]`
+    /// the scales of its two 16-value halves; `d` the super-block scales.
+    /// A byte per weight where ggml stores 6.56 bits: prefill reads the
+    /// matrix from cache, and the two high bits cost no unpacking.
+    Q6Kx16 { qs: Vec<Lane64>, sc: Vec<[i8; GROUP]>, d: Vec<[u16; GROUP]> },
     /// ggml `block_q5_0` in planes: value = d * (q - 16), q in 0..32; the
     /// low four bits as Q4_1's nibbles, bit 4 of element j is bit j of qh.
     Q5_0 { qs: Vec<[u8; 16]>, qh: Vec<u32>, d: Vec<u16> },
@@ -308,9 +321,9 @@ impl QMatrix {
             QData::Q4_1 { .. } | QData::Q4_1x16 { .. } => "q4_1",
             QData::Q8_0 { .. } | QData::Q8_0x16 { .. } => "q8_0",
             QData::Q5_0 { .. } | QData::Q5_0x16 { .. } => "q5_0",
-            QData::Q4K { .. } => "q4_k",
+            QData::Q4K { .. } | QData::Q4Kx16 { .. } => "q4_k",
             QData::Q5K { .. } => "q5_k",
-            QData::Q6K { .. } => "q6_k",
+            QData::Q6K { .. } | QData::Q6Kx16 { .. } => "q6_k",
         }
     }
 
@@ -325,6 +338,8 @@ impl QMatrix {
             QData::Q4K { blocks } => blocks.len() * std::mem::size_of::<BlockQ4K>(),
             QData::Q5K { blocks } => blocks.len() * std::mem::size_of::<BlockQ5K>(),
             QData::Q6K { blocks } => blocks.len() * std::mem::size_of::<BlockQ6K>(),
+            QData::Q4Kx16 { d, .. } => d.len() * GROUP * std::mem::size_of::<BlockQ4K>(),
+            QData::Q6Kx16 { qs, sc, d } => qs.len() * 64 + sc.len() * GROUP + d.len() * GROUP * 2,
         }
     }
 
@@ -416,6 +431,39 @@ impl QMatrix {
                     }
                 }
             }
+            QData::Q4Kx16 { qs, sc, m, d, dmin } => {
+                let (ns, g, r) = (self.cols / QK_K, row / GROUP, row % GROUP);
+                for (s, o) in out.chunks_exact_mut(QK_K).enumerate() {
+                    let gs = g * ns + s;
+                    let (dv, mv) = (f16_to_f32(d[gs][r]), f16_to_f32(dmin[gs][r]));
+                    for l in 0..8 {
+                        let u = gs * 8 + l;
+                        for k in 0..4 {
+                            for e in 0..4 {
+                                let q = qs[u * 4 + k].0[r * 4 + e];
+                                o[32 * l + 4 * k + e] = dv * sc[u][r] as f32 * (q & 0x0f) as f32 - mv * m[u][r] as f32;
+                                o[32 * l + 16 + 4 * k + e] = dv * sc[u][r] as f32 * (q >> 4) as f32 - mv * m[u][r] as f32;
+                            }
+                        }
+                    }
+                }
+            }
+            QData::Q6Kx16 { qs, sc, d } => {
+                let (ns, g, r) = (self.cols / QK_K, row / GROUP, row % GROUP);
+                for (s, o) in out.chunks_exact_mut(QK_K).enumerate() {
+                    let gs = g * ns + s;
+                    let dv = f16_to_f32(d[gs][r]);
+                    for l in 0..8 {
+                        let u = gs * 8 + l;
+                        for k in 0..8 {
+                            for e in 0..4 {
+                                let q = qs[u * 8 + k].0[r * 4 + e] as i8 - 32;
+                                o[32 * l + 4 * k + e] = dv * sc[u * 2 + k / 4][r] as f32 * q as f32;
+                            }
+                        }
+                    }
+                }
+            }
             QData::Q8_0x16 { qs, d } => {
                 let (g, l) = (row / GROUP, row % GROUP);
                 for (b, o) in out.chunks_exact_mut(QK).enumerate() {
@@ -434,11 +482,11 @@ impl QMatrix {
 
     /// Whether the matrix is in the grouped layout of the AVX-512 kernel.
     pub fn is_packed(&self) -> bool {
-        matches!(self.data, QData::Q4_1x16 { .. } | QData::Q8_0x16 { .. } | QData::Q5_0x16 { .. })
+        matches!(self.data, QData::Q4_1x16 { .. } | QData::Q8_0x16 { .. } | QData::Q5_0x16 { .. } | QData::Q4Kx16 { .. } | QData::Q6Kx16 { .. })
     }
 
     /// Repacks into the grouped layout when this CPU has a grouped kernel
-    /// for the type (AVX-512 VNNI: Q4_1, Q5_0 and Q8_0; AVX2: Q4_1 and Q5_0) and rows
+    /// for the type (AVX-512 VNNI: Q4_1, Q5_0, Q8_0, Q4_K and Q6_K; AVX2: Q4_1 and Q5_0) and rows
     /// divide into groups; otherwise returns self as is.
     ///
     /// Why: the plain layout's kernel spends a conversion and an FMA on
@@ -451,7 +499,7 @@ impl QMatrix {
     /// are exactly those of the plain kernels.
     pub fn packed(self) -> QMatrix {
         let kernel = match isa() {
-            Isa::Avx512Vnni => matches!(self.data, QData::Q4_1 { .. } | QData::Q8_0 { .. } | QData::Q5_0 { .. }),
+            Isa::Avx512Vnni => matches!(self.data, QData::Q4_1 { .. } | QData::Q8_0 { .. } | QData::Q5_0 { .. } | QData::Q4K { .. } | QData::Q6K { .. }),
             // AVX2 has grouped kernels for Q4_1 and Q5_0: without VNNI's
             // 32-bit accumulation, Q8_0's +128 bytes would overflow the
             // 16-bit pair sums (its plain kernel moves the sign instead).
@@ -525,6 +573,60 @@ impl QMatrix {
                     }
                 }
                 QData::Q5_0x16 { qs: pq, qh: ph, d: pd }
+            }
+            QData::Q4K { blocks } => {
+                let ns = self.cols / QK_K;
+                let mut pq = vec![Lane64([0; 64]); ng * ns * 8 * 4];
+                let (mut psc, mut pm) = (vec![[0u8; GROUP]; ng * ns * 8], vec![[0u8; GROUP]; ng * ns * 8]);
+                let (mut pd, mut pdm) = (vec![[0u16; GROUP]; ng * ns], vec![[0u16; GROUP]; ng * ns]);
+                for g in 0..ng {
+                    for s in 0..ns {
+                        let gs = g * ns + s;
+                        for r in 0..GROUP {
+                            let b = &blocks[(g * GROUP + r) * ns + s];
+                            pd[gs][r] = b.d;
+                            pdm[gs][r] = b.dmin;
+                            for l in 0..8 {
+                                let u = gs * 8 + l;
+                                psc[u][r] = b.sc[l];
+                                pm[u][r] = b.m[l];
+                                for k in 0..4 {
+                                    for e in 0..4 {
+                                        let (lo, hi) = (q4k_value(b, 32 * l + 4 * k + e), q4k_value(b, 32 * l + 16 + 4 * k + e));
+                                        pq[u * 4 + k].0[r * 4 + e] = lo | (hi << 4);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                QData::Q4Kx16 { qs: pq, sc: psc, m: pm, d: pd, dmin: pdm }
+            }
+            QData::Q6K { blocks } => {
+                let ns = self.cols / QK_K;
+                let mut pq = vec![Lane64([0; 64]); ng * ns * 8 * 8];
+                let mut psc = vec![[0i8; GROUP]; ng * ns * 8 * 2];
+                let mut pd = vec![[0u16; GROUP]; ng * ns];
+                for g in 0..ng {
+                    for s in 0..ns {
+                        let gs = g * ns + s;
+                        for r in 0..GROUP {
+                            let b = &blocks[(g * GROUP + r) * ns + s];
+                            pd[gs][r] = b.d;
+                            for l in 0..8 {
+                                let u = gs * 8 + l;
+                                for k in 0..8 {
+                                    for e in 0..4 {
+                                        let (q, sc) = q6k_value(b, 32 * l + 4 * k + e);
+                                        pq[u * 8 + k].0[r * 4 + e] = (q + 32) as u8;
+                                        psc[u * 2 + k / 4][r] = sc;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                QData::Q6Kx16 { qs: pq, sc: psc, d: pd }
             }
             other => other,
         };

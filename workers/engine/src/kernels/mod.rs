@@ -337,12 +337,14 @@ fn dot_tile(isa: Isa, w: &QMatrix, r: usize, a: &QActs, i0: usize, t: usize, out
                 Isa::Scalar => scalar::scalar_q6k(w, &tile, t, out),
             }
         }
-        QData::Q4_1x16 { .. } | QData::Q8_0x16 { .. } | QData::Q5_0x16 { .. } => unreachable!("packed matrices go through matmul_packed"),
+        QData::Q4_1x16 { .. } | QData::Q8_0x16 { .. } | QData::Q5_0x16 { .. } | QData::Q4Kx16 { .. } | QData::Q6Kx16 { .. } => {
+            unreachable!("packed matrices go through matmul_packed")
+        }
     }
 }
 
-/// `matmul` for the grouped layout (`QMatrix::packed`: Q4_1, Q5_0 and Q8_0
-/// on AVX-512 VNNI, Q4_1 and Q5_0 on AVX2).
+/// `matmul` for the grouped layout (`QMatrix::packed`: Q4_1, Q5_0, Q8_0,
+/// Q4_K and Q6_K on AVX-512 VNNI, Q4_1 and Q5_0 on AVX2).
 /// Tasks own runs of 16-row groups; within a task each group's blocks stay
 /// in L1 while up to 8 activation rows at a time pass over them, and every
 /// pass writes 16 contiguous outputs per activation row.
@@ -355,6 +357,13 @@ fn matmul_packed(w: &QMatrix, a: &QActs, out: &mut [f32], ld: usize, off: usize)
     let nchunks = ng.div_ceil(gchunk);
     let out_ptr = SendPtr(out.as_mut_ptr());
     let avx2 = isa() == Isa::Avx2;
+    // Q6_K's kernel takes q unsigned and removes the offset of 32 with the
+    // activations' sums over each 16-value half (the scale changes there).
+    let hsum: Vec<[i32; 2]> = if matches!(w.data, QData::Q6Kx16 { .. }) {
+        a.qs[..m * nb].iter().map(|q| [q[..16].iter().map(|&v| v as i32).sum(), q[16..].iter().map(|&v| v as i32).sum()]).collect()
+    } else {
+        Vec::new()
+    };
     // AVX2 has 16 vector registers: 8 hold a half-group's unpacked block,
     // so 4 activation rows' sums fit beside them.
     let tile = if avx2 { 4 } else { TILE };
@@ -394,6 +403,18 @@ fn matmul_packed(w: &QMatrix, a: &QActs, out: &mut [f32], ld: usize, off: usize)
                                     use x86::avx512::q5_0_x16 as k;
                                     by_rows!(t, k, q, h, d, a, i, o, ld)
                                 }
+                            }
+                            QData::Q4Kx16 { qs, sc, m: mn, d, dmin } => {
+                                let ns = nb / 8;
+                                let (q, sc, mn) = (qs[g * nb * 4..].as_ptr(), sc[g * nb..].as_ptr(), mn[g * nb..].as_ptr());
+                                let (d, dmin) = (d[g * ns..].as_ptr(), dmin[g * ns..].as_ptr());
+                                use x86::avx512::q4k_x16 as k;
+                                by_rows!(t, k, q, sc, mn, d, dmin, a, i, o, ld)
+                            }
+                            QData::Q6Kx16 { qs, sc, d } => {
+                                let (q, sc, d) = (qs[g * nb * 8..].as_ptr(), sc[g * nb * 2..].as_ptr(), d[g * nb / 8..].as_ptr());
+                                use x86::avx512::q6k_x16 as k;
+                                by_rows!(t, k, q, sc, d, hsum.as_ptr(), a, i, o, ld)
                             }
                             QData::Q8_0x16 { qs, d } => {
                                 let (q, d) = (qs[g * nb * 8..].as_ptr(), d[g * nb..].as_ptr());

@@ -472,7 +472,7 @@ fn q5_0_grouped_is_bit_identical() {
     }
 }
 
-/// Not a check: the CPU time of the SmolLM2 projections' matmuls, plain
+/// Not a check: the CPU time of the SmolLM2 and Gemma 3 projections' matmuls, plain
 /// layout against grouped, in alternating rounds (thread CPU time, so a
 /// loaded box skews it less than wall time). Run single-threaded:
 /// `RAYON_NUM_THREADS=1 cargo test --release --lib kernel_cpu_time -- --ignored --nocapture`.
@@ -496,15 +496,22 @@ fn kernel_cpu_time() {
     };
     let mut seed = 41;
     // SmolLM2-135M's Q4_1 projections; Gemma 3 270M's Q5_0 ones (q and k, gate and up).
-    let sets: [(&str, &[(usize, usize)]); 2] = [("q4_1", &[(960, 576), (576, 576), (3072, 576), (576, 1536)]), ("q5_0", &[(1280, 640), (4096, 640)])];
+    // Gemma's o (Q4_K) and down (Q6_K) too, grouped on AVX-512 VNNI only.
+    let sets: [(&str, &[(usize, usize)]); 4] = [
+        ("q4_1", &[(960, 576), (576, 576), (3072, 576), (576, 1536)]),
+        ("q5_0", &[(1280, 640), (4096, 640)]),
+        ("q4_k", &[(640, 1024)]),
+        ("q6_k", &[(640, 2048)]),
+    ];
     for (dtype, shapes) in sets {
         let mats: Vec<(QMatrix, QMatrix)> = shapes
             .iter()
             .map(|&(r, c)| {
-                let w = if dtype == "q4_1" {
-                    random_q4_1(r, c, &mut seed)
-                } else {
-                    QMatrix::from_ggml("q5_0", &random_blocks(r * c / 32, 22, &[0], &mut seed), r, c).unwrap()
+                let w = match dtype {
+                    "q4_1" => random_q4_1(r, c, &mut seed),
+                    "q5_0" => QMatrix::from_ggml("q5_0", &random_blocks(r * c / 32, 22, &[0], &mut seed), r, c).unwrap(),
+                    "q4_k" => QMatrix::from_ggml("q4_k", &random_blocks(r * c / 256, 144, &[0, 2], &mut seed), r, c).unwrap(),
+                    _ => QMatrix::from_ggml("q6_k", &random_blocks(r * c / 256, 210, &[208], &mut seed), r, c).unwrap(),
                 };
                 let p = w.clone().packed();
                 (w, p)
@@ -592,4 +599,39 @@ fn gelu_tanh_is_accurate() {
     eprintln!("exp_poly worst {worst_exp:.2} ulp, gelu_tanh_mul worst {worst:.2} ulp (the tanhf form {worst_tanhf:.2}), relative {worst_rel:.1e} where tiny");
     assert!(worst <= 32.0, "gelu_tanh_mul: {worst} ulp");
     assert!(worst_rel <= 2e-5, "gelu_tanh_mul: {worst_rel} relative where tiny");
+}
+
+/// The grouped k-quant layouts (AVX-512 VNNI only) dequantize as ggml's
+/// blocks do, and `matmul` on them returns the scalar kernel's bits at
+/// every tile height, with one super-block per row and several.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn k_quants_grouped_are_bit_identical() {
+    if isa() != Isa::Avx512Vnni {
+        eprintln!("runtime ISA is {:?}: k-quants are not grouped here", isa());
+        return;
+    }
+    let mut seed = 35;
+    for (dtype, size, scales) in [("q4_k", 144usize, &[0usize, 2][..]), ("q6_k", 210, &[208][..])] {
+        for (rows, cols) in [(32, 1024), (16, 256), (48, 2048)] {
+            let w = QMatrix::from_ggml(dtype, &random_blocks(rows * cols / 256, size, scales, &mut seed), rows, cols).unwrap();
+            let wp = w.clone().packed();
+            assert!(wp.is_packed(), "{dtype} packs on AVX-512 VNNI");
+            assert_eq!(wp.dequantize(), w.dequantize(), "grouped {dtype} values");
+            for m in [1usize, 2, 3, 7, 8, 9, 17] {
+                let x: Vec<f32> = (0..m * cols).map(|_| lcg(&mut seed)).collect();
+                let mut act = QActs::default();
+                quantize_activations(&x, cols, &mut act);
+                let mut out = vec![0f32; m * rows];
+                matmul(&wp, &act, &mut out);
+                for i in 0..m {
+                    for r in 0..rows {
+                        let mut want = [0f32; TILE];
+                        dot_tile(Isa::Scalar, &w, r, &act, i, 1, &mut want);
+                        assert_eq!(out[i * rows + r].to_bits(), want[0].to_bits(), "{dtype} {rows}x{cols}, m {m}, row {r}, act row {i}");
+                    }
+                }
+            }
+        }
+    }
 }

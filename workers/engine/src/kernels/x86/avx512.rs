@@ -218,9 +218,9 @@ pub unsafe fn q8_0_x16<const R: usize>(
 /// are added in `hsum8`'s order. Eight accumulators per activation row do
 /// not fit in registers beside the weights at R = 8, so the blocks are
 /// walked by accumulator instead (b = l, l + 8, ... for l in the order the
-/// final sum pairs them, 0 4 2 6 1 5 3 7), and each finished accumulator
-/// is folded into at most three partial sums at once. Every block is still
-/// unpacked once.
+/// final sum pairs them, `LANE_ORDER`), and each finished accumulator is
+/// folded into at most three partial sums at once (`fold_lane`). Every
+/// block is still unpacked once.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, FMA, F16C; `qs`, `qh`, `wd` point at the group's
@@ -250,10 +250,8 @@ pub unsafe fn q5_0_x16<const R: usize>(
     let reps = [rep(0), rep(1), rep(2), rep(3)];
     let bitsel = [_mm512_set1_epi32(0x0804_0201), _mm512_set1_epi32(0x8040_2010u32 as i32)];
     let zero = [_mm512_setzero_ps(); R];
-    // Partial sums: t0 = (a0 + a4) + (a2 + a6) once complete, t1 and t2
-    // the pairs being formed.
-    let (mut t0, mut t1, mut t2) = (zero, zero, zero);
-    for (step, l) in [0usize, 4, 2, 6, 1, 5, 3, 7].into_iter().enumerate() {
+    let mut t = [zero; 3];
+    for (step, l) in LANE_ORDER.into_iter().enumerate() {
         let mut acc = zero;
         let mut b = l;
         while b < nb {
@@ -291,19 +289,161 @@ pub unsafe fn q5_0_x16<const R: usize>(
             }
             b += 8;
         }
-        for j in 0..R {
-            match step {
-                0 => t0[j] = acc[j],
-                1 => t0[j] = _mm512_add_ps(t0[j], acc[j]),
-                2 | 4 => t1[j] = acc[j],
-                3 => t0[j] = _mm512_add_ps(t0[j], _mm512_add_ps(t1[j], acc[j])),
-                5 => t1[j] = _mm512_add_ps(t1[j], acc[j]),
-                6 => t2[j] = acc[j],
-                _ => t0[j] = _mm512_add_ps(t0[j], _mm512_add_ps(t1[j], _mm512_add_ps(t2[j], acc[j]))),
-            }
-        }
+        fold_lane(step, &acc, &mut t);
     }
     for j in 0..R {
-        _mm512_storeu_ps(out.add(j * n), t0[j]);
+        _mm512_storeu_ps(out.add(j * n), t[0][j]);
+    }
+}
+
+/// Folds the accumulator of lane `l` (visited in the order 0 4 2 6 1 5 3 7,
+/// `step` counting them) into partial sums so that t[0] ends as `hsum8`'s
+/// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)); t[1], t[2] hold the
+/// pairs being formed. `q5_0_x16`'s scheme, shared by the k-quant kernels.
+#[inline(always)]
+unsafe fn fold_lane<const R: usize>(step: usize, acc: &[__m512; R], t: &mut [[__m512; R]; 3]) {
+    for j in 0..R {
+        match step {
+            0 => t[0][j] = acc[j],
+            1 => t[0][j] = _mm512_add_ps(t[0][j], acc[j]),
+            2 | 4 => t[1][j] = acc[j],
+            3 => t[0][j] = _mm512_add_ps(t[0][j], _mm512_add_ps(t[1][j], acc[j])),
+            5 => t[1][j] = _mm512_add_ps(t[1][j], acc[j]),
+            6 => t[2][j] = acc[j],
+            _ => t[0][j] = _mm512_add_ps(t[0][j], _mm512_add_ps(t[1][j], _mm512_add_ps(t[2][j], acc[j]))),
+        }
+    }
+}
+
+/// Lanes in the order `fold_lane` pairs them.
+const LANE_ORDER: [usize; 8] = [0, 4, 2, 6, 1, 5, 3, 7];
+
+/// The grouped Q4_K layout (`QData::Q4Kx16`): `q4_1_x16`'s dots per
+/// 32-value sub-block, and `scalar_q4k`'s float work, which keeps sub-block
+/// l of every super-block in accumulator l (scale d * sc, and min dmin * m
+/// times the activation sum in a second one); walked by accumulator as in
+/// `q5_0_x16` so the result has the scalar kernel's bits.
+///
+/// # Safety
+/// As `q5_0_x16`, with the group's planes at the pointers (ns = nb / 8
+/// super-blocks).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn q4k_x16<const R: usize>(
+    qs: *const crate::kernels::Lane64,
+    sc: *const [u8; 16],
+    mn: *const [u8; 16],
+    d: *const [u16; 16],
+    dmin: *const [u16; 16],
+    a: &crate::kernels::QActs,
+    i0: usize,
+    out: *mut f32,
+    n: usize,
+) {
+    let nb = a.nb;
+    let ns = nb / 8;
+    let aq = a.qs.as_ptr().add(i0 * nb);
+    let ad = a.d.as_ptr().add(i0 * nb);
+    let ai = a.isum.as_ptr().add(i0 * nb);
+    let mask = _mm512_set1_epi8(0x0f);
+    let u8s = |p: *const [u8; 16]| _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i)));
+    let zero = [_mm512_setzero_ps(); R];
+    let (mut t, mut tm) = ([zero; 3], [zero; 3]);
+    for (step, l) in LANE_ORDER.into_iter().enumerate() {
+        let (mut acc, mut macc) = (zero, zero);
+        for s in 0..ns {
+            let u = s * 8 + l;
+            let p = qs.add(u * 4) as *const __m512i;
+            let (p0, p1, p2, p3) = (_mm512_load_si512(p), _mm512_load_si512(p.add(1)), _mm512_load_si512(p.add(2)), _mm512_load_si512(p.add(3)));
+            let w = [
+                _mm512_and_si512(p0, mask),
+                _mm512_and_si512(p1, mask),
+                _mm512_and_si512(p2, mask),
+                _mm512_and_si512(p3, mask),
+                _mm512_and_si512(_mm512_srli_epi16(p0, 4), mask),
+                _mm512_and_si512(_mm512_srli_epi16(p1, 4), mask),
+                _mm512_and_si512(_mm512_srli_epi16(p2, 4), mask),
+                _mm512_and_si512(_mm512_srli_epi16(p3, 4), mask),
+            ];
+            let sw = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(d.add(s) as *const __m256i)), u8s(sc.add(u)));
+            let mw = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(dmin.add(s) as *const __m256i)), u8s(mn.add(u)));
+            for j in 0..R {
+                let o = j * nb + 8 * s + l;
+                let x = aq.add(o);
+                let mut dot = _mm512_setzero_si512();
+                for (k, wk) in w.iter().enumerate() {
+                    dot = _mm512_dpbusd_epi32(dot, *wk, bcast4(x, k));
+                }
+                let xd = _mm512_set1_ps(*ad.add(o));
+                acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(sw, xd), _mm512_cvtepi32_ps(dot), acc[j]);
+                macc[j] = _mm512_fmadd_ps(_mm512_mul_ps(mw, xd), _mm512_set1_ps(*ai.add(o) as f32), macc[j]);
+            }
+        }
+        fold_lane(step, &acc, &mut t);
+        fold_lane(step, &macc, &mut tm);
+    }
+    for j in 0..R {
+        _mm512_storeu_ps(out.add(j * n), _mm512_sub_ps(t[0][j], tm[0][j]));
+    }
+}
+
+/// The grouped Q6_K layout (`QData::Q6Kx16`): per 32-value sub-block two
+/// 16-value half dots of q (0..64) with `vpdpbusd`, each started at -32
+/// times the activations' half sum (`hsum[o]`, so it comes out as the dot
+/// of q - 32) and multiplied by its half's scale: the exact integer dot
+/// `scalar_q6k` takes, with its float work (accumulator l per sub-block l,
+/// walked as in `q5_0_x16`), so the bits are the scalar kernel's.
+///
+/// # Safety
+/// As `q4k_x16`; `hsum` holds the half sums of rows i0.. (2 per block, in
+/// block order, nb blocks per row).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn q6k_x16<const R: usize>(
+    qs: *const crate::kernels::Lane64,
+    sc: *const [i8; 16],
+    d: *const [u16; 16],
+    hsum: *const [i32; 2],
+    a: &crate::kernels::QActs,
+    i0: usize,
+    out: *mut f32,
+    n: usize,
+) {
+    let nb = a.nb;
+    let ns = nb / 8;
+    let aq = a.qs.as_ptr().add(i0 * nb);
+    let ad = a.d.as_ptr().add(i0 * nb);
+    let hs = hsum.add(i0 * nb);
+    let i8s = |p: *const [i8; 16]| _mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i));
+    let zero = [_mm512_setzero_ps(); R];
+    let mut t = [zero; 3];
+    for (step, l) in LANE_ORDER.into_iter().enumerate() {
+        let mut acc = zero;
+        for s in 0..ns {
+            let u = s * 8 + l;
+            let p = qs.add(u * 8) as *const __m512i;
+            let mut w = [_mm512_setzero_si512(); 8];
+            for (k, wk) in w.iter_mut().enumerate() {
+                *wk = _mm512_load_si512(p.add(k));
+            }
+            let (s0, s1) = (i8s(sc.add(2 * u)), i8s(sc.add(2 * u + 1)));
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(d.add(s) as *const __m256i));
+            for j in 0..R {
+                let o = j * nb + 8 * s + l;
+                let x = aq.add(o);
+                let h = *hs.add(o);
+                let (mut lo, mut hi) = (_mm512_set1_epi32(-32 * h[0]), _mm512_set1_epi32(-32 * h[1]));
+                for k in 0..4 {
+                    lo = _mm512_dpbusd_epi32(lo, w[k], bcast4(x, k));
+                    hi = _mm512_dpbusd_epi32(hi, w[k + 4], bcast4(x, k + 4));
+                }
+                let dot = _mm512_add_epi32(_mm512_mullo_epi32(lo, s0), _mm512_mullo_epi32(hi, s1));
+                acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(*ad.add(o))), _mm512_cvtepi32_ps(dot), acc[j]);
+            }
+        }
+        fold_lane(step, &acc, &mut t);
+    }
+    for j in 0..R {
+        _mm512_storeu_ps(out.add(j * n), t[0][j]);
     }
 }
