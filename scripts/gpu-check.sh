@@ -7,6 +7,7 @@
 # then on the GPU host, from the repo root, with `.gpu` carried:
 #
 #   scripts/gpu-check.sh run         # device tool: run(command="bash scripts/gpu-check.sh run", carry=[".gpu"])
+#   scripts/gpu-check.sh decode-7b   # then: a Qwen2.5-7B-shaped Q4_K GGUF written there, its CUDA decode tok/s
 #
 # `run` prints the GPU, which CUDA libraries the binary finds, `parity` (the
 # candle CUDA executor against the CPU kernels, greedy step by step: exits
@@ -75,6 +76,25 @@ case "${1:-}" in
     echo "parity exit $parity, random-weight parity failures $random" | tee -a "$out/parity.txt"
     [ "$parity" = 0 ] && [ "$random" = 0 ]
     ;;
+  decode-7b)
+    # The Phase 39 bar's figure (issue 17): decode tok/s of a Qwen2.5-7B-
+    # shaped Q4_K GGUF on the GPU, random weights written on the GPU host
+    # itself (~3.9 GB; nothing that size is carried). Its own device call,
+    # after `run`: device tool run(command="bash scripts/gpu-check.sh
+    # decode-7b", carry=[".gpu"], timeout_s=540). What the figure means
+    # against the real file: src/random_gguf.rs, QWEN25_7B.
+    out="${OUT:-/tmp/gpu-check}"
+    mkdir -p "$out"
+    for d in /usr/local/nvidia/lib64 /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/lib/x86_64-linux-gnu; do
+      [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+    done
+    [ -x /tmp/sy-engine-cuda ] || { xz -dc .gpu/engine-cuda.xz >/tmp/sy-engine-cuda && chmod +x /tmp/sy-engine-cuda; }
+    f=/tmp/sy-qwen25-7b-q4_k.gguf
+    start=$(date +%s)
+    /tmp/sy-engine-cuda gguf-random "$f" --arch qwen2 --type q4_k --shape qwen2.5-7b --vocab-from .gpu/smol-8.gguf --seed 1 2>&1 | tee "$out/decode-7b.txt"
+    echo "written in $(( $(date +%s) - start )) s: $(du -h "$f" | cut -f1)" | tee -a "$out/decode-7b.txt"
+    /tmp/sy-engine-cuda bench --device cuda --model "$f" --streams 1,8 --tokens 64 --prompt-tokens 128 --constrained-streams 0 --repeats 2 2>&1 | tee -a "$out/decode-7b.txt"
+    ;;
   random-parity)
     cpu="${CARGO_TARGET_DIR:-$CACHE/target}/release/switchyard-engine"
     out="${OUT:-/tmp/gpu-check}"
@@ -83,7 +103,7 @@ case "${1:-}" in
     random_parity "$cpu" cpu "$out"
     ;;
   *)
-    echo "usage: scripts/gpu-check.sh prepare|run|random-parity" >&2
+    echo "usage: scripts/gpu-check.sh prepare|run|decode-7b|random-parity" >&2
     exit 2
     ;;
 esac

@@ -16,7 +16,8 @@ const USAGE: &str = "usage:
   switchyard-engine parity [--model PATH.gguf] [--device auto|cpu|cuda|metal] [--steps 16]
   switchyard-engine gguf-slice IN.gguf OUT.gguf --layers N
   switchyard-engine plan --model PATH.gguf [--layers START-END] [--budget BYTES] [--batch B --context C] [--json]
-  switchyard-engine gguf-random OUT.gguf --arch llama|qwen2|gemma3 --type q4_k|q5_k|q6_k|q8_0|q5_0|q4_1 [--vocab-from REAL.gguf] [--seed N]";
+  switchyard-engine gguf-random OUT.gguf --arch llama|qwen2|gemma3 --type q4_k|q5_k|q6_k|q8_0|q5_0|q4_1 [--vocab-from REAL.gguf] [--seed N]
+                          [--shape small|qwen2.5-7b]";
 
 fn init_threads(threads: Option<usize>) {
     let n = threads

@@ -1,6 +1,8 @@
 //! `switchyard-engine gguf-random OUT.gguf --arch llama|qwen2|gemma3 --type
-//! q4_k|q5_k|q6_k|q8_0|q5_0|q4_1 [--vocab-from REAL.gguf] [--seed N]`: a
-//! small model with random weights in an architecture's tensor layout, every
+//! q4_k|q5_k|q6_k|q8_0|q5_0|q4_1 [--vocab-from REAL.gguf] [--seed N]
+//! [--shape small|qwen2.5-7b]`: a small model (or, with `--shape
+//! qwen2.5-7b`, one of Qwen2.5-7B's size, for the GPU host's decode
+//! figure: ~3.9 GB at q4_k, written on that host) with random weights in an architecture's tensor layout, every
 //! matrix in one quantization (candle's port of ggml's quantizers), so the
 //! engine's forward can be held to llama.cpp's on architectures and types
 //! whose real files are too big to fetch here (Qwen2.5-7B in Q4_K_M). The
@@ -31,7 +33,34 @@ pub struct Dims {
     pub window: usize,
 }
 
-pub const DIMS: Dims = Dims { layers: 6, hidden: 256, heads: 4, kv_heads: 2, head_dim: 64, ffn: 512, window: 8 };
+pub static DIMS: Dims = Dims { layers: 6, hidden: 256, heads: 4, kv_heads: 2, head_dim: 64, ffn: 512, window: 8 };
+
+/// Qwen2.5-7B's shapes (its config.json: 28 blocks, hidden 3584, 28 query
+/// heads over 4 KV heads of 128, FFN 18944). The vocabulary is the one
+/// copied in (`--vocab-from`): with SmolLM2's 49152 tokens instead of
+/// Qwen's 152064 the output head is a third of the real one, and every
+/// matrix takes `--type` where a real Q4_K_M stores some (and the head) as
+/// Q6_K. At q4_k a decode step reads ~3.8 GB of weights against the real
+/// file's ~4.5: its tok/s is an upper bound, ~0.85× of it the real file's
+/// estimate.
+pub static QWEN25_7B: Dims = Dims { layers: 28, hidden: 3584, heads: 28, kv_heads: 4, head_dim: 128, ffn: 18944, window: 4096 };
+
+/// `--shape`'s names.
+pub fn dims_named(name: &str) -> Result<&'static Dims> {
+    Ok(match name {
+        "small" => &DIMS,
+        "qwen2.5-7b" => &QWEN25_7B,
+        other => bail!("--shape {other:?}: one of small, qwen2.5-7b"),
+    })
+}
+
+impl Dims {
+    /// Parameters of the blocks alone (what `--shape` sizes; the vocabulary's embedding and head come on top).
+    pub fn block_params(&self) -> usize {
+        let (qd, kvd) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
+        self.layers * (self.hidden * (2 * qd + 2 * kvd) + 3 * self.hidden * self.ffn)
+    }
+}
 
 pub fn dtype_of(name: &str) -> Result<GgmlDType> {
     Ok(match name {
@@ -59,10 +88,13 @@ impl Rng {
 }
 
 pub fn write_random(out: &Path, arch: Arch, dtype: GgmlDType, vocab_from: &Path, seed: u64) -> Result<()> {
+    write_random_shaped(out, arch, dtype, vocab_from, seed, &DIMS)
+}
+
+pub fn write_random_shaped(out: &Path, arch: Arch, dtype: GgmlDType, vocab_from: &Path, seed: u64, d: &Dims) -> Result<()> {
     let mut vf = File::open(vocab_from).with_context(|| format!("opening {}", vocab_from.display()))?;
     let vocab_src = gguf_file::Content::read(&mut vf).with_context(|| format!("reading {}", vocab_from.display()))?;
     let n_vocab = vocab_src.metadata.get("tokenizer.ggml.tokens").context("the vocabulary GGUF has no tokens")?.to_vec()?.len();
-    let d = &DIMS;
     let a = arch.name();
     let mut rng = Rng(seed);
     let dev = Device::Cpu;
@@ -143,7 +175,7 @@ pub fn write_random(out: &Path, arch: Arch, dtype: GgmlDType, vocab_from: &Path,
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let (mut out, mut arch, mut dtype, mut vocab, mut seed) = (None, None, None, None, 1u64);
+    let (mut out, mut arch, mut dtype, mut vocab, mut seed, mut dims) = (None, None, None, None, 1u64, &DIMS);
     let mut it = args.iter();
     while let Some(x) = it.next() {
         match x.as_str() {
@@ -151,13 +183,35 @@ pub fn run(args: &[String]) -> Result<()> {
             "--type" => dtype = Some(dtype_of(it.next().context("--type needs a value")?)?),
             "--vocab-from" => vocab = Some(it.next().context("--vocab-from needs a path")?.clone()),
             "--seed" => seed = it.next().context("--seed needs a value")?.parse()?,
+            "--shape" => dims = dims_named(it.next().context("--shape needs a value")?)?,
             _ if out.is_none() => out = Some(x.clone()),
             other => bail!("unexpected argument {other:?}"),
         }
     }
     let (Some(out), Some(arch), Some(dtype)) = (out, arch, dtype) else {
-        bail!("usage: switchyard-engine gguf-random OUT.gguf --arch llama|qwen2|gemma3 --type q4_k|q5_k|q6_k|q8_0|q5_0|q4_1 [--vocab-from REAL.gguf] [--seed N]");
+        bail!("usage: switchyard-engine gguf-random OUT.gguf --arch llama|qwen2|gemma3 --type q4_k|q5_k|q6_k|q8_0|q5_0|q4_1 [--vocab-from REAL.gguf] [--seed N] [--shape small|qwen2.5-7b]");
     };
     let vocab = vocab.map(std::path::PathBuf::from).unwrap_or_else(|| crate::models_dir().join("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"));
-    write_random(Path::new(&out), arch, dtype, &vocab, seed)
+    write_random_shaped(Path::new(&out), arch, dtype, &vocab, seed, dims)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qwen25_7b_shape_has_its_block_parameters() {
+        // Qwen2.5-7B: 7.61 B parameters, of which the untied 152064 × 3584
+        // embedding and head are 1.09 B; the blocks' matrices are the rest
+        // but for the biases and norms (under 1 M).
+        let blocks = QWEN25_7B.block_params() as f64;
+        assert!((blocks - 6.52e9).abs() < 0.02e9, "{blocks}");
+        // Every width a multiple of the k-quants' 256-value super-block.
+        for w in [QWEN25_7B.hidden, QWEN25_7B.ffn, QWEN25_7B.heads * QWEN25_7B.head_dim, QWEN25_7B.kv_heads * QWEN25_7B.head_dim] {
+            assert_eq!(w % 256, 0, "{w}");
+        }
+        assert!(std::ptr::eq(dims_named("qwen2.5-7b").unwrap(), &QWEN25_7B));
+        assert!(std::ptr::eq(dims_named("small").unwrap(), &DIMS));
+        assert!(dims_named("7b").is_err());
+    }
 }
