@@ -42,6 +42,17 @@ random_parity() {
   return "$failed"
 }
 
+# cuda_engine: the CUDA libraries on LD_LIBRARY_PATH (where GPU hosts
+# usually keep the driver and them) and the carried engine unpacked to
+# /tmp/sy-engine-cuda, for `run` and `decode-7b` alike.
+cuda_engine() {
+  for d in /usr/local/nvidia/lib64 /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/lib/x86_64-linux-gnu; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+  done
+  # Always unpacked: a warm host may still hold an older carry's binary.
+  xz -dc .gpu/engine-cuda.xz >/tmp/sy-engine-cuda && chmod +x /tmp/sy-engine-cuda
+}
+
 case "${1:-}" in
   prepare)
     mkdir -p .gpu
@@ -58,12 +69,8 @@ case "${1:-}" in
   run)
     out="${OUT:-/tmp/gpu-check}"
     mkdir -p "$out"
-    # Where GPU hosts usually keep the driver and the CUDA libraries.
-    for d in /usr/local/nvidia/lib64 /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/lib/x86_64-linux-gnu; do
-      [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
-    done
+    cuda_engine
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$out/gpu.txt" || true
-    xz -dc .gpu/engine-cuda.xz >/tmp/sy-engine-cuda && chmod +x /tmp/sy-engine-cuda
     ldd /tmp/sy-engine-cuda | grep -E 'cuda|cublas|curand|nvrtc' | tee "$out/ldd.txt"
     model=.gpu/smol-8.gguf
     set +e
@@ -85,10 +92,7 @@ case "${1:-}" in
     # against the real file: src/random_gguf.rs, QWEN25_7B.
     out="${OUT:-/tmp/gpu-check}"
     mkdir -p "$out"
-    for d in /usr/local/nvidia/lib64 /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/lib/x86_64-linux-gnu; do
-      [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
-    done
-    [ -x /tmp/sy-engine-cuda ] || { xz -dc .gpu/engine-cuda.xz >/tmp/sy-engine-cuda && chmod +x /tmp/sy-engine-cuda; }
+    cuda_engine
     f=/tmp/sy-qwen25-7b-q4_k.gguf
     start=$(date +%s)
     /tmp/sy-engine-cuda gguf-random "$f" --arch qwen2 --type q4_k --shape qwen2.5-7b --vocab-from .gpu/smol-8.gguf --seed 1 2>&1 | tee "$out/decode-7b.txt"

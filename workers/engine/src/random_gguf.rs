@@ -113,7 +113,12 @@ pub fn write_random_shaped(out: &Path, arch: Arch, dtype: GgmlDType, vocab_from:
     };
     let (qd, kvd) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
     tensors.push(matrix(&mut rng, "token_embd.weight".into(), n_vocab, d.hidden, dtype)?);
+    // The 7B shape takes minutes on one core: say where it is (the small ones finish in milliseconds).
+    let report = d.block_params() > 1_000_000_000;
     for l in 0..d.layers {
+        if report {
+            eprintln!("» gguf-random: block {}/{} ({:.1} GB quantized so far)", l + 1, d.layers, tensors.iter().map(|(_, t)| t.storage_size_in_bytes()).sum::<usize>() as f64 / 1e9);
+        }
         let b = |n: &str| format!("blk.{l}.{n}");
         tensors.push(vector(&mut rng, b("attn_norm.weight"), d.hidden, 0.2, 1.0)?);
         tensors.push(matrix(&mut rng, b("attn_q.weight"), qd, d.hidden, dtype)?);
