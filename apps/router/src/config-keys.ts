@@ -2,7 +2,7 @@
 // process, not leave it running on embedded defaults. One walk of the zod
 // schema against the raw (file + env) tree finds every key no section
 // declares, and suggests the declared key it most likely meant.
-import type { z } from "zod";
+import type * as z from "zod";
 
 export interface UnknownKey {
   /** Dotted path of the unknown key, e.g. "redis.ulr". */

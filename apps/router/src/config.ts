@@ -6,7 +6,7 @@
 // env). A few well-known variables have short aliases (see envAliases).
 import { readFileSync, existsSync } from "node:fs";
 import { createRequire } from "node:module";
-import { z } from "zod";
+import * as z from "zod";
 import { parseCidr } from "./routing/worker-url.ts";
 import { unknownConfigKeys } from "./config-keys.ts";
 import { aliasFields, providerKeys, providerRegistry, providersShape, type ProviderKey } from "./backends/registry.ts";

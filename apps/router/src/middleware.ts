@@ -3,7 +3,7 @@
 import { randomUUID } from "node:crypto";
 import type { Context, MiddlewareHandler } from "hono";
 import { matchedRoutes } from "hono/route";
-import type { z } from "zod";
+import type * as z from "zod";
 import { ApiError } from "./errors.ts";
 import type { AppDeps, AppEnv } from "./deps.ts";
 import { markAuth, markBody } from "./openapi/marks.ts";

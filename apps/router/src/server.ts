@@ -235,7 +235,6 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     }
     db = connectDb(url);
   }
-  await assertMigrated(db, !!embedded);
   // spend_ledger partitions: this month and the next ones exist before a row needs them (db/partitions.ts).
   const dbForUpkeep = db;
   const ensurePartitions = async () => {
@@ -247,23 +246,32 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       log.warn("spend_ledger partition upkeep failed; retrying tomorrow", { error: (err as Error).message });
     }
   };
-  await ensurePartitions();
-  const partitionUpkeep = setInterval(() => void ensurePartitions(), 24 * 60 * 60 * 1000);
-  partitionUpkeep.unref();
   // Redis, when configured, holds the registry, the budget counters and the
   // ledger buffer; without it everything lives in this process (one machine).
   // One node, a Cluster or a Sentinel primary: checked before anything is
   // served (seeds of one healthy cluster, a name the Sentinels know).
+  // The database's checks and Redis's connection don't depend on each other:
+  // they run at once, so start-up waits for the slower one, not for both.
   const target = redisTarget(config);
-  let redis: RedisLike | undefined;
-  try {
-    redis = target ? await openRedis(target, { autoPipelining: true }) : undefined;
-  } catch (err) {
+  const [dbChecked, redisOpened] = await Promise.allSettled([
+    (async () => {
+      await assertMigrated(db, !!embedded);
+      await ensurePartitions();
+    })(),
+    target ? openRedis(target, { autoPipelining: true }) : Promise.resolve(undefined),
+  ]);
+  if (dbChecked.status === "rejected" || redisOpened.status === "rejected") {
+    if (redisOpened.status === "fulfilled") redisOpened.value?.disconnect();
     if (!opts.db) await db.close();
     if (embedded) await embedded.stop();
+    if (dbChecked.status === "rejected") throw dbChecked.reason;
+    const err = (redisOpened as PromiseRejectedResult).reason as unknown;
     // A bad seed list or Sentinel name is a configuration error (exit 2), never a half-started router.
     throw err instanceof RedisTargetError ? new ConfigError(err.message) : err;
   }
+  const redis: RedisLike | undefined = redisOpened.value;
+  const partitionUpkeep = setInterval(() => void ensurePartitions(), 24 * 60 * 60 * 1000);
+  partitionUpkeep.unref();
   if (redis) {
     // ioredis reconnects by itself and commands fail meanwhile (their callers
     // log); say once that Redis went away and once that it came back.
@@ -412,11 +420,8 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   deps.summary = summary;
   // Between authentication and routing: bands, ceilings and fair queues per worker pool.
   deps.admission = new AdmissionGate({ config: config.admission, maxHoldMs: config.deadlines.totalMs, directory, chain: deps.chain, metrics, log });
-  await prices.start();
-  await ledgerStream?.start();
-  await orphans?.start();
-  await directory.start();
-  await leaseDirectory.start();
+  // Each loop's first load is its own round trip: waited for together.
+  await Promise.all([prices.start(), ledgerStream?.start(), orphans?.start(), directory.start(), leaseDirectory.start()]);
   const app = createApp(deps);
   const admin = createAdminApp(deps);
   const main = await listen(app.fetch, config.router.host, config.router.port, config.router.tls);

@@ -7,7 +7,7 @@
 // `switchyard worker` turns them into these options.
 import os from "node:os";
 import path from "node:path";
-import { z } from "zod";
+import * as z from "zod";
 
 /** The environment variables the agent reads (and nothing else reads any). */
 export interface AgentEnv {

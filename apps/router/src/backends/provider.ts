@@ -2,7 +2,7 @@
 // how it names models, where a crashed attempt's cost comes from, and how its
 // backends are built. backends/registry.ts lists them; config, the chain and
 // server.ts iterate that list and never name a provider.
-import type { z } from "zod";
+import type * as z from "zod";
 import type { CrashCostLookup } from "../billing/orphans.ts";
 import type { FieldSupport } from "./fields.ts";
 import type { UpstreamLimits } from "./transport.ts";

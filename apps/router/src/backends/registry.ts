@@ -1,6 +1,6 @@
 // The paid providers, in their default chain order. Adding one: a folder
 // backends/<name>/ with its provider.ts (defineProvider), and one line here.
-import { z } from "zod";
+import * as z from "zod";
 import { anthropic } from "./anthropic/provider.ts";
 import { openrouter } from "./openrouter/provider.ts";
 import type { ProviderConnection, ProviderContext } from "./provider.ts";

@@ -2,7 +2,7 @@
 // keeps the reason the relay gave it (deadline, client gone), connection
 // errors may fail over, anything else is a protocol failure. `label` names
 // the upstream in messages ("worker w1", "openrouter").
-import { errors as undiciErrors } from "undici";
+import { errors as undiciErrors } from "./undici.ts";
 import { UpstreamFailure } from "./types.ts";
 
 const connectCodes = new Set(["ECONNREFUSED", "ECONNRESET", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN", "UND_ERR_SOCKET"]);

@@ -2,7 +2,7 @@
 // built: the body schema `jsonBody` validates with, the auth middleware, and
 // an optional description on the route's handler. Marks are WeakMap entries
 // on the functions Hono already holds — nothing runs per request.
-import type { z } from "zod";
+import type * as z from "zod";
 import type { ErrorCode } from "../errors.ts";
 
 /** One documented answer: JSON validated by a zod schema, an SSE stream, or bytes. */

@@ -6,7 +6,7 @@
 // in the one shape. A route added with `app.post(path, authenticate(deps),
 // ...jsonBody(deps, schema), handler)` is in the document with nothing more.
 import type { Hono } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import { errorCodes, type ErrorCode } from "../errors.ts";
 import { marks, type ResponseDoc, type RouteDoc } from "./marks.ts";
 

@@ -1,6 +1,6 @@
 // The worker heartbeat record: what a worker tells every router about itself.
 // One zod schema is the contract; docs/REGISTRY.md describes it for humans.
-import { z } from "zod";
+import * as z from "zod";
 
 export const workerStates = ["warming", "ready", "draining", "degraded"] as const;
 export type WorkerState = (typeof workerStates)[number];

@@ -9,7 +9,7 @@
 // a URL no router chose. The head trusts the header itself because the
 // request carries the head's own credential.
 import { createHash, createHmac, timingSafeEqual } from "node:crypto";
-import { z } from "zod";
+import * as z from "zod";
 import { workerIdPattern } from "./record.ts";
 
 /** The request header carrying a route from the router to the head shard (base64url of its JSON). */

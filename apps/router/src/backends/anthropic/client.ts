@@ -2,7 +2,7 @@
 // request.ts, response.ts and stream.ts reshape the bodies; this file owns
 // the connection, headers and how Anthropic's failures map onto
 // UpstreamFailure.
-import { Pool } from "undici";
+import { Pool } from "../undici.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { defaultUpstreamLimits, errorBodyText, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
 import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, type UpstreamResponse, type AttemptCall } from "../types.ts";

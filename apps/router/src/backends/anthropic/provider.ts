@@ -1,6 +1,6 @@
 // Anthropic as a provider: `providers.anthropic`, "claude-…" names by
 // convention, the crash cost from its price × the last usage seen.
-import { z } from "zod";
+import * as z from "zod";
 import type { Provider } from "../provider.ts";
 import { AnthropicBackend, AnthropicConnections } from "./client.ts";
 import { AnthropicCostLookup } from "./cost-lookup.ts";

@@ -3,7 +3,7 @@
 // (so the final usage block carries `cost` and the `gen-…` id), and maps
 // OpenRouter's error shapes — before the stream, mid-stream and in a 200
 // body — onto UpstreamFailure.
-import { Pool } from "undici";
+import { Pool } from "../undici.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { boundedBody, defaultUpstreamLimits, errorBodyText, rawRelayHeaders, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
 import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, type UpstreamResponse, type AttemptCall } from "../types.ts";

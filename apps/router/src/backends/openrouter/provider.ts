@@ -1,6 +1,6 @@
 // OpenRouter as a provider: `providers.openrouter`, "vendor/model" names by
 // convention, the crash cost asked of its generation endpoint.
-import { z } from "zod";
+import * as z from "zod";
 import type { Provider } from "../provider.ts";
 import { OpenRouterBackend, OpenRouterConnections } from "./client.ts";
 import { OpenRouterCostLookup } from "./cost-lookup.ts";

@@ -1,6 +1,6 @@
 // Talks to a worker's OpenAI-compatible HTTP API. One undici Pool per worker
 // origin keeps connections warm; the pool is shared by every request.
-import { Pool } from "undici";
+import { Pool } from "../undici.ts";
 import type { LookupFunction } from "node:net";
 import { FENCING_SIGNATURE_HEADER, FENCING_WORKER_HEADER, FencingSigner, workerCallSecret, type WorkerRecord } from "@switchyard/state";
 import { parseSse, parseSseBatches } from "../../relay/sse.ts";

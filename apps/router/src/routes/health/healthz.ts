@@ -1,6 +1,6 @@
 // GET /healthz — the process is alive (no dependencies checked).
 import type { Hono } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import type { AppEnv } from "../../deps.ts";
 import { documented } from "../../openapi/marks.ts";
 

@@ -5,7 +5,7 @@
 // while its live streams finish.
 import type { Hono } from "hono";
 import type { AppDeps, AppEnv } from "../../deps.ts";
-import { z } from "zod";
+import * as z from "zod";
 import { publicSummary } from "../../observability/summary.ts";
 import { documented } from "../../openapi/marks.ts";
 

@@ -1,6 +1,6 @@
 // Request fields the inference routes' schemas share: the generation
 // parameters of chat and text completions, bounded by the engine's types.
-import { z } from "zod";
+import * as z from "zod";
 
 /** The largest value a protobuf uint32 holds: the engine's max_tokens, top_k, layer indices. */
 export const UINT32_MAX = 4_294_967_295;

@@ -1,6 +1,6 @@
 // POST /v1/completions — legacy text completions, streamed or not.
 import type { Hono } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { handleInference } from "../../../pipeline/inference.ts";

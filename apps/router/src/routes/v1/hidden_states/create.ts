@@ -1,7 +1,7 @@
 // POST /v1/hidden_states — per-layer activations from a llama model, as
 // safetensors bytes (default) or JSON floats with Accept: application/json.
 import type { Hono } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { chatMessageSchema } from "../chat/completions.ts";

@@ -2,7 +2,7 @@
 // → 201 {id, worker, fencing_token, expires_at, …}. 409 when every matching
 // worker is leased (after wait_s), 503 when none is ready.
 import type { Context, Hono } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import type { Config } from "../../../config.ts";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { LeaseService } from "../../../leases/service.ts";

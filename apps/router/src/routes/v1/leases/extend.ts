@@ -2,7 +2,7 @@
 // from now (never earlier than it already did). Only the holder, only while
 // the lease is live: 409 lease_expired after it ended, 404 for others' leases.
 import type { Context, Hono } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import type { Config } from "../../../config.ts";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { LeaseService } from "../../../leases/service.ts";

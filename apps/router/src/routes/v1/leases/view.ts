@@ -1,6 +1,6 @@
 // The lease object every /v1/leases route answers with. Times are Unix
 // seconds with a millisecond fraction (leases can be shorter than a second).
-import { z } from "zod";
+import * as z from "zod";
 import type { LeaseView } from "../../../leases/service.ts";
 
 /** The lease object as documented (openapi): the shape leaseJson answers with. */

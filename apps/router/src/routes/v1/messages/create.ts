@@ -5,7 +5,7 @@
 // run through the same pipeline, budgets and ledger as /v1/chat/completions.
 // Errors leave in Anthropic's shape.
 import type { Context, Hono, MiddlewareHandler } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import type { Backend } from "../../../backends/types.ts";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { ApiError, toApiError } from "../../../errors.ts";

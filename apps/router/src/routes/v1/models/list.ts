@@ -3,7 +3,7 @@
 // configured paid provider.
 import type { Hono } from "hono";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
-import { z } from "zod";
+import * as z from "zod";
 import { authenticate } from "../../../middleware.ts";
 import { documented } from "../../../openapi/marks.ts";
 

@@ -3,7 +3,7 @@
 // An id holding a slash (an alias such as "openai/gpt-4o-mini") comes
 // percent-encoded, as the SDKs send it.
 import type { Hono } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { ApiError } from "../../../errors.ts";
 import { authenticate } from "../../../middleware.ts";

@@ -4,7 +4,7 @@
 // stored per tenant (unless store: false) so that any router can continue it
 // with previous_response_id.
 import type { Context, Hono } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import type { ResponseStore } from "@switchyard/state";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import { ApiError } from "../../../errors.ts";

@@ -3,7 +3,7 @@
 import type { Hono } from "hono";
 import { RESPONSE_ID, type ResponseStore } from "@switchyard/state";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
-import { z } from "zod";
+import * as z from "zod";
 import { ApiError, type ErrorCode } from "../../../errors.ts";
 import { authenticate } from "../../../middleware.ts";
 import { documented } from "../../../openapi/marks.ts";
