@@ -355,7 +355,7 @@ async function drainLedgerBuffer(redis: ReturnType<typeof openRedis>, prefix: st
   }
   if (depth > 0) {
     process.stderr.write(
-      `warning: ${depth} ledger ${depth === 1 ? "row is" : "rows are"} still buffered in Redis (being written by a router), ` +
+      `warning: ${depth} ledger buffer ${depth === 1 ? "entry (one or more rows) is" : "entries (one or more rows each) are"} still in Redis (being written by a router), ` +
         "not yet in PostgreSQL; their spend is missing from this reconcile. Rerun in a moment.\n",
     );
   }

@@ -1,5 +1,8 @@
 // The durable ledger buffer: every router appends each request's row to one
-// Redis stream (XADD — durable before the budget is settled), and every
+// Redis stream (XADD — durable before the budget is settled; the rows
+// settled in one turn of the event loop go out together as one entry, one
+// field per row, so a busy router costs Redis one append per turn rather
+// than per request), and every
 // router drains that stream into Postgres in batches through a consumer
 // group. A batch is acknowledged (XACK + XDEL) only after its INSERT
 // committed, and inserts are idempotent on (request_id, started_at), so:
@@ -52,6 +55,17 @@ export interface RedisLedgerOptions {
 }
 
 type StreamEntry = [id: string, fields: string[] | null];
+
+/** Rows per stream entry at most: a drain step reads `batch` entries, so this bounds its rows. */
+export const LEDGER_ROWS_PER_ENTRY = 64;
+
+/** The rows an entry holds: its fields are pairs, each "r" one row (an intent's finish writes one). */
+export function entryRows(fields: string[] | null): string[] {
+  const out: string[] = [];
+  if (!fields) return out;
+  for (let i = 0; i + 1 < fields.length; i += 2) if (fields[i] === "r") out.push(fields[i + 1]!);
+  return out;
+}
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
 
 export class RedisLedgerBuffer implements LedgerSink {
@@ -67,6 +81,10 @@ export class RedisLedgerBuffer implements LedgerSink {
   private groupReady: Promise<void> | undefined;
   /** Steps run one at a time: a flush must not finish while the drain loop holds rows it read but has not committed. */
   private tail: Promise<unknown> = Promise.resolve();
+  /** Rows recorded in this turn of the event loop, appended together when it ends; each caller waits for its entry. */
+  private gathering: { texts: string[]; waiters: Array<() => void> } | undefined;
+  /** Appends in flight, so a flush waits for rows already recorded. */
+  private readonly appending = new Set<Promise<void>>();
 
   constructor(
     // One node or a Cluster: the stream, its group and the intents share the
@@ -103,24 +121,59 @@ export class RedisLedgerBuffer implements LedgerSink {
     this.running ??= this.loop();
   }
 
-  async record(row: NewLedgerRow): Promise<void> {
+  /** Resolves once the row is in Redis (or, Redis away, kept in memory for re-sending). */
+  record(row: NewLedgerRow): Promise<void> {
     const text = encodeLedgerRow(row);
-    try {
-      await this.redis.xadd(this.key, "*", "r", text);
-    } catch (err) {
-      // Redis away: keep the row in memory and keep trying; never drop it.
-      this.retry.push(text);
-      this.opts.log.warn("ledger buffer append failed; row kept in memory", { queued: this.retry.length, error: (err as Error).message });
-    }
+    return new Promise<void>((resolve) => {
+      let g = this.gathering;
+      if (!g) {
+        g = this.gathering = { texts: [], waiters: [] };
+        // After this turn's other settles: they join the same entry.
+        setImmediate(() => this.append(g!));
+      }
+      g.texts.push(text);
+      g.waiters.push(resolve);
+      if (g.texts.length >= LEDGER_ROWS_PER_ENTRY) this.append(g);
+    });
+  }
+
+  /** One XADD for a gathered set of rows (once, whichever of the full set or the turn's end comes first). */
+  private append(g: { texts: string[]; waiters: Array<() => void> }): void {
+    if (this.gathering !== g) return;
+    this.gathering = undefined;
+    const fields: string[] = [];
+    for (const t of g.texts) fields.push("r", t);
+    const done = (this.redis.xadd as (...a: string[]) => Promise<unknown>)(this.key, "*", ...fields).then(
+      () => undefined,
+      (err: Error) => {
+        // Redis away: keep the rows in memory and keep trying; never drop them.
+        this.retry.push(...g.texts);
+        this.opts.log.warn("ledger buffer append failed; rows kept in memory", { rows: g.texts.length, queued: this.retry.length, error: err.message });
+      },
+    );
+    this.appending.add(done);
+    void done.then(() => {
+      this.appending.delete(done);
+      for (const w of g.waiters) w();
+    });
+  }
+
+  /** Everything recorded so far handed to Redis (or to the retry list). */
+  private async appended(): Promise<void> {
+    if (this.gathering) this.append(this.gathering);
+    while (this.appending.size > 0) await Promise.all([...this.appending]);
   }
 
   private async resend(): Promise<void> {
     while (this.retry.length > 0) {
-      const batch = this.retry.slice(0, this.opts.batch);
-      const pipe = this.redis.pipeline();
-      for (const t of batch) pipe.xadd(this.key, "*", "r", t);
-      const res = await pipe.exec();
-      if (!res || res.some(([e]) => e)) throw new Error("ledger buffer still unreachable");
+      const batch = this.retry.slice(0, LEDGER_ROWS_PER_ENTRY);
+      const fields: string[] = [];
+      for (const t of batch) fields.push("r", t);
+      try {
+        await (this.redis.xadd as (...a: string[]) => Promise<unknown>)(this.key, "*", ...fields);
+      } catch {
+        throw new Error("ledger buffer still unreachable");
+      }
       this.retry.splice(0, batch.length);
     }
   }
@@ -161,12 +214,12 @@ export class RedisLedgerBuffer implements LedgerSink {
     const rows: NewLedgerRow[] = [];
     for (const [id, fields] of entries) {
       // A deleted entry still pending comes back without fields: only ack it.
-      const text = fields?.[1];
-      if (!text) continue;
-      try {
-        rows.push(decodeLedgerRow(text));
-      } catch (err) {
-        this.opts.log.error("unreadable ledger row dropped from the buffer", { id, error: (err as Error).message });
+      for (const text of entryRows(fields)) {
+        try {
+          rows.push(decodeLedgerRow(text));
+        } catch (err) {
+          this.opts.log.error("unreadable ledger row dropped from the buffer", { id, error: (err as Error).message });
+        }
       }
     }
     const { inserted } = await this.write(rows);
@@ -199,6 +252,7 @@ export class RedisLedgerBuffer implements LedgerSink {
 
   /** Drains what is in the stream now (rows other routers are inserting excepted). */
   async flush(): Promise<void> {
+    await this.appended();
     await this.ensureGroup();
     for (let i = 0; i < 10_000; i++) if ((await this.exclusive(() => this.step(false))) === 0 && this.retry.length === 0) return;
   }
@@ -223,7 +277,7 @@ export class RedisLedgerBuffer implements LedgerSink {
     }
   }
 
-  /** Rows still waiting in Redis (all routers'), for tests and the bench. */
+  /** Entries still waiting in Redis (all routers'; each holds one or more rows), for tests and the bench. */
   async depth(): Promise<number> {
     return this.redis.xlen(this.key);
   }

@@ -1,0 +1,92 @@
+// The ledger buffer appends the rows settled in one turn of the event loop
+// as one stream entry (issue 14: one XADD per turn, not per request), and
+// every row of every entry reaches Postgres once — a single-row entry (an
+// intent's finish) included, and rows kept in memory while Redis refused
+// them included.
+import { describe, expect, it } from "vitest";
+import type { NewLedgerRow } from "@switchyard/db";
+import { encodeLedgerRow, LEDGER_ROWS_PER_ENTRY, RedisLedgerBuffer } from "../../apps/router/src/billing/ledger-stream.ts";
+import { silentLogger } from "../../apps/router/src/observability/log.ts";
+import { createTestRedis } from "../helpers/env.ts";
+
+const row = (i: number): NewLedgerRow => ({
+  requestId: `req_batch_${i}`,
+  tenantId: 1,
+  keyId: 1,
+  backend: "worker",
+  model: "m",
+  worker: "w1",
+  promptTokens: i,
+  completionTokens: 1,
+  cachedTokens: 0,
+  cacheWriteTokens: 0,
+  costMicro: BigInt(i),
+  costSource: "price_table",
+  status: "ok",
+  startedAt: new Date(1_764_633_600_000 + i),
+  firstTokenAt: null,
+  finishedAt: new Date(1_764_633_600_100 + i),
+  ttftMs: null,
+  durationMs: 100,
+  providerGenerationId: null,
+});
+
+describe("RedisLedgerBuffer entries", () => {
+  it("rows recorded together share one entry (at most LEDGER_ROWS_PER_ENTRY each); all of them are written once", async () => {
+    const r = await createTestRedis();
+    const written: NewLedgerRow[] = [];
+    const buffer = new RedisLedgerBuffer(
+      r.redis,
+      async (rows) => {
+        written.push(...rows);
+        return { inserted: rows.length };
+      },
+      { prefix: r.prefix, consumer: "c1", batch: 100, flushMs: 50, claimIdleMs: 10_000, log: silentLogger },
+    );
+    try {
+      // One turn: 10 rows → one entry. The next turn: 150 rows → 64 + 64 + 22.
+      await Promise.all(Array.from({ length: 10 }, (_, i) => buffer.record(row(i))));
+      expect(await buffer.depth()).toBe(1);
+      const [[, fields]] = (await r.redis.xrange(buffer.key, "-", "+")) as Array<[string, string[]]>;
+      expect(fields.filter((_, k) => k % 2 === 0)).toEqual(new Array(10).fill("r"));
+      expect(fields[1]).toBe(encodeLedgerRow(row(0)));
+      await Promise.all(Array.from({ length: 150 }, (_, i) => buffer.record(row(100 + i))));
+      expect(await buffer.depth()).toBe(1 + Math.ceil(150 / LEDGER_ROWS_PER_ENTRY));
+      // An intent's finish appends a one-row entry of its own.
+      await r.redis.xadd(buffer.key, "*", "r", encodeLedgerRow(row(999)));
+      await buffer.flush();
+      expect(await buffer.depth()).toBe(0);
+      const ids = written.map((w) => w.requestId).sort();
+      expect(ids).toHaveLength(161);
+      expect(new Set(ids).size).toBe(161);
+      const w5 = written.find((w) => w.requestId === "req_batch_5")!;
+      expect(w5.costMicro).toBe(5n);
+      expect(w5.startedAt).toEqual(new Date(1_764_633_600_005));
+    } finally {
+      await buffer.close();
+      await r.cleanup();
+    }
+  });
+
+  it("a record() in flight when flush() is called is in Postgres when flush() returns", async () => {
+    const r = await createTestRedis();
+    const written: string[] = [];
+    const buffer = new RedisLedgerBuffer(r.redis, async (rows) => (written.push(...rows.map((x) => x.requestId)), { inserted: rows.length }), {
+      prefix: r.prefix,
+      consumer: "c2",
+      batch: 100,
+      flushMs: 50,
+      claimIdleMs: 10_000,
+      log: silentLogger,
+    });
+    try {
+      void buffer.record(row(1));
+      void buffer.record(row(2));
+      await buffer.flush();
+      expect(written.sort()).toEqual(["req_batch_1", "req_batch_2"]);
+    } finally {
+      await buffer.close();
+      await r.cleanup();
+    }
+  });
+});
