@@ -47,8 +47,9 @@ describe("RedisLedgerBuffer entries", () => {
       // One turn: 10 rows → one entry. The next turn: 150 rows → 64 + 64 + 22.
       await Promise.all(Array.from({ length: 10 }, (_, i) => buffer.record(row(i))));
       expect(await buffer.depth()).toBe(1);
-      const [[, fields]] = (await r.redis.xrange(buffer.key, "-", "+")) as Array<[string, string[]]>;
-      expect(fields.filter((_, k) => k % 2 === 0)).toEqual(new Array(10).fill("r"));
+      const entries = (await r.redis.xrange(buffer.key, "-", "+")) as Array<[string, string[]]>;
+      const fields = entries[0]![1];
+      expect(fields.filter((_: string, k: number) => k % 2 === 0)).toEqual(new Array(10).fill("r"));
       expect(fields[1]).toBe(encodeLedgerRow(row(0)));
       await Promise.all(Array.from({ length: 150 }, (_, i) => buffer.record(row(100 + i))));
       expect(await buffer.depth()).toBe(1 + Math.ceil(150 / LEDGER_ROWS_PER_ENTRY));

@@ -1,6 +1,7 @@
 // Relaying one whole JSON body (non-streamed answers): read within the
 // attempt's deadlines, checked to be JSON, its usage counted, passed on as
 // the upstream's bytes.
+import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import type { Backend, UpstreamResponse } from "../backends/types.ts";
 import { UpstreamFailure } from "../backends/types.ts";
 import { usageFrom } from "../backends/usage.ts";
@@ -27,5 +28,14 @@ export async function relayWhole(backend: Backend, up: UpstreamResponse, a: Atte
   }
   ctx.settle?.({ backend, status: "ok", usage });
   // The upstream's bytes as they came: parsed only to count tokens.
-  return new Response(text, { headers: { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, ...ctx.headers } });
+  const headers = { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, ...ctx.headers };
+  const out = ctx.outgoing;
+  if (out && !out.headersSent) {
+    // On Node, straight to the socket in one write, as the stream relay
+    // does: no Response object for the adapter to take apart again.
+    out.writeHead(200, { ...headers, "content-length": String(Buffer.byteLength(text)) });
+    out.end(text);
+    return RESPONSE_ALREADY_SENT;
+  }
+  return new Response(text, { headers });
 }
