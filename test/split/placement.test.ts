@@ -303,6 +303,73 @@ describe("split models placed by the router from heartbeats", () => {
     await waitFor(async () => /> (tail-a\|tail-b|tail-b\|tail-a) 15-30\]/.test(await chain()), { timeoutMs: 5000, what: "the pipeline with both tails free again" });
   }, 120_000);
 
+  it("a stream rebuilt around a lost tail onto a replica that has seen a newer lease ends with the one SSE error event: 409 stale_fencing_token, never text past the refusal", async () => {
+    const t = await createTenant(fx.db.db, "split-rebuild-fence");
+    if (!t.ok) throw new Error("tenant");
+    const holder = (await createKey(fx.db.db, t.tenant.id)).key;
+    const lease = async () => {
+      const res = await fetch(`${fx.router.url}/v1/leases`, { method: "POST", headers: { authorization: `Bearer ${holder}`, "content-type": "application/json" }, body: JSON.stringify({ worker: "tail-a", duration_s: 30 }) });
+      expect(res.status).toBe(201);
+      return (await res.json()) as { id: string; fencing_token: number };
+    };
+    const release = (id: string) => fetch(`${fx.router.url}/v1/leases/${id}`, { method: "DELETE", headers: { authorization: `Bearer ${holder}` } });
+    // tail-a sees a lease's token, then a newer lease's: the first one's holder is stale there.
+    const old = await lease();
+    await release(old.id);
+    const newer = await lease();
+    const used = await fetch(`${fx.router.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${holder}`, "content-type": "application/json", "x-switchyard-lease": newer.id }, body: JSON.stringify({ model: LLM, messages: story, max_tokens: 2 }) });
+    expect(used.status, await used.clone().text()).toBe(200);
+    await release(newer.id);
+
+    // A third tail the stream starts on (the fence names tail-a, so tail-c serves it); tail-a is its replica.
+    spawnTail("tail-c");
+    const tailC = await waitFor(() => fx.router.deps.directory.all().find((w) => w.id === "tail-c" && w.state === "ready"), { timeoutMs: 90_000, what: () => `tail-c ready (${tails.get("tail-c")!.stderr().slice(-400)})` });
+    const tailA = fx.router.deps.directory.all().find((w) => w.id === "tail-a")!;
+    const route = encodeShardRoute(signShardRoute({ model: LLM, digest: head.ctx.shardHead!.digest, stages: [{ start: 15, end: 30, hops: [{ id: tailC.id, url: tailC.url }, { id: tailA.id, url: tailA.url }] }] }, () => WORKER_TOKEN, Date.now() + 60_000)!);
+    const pipeline = head.ctx.shardHead!.pipeline as PipelineHead;
+    const before = pipeline.rebuilt.sequences;
+    const res = await fetch(`${head.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json", [SHARD_ROUTE_HEADER]: route, "x-switchyard-fencing-token": String(old.fencing_token), [FENCING_WORKER_HEADER]: "tail-a" },
+      body: JSON.stringify({ model: LLM, messages: story, temperature: 0, max_tokens: 64, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const dec = new TextDecoder();
+    let raw = "";
+    let killed = false;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      raw += dec.decode(value, { stream: true });
+      if (!killed && raw.includes('"content":"')) {
+        killed = true;
+        tails.get("tail-c")!.child.kill("SIGKILL");
+      }
+    }
+    expect(killed).toBe(true);
+    const events = raw
+      .split("\n\n")
+      .filter((e) => e.startsWith("data: "))
+      .map((e) => e.slice(6));
+    const errors = events.filter((e) => e.startsWith('{"error"'));
+    // One error event, the last thing sent: the refusal, in a whole worker's words.
+    expect(errors, raw.slice(-2000)).toHaveLength(1);
+    expect(events.at(-1)).toBe(errors[0]);
+    const error = (JSON.parse(errors[0]!) as { error: { code: string; message: string } }).error;
+    expect(error.code).toBe("stale_fencing_token");
+    expect(error.message).toMatch(new RegExp(`fencing token ${old.fencing_token} is older than ${newer.fencing_token}`));
+    // The text before it is a prefix of the unsplit model's: nothing was generated on the refused replica.
+    let text = "";
+    for (const e of events.slice(0, -1)) text += (JSON.parse(e) as { choices: { delta?: { content?: string } }[] }).choices[0]?.delta?.content ?? "";
+    expect((await reference(64)).startsWith(text)).toBe(true);
+    // Loss → rebuild was tried (and refused), not counted as a rebuilt sequence.
+    expect(pipeline.rebuilt.sequences).toBe(before);
+    await tails.get("tail-c")!.exited;
+    tails.delete("tail-c");
+    await waitFor(async () => !fx.router.deps.directory.all().some((w) => w.id === "tail-c"), { timeoutMs: TTL_MS + 3000, what: "tail-c's record to expire" });
+  }, 180_000);
+
   it("replaces a tail killed mid-stream with its live replica: same text as the unsplit model, no error event", async () => {
     const maxTokens = 64;
     const want = await reference(maxTokens);

@@ -53,6 +53,7 @@ export async function main(argv: string[]): Promise<number> {
         embedded: { type: "boolean" },
         processes: { type: "string" },
         profile: { type: "string" },
+        against: { type: "string" },
         reference: { type: "string" },
         // budgets, prices
         "daily-cents": { type: "string" },

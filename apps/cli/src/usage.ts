@@ -66,9 +66,12 @@ Usage:
   switchyard ledger partitions [ensure [--months-ahead N]]
                                         list the ledger's monthly partitions / create the next ones
   switchyard bench router [--quick] [--levels 1,100,1000] [--only money] [--cluster H:P,H:P,…] [--processes N]
+                                        router overhead and money-path benchmarks (prints tables)
   switchyard bench router --profile DIR [--quick]
                                         a CPU profile (node --cpu-prof) of one router under 100 streams, top functions printed
-                                        router overhead and money-path benchmarks (prints tables)
+  switchyard bench router --against REV [--quick] [--only non-streaming]
+                                        this checkout's router and REV's (a temporary git worktree) taking turns:
+                                        CPU per request, req/s and ΔTTFT p99 beside the bare proxy (a change's before/after)
   switchyard bench engine [--quick] [--model NAME] [--reference both|native|node]
                                         engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct):
                                         llama.cpp built for this CPU (llama-cpp-python, built on first use, ~8 min on 2 cores)

@@ -1,0 +1,184 @@
+// `switchyard bench router --against REV`: this checkout's router and the
+// router of another commit, side by side in one run, with the bare Node
+// proxy as the floor. Issue 14 asks for every hot-path change measured
+// before/after in one run; on a shared 2-core box the spread between runs
+// is larger than most single changes, so the two builds take turns: round
+// after round, in alternating order, each target gets the same closed loop
+// (and, unless --only non-streaming, the same 100-stream open loop), and CPU
+// time per request (user + system of the process, from /proc) is the figure
+// that compares them. REV is checked out into a temporary git worktree whose
+// node_modules links to this checkout's, except its own workspace packages
+// (which must be its own sources), and removed at the end.
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
+import { loadavg, tmpdir } from "node:os";
+import path from "node:path";
+import { Redis } from "ioredis";
+import { closedLoop, openLoop, percentile, type Target } from "./lib/load.ts";
+import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
+import { benchScratch } from "./lib/scratch.ts";
+
+const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
+const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
+
+export interface AgainstOptions {
+  /** A commit (anything `git rev-parse` takes) whose router runs beside this checkout's. */
+  against: string;
+  quick: boolean;
+  /** "non-streaming": only the closed loop. */
+  only?: "non-streaming";
+  log?: (line: string) => void;
+}
+
+/** A worktree of `rev` that resolves its own workspace packages and every other dependency from `root`'s node_modules. */
+function checkoutOf(root: string, rev: string): { dir: string; sha: string; remove(): void } {
+  let sha: string;
+  try {
+    sha = execFileSync("git", ["-C", root, "rev-parse", "--verify", `${rev}^{commit}`], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }).trim();
+  } catch {
+    throw new Error(`bench router --against: '${rev}' names no commit in ${root}`);
+  }
+  const dir = mkdtempSync(path.join(tmpdir(), "sy-against-"));
+  execFileSync("git", ["-C", root, "worktree", "add", "--detach", "--force", dir, sha], { stdio: "ignore" });
+  const remove = () => {
+    try {
+      execFileSync("git", ["-C", root, "worktree", "remove", "--force", dir], { stdio: "ignore" });
+    } catch {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  };
+  try {
+    const nm = path.join(root, "node_modules");
+    const own = path.join(dir, "node_modules");
+    mkdirSync(own);
+    for (const entry of readdirSync(nm)) {
+      if (entry === "@switchyard") continue;
+      symlinkSync(path.join(nm, entry), path.join(own, entry));
+    }
+    // The workspace links are relative (../../apps/router): the same links here point into the other commit's sources.
+    mkdirSync(path.join(own, "@switchyard"));
+    for (const pkg of readdirSync(path.join(nm, "@switchyard"))) symlinkSync(readlinkSync(path.join(nm, "@switchyard", pkg)), path.join(own, "@switchyard", pkg));
+  } catch (err) {
+    remove();
+    throw err;
+  }
+  return { dir, sha, remove };
+}
+
+export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
+  const log = opts.log ?? ((l: string) => process.stderr.write(`${l}\n`));
+  const root = repoRoot();
+  const here = execFileSync("git", ["-C", root, "rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim();
+  const dirty = execFileSync("git", ["-C", root, "status", "--porcelain", "--untracked-files=no"], { encoding: "utf8" }).trim() !== "";
+  const other = checkoutOf(root, opts.against);
+  const scratch = await benchScratch("against").catch((err: unknown) => {
+    other.remove();
+    throw err;
+  });
+  const procs: Proc[] = [];
+  try {
+    const key = await scratch.tenantKey("bench");
+    const simPort = await freePort();
+    procs.push(startProc(process.execPath, ["--import", "tsx", path.join(root, "bench/sim-main.ts")], { PORT: String(simPort), REDIS_URL: REDIS, PREFIX: scratch.prefix, TOKENS: "5" }, "sim"));
+    const simUrl = `http://127.0.0.1:${simPort}`;
+    const passPort = await freePort();
+    const pass = startProc(process.execPath, ["--import", "tsx", path.join(root, "bench/passthrough-main.ts")], { PORT: String(passPort), UPSTREAM: simUrl }, "passthrough");
+    procs.push(pass);
+    const auth = { authorization: `Bearer ${key}` };
+    const targets: Array<{ t: Target; proc?: Proc }> = [{ t: { name: "node-passthrough", url: `http://127.0.0.1:${passPort}`, path: "/v1/chat/completions", headers: {} }, proc: pass }];
+    const builds: Array<[string, string]> = [
+      [`${other.sha.slice(0, 7)} (${opts.against})`, other.dir],
+      [`${here}${dirty ? "+changes" : ""} (this checkout)`, root],
+    ];
+    for (const [name, dir] of builds) {
+      const port = await freePort();
+      if (!existsSync(path.join(dir, "apps/cli/bin/switchyard.mjs"))) throw new Error(`${name}: no apps/cli/bin/switchyard.mjs (a commit from before the CLI)`);
+      const env = {
+        DATABASE_URL: scratch.dbUrl,
+        REDIS_URL: REDIS,
+        SWITCHYARD_REDIS__KEY_PREFIX: scratch.prefix,
+        SWITCHYARD_ROUTER__PORT: String(port),
+        SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()),
+        SWITCHYARD_LOG__LEVEL: "warn",
+      };
+      const proc = startProc(process.execPath, [path.join(dir, "apps/cli/bin/switchyard.mjs"), "router", "--processes", "1"], env, name);
+      procs.push(proc);
+      const url = `http://127.0.0.1:${port}`;
+      // The first start of a commit bundles its sources (esbuild): allow for it.
+      await waitHttp(`${url}/v1/models`, { init: { headers: auth }, ok: (s) => s === 200, timeoutMs: 120_000 });
+      const deadline = Date.now() + 10_000;
+      while (Date.now() < deadline) {
+        const m = (await (await fetch(`${url}/v1/models`, { headers: auth })).json()) as { data: unknown[] };
+        if (m.data.length > 0) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      targets.push({ t: { name, url, path: "/v1/chat/completions", headers: auth }, proc });
+    }
+    await waitHttp(`${simUrl}/healthz`, { ok: () => true });
+    const nsBody = JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
+    const shape = { ttftMs: 50, interTokenMs: 50, tokens: 20 };
+    const stBody = JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape });
+    const direct: Target = { name: "direct", url: simUrl, path: "/v1/chat/completions", headers: {} };
+    // Warm every path first (JIT, pools): a process's first seconds cost far more per request.
+    for (const { t } of targets) await closedLoop(t, { clients: 64, durationS: opts.quick ? 2 : 4, body: nsBody, stream: false });
+    const rounds = opts.quick ? 2 : 4;
+    const durationS = opts.quick ? 3 : 5;
+    const rows: string[] = [];
+    const cpu: Record<string, { ns: number[]; st: number[]; rps: number[]; dttft99: number[] }> = {};
+    for (let round = 1; round <= rounds; round++) {
+      const order = round % 2 === 0 ? [...targets].reverse() : targets;
+      for (const { t, proc } of order) {
+        const c = (cpu[t.name] ??= { ns: [], st: [], rps: [], dttft99: [] });
+        const load = loadavg()[0]!;
+        const c0 = proc!.cpuSeconds();
+        const r = await closedLoop(t, { clients: 64, durationS, body: nsBody, stream: false });
+        const nsCpu = ((proc!.cpuSeconds() - c0) * 1000) / Math.max(1, r.samples.length);
+        const ok = r.samples.filter((s) => s.ok);
+        c.ns.push(nsCpu);
+        c.rps.push(ok.length / r.wallS);
+        let st = "";
+        if (opts.only !== "non-streaming") {
+          const rate = 100 / ((shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000);
+          const d = await openLoop(direct, { ratePerS: rate, durationS, body: stBody, stream: true });
+          const s0 = proc!.cpuSeconds();
+          const sr = await openLoop(t, { ratePerS: rate, durationS, body: stBody, stream: true });
+          const stCpu = ((proc!.cpuSeconds() - s0) * 1000) / Math.max(1, sr.samples.length);
+          const p99 = (xs: { ok: boolean; ttftMs: number }[]) => percentile(xs.filter((x) => x.ok).map((x) => x.ttftMs), 99);
+          const dt = p99(sr.samples) - p99(d.samples);
+          c.st.push(stCpu);
+          c.dttft99.push(dt);
+          st = ` ${fmt(stCpu, 3)} | ${fmt(dt, 2)} | ${sr.errors} |`;
+        }
+        rows.push(`| ${round} | ${t.name} | ${fmt(load, 2)} | ${fmt(ok.length / r.wallS, 0)} | ${r.errors} | ${fmt(nsCpu, 3)} |${st}`);
+      }
+      log(`round ${round} of ${rounds} done`);
+    }
+    const med = (xs: number[]) => percentile(xs, 50);
+    const streamCols = opts.only !== "non-streaming";
+    const out = [
+      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds, ${durationS} s per loop, 64 clients closed loop${streamCols ? " + 100 streams open loop (ΔTTFT p99 against the sim worker measured just before)" : ""}`,
+      "",
+      `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | stream errors |" : ""}`,
+      `|---:|---|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|" : ""}`,
+      ...rows,
+      "",
+      `Medians over the rounds:`,
+      "",
+      `| target | non-streaming req/s | non-streaming CPU ms/req | × bare proxy |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms |" : ""}`,
+      `|---|---:|---:|---:|${streamCols ? "---:|---:|" : ""}`,
+      ...targets.map(({ t }) => {
+        const c = cpu[t.name]!;
+        const floor = med(cpu["node-passthrough"]!.ns);
+        return `| ${t.name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / floor, 2)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} |` : ""}`;
+      }),
+    ];
+    process.stdout.write(out.join("\n") + "\n");
+    return 0;
+  } finally {
+    await Promise.all(procs.map((p) => p.stop()));
+    const r = new Redis(REDIS);
+    await scratch.drop(r);
+    r.disconnect();
+    other.remove();
+  }
+}

@@ -1,0 +1,43 @@
+// `switchyard bench router --against REV` in its CI size, as users run it:
+// REV's router (its own sources, from a temporary worktree) and this
+// checkout's take turns beside the bare proxy, every request answered, and
+// the table says how much CPU each spent per request. The worktree is gone
+// afterwards.
+import { execFileSync } from "node:child_process";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { runCli } from "../helpers/cli-run.ts";
+
+const root = path.resolve(import.meta.dirname, "../..");
+const worktrees = () => execFileSync("git", ["-C", root, "worktree", "list", "--porcelain"], { encoding: "utf8" }).split("\n").filter((l) => l.startsWith("worktree ")).length;
+
+describe("switchyard bench router --against", () => {
+  it("runs REV's router and this checkout's in turns, every request answered, CPU per request beside the bare proxy's; leaves no worktree", async () => {
+    const before = worktrees();
+    const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--only", "non-streaming"]);
+    expect(code).toBe(0);
+    const sha = execFileSync("git", ["-C", root, "rev-parse", "--short=7", "HEAD"], { encoding: "utf8" }).trim();
+    expect(out).toContain(`### Router against ${sha} (HEAD), interleaved: 2 rounds`);
+    const lines = out.split("\n");
+    const at = lines.findIndex((l) => l.startsWith("| target | non-streaming req/s"));
+    expect(at, out).toBeGreaterThan(0);
+    const medians = lines.slice(at + 2).filter((l) => l.startsWith("|")).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
+    expect(medians.map((r) => r[0])).toEqual(["node-passthrough", `${sha} (HEAD)`, expect.stringMatching(/\(this checkout\)$/)]);
+    for (const r of medians) {
+      expect(Number(r[1]), r.join(" | ")).toBeGreaterThan(0); // req/s
+      expect(Number(r[2]), r.join(" | ")).toBeGreaterThan(0); // CPU ms per request
+    }
+    expect(Number(medians[0]![3])).toBe(1); // the floor against itself
+    // Every round's closed loop answered without errors, for every target.
+    const perRound = lines.filter((l) => /^\| [12] \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
+    expect(perRound).toHaveLength(6);
+    for (const r of perRound) expect(r[4], r.join(" | ")).toBe("0");
+    expect(worktrees()).toBe(before);
+  }, 240_000);
+
+  it("refuses a name that is no commit, before starting anything", async () => {
+    const { code, err } = await runCli(["bench", "router", "--against", "no-such-rev-xyz", "--quick"]);
+    expect(code).not.toBe(0);
+    expect(err).toMatch(/'no-such-rev-xyz' names no commit/);
+  }, 60_000);
+});
