@@ -1,8 +1,8 @@
 // The ledger buffer appends the rows settled in one turn of the event loop
-// as one stream entry (issue 14: one XADD per turn, not per request), and
+// as one stream entry (issue 14: one XADD per turn, not per request), its
+// drain lets rows that trickle in share an INSERT (up to flushMs), and
 // every row of every entry reaches Postgres once — a single-row entry (an
-// intent's finish) included, and rows kept in memory while Redis refused
-// them included.
+// intent's finish) included.
 import { describe, expect, it } from "vitest";
 import type { NewLedgerRow } from "@switchyard/db";
 import { encodeLedgerRow, LEDGER_ROWS_PER_ENTRY, RedisLedgerBuffer } from "../../apps/router/src/billing/ledger-stream.ts";
@@ -63,6 +63,33 @@ describe("RedisLedgerBuffer entries", () => {
       const w5 = written.find((w) => w.requestId === "req_batch_5")!;
       expect(w5.costMicro).toBe(5n);
       expect(w5.startedAt).toEqual(new Date(1_764_633_600_005));
+    } finally {
+      await buffer.close();
+      await r.cleanup();
+    }
+  });
+
+  it("the drain lets a first row wait up to flushMs for company: rows that trickle in share one INSERT", async () => {
+    const r = await createTestRedis();
+    const inserts: string[][] = [];
+    const buffer = new RedisLedgerBuffer(r.redis, async (rows) => (inserts.push(rows.map((x) => x.requestId)), { inserted: rows.length }), {
+      prefix: r.prefix,
+      consumer: "c3",
+      batch: 100,
+      flushMs: 300,
+      claimIdleMs: 10_000,
+      log: silentLogger,
+    });
+    try {
+      await buffer.start();
+      await buffer.record(row(1));
+      await new Promise((done) => setTimeout(done, 60));
+      await buffer.record(row(2));
+      await new Promise((done) => setTimeout(done, 60));
+      await buffer.record(row(3));
+      const deadline = Date.now() + 5_000;
+      while (inserts.flat().length < 3 && Date.now() < deadline) await new Promise((done) => setTimeout(done, 20));
+      expect(inserts).toEqual([["req_batch_1", "req_batch_2", "req_batch_3"]]);
     } finally {
       await buffer.close();
       await r.cleanup();
