@@ -13,10 +13,10 @@ import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import path from "node:path";
-import { Redis } from "ioredis";
 import { closedLoop, openLoop, percentile, type Target } from "./lib/load.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
-import { benchScratch } from "./lib/scratch.ts";
+import { routerSeesWorker } from "./router.ts";
+import { benchScratch, endBench } from "./lib/scratch.ts";
 
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
@@ -106,12 +106,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
       const url = `http://127.0.0.1:${port}`;
       // The first start of a commit bundles its sources (esbuild): allow for it.
       await waitHttp(`${url}/v1/models`, { init: { headers: auth }, ok: (s) => s === 200, timeoutMs: 120_000 });
-      const deadline = Date.now() + 10_000;
-      while (Date.now() < deadline) {
-        const m = (await (await fetch(`${url}/v1/models`, { headers: auth })).json()) as { data: unknown[] };
-        if (m.data.length > 0) break;
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      await routerSeesWorker(url, auth);
       targets.push({ t: { name, url, path: "/v1/chat/completions", headers: auth }, proc });
     }
     await waitHttp(`${simUrl}/healthz`, { ok: () => true });
@@ -175,10 +170,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     process.stdout.write(out.join("\n") + "\n");
     return 0;
   } finally {
-    await Promise.all(procs.map((p) => p.stop()));
-    const r = new Redis(REDIS);
-    await scratch.drop(r);
-    r.disconnect();
+    await endBench(procs, scratch);
     other.remove();
   }
 }

@@ -8,12 +8,11 @@
 import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import path from "node:path";
-import { Redis } from "ioredis";
 import { benchMoney } from "./money.ts";
 import { closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
 import { startLiteLLM } from "./lib/litellm.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
-import { benchScratch } from "./lib/scratch.ts";
+import { benchScratch, endBench } from "./lib/scratch.ts";
 
 const root = repoRoot();
 const here = path.join(root, "bench");
@@ -235,15 +234,12 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     process.stdout.write(out.join("\n") + "\n\n");
     return 0;
   } finally {
-    await Promise.all(procs.map((p) => p.stop()));
-    const r = new Redis(REDIS);
-    await scratch.drop(r);
-    r.disconnect();
+    await endBench(procs, scratch);
   }
 }
 
 /** Until the router's /v1/models lists the sim worker (its first heartbeat seen). */
-async function routerSeesWorker(url: string, auth: Record<string, string>): Promise<void> {
+export async function routerSeesWorker(url: string, auth: Record<string, string>): Promise<void> {
   await waitHttp(`${url}/v1/models`, { init: { headers: auth }, ok: (s) => s === 200 });
   const deadline = Date.now() + 5000;
   while (Date.now() < deadline) {
@@ -309,10 +305,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     }
     await router.stop();
   } finally {
-    await Promise.all(procs.map((p) => p.stop()));
-    const rc = new Redis(REDIS);
-    await scratch.drop(rc);
-    rc.disconnect();
+    await endBench(procs, scratch);
   }
   const written = readdirSync(dir).filter((f) => f.endsWith(".cpuprofile") && !before.has(f));
   if (written.length === 0) {

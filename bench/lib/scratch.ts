@@ -1,6 +1,7 @@
 // A throwaway database (migrated) and Redis key prefix for one bench run, so
 // runs never collide with each other or with the tests; dropped at the end.
-import type { Redis } from "ioredis";
+import { Redis } from "ioredis";
+import type { Proc } from "#testkit/procs";
 import postgres from "postgres";
 import { connectDb, createKey, createTenant, runMigrations } from "@switchyard/db";
 
@@ -61,4 +62,12 @@ export async function benchScratch(kind: string): Promise<BenchScratch> {
     tenantKeys,
     tenantKey: async (name) => (await tenantKeys([name]))[name]!,
   };
+}
+
+/** A bench's end: its processes stopped, then its database dropped and its Redis keys deleted. */
+export async function endBench(procs: Proc[], scratch: BenchScratch): Promise<void> {
+  await Promise.all(procs.map((p) => p.stop()));
+  const r = new Redis(process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379");
+  await scratch.drop(r);
+  r.disconnect();
 }
