@@ -60,6 +60,13 @@ describe("RedisLedgerBuffer entries", () => {
       const ids = written.map((w) => w.requestId).sort();
       expect(ids).toHaveLength(161);
       expect(new Set(ids).size).toBe(161);
+      // billing.ledgerBatch still bounds each INSERT, however many rows an entry holds.
+      const sizes: number[] = [];
+      const small = new RedisLedgerBuffer(r.redis, async (rows) => (sizes.push(rows.length), { inserted: rows.length }), { prefix: `${r.prefix}small:`, consumer: "c1b", batch: 25, flushMs: 50, claimIdleMs: 10_000, log: silentLogger });
+      await Promise.all(Array.from({ length: 60 }, (_, i) => small.record(row(500 + i))));
+      await small.flush();
+      await small.close();
+      expect(sizes).toEqual([25, 25, 10]);
       const w5 = written.find((w) => w.requestId === "req_batch_5")!;
       expect(w5.costMicro).toBe(5n);
       expect(w5.startedAt).toEqual(new Date(1_764_633_600_005));

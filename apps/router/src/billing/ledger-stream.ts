@@ -237,7 +237,9 @@ export class RedisLedgerBuffer implements LedgerSink {
         }
       }
     }
-    const { inserted } = await this.write(rows);
+    // An entry holds up to LEDGER_ROWS_PER_ENTRY rows: billing.ledgerBatch still bounds each INSERT.
+    let inserted = 0;
+    for (let i = 0; i < rows.length; i += this.opts.batch) inserted += (await this.write(rows.slice(i, i + this.opts.batch))).inserted;
     await this.redis.multi().xack(this.key, this.group, ...ids).xdel(this.key, ...ids).exec();
     const now = Date.now();
     const m = this.opts.metrics;
