@@ -59,7 +59,7 @@ export interface UpstreamResponse {
    * parseSseBatches). Optional: the relay falls back to `events()`, each
    * payload sent as text (a translated upstream has no bytes to pass).
    */
-  batches?(): AsyncGenerator<SseBatch>;
+  batches?(): AsyncIterator<SseBatch>;
   /** Abort the upstream request and free its connection. */
   abort(): void;
 }

@@ -208,12 +208,21 @@ export class WorkerBackend implements Backend {
         }
       },
       // What the relay reads: a worker's events that pass unchanged go to the client as its bytes.
-      batches: async function* () {
-        try {
-          yield* parseSseBatches(body, { maxEventBytes: limits.maxEventBytes, label });
-        } catch (err) {
+      // An iterator over the parser's, not a generator delegating to it:
+      // `yield*` costs its own promise and resumption on every chunk of
+      // every stream, and classifying a failure needs neither.
+      batches: () => {
+        const inner = parseSseBatches(body, { maxEventBytes: limits.maxEventBytes, label });
+        const fail = (err: unknown): never => {
           throw classify(err, signal);
-        }
+        };
+        return {
+          next: () => inner.next().catch(fail),
+          return: (v?: unknown) => inner.return(v as undefined).catch(fail),
+          [Symbol.asyncIterator]() {
+            return this;
+          },
+        };
       },
       abort: () => {
         body.destroy();
