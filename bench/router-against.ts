@@ -70,6 +70,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
   const root = repoRoot();
   const here = execFileSync("git", ["-C", root, "rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim();
   const dirty = execFileSync("git", ["-C", root, "status", "--porcelain", "--untracked-files=no"], { encoding: "utf8" }).trim() !== "";
+  log(`checking out ${opts.against} into a temporary worktree`);
   const other = checkoutOf(root, opts.against);
   const scratch = await benchScratch("against").catch((err: unknown) => {
     other.remove();
@@ -101,6 +102,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()),
         SWITCHYARD_LOG__LEVEL: "warn",
       };
+      log(`starting ${name}'s router (its first start bundles its sources)`);
       const proc = startProc(process.execPath, [path.join(dir, "apps/cli/bin/switchyard.mjs"), "router", "--processes", "1"], env, name);
       procs.push(proc);
       const url = `http://127.0.0.1:${port}`;

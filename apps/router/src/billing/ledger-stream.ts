@@ -141,9 +141,7 @@ export class RedisLedgerBuffer implements LedgerSink {
   private append(g: { texts: string[]; waiters: Array<() => void> }): void {
     if (this.gathering !== g) return;
     this.gathering = undefined;
-    const fields: string[] = [];
-    for (const t of g.texts) fields.push("r", t);
-    const done = (this.redis.xadd as (...a: string[]) => Promise<unknown>)(this.key, "*", ...fields).then(
+    const done = this.appendEntry(g.texts).then(
       () => undefined,
       (err: Error) => {
         // Redis away: keep the rows in memory and keep trying; never drop them.
@@ -158,6 +156,13 @@ export class RedisLedgerBuffer implements LedgerSink {
     });
   }
 
+  /** One stream entry holding these rows, one "r" field each. */
+  private appendEntry(texts: string[]): Promise<unknown> {
+    const fields: string[] = [];
+    for (const t of texts) fields.push("r", t);
+    return (this.redis.xadd as (...a: string[]) => Promise<unknown>)(this.key, "*", ...fields);
+  }
+
   /** Everything recorded so far handed to Redis (or to the retry list). */
   private async appended(): Promise<void> {
     if (this.gathering) this.append(this.gathering);
@@ -167,10 +172,8 @@ export class RedisLedgerBuffer implements LedgerSink {
   private async resend(): Promise<void> {
     while (this.retry.length > 0) {
       const batch = this.retry.slice(0, LEDGER_ROWS_PER_ENTRY);
-      const fields: string[] = [];
-      for (const t of batch) fields.push("r", t);
       try {
-        await (this.redis.xadd as (...a: string[]) => Promise<unknown>)(this.key, "*", ...fields);
+        await this.appendEntry(batch);
       } catch {
         throw new Error("ledger buffer still unreachable");
       }
@@ -178,17 +181,11 @@ export class RedisLedgerBuffer implements LedgerSink {
     }
   }
 
-  private async read(id: "0" | ">", block: boolean): Promise<StreamEntry[]> {
-    const args: Array<string | number> = ["GROUP", this.group, this.opts.consumer, "COUNT", this.opts.batch];
+  private async read(id: "0" | ">", block: boolean, count = this.opts.batch): Promise<StreamEntry[]> {
+    const args: Array<string | number> = ["GROUP", this.group, this.opts.consumer, "COUNT", count];
     if (block) args.push("BLOCK", this.opts.flushMs);
     args.push("STREAMS", this.key, id);
     const res = (await (this.reader.xreadgroup as (...a: Array<string | number>) => Promise<unknown>)(...args)) as Array<[string, StreamEntry[]]> | null;
-    return res?.[0]?.[1] ?? [];
-  }
-
-  /** New entries that arrived meanwhile, without blocking: up to `count`. */
-  private async readMore(count: number): Promise<StreamEntry[]> {
-    const res = (await (this.reader.xreadgroup as (...a: Array<string | number>) => Promise<unknown>)("GROUP", this.group, this.opts.consumer, "COUNT", count, "STREAMS", this.key, ">")) as Array<[string, StreamEntry[]]> | null;
     return res?.[0]?.[1] ?? [];
   }
 
@@ -221,7 +218,7 @@ export class RedisLedgerBuffer implements LedgerSink {
       // acknowledgement instead of a Redis round trip set and an INSERT each.
       if (block && entries.length > 0 && entries.length < this.opts.batch && !this.closed) {
         await sleep(this.opts.flushMs);
-        entries = entries.concat(await this.readMore(this.opts.batch - entries.length));
+        entries = entries.concat(await this.read(">", false, this.opts.batch - entries.length));
       }
     }
     if (entries.length === 0) return 0;
