@@ -16,9 +16,9 @@ afterAll(async () => {
   await Promise.all(agents.map((a) => a.stop()));
 });
 
-async function agent(id: string, layers?: { start: number; end: number }, memoryBudget?: number) {
+async function agent(id: string, layers?: { start: number; end: number }, memoryBudget?: number, registry = new MemoryRegistryStore()) {
   const a = await startAgent({
-    registry: new MemoryRegistryStore(),
+    registry,
     models: [LLM],
     token: WORKER_TOKEN,
     device: "cpu",
@@ -59,6 +59,18 @@ describe("a worker serving a layer range (real engine)", () => {
     expect(rec.weightBytes).toBe(shardBytes);
     expect(wholeRec.weightBytes).toBe(wholeBytes);
     expect(rec.kvCacheBytes).toBe(0);
+  }, 120_000);
+
+  it("claims no whole model while warming: its first heartbeat, before the engine has loaded, lists the model in no `models`", async () => {
+    const registry = new MemoryRegistryStore();
+    // startAgent publishes before the engine starts loading: this is the warming record routers see first.
+    const shard = await agent("shard-warming", { start: 0, end: 15 }, undefined, registry);
+    const [first] = await registry.list();
+    expect(first?.state).toBe("warming");
+    // A router would list a model it cannot route (GET /v1/models, then 503) from such a record.
+    expect(first?.models).toEqual([]);
+    await shard.supervisor.whenReady();
+    expect((await shard.record()).models).toEqual([]);
   }, 120_000);
 
   it("refuses a range outside the model with a clear message, before loading anything", async () => {

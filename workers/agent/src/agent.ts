@@ -204,6 +204,10 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
         ? await Promise.race([next.get().then((l) => l.alive, () => false), new Promise<boolean>((r) => setTimeout(() => r(false), 500))])
         : false;
     const shardModels = new Set(pipelineUp ? [] : loaded.filter(isShard).map((l) => l.model));
+    // Until its engine has loaded (at start, after a restart) a --layers worker
+    // can't tell a shard from a whole range: it claims no whole model then, or
+    // /v1/models would list a model no router can place yet.
+    if (opts.layers) for (const m of llamaModels) if (!supervisor.loaded.has(m.name)) shardModels.add(m.name);
     return {
       id,
       url,
