@@ -9,6 +9,21 @@ const escapeValue = (v: string) => (needsEscape.test(v) ? v.replace(/\\/g, "\\\\
 
 /** `a="x",b="y"`, names sorted. Called on every observation: one pass, no arrays beyond the key list, no regex replace unless a value needs escaping. */
 function labelKey(labels: Labels): string {
+  // Call sites mostly write their labels in name order already: then one
+  // pass over them, without the key array and its sort.
+  let out = "";
+  let prev = "";
+  let n = 0;
+  for (const k in labels) {
+    if (n > 0 && k < prev) return sortedLabelKey(labels);
+    out += `${n ? "," : ""}${k}="${escapeValue(String(labels[k]))}"`;
+    prev = k;
+    n++;
+  }
+  return out;
+}
+
+function sortedLabelKey(labels: Labels): string {
   const keys = Object.keys(labels);
   if (keys.length === 0) return "";
   if (keys.length > 1) keys.sort();

@@ -109,12 +109,22 @@ export class BackendChain {
     return this.cache.size;
   }
 
+  /** Worker URL → whether it is on this host: asked per candidate per request, and a URL parse costs more than the rest of the lookup. */
+  private readonly localUrls = new Map<string, boolean>();
+
   isLocal(w: WorkerRecord): boolean {
-    try {
-      return this.local.has(new URL(w.url).hostname.toLowerCase());
-    } catch {
-      return false;
+    let local = this.localUrls.get(w.url);
+    if (local === undefined) {
+      try {
+        local = this.local.has(new URL(w.url).hostname.toLowerCase());
+      } catch {
+        local = false;
+      }
+      // Bounded like the provider cache: worker URLs come and go with the registry.
+      if (this.localUrls.size >= PROVIDER_CACHE_MAX) this.localUrls.clear();
+      this.localUrls.set(w.url, local);
     }
+    return local;
   }
 
   /**

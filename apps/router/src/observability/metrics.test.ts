@@ -1,0 +1,21 @@
+import { describe, expect, it } from "vitest";
+import { Counter, Histogram } from "./metrics.ts";
+
+describe("metric label keys", () => {
+  it("names one series whatever order the labels come in, rendered with names sorted", () => {
+    const c = new Counter("t_total", "test");
+    c.inc({ outcome: "ok", backend: "worker" });
+    c.inc({ backend: "worker", outcome: "ok" }, 2);
+    c.inc({ backend: "worker", outcome: "timeout" });
+    expect(c.get({ outcome: "ok", backend: "worker" })).toBe(3);
+    expect(c.render().split("\n").slice(2)).toEqual(['t_total{backend="worker",outcome="ok"} 3', 't_total{backend="worker",outcome="timeout"} 1']);
+  });
+
+  it("escapes quotes, backslashes and newlines in values, in either order", () => {
+    const h = new Histogram("t_seconds", "test", [1]);
+    h.observe({ z: 'a"b', a: "c\\d\ne" }, 0.5);
+    h.observe({ a: "c\\d\ne", z: 'a"b' }, 2);
+    expect(h.count({ z: 'a"b', a: "c\\d\ne" })).toBe(2);
+    expect(h.render()).toContain('t_seconds_bucket{a="c\\\\d\\ne",z="a\\"b",le="1"} 1');
+  });
+});
