@@ -2,6 +2,7 @@
 // keeps the reason the relay gave it (deadline, client gone), connection
 // errors may fail over, anything else is a protocol failure. `label` names
 // the upstream in messages ("worker w1", "openrouter").
+import { Readable } from "node:stream";
 import { errors as undiciErrors } from "./undici.ts";
 import { UpstreamFailure } from "./types.ts";
 
@@ -74,6 +75,7 @@ export function checkDeclaredLength(body: UpstreamBody, contentLength: unknown, 
 /** A whole body as text, read chunk by chunk: past `max` bytes it is dropped and refused, never buffered further. */
 export async function readBodyText(body: UpstreamBody, max: number, what: string, contentLength?: unknown): Promise<string> {
   checkDeclaredLength(body, contentLength, max, what);
+  if (body instanceof Readable) return readNodeBody(body, max, what);
   const parts: Uint8Array[] = [];
   let n = 0;
   for await (const chunk of body) {
@@ -85,6 +87,57 @@ export async function readBodyText(body: UpstreamBody, max: number, what: string
     parts.push(chunk);
   }
   return Buffer.concat(parts, n).toString("utf8");
+}
+
+/**
+ * readBodyText for a Node stream (undici's bodies), by its events: the
+ * async iterator a for-await makes costs an end-of-stream watch and a
+ * promise per chunk, several times the read itself for the one-chunk JSON
+ * answer of most requests. Ending without 'end' (destroyed) is a failure,
+ * as it is for the iterator.
+ */
+function readNodeBody(body: Readable, max: number, what: string): Promise<string> {
+  const early = () => body.errored ?? Object.assign(new Error(`${what} ended early`), { code: "ERR_STREAM_PREMATURE_CLOSE" });
+  // Its 'close' has been and gone: waiting for it would wait for ever.
+  if (body.destroyed) return Promise.reject(early());
+  return new Promise((resolve, reject) => {
+    const parts: Buffer[] = [];
+    let n = 0;
+    const off = () => {
+      body.off("data", onData);
+      body.off("end", onEnd);
+      body.off("error", onError);
+      body.off("close", onClose);
+    };
+    const onData = (chunk: Buffer) => {
+      n += chunk.byteLength;
+      if (n > max) {
+        off();
+        // undici's body reports its own destruction as an 'error' ("Request aborted"): nobody's to hear it.
+        body.once("error", () => {});
+        body.destroy();
+        reject(new UpstreamTooLarge(`${what} is over the limit of ${max} bytes`, max));
+        return;
+      }
+      parts.push(chunk);
+    };
+    const onEnd = () => {
+      off();
+      resolve(parts.length === 1 ? parts[0]!.toString("utf8") : Buffer.concat(parts, n).toString("utf8"));
+    };
+    const onError = (err: Error) => {
+      off();
+      reject(err);
+    };
+    const onClose = () => {
+      off();
+      reject(early());
+    };
+    body.on("data", onData);
+    body.once("end", onEnd);
+    body.once("error", onError);
+    body.once("close", onClose);
+  });
 }
 
 /** A body relayed as bytes, counted as it goes: past `max` bytes it throws UpstreamTooLarge. */

@@ -99,6 +99,22 @@ function classify(err: unknown, signal: AbortSignal): UpstreamFailure {
   return transportFailure(err, signal, "worker");
 }
 
+/** Worker URLs parsed, by URL: a backend is made per candidate per request, and a URL parse costs more than the rest of it. */
+const urlParts = new Map<string, { origin: string; basePath: string }>();
+/** Distinct worker URLs kept at most (they come and go with the registry). */
+const URL_PARTS_MAX = 4096;
+
+function workerUrlParts(url: string): { origin: string; basePath: string } {
+  let parts = urlParts.get(url);
+  if (!parts) {
+    const u = new URL(url);
+    parts = { origin: u.origin, basePath: u.pathname.replace(/\/$/, "") };
+    if (urlParts.size >= URL_PARTS_MAX) urlParts.clear();
+    urlParts.set(url, parts);
+  }
+  return parts;
+}
+
 export class WorkerBackend implements Backend {
   readonly kind = "worker" as const;
   /** Self-hosted: recorded on the ledger at cost 0, never held against a budget. */
@@ -117,9 +133,7 @@ export class WorkerBackend implements Backend {
     this.model = model;
     this.id = `worker:${worker.id}`;
     this.workerId = worker.id;
-    const u = new URL(worker.url);
-    this.origin = u.origin;
-    this.basePath = u.pathname.replace(/\/$/, "");
+    ({ origin: this.origin, basePath: this.basePath } = workerUrlParts(worker.url));
   }
 
   supports(): boolean {
