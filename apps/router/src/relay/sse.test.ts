@@ -1,8 +1,19 @@
 // The SSE parser against the WHATWG rules: every line ending, chunks split at
 // every byte, comments, unknown fields, multi-line data, and the limits.
-import { describe, expect, it } from "vitest";
+import { PassThrough, Readable } from "node:stream";
+import { beforeAll, describe, expect, it } from "vitest";
 import { UpstreamTooLarge } from "../backends/transport.ts";
-import { parseSse, parseSseBatches, type SseBatch, sseEvent, textBatch } from "./sse.ts";
+import { parseSse, parseSseBatches, type SseBatch, sseBatchesOf, sseEvent, type SseOptions, textBatch } from "./sse.ts";
+
+// Every parser case runs twice: through parseSseBatches over an async
+// iterable, and through sseBatchesOf over a Node stream (the worker relay's).
+type Reader = "iterator" | "events";
+let reader: Reader = "iterator";
+const readers: Reader[] = ["iterator", "events"];
+
+function batchesOf(chunks: Array<Uint8Array | string>, opts: Partial<SseOptions> = {}): AsyncIterable<SseBatch> {
+  return reader === "iterator" ? parseSseBatches(from(chunks), opts) : sseBatchesOf(Readable.from(chunks), opts);
+}
 
 const enc = new TextEncoder();
 
@@ -12,7 +23,7 @@ async function* from(chunks: Array<Uint8Array | string>): AsyncGenerator<Uint8Ar
 
 async function collect(chunks: Array<Uint8Array | string>, maxEventBytes?: number): Promise<string[]> {
   const out: string[] = [];
-  for await (const p of parseSse(from(chunks), maxEventBytes === undefined ? {} : { maxEventBytes })) out.push(p);
+  for await (const b of batchesOf(chunks, maxEventBytes === undefined ? {} : { maxEventBytes })) for (const e of b.events) out.push(e.data);
   return out;
 }
 
@@ -25,7 +36,11 @@ async function everySplit(text: string): Promise<string[][]> {
   return results;
 }
 
-describe("parseSse", () => {
+describe.each(readers)("parseSse (%s)", (mode) => {
+  beforeAll(() => {
+    reader = mode;
+  });
+
   it.each([
     ["LF", "\n"],
     ["CRLF", "\r\n"],
@@ -128,10 +143,14 @@ describe("sseEvent", () => {
   });
 });
 
-describe("parseSseBatches", () => {
+describe.each(readers)("parseSseBatches (%s)", (mode) => {
+  beforeAll(() => {
+    reader = mode;
+  });
+
   async function batches(chunks: Array<Uint8Array | string>): Promise<SseBatch[]> {
     const out: SseBatch[] = [];
-    for await (const b of parseSseBatches(from(chunks))) out.push(b);
+    for await (const b of batchesOf(chunks)) out.push(b);
     return out;
   }
   /** What each event's bytes are, when it has them (null: it goes out as text). */
@@ -177,6 +196,64 @@ describe("parseSseBatches", () => {
       const out = got.flatMap((b) => b.events.map((e) => (e.start < 0 ? `data: ${e.data}\n\n` : b.chunk.toString("utf8", e.start, e.end)))).join("");
       expect(out).toBe('data: {"a":"é"}\n\ndata: {"b":2}\n\ndata: [DONE]\n\n');
     }
+  });
+});
+
+describe("sseBatchesOf", () => {
+  it("pauses the stream while batches wait for the relay, and resumes it as they are taken", async () => {
+    const body = new PassThrough();
+    const it = sseBatchesOf(body);
+    for (let i = 0; i < 40; i++) body.write(`data: ${i}\n\n`);
+    await new Promise((r) => setImmediate(r));
+    // Not read on without end: 16 batches wait, the rest stays in the stream's buffer.
+    expect(body.isPaused()).toBe(true);
+    const got: string[] = [];
+    const reading = (async () => {
+      for (;;) {
+        const r = await it.next();
+        if (r.done) return;
+        got.push(...r.value.events.map((e) => e.data));
+      }
+    })();
+    await new Promise((r) => setImmediate(r));
+    body.end("data: [DONE]\n\n");
+    await reading;
+    expect(got).toEqual([...Array.from({ length: 40 }, (_, i) => String(i)), "[DONE]"]);
+  });
+
+  it("fails with the stream's error, as ended early on a close without end, and over the limit destroys the stream", async () => {
+    const failing = new PassThrough();
+    const a = sseBatchesOf(failing);
+    failing.write("data: 1\n\n");
+    expect((await a.next()).value?.events[0]?.data).toBe("1");
+    failing.destroy(new Error("socket hang up"));
+    await expect(a.next()).rejects.toThrow("socket hang up");
+
+    const closing = new PassThrough();
+    const b = sseBatchesOf(closing, { label: "worker w1" });
+    closing.write("data: 1");
+    closing.destroy();
+    await expect(b.next()).rejects.toThrow("worker w1's stream ended early");
+
+    // undici's body errors when destroyed without a reason: that error must not go unheard.
+    const undiciLike = new Readable({ read() {}, destroy: (err, cb) => cb(err ?? new Error("Request aborted")) });
+    const c = sseBatchesOf(undiciLike, { maxEventBytes: 100 });
+    undiciLike.push(Buffer.from(`data: ${"x".repeat(200)}`));
+    await expect(c.next()).rejects.toThrow(UpstreamTooLarge);
+    await new Promise((r) => setImmediate(r));
+    expect(undiciLike.destroyed).toBe(true);
+  });
+
+  it("return() lets an unfinished stream go (destroyed), and is done from then on", async () => {
+    const body = new PassThrough();
+    const it = sseBatchesOf(body);
+    body.write("data: 1\n\n");
+    await it.return!();
+    expect(body.destroyed).toBe(true);
+    const gone = new PassThrough();
+    gone.destroy();
+    await new Promise((r) => setImmediate(r));
+    await expect(sseBatchesOf(gone).next()).rejects.toThrow(/ended early/);
   });
 });
 

@@ -4,6 +4,7 @@
 // dropped: OpenAI-style streams use data only), and format payloads for the
 // client. The upstream is untrusted: no line and no event is buffered past
 // `maxEventBytes`.
+import type { Readable } from "node:stream";
 import { UpstreamTooLarge } from "../backends/transport.ts";
 
 export interface SseOptions {
@@ -70,23 +71,48 @@ export async function* parseSse(chunks: AsyncIterable<Uint8Array | string>, opts
  * Comments and fields before an event's data line are dropped, as before.
  */
 export async function* parseSseBatches(chunks: AsyncIterable<Uint8Array | string>, opts: Partial<SseOptions> = {}): AsyncGenerator<SseBatch> {
-  const max = opts.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
-  const who = opts.label ?? "upstream";
-  // Pieces of a line that began in an earlier chunk (copies: chunks are not ours to keep).
-  let pending: Buffer[] = [];
-  let pendingBytes = 0;
-  let data = "";
-  let dataBytes = 0;
-  let hasData = false;
-  // A CR ended the last chunk: an LF starting the next belongs to it.
-  let skipLf = false;
-  let atStart = true;
-  // Where the open event's bytes start in this chunk, and whether they are still in the canonical shape.
-  let evStart = 0;
-  let canonical = true;
-  const tooLarge = (what: string) => new UpstreamTooLarge(`${who} sent an SSE ${what} over the limit of ${max} bytes`, max);
-
+  const splitter = new SseSplitter(opts);
   for await (const raw of chunks) {
+    const batch = splitter.feed(raw);
+    if (batch) yield batch;
+  }
+}
+
+/**
+ * parseSseBatches' parser, fed one chunk at a time: the events each chunk
+ * completes, with the state between chunks (a line or an event carried
+ * over) kept here. Throws UpstreamTooLarge as parseSseBatches does.
+ */
+export class SseSplitter {
+  private readonly max: number;
+  private readonly who: string;
+  // Pieces of a line that began in an earlier chunk (copies: chunks are not ours to keep).
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+  private data = "";
+  private dataBytes = 0;
+  private hasData = false;
+  // A CR ended the last chunk: an LF starting the next belongs to it.
+  private skipLf = false;
+  private atStart = true;
+  // Whether the open event's bytes are still in the canonical shape.
+  private canonical = true;
+
+  constructor(opts: Partial<SseOptions> = {}) {
+    this.max = opts.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
+    this.who = opts.label ?? "upstream";
+  }
+
+  private tooLarge(what: string): UpstreamTooLarge {
+    return new UpstreamTooLarge(`${this.who} sent an SSE ${what} over the limit of ${this.max} bytes`, this.max);
+  }
+
+  /** The events this chunk completed (undefined: none). */
+  feed(raw: Uint8Array | string): SseBatch | undefined {
+    const max = this.max;
+    let { pending, pendingBytes, data, dataBytes, hasData, skipLf, atStart, canonical } = this;
+    // Where the open event's bytes start in this chunk.
+    let evStart = 0;
     const chunk = asBuffer(raw);
     const n = chunk.length;
     let events: SseEvent[] | undefined;
@@ -108,7 +134,7 @@ export async function* parseSseBatches(chunks: AsyncIterable<Uint8Array | string
       const eol = lf === -1 ? cr : cr === -1 ? lf : lf < cr ? lf : cr;
       if (eol === -1) {
         pendingBytes += n - pos;
-        if (pendingBytes > max) throw tooLarge("line");
+        if (pendingBytes > max) throw this.tooLarge("line");
         pending.push(Buffer.from(chunk.subarray(pos)));
         break;
       }
@@ -125,7 +151,7 @@ export async function* parseSseBatches(chunks: AsyncIterable<Uint8Array | string
         } else skipLf = true;
       }
       if (pendingBytes > 0) {
-        if (pendingBytes + (eol - pos) > max) throw tooLarge("line");
+        if (pendingBytes + (eol - pos) > max) throw this.tooLarge("line");
         pending.push(chunk.subarray(pos, eol));
         buf = Buffer.concat(pending);
         start = 0;
@@ -133,7 +159,7 @@ export async function* parseSseBatches(chunks: AsyncIterable<Uint8Array | string
         pending = [];
         pendingBytes = 0;
         plain = false;
-      } else if (eol - pos > max) throw tooLarge("line");
+      } else if (eol - pos > max) throw this.tooLarge("line");
       pos = next;
       if (atStart) {
         atStart = false;
@@ -182,15 +208,131 @@ export async function* parseSseBatches(chunks: AsyncIterable<Uint8Array | string
       } else plain = false;
       if (hasData || !plain) canonical = false;
       dataBytes += end - from + (hasData ? 1 : 0);
-      if (dataBytes > max) throw tooLarge("event");
+      if (dataBytes > max) throw this.tooLarge("event");
       // A BOM inside a value is kept (Buffer decoding never strips one).
       const value = from < end ? buf.toString("utf8", from, end) : "";
       data = hasData ? `${data}\n${value}` : value;
       hasData = true;
     }
-    if (events) yield { chunk, events };
+    this.pending = pending;
+    this.pendingBytes = pendingBytes;
+    this.data = data;
+    this.dataBytes = dataBytes;
+    this.hasData = hasData;
+    this.skipLf = skipLf;
+    this.atStart = atStart;
+    this.canonical = canonical;
+    return events ? { chunk, events } : undefined;
   }
 }
+
+/**
+ * The batches of a Node stream (undici's response body), read by its
+ * events: a for-await over the stream would cost an iterator step (a
+ * read, an end-of-stream watch, a promise) and the generator's own
+ * resumption on every chunk — for a token stream, every token. Batches
+ * wait here while the relay writes (at most a few: past them the body is
+ * paused, so the upstream's socket applies backpressure as before); a
+ * body that closes without its end is a failure, as it is for the iterator.
+ */
+export interface SseBatchReader extends AsyncIterableIterator<SseBatch> {
+  return(): Promise<IteratorResult<SseBatch>>;
+}
+
+export function sseBatchesOf(body: Readable, opts: Partial<SseOptions> = {}): SseBatchReader {
+  const splitter = new SseSplitter(opts);
+  const queued: SseBatch[] = [];
+  let ended = false;
+  let failure: unknown;
+  let waiter: { resolve: (r: IteratorResult<SseBatch>) => void; reject: (err: unknown) => void } | undefined;
+  const off = () => {
+    body.off("data", onData);
+    body.off("end", onEnd);
+    body.off("error", onError);
+    body.off("close", onClose);
+  };
+  const settle = () => {
+    const w = waiter;
+    if (!w) return;
+    if (queued.length > 0) {
+      waiter = undefined;
+      w.resolve({ value: queued.shift()!, done: false });
+    } else if (failure !== undefined) {
+      waiter = undefined;
+      w.reject(failure);
+    } else if (ended) {
+      waiter = undefined;
+      w.resolve({ value: undefined, done: true });
+    }
+  };
+  const fail = (err: unknown) => {
+    if (failure !== undefined || ended) return;
+    failure = err;
+    off();
+    // undici's body reports its own destruction as an 'error': nobody's to hear it.
+    body.on("error", () => {});
+    settle();
+  };
+  const onData = (chunk: Buffer) => {
+    let batch: SseBatch | undefined;
+    try {
+      batch = splitter.feed(chunk);
+    } catch (err) {
+      fail(err);
+      body.destroy();
+      return;
+    }
+    if (!batch) return;
+    queued.push(batch);
+    if (queued.length >= MAX_QUEUED_BATCHES) body.pause();
+    settle();
+  };
+  const onEnd = () => {
+    ended = true;
+    off();
+    settle();
+  };
+  const onError = (err: Error) => fail(err);
+  const onClose = () => fail(body.errored ?? Object.assign(new Error(`${opts.label ?? "upstream"}'s stream ended early`), { code: "ERR_STREAM_PREMATURE_CLOSE" }));
+  if (body.destroyed) fail(body.errored ?? Object.assign(new Error(`${opts.label ?? "upstream"}'s stream ended early`), { code: "ERR_STREAM_PREMATURE_CLOSE" }));
+  else {
+    body.on("data", onData);
+    body.once("end", onEnd);
+    body.once("error", onError);
+    body.once("close", onClose);
+  }
+  const it: SseBatchReader = {
+    next(): Promise<IteratorResult<SseBatch>> {
+      if (queued.length > 0) {
+        const value = queued.shift()!;
+        if (queued.length < MAX_QUEUED_BATCHES && body.isPaused() && !ended && failure === undefined) body.resume();
+        return Promise.resolve({ value, done: false });
+      }
+      if (failure !== undefined) return Promise.reject(failure);
+      if (ended) return Promise.resolve({ value: undefined, done: true });
+      if (body.isPaused()) body.resume();
+      return new Promise<IteratorResult<SseBatch>>((resolve, reject) => {
+        waiter = { resolve, reject };
+      });
+    },
+    /** The relay stopped reading: the body is let go (destroyed) unless it ended. */
+    return(): Promise<IteratorResult<SseBatch>> {
+      if (!ended && failure === undefined) {
+        fail(new Error("stopped reading"));
+        body.destroy();
+      }
+      queued.length = 0;
+      return Promise.resolve({ value: undefined, done: true });
+    },
+    [Symbol.asyncIterator]() {
+      return it;
+    },
+  };
+  return it;
+}
+
+/** Batches parsed ahead of the relay at most, before the body is paused. */
+const MAX_QUEUED_BATCHES = 16;
 
 /** One event for the client as text; `payload` must hold no line break (the relay sends JSON it serialised or validated as one line). */
 export function sseText(payload: string): string {

@@ -3,7 +3,7 @@
 import { Pool } from "../undici.ts";
 import type { LookupFunction } from "node:net";
 import { FENCING_SIGNATURE_HEADER, FENCING_WORKER_HEADER, FencingSigner, workerCallSecret, type WorkerRecord } from "@switchyard/state";
-import { parseSse, parseSseBatches } from "../../relay/sse.ts";
+import { parseSse, sseBatchesOf } from "../../relay/sse.ts";
 import {
   boundedBody,
   checkDeclaredLength,
@@ -222,17 +222,18 @@ export class WorkerBackend implements Backend {
         }
       },
       // What the relay reads: a worker's events that pass unchanged go to the client as its bytes.
-      // An iterator over the parser's, not a generator delegating to it:
-      // `yield*` costs its own promise and resumption on every chunk of
-      // every stream, and classifying a failure needs neither.
+      // Read by the body's events (sseBatchesOf), not a for-await, and an
+      // iterator over the reader's, not a generator delegating to it: each
+      // would cost a promise and a resumption on every chunk of every
+      // stream, and classifying a failure needs neither.
       batches: () => {
-        const inner = parseSseBatches(body, { maxEventBytes: limits.maxEventBytes, label });
+        const inner = sseBatchesOf(body, { maxEventBytes: limits.maxEventBytes, label });
         const fail = (err: unknown): never => {
           throw classify(err, signal);
         };
         return {
           next: () => inner.next().catch(fail),
-          return: (v?: unknown) => inner.return(v as undefined).catch(fail),
+          return: () => inner.return().catch(fail),
           [Symbol.asyncIterator]() {
             return this;
           },
