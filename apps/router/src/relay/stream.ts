@@ -313,8 +313,11 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
     try {
       for (;;) {
         if (batch === undefined || sawDone || i >= batch.events.length) {
-          // This chunk's events are gathered: one write, then the next chunk.
-          await flush();
+          // This chunk's events are gathered: one write, then the next chunk
+          // (awaited only when the client pushes back: an await of nothing
+          // still costs a turn of the microtask queue, on every token).
+          const wrote = flush();
+          if (wrote) await wrote;
           let next: IteratorResult<SseBatch>;
           try {
             next = await leg.batches.next();
