@@ -3,7 +3,8 @@
 // proxy as the floor. Issue 14 asks for every hot-path change measured
 // before/after in one run; on a shared 2-core box the spread between runs
 // is larger than most single changes, so the two builds take turns: round
-// after round, in alternating order, each target gets the same closed loop
+// after round, the bare proxy first, then the builds in alternating order,
+// each target gets the same closed loop
 // (and, unless --only non-streaming, the same 100-stream open loop), and CPU
 // time per request (user + system of the process, from /proc) is the figure
 // that compares them. REV is checked out into a temporary git worktree whose
@@ -123,7 +124,13 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     const rows: string[] = [];
     const cpu: Record<string, { ns: number[]; st: number[]; rps: number[]; dttft99: number[] }> = {};
     for (let round = 1; round <= rounds; round++) {
-      const order = round % 2 === 0 ? [...targets].reverse() : targets;
+      // The floor first, then the two builds, each first in every other
+      // round: no target runs twice in a row (at a round's boundary one would
+      // start with the caches its last loop left warm), and neither build
+      // always follows the same target. An A/A run of one commit against
+      // itself came out 16 % apart with the order reversed every round.
+      const [floor, ...pair] = targets;
+      const order = [floor!, ...(round % 2 === 0 ? [...pair].reverse() : pair)];
       for (const { t, proc } of order) {
         const c = (cpu[t.name] ??= { ns: [], st: [], rps: [], dttft99: [] });
         const load = loadavg()[0]!;
