@@ -81,6 +81,19 @@ describe("switchyard up --processes 2", () => {
     expect(r.processes).toHaveLength(2);
     const client = new OpenAI({ apiKey: key, baseURL: `${url}/v1`, maxRetries: 0 });
     expect((await client.models.list()).data.map((m) => m.id)).toEqual([MODEL]);
+    // Each process sees the worker from its own registry snapshot: listed
+    // is not yet ready (a warming worker is listed with ready: false). Wait
+    // until fresh connections, whichever process takes them, say ready.
+    let readyInARow = 0;
+    await waitFor(
+      async () => {
+        const r = await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${key}`, connection: "close" } });
+        const ready = r.status === 200 && ((await r.json()) as { data: { id: string; ready?: boolean }[] }).data.some((m) => m.id === MODEL && m.ready === true);
+        readyInARow = ready ? readyInARow + 1 : 0;
+        return readyInARow >= 6;
+      },
+      { timeoutMs: 60_000, intervalMs: 100, what: "the model ready in both router processes" },
+    );
     const ref = greedy.cases.find((c) => c.messages?.[0]?.content === "List three primary colors.")!;
     const messages = ref.messages as OpenAI.ChatCompletionMessageParam[];
     const res = await client.chat.completions.create({ model: MODEL, messages, temperature: 0, max_tokens: 8 });

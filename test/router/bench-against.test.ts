@@ -32,6 +32,12 @@ describe("switchyard bench router --against", () => {
     const perRound = lines.filter((l) => /^\| [12] \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
     expect(perRound).toHaveLength(6);
     for (const r of perRound) expect(r[4], r.join(" | ")).toBe("0");
+    // The order: the floor first in every round, then the builds, each first in one round; never one target twice in a row.
+    const order = perRound.map((r) => r[1]!);
+    expect(order[0]).toBe("node-passthrough");
+    expect(order[3]).toBe("node-passthrough");
+    expect(order.slice(1, 3)).toEqual([...order.slice(4, 6)].reverse());
+    for (let i = 1; i < order.length; i++) expect(order[i]).not.toBe(order[i - 1]);
     expect(worktrees()).toBe(before);
   }, 240_000);
 
