@@ -4,7 +4,7 @@
 // lag into Postgres. Own database and Redis key prefix, both removed after.
 import { randomUUID } from "node:crypto";
 import os from "node:os";
-import { connectDb, insertLedgerRows, type DbHandle, type NewLedgerRow } from "@switchyard/db";
+import { connectDb, decodeLedgerRow, insertLedgerRows, insertLedgerTexts, type DbHandle, type NewLedgerRow } from "@switchyard/db";
 import { RedisBudgetStore, RedisIntentJournal, budgetDay, connectRedis } from "@switchyard/state";
 import type { Redis } from "ioredis";
 import { encodeLedgerRow, RedisLedgerBuffer } from "@switchyard/router/billing";
@@ -253,13 +253,13 @@ export async function benchMoney(opts: { quick: boolean; log: (s: string) => voi
     // ---- b(i). ledger throughput: the Redis stream buffer vs row-at-a-time ----
     const log2 = createLogger("warn", { bench: "money" }, (l) => process.stderr.write(`${l}\n`));
     const phase = { committed: 0, batches: 0, lastCommit: 0, lagJsMs: [] as number[], trackLag: false };
-    const write = async (rows: NewLedgerRow[]) => {
-      const r = await insertLedgerRows(db, rows);
+    const write = async (texts: string[]) => {
+      const r = await insertLedgerTexts(db, texts);
       const now = Date.now();
       phase.committed += r.inserted;
       phase.batches++;
       phase.lastCommit = performance.now();
-      if (phase.trackLag) for (const row of rows) phase.lagJsMs.push(now - row.finishedAt.getTime());
+      if (phase.trackLag) for (const text of texts) phase.lagJsMs.push(now - decodeLedgerRow(text).finishedAt.getTime());
       return r;
     };
     ledger = new RedisLedgerBuffer(redis, write, { prefix, consumer: `bench-${process.pid}`, batch: 500, flushMs: 100, claimIdleMs: 15_000, log: log2 });

@@ -81,7 +81,8 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
   try {
     const key = await scratch.tenantKey("bench");
     const simPort = await freePort();
-    procs.push(startProc(process.execPath, ["--import", "tsx", path.join(root, "bench/sim-main.ts")], { PORT: String(simPort), REDIS_URL: REDIS, PREFIX: scratch.prefix, TOKENS: "5" }, "sim"));
+    // The floor's (and the streams' direct baseline's) sim worker; each build has its own below.
+    procs.push(startProc(process.execPath, ["--import", "tsx", path.join(root, "bench/sim-main.ts")], { PORT: String(simPort), TOKENS: "5" }, "sim"));
     const simUrl = `http://127.0.0.1:${simPort}`;
     const passPort = await freePort();
     const pass = startProc(process.execPath, ["--import", "tsx", path.join(root, "bench/passthrough-main.ts")], { PORT: String(passPort), UPSTREAM: simUrl }, "passthrough");
@@ -92,13 +93,20 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
       [`${other.sha.slice(0, 7)} (${opts.against})`, other.dir],
       [`${here}${dirty ? "+changes" : ""} (this checkout)`, root],
     ];
-    for (const [name, dir] of builds) {
+    for (const [i, [name, dir]] of builds.entries()) {
       const port = await freePort();
+      // Each build its own Redis prefix, so its own ledger stream and its own
+      // sim worker heartbeating there: routers on one prefix share the
+      // ledger drain, and the idle build would take up rows of the loaded one
+      // (6–9 µs of its CPU per request went uncounted that way).
+      const prefix = `${scratch.prefix}b${i}:`;
+      const simPortB = await freePort();
+      procs.push(startProc(process.execPath, ["--import", "tsx", path.join(root, "bench/sim-main.ts")], { PORT: String(simPortB), REDIS_URL: REDIS, PREFIX: prefix, TOKENS: "5" }, `sim ${name}`));
       if (!existsSync(path.join(dir, "apps/cli/bin/switchyard.mjs"))) throw new Error(`${name}: no apps/cli/bin/switchyard.mjs (a commit from before the CLI)`);
       const env = {
         DATABASE_URL: scratch.dbUrl,
         REDIS_URL: REDIS,
-        SWITCHYARD_REDIS__KEY_PREFIX: scratch.prefix,
+        SWITCHYARD_REDIS__KEY_PREFIX: prefix,
         SWITCHYARD_ROUTER__PORT: String(port),
         SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()),
         SWITCHYARD_LOG__LEVEL: "warn",

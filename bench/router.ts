@@ -93,7 +93,13 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     procs.push(router);
     // The same router, one process per core sharing the listener (`--processes N`).
     const routerNPort = await freePort();
-    const routerN = routerProc({ ...routerEnv, SWITCHYARD_ROUTER__PORT: String(routerNPort), SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()) }, { processes: nProcs });
+    // On a prefix (and so a ledger stream) of its own, with its own sim worker
+    // heartbeating there: routers sharing a stream share its drain, and the
+    // idle one would take up rows of the loaded one, its CPU uncounted.
+    const prefixN = `${prefix}n:`;
+    const simN = tsx("sim-main.ts", { PORT: String(await freePort()), REDIS_URL: REDIS, PREFIX: prefixN, TOKENS: "5" }, "sim ×N");
+    procs.push(simN);
+    const routerN = routerProc({ ...routerEnv, SWITCHYARD_REDIS__KEY_PREFIX: prefixN, SWITCHYARD_ROUTER__PORT: String(routerNPort), SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()) }, { processes: nProcs });
     procs.push(routerN);
     const routerNUrl = `http://127.0.0.1:${routerNPort}`;
     const passPort = await freePort();

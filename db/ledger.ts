@@ -16,6 +16,109 @@ function utcMonth(d: Date): string {
   return d.toISOString().slice(0, 7);
 }
 
+// ── A row as text: what the Redis ledger stream holds, and what Postgres reads back. ──
+
+const dateFields = ["startedAt", "firstTokenAt", "finishedAt"] as const;
+
+/** The first bytes of every row encodeLedgerRow writes: a row's UTC month is the 7 characters after them. */
+export const LEDGER_TEXT_HEAD = '{"startedAt":"';
+
+const jsonText = (s: string | null | undefined): string => (s == null ? "null" : JSON.stringify(s));
+const jsonInt = (n: number | null | undefined): string => (n == null ? "null" : String(n));
+const jsonTime = (d: Date | null | undefined): string => (d == null ? "null" : `"${d.toISOString()}"`);
+
+/**
+ * A row as stream text: bigints as decimal strings, instants as ISO strings,
+ * startedAt first (LEDGER_TEXT_HEAD: the drain reads the row's month from
+ * its first bytes). Written field by field, once per request: no spread
+ * copy of the row and no Date.toJSON lookups inside JSON.stringify.
+ */
+export function encodeLedgerRow(row: NewLedgerRow): string {
+  return (
+    `{"startedAt":${jsonTime(row.startedAt)},"requestId":${jsonText(row.requestId)},"tenantId":${jsonInt(row.tenantId)},"keyId":${jsonInt(row.keyId)}` +
+    `,"backend":${jsonText(row.backend)},"model":${jsonText(row.model)},"worker":${jsonText(row.worker)}` +
+    `,"promptTokens":${jsonInt(row.promptTokens ?? 0)},"completionTokens":${jsonInt(row.completionTokens ?? 0)},"cachedTokens":${jsonInt(row.cachedTokens ?? 0)},"cacheWriteTokens":${jsonInt(row.cacheWriteTokens ?? 0)}` +
+    `,"costMicro":"${String(row.costMicro)}","costSource":${jsonText(row.costSource)},"status":${jsonText(row.status)}` +
+    `,"firstTokenAt":${jsonTime(row.firstTokenAt)},"finishedAt":${jsonTime(row.finishedAt)},"ttftMs":${jsonInt(row.ttftMs)},"durationMs":${jsonInt(row.durationMs)}` +
+    `,"providerGenerationId":${jsonText(row.providerGenerationId)}}`
+  );
+}
+
+/** A row text back as a row (a row Postgres refused, read one by one; tests). */
+export function decodeLedgerRow(text: string): NewLedgerRow {
+  const o = JSON.parse(text) as Record<string, unknown>;
+  for (const f of dateFields) if (o[f] != null) o[f] = new Date(o[f] as string);
+  o.costMicro = BigInt(o.costMicro as string);
+  delete o.createdAt;
+  return o as unknown as NewLedgerRow;
+}
+
+/**
+ * A row text's UTC month (YYYY-MM): from its first bytes when encodeLedgerRow
+ * wrote it, else (an older text) from its parsed startedAt; undefined for a
+ * text that is no row at all (Postgres refuses it in the INSERT).
+ */
+export function ledgerTextMonth(text: string): string | undefined {
+  if (text.startsWith(LEDGER_TEXT_HEAD) && text.charCodeAt(LEDGER_TEXT_HEAD.length + 4) === 0x2d /* - */) return text.slice(LEDGER_TEXT_HEAD.length, LEDGER_TEXT_HEAD.length + 7);
+  try {
+    const at = new Date((JSON.parse(text) as { startedAt?: unknown })?.startedAt as string);
+    return Number.isNaN(at.getTime()) ? undefined : utcMonth(at);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Creates each month's partition once per process and database handle (rows never pile up in the default partition). */
+async function ensureMonths(db: Db, months: Iterable<string>): Promise<void> {
+  let seen = ensuredMonths.get(db);
+  if (!seen) ensuredMonths.set(db, (seen = new Set()));
+  for (const month of months) {
+    if (seen.has(month)) continue;
+    await db.execute(sql`select spend_ledger_ensure_partition(${`${month}-01T00:00:00Z`}::timestamptz)`);
+    seen.add(month);
+  }
+}
+
+/**
+ * Appends ledger rows given as their text (encodeLedgerRow), as the Redis
+ * stream holds them: the batch goes to Postgres as one JSON array parameter
+ * that json_to_recordset reads, so the drain neither parses a row nor
+ * builds a parameter per column (issue 14: the drain's decode and the
+ * per-column arrays were most of the ledger's cost per request). Idempotent
+ * like insertLedgerRows; a batch with a text Postgres cannot read throws
+ * (SQLSTATE class 22), and the caller decides what to drop.
+ */
+export async function insertLedgerTexts(db: Db, texts: readonly string[]): Promise<{ inserted: number }> {
+  if (texts.length === 0) return { inserted: 0 };
+  const months = new Set<string>();
+  for (const t of texts) {
+    const month = ledgerTextMonth(t);
+    if (month) months.add(month);
+  }
+  await ensureMonths(db, months);
+  const client = (db as unknown as { $client: Sql }).$client;
+  let inserted = 0;
+  for (let i = 0; i < texts.length; i += LEDGER_BATCH_ROWS) {
+    const batch = texts.length <= LEDGER_BATCH_ROWS ? texts : texts.slice(i, i + LEDGER_BATCH_ROWS);
+    // The command tag counts the rows that were new (ON CONFLICT skips the others): no RETURNING rows to read back.
+    const done = await client`
+      insert into spend_ledger (request_id, tenant_id, key_id, backend, model, worker, prompt_tokens, completion_tokens,
+        cached_tokens, cache_write_tokens, cost_micro, cost_source, status, started_at, first_token_at, finished_at,
+        ttft_ms, duration_ms, provider_generation_id)
+      select "requestId", "tenantId", "keyId", backend, model, worker, coalesce("promptTokens", 0), coalesce("completionTokens", 0),
+        coalesce("cachedTokens", 0), coalesce("cacheWriteTokens", 0), "costMicro", "costSource", status, "startedAt", "firstTokenAt", "finishedAt",
+        "ttftMs", "durationMs", "providerGenerationId"
+      from json_to_recordset(${"[" + batch.join(",") + "]"}::json) as r("requestId" text, "tenantId" bigint, "keyId" bigint,
+        backend text, model text, worker text, "promptTokens" int, "completionTokens" int, "cachedTokens" int, "cacheWriteTokens" int,
+        "costMicro" bigint, "costSource" cost_source, status request_status, "startedAt" timestamptz, "firstTokenAt" timestamptz,
+        "finishedAt" timestamptz, "ttftMs" int, "durationMs" int, "providerGenerationId" text)
+      on conflict (request_id, started_at) do nothing`;
+    inserted += done.count;
+  }
+  return { inserted };
+}
+
+
 /**
  * Appends ledger rows. A row already present (same request_id and started_at)
  * is skipped, so a settle retried any number of times leaves one row — as
@@ -26,13 +129,7 @@ function utcMonth(d: Date): string {
  */
 export async function insertLedgerRows(db: Db, rows: readonly NewLedgerRow[]): Promise<{ inserted: number }> {
   if (rows.length === 0) return { inserted: 0 };
-  let seen = ensuredMonths.get(db);
-  if (!seen) ensuredMonths.set(db, (seen = new Set()));
-  for (const month of new Set(rows.map((r) => utcMonth(r.startedAt)))) {
-    if (seen.has(month)) continue;
-    await db.execute(sql`select spend_ledger_ensure_partition(${`${month}-01T00:00:00Z`}::timestamptz)`);
-    seen.add(month);
-  }
+  await ensureMonths(db, new Set(rows.map((r) => utcMonth(r.startedAt))));
   // One statement per batch with one array parameter per column (unnest):
   // 19 parameters instead of 19 per row, and no per-row query building —
   // the drain's cost per row is the rows' bytes, not the SQL around them.

@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sql } from "drizzle-orm";
 import { createTenant, schema } from "@switchyard/db";
-import { centsToMicro, ensurePartitions, insertLedgerRows, priceAt, spendByDay, tenantDaySpend, usdToMicro } from "@switchyard/db";
+import { centsToMicro, decodeLedgerRow, encodeLedgerRow, ensurePartitions, insertLedgerRows, insertLedgerTexts, ledgerTextMonth, priceAt, spendByDay, tenantDaySpend, usdToMicro } from "@switchyard/db";
 import { createTestDb, uniqueName, type TestDb } from "../helpers/env.ts";
 
 let t: TestDb;
@@ -211,5 +211,47 @@ describe("spend ledger", () => {
     expect((await priceAt(t.db, "openrouter", model, new Date("2026-03-01T00:00:00Z")))?.inputMicroPerMtok).toBe(100n);
     expect(await priceAt(t.db, "openrouter", model, new Date("2026-07-01T00:00:00Z"))).toMatchObject({ inputMicroPerMtok: 150n, cachedInputMicroPerMtok: 15n });
     expect(await priceAt(t.db, "openrouter", model, new Date("2025-07-01T00:00:00Z"))).toBeUndefined();
+  });
+  it("a row as text: every column round-trips, nulls and escapes included; its month is read from its first bytes", () => {
+    const full = { ...row(7), keyId: 42, worker: 'w"1\\x', cacheWriteTokens: 3, costMicro: 2n ** 63n - 1n, model: "m/é\n" };
+    const text = encodeLedgerRow(full);
+    expect(text.startsWith('{"startedAt":"2026-11-15T12:00:00.000Z"')).toBe(true);
+    expect(decodeLedgerRow(text)).toEqual(full);
+    const nulls = row(7, { firstTokenAt: null, ttftMs: null, providerGenerationId: null, keyId: null, worker: null });
+    expect(decodeLedgerRow(encodeLedgerRow(nulls))).toEqual({ ...nulls, cacheWriteTokens: 0 });
+    expect(ledgerTextMonth(text)).toBe("2026-11");
+    // A row an older router wrote (JSON.stringify of the row, startedAt not first) still has a month.
+    const older = JSON.stringify({ ...row(7, { startedAt: new Date("2026-10-31T23:59:59Z") }), costMicro: "5" });
+    expect(ledgerTextMonth(older)).toBe("2026-10");
+    expect(ledgerTextMonth("not json")).toBeUndefined();
+  });
+
+  it("rows inserted as their text equal the same rows inserted as rows; again adds nothing; older texts are read too", async () => {
+    const tenant = await newTenant();
+    const a = row(tenant.id, { costMicro: 2n ** 60n + 7n, keyId: null, worker: "w-1", cachedTokens: 5, cacheWriteTokens: 2 });
+    const b = row(tenant.id, { firstTokenAt: null, ttftMs: null, providerGenerationId: null, status: "client_cancelled", costSource: "estimate", startedAt: new Date("2027-03-01T00:00:00.250Z") });
+    const c = row(tenant.id);
+    const older = JSON.stringify({ ...c, costMicro: String(c.costMicro) });
+    expect(await insertLedgerTexts(t.db, [encodeLedgerRow(a), encodeLedgerRow(b), older])).toEqual({ inserted: 3 });
+    expect(await insertLedgerTexts(t.db, [encodeLedgerRow(a), older])).toEqual({ inserted: 0 });
+    const read = async (id: string) => (await t.sql`select * from spend_ledger where request_id = ${id}`)[0];
+    const viaText = await Promise.all([a, b, c].map((r) => read(r.requestId!)));
+    // The same rows through the row path, under new ids, read back alike.
+    const twins = [a, b, c].map((r) => ({ ...r, requestId: `${r.requestId}-rows` }));
+    expect(await insertLedgerRows(t.db, twins)).toEqual({ inserted: 3 });
+    const viaRows = await Promise.all(twins.map((r) => read(r.requestId!)));
+    const strip = (r: Record<string, unknown> | undefined) => ({ ...r, request_id: undefined, created_at: undefined });
+    expect(viaText.map(strip)).toEqual(viaRows.map(strip));
+    expect(viaText[0]!.cost_micro).toBe(String(2n ** 60n + 7n));
+    // A month not seen before got its partition.
+    expect(await partitionOf(b.requestId!)).toEqual(["spend_ledger_p2027_03"]);
+  });
+
+  it("a batch with a text Postgres cannot read fails with a data exception (SQLSTATE 22…)", async () => {
+    const tenant = await newTenant();
+    const good = encodeLedgerRow(row(tenant.id));
+    await expect(insertLedgerTexts(t.db, [good, "not json"])).rejects.toMatchObject({ code: expect.stringMatching(/^22/) });
+    await expect(insertLedgerTexts(t.db, [good, encodeLedgerRow(row(tenant.id)).replace(/"tenantId":\d+/, '"tenantId":"abc"')])).rejects.toMatchObject({ code: expect.stringMatching(/^22/) });
+    expect(await t.sql`select 1 from spend_ledger where tenant_id = ${tenant.id}`).toHaveLength(0);
   });
 });

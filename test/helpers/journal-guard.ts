@@ -1,7 +1,7 @@
 // Shared by the in-process money tests (test/money/intents, orphan-race): a
 // tenant with a key as the guard sees it, the ledger buffer draining into
 // Postgres, and a budget guard with its intent journal, as one router has them.
-import { createKey, createTenant, insertLedgerRows, type KeyOwner } from "@switchyard/db";
+import { createKey, createTenant, insertLedgerTexts, type KeyOwner } from "@switchyard/db";
 import { RedisIntentJournal, type BudgetStore } from "@switchyard/state";
 import type { StaticBudgets } from "../../apps/router/src/billing/budgets.ts";
 import { BudgetGuard } from "../../apps/router/src/billing/guard.ts";
@@ -21,7 +21,7 @@ export async function seedOwner(db: TestDb, name: string): Promise<KeyOwner> {
 
 /** The ledger stream on the test's Redis prefix, drained into the test's database by `consumer`. */
 export function ledgerBuffer(db: TestDb, redis: TestRedis, consumer: string): RedisLedgerBuffer {
-  return new RedisLedgerBuffer(redis.redis, (rows) => insertLedgerRows(db.db, rows), { prefix: redis.prefix, consumer, batch: 100, flushMs: 20, claimIdleMs: 1_000, log: silentLogger });
+  return new RedisLedgerBuffer(redis.redis, (texts) => insertLedgerTexts(db.db, texts), { prefix: redis.prefix, consumer, batch: 100, flushMs: 20, claimIdleMs: 1_000, log: silentLogger });
 }
 
 /** One router's budget guard and intent journal (journal consumer `consumer`) over a shared store, budgets, prices and ledger. */

@@ -5,9 +5,12 @@
 // intent's finish) included.
 import { describe, expect, it } from "vitest";
 import type { NewLedgerRow } from "@switchyard/db";
-import { encodeLedgerRow, LEDGER_ROWS_PER_ENTRY, RedisLedgerBuffer } from "../../apps/router/src/billing/ledger-stream.ts";
+import { decodeLedgerRow, encodeLedgerRow, LEDGER_ROWS_PER_ENTRY, RedisLedgerBuffer } from "../../apps/router/src/billing/ledger-stream.ts";
 import { silentLogger } from "../../apps/router/src/observability/log.ts";
-import { createTestRedis } from "../helpers/env.ts";
+import { createTenant, insertLedgerTexts } from "@switchyard/db";
+import { RouterMetrics } from "../../apps/router/src/observability/metrics.ts";
+import { createLogger } from "../../apps/router/src/observability/log.ts";
+import { createTestDb, createTestRedis } from "../helpers/env.ts";
 
 const row = (i: number): NewLedgerRow => ({
   requestId: `req_batch_${i}`,
@@ -37,9 +40,9 @@ describe("RedisLedgerBuffer entries", () => {
     const written: NewLedgerRow[] = [];
     const buffer = new RedisLedgerBuffer(
       r.redis,
-      async (rows) => {
-        written.push(...rows);
-        return { inserted: rows.length };
+      async (texts) => {
+        written.push(...texts.map(decodeLedgerRow));
+        return { inserted: texts.length };
       },
       { prefix: r.prefix, consumer: "c1", batch: 100, flushMs: 50, claimIdleMs: 10_000, log: silentLogger },
     );
@@ -79,7 +82,7 @@ describe("RedisLedgerBuffer entries", () => {
   it("the drain lets a first row wait up to flushMs for company: rows that trickle in share one INSERT", async () => {
     const r = await createTestRedis();
     const inserts: string[][] = [];
-    const buffer = new RedisLedgerBuffer(r.redis, async (rows) => (inserts.push(rows.map((x) => x.requestId)), { inserted: rows.length }), {
+    const buffer = new RedisLedgerBuffer(r.redis, async (texts) => (inserts.push(texts.map((x) => decodeLedgerRow(x).requestId)), { inserted: texts.length }), {
       prefix: r.prefix,
       consumer: "c3",
       batch: 100,
@@ -106,7 +109,7 @@ describe("RedisLedgerBuffer entries", () => {
   it("a record() in flight when flush() is called is in Postgres when flush() returns", async () => {
     const r = await createTestRedis();
     const written: string[] = [];
-    const buffer = new RedisLedgerBuffer(r.redis, async (rows) => (written.push(...rows.map((x) => x.requestId)), { inserted: rows.length }), {
+    const buffer = new RedisLedgerBuffer(r.redis, async (texts) => (written.push(...texts.map((x) => decodeLedgerRow(x).requestId)), { inserted: texts.length }), {
       prefix: r.prefix,
       consumer: "c2",
       batch: 100,
@@ -122,6 +125,42 @@ describe("RedisLedgerBuffer entries", () => {
     } finally {
       await buffer.close();
       await r.cleanup();
+    }
+  });
+  it("rows reach Postgres as their text; a text Postgres cannot read is dropped alone (logged, counted), the rest of its batch commits", async () => {
+    const r = await createTestRedis();
+    const db = await createTestDb();
+    const lines: string[] = [];
+    const metrics = new RouterMetrics();
+    const buffer = new RedisLedgerBuffer(r.redis, (texts) => insertLedgerTexts(db.db, texts), {
+      prefix: r.prefix,
+      consumer: "c4",
+      batch: 100,
+      flushMs: 20,
+      claimIdleMs: 10_000,
+      log: createLogger("error", {}, (l) => lines.push(l)),
+      metrics,
+    });
+    try {
+      const t = await createTenant(db.db, "dropper");
+      if (!t.ok) throw new Error(t.reason);
+      const mine = (i: number) => ({ ...row(i), tenantId: t.tenant.id });
+      // One entry: two good rows around a text that is no JSON and one whose tenant id is no number.
+      const bad = encodeLedgerRow(mine(3)).replace(/"tenantId":\d+/, '"tenantId":"abc"');
+      await r.redis.xadd(buffer.key, "*", "r", encodeLedgerRow(mine(1)), "r", "not json", "r", bad, "r", encodeLedgerRow(mine(2)));
+      await buffer.record(mine(4));
+      await buffer.flush();
+      const ids = (await db.sql<{ request_id: string }[]>`select request_id from spend_ledger where tenant_id = ${t.tenant.id} order by request_id`).map((x) => x.request_id);
+      expect(ids).toEqual(["req_batch_1", "req_batch_2", "req_batch_4"]);
+      expect(await buffer.depth()).toBe(0);
+      expect(metrics.ledgerRows.get({ outcome: "committed" })).toBe(3);
+      expect(metrics.ledgerRows.get({ outcome: "dropped" })).toBe(2);
+      expect(lines.filter((l) => l.includes("unreadable ledger row dropped"))).toHaveLength(2);
+      expect(metrics.ledgerLag.render()).toMatch(/switchyard_ledger_lag_seconds_count 3/);
+    } finally {
+      await buffer.close();
+      await r.cleanup();
+      await db.drop();
     }
   });
 });

@@ -7,7 +7,7 @@ import type { AddressInfo, LookupFunction } from "node:net";
 import { serve, type ServerType } from "@hono/node-server";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { connectDb, ensureLedgerPartitionsAhead, insertLedgerRows, migrationStatus, runMigrations, recordBudgetAlert, startEmbeddedPostgres, type DbHandle, type EmbeddedPg } from "@switchyard/db";
+import { connectDb, ensureLedgerPartitionsAhead, insertLedgerRows, insertLedgerTexts, migrationStatus, runMigrations, recordBudgetAlert, startEmbeddedPostgres, type DbHandle, type EmbeddedPg } from "@switchyard/db";
 import {
   describeRedisTarget,
   openRedis,
@@ -322,6 +322,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const keyStore = new PostgresKeyStore(db.db);
   const dbHandle = db;
   const writeRows = (rows: Parameters<typeof insertLedgerRows>[1]) => insertLedgerRows(dbHandle.db, rows);
+  const writeTexts = (texts: string[]) => insertLedgerTexts(dbHandle.db, texts);
   // With Redis: the durable ledger stream and the shared budget counters.
   // Without (one machine): an in-memory buffer and in-process counters.
   let ledgerStream: RedisLedgerBuffer | undefined;
@@ -330,7 +331,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   let budgetStore = opts.budgets;
   if (redis) {
     const consumer = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
-    ledgerStream = new RedisLedgerBuffer(redis, writeRows, {
+    ledgerStream = new RedisLedgerBuffer(redis, writeTexts, {
       prefix: config.redis.keyPrefix,
       consumer,
       batch: config.billing.ledgerBatch,

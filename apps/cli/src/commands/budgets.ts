@@ -9,6 +9,7 @@ import {
   formatMicroAsUsd,
   getBudget,
   insertLedgerRows,
+  insertLedgerTexts,
   listBudgetAlerts,
   listBudgets,
   setBudget,
@@ -334,7 +335,7 @@ function openRedis(target: StateRedisTarget) {
  * are taken over once idle), and warn about what is still held by live routers.
  */
 async function drainLedgerBuffer(redis: ReturnType<typeof openRedis>, prefix: string, db: Db): Promise<void> {
-  const buffer = new RedisLedgerBuffer(redis, (rows) => insertLedgerRows(db, rows), {
+  const buffer = new RedisLedgerBuffer(redis, (texts) => insertLedgerTexts(db, texts), {
     prefix,
     consumer: `reconcile-${hostname()}-${process.pid}`,
     batch: 1000,

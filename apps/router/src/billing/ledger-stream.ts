@@ -10,37 +10,18 @@
 //   - a router killed mid-batch: its unacknowledged rows are claimed by
 //     another router after billing.ledgerClaimIdleMs (XAUTOCLAIM);
 //   - a batch delivered twice: the second insert adds nothing.
-import type { NewLedgerRow } from "@switchyard/db";
+import { decodeLedgerRow, encodeLedgerRow, type NewLedgerRow } from "@switchyard/db";
+
+// The row text is the ledger's (db/ledger.ts): Postgres reads it as it is.
+export { decodeLedgerRow, encodeLedgerRow };
 import { duplicateRedis, type RedisLike } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 import type { LedgerSink } from "./ledger.ts";
 
-const dateFields = ["startedAt", "firstTokenAt", "finishedAt"] as const;
-
-/** A row as stream text: bigints as decimal strings, instants as ISO strings. */
-export function encodeLedgerRow(row: NewLedgerRow): string {
-  // The row's one bigint, converted up front: a replacer function would be called for every key (once per request).
-  try {
-    return JSON.stringify(typeof row.costMicro === "bigint" ? { ...row, costMicro: row.costMicro.toString() } : row);
-  } catch (err) {
-    if (!(err instanceof TypeError)) throw err;
-    // Another bigint somewhere: the general (slower) way.
-    return JSON.stringify(row, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v));
-  }
-}
-
 /** The Redis stream holding buffered ledger rows, for a key prefix. */
 export function ledgerStreamKey(prefix: string): string {
   return `${prefix}{ledger}:stream`;
-}
-
-export function decodeLedgerRow(text: string): NewLedgerRow {
-  const o = JSON.parse(text) as Record<string, unknown>;
-  for (const f of dateFields) if (o[f] != null) o[f] = new Date(o[f] as string);
-  o.costMicro = BigInt(o.costMicro as string);
-  delete o.createdAt;
-  return o as unknown as NewLedgerRow;
 }
 
 export interface RedisLedgerOptions {
@@ -58,6 +39,12 @@ type StreamEntry = [id: string, fields: string[] | null];
 
 /** Rows per stream entry at most: a drain step reads `batch` entries, so this bounds its rows. */
 export const LEDGER_ROWS_PER_ENTRY = 64;
+
+/** Postgres could not read a row's text as a row (data exception, SQLSTATE class 22). */
+function unreadable(err: unknown): boolean {
+  const code = (err as { code?: unknown })?.code;
+  return typeof code === "string" && code.startsWith("22");
+}
 
 /** The rows an entry holds: its fields are pairs, each "r" one row (an intent's finish writes one). */
 export function entryRows(fields: string[] | null): string[] {
@@ -90,7 +77,8 @@ export class RedisLedgerBuffer implements LedgerSink {
     // One node or a Cluster: the stream, its group and the intents share the
     // {ledger} hash tag, so every command and script here is single-slot.
     private readonly redis: RedisLike,
-    private readonly write: (rows: NewLedgerRow[]) => Promise<{ inserted: number }>,
+    /** Inserts rows given as their text (insertLedgerTexts): idempotent; throws with SQLSTATE class 22 when Postgres cannot read one. */
+    private readonly write: (texts: string[]) => Promise<{ inserted: number }>,
     private readonly opts: RedisLedgerOptions,
   ) {
     this.key = ledgerStreamKey(opts.prefix);
@@ -222,30 +210,64 @@ export class RedisLedgerBuffer implements LedgerSink {
       }
     }
     if (entries.length === 0) return 0;
-    const ids = entries.map(([id]) => id);
-    const rows: NewLedgerRow[] = [];
+    const ids: string[] = [];
+    const texts: string[] = [];
+    // Each row's lag runs from its entry's id (the append, within a turn of the request's end): no row is parsed here.
+    const appendedAt: number[] = [];
     for (const [id, fields] of entries) {
+      ids.push(id);
       // A deleted entry still pending comes back without fields: only ack it.
+      const at = Number(id.slice(0, id.indexOf("-")));
       for (const text of entryRows(fields)) {
-        try {
-          rows.push(decodeLedgerRow(text));
-        } catch (err) {
-          this.opts.log.error("unreadable ledger row dropped from the buffer", { id, error: (err as Error).message });
-        }
+        texts.push(text);
+        appendedAt.push(at);
       }
     }
     // An entry holds up to LEDGER_ROWS_PER_ENTRY rows: billing.ledgerBatch still bounds each INSERT.
     let inserted = 0;
-    for (let i = 0; i < rows.length; i += this.opts.batch) inserted += (await this.write(rows.slice(i, i + this.opts.batch))).inserted;
+    const dropped = new Set<string>();
+    for (let i = 0; i < texts.length; i += this.opts.batch) {
+      const r = await this.insert(texts.slice(i, i + this.opts.batch));
+      inserted += r.inserted;
+      for (const text of r.dropped) dropped.add(text);
+    }
     await this.redis.multi().xack(this.key, this.group, ...ids).xdel(this.key, ...ids).exec();
     const now = Date.now();
     const m = this.opts.metrics;
     if (m) {
       m.ledgerRows.inc({ outcome: "committed" }, inserted);
-      if (rows.length > inserted) m.ledgerRows.inc({ outcome: "duplicate" }, rows.length - inserted);
-      for (const r of rows) m.ledgerLag.observe({}, Math.max(0, now - r.finishedAt.getTime()) / 1000);
+      const kept = texts.length - dropped.size;
+      if (kept > inserted) m.ledgerRows.inc({ outcome: "duplicate" }, kept - inserted);
+      if (dropped.size > 0) m.ledgerRows.inc({ outcome: "dropped" }, dropped.size);
+      for (let i = 0; i < texts.length; i++) if (dropped.size === 0 || !dropped.has(texts[i]!)) m.ledgerLag.observe({}, Math.max(0, now - appendedAt[i]!) / 1000);
     }
     return entries.length;
+  }
+
+  /**
+   * One INSERT of rows as text. A batch Postgres cannot read (a row that is
+   * not JSON, a value of the wrong type: SQLSTATE class 22) is retried row by
+   * row, and only the rows refused alone are dropped, each logged; any other
+   * failure (Postgres away) throws, and the rows stay in the stream.
+   */
+  private async insert(batch: string[]): Promise<{ inserted: number; dropped: string[] }> {
+    try {
+      return { inserted: (await this.write(batch)).inserted, dropped: [] };
+    } catch (err) {
+      if (!unreadable(err)) throw err;
+    }
+    let inserted = 0;
+    const dropped: string[] = [];
+    for (const text of batch) {
+      try {
+        inserted += (await this.write([text])).inserted;
+      } catch (err) {
+        if (!unreadable(err)) throw err;
+        dropped.push(text);
+        this.opts.log.error("unreadable ledger row dropped from the buffer", { row: text.slice(0, 200), error: (err as Error).message });
+      }
+    }
+    return { inserted, dropped };
   }
 
   private async loop(): Promise<void> {
