@@ -85,7 +85,8 @@ export function authenticate(deps: AppDeps, opts: { apiKeyHeader?: string } = {}
     if (!header && !alt) throw new ApiError("missing_api_key", `missing API key: send Authorization: Bearer sy_…${opts.apiKeyHeader ? ` or ${opts.apiKeyHeader}: sy_…` : ""}`);
     const m = alt ? [alt, alt] : /^Bearer\s+(\S+)\s*$/i.exec(header!);
     if (!m) throw new ApiError("invalid_api_key", "malformed Authorization header: expected Bearer <key>");
-    const owner = await deps.keys.resolve(m[1]!);
+    const resolved = deps.keys.resolve(m[1]!);
+    const owner = resolved instanceof Promise ? await resolved : resolved;
     if (!owner) throw new ApiError("invalid_api_key", "invalid API key");
     if (owner.revoked) throw new ApiError("revoked_api_key", `API key ${owner.prefix} has been revoked`);
     c.set("tenant", owner);

@@ -26,7 +26,8 @@ export class TenantCache<V> {
     private readonly maxEntries = 100_000,
   ) {}
 
-  async get(tenantId: number): Promise<V> {
+  /** A fresh entry is answered as it is, not as a promise: this sits in front of every request (rate limits). */
+  get(tenantId: number): V | Promise<V> {
     const now = Date.now();
     const hit = this.cache.get(tenantId);
     if (hit && hit.until > now) {
@@ -40,6 +41,10 @@ export class TenantCache<V> {
     }
     const fresh = this.load(tenantId);
     if (!hit) return fresh;
+    return this.staleOr(fresh, hit, now);
+  }
+
+  private async staleOr(fresh: Promise<V>, hit: { until: number; refreshAt: number; value: V }, now: number): Promise<V> {
     const value = await freshOrStale(fresh, hit.value, STALE_AFTER_MS);
     // Don't re-ask a failing Postgres on every request: at most once a second.
     hit.until = Math.max(hit.until, now + Math.min(this.ttlMs, 1_000));

@@ -145,8 +145,12 @@ export class AdmissionGate {
     });
   }
 
-  /** Waits for this request's turn; throws the ApiError to answer with when it gets none. */
-  async admit(req: AdmitRequest): Promise<PoolPlace> {
+  /**
+   * Waits for this request's turn; throws the ApiError to answer with when it
+   * gets none. A request admitted at once gets its place as it is, not as a
+   * promise (every request passes here; only a queued one waits).
+   */
+  admit(req: AdmitRequest): PoolPlace | Promise<PoolPlace> {
     const cfg = this.deps.config;
     const { metrics } = this.deps;
     if (!cfg.enabled) return ungated(cfg.defaultBand);
@@ -191,6 +195,13 @@ export class AdmissionGate {
         "retry-after": String(limits.retryAfterS),
       });
     }
+    return this.wait(pool, band, req, arrivedAt);
+  }
+
+  /** In the band's queue until a place frees, the band's TTL passes or the client goes away. */
+  private async wait(pool: Pool, band: PriorityBand, req: AdmitRequest, arrivedAt: number): Promise<PoolPlace> {
+    const limits = this.deps.config.bands[band];
+    const { metrics } = this.deps;
     const outcome = await new Promise<Outcome>((resolve) => {
       let timer: NodeJS.Timeout | undefined;
       const waiter: Waiter = {

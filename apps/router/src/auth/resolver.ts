@@ -46,13 +46,13 @@ export class KeyResolver {
     private readonly maxEntries = 100_000,
   ) {}
 
-  async resolve(key: string): Promise<KeyOwner | undefined> {
+  /** A key in the cache is answered as it is, not as a promise (every request asks); a miss or an expired entry waits for Postgres. */
+  resolve(key: string): KeyOwner | undefined | Promise<KeyOwner | undefined> {
     const hash = hashKey(key);
     const now = Date.now();
     const hit = this.cache.get(hash);
-    let owner: KeyOwner | undefined;
     if (hit && hit.until > now) {
-      owner = hit.owner;
+      const owner = hit.owner;
       if (hit.refreshAt <= now && !this.refreshing.has(hash)) {
         this.refreshing.add(hash);
         this.refresh(hash)
@@ -60,7 +60,15 @@ export class KeyResolver {
           .catch(() => (hit.refreshAt = Date.now() + Math.min(this.ttlMs, 1_000)))
           .finally(() => this.refreshing.delete(hash));
       }
-    } else if (hit) {
+      if (owner && !owner.revoked) this.noteUse(owner.keyId, now);
+      return owner;
+    }
+    return this.reread(hash, hit, now);
+  }
+
+  private async reread(hash: string, hit: { owner: KeyOwner | undefined; until: number; refreshAt: number } | undefined, now: number): Promise<KeyOwner | undefined> {
+    let owner: KeyOwner | undefined;
+    if (hit) {
       // Expired: re-read, but if Postgres fails or is slow, answer from the
       // last lookup — an outage must not take serving down. A revocation
       // still takes effect within the TTL whenever Postgres answers.

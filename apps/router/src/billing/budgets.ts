@@ -33,7 +33,7 @@ export class PostgresBudgets implements BudgetDirectory {
     }, ttlMs);
   }
 
-  budgetOf(tenantId: number): Promise<TenantBudget | null> {
+  async budgetOf(tenantId: number): Promise<TenantBudget | null> {
     return this.cache.get(tenantId);
   }
 }

@@ -96,16 +96,43 @@ export class BudgetGuard {
     return new RequestTab(this, input);
   }
 
+  /** Settles waiting for the next turn of the loop (later()), which drain() waits for too. */
+  private soon = 0;
+  private soonDone: Array<() => void> = [];
+
   /** Runs a settle off the request path, tracked so shutdown can wait for it. */
   track(p: Promise<void>): void {
-    const t = p.catch((err: unknown) => this.deps.log.error("settle failed", { error: (err as Error)?.message ?? String(err) }));
+    const t = p.then(undefined, (err: unknown) => this.deps.log.error("settle failed", { error: (err as Error)?.message ?? String(err) }));
     this.pending.add(t);
-    void t.finally(() => this.pending.delete(t));
+    void t.then(() => this.pending.delete(t));
+  }
+
+  /**
+   * Runs `settle` on the next turn of the loop (after the answer's last bytes
+   * were handed to the socket), then tracks it: a counter until then, not a
+   * promise chain per request.
+   */
+  later(settle: () => Promise<void>): void {
+    this.soon++;
+    setImmediate(() => {
+      this.soon--;
+      let p: Promise<void>;
+      try {
+        p = settle();
+      } catch (err) {
+        p = Promise.reject(err as Error);
+      }
+      this.track(p);
+      if (this.soon === 0) for (const w of this.soonDone.splice(0)) w();
+    });
   }
 
   /** Waits for every settle in flight (router shutdown). */
   async drain(): Promise<void> {
-    while (this.pending.size > 0) await Promise.all([...this.pending]);
+    while (this.soon > 0 || this.pending.size > 0) {
+      if (this.soon > 0) await new Promise<void>((r) => this.soonDone.push(r));
+      else await Promise.all([...this.pending]);
+    }
   }
 
   /** Settles in flight done and their ledger rows written through to Postgres (tests, shutdown). */
@@ -140,6 +167,9 @@ export class BudgetGuard {
     }
   }
 }
+
+/** A free backend's verdict: the same object for every request (nothing in it varies). */
+const FREE: BudgetVerdict = Object.freeze({ ok: true as const });
 
 export class RequestTab {
   private budget: Promise<TenantBudget | null> | undefined;
@@ -196,8 +226,13 @@ export class RequestTab {
     return this.guard.deps.prices.price(backend.kind, backend.model);
   }
 
-  async admit(backend: Backend): Promise<BudgetVerdict> {
-    if (!backend.paid) return { ok: true };
+  /** A free backend is admitted at once (not as a promise): only a paid one is held against the budget. */
+  admit(backend: Backend): BudgetVerdict | Promise<BudgetVerdict> {
+    if (!backend.paid) return FREE;
+    return this.hold(backend);
+  }
+
+  private async hold(backend: Backend): Promise<BudgetVerdict> {
     const { deps } = this.guard;
     const price = this.priceOf(backend);
     if (!price) {
@@ -380,7 +415,7 @@ export class RequestTab {
     if (this.settled) return;
     this.settled = true;
     const finishedAtPerf = performance.now();
-    this.guard.track(new Promise<void>((r) => setImmediate(r)).then(() => this.settleNow(o, finishedAtPerf)));
+    this.guard.later(() => this.settleNow(o, finishedAtPerf));
   }
 
   /** The row for this outcome (exposed for the idempotency tests: a retried settle writes the same row). */
@@ -413,7 +448,13 @@ export class RequestTab {
   }
 
   /** Ledger row first, then spend, then alerts. Idempotent: safe to run again with the same outcome. */
-  async settleNow(o: SettleOutcome, finishedAtPerf = performance.now()): Promise<void> {
+  settleNow(o: SettleOutcome, finishedAtPerf = performance.now()): Promise<void> {
+    // A free backend with no hold and no intent left: its settle is its ledger row and nothing after it.
+    if (!o.backend.paid && !this.holder && !this.intent) return this.guard.deps.ledger.record(this.row(o, finishedAtPerf));
+    return this.settleHeld(o, finishedAtPerf);
+  }
+
+  private async settleHeld(o: SettleOutcome, finishedAtPerf: number): Promise<void> {
     const { deps } = this.guard;
     const row = this.row(o, finishedAtPerf);
     if (!(await this.recordRow(row, o.backend))) {

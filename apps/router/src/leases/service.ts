@@ -150,9 +150,15 @@ export class LeaseService {
    * worker the request waits, bounded, for a lease to end, then falls through
    * the chain (or gets a 503 when nothing is left).
    */
-  async route(backends: Backend[], req: { leaseId?: string; tenantId: number; model: string; signal?: AbortSignal }): Promise<LeaseRouting> {
+  route(backends: Backend[], req: { leaseId?: string; tenantId: number; model: string; signal?: AbortSignal }): LeaseRouting | Promise<LeaseRouting> {
     if (req.leaseId !== undefined) return this.routeHolder(backends, req.leaseId, req.tenantId, req.model);
+    // No lease anywhere (the common case): answered at once, not as a promise.
     if (this.directory.live().length === 0) return { backends };
+    return this.routeAround(backends, req);
+  }
+
+  /** A request without a lease while some workers are leased: around them, or waiting (bounded) for one to free. */
+  private async routeAround(backends: Backend[], req: { model: string; signal?: AbortSignal }): Promise<LeaseRouting> {
     const cfg = this.opts.config.leases;
     const r = await this.directory.skipLeased(backends, { depthPerWorker: cfg.queueDepthPerWorker, waitMs: cfg.queueWaitMs }, req.signal);
     if (r.backends.length === 0) {
@@ -293,11 +299,11 @@ function notFound(leaseId: string): ApiError {
 }
 
 /** Lease routing for the inference routes; a router without leases refuses a lease header rather than ignoring it. */
-export async function routeWithLeases(
+export function routeWithLeases(
   leases: LeaseService | undefined,
   backends: Backend[],
   req: { leaseId?: string; tenantId: number; model: string; signal?: AbortSignal },
-): Promise<LeaseRouting> {
+): LeaseRouting | Promise<LeaseRouting> {
   if (leases) return leases.route(backends, req);
   if (req.leaseId !== undefined) throw new ApiError("lease_not_found", "this router serves no leases", "x-switchyard-lease");
   return { backends };

@@ -24,6 +24,9 @@ import type { Resolution } from "../routing/chain.ts";
 import { CACHE_SCOPE_FIELD, requestClass, type RequestClass } from "../routing/request-class.ts";
 import { withPrefixName } from "../routing/scorer.ts";
 
+/** Where a request may run: the chain's candidates, its class, and the lease routing over them. */
+type Routed = { resolution: Resolution; cls: RequestClass; leased: LeaseRouting };
+
 /** The validated body of an inference route: OpenAI-shaped, with a model. */
 export type InferenceBody = { model: string; stream?: boolean | null | undefined } & Record<string, unknown>;
 
@@ -67,17 +70,26 @@ export class InferencePipeline {
     this.trace = requestTrace(c);
   }
 
+  // Each stage answers at once when it has nothing to wait for (no rate
+  // limits, room on the pool, no leases): a promise is awaited only when one
+  // came back. Every request passes all of them, and an async frame per
+  // stage was a promise, a microtask turn and garbage each (issue 14).
   async run(): Promise<Response> {
     // One output limit, before the budget hold and before any upstream sees the body.
     normalizeMaxOutput(this.path, this.body);
     narrowAllowedTools(this.path, this.body);
-    await this.limit();
-    await stage(this.trace, "admission", () => this.admit()).catch((err: unknown) => {
+    const limited = this.limit();
+    if (limited) await limited;
+    try {
+      const admitted = stage(this.trace, "admission", () => this.admit());
+      if (admitted) await admitted;
+    } catch (err) {
       this.rate?.settle(undefined);
       throw err;
-    });
+    }
     try {
-      const { resolution, cls, leased } = await stage(this.trace, "routing", () => this.resolve());
+      const routed = stage(this.trace, "routing", () => this.resolve());
+      const { resolution, cls, leased } = routed instanceof Promise ? await routed : routed;
       const stripUsage = this.askForUsage();
       const tab = this.hold();
       const result = await this.attempt(leased, resolution, cls, tab, stripUsage);
@@ -95,21 +107,35 @@ export class InferencePipeline {
   }
 
   /** Rate limits (ratelimit/): the tenant's and the key's windows in one store call, none without limits; 429 when over. */
-  private async limit(): Promise<void> {
-    this.rate = await this.deps.rateLimiter?.take(this.tenant, this.c.get("requestId"), () => promptTokensUpperBound(this.path, this.body));
+  private limit(): Promise<void> | undefined {
+    const taken = this.deps.rateLimiter?.take(this.tenant, this.c.get("requestId"), () => promptTokensUpperBound(this.path, this.body));
+    if (taken instanceof Promise) return taken.then((t) => this.limited(t));
+    this.limited(taken);
+    return undefined;
+  }
+
+  private limited(ticket: RateTicket | undefined): void {
+    this.rate = ticket;
     // On every answer: the relay's own responses (routingContext) and the errors Hono builds.
-    if (this.rate) for (const [k, v] of Object.entries(this.rate.headers)) this.c.header(k, v);
+    if (ticket) for (const [k, v] of Object.entries(ticket.headers)) this.c.header(k, v);
   }
 
   /** Admission: room for the tenant's band on the model's worker pool, or a wait in its fair queue (403/429/503/504 otherwise). */
-  private async admit(): Promise<void> {
-    this.place = await this.deps.admission?.admit({
+  private admit(): Promise<void> | undefined {
+    const place = this.deps.admission?.admit({
       model: this.body.model,
       tenantName: this.tenant.tenantName,
       priority: this.c.req.header("x-switchyard-priority"),
       leased: this.c.req.header("x-switchyard-lease") !== undefined,
       signal: clientSignal(this.c),
       outgoing: this.c.env?.outgoing,
+    });
+    if (!(place instanceof Promise)) {
+      this.place = place;
+      return undefined;
+    }
+    return place.then((p) => {
+      this.place = p;
     });
   }
 
@@ -118,7 +144,7 @@ export class InferencePipeline {
    * 503 no_healthy_backend), then leases: a holder's request runs only on its
    * leased worker, carrying the fencing token; others skip leased workers.
    */
-  private async resolve(): Promise<{ resolution: Resolution; cls: RequestClass; leased: LeaseRouting }> {
+  private resolve(): Routed | Promise<Routed> {
     const { body } = this;
     // Prefix names are per tenant and the router's alone: a client's own switchyard_prefix never reaches a worker.
     delete body[PREFIX_NAME_FIELD];
@@ -138,13 +164,14 @@ export class InferencePipeline {
       const kept = new Set(this.opts.narrow(all));
       resolution = { ...resolution, backends: all.filter((b) => kept.has(b)), scores: resolution.scores.filter((_, i) => kept.has(all[i]!)) };
     }
-    const leased = await routeWithLeases(this.deps.leases, resolution.backends, {
+    const leased = routeWithLeases(this.deps.leases, resolution.backends, {
       leaseId: this.c.req.header("x-switchyard-lease"),
       tenantId: this.tenant.tenantId,
       model: body.model,
       signal: clientSignal(this.c),
     });
-    return { resolution, cls, leased };
+    const routed = resolution;
+    return leased instanceof Promise ? leased.then((l) => ({ resolution: routed, cls, leased: l })) : { resolution, cls, leased };
   }
 
   /**
@@ -197,7 +224,8 @@ export class InferencePipeline {
         ...this.routingContext(resolution),
         admit: (b) => {
           place?.attempt(b);
-          return tab.admit(b).then((a) => withPrefixName(a, b, cls));
+          const verdict = tab.admit(b);
+          return verdict instanceof Promise ? verdict.then((a) => withPrefixName(a, b, cls)) : withPrefixName(verdict, b, cls);
         },
         release: (b) => tab.release(b),
         settle: (o) => {

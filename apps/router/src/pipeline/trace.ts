@@ -12,9 +12,13 @@ export function requestTrace(c: Context<AppEnv>): Span | undefined {
   return c.get("span");
 }
 
-/** Runs one stage inside a span of its own. */
-export async function stage<T>(root: Span | undefined, name: string, run: () => Promise<T>): Promise<T> {
+/** Runs one stage inside a span of its own; not tracing, it is `run()` itself (no async frame around it). */
+export function stage<T>(root: Span | undefined, name: string, run: () => T | Promise<T>): T | Promise<T> {
   if (!root) return run();
+  return spanned(root, name, run);
+}
+
+async function spanned<T>(root: Span, name: string, run: () => T | Promise<T>): Promise<T> {
   const span = root.child(name);
   try {
     return await run();

@@ -8,7 +8,7 @@ import type { RateLimitStore, RateScope, RateScopeState, RateTakeResult } from "
 import type { Usage } from "../backends/usage.ts";
 import { ApiError } from "../errors.ts";
 import type { Logger } from "../observability/log.ts";
-import type { RateLimitDirectory } from "./limits.ts";
+import type { RateLimitDirectory, TenantRateLimits } from "./limits.ts";
 
 export interface RateLimiterDeps {
   store: RateLimitStore;
@@ -61,11 +61,19 @@ export function rateHeaders(r: RateTakeResult): Record<string, string> {
 export class RateLimiter {
   constructor(private readonly deps: RateLimiterDeps) {}
 
-  /** Counts the request against its tenant's and key's limits; undefined when neither has one. Throws 429 rate_limit_exceeded when over. */
-  async take(owner: KeyOwner, requestId: string, promptTokens: () => number): Promise<RateTicket | undefined> {
+  /**
+   * Counts the request against its tenant's and key's limits; undefined when
+   * neither has one — answered at once, not as a promise, when the limits
+   * are cached (every request asks). Throws 429 rate_limit_exceeded when over.
+   */
+  take(owner: KeyOwner, requestId: string, promptTokens: () => number): RateTicket | undefined | Promise<RateTicket | undefined> {
+    const limits = this.deps.limits.limitsOf(owner.tenantId);
+    if (limits instanceof Promise) return limits.then((l) => (l ? this.takeWithin(l, owner, requestId, promptTokens) : undefined));
+    return limits ? this.takeWithin(limits, owner, requestId, promptTokens) : undefined;
+  }
+
+  private async takeWithin(limits: TenantRateLimits, owner: KeyOwner, requestId: string, promptTokens: () => number): Promise<RateTicket | undefined> {
     const { deps } = this;
-    const limits = await deps.limits.limitsOf(owner.tenantId);
-    if (!limits) return undefined;
     const scopes: RateScope[] = [];
     if (limits.tenant) scopes.push({ name: "tenant", ...limits.tenant });
     const own = limits.keys.get(owner.prefix);

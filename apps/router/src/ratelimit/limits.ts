@@ -17,13 +17,14 @@ export interface TenantRateLimits {
 
 export interface RateLimitDirectory {
   /** The tenant's limits, or null when it has none at all (the common case: no Redis call). */
-  limitsOf(tenantId: number): Promise<TenantRateLimits | null>;
+  /** A cached answer comes as it is (not a promise): it is asked on every request. */
+  limitsOf(tenantId: number): TenantRateLimits | null | Promise<TenantRateLimits | null>;
 }
 
 /** In-memory twin (unit tests, single-machine defaults). */
 export class StaticRateLimits implements RateLimitDirectory {
   readonly limits = new Map<number, TenantRateLimits>();
-  async limitsOf(tenantId: number): Promise<TenantRateLimits | null> {
+  limitsOf(tenantId: number): TenantRateLimits | null {
     return this.limits.get(tenantId) ?? null;
   }
 }
@@ -48,7 +49,7 @@ export class PostgresRateLimits implements RateLimitDirectory {
     }, ttlMs);
   }
 
-  limitsOf(tenantId: number): Promise<TenantRateLimits | null> {
+  limitsOf(tenantId: number): TenantRateLimits | null | Promise<TenantRateLimits | null> {
     return this.cache.get(tenantId);
   }
 }

@@ -33,7 +33,8 @@ export interface RelayContext {
    * Asked before each attempt: a paid backend is held against the tenant's
    * budget here, or skipped. `patch` is merged into the body for that attempt.
    */
-  admit?: (backend: Backend) => Promise<BudgetVerdict>;
+  /** A verdict at once when there is nothing to wait for (a free backend), else its promise. */
+  admit?: (backend: Backend) => BudgetVerdict | Promise<BudgetVerdict>;
   /** An admitted attempt failed before its first byte: nothing was charged. */
   release?: (backend: Backend) => void;
   /**

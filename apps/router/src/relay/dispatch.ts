@@ -50,7 +50,8 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
     let attemptReq = req;
     let progress: Leg["progress"];
     if (ctx.admit) {
-      const admission = await ctx.admit(backend);
+      const verdict = ctx.admit(backend);
+      const admission = verdict instanceof Promise ? await verdict : verdict;
       if (!admission.ok) {
         skipped.push({ backend, reason: admission.reason });
         continue;
