@@ -109,5 +109,7 @@ describe("x-switchyard-priority", () => {
     expect((await call(h, "acme").done).status).toBe(200);
     expect(waiting(h, "batch")).toBe(1);
     asBatch.abort();
+    // The client gone: out of the queue at once, not at the band's TTL.
+    await waitFor(() => waiting(h, "batch") === 0, { what: "the aborted request out of the batch queue", timeoutMs: 2_000 });
   });
 });

@@ -4,6 +4,7 @@ import { randomUUID } from "node:crypto";
 import type { Context, MiddlewareHandler } from "hono";
 import { matchedRoutes } from "hono/route";
 import type * as z from "zod";
+import { Abort, type AbortLike } from "./abort.ts";
 import { ApiError } from "./errors.ts";
 import type { AppDeps, AppEnv } from "./deps.ts";
 import { markAuth, markBody } from "./openapi/marks.ts";
@@ -237,18 +238,17 @@ export async function readJson(c: Context<AppEnv>, limit: number): Promise<unkno
 
 /** Aborts when the client goes away before the response is finished. */
 /** One signal per response, however many parts of the request path ask (admission, relay). */
-const signals = new WeakMap<object, AbortSignal>();
+const signals = new WeakMap<object, Abort>();
 
-export function clientSignal(c: Context<AppEnv>): AbortSignal {
+export function clientSignal(c: Context<AppEnv>): AbortLike {
   const outgoing = c.env?.outgoing;
   if (!outgoing) return c.req.raw.signal;
   let signal = signals.get(outgoing);
   if (!signal) {
-    const ac = new AbortController();
+    const abort = (signal = new Abort());
     outgoing.once("close", () => {
-      if (!outgoing.writableFinished) ac.abort();
+      if (!outgoing.writableFinished) abort.abort();
     });
-    signal = ac.signal;
     signals.set(outgoing, signal);
   }
   return signal;

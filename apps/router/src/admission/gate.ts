@@ -30,6 +30,7 @@
 // that attempt; and no wait outlasts the band's TTL. Congestion never moves a
 // request to a paid API by itself — a tenant that prefers paying to waiting
 // puts the paid step first in its chain.
+import { onAbort, type AbortLike } from "../abort.ts";
 import type { ServerResponse } from "node:http";
 import type { Backend } from "../backends/types.ts";
 import { priorityBands, type PriorityBand } from "../config.ts";
@@ -51,7 +52,7 @@ export interface AdmitRequest {
   /** The request carries a lease: it runs on its leased worker, so it is counted in the pool's load but never queued. */
   leased?: boolean;
   /** Aborts when the client goes away: a waiting request leaves the queue. */
-  signal: AbortSignal;
+  signal: AbortLike;
   /** The Node response: an admitted request's place is given back when it closes, whatever else happened. */
   outgoing?: ServerResponse;
 }
@@ -211,7 +212,7 @@ export class AdmissionGate {
         arrivedAt,
         done: (o) => {
           clearTimeout(timer);
-          req.signal.removeEventListener("abort", onAbort);
+          offAbort?.();
           resolve(o);
         },
       };
@@ -221,9 +222,9 @@ export class AdmissionGate {
         // A band that left may have been holding lower bands back.
         this.drain(pool);
       };
-      const onAbort = () => leave("cancelled");
+      let offAbort: (() => void) | undefined;
       timer = setTimeout(() => leave("timeout"), limits.ttlMs);
-      req.signal.addEventListener("abort", onAbort, { once: true });
+      offAbort = onAbort(req.signal, () => leave("cancelled"));
       pool.queues[band].push(waiter);
       this.drain(pool);
     });

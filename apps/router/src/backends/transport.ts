@@ -4,11 +4,11 @@
 // the upstream in messages ("worker w1", "openrouter").
 import { Readable } from "node:stream";
 import { errors as undiciErrors } from "./undici.ts";
-import { UpstreamFailure } from "./types.ts";
+import { UpstreamFailure, type UpstreamSignal } from "./types.ts";
 
 const connectCodes = new Set(["ECONNREFUSED", "ECONNRESET", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN", "UND_ERR_SOCKET"]);
 
-export function transportFailure(err: unknown, signal: AbortSignal, label: string): UpstreamFailure {
+export function transportFailure(err: unknown, signal: UpstreamSignal, label: string): UpstreamFailure {
   if (err instanceof UpstreamFailure) return err;
   if (signal.aborted) {
     const reason = signal.reason as unknown;

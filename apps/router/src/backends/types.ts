@@ -2,6 +2,7 @@
 // self-hosted workers, OpenRouter, Anthropic. Whatever the upstream speaks,
 // a backend hands the relay OpenAI-shaped bodies and SSE payloads (with an
 // OpenAI `usage` block), so billing and relaying are one code path.
+import type { Abort } from "../abort.ts";
 import type { SseBatch } from "../relay/sse.ts";
 import type { ProviderKey } from "./registry.ts";
 
@@ -28,6 +29,9 @@ export interface AttemptCall {
 }
 
 /** Why an attempt failed; `retryable` failures may move to the next candidate. */
+/** What aborts a backend call: an attempt's Abort, or any AbortSignal (tests, tools). */
+export type UpstreamSignal = AbortSignal | Abort;
+
 export class UpstreamFailure extends Error {
   override name = "UpstreamFailure";
   constructor(
@@ -102,5 +106,5 @@ export interface Backend {
    * Send the request; resolves once the upstream answered with 2xx headers,
    * rejects with UpstreamFailure otherwise. `signal` aborts the call.
    */
-  open(req: BackendRequest, call: AttemptCall, signal: AbortSignal): Promise<UpstreamResponse>;
+  open(req: BackendRequest, call: AttemptCall, signal: UpstreamSignal): Promise<UpstreamResponse>;
 }

@@ -2,6 +2,7 @@
 // the LeaseStore (like WorkerDirectory for the registry), so requests without
 // a lease skip leased workers without asking Redis. Requests that find every
 // worker leased wait here, a bounded number per worker, for a lease to end.
+import { onAbort, type AbortLike } from "../abort.ts";
 import type { Lease, LeaseStore } from "@switchyard/state";
 import type { Backend } from "../backends/types.ts";
 import type { Logger } from "../observability/log.ts";
@@ -118,20 +119,21 @@ export class LeaseDirectory {
    * expiry passing), after `timeoutMs`, or when `signal` aborts; whichever is
    * first. Callers re-check what they wait for.
    */
-  waitForChange(timeoutMs: number, signal?: AbortSignal): Promise<void> {
+  waitForChange(timeoutMs: number, signal?: AbortLike): Promise<void> {
     return new Promise((resolve) => {
       const now = this.storeNow();
       let soonest = Infinity;
       for (const l of this.byWorker.values()) if (l.expiresAtMs > now) soonest = Math.min(soonest, l.expiresAtMs - now);
+      let off: (() => void) | undefined;
       const done = () => {
         clearTimeout(timer);
         this.waiters.delete(done);
-        signal?.removeEventListener("abort", done);
+        off?.();
         resolve();
       };
       const timer = setTimeout(done, Math.max(0, Math.min(timeoutMs, soonest + 1)));
       this.waiters.add(done);
-      signal?.addEventListener("abort", done, { once: true });
+      if (signal) off = onAbort(signal, done);
       if (signal?.aborted) done();
     });
   }
@@ -147,7 +149,7 @@ export class LeaseDirectory {
    * for one to free up; after that the rest of the chain (paid backends) is
    * all it gets.
    */
-  async skipLeased(backends: Backend[], queue: LeaseQueueOptions, signal?: AbortSignal): Promise<SkipResult> {
+  async skipLeased(backends: Backend[], queue: LeaseQueueOptions, signal?: AbortLike): Promise<SkipResult> {
     // A lease reserves that GPU for its holder. A pipeline goes without its
     // leased replicas (narrowed for this request), and is leased only when it
     // cannot: its head is, or every replica of some stage.

@@ -2,6 +2,7 @@
 // Postgres, optionally waiting for a worker to free up), reading, extending
 // and releasing a tenant's own leases, auditing every change, and routing
 // requests that carry `x-switchyard-lease` to their leased worker only.
+import type { AbortLike } from "../abort.ts";
 import { acceptsNewWork, isLeaseId, newLeaseId, type Lease, type LeaseStore, type WorkerRecord } from "@switchyard/state";
 import type { Backend } from "../backends/types.ts";
 import type { Config } from "../config.ts";
@@ -29,7 +30,7 @@ export interface AcquireRequest {
   durationMs: number;
   /** Wait up to this long for a matching worker to free up (0: answer at once). */
   waitMs: number;
-  signal?: AbortSignal;
+  signal?: AbortLike;
 }
 
 export interface LeaseRouting {
@@ -150,7 +151,7 @@ export class LeaseService {
    * worker the request waits, bounded, for a lease to end, then falls through
    * the chain (or gets a 503 when nothing is left).
    */
-  route(backends: Backend[], req: { leaseId?: string; tenantId: number; model: string; signal?: AbortSignal }): LeaseRouting | Promise<LeaseRouting> {
+  route(backends: Backend[], req: { leaseId?: string; tenantId: number; model: string; signal?: AbortLike }): LeaseRouting | Promise<LeaseRouting> {
     if (req.leaseId !== undefined) return this.routeHolder(backends, req.leaseId, req.tenantId, req.model);
     // No lease anywhere (the common case): answered at once, not as a promise.
     if (this.directory.live().length === 0) return { backends };
@@ -158,7 +159,7 @@ export class LeaseService {
   }
 
   /** A request without a lease while some workers are leased: around them, or waiting (bounded) for one to free. */
-  private async routeAround(backends: Backend[], req: { model: string; signal?: AbortSignal }): Promise<LeaseRouting> {
+  private async routeAround(backends: Backend[], req: { model: string; signal?: AbortLike }): Promise<LeaseRouting> {
     const cfg = this.opts.config.leases;
     const r = await this.directory.skipLeased(backends, { depthPerWorker: cfg.queueDepthPerWorker, waitMs: cfg.queueWaitMs }, req.signal);
     if (r.backends.length === 0) {
@@ -302,7 +303,7 @@ function notFound(leaseId: string): ApiError {
 export function routeWithLeases(
   leases: LeaseService | undefined,
   backends: Backend[],
-  req: { leaseId?: string; tenantId: number; model: string; signal?: AbortSignal },
+  req: { leaseId?: string; tenantId: number; model: string; signal?: AbortLike },
 ): LeaseRouting | Promise<LeaseRouting> {
   if (leases) return leases.route(backends, req);
   if (req.leaseId !== undefined) throw new ApiError("lease_not_found", "this router serves no leases", "x-switchyard-lease");

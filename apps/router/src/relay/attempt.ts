@@ -5,13 +5,15 @@
 import { ApiError } from "../errors.ts";
 import type { Backend, UpstreamResponse } from "../backends/types.ts";
 import { UpstreamFailure } from "../backends/types.ts";
+import { Abort, onAbort, type AbortLike } from "../abort.ts";
 import { UpstreamTooLarge } from "../backends/transport.ts";
 import type { AttemptOutcome } from "../routing/health.ts";
 import type { RelayContext } from "./context.ts";
 import { PhaseTimer } from "./deadlines.ts";
 
 export interface Attempt {
-  controller: AbortController;
+  /** Aborts this attempt's upstream call (passed to backend.open as its signal). */
+  controller: Abort;
   timer: PhaseTimer;
   cleanup(): void;
   /** performance.now() when the attempt started. */
@@ -38,29 +40,26 @@ export function outcomeOf(f: UpstreamFailure): AttemptOutcome {
   return "failed";
 }
 
-/** The callbacks waiting on one long-lived signal (the router's shutdown), behind a single listener of its own. */
-const waiting = new WeakMap<AbortSignal, Set<() => void>>();
+/** The callbacks waiting on a signal (the router's shutdown, a client's), behind a single listener of its own. */
+const waiting = new WeakMap<AbortLike, Set<() => void>>();
 
 /**
- * Calls `fn` when the router-wide `signal` aborts; returns the undo. Every
- * attempt waits on the same shutdown signal: one listener on it and a Set
- * here, rather than an EventTarget listener added and removed per attempt
- * (whose removal walks every other attempt's).
+ * Calls `fn` when `signal` aborts; returns the undo. Every attempt waits on
+ * the same shutdown signal and on its client's: one listener on each and a
+ * Set here, rather than an EventTarget listener added and removed per
+ * attempt (whose removal walks every other attempt's, and costs more than
+ * the Set on a client's signal too).
  */
-export function onAbortOf(signal: AbortSignal, fn: () => void): () => void {
+export function onAbortOf(signal: AbortLike, fn: () => void): () => void {
   let set = waiting.get(signal);
   if (!set) {
     const fns = (set = new Set());
     waiting.set(signal, fns);
-    signal.addEventListener(
-      "abort",
-      () => {
-        const all = [...fns];
-        fns.clear();
-        for (const f of all) f();
-      },
-      { once: true },
-    );
+    onAbort(signal, () => {
+      const all = [...fns];
+      fns.clear();
+      for (const f of all) f();
+    });
   }
   const fns = set;
   fns.add(fn);
@@ -70,11 +69,13 @@ export function onAbortOf(signal: AbortSignal, fn: () => void): () => void {
 export function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
   const startedAt = performance.now();
   const reporter = backend ? ctx.observe?.(backend) : undefined;
-  const controller = new AbortController();
+  const controller = new Abort();
   const timer = new PhaseTimer((err) => controller.abort(new UpstreamFailure("timeout", err.message, true)));
   const onClientAbort = () => controller.abort(new UpstreamFailure("aborted", "client went away", false));
+  // Through onAbortOf's Set: the client's signal gets one listener for all its attempts, never removed one by one.
+  let offClient: (() => void) | undefined;
   if (ctx.signal.aborted) onClientAbort();
-  else ctx.signal.addEventListener("abort", onClientAbort, { once: true });
+  else offClient = onAbortOf(ctx.signal, onClientAbort);
   const onShutdown = () => controller.abort(new RouterShuttingDown());
   let offShutdown: (() => void) | undefined;
   if (ctx.shutdown?.aborted) onShutdown();
@@ -91,7 +92,7 @@ export function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
     cleanup: () => {
       timer.clear();
       clearTimeout(total);
-      ctx.signal.removeEventListener("abort", onClientAbort);
+      offClient?.();
       offShutdown?.();
     },
     startedAt,
@@ -103,8 +104,8 @@ export function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
 
 /** The reason an attempt was aborted, if it was. */
 export function abortReason(a: Attempt): UpstreamFailure | undefined {
-  if (!a.controller.signal.aborted) return undefined;
-  const r = a.controller.signal.reason as unknown;
+  if (!a.controller.aborted) return undefined;
+  const r = a.controller.reason;
   if (r instanceof UpstreamFailure) return r;
   return new UpstreamFailure("aborted", "request aborted", false);
 }

@@ -1,5 +1,6 @@
 // What one request carries through dispatch and relay: its id, deadlines,
 // the client's abort signal, timing, logger and metrics.
+import type { AbortLike } from "../abort.ts";
 import type { ServerResponse } from "node:http";
 import type { Backend } from "../backends/types.ts";
 import type { BudgetVerdict, SettleOutcome } from "../billing/guard.ts";
@@ -14,7 +15,7 @@ export interface RelayContext {
   traceparent?: string;
   deadlines: Deadlines;
   /** Aborted when the client goes away or the total deadline passes. */
-  signal: AbortSignal;
+  signal: AbortLike;
   /** Aborted when the router stops and router.drainMs has passed: the request ends (RouterShuttingDown). */
   shutdown?: AbortSignal;
   /** performance.now() at arrival. */

@@ -65,7 +65,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
     a.timer.arm("headers", deadlines.headersMs);
     let up: UpstreamResponse | undefined;
     try {
-      up = await backend.open(attemptReq, ctx, a.controller.signal);
+      up = await backend.open(attemptReq, ctx, a.controller);
       if (req.raw) {
         const raw = up.raw();
         metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });

@@ -114,7 +114,7 @@ async function relay(chunks: Array<string | Buffer | (() => never)>, extra: Part
   const b = backend("w1", () => up);
   const ctx = context(out, settled, extra);
   const a = startAttempt(ctx, b);
-  const { batches, held, first } = await firstEvent(b, await b.open({} as BackendRequest, { requestId: "req-1" }, a.controller.signal), a, 1_000);
+  const { batches, held, first } = await firstEvent(b, await b.open({} as BackendRequest, { requestId: "req-1" }, a.controller), a, 1_000);
   const leg: Leg = { backend: b, batches, held, up, a, ttftMs: 0 };
   relayStream(leg, first, ctx, performance.now());
   await out.ended;

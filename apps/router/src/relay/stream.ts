@@ -115,7 +115,7 @@ export async function openContinuation(
     a.timer.arm("headers", deadlines.headersMs);
     let up: UpstreamResponse | undefined;
     try {
-      up = await backend.open(cont.req, ctx, a.controller.signal);
+      up = await backend.open(cont.req, ctx, a.controller);
       const { batches, held, first } = await firstEvent(backend, up, a, deadlines.firstTokenMs);
       metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
       ctx.log.info("stream resumed", { from: failed.id, on: backend.id, produced: state.produced, resume: state.resumes });

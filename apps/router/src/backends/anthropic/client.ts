@@ -5,7 +5,7 @@
 import { Pool } from "../undici.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { defaultUpstreamLimits, errorBodyText, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
-import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, type UpstreamResponse, type AttemptCall } from "../types.ts";
+import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
 import { toMessagesRequest } from "./request.ts";
 import { fromMessagesResponse } from "./response.ts";
 import { MessagesStreamTranslator } from "./stream.ts";
@@ -79,7 +79,7 @@ function streamFailure(err: AnthropicStreamError): UpstreamFailure {
     : new UpstreamFailure("bad_status", message, true);
 }
 
-function classify(err: unknown, signal: AbortSignal): UpstreamFailure {
+function classify(err: unknown, signal: UpstreamSignal): UpstreamFailure {
   if (err instanceof AnthropicStreamError) return streamFailure(err);
   if (err instanceof SyntaxError && !signal.aborted) return new UpstreamFailure("protocol", `anthropic sent invalid JSON: ${err.message}`, true);
   return transportFailure(err, signal, "anthropic");
@@ -119,7 +119,7 @@ export class AnthropicBackend implements Backend {
     return path === "/v1/chat/completions";
   }
 
-  async open(req: BackendRequest, call: AttemptCall, signal: AbortSignal): Promise<UpstreamResponse> {
+  async open(req: BackendRequest, call: AttemptCall, signal: UpstreamSignal): Promise<UpstreamResponse> {
     if (!this.supports(req.path) || req.raw) {
       // Routing should never send these here; another candidate may serve them.
       throw new UpstreamFailure("protocol", `anthropic does not serve ${req.path}${req.raw ? " as raw bytes" : ""}`, true);

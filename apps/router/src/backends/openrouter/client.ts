@@ -6,7 +6,7 @@
 import { Pool } from "../undici.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { boundedBody, defaultUpstreamLimits, errorBodyText, rawRelayHeaders, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
-import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, type UpstreamResponse, type AttemptCall } from "../types.ts";
+import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
 
 export interface OpenRouterOptions {
   /** The API root, e.g. https://openrouter.ai/api/v1. */
@@ -67,7 +67,7 @@ interface OpenRouterError {
   metadata?: Record<string, unknown>;
 }
 
-function classify(err: unknown, signal: AbortSignal): UpstreamFailure {
+function classify(err: unknown, signal: UpstreamSignal): UpstreamFailure {
   return transportFailure(err, signal, "openrouter");
 }
 
@@ -113,7 +113,7 @@ export class OpenRouterBackend implements Backend {
     return endpoints[path] !== undefined;
   }
 
-  async open(req: BackendRequest, call: AttemptCall, signal: AbortSignal): Promise<UpstreamResponse> {
+  async open(req: BackendRequest, call: AttemptCall, signal: UpstreamSignal): Promise<UpstreamResponse> {
     const endpoint = endpoints[req.path];
     if (!endpoint) throw new UpstreamFailure("protocol", `openrouter does not serve ${req.path}`, true);
     const clientUsage = req.body.usage;

@@ -15,7 +15,7 @@ import {
   type UpstreamLimits,
   upstreamErrorOf,
 } from "../transport.ts";
-import { type Backend, type BackendRequest, UpstreamFailure, type UpstreamResponse, type AttemptCall } from "../types.ts";
+import { type Backend, type BackendRequest, UpstreamFailure, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
 
 export interface WorkerPoolOptions {
   connectTimeoutMs: number;
@@ -95,7 +95,7 @@ export class WorkerConnections {
   }
 }
 
-function classify(err: unknown, signal: AbortSignal): UpstreamFailure {
+function classify(err: unknown, signal: UpstreamSignal): UpstreamFailure {
   return transportFailure(err, signal, "worker");
 }
 
@@ -145,7 +145,7 @@ export class WorkerBackend implements Backend {
     return {};
   }
 
-  async open(req: BackendRequest, call: AttemptCall, signal: AbortSignal): Promise<UpstreamResponse> {
+  async open(req: BackendRequest, call: AttemptCall, signal: UpstreamSignal): Promise<UpstreamResponse> {
     const headers: Record<string, string> = {
       "content-type": "application/json",
       accept: req.raw?.accept ?? (req.stream ? "text/event-stream" : "application/json"),
