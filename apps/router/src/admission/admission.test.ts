@@ -6,6 +6,10 @@ import { loadConfig } from "../config.ts";
 import { bandPolicy, chooseBand, tenantWeight } from "./bands.ts";
 import { FairQueue } from "./fair-queue.ts";
 import { PoolLoad } from "./pool.ts";
+import { AdmissionGate } from "./gate.ts";
+import { RouterMetrics } from "../observability/metrics.ts";
+import { createLogger } from "../observability/log.ts";
+import type { WorkerDirectory } from "../routing/directory.ts";
 
 describe("FairQueue", () => {
   it("serves tenants round-robin, each in arrival order", () => {
@@ -158,5 +162,35 @@ describe("bands", () => {
     expect(() => loadConfig({ env: {}, overrides: { "admission.bands.batch.ceiling": 0.95 } })).toThrow(/ceilings/);
     expect(() => loadConfig({ env: {}, overrides: { "admission.tenants": { x: { defaultBand: "interactive", maxBand: "batch" } } } })).toThrow(/defaultBand/);
     expect(loadConfig({ env: { SWITCHYARD_ADMISSION__ENABLED: "false" } }).admission.enabled).toBe(false);
+  });
+});
+
+describe("AdmissionGate places", () => {
+  it("a place nobody gives back is reclaimed by the sweep after maxHoldMs + grace, and the pool has room again", async () => {
+    const lines: string[] = [];
+    const records = [rec({ id: "a", inFlight: 0, capacity: 1 })];
+    const directory = { onChange: () => () => {}, models: () => new Map([["m", records]]) } as unknown as WorkerDirectory;
+    const config = loadConfig({ env: {} }).admission;
+    const gate = new AdmissionGate({
+      config: { ...config, enabled: true },
+      maxHoldMs: 100,
+      holdGraceMs: 0,
+      directory,
+      chain: { workerPool: () => "m" },
+      metrics: new RouterMetrics(),
+      log: createLogger("warn", {}, (l) => lines.push(l)),
+    });
+    const signal = new AbortController().signal;
+    const first = await gate.admit({ model: "m", tenantName: "t", signal });
+    expect(first.pool).toBe("m");
+    expect(gate.inspect("m")!.outstanding).toBe(1);
+    // Never released: the sweep (once a second) gives it back after 100 ms.
+    const deadline = Date.now() + 3_000;
+    while (gate.inspect("m")!.outstanding > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(gate.inspect("m")!.outstanding).toBe(0);
+    expect(lines.filter((l) => l.includes("admission place reclaimed") && l.includes('"pool":"m"'))).toHaveLength(1);
+    // A release after the reclaim changes nothing (once).
+    first.release();
+    expect(gate.inspect("m")!.outstanding).toBe(0);
   });
 });

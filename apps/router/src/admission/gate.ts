@@ -73,6 +73,8 @@ export interface AdmissionGateDeps {
   config: AdmissionConfig;
   /** The longest a request may live (deadlines.totalMs): a place is never held much longer. */
   maxHoldMs: number;
+  /** Grace over maxHoldMs before a place nobody gave back is reclaimed (default 10 s). */
+  holdGraceMs?: number;
   directory: WorkerDirectory;
   /** Which worker pool a request reaches first (a lookup: resolving would move the scorer's round-robin). */
   chain: Pick<BackendChain, "workerPool">;
@@ -134,8 +136,14 @@ const ungated = (band: PriorityBand): PoolPlace => ({ band, pool: undefined, wai
 /** Grace over maxHoldMs before a place nobody gave back is reclaimed. */
 const HOLD_GRACE_MS = 10_000;
 
+/** How often held places are checked against their deadline (a forgotten one is reclaimed at most this late). */
+const SWEEP_MS = 1_000;
+
 export class AdmissionGate {
   private readonly pools = new Map<string, Pool>();
+  /** Places not given back yet, each with the time after which it is reclaimed: one sweep for all, not a timer per request. */
+  private readonly held = new Map<() => void, { until: number; pool: string; band: PriorityBand }>();
+  private sweeper: NodeJS.Timeout | undefined;
 
   constructor(private readonly deps: AdmissionGateDeps) {
     deps.directory.onChange(() => {
@@ -236,6 +244,17 @@ export class AdmissionGate {
     });
   }
 
+  /** Gives back the places held past their request's longest life (a path that never reported its end). */
+  private reclaim(log: Logger): void {
+    const now = performance.now();
+    // In grant order, so in deadline order: stop at the first one still in time.
+    for (const [release, place] of this.held) {
+      if (place.until > now) break;
+      log.warn("admission place reclaimed: the request never reported its end", { pool: place.pool, band: place.band });
+      release();
+    }
+  }
+
   /** A pool's state, for tests and debugging: per tenant, places held, requests waiting and its fair share of the slots. */
   inspect(model: string):
     | {
@@ -319,18 +338,15 @@ export class AdmissionGate {
     const release = () => {
       if (released) return;
       released = true;
-      clearTimeout(reclaim);
+      this.held.delete(release);
       pool.load.finished();
       pool.unhold(req.tenantName);
       this.drain(pool);
     };
     // Every path that ends a request releases (settle, the response closing);
-    // this only guards the pool against a path that forgot.
-    const reclaim = setTimeout(() => {
-      log.warn("admission place reclaimed: the request never reported its end", { pool: pool.name, band });
-      release();
-    }, this.deps.maxHoldMs + HOLD_GRACE_MS);
-    reclaim.unref();
+    // the sweep only guards the pool against a path that forgot.
+    this.held.set(release, { until: performance.now() + this.deps.maxHoldMs + (this.deps.holdGraceMs ?? HOLD_GRACE_MS), pool: pool.name, band });
+    this.sweeper ??= setInterval(() => this.reclaim(log), SWEEP_MS).unref();
     req.outgoing?.once("close", release);
     return {
       band,
