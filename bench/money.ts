@@ -359,7 +359,7 @@ export async function benchMoney(opts: { quick: boolean; log: (s: string) => voi
       ),
     );
     out.push("");
-    out.push(`Ledger throughput: ${int(nRows)} realistic spend_ledger rows pushed by ${producers} concurrent producers; RedisLedgerBuffer drains with batch 500, flushMs 100 into insertLedgerRows; rows/s = rows in the table / (first push → last commit).`);
+    out.push(`Ledger throughput: ${int(nRows)} realistic spend_ledger rows pushed by ${producers} concurrent producers; RedisLedgerBuffer drains with batch 500, flushMs 100 into insertLedgerTexts (the rows as their stream text); rows/s = rows in the table / (first push → last commit).`);
     out.push("");
     out.push(...table(["path", "rows", "in table", "wall s", "rows/s committed", "push rows/s", "mean batch"], tpRows, [false, true, true, true, true, true, true]));
     out.push("");

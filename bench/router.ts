@@ -8,6 +8,7 @@
 import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import path from "node:path";
+import { pathToFileURL } from "node:url";
 import { benchMoney } from "./money.ts";
 import { closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
 import { startLiteLLM } from "./lib/litellm.ts";
@@ -271,17 +272,15 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     const simPort = await freePort();
     procs.push(tsx("sim-main.ts", { PORT: String(simPort), REDIS_URL: REDIS, PREFIX: scratch.prefix, TOKENS: "5" }, "sim"));
     const routerPort = await freePort();
-    const router = routerProc(
-      {
-        DATABASE_URL: scratch.dbUrl,
-        REDIS_URL: REDIS,
-        SWITCHYARD_REDIS__KEY_PREFIX: scratch.prefix,
-        SWITCHYARD_ROUTER__PORT: String(routerPort),
-        SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()),
-        SWITCHYARD_LOG__LEVEL: "warn",
-      },
-      { nodeFlags: ["--cpu-prof", `--cpu-prof-dir=${dir}`, "--cpu-prof-interval=250"] },
-    );
+    const routerEnv = {
+      DATABASE_URL: scratch.dbUrl,
+      REDIS_URL: REDIS,
+      SWITCHYARD_REDIS__KEY_PREFIX: scratch.prefix,
+      SWITCHYARD_ROUTER__PORT: String(routerPort),
+      SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()),
+      SWITCHYARD_LOG__LEVEL: "warn",
+    };
+    const router = routerProc(routerEnv, { nodeFlags: ["--cpu-prof", `--cpu-prof-dir=${dir}`, "--cpu-prof-interval=250"] });
     procs.push(router);
     const url = `http://127.0.0.1:${routerPort}`;
     const auth = { authorization: `Bearer ${key}` };
@@ -310,6 +309,27 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
       );
     }
     await router.stop();
+    // The same load on a router counting its async resources (not profiled:
+    // the count does not depend on the profiler, and the hook slows it).
+    const censusFile = path.join(dir, `async-census-${process.pid}.json`);
+    const counted = routerProc({ ...routerEnv, CENSUS_OUT: censusFile }, { nodeFlags: ["--import", pathToFileURL(path.join(root, "bench/lib/async-census.mjs")).href] });
+    procs.push(counted);
+    await routerSeesWorker(url, auth);
+    await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
+    const snap = async (): Promise<Record<string, number>> => {
+      await new Promise((r) => setTimeout(r, 700)); // past the next write (every 500 ms)
+      return JSON.parse(readFileSync(censusFile, "utf8")) as Record<string, number>;
+    };
+    const a = await snap();
+    if (!opts.stream) await closedLoop(t, { clients: 64, durationS: 3, body: warmBody, stream: false });
+    else await openLoop(t, { ratePerS: 100 / ((50 + 50 * 20) / 1000), durationS: 3, body: JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: { ttftMs: 50, interTokenMs: 50, tokens: 20 } }), stream: true });
+    const b = await snap();
+    const n = b.requests! - a.requests!;
+    const per = Object.keys(b)
+      .filter((k) => k !== "requests" && (b[k]! - (a[k] ?? 0)) / n >= 0.05)
+      .sort((x, y) => b[y]! - (a[y] ?? 0) - (b[x]! - (a[x] ?? 0)));
+    process.stdout.write(`\nAsync resources created per request (${n} requests, ${opts.stream ? "100 streams" : "non-streaming closed loop"}; bench/lib/async-census.mjs):\n\n| resource | per request |\n|---|---:|\n${per.map((k) => `| ${k} | ${fmt((b[k]! - (a[k] ?? 0)) / n, 2)} |`).join("\n")}\n`);
+    await counted.stop();
   } finally {
     await endBench(procs, scratch);
   }

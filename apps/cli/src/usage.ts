@@ -67,8 +67,10 @@ Usage:
                                         list the ledger's monthly partitions / create the next ones
   switchyard bench router [--quick] [--levels 1,100,1000] [--only money] [--cluster H:P,H:P,…] [--processes N]
                                         router overhead and money-path benchmarks (prints tables)
-  switchyard bench router --profile DIR [--quick]
-                                        a CPU profile (node --cpu-prof) of one router under 100 streams, top functions printed
+  switchyard bench router --profile DIR [--quick] [--only non-streaming]
+                                        a CPU profile (node --cpu-prof) of one router under 100 streams (or the
+                                        non-streaming closed loop), top functions printed, then the async resources
+                                        (promises, ticks, timers) it creates per request
   switchyard bench router --against REV [--quick] [--only non-streaming]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
                                         CPU per request, req/s and ΔTTFT p99 beside the bare proxy (a change's before/after)
