@@ -319,11 +319,17 @@ describe("many hosts", () => {
     const of = (id: string) => answers.filter((a) => a.id === id).map((a) => a.firstByteMs);
     const late = answers.slice(40);
     console.log(
-      `slow link: first byte median via the fast link ${median(of("sim-fast")).toFixed(0)} ms (n=${of("sim-fast").length}), via the slow one ${median(of("sim-slow")).toFixed(0)} ms (n=${of("sim-slow").length}); last 20 requests on the fast one: ${late.filter((a) => a.id === "sim-fast").length}`,
+      `slow link: first byte median via the fast link ${median(of("sim-fast")).toFixed(0)} ms (n=${of("sim-fast").length}), via the slow one ${median(of("sim-slow")).toFixed(0)} ms (max ${Math.max(...of("sim-slow")).toFixed(0)}, n=${of("sim-slow").length}); last 20 requests on the fast one: ${late.filter((a) => a.id === "sim-fast").length}`,
     );
     expect(answers.every((a) => a.id === "sim-fast" || a.id === "sim-slow")).toBe(true);
-    // The slow link is measured (the router tried it), and it is slower by far more than the noise of a loaded box.
-    expect(median(of("sim-slow")) - median(of("sim-fast"))).toBeGreaterThan(100);
+    // The slow link is measured (the router tried it), and it is slower by far
+    // more than the noise of a loaded box. Judged by its slowest answer, not
+    // its median: HTB lets a burst of 1600 bytes through at line rate, so an
+    // answer sent while the bucket is full is as quick as the fast link's,
+    // and how many were depends on how soon the router stopped trying it
+    // (a CI run had 8 tries and a median of 64 ms; alone the median is 300-400).
+    expect(of("sim-slow").length).toBeGreaterThan(0);
+    expect(Math.max(...of("sim-slow")) - median(of("sim-fast"))).toBeGreaterThan(100);
     // Once measured, latency-aware routing sends nearly everything over the fast link (epsilon explores a few).
     expect(late.filter((a) => a.id === "sim-fast").length).toBeGreaterThanOrEqual(16);
   }, 120_000);
