@@ -163,6 +163,9 @@ export async function superviseRouters(config: Config, opts: SuperviseOptions): 
     const worker = cluster.fork({ SWITCHYARD_ROUTER_PROCESS_INDEX: String(index), [ADMIN_URL_ENV]: adminUrl });
     const entry = { worker, pid: worker.process.pid ?? 0, started: false, index };
     live.set(worker.id, entry);
+    // A send to a process already gone is answered by its callback above; any
+    // other channel error of a dying process is no reason for the primary to die.
+    worker.on("error", (err: Error) => log.warn("router process channel error", { pid: entry.pid, error: err.message }));
     worker.on("message", (m: unknown) => {
       if (!isMessage(m)) return;
       const msg = m as ToPrimary;
@@ -211,12 +214,23 @@ export async function superviseRouters(config: Config, opts: SuperviseOptions): 
                 pending.delete(id);
                 resolve({ pid: p.pid, msg });
               });
-              try {
-                p.worker.send({ sy: kind, id } satisfies ToChild);
-              } catch {
+              const missed = () => {
                 clearTimeout(timer);
                 pending.delete(id);
                 resolve(undefined);
+              };
+              // A process dying as it is asked (killed, crashed) has a closed
+              // pipe: the send fails with EPIPE, reported to this callback —
+              // without one it is an 'error' event, and unhandled it took the
+              // primary down (a CI run: /readyz asked while a SIGKILLed
+              // process was going).
+              if (!p.worker.isConnected()) return missed();
+              try {
+                p.worker.send({ sy: kind, id } satisfies ToChild, undefined, undefined, (err) => {
+                  if (err) missed();
+                });
+              } catch {
+                missed();
               }
             }),
         ),
