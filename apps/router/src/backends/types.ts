@@ -2,7 +2,7 @@
 // self-hosted workers, OpenRouter, Anthropic. Whatever the upstream speaks,
 // a backend hands the relay OpenAI-shaped bodies and SSE payloads (with an
 // OpenAI `usage` block), so billing and relaying are one code path.
-import type { Abort } from "../abort.ts";
+import type { AbortLike } from "../abort.ts";
 import type { SseBatch } from "../relay/sse.ts";
 import type { ProviderKey } from "./registry.ts";
 
@@ -28,10 +28,10 @@ export interface AttemptCall {
   traceparent?: string;
 }
 
-/** Why an attempt failed; `retryable` failures may move to the next candidate. */
-/** What aborts a backend call: an attempt's Abort, or any AbortSignal (tests, tools). */
-export type UpstreamSignal = AbortSignal | Abort;
+/** What aborts a backend call: an attempt's Abort, or any AbortSignal (tests, tools) — abort.ts's AbortLike. */
+export type UpstreamSignal = AbortLike;
 
+/** Why an attempt failed; `retryable` failures may move to the next candidate. */
 export class UpstreamFailure extends Error {
   override name = "UpstreamFailure";
   constructor(
