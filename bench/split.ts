@@ -70,8 +70,13 @@ interface StreamResult {
   text: string;
   tokens: number;
   ttftMs: number;
-  /** Gaps between content chunks after the first. */
-  gaps: number[];
+  /**
+   * First content chunk → last, ÷ the tokens after the first (TPOT). Not the
+   * median gap between chunks: chunks read in one go (a busy event loop, a
+   * pipe read holding two tokens) have gaps of ~0, and with 8 tokens a few of
+   * those made the median 0.00 on a CI box.
+   */
+  perTokenMs: number;
 }
 
 /** A stream's `data:` events as they arrive, each parsed (`[DONE]` and comments skipped). */
@@ -101,21 +106,18 @@ async function stream(url: string, prompt: string, maxTokens: number): Promise<S
   let tokens = -1;
   let ttftMs = NaN;
   let last = NaN;
-  const gaps: number[] = [];
   for await (const j of sseData<{ error?: { message: string }; choices?: { text?: string }[]; usage?: { completion_tokens: number } }>(res)) {
     if (j.error) throw new Error(`${url}: stream error ${j.error.message}`);
     const piece = j.choices?.[0]?.text ?? "";
     if (piece) {
-      const now = performance.now();
-      if (Number.isNaN(ttftMs)) ttftMs = now - t0;
-      else gaps.push(now - last);
-      last = now;
+      last = performance.now();
+      if (Number.isNaN(ttftMs)) ttftMs = last - t0;
       text += piece;
     }
     if (j.usage) tokens = j.usage.completion_tokens;
   }
   if (tokens < 0) throw new Error(`${url}: no usage in the stream`);
-  return { text, tokens, ttftMs, gaps };
+  return { text, tokens, ttftMs, perTokenMs: tokens > 1 ? (last - t0 - ttftMs) / (tokens - 1) : NaN };
 }
 
 /** A tail shard in its own process (bench/shard-main.ts): one that can be SIGKILLed. */
@@ -281,7 +283,7 @@ async function runLevel(c: Config, n: number, tokens: number, round: number): Pr
   return {
     aggregate: results.reduce((a, r) => a + r.tokens, 0) / wall,
     ttftMs: med(results.map((r) => r.ttftMs)),
-    perTokenMs: med(results.flatMap((r) => r.gaps)),
+    perTokenMs: med(results.map((r) => r.perTokenMs)),
     wire: { stepFrameBytes: after.stepFrameBytes - before.stepFrameBytes, rowBytes: after.rowBytes - before.rowBytes, linkSent: after.linkSent - before.linkSent, linkReceived: after.linkReceived - before.linkReceived },
     texts: results.map((r) => r.text),
   };
@@ -362,7 +364,7 @@ export async function runSplitBench(opts: { quick: boolean; levels?: number[]; t
       out.push(`| ${n} | ${configs.map((c) => fmt(agg(c.name, n))).join(" | ")} | ${configs.slice(1).map((c) => `${fmt(agg(c.name, n) / base, 2)}×`).join(" | ")} |`);
     }
     out.push("");
-    out.push(`Latency at ${levels[0]} stream(s) (median); a hop is one shard-to-shard link, each way:`);
+    out.push(`Latency at ${levels[0]} stream(s) (median; per-token = first text chunk → last ÷ the tokens after the first); a hop is one shard-to-shard link, each way:`);
     out.push("");
     out.push("| config | hops | TTFT ms | per-token ms | TTFT added per hop ms | per-token added per hop ms |");
     out.push("|---|---:|---:|---:|---:|---:|");
