@@ -398,13 +398,17 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
     // On Node, write straight to the socket: one write per upstream chunk
     // (its bytes as they are, or text encoded once by the socket's own
     // write), no WHATWG stream machinery in between (the relay's hot loop).
+    // The head goes out with the first write (the pump writes the held
+    // events before its first await): one packet for head + first token,
+    // not a flushHeaders() write of its own ahead of it.
     out.writeHead(200, headers);
-    out.flushHeaders();
     out.once("close", () => {
       if (!out.writableFinished) clientGone();
     });
+    let started = false;
     const write = (piece: Uint8Array | string): void | Promise<void> => {
       if (out.destroyed) throw new UpstreamFailure("aborted", "client went away", false);
+      started = true;
       if (out.write(piece)) return;
       return new Promise<void>((resolve) => {
         const done = () => {
@@ -417,6 +421,8 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
       });
     };
     void pump(write, () => out.end());
+    // Nothing of the held batch was for the client (a stripped usage chunk): the head goes now all the same.
+    if (!started && !out.destroyed) out.flushHeaders();
     return RESPONSE_ALREADY_SENT;
   }
   const stream = new ReadableStream<Uint8Array>({
