@@ -6,6 +6,7 @@ import { matchedRoutes } from "hono/route";
 import type * as z from "zod";
 import { Abort, type AbortLike } from "./abort.ts";
 import { ApiError } from "./errors.ts";
+import type { KeyOwner } from "./auth/key-store.ts";
 import type { AppDeps, AppEnv } from "./deps.ts";
 import { markAuth, markBody } from "./openapi/marks.ts";
 import type { Span } from "./observability/tracing.ts";
@@ -80,19 +81,33 @@ function endRequestSpan(c: Context<AppEnv>, span: Span, status: number): void {
  * (Anthropic's clients send `x-api-key`); Authorization wins when both come.
  */
 export function authenticate(deps: AppDeps, opts: { apiKeyHeader?: string } = {}): MiddlewareHandler<AppEnv> {
-  return markAuth(async (c, next) => {
+  // Not an async function: a key the resolver has cached answers at once, and
+  // the chain goes on with `return next()` — no promise and no await of its
+  // own on every request (issue 14). A throw here is caught by Hono's compose
+  // like a rejection; the handler always sets the response, so the Context
+  // next() resolves to is never mistaken for one.
+  return markAuth((c, next) => {
     const header = c.req.header("authorization");
     const alt = opts.apiKeyHeader && header === undefined ? c.req.header(opts.apiKeyHeader)?.trim() : undefined;
     if (!header && !alt) throw new ApiError("missing_api_key", `missing API key: send Authorization: Bearer sy_…${opts.apiKeyHeader ? ` or ${opts.apiKeyHeader}: sy_…` : ""}`);
     const m = alt ? [alt, alt] : /^Bearer\s+(\S+)\s*$/i.exec(header!);
     if (!m) throw new ApiError("invalid_api_key", "malformed Authorization header: expected Bearer <key>");
     const resolved = deps.keys.resolve(m[1]!);
-    const owner = resolved instanceof Promise ? await resolved : resolved;
-    if (!owner) throw new ApiError("invalid_api_key", "invalid API key");
-    if (owner.revoked) throw new ApiError("revoked_api_key", `API key ${owner.prefix} has been revoked`);
-    c.set("tenant", owner);
-    await next();
+    if (resolved instanceof Promise) {
+      return resolved.then((owner) => {
+        admitKey(c, owner);
+        return next();
+      });
+    }
+    admitKey(c, resolved);
+    return next();
   });
+}
+
+function admitKey(c: Context<AppEnv>, owner: KeyOwner | undefined): void {
+  if (!owner) throw new ApiError("invalid_api_key", "invalid API key");
+  if (owner.revoked) throw new ApiError("revoked_api_key", `API key ${owner.prefix} has been revoked`);
+  c.set("tenant", owner);
 }
 
 /**
@@ -103,18 +118,17 @@ export function authenticate(deps: AppDeps, opts: { apiKeyHeader?: string } = {}
  */
 export function jsonBody(deps: AppDeps, schema: z.ZodType): MiddlewareHandler<AppEnv>[] {
   const limit = deps.config.router.bodyLimitBytes;
+  // One middleware, not one per check: each level of Hono's chain is an
+  // async frame, a promise and an await on every request.
   return [
-    async (c, next) => {
+    // The schema is the route's documented request body too (openapi/spec.ts).
+    markBody<MiddlewareHandler<AppEnv>>(async (c, next) => {
       const type = c.req.header("content-type") ?? "";
       if (!/^application\/json\s*(;|$)/i.test(type)) {
         throw new ApiError("unsupported_media_type", `expected Content-Type: application/json, got ${type || "none"}`);
       }
       const declared = Number(c.req.header("content-length") ?? NaN);
       if (declared > limit) throw new ApiError("payload_too_large", `request body exceeds the ${limit} byte limit`);
-      await next();
-    },
-    // The schema is the route's documented request body too (openapi/spec.ts).
-    markBody<MiddlewareHandler<AppEnv>>(async (c, next) => {
       c.set("body", validate(schema, await readJson(c, limit)));
       await next();
     }, schema),
