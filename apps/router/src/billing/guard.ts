@@ -85,7 +85,12 @@ export interface TabInput {
 const ESTIMATE_BYTES_PER_TOKEN = 3;
 
 export class BudgetGuard {
-  private readonly pending = new Set<Promise<void>>();
+  /** Settles started and not yet ended (a counter, not a promise set: one per request). */
+  private inflight = 0;
+  /** Settles waiting for the next turn of the loop (later()). */
+  private queued: Array<() => Promise<void>> = [];
+  /** drain() callers waiting for both to empty. */
+  private idle: Array<() => void> = [];
   /** tenant:day:threshold already alerted by (or known to) this router. */
   private readonly alerted = new Set<string>();
   private readonly unpricedLogged = new Set<string>();
@@ -96,26 +101,34 @@ export class BudgetGuard {
     return new RequestTab(this, input);
   }
 
-  /** Settles waiting for the next turn of the loop (later()), which drain() waits for too. */
-  private soon = 0;
-  private soonDone: Array<() => void> = [];
-
   /** Runs a settle off the request path, tracked so shutdown can wait for it. */
   track(p: Promise<void>): void {
-    const t = p.then(undefined, (err: unknown) => this.deps.log.error("settle failed", { error: (err as Error)?.message ?? String(err) }));
-    this.pending.add(t);
-    void t.then(() => this.pending.delete(t));
+    this.inflight++;
+    p.then(this.untrack, this.untrackFailed);
   }
+
+  private readonly untrack = (): void => {
+    if (--this.inflight === 0 && this.queued.length === 0) for (const w of this.idle.splice(0)) w();
+  };
+
+  private readonly untrackFailed = (err: unknown): void => {
+    this.deps.log.error("settle failed", { error: (err as Error)?.message ?? String(err) });
+    this.untrack();
+  };
 
   /**
    * Runs `settle` on the next turn of the loop (after the answer's last bytes
-   * were handed to the socket), then tracks it: a counter until then, not a
-   * promise chain per request.
+   * were handed to the socket), then tracks it. One setImmediate per turn
+   * for all the settles of that turn, not one per request.
    */
   later(settle: () => Promise<void>): void {
-    this.soon++;
-    setImmediate(() => {
-      this.soon--;
+    if (this.queued.push(settle) === 1) setImmediate(this.runQueued);
+  }
+
+  private readonly runQueued = (): void => {
+    const batch = this.queued;
+    this.queued = [];
+    for (const settle of batch) {
       let p: Promise<void>;
       try {
         p = settle();
@@ -123,16 +136,13 @@ export class BudgetGuard {
         p = Promise.reject(err as Error);
       }
       this.track(p);
-      if (this.soon === 0) for (const w of this.soonDone.splice(0)) w();
-    });
-  }
+    }
+    if (this.inflight === 0 && this.queued.length === 0) for (const w of this.idle.splice(0)) w();
+  };
 
   /** Waits for every settle in flight (router shutdown). */
   async drain(): Promise<void> {
-    while (this.soon > 0 || this.pending.size > 0) {
-      if (this.soon > 0) await new Promise<void>((r) => this.soonDone.push(r));
-      else await Promise.all([...this.pending]);
-    }
+    while (this.inflight > 0 || this.queued.length > 0) await new Promise<void>((r) => this.idle.push(r));
   }
 
   /** Settles in flight done and their ledger rows written through to Postgres (tests, shutdown). */

@@ -55,6 +55,13 @@ export function entryRows(fields: string[] | null): string[] {
 }
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
 
+/** The rows of one turn, on their way to one stream entry; `done` settles when it is written (or kept for re-sending). */
+interface Gathering {
+  texts: string[];
+  done: Promise<void>;
+  resolve: () => void;
+}
+
 export class RedisLedgerBuffer implements LedgerSink {
   readonly key: string;
   private readonly group = "ledger";
@@ -69,7 +76,7 @@ export class RedisLedgerBuffer implements LedgerSink {
   /** Steps run one at a time: a flush must not finish while the drain loop holds rows it read but has not committed. */
   private tail: Promise<unknown> = Promise.resolve();
   /** Rows recorded in this turn of the event loop, appended together when it ends; each caller waits for its entry. */
-  private gathering: { texts: string[]; waiters: Array<() => void> } | undefined;
+  private gathering: Gathering | undefined;
   /** Appends in flight, so a flush waits for rows already recorded. */
   private readonly appending = new Set<Promise<void>>();
 
@@ -109,24 +116,29 @@ export class RedisLedgerBuffer implements LedgerSink {
     this.running ??= this.loop();
   }
 
-  /** Resolves once the row is in Redis (or, Redis away, kept in memory for re-sending). */
+  /**
+   * Resolves once the row is in Redis (or, Redis away, kept in memory for
+   * re-sending). The rows gathered in one turn share one entry and one
+   * promise: nothing is allocated per row but its text.
+   */
   record(row: NewLedgerRow): Promise<void> {
     const text = encodeLedgerRow(row);
-    return new Promise<void>((resolve) => {
-      let g = this.gathering;
-      if (!g) {
-        g = this.gathering = { texts: [], waiters: [] };
-        // After this turn's other settles: they join the same entry.
-        setImmediate(() => this.append(g!));
-      }
-      g.texts.push(text);
-      g.waiters.push(resolve);
-      if (g.texts.length >= LEDGER_ROWS_PER_ENTRY) this.append(g);
-    });
+    let g = this.gathering;
+    if (!g) {
+      let resolve!: () => void;
+      const done = new Promise<void>((r) => (resolve = r));
+      const gathering: Gathering = (g = this.gathering = { texts: [], done, resolve });
+      // After this turn's other settles: they join the same entry.
+      setImmediate(() => this.append(gathering));
+    }
+    g.texts.push(text);
+    const { done } = g;
+    if (g.texts.length >= LEDGER_ROWS_PER_ENTRY) this.append(g);
+    return done;
   }
 
   /** One XADD for a gathered set of rows (once, whichever of the full set or the turn's end comes first). */
-  private append(g: { texts: string[]; waiters: Array<() => void> }): void {
+  private append(g: Gathering): void {
     if (this.gathering !== g) return;
     this.gathering = undefined;
     const done = this.appendEntry(g.texts).then(
@@ -140,7 +152,7 @@ export class RedisLedgerBuffer implements LedgerSink {
     this.appending.add(done);
     void done.then(() => {
       this.appending.delete(done);
-      for (const w of g.waiters) w();
+      g.resolve();
     });
   }
 
