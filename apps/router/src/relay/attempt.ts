@@ -70,7 +70,13 @@ export function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
   const startedAt = performance.now();
   const reporter = backend ? ctx.observe?.(backend) : undefined;
   const controller = new Abort();
-  const timer = new PhaseTimer((err) => controller.abort(new UpstreamFailure("timeout", err.message, true)));
+  // The total deadline spans every attempt, counted from the request's arrival;
+  // it is not the backend's fault (not retried), a phase's deadline is.
+  const timer = new PhaseTimer(
+    (err) => controller.abort(err.phase === "total" ? new UpstreamFailure("timeout", err.message, false) : new UpstreamFailure("timeout", err.message, true)),
+    ctx.startedAt + ctx.deadlines.totalMs,
+    ctx.deadlines.totalMs,
+  );
   const onClientAbort = () => controller.abort(new UpstreamFailure("aborted", "client went away", false));
   // Through onAbortOf's Set: the client's signal gets one listener for all its attempts, never removed one by one.
   let offClient: (() => void) | undefined;
@@ -80,18 +86,11 @@ export function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
   let offShutdown: (() => void) | undefined;
   if (ctx.shutdown?.aborted) onShutdown();
   else if (ctx.shutdown) offShutdown = onAbortOf(ctx.shutdown, onShutdown);
-  // The total deadline spans every attempt, counted from the request's arrival.
-  const left = ctx.deadlines.totalMs - (performance.now() - ctx.startedAt);
-  const total = setTimeout(
-    () => controller.abort(new UpstreamFailure("timeout", `total deadline of ${ctx.deadlines.totalMs} ms exceeded`, false)),
-    Math.max(0, left),
-  );
   return {
     controller,
     timer,
     cleanup: () => {
       timer.clear();
-      clearTimeout(total);
       offClient?.();
       offShutdown?.();
     },

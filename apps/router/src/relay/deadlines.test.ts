@@ -1,0 +1,52 @@
+// The phase timer carries the request's total deadline too: whichever comes
+// first ends the attempt, and progress (refresh) never moves the total.
+import { describe, expect, it } from "vitest";
+import { type DeadlineExceeded, PhaseTimer } from "./deadlines.ts";
+
+function expiry(totalMs: number, run: (t: PhaseTimer) => void): Promise<{ err: DeadlineExceeded; afterMs: number }> {
+  const t0 = performance.now();
+  return new Promise((resolve) => {
+    const t = new PhaseTimer((err) => resolve({ err, afterMs: performance.now() - t0 }), t0 + totalMs, totalMs);
+    run(t);
+  });
+}
+
+describe("PhaseTimer", () => {
+  it("ends with the phase when its limit comes before the total", async () => {
+    const { err, afterMs } = await expiry(5_000, (t) => t.arm("headers", 30));
+    expect(err.phase).toBe("headers");
+    expect(err.message).toBe("headers deadline of 30 ms exceeded");
+    expect(afterMs).toBeGreaterThanOrEqual(29);
+    expect(afterMs).toBeLessThan(1_000);
+  });
+
+  it("ends with the total when less of it is left than the phase's limit", async () => {
+    const { err, afterMs } = await expiry(60, (t) => t.arm("first_token", 5_000));
+    expect(err.phase).toBe("total");
+    expect(err.message).toBe("total deadline of 60 ms exceeded");
+    expect(afterMs).toBeGreaterThanOrEqual(59);
+    expect(afterMs).toBeLessThan(1_000);
+  });
+
+  it("refresh restarts the phase but never passes the total", async () => {
+    let ticks: NodeJS.Timeout | undefined;
+    const { err, afterMs } = await expiry(150, (t) => {
+      t.arm("idle", 50);
+      // Progress every 20 ms: the idle limit alone would never pass.
+      ticks = setInterval(() => t.refresh(), 20);
+    });
+    clearInterval(ticks);
+    expect(err.phase).toBe("total");
+    expect(afterMs).toBeGreaterThanOrEqual(149);
+    expect(afterMs).toBeLessThan(1_000);
+  });
+
+  it("clear stops it", async () => {
+    let fired = false;
+    const t = new PhaseTimer(() => (fired = true), performance.now() + 40, 40);
+    t.arm("headers", 20);
+    t.clear();
+    await new Promise((r) => setTimeout(r, 80));
+    expect(fired).toBe(false);
+  });
+});
