@@ -28,6 +28,8 @@ export interface AgainstOptions {
   quick: boolean;
   /** "non-streaming": only the closed loop. */
   only?: "non-streaming";
+  /** Interleaved rounds (default 4, 2 with quick): more of them when the box is noisy. */
+  rounds?: number;
   log?: (line: string) => void;
 }
 
@@ -127,7 +129,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     const direct: Target = { name: "direct", url: simUrl, path: "/v1/chat/completions", headers: {} };
     // Warm every path first (JIT, pools): a process's first seconds cost far more per request.
     for (const { t } of targets) await closedLoop(t, { clients: 64, durationS: opts.quick ? 2 : 4, body: nsBody, stream: false });
-    const rounds = opts.quick ? 2 : 4;
+    const rounds = opts.rounds ?? (opts.quick ? 2 : 4);
     const durationS = opts.quick ? 3 : 5;
     const rows: string[] = [];
     const cpu: Record<string, { ns: number[]; st: number[]; rps: number[]; dttft99: number[] }> = {};
@@ -184,6 +186,10 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         return `| ${t.name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / floor, 2)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} |` : ""}`;
       }),
     ];
+    // Paired by round (the same minute of the box): how often this checkout used less CPU than REV.
+    const [, a, b] = targets;
+    const fewer = (k: "ns" | "st") => cpu[b!.t.name]![k].filter((x, i) => x < cpu[a!.t.name]![k][i]!).length;
+    out.push("", `${b!.t.name} used less CPU per request than ${a!.t.name} in ${fewer("ns")} of ${rounds} rounds non-streaming${streamCols ? `, ${fewer("st")} of ${rounds} streaming` : ""}.`);
     process.stdout.write(out.join("\n") + "\n");
     return 0;
   } finally {

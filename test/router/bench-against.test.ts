@@ -38,8 +38,16 @@ describe("switchyard bench router --against", () => {
     expect(order[3]).toBe("node-passthrough");
     expect(order.slice(1, 3)).toEqual([...order.slice(4, 6)].reverse());
     for (let i = 1; i < order.length; i++) expect(order[i]).not.toBe(order[i - 1]);
+    // Paired by round: in how many this checkout used less CPU than REV (a count, not a verdict).
+    expect(out).toMatch(new RegExp(`\\(this checkout\\) used less CPU per request than ${sha} \\(HEAD\\) in [012] of 2 rounds non-streaming\\.`));
     expect(worktrees()).toBe(before);
   }, 240_000);
+
+  it("refuses --rounds that is not a whole number ≥ 1", async () => {
+    const { code, err } = await runCli(["bench", "router", "--against", "HEAD", "--rounds", "0"]);
+    expect(code).not.toBe(0);
+    expect(err).toMatch(/--rounds takes a whole number ≥ 1/);
+  }, 60_000);
 
   it("refuses a name that is no commit, before starting anything", async () => {
     const { code, err } = await runCli(["bench", "router", "--against", "no-such-rev-xyz", "--quick"]);

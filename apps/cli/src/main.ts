@@ -54,6 +54,7 @@ export async function main(argv: string[]): Promise<number> {
         processes: { type: "string" },
         profile: { type: "string" },
         against: { type: "string" },
+        rounds: { type: "string" },
         reference: { type: "string" },
         // budgets, prices
         "daily-cents": { type: "string" },

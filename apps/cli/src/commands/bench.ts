@@ -1,7 +1,7 @@
 // `switchyard bench <suite>`: benchmarks that print a table.
 import { UsageError } from "../usage.ts";
 
-export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string; cut?: string; against?: string }): Promise<number> {
+export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string; cut?: string; against?: string; rounds?: string }): Promise<number> {
   const [suite] = args;
   // The one bench entry point; it loads only the suite asked for.
   const { benches } = await import("../../../../bench/index.ts");
@@ -10,10 +10,12 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     if (levels?.some((n) => !Number.isInteger(n))) throw new UsageError(`bench router: --levels takes stream counts like 1,100,1000`);
     // --against REV: this checkout's router and REV's, taking turns (before/after of a change in one run).
     if (flags.against !== undefined) {
-      if (flags.profile !== undefined || flags.cluster !== undefined || flags.levels !== undefined) throw new UsageError("bench router --against: takes --quick and --only non-streaming, not --profile, --cluster or --levels");
+      if (flags.profile !== undefined || flags.cluster !== undefined || flags.levels !== undefined) throw new UsageError("bench router --against: takes --quick, --rounds and --only non-streaming, not --profile, --cluster or --levels");
       if (flags.only !== undefined && flags.only !== "non-streaming") throw new UsageError(`bench router --against: --only takes 'non-streaming', got '${flags.only}'`);
       if (!flags.against.trim()) throw new UsageError("bench router --against: give a commit, e.g. --against HEAD~1");
-      return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}) });
+      const rounds = flags.rounds === undefined ? undefined : Number(flags.rounds);
+      if (rounds !== undefined && !(Number.isInteger(rounds) && rounds >= 1)) throw new UsageError("bench router --against: --rounds takes a whole number ≥ 1");
+      return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}), ...(rounds ? { rounds } : {}) });
     }
     // --only non-streaming: with --profile, the profile of the non-streaming closed loop instead of the 100 streams.
     if (flags.only !== undefined && flags.only !== "money" && !(flags.only === "non-streaming" && flags.profile)) throw new UsageError(`bench router: --only takes 'money' (or 'non-streaming' with --profile), got '${flags.only}'`);
