@@ -71,6 +71,12 @@ export class RedisLedgerBuffer implements LedgerSink {
   private running: Promise<void> | undefined;
   private closed = false;
   private lastClaim = 0;
+  /**
+   * This consumer may hold rows it read and did not acknowledge: at start (a
+   * restarted router keeps its consumer name), after a takeover, after a
+   * failed step. Cleared when a read of its pending list comes back empty.
+   */
+  private ownPending = true;
   private backoffMs = 0;
   private groupReady: Promise<void> | undefined;
   /** Steps run one at a time: a flush must not finish while the drain loop holds rows it read but has not committed. */
@@ -196,7 +202,10 @@ export class RedisLedgerBuffer implements LedgerSink {
     this.lastClaim = now;
     const res = (await this.redis.xautoclaim(this.key, this.group, this.opts.consumer, this.opts.claimIdleMs, "0-0", "COUNT", this.opts.batch, "JUSTID")) as unknown[];
     const ids = (res?.[1] as string[] | undefined) ?? [];
-    if (ids.length > 0) this.opts.log.info("ledger rows taken over from a silent router", { rows: ids.length });
+    if (ids.length > 0) {
+      this.ownPending = true; // taken over into this consumer's pending list
+      this.opts.log.info("ledger rows taken over from a silent router", { rows: ids.length });
+    }
   }
 
   private exclusive<T>(fn: () => Promise<T>): Promise<T> {
@@ -207,11 +216,25 @@ export class RedisLedgerBuffer implements LedgerSink {
 
   /** One step: re-send, claim, read (own pending first), insert, acknowledge. Returns rows handled. */
   private async step(block: boolean): Promise<number> {
+    try {
+      return await this.stepOnce(block);
+    } catch (err) {
+      // Whatever it read may be left unacknowledged: the next step reads this consumer's pending first.
+      this.ownPending = true;
+      throw err;
+    }
+  }
+
+  private async stepOnce(block: boolean): Promise<number> {
     await this.ensureGroup();
     await this.resend();
     await this.claim();
-    let entries = await this.read("0", false);
+    // Own pending rows are read first — but only when there may be some: an
+    // idle drain otherwise asked for them on every turn, a Redis round trip
+    // per flushMs (issue 14: the idle router's pollers).
+    let entries = this.ownPending ? await this.read("0", false) : [];
     if (entries.length === 0) {
+      this.ownPending = false;
       entries = await this.read(">", block);
       // The drain loop: a first row waits up to flushMs for company, so rows
       // that trickle in (streams ending one by one) share one INSERT and one
