@@ -116,23 +116,21 @@ function admitKey(c: Context<AppEnv>, owner: KeyOwner | undefined): void {
  * route's schema (400 invalid_request naming the field). The handler reads
  * the result with `c.get("body")`.
  */
-export function jsonBody(deps: AppDeps, schema: z.ZodType): MiddlewareHandler<AppEnv>[] {
+export function jsonBody(deps: AppDeps, schema: z.ZodType): MiddlewareHandler<AppEnv> {
   const limit = deps.config.router.bodyLimitBytes;
   // One middleware, not one per check: each level of Hono's chain is an
-  // async frame, a promise and an await on every request.
-  return [
-    // The schema is the route's documented request body too (openapi/spec.ts).
-    markBody<MiddlewareHandler<AppEnv>>(async (c, next) => {
-      const type = c.req.header("content-type") ?? "";
-      if (!/^application\/json\s*(;|$)/i.test(type)) {
-        throw new ApiError("unsupported_media_type", `expected Content-Type: application/json, got ${type || "none"}`);
-      }
-      const declared = Number(c.req.header("content-length") ?? NaN);
-      if (declared > limit) throw new ApiError("payload_too_large", `request body exceeds the ${limit} byte limit`);
-      c.set("body", validate(schema, await readJson(c, limit)));
-      await next();
-    }, schema),
-  ];
+  // async frame, a promise and an await on every request. The schema is the
+  // route's documented request body too (openapi/spec.ts).
+  return markBody<MiddlewareHandler<AppEnv>>(async (c, next) => {
+    const type = c.req.header("content-type") ?? "";
+    if (!/^application\/json\s*(;|$)/i.test(type)) {
+      throw new ApiError("unsupported_media_type", `expected Content-Type: application/json, got ${type || "none"}`);
+    }
+    const declared = Number(c.req.header("content-length") ?? NaN);
+    if (declared > limit) throw new ApiError("payload_too_large", `request body exceeds the ${limit} byte limit`);
+    c.set("body", validate(schema, await readJson(c, limit)));
+    await next();
+  }, schema);
 }
 
 function fieldPath(path: PropertyKey[]): string {

@@ -108,8 +108,13 @@ export class BudgetGuard {
   }
 
   private readonly untrack = (): void => {
-    if (--this.inflight === 0 && this.queued.length === 0) for (const w of this.idle.splice(0)) w();
+    this.inflight--;
+    this.wakeIfIdle();
   };
+
+  private wakeIfIdle(): void {
+    if (this.inflight === 0 && this.queued.length === 0) for (const w of this.idle.splice(0)) w();
+  }
 
   private readonly untrackFailed = (err: unknown): void => {
     this.deps.log.error("settle failed", { error: (err as Error)?.message ?? String(err) });
@@ -137,7 +142,7 @@ export class BudgetGuard {
       }
       this.track(p);
     }
-    if (this.inflight === 0 && this.queued.length === 0) for (const w of this.idle.splice(0)) w();
+    this.wakeIfIdle();
   };
 
   /** Waits for every settle in flight (router shutdown). */

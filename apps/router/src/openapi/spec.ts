@@ -4,7 +4,7 @@
 // checked), its security the auth middleware it runs, its errors the codes
 // those imply plus the ones its `documented(...)` handler names, every error
 // in the one shape. A route added with `app.post(path, authenticate(deps),
-// ...jsonBody(deps, schema), handler)` is in the document with nothing more.
+// jsonBody(deps, schema), handler)` is in the document with nothing more.
 import type { Hono } from "hono";
 import * as z from "zod";
 import { errorCodes, type ErrorCode } from "../errors.ts";

@@ -73,7 +73,7 @@ export function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
   // The total deadline spans every attempt, counted from the request's arrival;
   // it is not the backend's fault (not retried), a phase's deadline is.
   const timer = new PhaseTimer(
-    (err) => controller.abort(err.phase === "total" ? new UpstreamFailure("timeout", err.message, false) : new UpstreamFailure("timeout", err.message, true)),
+    (err) => controller.abort(new UpstreamFailure("timeout", err.message, err.phase !== "total")),
     ctx.startedAt + ctx.deadlines.totalMs,
     ctx.deadlines.totalMs,
   );

@@ -12,19 +12,14 @@ function expiry(totalMs: number, run: (t: PhaseTimer) => void): Promise<{ err: D
 }
 
 describe("PhaseTimer", () => {
-  it("ends with the phase when its limit comes before the total", async () => {
-    const { err, afterMs } = await expiry(5_000, (t) => t.arm("headers", 30));
-    expect(err.phase).toBe("headers");
-    expect(err.message).toBe("headers deadline of 30 ms exceeded");
-    expect(afterMs).toBeGreaterThanOrEqual(29);
-    expect(afterMs).toBeLessThan(1_000);
-  });
-
-  it("ends with the total when less of it is left than the phase's limit", async () => {
-    const { err, afterMs } = await expiry(60, (t) => t.arm("first_token", 5_000));
-    expect(err.phase).toBe("total");
-    expect(err.message).toBe("total deadline of 60 ms exceeded");
-    expect(afterMs).toBeGreaterThanOrEqual(59);
+  it.each([
+    { when: "the phase when its limit comes before the total", totalMs: 5_000, phase: "headers" as const, ms: 30, ends: "headers", message: "headers deadline of 30 ms exceeded", after: 29 },
+    { when: "the total when less of it is left than the phase's limit", totalMs: 60, phase: "first_token" as const, ms: 5_000, ends: "total", message: "total deadline of 60 ms exceeded", after: 59 },
+  ])("ends with $when", async ({ totalMs, phase, ms, ends, message, after }) => {
+    const { err, afterMs } = await expiry(totalMs, (t) => t.arm(phase, ms));
+    expect(err.phase).toBe(ends);
+    expect(err.message).toBe(message);
+    expect(afterMs).toBeGreaterThanOrEqual(after);
     expect(afterMs).toBeLessThan(1_000);
   });
 

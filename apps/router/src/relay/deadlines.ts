@@ -15,10 +15,10 @@ export class DeadlineExceeded extends Error {
 
 export class PhaseTimer {
   private timer: NodeJS.Timeout | undefined;
-  /** The phase the running timer ends (or "total"), and that phase's limit. */
-  private current: { phase: DeadlinePhase; ms: number } | undefined;
-  /** The phase last armed (refresh re-arms it when the total comes closer than its limit). */
+  /** The phase last armed, and its limit. */
   private armed: { phase: DeadlinePhase; ms: number } | undefined;
+  /** The running timer ends the total deadline, not the armed phase (less of the total was left than the phase's limit). */
+  private byTotal = false;
   /** The running timer's own duration: what Timeout.refresh() restarts. */
   private wait = -1;
 
@@ -35,9 +35,8 @@ export class PhaseTimer {
   arm(phase: DeadlinePhase, ms: number): void {
     this.armed = { phase, ms };
     const left = this.totalAt - performance.now();
-    const total = left <= ms;
-    const wait = total ? Math.max(0, Math.ceil(left)) : ms;
-    this.current = total ? { phase: "total", ms: this.totalMs } : this.armed;
+    this.byTotal = left <= ms;
+    const wait = this.byTotal ? Math.max(0, Math.ceil(left)) : ms;
     if (this.timer && this.wait === wait) {
       this.timer.refresh();
       return;
@@ -49,8 +48,8 @@ export class PhaseTimer {
 
   /** After progress: the phase's wait starts over (never past the total deadline, which progress does not move). */
   refresh(): void {
-    const { timer, current, armed } = this;
-    if (!timer || !current || !armed || current.phase === "total") return;
+    const { timer, armed } = this;
+    if (!timer || !armed || this.byTotal) return;
     if (this.totalAt - performance.now() <= armed.ms) this.arm(armed.phase, armed.ms);
     else timer.refresh();
   }
@@ -58,14 +57,14 @@ export class PhaseTimer {
   clear(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
-    this.current = undefined;
     this.armed = undefined;
+    this.byTotal = false;
     this.wait = -1;
   }
 
   private readonly expire = (): void => {
-    const c = this.current;
-    if (!c) return;
-    this.onExpire(new DeadlineExceeded(c.phase, c.ms));
+    const { armed } = this;
+    if (!armed) return;
+    this.onExpire(this.byTotal ? new DeadlineExceeded("total", this.totalMs) : new DeadlineExceeded(armed.phase, armed.ms));
   };
 }

@@ -93,7 +93,7 @@ export function registerChatCompletions(app: Hono<AppEnv>, deps: AppDeps): void 
   app.post(
     "/v1/chat/completions",
     authenticate(deps),
-    ...jsonBody(deps, chatCompletionSchema),
+    jsonBody(deps, chatCompletionSchema),
     documented(
       { summary: "Create a chat completion", tag: "inference", operationId: "createChatCompletion", responses: completionAnswer(chatCompletionAnswer, "a chat.completion, or with stream: true an SSE stream of chat.completion.chunk events ending with data: [DONE]"), errors: inferenceErrors },
       (c) => handleInference(c, deps, "/v1/chat/completions"),

@@ -25,7 +25,7 @@ export function registerCompletions(app: Hono<AppEnv>, deps: AppDeps): void {
   app.post(
     "/v1/completions",
     authenticate(deps),
-    ...jsonBody(deps, completionSchema),
+    jsonBody(deps, completionSchema),
     documented(
       { summary: "Create a text completion", tag: "inference", operationId: "createCompletion", responses: completionAnswer(textCompletionAnswer, "a text_completion, or with stream: true an SSE stream ending with data: [DONE]"), errors: inferenceErrors },
       (c) => handleInference(c, deps, "/v1/completions"),

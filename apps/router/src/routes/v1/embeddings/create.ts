@@ -48,7 +48,7 @@ export function registerEmbeddings(app: Hono<AppEnv>, deps: AppDeps): void {
   app.post(
     "/v1/embeddings",
     authenticate(deps),
-    ...jsonBody(deps, schema),
+    jsonBody(deps, schema),
     documented(
       { summary: "Create embeddings", tag: "inference", operationId: "createEmbedding", responses: { 200: { description: "a list of embeddings", json: embeddingsAnswer, headers: rateLimitHeaders } }, errors: inferenceErrors },
       (c) => handleInference(c, deps, "/v1/embeddings"),

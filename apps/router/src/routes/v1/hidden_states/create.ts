@@ -34,7 +34,7 @@ export function registerHiddenStates(app: Hono<AppEnv>, deps: AppDeps): void {
   app.post(
     "/v1/hidden_states",
     authenticate(deps),
-    ...jsonBody(deps, hiddenStatesSchema),
+    jsonBody(deps, hiddenStatesSchema),
     documented(doc, (c) => {
       const accept = (c.req.header("accept") ?? "").includes("application/json") ? "application/json" : "application/octet-stream";
       return handleInference(c, deps, "/v1/hidden_states", { raw: { accept } });

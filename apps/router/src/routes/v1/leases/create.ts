@@ -45,7 +45,7 @@ export function registerCreateLease(app: Hono<AppEnv>, deps: AppDeps): void {
   app.post(
     "/v1/leases",
     authenticate(deps),
-    ...jsonBody(deps, schema),
+    jsonBody(deps, schema),
     documented(
       { summary: "Lease a GPU worker", tag: "leases", operationId: "createLease", responses: { 201: { description: "the lease", json: leaseAnswer } }, errors: ["lease_conflict", "worker_not_found", "model_not_found", "no_healthy_backend", "lease_store_unavailable", "stale_fencing_token"] },
       (c) => createLease(c, leases),

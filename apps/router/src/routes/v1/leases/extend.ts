@@ -27,7 +27,7 @@ export function registerExtendLease(app: Hono<AppEnv>, deps: AppDeps): void {
   app.post(
     "/v1/leases/:id/extend",
     authenticate(deps),
-    ...jsonBody(deps, schema),
+    jsonBody(deps, schema),
     documented(
       { summary: "Extend a lease", tag: "leases", operationId: "extendLease", responses: { 200: { description: "the lease", json: leaseAnswer } }, errors: ["lease_not_found", "lease_expired", "lease_store_unavailable"] },
       (c) => extendLease(c, leases),

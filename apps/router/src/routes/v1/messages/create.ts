@@ -124,7 +124,7 @@ export function registerCreateMessage(app: Hono<AppEnv>, deps: AppDeps): void {
     anthropicErrors,
     authenticate(deps, { apiKeyHeader: "x-api-key" }),
     checkVersion,
-    ...jsonBody(deps, createMessageSchema),
+    jsonBody(deps, createMessageSchema),
     documented(
       {
         summary: "Create a message (Anthropic's Messages API)",

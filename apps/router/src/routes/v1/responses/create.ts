@@ -128,7 +128,7 @@ export function registerCreateResponse(app: Hono<AppEnv>, deps: AppDeps, store: 
   app.post(
     "/v1/responses",
     authenticate(deps),
-    ...jsonBody(deps, createResponseSchema),
+    jsonBody(deps, createResponseSchema),
     documented(
       {
         summary: "Create a model response (OpenAI's Responses API)",
