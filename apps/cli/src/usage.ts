@@ -83,6 +83,8 @@ Usage:
                                         one model unsplit vs split in 2 and 3 shards: tok/s, hop latency, wire bytes, memory
   switchyard bench admission [--quick]  interactive TTFT under 500 batch streams, admission on vs off (asserts both)
   switchyard bench routing [--quick]    latency-aware routing vs round-robin over 1×/2×/4× workers; resume after kill -9
+  switchyard bench registry [--quick]   one registry poll's Redis commands, wall time and CPU as the keyspace grows:
+                                        SCAN per poll (before) vs the registry's sets (now), on a private redis-server
 
 Configuration: switchyard.yaml (or --config / SWITCHYARD_CONFIG) plus SWITCHYARD_* env;
 DATABASE_URL unset → embedded PostgreSQL under $SWITCHYARD_HOME (default ./.switchyard).

@@ -189,6 +189,12 @@ export const configSchema = z.object({
       pollMs: z.number().int().min(50).default(250),
       /** Worker records over this many bytes are refused unread (a worker must not make routers parse megabytes every poll). */
       maxRecordBytes: z.number().int().min(1024).max(1024 * 1024).default(16 * 1024),
+      /**
+       * How often a router also SCANs for worker and invite keys missing from
+       * the registry's sets (written by an older version), ms; 0: only at
+       * start. Polls themselves never SCAN (docs/REGISTRY.md).
+       */
+      sweepMs: z.number().int().min(0).default(60_000),
     })
     .prefault({}),
   workers: z

@@ -289,7 +289,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   }
   const registry =
     opts.registry ??
-    (redis ? new RedisRegistryStore(redis, config.redis.keyPrefix, { maxRecordBytes: config.registry.maxRecordBytes }) : new MemoryRegistryStore(undefined, { maxRecordBytes: config.registry.maxRecordBytes }));
+    (redis ? new RedisRegistryStore(redis, config.redis.keyPrefix, { maxRecordBytes: config.registry.maxRecordBytes, sweepMs: config.registry.sweepMs }) : new MemoryRegistryStore(undefined, { maxRecordBytes: config.registry.maxRecordBytes }));
   const metrics = new RouterMetrics();
   // Event-loop delay, GC pauses and CPU per request on /metrics: the stalls behind a p99.
   const runtime = new RuntimeMetrics(metrics);

@@ -1,25 +1,35 @@
 -- Reads worker records (and invites) for routers without ever sending an
 -- oversized value over the wire: a worker may write anything into its own
--- key, so its length is looked at first.
--- KEYS: the keys to read (one hash tag, {registry}); ARGV[1]: max bytes;
--- ARGV[2]: how many of the first keys are heartbeats, which must expire (a
--- worker could otherwise SET its record with no TTL and never leave).
--- Per key: false (missing), -1 (not a string), -2 (a heartbeat without a
--- TTL), its length (over the limit), or the value.
+-- key, so its length is looked at first. Ids whose record is gone leave the
+-- index here, atomically with the read: a worker re-joining meanwhile has
+-- its record back before its id could be dropped (publish writes both in one
+-- transaction).
+-- KEYS[1]: the index of heartbeating workers (a set of ids); KEYS[2..]: the
+-- keys to read (one hash tag, {registry}: the index's too).
+-- ARGV[1]: max bytes; ARGV[2]: how many of the keys after the index are
+-- heartbeats, which must expire (a worker could otherwise SET its record with
+-- no TTL and never leave); ARGV[3]: the length of a heartbeat key's name
+-- before the worker id.
+-- Per key after the index: false (missing), -1 (not a string), -2 (a
+-- heartbeat without a TTL), its length (over the limit), or the value.
 local max = tonumber(ARGV[1])
 local expiring = tonumber(ARGV[2] or '0')
+local idFrom = tonumber(ARGV[3] or '0') + 1
 local out = {}
-for i, key in ipairs(KEYS) do
+for i = 2, #KEYS do
+  local key = KEYS[i]
+  local n = i - 1
   local t = redis.call('TYPE', key)['ok']
   if t == 'none' then
-    out[i] = false
+    out[n] = false
+    if n <= expiring then redis.call('SREM', KEYS[1], string.sub(key, idFrom)) end
   elseif t ~= 'string' then
-    out[i] = -1
-  elseif i <= expiring and redis.call('PTTL', key) < 0 then
-    out[i] = -2
+    out[n] = -1
+  elseif n <= expiring and redis.call('PTTL', key) < 0 then
+    out[n] = -2
   else
-    local n = redis.call('STRLEN', key)
-    if n > max then out[i] = n else out[i] = redis.call('GET', key) end
+    local len = redis.call('STRLEN', key)
+    if len > max then out[n] = len else out[n] = redis.call('GET', key) end
   end
 end
 return out

@@ -34,6 +34,9 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
   if (suite === "routing") {
     return benches.routing({ quick: flags.quick === true });
   }
+  if (suite === "registry") {
+    return benches.registry({ quick: flags.quick === true });
+  }
   if (suite === "engine") {
     if ((flags.model?.length ?? 0) > 1) throw new UsageError("bench engine: one --model at a time");
     // --reference: llama.cpp built for this CPU and node-llama-cpp's prebuilt (both, the default), or one of them.
@@ -51,5 +54,5 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     const cut = flags.cut as "balanced" | "even" | undefined;
     return benches.split({ quick: flags.quick === true, ...(levels ? { levels } : {}), ...(threads ? { threads } : {}), ...(cut ? { cut } : {}) });
   }
-  throw new UsageError(`bench: expected 'router', 'engine', 'split', 'admission' or 'routing', got '${suite ?? ""}'`);
+  throw new UsageError(`bench: expected 'router', 'engine', 'split', 'admission', 'routing' or 'registry', got '${suite ?? ""}'`);
 }

@@ -9,7 +9,7 @@ import { createHmac, randomBytes } from "node:crypto";
 import { onEveryDataNode, type RedisLike } from "../redis.ts";
 import { fencingPublicKey } from "./fencing-key.ts";
 import { workerIdPattern } from "./record.ts";
-import { globEscape, inviteKey, workerKey } from "./redis.ts";
+import { globEscape, invitedIndexKey, inviteKey, workerKey } from "./redis.ts";
 import type { WorkerInviteGrant } from "./store.ts";
 
 export function workerAclUser(workerId: string): string {
@@ -46,7 +46,8 @@ export async function inviteWorker(admin: RedisLike, opts: { prefix: string; wor
   // ACL key patterns are globs: the prefix must match only itself.
   const key = globEscape(workerKey(opts.prefix, opts.workerId));
   const grant: WorkerInviteGrant = { models, createdAt: Date.now() };
-  await admin.set(inviteKey(opts.prefix, opts.workerId), JSON.stringify(grant));
+  // The invited set is how routers find the worker's key (its ACL user cannot add itself to a shared set).
+  await admin.multi().set(inviteKey(opts.prefix, opts.workerId), JSON.stringify(grant)).sadd(invitedIndexKey(opts.prefix), opts.workerId).exec();
   // ACL users are per node and neither replicated nor spread by a Cluster:
   // every node gets the user, replicas too (they become primaries on
   // failover). A Cluster client also needs CLUSTER SLOTS to learn the slot map.
@@ -58,7 +59,7 @@ export async function inviteWorker(admin: RedisLike, opts: { prefix: string; wor
 /** Deletes the worker's ACL user and its invite (routers stop routing to it at their next poll). */
 export async function revokeWorker(admin: RedisLike, workerId: string, opts: { prefix?: string } = {}): Promise<boolean> {
   const n = Math.max(...(await onEveryDataNode(admin, async (node) => Number(await node.call("ACL", "DELUSER", workerAclUser(workerId))))));
-  if (opts.prefix !== undefined) await admin.del(inviteKey(opts.prefix, workerId));
+  if (opts.prefix !== undefined) await admin.multi().del(inviteKey(opts.prefix, workerId)).srem(invitedIndexKey(opts.prefix), workerId).exec();
   return n > 0;
 }
 

@@ -1,10 +1,21 @@
 // Redis registry: one key per worker, `<prefix>{registry}:worker:<id>`, value
 // the JSON record, PX = TTL; invites (admin-written) at
 // `<prefix>{registry}:invite:<id>`. The hash tag keeps them in one slot, so
-// the Lua read is atomic on a Redis Cluster too; SCAN is per node, so the
-// listing scans every master (only the slot's owner answers with keys).
-// Routers list by SCAN + one Lua read (records and invites together,
-// oversized values refused unsent): two round trips per poll per master.
+// the Lua read is atomic on a Redis Cluster too.
+//
+// Routers find the keys through two sets beside them, never by SCAN on each
+// poll: a SCAN walks the whole keyspace (stored responses, rate-limit
+// windows, budgets…), so a poll's cost grew with everything else the fabric
+// keeps — 200k other keys made one poll take 259 ms and 200 round trips.
+//   - `{registry}:workers`: ids of heartbeating workers, added by a worker's
+//     publish in the same transaction as its record, dropped by the routers'
+//     read (registry_read.lua) once the record is gone;
+//   - `{registry}:invited`: ids of invited workers, written by the admin with
+//     the invite (an invited worker's ACL user may write its own key only,
+//     so it never touches a shared set another worker's listing depends on).
+// One SCAN still runs when a store first lists, and every `sweepMs` after, so
+// workers of an older version (which write only their key) are found too.
+// A poll is then two round trips: SUNION of the sets, one Lua read.
 import { scanKeys, type RedisLike } from "../redis.ts";
 import { decodeInvite, decodeRecord, workerRecordSchema, type WorkerRecord } from "./record.ts";
 import { registryCommands } from "./scripts.ts";
@@ -19,6 +30,23 @@ export function inviteKey(prefix: string, workerId: string): string {
   return `${prefix}{registry}:invite:${workerId}`;
 }
 
+/** The ids of workers that heartbeat with the fabric's credential (added by their publish, pruned by routers' reads). */
+export function workerIndexKey(prefix: string): string {
+  return `${prefix}{registry}:workers`;
+}
+
+/** The ids of invited workers (admin-written with each invite). */
+export function invitedIndexKey(prefix: string): string {
+  return `${prefix}{registry}:invited`;
+}
+
+/** Whether Redis refused a command (or a transaction's queued command) for the connection's ACL user. */
+function noPermission(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const previous = (err as { previousErrors?: unknown[] }).previousErrors ?? [];
+  return /NOPERM/.test(err.message) || previous.some((e) => e instanceof Error && /NOPERM/.test(e.message));
+}
+
 /** A glob (SCAN MATCH, ACL key pattern) matching exactly `s`. */
 export function globEscape(s: string): string {
   return s.replace(/[*?[\]\\]/g, "\\$&");
@@ -27,29 +55,65 @@ export function globEscape(s: string): string {
 export interface RedisRegistryOptions {
   /** Records over this many bytes are refused without being read. */
   maxRecordBytes?: number;
+  /**
+   * How often a listing also SCANs for worker keys missing from the index
+   * (workers of an older version), ms; 0: only at the first listing.
+   */
+  sweepMs?: number;
 }
+
+/** Default RedisRegistryOptions.sweepMs. */
+export const DEFAULT_REGISTRY_SWEEP_MS = 60_000;
 
 export class RedisRegistryStore implements RegistryStore {
   private readonly maxRecordBytes: number;
+  private readonly sweepMs: number;
+  private readonly index: string;
+  private readonly invited: string;
+  /** False once Redis refused this connection the index (an invited worker's ACL user): its record alone is written. */
+  private indexWritable = true;
+  /** When this store last swept the keyspace for unindexed worker keys (-Infinity: never). */
+  private sweptAt = -Infinity;
+
   constructor(
     private readonly redis: RedisLike,
     private readonly prefix: string,
     opts: RedisRegistryOptions = {},
   ) {
     this.maxRecordBytes = opts.maxRecordBytes ?? DEFAULT_MAX_RECORD_BYTES;
+    this.sweepMs = opts.sweepMs ?? DEFAULT_REGISTRY_SWEEP_MS;
+    this.index = workerIndexKey(prefix);
+    this.invited = invitedIndexKey(prefix);
   }
 
   async publish(record: WorkerRecord, ttlMs: number): Promise<PublishResult> {
     const parsed = workerRecordSchema.safeParse(record);
     if (!parsed.success) return { ok: false, reason: "invalid_record" };
     try {
-      await this.redis.set(workerKey(this.prefix, record.id), JSON.stringify(parsed.data), "PX", Math.max(1, Math.round(ttlMs)));
+      await this.write(record.id, JSON.stringify(parsed.data), ttlMs);
     } catch (err) {
       // A per-worker ACL user writing someone else's key is refused by Redis.
-      if (err instanceof Error && /NOPERM/.test(err.message)) return { ok: false, reason: "owned_by_other" };
+      if (noPermission(err)) return { ok: false, reason: "owned_by_other" };
       throw err;
     }
     return { ok: true };
+  }
+
+  /** The record, and its id in the index in the same transaction (unless this connection may not write the index). */
+  private async write(workerId: string, text: string, ttlMs: number): Promise<void> {
+    const key = workerKey(this.prefix, workerId);
+    const px = Math.max(1, Math.round(ttlMs));
+    if (this.indexWritable) {
+      try {
+        await this.redis.multi().set(key, text, "PX", px).sadd(this.index, workerId).exec();
+        return;
+      } catch (err) {
+        if (!noPermission(err)) throw err;
+        // An invited worker: routers find it through the invited set.
+        this.indexWritable = false;
+      }
+    }
+    await this.redis.set(key, text, "PX", px);
   }
 
   /**
@@ -57,11 +121,51 @@ export class RedisRegistryStore implements RegistryStore {
    * own ACL user can do to its key. Tests of the read side use it.
    */
   async putRaw(workerId: string, text: string, ttlMs: number): Promise<void> {
-    await this.redis.set(workerKey(this.prefix, workerId), text, "PX", Math.max(1, Math.round(ttlMs)));
+    await this.write(workerId, text, ttlMs);
   }
 
   async remove(workerId: string): Promise<void> {
-    await this.redis.del(workerKey(this.prefix, workerId));
+    const key = workerKey(this.prefix, workerId);
+    if (this.indexWritable) {
+      try {
+        await this.redis.multi().del(key).srem(this.index, workerId).exec();
+        return;
+      } catch (err) {
+        if (!noPermission(err)) throw err;
+        this.indexWritable = false;
+      }
+    }
+    // The index keeps the id until a router's read finds the key gone.
+    await this.redis.del(key);
+  }
+
+  /** The ids whose keys a listing reads: both sets (after a sweep when one is due). `bench registry` times a SCAN in its place. */
+  protected async workerIds(): Promise<string[]> {
+    await this.sweep();
+    return this.redis.sunion(this.index, this.invited);
+  }
+
+  /**
+   * Adds to the sets the worker and invite keys a SCAN finds (written by
+   * workers or admins of an older version): at the first listing and every
+   * sweepMs. A failed sweep is tried again at the next due time; the listing
+   * goes on from the sets.
+   */
+  private async sweep(): Promise<void> {
+    const now = Date.now();
+    if (this.sweptAt !== -Infinity && (this.sweepMs <= 0 || now - this.sweptAt < this.sweepMs)) return;
+    this.sweptAt = now;
+    const workerPrefix = workerKey(this.prefix, "");
+    const invitePrefix = inviteKey(this.prefix, "");
+    try {
+      const [workers, invites] = await Promise.all([scanKeys(this.redis, `${globEscape(workerPrefix)}*`), scanKeys(this.redis, `${globEscape(invitePrefix)}*`)]);
+      const tx = this.redis.multi();
+      if (workers.length > 0) tx.sadd(this.index, ...workers.map((k) => k.slice(workerPrefix.length)));
+      if (invites.length > 0) tx.sadd(this.invited, ...invites.map((k) => k.slice(invitePrefix.length)));
+      if (workers.length + invites.length > 0) await tx.exec();
+    } catch {
+      // Redis away or the SCAN refused: the sets still list what joined since.
+    }
   }
 
   async list(): Promise<WorkerRecord[]> {
@@ -76,21 +180,26 @@ export class RedisRegistryStore implements RegistryStore {
   private decoded = new Map<string, { raw: string; result: ReturnType<typeof decodeRecord> }>();
 
   async listing(): Promise<RegistryListing> {
-    const keyPrefix = workerKey(this.prefix, "");
-    const pattern = `${globEscape(keyPrefix)}*`;
     // The id is the key: the one thing a worker's ACL user could not choose.
-    const ids = (await scanKeys(this.redis, pattern)).map((key) => key.slice(keyPrefix.length));
+    const ids = await this.workerIds();
     const out: RegistryListing = { workers: [], invites: new Map(), rejected: [] };
     if (ids.length === 0) {
       this.decoded.clear();
       return out;
     }
     const keys = [...ids.map((id) => workerKey(this.prefix, id)), ...ids.map((id) => inviteKey(this.prefix, id))];
-    const values = await registryCommands(this.redis).syRegistry_read(String(keys.length), ...keys, String(this.maxRecordBytes), String(ids.length));
+    const values = await registryCommands(this.redis).syRegistry_read(
+      String(keys.length + 1),
+      this.index,
+      ...keys,
+      String(this.maxRecordBytes),
+      String(ids.length),
+      String(workerKey(this.prefix, "").length),
+    );
     const decodedNow = new Map<string, { raw: string; result: ReturnType<typeof decodeRecord> }>();
     ids.forEach((id, i) => {
       const raw = values[i];
-      if (raw === null || raw === undefined) return; // expired between SCAN and read
+      if (raw === null || raw === undefined) return; // no record: expired (its id left the index in the read), or invited and not heartbeating
       if (typeof raw === "number") {
         out.rejected.push(
           raw === -2
