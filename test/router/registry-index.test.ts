@@ -9,7 +9,7 @@ import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { invitedIndexKey, inviteWorker, joinRedisUrl, RedisRegistryStore, revokeWorker, workerIndexKey, workerKey } from "@switchyard/state";
 import { record } from "../contract/registry.contract.ts";
-import { sleep } from "../helpers/env.ts";
+import { sleep, waitFor } from "../helpers/env.ts";
 import { startPrivateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 
 const PREFIX = "sy:";
@@ -34,6 +34,20 @@ async function calls(): Promise<Record<string, number>> {
 
 const ids = async (store: RedisRegistryStore) => (await store.listing()).workers.map((w) => w.id).sort();
 
+/** Once no SCAN has run for a while: a sweep started beside a listing has ended (the counts, as they are then). */
+async function sweepsEnded(): Promise<Record<string, number>> {
+  let last = -1;
+  return waitFor(
+    async () => {
+      const now = await calls();
+      const ended = now.scan === last;
+      last = now.scan ?? 0;
+      return ended ? now : undefined;
+    },
+    { intervalMs: 150, what: "sweeps to end" },
+  );
+}
+
 beforeAll(async () => {
   server = await startPrivateRedis();
   admin = new Redis(server.url);
@@ -54,8 +68,8 @@ describe("the registry's listing", () => {
     const router = new RedisRegistryStore(connect(), PREFIX);
     const before = await calls();
     expect(await ids(router)).toEqual(["w-a", "w-b", "w-c"]);
-    const swept = await calls();
-    // The first listing sweeps the keyspace once (workers of an older version write no index entry).
+    // The first listing starts one sweep of the keyspace beside it (workers of an older version write no index entry).
+    const swept = await sweepsEnded();
     expect((swept.scan ?? 0) - (before.scan ?? 0)).toBeGreaterThanOrEqual(OTHER_KEYS / 1000);
     for (let i = 0; i < 20; i++) expect(await ids(router)).toEqual(["w-a", "w-b", "w-c"]);
     const after = await calls();
@@ -83,23 +97,34 @@ describe("the registry's listing", () => {
 
   it("finds a worker that wrote only its key (an older version) at the next sweep", async () => {
     const router = new RedisRegistryStore(connect(), PREFIX, { sweepMs: 500 });
-    await ids(router); // swept now
+    await ids(router);
+    await sweepsEnded();
     await admin.set(workerKey(PREFIX, "w-old"), JSON.stringify(record("w-old")), "PX", 60_000);
     expect(await ids(router)).not.toContain("w-old");
     await sleep(600);
-    expect(await ids(router)).toContain("w-old");
+    // The sweep now due runs beside the next listing: its finds show from the one after.
+    await waitFor(async () => (await ids(router)).includes("w-old"), { what: "w-old found by the sweep" });
     expect(await admin.sismember(workerIndexKey(PREFIX), "w-old")).toBe(1);
     // sweepMs 0: only the first listing sweeps.
     const once = new RedisRegistryStore(connect(), PREFIX, { sweepMs: 0 });
     await ids(once);
+    await sweepsEnded();
     await admin.set(workerKey(PREFIX, "w-old2"), JSON.stringify(record("w-old2")), "PX", 60_000);
     await sleep(50);
     expect(await ids(once)).not.toContain("w-old2");
   });
 
+  it("waits for the first sweep when the sets are empty (a fabric of an older version)", async () => {
+    const prefix = "old:";
+    await admin.set(workerKey(prefix, "w-1"), JSON.stringify(record("w-1")), "PX", 60_000);
+    const router = new RedisRegistryStore(connect(), prefix);
+    expect(await ids(router)).toEqual(["w-1"]);
+  });
+
   it("lists an invited worker through the invited set; its ACL user can write neither set", async () => {
     const router = new RedisRegistryStore(connect(), PREFIX, { sweepMs: 0 });
-    await ids(router); // swept before the invite: only the invited set can show it
+    await ids(router);
+    await sweepsEnded(); // swept before the invite: only the invited set can show it
     const invite = await inviteWorker(admin, { prefix: PREFIX, workerId: "w-inv", secretKey: "k".repeat(32), models: ["m1"] });
     const conn = connect(joinRedisUrl(server.url, invite));
     const own = new RedisRegistryStore(conn, PREFIX);

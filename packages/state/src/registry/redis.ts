@@ -13,9 +13,10 @@
 //   - `{registry}:invited`: ids of invited workers, written by the admin with
 //     the invite (an invited worker's ACL user may write its own key only,
 //     so it never touches a shared set another worker's listing depends on).
-// One SCAN still runs when a store first lists, and every `sweepMs` after, so
-// workers of an older version (which write only their key) are found too.
-// A poll is then two round trips: SUNION of the sets, one Lua read.
+// One SCAN still runs from a store's first listing, and every `sweepMs`
+// after, beside the polls, so workers of an older version (which write only
+// their key) are found too. A poll is two round trips: SUNION of the sets,
+// one Lua read.
 import { scanKeys, type RedisLike } from "../redis.ts";
 import { decodeInvite, decodeRecord, workerRecordSchema, type WorkerRecord } from "./record.ts";
 import { registryCommands } from "./scripts.ts";
@@ -74,6 +75,7 @@ export class RedisRegistryStore implements RegistryStore {
   private indexWritable = true;
   /** When this store last swept the keyspace for unindexed worker keys (-Infinity: never). */
   private sweptAt = -Infinity;
+  private sweeping: Promise<void> | undefined;
 
   constructor(
     private readonly redis: RedisLike,
@@ -139,22 +141,34 @@ export class RedisRegistryStore implements RegistryStore {
     await this.redis.del(key);
   }
 
-  /** The ids whose keys a listing reads: both sets (after a sweep when one is due). `bench registry` times a SCAN in its place. */
+  /**
+   * The ids whose keys a listing reads: both sets. A sweep that is due runs
+   * beside the listing (its finds show from the next one): a router's start
+   * does not wait on a SCAN of a large keyspace — unless the sets are empty
+   * (a fabric of an older version), when listing nobody would be wrong.
+   * `bench registry` times a SCAN in its place.
+   */
   protected async workerIds(): Promise<string[]> {
-    await this.sweep();
+    if (this.sweepDue()) this.sweeping ??= this.sweep().finally(() => (this.sweeping = undefined));
+    const ids = await this.redis.sunion(this.index, this.invited);
+    if (ids.length > 0 || !this.sweeping) return ids;
+    await this.sweeping;
     return this.redis.sunion(this.index, this.invited);
+  }
+
+  private sweepDue(): boolean {
+    if (this.sweptAt === -Infinity) return true;
+    return this.sweepMs > 0 && Date.now() - this.sweptAt >= this.sweepMs;
   }
 
   /**
    * Adds to the sets the worker and invite keys a SCAN finds (written by
-   * workers or admins of an older version): at the first listing and every
-   * sweepMs. A failed sweep is tried again at the next due time; the listing
-   * goes on from the sets.
+   * workers or admins of an older version): from the first listing and every
+   * sweepMs. A failed sweep is tried again at the next due time; listings go
+   * on from the sets.
    */
   private async sweep(): Promise<void> {
-    const now = Date.now();
-    if (this.sweptAt !== -Infinity && (this.sweepMs <= 0 || now - this.sweptAt < this.sweepMs)) return;
-    this.sweptAt = now;
+    this.sweptAt = Date.now();
     const workerPrefix = workerKey(this.prefix, "");
     const invitePrefix = inviteKey(this.prefix, "");
     try {
