@@ -95,6 +95,16 @@ describe("the registry's listing", () => {
     expect(await ids(store)).not.toContain("w-short");
   });
 
+  it("prunes by the id's bytes under a prefix that is not ASCII", async () => {
+    const prefix = "réseau-ß:";
+    const store = new RedisRegistryStore(connect(), prefix);
+    await store.publish(record("w-u"), 300);
+    expect(await ids(store)).toEqual(["w-u"]);
+    await sleep(400);
+    expect(await ids(store)).toEqual([]);
+    expect(await admin.smembers(workerIndexKey(prefix))).toEqual([]);
+  });
+
   it("finds a worker that wrote only its key (an older version) at the next sweep", async () => {
     const router = new RedisRegistryStore(connect(), PREFIX, { sweepMs: 500 });
     await ids(router);

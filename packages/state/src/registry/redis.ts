@@ -208,7 +208,8 @@ export class RedisRegistryStore implements RegistryStore {
       ...keys,
       String(this.maxRecordBytes),
       String(ids.length),
-      String(workerKey(this.prefix, "").length),
+      // Lua counts bytes: a prefix may not be ASCII.
+      String(Buffer.byteLength(workerKey(this.prefix, ""), "utf8")),
     );
     const decodedNow = new Map<string, { raw: string; result: ReturnType<typeof decodeRecord> }>();
     ids.forEach((id, i) => {
