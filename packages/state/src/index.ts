@@ -12,4 +12,3 @@ export * from "./registry/fencing-key.ts";
 export * from "./ratelimit/index.ts";
 export * from "./response/index.ts";
 export * from "./registry/shard-route.ts";
-export * from "./response/index.ts";
