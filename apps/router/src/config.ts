@@ -10,7 +10,7 @@ import * as z from "zod";
 import { parseCidr } from "./routing/worker-url.ts";
 import { unknownConfigKeys } from "./config-keys.ts";
 import { aliasFields, providerKeys, providerRegistry, providersShape, type ProviderKey } from "./backends/registry.ts";
-import { checkRedisTarget, type RedisTarget } from "@switchyard/state";
+import { checkRedisTarget, DEFAULT_REGISTRY_SWEEP_MS, type RedisTarget } from "@switchyard/state";
 
 const deadlinesSchema = z.object({
   /** TCP connect to the backend. */
@@ -194,7 +194,7 @@ export const configSchema = z.object({
        * the registry's sets (written by an older version), ms; 0: only at
        * start. Polls themselves never SCAN (docs/REGISTRY.md).
        */
-      sweepMs: z.number().int().min(0).default(60_000),
+      sweepMs: z.number().int().min(0).default(DEFAULT_REGISTRY_SWEEP_MS),
     })
     .prefault({}),
   workers: z
