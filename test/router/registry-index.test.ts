@@ -7,7 +7,7 @@
 // so INFO commandstats counts only its own commands.
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { invitedIndexKey, inviteWorker, joinRedisUrl, RedisRegistryStore, revokeWorker, workerIndexKey, workerKey } from "@switchyard/state";
+import { invitedIndexKey, inviteKey, inviteWorker, joinRedisUrl, RedisRegistryStore, revokeWorker, workerIndexKey, workerKey } from "@switchyard/state";
 import { record } from "../contract/registry.contract.ts";
 import { sleep, waitFor } from "../helpers/env.ts";
 import { startPrivateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
@@ -148,5 +148,14 @@ describe("the registry's listing", () => {
     expect(await own.publish(record("w-a"), 60_000)).toEqual({ ok: false, reason: "owned_by_other" });
     await revokeWorker(admin, "w-inv", { prefix: PREFIX });
     expect(await admin.sismember(invitedIndexKey(PREFIX), "w-inv")).toBe(0);
+    // An invite deleted by hand: its id leaves the invited set once its heartbeat is gone too, not before.
+    await inviteWorker(admin, { prefix: PREFIX, workerId: "w-inv2", secretKey: "k".repeat(32), models: ["m1"] });
+    await admin.set(workerKey(PREFIX, "w-inv2"), JSON.stringify(record("w-inv2")), "PX", 300);
+    await admin.del(inviteKey(PREFIX, "w-inv2"));
+    expect(await ids(router)).toContain("w-inv2");
+    expect(await admin.sismember(invitedIndexKey(PREFIX), "w-inv2")).toBe(1);
+    await sleep(400);
+    expect(await ids(router)).not.toContain("w-inv2");
+    expect(await admin.sismember(invitedIndexKey(PREFIX), "w-inv2")).toBe(0);
   });
 });

@@ -203,8 +203,9 @@ export class RedisRegistryStore implements RegistryStore {
     }
     const keys = [...ids.map((id) => workerKey(this.prefix, id)), ...ids.map((id) => inviteKey(this.prefix, id))];
     const values = await registryCommands(this.redis).syRegistry_read(
-      String(keys.length + 1),
+      String(keys.length + 2),
       this.index,
+      this.invited,
       ...keys,
       String(this.maxRecordBytes),
       String(ids.length),

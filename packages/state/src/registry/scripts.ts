@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import type { RedisLike } from "../redis.ts";
 
 export type RegistryCommands = {
-  /** registry_read.lua: index key + keys…, maxBytes, heartbeat key count, heartbeat key prefix length → per key after the index false | -1 | -2 | length | value. */
+  /** registry_read.lua: index key, invited key, keys…, maxBytes, heartbeat key count, heartbeat key prefix length → per key after the index false | -1 | -2 | length | value. */
   syRegistry_read(...keysThenArgs: string[]): Promise<Array<string | number | null>>;
 };
 
