@@ -7,14 +7,10 @@
 // windows, budgets); for each K both listings poll P times. Per poll: the
 // round trips (client commands, from INFO commandstats), the wall time, this process's CPU and
 // the Redis server's CPU. Exit code 1 when the sets' listing does not stay at
-// two commands per poll at every K.
-import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import path from "node:path";
+// two round trips per poll at every K.
 import { Redis } from "ioredis";
 import { globEscape, RedisRegistryStore, scanKeys, workerKey } from "@switchyard/state";
-import { freePort } from "#testkit/procs";
+import { startPrivateRedis } from "#testkit/redis-server";
 import { percentile } from "./lib/load.ts";
 
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
@@ -62,24 +58,10 @@ export async function runRegistryBench(opts: { quick: boolean; log?: (line: stri
   const workers = opts.quick ? 50 : 200;
   const sizes = opts.quick ? [0, 100_000] : [0, 100_000, 1_000_000];
   const polls = opts.quick ? 10 : 30;
-  const port = await freePort();
-  const dir = mkdtempSync(path.join(tmpdir(), "sy-bench-registry-"));
-  const server = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir], { stdio: "ignore" });
-  const url = `redis://127.0.0.1:${port}`;
-  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  redis.on("error", () => {});
+  const server = await startPrivateRedis();
+  const redis = new Redis(server.url);
   const rows: Row[] = [];
   try {
-    // The server takes a moment to listen.
-    for (let i = 0; ; i++) {
-      try {
-        await redis.connect();
-        break;
-      } catch (err) {
-        if (i >= 100) throw err;
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    }
     const now = Date.now();
     const writer = new RedisRegistryStore(redis, PREFIX);
     for (let i = 0; i < workers; i++) {
@@ -124,8 +106,7 @@ export async function runRegistryBench(opts: { quick: boolean; log?: (line: stri
     }
   } finally {
     redis.disconnect();
-    server.kill("SIGKILL");
-    rmSync(dir, { recursive: true, force: true });
+    await server.stop();
   }
   out(`### Registry poll cost vs keyspace size (${workers} workers, ${polls} polls per row; a private redis-server)`);
   out();

@@ -10,7 +10,7 @@ import { createKey, createTenant } from "@switchyard/db";
 import { RedisRegistryStore } from "@switchyard/state";
 import { loadConfig, silentLogger, startRouter, type RouterHandle } from "@switchyard/router";
 import { SimWorker } from "#testkit/sim-worker";
-import { startPrivateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
+import { startPrivateRedis, type PrivateRedis } from "#testkit/redis-server";
 import { createTestDb, sleep, waitFor, type TestDb } from "../helpers/env.ts";
 
 const PREFIX = "chaos:";

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { listLeaseEvents } from "@switchyard/db";
 import { SimWorker } from "#testkit/sim-worker";
 import { waitFor } from "../helpers/env.ts";
-import { startPrivateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
+import { startPrivateRedis, type PrivateRedis } from "#testkit/redis-server";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 
 let redis: PrivateRedis;

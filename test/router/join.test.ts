@@ -10,7 +10,7 @@ import { loadConfig, silentLogger, startRouter, type RouterHandle } from "@switc
 import { createKey, createTenant } from "@switchyard/db";
 import { SimWorker } from "#testkit/sim-worker";
 import { createTestDb, sleep, waitFor, type TestDb } from "../helpers/env.ts";
-import { startPrivateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
+import { startPrivateRedis, type PrivateRedis } from "#testkit/redis-server";
 
 const SECRET_KEY = "routers-secret-key-for-tests-0123";
 const PREFIX = "sy:";

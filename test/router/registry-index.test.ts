@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { invitedIndexKey, inviteKey, inviteWorker, joinRedisUrl, RedisRegistryStore, revokeWorker, workerIndexKey, workerKey } from "@switchyard/state";
 import { record } from "../contract/registry.contract.ts";
 import { sleep, waitFor } from "../helpers/env.ts";
-import { startPrivateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
+import { startPrivateRedis, type PrivateRedis } from "#testkit/redis-server";
 
 const PREFIX = "sy:";
 const OTHER_KEYS = 50_000;

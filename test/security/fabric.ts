@@ -6,7 +6,7 @@ import { createKey, createTenant } from "@switchyard/db";
 import { inviteWorker, RedisRegistryStore, type Invite } from "@switchyard/state";
 import { createLogger, loadConfig, startRouter, type RouterHandle } from "@switchyard/router";
 import { createTestDb, type TestDb } from "../helpers/env.ts";
-import { startPrivateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
+import { startPrivateRedis, type PrivateRedis } from "#testkit/redis-server";
 
 export const SECRET_KEY = "routers-secret-key-for-security-tests-0123";
 export const PREFIX = "sy:";

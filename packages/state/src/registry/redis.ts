@@ -71,6 +71,8 @@ export class RedisRegistryStore implements RegistryStore {
   private readonly sweepMs: number;
   private readonly index: string;
   private readonly invited: string;
+  /** Bytes of a heartbeat key's name before the worker id (Lua counts bytes: a prefix may not be ASCII). */
+  private readonly idOffset: string;
   /** False once Redis refused this connection the index (an invited worker's ACL user): its record alone is written. */
   private indexWritable = true;
   /** When this store last swept the keyspace for unindexed worker keys (-Infinity: never). */
@@ -86,6 +88,7 @@ export class RedisRegistryStore implements RegistryStore {
     this.sweepMs = opts.sweepMs ?? DEFAULT_REGISTRY_SWEEP_MS;
     this.index = workerIndexKey(prefix);
     this.invited = invitedIndexKey(prefix);
+    this.idOffset = String(Buffer.byteLength(workerKey(prefix, ""), "utf8"));
   }
 
   async publish(record: WorkerRecord, ttlMs: number): Promise<PublishResult> {
@@ -102,20 +105,31 @@ export class RedisRegistryStore implements RegistryStore {
   }
 
   /** The record, and its id in the index in the same transaction (unless this connection may not write the index). */
-  private async write(workerId: string, text: string, ttlMs: number): Promise<void> {
+  private write(workerId: string, text: string, ttlMs: number): Promise<void> {
     const key = workerKey(this.prefix, workerId);
     const px = Math.max(1, Math.round(ttlMs));
+    return this.withIndex(
+      () => this.redis.multi().set(key, text, "PX", px).sadd(this.index, workerId).exec(),
+      () => this.redis.set(key, text, "PX", px),
+    );
+  }
+
+  /**
+   * `both` (the key and the index in one transaction) while this connection
+   * may write the index; after Redis first refuses it that (an invited
+   * worker's ACL user: routers find it through the invited set), `alone`.
+   */
+  private async withIndex(both: () => Promise<unknown>, alone: () => Promise<unknown>): Promise<void> {
     if (this.indexWritable) {
       try {
-        await this.redis.multi().set(key, text, "PX", px).sadd(this.index, workerId).exec();
+        await both();
         return;
       } catch (err) {
         if (!noPermission(err)) throw err;
-        // An invited worker: routers find it through the invited set.
         this.indexWritable = false;
       }
     }
-    await this.redis.set(key, text, "PX", px);
+    await alone();
   }
 
   /**
@@ -128,17 +142,11 @@ export class RedisRegistryStore implements RegistryStore {
 
   async remove(workerId: string): Promise<void> {
     const key = workerKey(this.prefix, workerId);
-    if (this.indexWritable) {
-      try {
-        await this.redis.multi().del(key).srem(this.index, workerId).exec();
-        return;
-      } catch (err) {
-        if (!noPermission(err)) throw err;
-        this.indexWritable = false;
-      }
-    }
-    // The index keeps the id until a router's read finds the key gone.
-    await this.redis.del(key);
+    // Alone, the id stays in the index until a router's read finds the key gone.
+    await this.withIndex(
+      () => this.redis.multi().del(key).srem(this.index, workerId).exec(),
+      () => this.redis.del(key),
+    );
   }
 
   /**
@@ -172,10 +180,13 @@ export class RedisRegistryStore implements RegistryStore {
     const workerPrefix = workerKey(this.prefix, "");
     const invitePrefix = inviteKey(this.prefix, "");
     try {
-      const [workers, invites] = await Promise.all([scanKeys(this.redis, `${globEscape(workerPrefix)}*`), scanKeys(this.redis, `${globEscape(invitePrefix)}*`)]);
+      // One walk of the keyspace for both kinds of key (they share `{registry}:`).
+      const keys = await scanKeys(this.redis, `${globEscape(`${this.prefix}{registry}:`)}*`);
+      const workers = keys.filter((k) => k.startsWith(workerPrefix)).map((k) => k.slice(workerPrefix.length));
+      const invites = keys.filter((k) => k.startsWith(invitePrefix)).map((k) => k.slice(invitePrefix.length));
       const tx = this.redis.multi();
-      if (workers.length > 0) tx.sadd(this.index, ...workers.map((k) => k.slice(workerPrefix.length)));
-      if (invites.length > 0) tx.sadd(this.invited, ...invites.map((k) => k.slice(invitePrefix.length)));
+      if (workers.length > 0) tx.sadd(this.index, ...workers);
+      if (invites.length > 0) tx.sadd(this.invited, ...invites);
       if (workers.length + invites.length > 0) await tx.exec();
     } catch {
       // Redis away or the SCAN refused: the sets still list what joined since.
@@ -209,8 +220,7 @@ export class RedisRegistryStore implements RegistryStore {
       ...keys,
       String(this.maxRecordBytes),
       String(ids.length),
-      // Lua counts bytes: a prefix may not be ASCII.
-      String(Buffer.byteLength(workerKey(this.prefix, ""), "utf8")),
+      this.idOffset,
     );
     const decodedNow = new Map<string, { raw: string; result: ReturnType<typeof decodeRecord> }>();
     ids.forEach((id, i) => {

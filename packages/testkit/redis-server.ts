@@ -1,12 +1,14 @@
-// A private redis-server on a spare port, for tests that need their own
-// configuration (auth, restarts) and must never touch the shared one.
+// A private redis-server on a spare port, for tests and benches that need
+// their own configuration (auth, restarts, a keyspace of their own) and must
+// never touch the shared one.
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Redis } from "ioredis";
-import { freePort } from "#testkit/procs";
-import { sleep } from "./env.ts";
+import { freePort } from "./procs.ts";
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export interface PrivateRedis {
   url: string;
@@ -39,7 +41,10 @@ export async function startPrivateRedis(args: string[] = [], opts: { port?: numb
     port,
     stop: () =>
       new Promise((resolve) => {
-        child.once("exit", () => resolve());
+        child.once("exit", () => {
+          rmSync(dir, { recursive: true, force: true });
+          resolve();
+        });
         child.kill("SIGKILL");
       }),
   };
