@@ -18,4 +18,17 @@ describe("metric label keys", () => {
     expect(h.count({ z: 'a"b', a: "c\\d\ne" })).toBe(2);
     expect(h.render()).toContain('t_seconds_bucket{a="c\\\\d\\ne",z="a\\"b",le="1"} 1');
   });
+
+  it("keeps label sets apart that share names or values, and the unlabelled series apart from all of them", () => {
+    const c = new Counter("t_total", "test");
+    c.inc();
+    c.inc({ a: "x", b: "y" });
+    c.inc({ a: "xy" });
+    c.inc({ b: "y", a: "x" }, 4);
+    c.inc({ a: "y", b: "x" });
+    c.inc({}, 2);
+    expect([c.get(), c.get({ a: "x", b: "y" }), c.get({ a: "xy" }), c.get({ a: "y", b: "x" })]).toEqual([3, 5, 1, 1]);
+    expect(c.total()).toBe(10);
+    expect(c.render().split("\n").slice(2)).toEqual(["t_total 3", 't_total{a="x",b="y"} 5', 't_total{a="xy"} 1', 't_total{a="y",b="x"} 1']);
+  });
 });

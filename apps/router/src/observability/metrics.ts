@@ -35,21 +35,57 @@ function sortedLabelKey(labels: Labels): string {
   return out;
 }
 
+/**
+ * A metric's series, found by its label values. An observation walks one
+ * Map level per label (its name, then its value), whose keys are strings
+ * the call sites already hold (route patterns, kinds, status codes), and
+ * reaches the series itself: no key string built and hashed per observation
+ * (issue 14: every request makes half a dozen). The label key is built
+ * once, when a path is first seen; every path with the same labels leads
+ * to one series, whatever order a call site writes them in.
+ */
+class SeriesIndex<T> {
+  private readonly root: LabelNode<T> = { names: new Map() };
+  /** Series by label key, in the order first observed (what /metrics renders). */
+  readonly byKey = new Map<string, T>();
+  constructor(private readonly make: () => T) {}
+
+  of(labels: Labels): T {
+    let node = this.root;
+    for (const name in labels) {
+      let values = node.names.get(name);
+      if (!values) node.names.set(name, (values = new Map()));
+      const value = labels[name]!;
+      let next = values.get(value);
+      if (!next) values.set(value, (next = { names: new Map() }));
+      node = next;
+    }
+    return (node.series ??= this.byKeyOf(labelKey(labels)));
+  }
+
+  private byKeyOf(key: string): T {
+    let series = this.byKey.get(key);
+    if (!series) this.byKey.set(key, (series = this.make()));
+    return series;
+  }
+}
+
+type LabelNode<T> = { names: Map<string, Map<string, LabelNode<T>>>; series?: T };
+
 export class Counter {
-  private readonly values = new Map<string, number>();
+  private readonly index = new SeriesIndex<{ v: number }>(() => ({ v: 0 }));
   private read: (() => number) | undefined;
   constructor(readonly name: string, readonly help: string) {}
   inc(labels: Labels = {}, by = 1): void {
-    const k = labelKey(labels);
-    this.values.set(k, (this.values.get(k) ?? 0) + by);
+    this.index.of(labels).v += by;
   }
   get(labels: Labels = {}): number {
-    return this.values.get(labelKey(labels)) ?? 0;
+    return this.index.byKey.get(labelKey(labels))?.v ?? 0;
   }
   /** Every series added up. */
   total(): number {
     let n = 0;
-    for (const v of this.values.values()) n += v;
+    for (const s of this.index.byKey.values()) n += s.v;
     return n;
   }
   /** An unlabelled counter read when rendered (CPU seconds), instead of inc(). */
@@ -59,7 +95,7 @@ export class Counter {
   render(): string {
     const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} counter`];
     if (this.read) lines.push(`${this.name} ${this.read()}`);
-    for (const [k, v] of this.values) lines.push(`${this.name}${k ? `{${k}}` : ""} ${v}`);
+    for (const [k, s] of this.index.byKey) lines.push(`${this.name}${k ? `{${k}}` : ""} ${s.v}`);
     return lines.join("\n");
   }
 }
@@ -83,7 +119,7 @@ export class Gauge {
 }
 
 export class Histogram {
-  private readonly series = new Map<string, { counts: number[]; sum: number; count: number }>();
+  private readonly index = new SeriesIndex(() => ({ counts: this.buckets.map(() => 0), sum: 0, count: 0 }));
   private read: (() => { counts: number[]; sum: number; count: number }) | undefined;
   constructor(
     readonly name: string,
@@ -91,26 +127,17 @@ export class Histogram {
     readonly buckets: number[] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
   ) {}
   observe(labels: Labels, value: number): void {
-    const s = this.seriesOf(labels);
+    const s = this.index.of(labels);
     for (let i = 0; i < this.buckets.length; i++) if (value <= this.buckets[i]!) s.counts[i]!++;
     s.sum += value;
     s.count++;
   }
   count(labels: Labels = {}): number {
-    return this.series.get(labelKey(labels))?.count ?? 0;
+    return this.index.byKey.get(labelKey(labels))?.count ?? 0;
   }
   /** Shows the series at zero before its first observation (a fixed set of label values, so /metrics does not grow later). */
   touch(labels: Labels): void {
-    this.seriesOf(labels);
-  }
-  private seriesOf(labels: Labels) {
-    const k = labelKey(labels);
-    let s = this.series.get(k);
-    if (!s) {
-      s = { counts: this.buckets.map(() => 0), sum: 0, count: 0 };
-      this.series.set(k, s);
-    }
-    return s;
+    this.index.of(labels);
   }
   /** An unlabelled histogram whose cumulative counts are read when rendered (the event loop's), instead of observe(). */
   source(read: () => { counts: number[]; sum: number; count: number }): void {
@@ -118,7 +145,7 @@ export class Histogram {
   }
   render(): string {
     const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`];
-    const series: Iterable<[string, { counts: number[]; sum: number; count: number }]> = this.read ? [["", this.read()], ...this.series] : this.series;
+    const series: Iterable<[string, { counts: number[]; sum: number; count: number }]> = this.read ? [["", this.read()], ...this.index.byKey] : this.index.byKey;
     for (const [k, s] of series) {
       const sep = k ? "," : "";
       this.buckets.forEach((b, i) => lines.push(`${this.name}_bucket{${k}${sep}le="${b}"} ${s.counts[i]}`));

@@ -40,17 +40,18 @@ export function outcomeOf(f: UpstreamFailure): AttemptOutcome {
   return "failed";
 }
 
-/** The callbacks waiting on a signal (the router's shutdown, a client's), behind a single listener of its own. */
-const waiting = new WeakMap<AbortLike, Set<() => void>>();
+/** The callbacks waiting on an AbortSignal (the router's shutdown), behind a single listener of its own. */
+const waiting = new WeakMap<AbortSignal, Set<() => void>>();
 
 /**
  * Calls `fn` when `signal` aborts; returns the undo. Every attempt waits on
- * the same shutdown signal and on its client's: one listener on each and a
- * Set here, rather than an EventTarget listener added and removed per
- * attempt (whose removal walks every other attempt's, and costs more than
- * the Set on a client's signal too).
+ * the same shutdown signal: one listener on it and a Set here, rather than
+ * an EventTarget listener added and removed per attempt (whose removal
+ * walks every other attempt's). A client's signal is an Abort, whose own
+ * listener list is cheaper than a Set and a WeakMap entry per request.
  */
 export function onAbortOf(signal: AbortLike, fn: () => void): () => void {
+  if (signal instanceof Abort) return onAbort(signal, fn);
   let set = waiting.get(signal);
   if (!set) {
     const fns = (set = new Set());

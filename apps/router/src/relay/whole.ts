@@ -28,14 +28,16 @@ export async function relayWhole(backend: Backend, up: UpstreamResponse, a: Atte
   }
   ctx.settle?.({ backend, status: "ok", usage });
   // The upstream's bytes as they came: parsed only to count tokens.
-  const headers = { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, ...ctx.headers };
   const out = ctx.outgoing;
   if (out && !out.headersSent) {
     // On Node, straight to the socket in one write, as the stream relay
-    // does: no Response object for the adapter to take apart again.
-    out.writeHead(200, { ...headers, "content-length": String(Buffer.byteLength(text)) });
+    // does: no Response object for the adapter to take apart again, and one
+    // headers object, not one spread into another.
+    const head: Record<string, string> = { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, "content-length": String(Buffer.byteLength(text)) };
+    if (ctx.headers) Object.assign(head, ctx.headers);
+    out.writeHead(200, head);
     out.end(text);
     return RESPONSE_ALREADY_SENT;
   }
-  return new Response(text, { headers });
+  return new Response(text, { headers: { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, ...ctx.headers } });
 }
