@@ -226,6 +226,16 @@ describe("spend ledger", () => {
     expect(ledgerTextMonth("not json")).toBeUndefined();
   });
 
+  it("a row's instants are written as toISOString writes them, across minutes and at the edges of the years it can write", () => {
+    const at = (ms: number) => JSON.parse(encodeLedgerRow(row(7, { startedAt: new Date(ms), firstTokenAt: new Date(ms + 1), finishedAt: new Date(ms + 59_999) }))) as Record<string, string>;
+    const base = Date.parse("2026-12-31T23:58:59.000Z");
+    for (const ms of [base, base + 1, base + 999, base + 1_000, base + 60_999, base + 61_001, 0, 59_999, -1, -60_001, 253_402_300_799_999, 253_402_300_800_000, Date.parse("2027-01-01T00:00:00.000Z")]) {
+      const o = at(ms);
+      expect([o.startedAt, o.firstTokenAt, o.finishedAt]).toEqual([new Date(ms).toISOString(), new Date(ms + 1).toISOString(), new Date(ms + 59_999).toISOString()]);
+    }
+    expect(() => encodeLedgerRow(row(7, { startedAt: new Date(Number.NaN) }))).toThrow(RangeError);
+  });
+
   it("rows inserted as their text equal the same rows inserted as rows; again adds nothing; older texts are read too", async () => {
     const tenant = await newTenant();
     const a = row(tenant.id, { costMicro: 2n ** 60n + 7n, keyId: null, worker: "w-1", cachedTokens: 5, cacheWriteTokens: 2 });

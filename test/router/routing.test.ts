@@ -6,6 +6,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { SimWorker, type SimBehavior } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { waitFor } from "../helpers/env.ts";
+import { PREFIX_NAME_FIELD } from "@switchyard/state";
+import { CACHE_SCOPE_FIELD } from "../../apps/router/src/routing/request-class.ts";
 
 let fx: RouterFixture;
 const workers: SimWorker[] = [];
@@ -156,7 +158,7 @@ describe("a stream that breaks mid-way", () => {
   });
 
   it("with x-switchyard-resume: true it continues on another worker — one stream, same id, nothing repeated", async () => {
-    await sim("dies", { dropAfterEvents: 4, tokens: 10 });
+    const dies = await sim("dies", { dropAfterEvents: 4, tokens: 10 });
     const spare = await sim("spare", { tokens: 10 }, { state: "degraded" });
     await waitForWorkers(2);
     const resumes0 = fx.router.deps.metrics.streamResumes.get({ outcome: "resumed" });
@@ -173,6 +175,10 @@ describe("a stream that breaks mid-way", () => {
     expect(chunks.at(-1)!.usage!.completion_tokens).toBe(10);
     // What the spare was asked: the answer so far to continue, and the output left.
     expect(spare.lastBody).toMatchObject({ max_tokens: 46, continue_final_message: true });
+    // Under the tenant's own prefix-cache scope, as the first worker was (a continuation unscoped would share cache entries across tenants).
+    expect(typeof dies.lastBody![CACHE_SCOPE_FIELD]).toBe("string");
+    expect(spare.lastBody![CACHE_SCOPE_FIELD]).toBe(dies.lastBody![CACHE_SCOPE_FIELD]);
+    expect(spare.lastBody![PREFIX_NAME_FIELD]).toBe(dies.lastBody![PREFIX_NAME_FIELD]);
     expect((spare.lastBody!.messages as Array<{ role: string; content: string }>).at(-1)).toEqual({ role: "assistant", content: fullText(4) });
     expect(fx.router.deps.metrics.streamResumes.get({ outcome: "resumed" })).toBe(resumes0 + 1);
     const row = await ledgerRow(res.headers.get("x-request-id")!);

@@ -12,6 +12,14 @@ export interface BackendRequest {
   path: InferencePath;
   /** The validated OpenAI request body, forwarded as is. */
   body: Record<string, unknown>;
+  /**
+   * This attempt's own fields, set over the body's (the output limit a
+   * budget hold assumed, a worker's prefix name and cache scope): each
+   * backend sends them as part of its upstream body (upstreamBody, or
+   * upstreamJson for the bytes). Apart from the body so an attempt costs no
+   * copy of it.
+   */
+  fields?: Record<string, unknown>;
   stream: boolean;
   /** Pass the upstream body through as bytes (hidden states), not parsed. */
   raw?: { accept: string };
@@ -107,4 +115,31 @@ export interface Backend {
    * rejects with UpstreamFailure otherwise. `signal` aborts the call.
    */
   open(req: BackendRequest, call: AttemptCall, signal: UpstreamSignal): Promise<UpstreamResponse>;
+}
+
+/** The body an attempt sends upstream: the request's, with the attempt's fields over it. */
+export function upstreamBody(req: Pick<BackendRequest, "body" | "fields">): Record<string, unknown> {
+  return req.fields ? { ...req.body, ...req.fields } : req.body;
+}
+
+/**
+ * upstreamBody as JSON text, without the copy: the attempt's fields are
+ * written after the body's own when the body has none of them (the router
+ * deleted any a client sent), which is the same JSON a merged object gives;
+ * a body that has one is merged the plain way, so no key is ever repeated.
+ */
+export function upstreamJson(req: Pick<BackendRequest, "body" | "fields">): string {
+  const { body, fields } = req;
+  if (!fields) return JSON.stringify(body);
+  for (const k in fields) if (Object.hasOwn(body, k)) return JSON.stringify({ ...body, ...fields });
+  const text = JSON.stringify(body);
+  let extra = "";
+  let sep = text.length > 2 ? "," : "";
+  for (const k in fields) {
+    const value = JSON.stringify(fields[k]);
+    if (value === undefined) continue; // as JSON.stringify leaves out an undefined property
+    extra += `${sep}${JSON.stringify(k)}:${value}`;
+    sep = ",";
+  }
+  return extra ? text.slice(0, -1) + extra + "}" : text;
 }

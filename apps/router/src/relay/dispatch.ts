@@ -56,7 +56,8 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
         skipped.push({ backend, reason: admission.reason });
         continue;
       }
-      if (admission.patch) attemptReq = { ...req, body: { ...req.body, ...admission.patch } };
+      // The attempt's fields ride beside the body: no copy of it per attempt (backends/types.ts upstreamJson).
+      if (admission.patch) attemptReq = { ...req, fields: admission.patch };
       progress = admission.progress;
     }
     attempts++;
@@ -80,7 +81,8 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       if (progress && typeof first.obj?.id === "string") progress({ generationId: first.obj.id });
       const leg: Leg = { backend, batches, held, up, a, ttftMs: performance.now() - a.startedAt, ...(progress ? { progress } : {}) };
       // Opted in: a break mid-way continues on another free candidate.
-      const state = ctx.resume && !backend.paid && resumable(req) ? new StreamResume(req, ctx.resume.maxResumes) : undefined;
+      // From this attempt's request: a continuation carries its fields too (the tenant's cache scope on whichever worker continues).
+      const state = ctx.resume && !backend.paid && resumable(req) ? new StreamResume(attemptReq, ctx.resume.maxResumes) : undefined;
       const resume = state && { state, open: (failed: Backend) => openContinuation(state, candidates, tried, failed, req.path, ctx) };
       return { response: relayStream(leg, first, ctx, performance.now(), resume), backendId: backend.id, attempts };
     } catch (err) {

@@ -5,7 +5,7 @@
 import { Pool } from "../undici.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { defaultUpstreamLimits, errorBodyText, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
-import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
+import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, upstreamBody, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
 import { toMessagesRequest } from "./request.ts";
 import { fromMessagesResponse } from "./response.ts";
 import { MessagesStreamTranslator } from "./stream.ts";
@@ -125,9 +125,10 @@ export class AnthropicBackend implements Backend {
       throw new UpstreamFailure("protocol", `anthropic does not serve ${req.path}${req.raw ? " as raw bytes" : ""}`, true);
     }
     const { options, basePath, pool, limits } = this.connections;
+    const sent = upstreamBody(req);
     let body;
     try {
-      body = toMessagesRequest(req.body, this.model, { maxTokens: options.defaultMaxTokens });
+      body = toMessagesRequest(sent, this.model, { maxTokens: options.defaultMaxTokens });
     } catch (err) {
       if (!(err instanceof UntranslatableRequest)) throw err;
       throw new UpstreamFailure("client_error", `anthropic: ${err.message}`, false, 400, { message: err.message, param: err.param });
@@ -155,7 +156,7 @@ export class AnthropicBackend implements Backend {
       throw statusFailure(res.statusCode, text);
     }
     const resBody = res.body;
-    const includeUsage = (req.body.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage === true;
+    const includeUsage = (sent.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage === true;
     return {
       text: async () => {
         let text: string;

@@ -6,7 +6,7 @@
 import { Pool } from "../undici.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { boundedBody, defaultUpstreamLimits, errorBodyText, rawRelayHeaders, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
-import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
+import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, upstreamBody, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
 
 export interface OpenRouterOptions {
   /** The API root, e.g. https://openrouter.ai/api/v1. */
@@ -116,9 +116,10 @@ export class OpenRouterBackend implements Backend {
   async open(req: BackendRequest, call: AttemptCall, signal: UpstreamSignal): Promise<UpstreamResponse> {
     const endpoint = endpoints[req.path];
     if (!endpoint) throw new UpstreamFailure("protocol", `openrouter does not serve ${req.path}`, true);
-    const clientUsage = req.body.usage;
+    const sent = upstreamBody(req);
+    const clientUsage = sent.usage;
     const body = {
-      ...req.body,
+      ...sent,
       model: this.model,
       // Usage accounting: the final usage block then carries `cost` (USD).
       usage: { ...(clientUsage && typeof clientUsage === "object" ? clientUsage : {}), include: true },

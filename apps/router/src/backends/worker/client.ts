@@ -15,7 +15,7 @@ import {
   type UpstreamLimits,
   upstreamErrorOf,
 } from "../transport.ts";
-import { type Backend, type BackendRequest, UpstreamFailure, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
+import { type Backend, type BackendRequest, UpstreamFailure, upstreamJson, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
 
 export interface WorkerPoolOptions {
   connectTimeoutMs: number;
@@ -167,7 +167,7 @@ export class WorkerBackend implements Backend {
         path: this.basePath + req.path,
         method: "POST",
         headers,
-        body: JSON.stringify(req.body),
+        body: upstreamJson(req),
         signal,
       });
     } catch (err) {
