@@ -68,6 +68,9 @@ function checkoutOf(root: string, rev: string): { dir: string; sha: string; remo
   return { dir, sha, remove };
 }
 
+/** Each round's value over the other's in the same round. */
+const paired = (xs: number[], ys: number[]): number[] => xs.map((x, i) => x / ys[i]!);
+
 export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
   const log = opts.log ?? ((l: string) => process.stderr.write(`${l}\n`));
   const root = repoRoot();
@@ -178,18 +181,26 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
       "",
       `Medians over the rounds:`,
       "",
-      `| target | non-streaming req/s | non-streaming CPU ms/req | × bare proxy |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms |" : ""}`,
-      `|---|---:|---:|---:|${streamCols ? "---:|---:|" : ""}`,
+      `| target | non-streaming req/s | non-streaming CPU ms/req | × bare proxy | × bare proxy, paired |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms |" : ""}`,
+      `|---|---:|---:|---:|---:|${streamCols ? "---:|---:|" : ""}`,
       ...targets.map(({ t }) => {
         const c = cpu[t.name]!;
-        const floor = med(cpu["node-passthrough"]!.ns);
-        return `| ${t.name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / floor, 2)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} |` : ""}`;
+        const bare = cpu["node-passthrough"]!.ns;
+        return `| ${t.name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / med(bare), 2)} | ${fmt(med(paired(c.ns, bare)), 2)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} |` : ""}`;
       }),
     ];
-    // Paired by round (the same minute of the box): how often this checkout used less CPU than REV.
+    // Paired by round (the same minute of the box): how often this checkout
+    // used less CPU than REV, and the median of the rounds' ratios — the
+    // box's speed drifts by more than most changes between rounds, less
+    // within one.
     const [, a, b] = targets;
     const fewer = (k: "ns" | "st") => cpu[b!.t.name]![k].filter((x, i) => x < cpu[a!.t.name]![k][i]!).length;
-    out.push("", `${b!.t.name} used less CPU per request than ${a!.t.name} in ${fewer("ns")} of ${rounds} rounds non-streaming${streamCols ? `, ${fewer("st")} of ${rounds} streaming` : ""}.`);
+    const ratio = (k: "ns" | "st") => fmt(med(paired(cpu[b!.t.name]![k], cpu[a!.t.name]![k])), 3);
+    out.push(
+      "",
+      `${b!.t.name} used less CPU per request than ${a!.t.name} in ${fewer("ns")} of ${rounds} rounds non-streaming (median of the rounds' ratios ${ratio("ns")}×)` +
+        `${streamCols ? `, ${fewer("st")} of ${rounds} streaming (${ratio("st")}×)` : ""}; "paired": the median of each round's ratio to the bare proxy.`,
+    );
     process.stdout.write(out.join("\n") + "\n");
     return 0;
   } finally {

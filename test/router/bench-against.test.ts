@@ -28,6 +28,8 @@ describe("switchyard bench router --against", () => {
       expect(Number(r[2]), r.join(" | ")).toBeGreaterThan(0); // CPU ms per request
     }
     expect(Number(medians[0]![3])).toBe(1); // the floor against itself
+    expect(Number(medians[0]![4])).toBe(1); // … round by round too
+    for (const r of medians.slice(1)) expect(Number(r[4]), r.join(" | ")).toBeGreaterThan(0); // each build over the floor of its round
     // Every round's closed loop answered without errors, for every target.
     const perRound = lines.filter((l) => /^\| [12] \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
     expect(perRound).toHaveLength(6);
@@ -39,7 +41,7 @@ describe("switchyard bench router --against", () => {
     expect(order.slice(1, 3)).toEqual([...order.slice(4, 6)].reverse());
     for (let i = 1; i < order.length; i++) expect(order[i]).not.toBe(order[i - 1]);
     // Paired by round: in how many this checkout used less CPU than REV (a count, not a verdict).
-    expect(out).toMatch(new RegExp(`\\(this checkout\\) used less CPU per request than ${sha} \\(HEAD\\) in [012] of 2 rounds non-streaming\\.`));
+    expect(out).toMatch(new RegExp(`\\(this checkout\\) used less CPU per request than ${sha} \\(HEAD\\) in [012] of 2 rounds non-streaming \\(median of the rounds' ratios \\d+\\.\\d{3}×\\);`));
     expect(worktrees()).toBe(before);
   }, 240_000);
 
