@@ -38,6 +38,8 @@ export interface SimBehavior {
   promptTokens?: number;
   /** Report no usage, even when stream_options.include_usage asks for it. */
   omitUsage?: boolean;
+  /** A non-streamed answer whose every "\u0001" in the JSON text is sent as the byte 0xff: bytes that are not UTF-8 (a broken upstream). */
+  notUtf8?: boolean;
   /** ": keep-alive" comments before the first event (default 1). */
   keepAlives?: number;
   /**
@@ -316,7 +318,8 @@ export class SimWorker {
       ? { id, object: "chat.completion", created, model, choices: [{ index: 0, message: { role: "assistant", content: text }, finish_reason: "stop", logprobs: null }], usage }
       : { id, object: "text_completion", created, model, choices: [{ index: 0, text, finish_reason: "stop", logprobs: null }], usage };
     res.writeHead(200, { "content-type": "application/json" });
-    res.end(JSON.stringify(payload));
+    const json = JSON.stringify(payload);
+    res.end(b.notUtf8 ? Buffer.from(json.replaceAll("\\u0001", "\u0001"), "utf8").map((c) => (c === 1 ? 0xff : c)) : json);
   }
 
   private async stream(res: ServerResponse, body: Record<string, unknown>, model: string, chat: boolean, closed: () => boolean, b: SimBehavior) {

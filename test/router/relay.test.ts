@@ -149,6 +149,31 @@ describe("deadlines", () => {
   });
 });
 
+describe("a whole answer's bytes", () => {
+  it("reach the client as the worker sent them (content-length in bytes), and bytes that are not UTF-8 as the text the router parsed", async () => {
+    const text = "héllo — 日本語 🎉 ok";
+    await sim("utf8", { tokens: 3, text });
+    await waitForWorkers(1);
+    const res = await post(chat(false));
+    expect(res.status).toBe(200);
+    const bytes = Buffer.from(await res.arrayBuffer());
+    expect(Number(res.headers.get("content-length"))).toBe(bytes.length);
+    expect(JSON.parse(bytes.toString("utf8")).choices[0].message.content).toBe(text);
+    await Promise.all(workers.splice(0).map((w) => w.stop()));
+    await waitForWorkers(0);
+
+    // A broken upstream: 0xff bytes inside the content. The answer is still JSON, in UTF-8, with U+FFFD where they were.
+    await sim("latin", { tokens: 2, text: "caf\u0001 au lait", notUtf8: true });
+    await waitForWorkers(1);
+    const bad = await post(chat(false));
+    expect(bad.status).toBe(200);
+    const got = Buffer.from(await bad.arrayBuffer());
+    expect(got.includes(0xff)).toBe(false);
+    expect(Number(bad.headers.get("content-length"))).toBe(got.length);
+    expect(JSON.parse(got.toString("utf8")).choices[0].message.content).toBe("caf\ufffd au lait");
+  });
+});
+
 describe("failover and mid-stream failure", () => {
   it("fails over before the first byte: a 500 and a reset both move to the next worker", async () => {
     const broken = await sim("broken", { failStatus: 500 });

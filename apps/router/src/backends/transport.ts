@@ -74,6 +74,11 @@ export function checkDeclaredLength(body: UpstreamBody, contentLength: unknown, 
 
 /** A whole body as text, read chunk by chunk: past `max` bytes it is dropped and refused, never buffered further. */
 export async function readBodyText(body: UpstreamBody, max: number, what: string, contentLength?: unknown): Promise<string> {
+  return (await readBodyBytes(body, max, what, contentLength)).toString("utf8");
+}
+
+/** readBodyText's bytes, before decoding: a relay that passes them on writes them as they came instead of encoding the text again. */
+export async function readBodyBytes(body: UpstreamBody, max: number, what: string, contentLength?: unknown): Promise<Buffer> {
   checkDeclaredLength(body, contentLength, max, what);
   if (body instanceof Readable) return readNodeBody(body, max, what);
   const parts: Uint8Array[] = [];
@@ -86,17 +91,17 @@ export async function readBodyText(body: UpstreamBody, max: number, what: string
     }
     parts.push(chunk);
   }
-  return Buffer.concat(parts, n).toString("utf8");
+  return Buffer.concat(parts, n);
 }
 
 /**
- * readBodyText for a Node stream (undici's bodies), by its events: the
+ * readBodyBytes for a Node stream (undici's bodies), by its events: the
  * async iterator a for-await makes costs an end-of-stream watch and a
  * promise per chunk, several times the read itself for the one-chunk JSON
  * answer of most requests. Ending without 'end' (destroyed) is a failure,
  * as it is for the iterator.
  */
-function readNodeBody(body: Readable, max: number, what: string): Promise<string> {
+function readNodeBody(body: Readable, max: number, what: string): Promise<Buffer> {
   const early = () => body.errored ?? Object.assign(new Error(`${what} ended early`), { code: "ERR_STREAM_PREMATURE_CLOSE" });
   // Its 'close' has been and gone: waiting for it would wait for ever.
   if (body.destroyed) return Promise.reject(early());
@@ -123,7 +128,7 @@ function readNodeBody(body: Readable, max: number, what: string): Promise<string
     };
     const onEnd = () => {
       off();
-      resolve(parts.length === 1 ? parts[0]!.toString("utf8") : Buffer.concat(parts, n).toString("utf8"));
+      resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts, n));
     };
     const onError = (err: Error) => {
       off();

@@ -57,6 +57,12 @@ export class UpstreamFailure extends Error {
 export interface UpstreamResponse {
   /** Whole body as text (non-streaming requests). */
   text(): Promise<string>;
+  /**
+   * The same body as the bytes that came (instead of text(), never both):
+   * an upstream whose answer reaches the client as it is (a worker's,
+   * OpenRouter's). Optional: a translated upstream has only its text.
+   */
+  bytes?(): Promise<Buffer>;
   /** The body as bytes plus the headers worth relaying (raw requests). */
   raw(): { headers: Record<string, string>; body: AsyncIterable<Uint8Array> };
   /**

@@ -1,6 +1,7 @@
 // Relaying one whole JSON body (non-streamed answers): read within the
 // attempt's deadlines, checked to be JSON, its usage counted, passed on as
 // the upstream's bytes.
+import { isUtf8 } from "node:buffer";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import type { Backend, UpstreamResponse } from "../backends/types.ts";
 import { UpstreamFailure } from "../backends/types.ts";
@@ -11,7 +12,11 @@ import type { RelayContext } from "./context.ts";
 /** The answer of an attempt whose upstream sent 2xx headers; throws UpstreamFailure (the caller may fail over) when the body is not JSON. */
 export async function relayWhole(backend: Backend, up: UpstreamResponse, a: Attempt, ctx: RelayContext): Promise<Response> {
   const { metrics } = ctx;
-  const text = await up.text();
+  // The bytes, when the upstream gives them: they go to the client as they
+  // came, not decoded and encoded again (and measured for content-length a
+  // second time) on every answer.
+  const bytes = up.bytes ? await up.bytes() : undefined;
+  const text = bytes ? bytes.toString("utf8") : await up.text();
   a.cleanup();
   let body: unknown;
   try {
@@ -33,10 +38,12 @@ export async function relayWhole(backend: Backend, up: UpstreamResponse, a: Atte
     // On Node, straight to the socket in one write, as the stream relay
     // does: no Response object for the adapter to take apart again, and one
     // headers object, not one spread into another.
-    const head: Record<string, string> = { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, "content-length": String(Buffer.byteLength(text)) };
+    // Bytes that are not UTF-8 were read with replacement characters: the text that parsed is what goes out then.
+    const body = bytes && isUtf8(bytes) ? bytes : text;
+    const head: Record<string, string> = { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, "content-length": String(typeof body === "string" ? Buffer.byteLength(body) : body.length) };
     if (ctx.headers) Object.assign(head, ctx.headers);
     out.writeHead(200, head);
-    out.end(text);
+    out.end(body);
     return RESPONSE_ALREADY_SENT;
   }
   return new Response(text, { headers: { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, ...ctx.headers } });

@@ -10,6 +10,7 @@ import {
   defaultUpstreamLimits,
   errorBodyText,
   rawRelayHeaders,
+  readBodyBytes,
   readBodyText,
   transportFailure,
   type UpstreamLimits,
@@ -210,6 +211,13 @@ export class WorkerBackend implements Backend {
       text: async () => {
         try {
           return await readBodyText(body, limits.maxBodyBytes, `${label}'s answer`, contentLength);
+        } catch (err) {
+          throw classify(err, signal);
+        }
+      },
+      bytes: async () => {
+        try {
+          return await readBodyBytes(body, limits.maxBodyBytes, `${label}'s answer`, contentLength);
         } catch (err) {
           throw classify(err, signal);
         }
