@@ -74,7 +74,8 @@ Usage:
   switchyard bench router --against REV [--quick] [--rounds N] [--only non-streaming]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
                                         CPU per request, req/s and ΔTTFT p99 beside the bare proxy (a change's before/after);
-                                        N rounds (default 4), and in how many of them this checkout used less CPU
+                                        N rounds (default 4), in how many of them this checkout used less CPU, and
+                                        the median of the rounds' ratios (this checkout over REV, each over the bare proxy)
   switchyard bench engine [--quick] [--model NAME] [--reference both|native|node]
                                         engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct):
                                         llama.cpp built for this CPU (llama-cpp-python, built on first use, ~8 min on 2 cores)
