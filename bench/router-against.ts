@@ -30,6 +30,8 @@ export interface AgainstOptions {
   only?: "non-streaming";
   /** Interleaved rounds (default 4, 2 with quick): more of them when the box is noisy. */
   rounds?: number;
+  /** The bench tenant with rate limits that never bind: every request taken and settled in Redis (the limiter's cost on the path). */
+  rateLimits?: boolean;
   log?: (line: string) => void;
 }
 
@@ -68,6 +70,15 @@ function checkoutOf(root: string, rev: string): { dir: string; sha: string; remo
   return { dir, sha, remove };
 }
 
+/** With --rate-limits, a build that answers without x-ratelimit-* headers is not counting: its figures would not be what was asked for. */
+async function countsRate(url: string, auth: Record<string, string>, name: string): Promise<void> {
+  const res = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] }) });
+  await res.arrayBuffer();
+  if (res.status !== 200 || res.headers.get("x-ratelimit-limit-requests") === null) {
+    throw new Error(`bench router --against --rate-limits: ${name} answered ${res.status} without x-ratelimit-limit-requests (a commit from before rate limits?)`);
+  }
+}
+
 /** Each round's value over the other's in the same round. */
 const paired = (xs: number[], ys: number[]): number[] => xs.map((x, i) => x / ys[i]!);
 
@@ -84,7 +95,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
   });
   const procs: Proc[] = [];
   try {
-    const key = await scratch.tenantKey("bench");
+    const key = await scratch.tenantKey("bench", { rateLimits: opts.rateLimits === true });
     const simPort = await freePort();
     // The floor's (and the streams' direct baseline's) sim worker; each build has its own below.
     procs.push(startProc(process.execPath, ["--import", "tsx", path.join(root, "bench/sim-main.ts")], { PORT: String(simPort), TOKENS: "5" }, "sim"));
@@ -123,6 +134,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
       // The first start of a commit bundles its sources (esbuild): allow for it.
       await waitHttp(`${url}/v1/models`, { init: { headers: auth }, ok: (s) => s === 200, timeoutMs: 120_000 });
       await routerSeesWorker(url, auth);
+      if (opts.rateLimits) await countsRate(url, auth, name);
       targets.push({ t: { name, url, path: "/v1/chat/completions", headers: auth }, proc });
     }
     await waitHttp(`${simUrl}/healthz`, { ok: () => true });
@@ -173,7 +185,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     const med = (xs: number[]) => percentile(xs, 50);
     const streamCols = opts.only !== "non-streaming";
     const out = [
-      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds, ${durationS} s per loop, 64 clients closed loop${streamCols ? " + 100 streams open loop (ΔTTFT p99 against the sim worker measured just before)" : ""}`,
+      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds, ${durationS} s per loop, 64 clients closed loop${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? " + 100 streams open loop (ΔTTFT p99 against the sim worker measured just before)" : ""}`,
       "",
       `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | stream errors |" : ""}`,
       `|---:|---|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|" : ""}`,

@@ -3,7 +3,8 @@
 import { Redis } from "ioredis";
 import type { Proc } from "#testkit/procs";
 import postgres from "postgres";
-import { connectDb, createKey, createTenant, runMigrations } from "@switchyard/db";
+import { connectDb, createKey, createTenant, runMigrations, setRateLimit } from "@switchyard/db";
+import { MAX_RATE_REQUESTS, MAX_RATE_TOKENS } from "@switchyard/state";
 
 export const PG = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 
@@ -16,7 +17,8 @@ export interface BenchScratch {
   /** One API key per tenant name, tenants created now. */
   tenantKeys(names: string[]): Promise<Record<string, string>>;
   /** The API key of one new tenant. */
-  tenantKey(name: string): Promise<string>;
+  /** `rateLimits`: a tenant-wide limit at the stores' maxima, so every request is counted in Redis (taken and settled) and none refused. */
+  tenantKey(name: string, opts?: { rateLimits?: boolean }): Promise<string>;
   /** Drops the database and deletes the run's Redis keys (when given a connection). */
   drop(redis?: Redis): Promise<void>;
 }
@@ -40,7 +42,7 @@ export async function benchScratch(kind: string): Promise<BenchScratch> {
     await drop();
     throw err;
   }
-  const tenantKeys = async (names: string[]) => {
+  const tenantKeys = async (names: string[], opts: { rateLimits?: boolean } = {}) => {
     const db = connectDb(dbUrl, { max: 1 });
     try {
       const keys: Record<string, string> = {};
@@ -48,6 +50,7 @@ export async function benchScratch(kind: string): Promise<BenchScratch> {
         const t = await createTenant(db.db, name);
         if (!t.ok) throw new Error(`tenant ${name}`);
         keys[name] = (await createKey(db.db, t.tenant.id)).key;
+        if (opts.rateLimits) await setRateLimit(db.db, { tenantId: t.tenant.id, requestsPerMinute: MAX_RATE_REQUESTS, tokensPerMinute: MAX_RATE_TOKENS });
       }
       return keys;
     } finally {
@@ -60,7 +63,7 @@ export async function benchScratch(kind: string): Promise<BenchScratch> {
     dbUrl,
     drop,
     tenantKeys,
-    tenantKey: async (name) => (await tenantKeys([name]))[name]!,
+    tenantKey: async (name, opts) => (await tenantKeys([name], opts))[name]!,
   };
 }
 

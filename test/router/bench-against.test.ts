@@ -14,10 +14,12 @@ const worktrees = () => execFileSync("git", ["-C", root, "worktree", "list", "--
 describe("switchyard bench router --against", () => {
   it("runs REV's router and this checkout's in turns, every request answered, CPU per request beside the bare proxy's; leaves no worktree", async () => {
     const before = worktrees();
-    const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--only", "non-streaming"]);
+    // With --rate-limits: each build was checked to count requests (x-ratelimit-* on an answer) before its loops.
+    const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--only", "non-streaming", "--rate-limits"]);
     expect(code).toBe(0);
     const sha = execFileSync("git", ["-C", root, "rev-parse", "--short=7", "HEAD"], { encoding: "utf8" }).trim();
     expect(out).toContain(`### Router against ${sha} (HEAD), interleaved: 2 rounds`);
+    expect(out).toContain("rate limits on (every request counted in Redis, none refused)");
     const lines = out.split("\n");
     const at = lines.findIndex((l) => l.startsWith("| target | non-streaming req/s"));
     expect(at, out).toBeGreaterThan(0);
@@ -49,6 +51,12 @@ describe("switchyard bench router --against", () => {
     const { code, err } = await runCli(["bench", "router", "--against", "HEAD", "--rounds", "0"]);
     expect(code).not.toBe(0);
     expect(err).toMatch(/--rounds takes a whole number ≥ 1/);
+  }, 60_000);
+
+  it("refuses --rate-limits without --against", async () => {
+    const { code, err } = await runCli(["bench", "router", "--quick", "--rate-limits"]);
+    expect(code).not.toBe(0);
+    expect(err).toMatch(/--rate-limits goes with --against/);
   }, 60_000);
 
   it("refuses a name that is no commit, before starting anything", async () => {

@@ -71,11 +71,12 @@ Usage:
                                         a CPU profile (node --cpu-prof) of one router under 100 streams (or the
                                         non-streaming closed loop), top functions printed, then the async resources
                                         (promises, ticks, timers) it creates per request
-  switchyard bench router --against REV [--quick] [--rounds N] [--only non-streaming]
+  switchyard bench router --against REV [--quick] [--rounds N] [--only non-streaming] [--rate-limits]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
                                         CPU per request, req/s and ΔTTFT p99 beside the bare proxy (a change's before/after);
                                         N rounds (default 4), in how many of them this checkout used less CPU, and
                                         the median of the rounds' ratios (this checkout over REV, each over the bare proxy)
+                                        (--rate-limits: the tenant rate-limited, never refused: the limiter's cost on the path)
   switchyard bench engine [--quick] [--model NAME] [--reference both|native|node]
                                         engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct):
                                         llama.cpp built for this CPU (llama-cpp-python, built on first use, ~8 min on 2 cores)
