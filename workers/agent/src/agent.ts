@@ -235,14 +235,25 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
 
   const ttlMs = opts.ttlMs;
   let beating = true;
-  const beat = async () => {
-    if (!beating) return;
-    try {
-      const r = await registry.publish(await record(), ttlMs);
-      if (!r.ok) log("heartbeat refused", { reason: r.reason });
-    } catch (err) {
-      log("heartbeat failed", { error: (err as Error).message });
-    }
+  // Beats still on their way: a stop waits for them before it removes the
+  // record, or one that read its record before the stop would publish it
+  // after the removal, and routers would see a stopped worker for a TTL.
+  const pendingBeats = new Set<Promise<void>>();
+  const beat = (): Promise<void> => {
+    if (!beating) return Promise.resolve();
+    const run = (async () => {
+      try {
+        const rec = await record();
+        if (!beating) return; // the stop began while the record was read
+        const r = await registry.publish(rec, ttlMs);
+        if (!r.ok) log("heartbeat refused", { reason: r.reason });
+      } catch (err) {
+        log("heartbeat failed", { error: (err as Error).message });
+      }
+    })();
+    pendingBeats.add(run);
+    void run.finally(() => pendingBeats.delete(run));
+    return run;
   };
   // Start → ready (models fetched, loaded and warmed up): routers route here only after it.
   let readyMs: number | undefined;
@@ -268,6 +279,7 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
       await Promise.race([ctx.idle(), new Promise((r) => setTimeout(r, grace))]);
       beating = false;
       clearInterval(timer);
+      await Promise.all([...pendingBeats]);
       await registry.remove(id).catch(() => {});
       await next?.close();
       await paths?.close();
