@@ -246,6 +246,35 @@ describe("worker faults (real engine)", () => {
     }
   }, 120_000);
 
+  it("a heartbeat still on its way when the worker stops cannot bring its record back after the removal", async () => {
+    // The registry as the worker sees it, with each publish held for as long as `holds` says (a slow engine stats read, a slow Redis).
+    const holds: number[] = [];
+    const registry = new Proxy(fx.registry, {
+      get(target, prop, receiver) {
+        if (prop === "publish") {
+          return async (...args: Parameters<typeof target.publish>) => {
+            const ms = holds.shift();
+            if (ms) await new Promise((r) => setTimeout(r, ms));
+            return target.publish(...args);
+          };
+        }
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const agent = await startAgent({ registry, models: [LLM], token: WORKER_TOKEN, device: "cpu", engineBinary: engineBinary(), workerId: "late-beat", maxBatch: 2, maxSeqLen: 512, log: () => {} });
+    await agent.supervisor.whenReady();
+    await waitFor(async () => (await fx.registry.list()).some((w) => w.id === "late-beat"), { what: "worker listed" });
+    // The stop's own draining beat is held 50 ms; a beat that starts while it waits is held 500 ms, past the removal unless the stop waits for it.
+    holds.push(50, 500);
+    const stopped = agent.stop();
+    void agent.heartbeat();
+    await stopped;
+    expect((await fx.registry.list()).find((w) => w.id === "late-beat")).toBeUndefined();
+    await new Promise((r) => setTimeout(r, 600)); // nothing lands later either
+    expect((await fx.registry.list()).find((w) => w.id === "late-beat")).toBeUndefined();
+  });
+
   it("SIGTERM drains: the in-flight stream finishes, the record goes, the process exits 0", async () => {
     const bin = path.resolve(import.meta.dirname, "../../apps/cli/bin/switchyard.mjs");
     const child = spawn(
