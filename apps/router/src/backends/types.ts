@@ -59,8 +59,8 @@ export interface UpstreamResponse {
   text(): Promise<string>;
   /**
    * The same body as the bytes that came (instead of text(), never both):
-   * an upstream whose answer reaches the client as it is (a worker's,
-   * OpenRouter's). Optional: a translated upstream has only its text.
+   * an upstream whose answer reaches the client as it is (a worker's).
+   * Optional: the paid adapters check or translate their text first.
    */
   bytes?(): Promise<Buffer>;
   /** The body as bytes plus the headers worth relaying (raw requests). */

@@ -33,18 +33,18 @@ export async function relayWhole(backend: Backend, up: UpstreamResponse, a: Atte
   }
   ctx.settle?.({ backend, status: "ok", usage });
   // The upstream's bytes as they came: parsed only to count tokens.
+  const head: Record<string, string> = { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id };
+  if (ctx.headers) Object.assign(head, ctx.headers);
   const out = ctx.outgoing;
   if (out && !out.headersSent) {
     // On Node, straight to the socket in one write, as the stream relay
-    // does: no Response object for the adapter to take apart again, and one
-    // headers object, not one spread into another.
+    // does: no Response object for the adapter to take apart again.
     // Bytes that are not UTF-8 were read with replacement characters: the text that parsed is what goes out then.
     const body = bytes && isUtf8(bytes) ? bytes : text;
-    const head: Record<string, string> = { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, "content-length": String(typeof body === "string" ? Buffer.byteLength(body) : body.length) };
-    if (ctx.headers) Object.assign(head, ctx.headers);
+    head["content-length"] = String(typeof body === "string" ? Buffer.byteLength(body) : body.length);
     out.writeHead(200, head);
     out.end(body);
     return RESPONSE_ALREADY_SENT;
   }
-  return new Response(text, { headers: { "content-type": "application/json", "x-request-id": ctx.requestId, "x-switchyard-backend": backend.id, ...ctx.headers } });
+  return new Response(text, { headers: head });
 }
