@@ -244,6 +244,31 @@ describe("sseBatchesOf", () => {
     expect(undiciLike.destroyed).toBe(true);
   });
 
+  it("rejects with what mapError makes of a failure: the stream's error, an early close, a line over the limit", async () => {
+    const seen: unknown[] = [];
+    const mapError = (err: unknown) => {
+      seen.push(err);
+      return new Error(`mapped: ${(err as Error).message}`);
+    };
+    const failing = new PassThrough();
+    const a = sseBatchesOf(failing, { mapError });
+    failing.destroy(new Error("socket hang up"));
+    await expect(a.next()).rejects.toThrow("mapped: socket hang up");
+    // The failure is kept as mapped: a later next() rejects with the same error, not mapped again.
+    await expect(a.next()).rejects.toThrow("mapped: socket hang up");
+    const closing = new PassThrough();
+    const b = sseBatchesOf(closing, { label: "worker w1", mapError });
+    closing.write("data: 1");
+    closing.destroy();
+    await expect(b.next()).rejects.toThrow("mapped: worker w1's stream ended early");
+    const big = new PassThrough();
+    const c = sseBatchesOf(big, { maxEventBytes: 100, mapError });
+    big.write(`data: ${"x".repeat(200)}`);
+    await expect(c.next()).rejects.toThrow(/^mapped: .*over the limit of 100 bytes/);
+    expect(seen).toHaveLength(3);
+    expect(seen[2]).toBeInstanceOf(UpstreamTooLarge);
+  });
+
   it("return() lets an unfinished stream go (destroyed), and is done from then on", async () => {
     const body = new PassThrough();
     const it = sseBatchesOf(body);

@@ -239,8 +239,19 @@ export interface SseBatchReader extends AsyncIterableIterator<SseBatch> {
   return(): Promise<IteratorResult<SseBatch>>;
 }
 
-export function sseBatchesOf(body: Readable, opts: Partial<SseOptions> = {}): SseBatchReader {
+export function sseBatchesOf(
+  body: Readable,
+  opts: Partial<SseOptions> & {
+    /**
+     * What a failure (the body's, a line over the limit) becomes before
+     * next() rejects with it: the caller's own error kinds, mapped once
+     * where the failure happens rather than by a catch around every next().
+     */
+    mapError?: (err: unknown) => unknown;
+  } = {},
+): SseBatchReader {
   const splitter = new SseSplitter(opts);
+  const mapError = opts.mapError;
   const queued: SseBatch[] = [];
   let ended = false;
   let failure: unknown;
@@ -267,7 +278,7 @@ export function sseBatchesOf(body: Readable, opts: Partial<SseOptions> = {}): Ss
   };
   const fail = (err: unknown) => {
     if (failure !== undefined || ended) return;
-    failure = err;
+    failure = mapError ? mapError(err) : err;
     off();
     // undici's body reports its own destruction as an 'error': nobody's to hear it.
     body.on("error", () => {});

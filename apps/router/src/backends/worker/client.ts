@@ -230,23 +230,11 @@ export class WorkerBackend implements Backend {
         }
       },
       // What the relay reads: a worker's events that pass unchanged go to the client as its bytes.
-      // Read by the body's events (sseBatchesOf), not a for-await, and an
-      // iterator over the reader's, not a generator delegating to it: each
-      // would cost a promise and a resumption on every chunk of every
-      // stream, and classifying a failure needs neither.
-      batches: () => {
-        const inner = sseBatchesOf(body, { maxEventBytes: limits.maxEventBytes, label });
-        const fail = (err: unknown): never => {
-          throw classify(err, signal);
-        };
-        return {
-          next: () => inner.next().catch(fail),
-          return: () => inner.return().catch(fail),
-          [Symbol.asyncIterator]() {
-            return this;
-          },
-        };
-      },
+      // Read by the body's events (sseBatchesOf), not a for-await, and its
+      // failures classified where they happen: a generator delegating to the
+      // reader, or a catch around each next(), would cost a promise (and a
+      // resumption) on every chunk of every stream.
+      batches: () => sseBatchesOf(body, { maxEventBytes: limits.maxEventBytes, label, mapError: (err) => classify(err, signal) }),
       abort: () => {
         body.destroy();
       },
