@@ -14,6 +14,7 @@ import { closedLoop, openLoop, percentile, type LoadResult, type Target } from "
 import { startLiteLLM } from "./lib/litellm.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch, endBench } from "./lib/scratch.ts";
+import { busyStretches, readProfile, stretchesTable, topSelfTime } from "./lib/cpuprofile.ts";
 
 const root = repoRoot();
 const here = path.join(root, "bench");
@@ -271,19 +272,24 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
   const before = new Set(readdirSync(dir));
   const scratch = await benchScratch("");
   const procs: Proc[] = [];
+  let window = { fromMs: 0, toMs: Infinity };
   try {
     const key = await scratch.tenantKey("bench");
     const simPort = await freePort();
     procs.push(tsx("sim-main.ts", { PORT: String(simPort), REDIS_URL: REDIS, PREFIX: scratch.prefix, TOKENS: "5" }, "sim"));
     const routerPort = await freePort();
+    const adminPort = await freePort();
     const routerEnv = {
       DATABASE_URL: scratch.dbUrl,
       REDIS_URL: REDIS,
       SWITCHYARD_REDIS__KEY_PREFIX: scratch.prefix,
       SWITCHYARD_ROUTER__PORT: String(routerPort),
-      SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()),
+      SWITCHYARD_ROUTER__ADMIN_PORT: String(adminPort),
       SWITCHYARD_LOG__LEVEL: "warn",
     };
+    // The profile's clock starts with the process: the load's window in it is
+    // taken from the spawn (a few ms early, which only widens it).
+    const spawnedAt = performance.now();
     const router = routerProc(routerEnv, { nodeFlags: ["--cpu-prof", `--cpu-prof-dir=${dir}`, "--cpu-prof-interval=250"] });
     procs.push(router);
     const url = `http://127.0.0.1:${routerPort}`;
@@ -294,6 +300,9 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     const warmBody = JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
     await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
     const durationS = opts.quick ? 5 : 15;
+    const adminUrl = `http://127.0.0.1:${adminPort}`;
+    const gc0 = await gcPauses(adminUrl);
+    const loadFromMs = performance.now() - spawnedAt;
     if (!opts.stream) {
       // The non-streaming closed loop of the bench's throughput table (64 clients, zero-latency worker).
       const cpu0 = router.cpuSeconds();
@@ -312,7 +321,10 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
         `100 streams, ${durationS}s: ${ok.length}/${r.samples.length} ok, TTFT p50 ${fmt(percentile(ok.map((s) => s.ttftMs), 50), 2)} ms, p99 ${fmt(percentile(ok.map((s) => s.ttftMs), 99), 2)} ms; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / r.samples.length, 3)} ms/request\n`,
       );
     }
+    const loadToMs = performance.now() - spawnedAt;
+    process.stdout.write(`\nGarbage-collection pauses during the load (the router's own switchyard_gc_pause_seconds):\n\n${gcTable(gc0, await gcPauses(adminUrl))}\n`);
     await router.stop();
+    window = { fromMs: loadFromMs, toMs: loadToMs };
     // The same load on a router counting its async resources (not profiled:
     // the count does not depend on the profiler, and the hook slows it).
     const censusFile = path.join(dir, `async-census-${process.pid}.json`);
@@ -343,22 +355,36 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     return 1;
   }
   for (const f of written) {
-    process.stdout.write(`\nCPU profile: ${path.join(dir, f)} (open in Chrome DevTools or speedscope)\n\n${topSelfTime(path.join(dir, f), 25)}\n`);
+    const prof = readProfile(path.join(dir, f));
+    process.stdout.write(`\nCPU profile: ${path.join(dir, f)} (open in Chrome DevTools or speedscope)\n\n${topSelfTime(prof, 25, root)}\n`);
+    process.stdout.write(
+      `\nBusy stretches during the load (no idle sample between; a request arriving in one waits for its end; 250 µs sampling):\n\n${stretchesTable(busyStretches(prof, window.fromMs, window.toMs))}\n`,
+    );
   }
   return 0;
 }
 
-/** The functions with the most self time in a .cpuprofile, as a table. */
-export function topSelfTime(file: string, n: number): string {
-  const prof = JSON.parse(readFileSync(file, "utf8")) as { nodes: Array<{ id: number; hitCount?: number; callFrame: { functionName: string; url: string; lineNumber: number } }>; startTime: number; endTime: number };
-  const total = prof.nodes.reduce((a, x) => a + (x.hitCount ?? 0), 0);
-  const by = new Map<string, number>();
-  for (const node of prof.nodes) {
-    const cf = node.callFrame;
-    const where = cf.url ? `${cf.url.replace(/^file:\/\//, "").replace(root + "/", "")}:${cf.lineNumber + 1}` : "";
-    const k = `${cf.functionName || "(anonymous)"} ${where}`.trim();
-    by.set(k, (by.get(k) ?? 0) + (node.hitCount ?? 0));
+type GcPauses = Map<string, { count: number; sum: number }>;
+
+/** The router's GC pause histogram by kind, from its admin /metrics. */
+async function gcPauses(adminUrl: string): Promise<GcPauses> {
+  const text = await (await fetch(`${adminUrl}/metrics`)).text();
+  const out: GcPauses = new Map();
+  for (const m of text.matchAll(/^switchyard_gc_pause_seconds_(sum|count)\{kind="(\w+)"\} (\S+)$/gm)) {
+    const e = out.get(m[2]!) ?? { count: 0, sum: 0 };
+    e[m[1] === "sum" ? "sum" : "count"] = Number(m[3]);
+    out.set(m[2]!, e);
   }
-  const rows = [...by.entries()].sort((a, b) => b[1] - a[1]).slice(0, n);
-  return ["| self % | function |", "|---:|---|", ...rows.map(([k, v]) => `| ${fmt((100 * v) / total, 1)} | \`${k}\` |`)].join("\n");
+  return out;
 }
+
+function gcTable(before: GcPauses, after: GcPauses): string {
+  const rows = [...after].map(([kind, a]) => {
+    const b = before.get(kind) ?? { count: 0, sum: 0 };
+    const n = a.count - b.count;
+    const ms = (a.sum - b.sum) * 1000;
+    return { kind, n, ms };
+  });
+  return ["| kind | pauses | total ms | mean ms |", "|---|---:|---:|---:|", ...rows.filter((r) => r.n > 0).map((r) => `| ${r.kind} | ${r.n} | ${fmt(r.ms, 1)} | ${fmt(r.ms / r.n, 2)} |`)].join("\n");
+}
+

@@ -2,7 +2,8 @@
 // router under the non-streaming closed loop is written and summarised, then
 // the async resources a router creates per request are counted on a second
 // run (bench/lib/async-census.mjs): one upstream request per request served,
-// and some promises — the figure issue 14's async-layer work is tracked by.
+// and some promises — the figure issue 14's async-layer work is tracked by;
+// with the load's GC pauses and the event loop's busy stretches (its stalls).
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -10,7 +11,7 @@ import { describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli-run.ts";
 
 describe("switchyard bench router --profile", () => {
-  it("writes a CPU profile, prints its top functions, then the async resources per request", async () => {
+  it("writes a CPU profile, prints its top functions, the load's GC pauses and busy stretches, then the async resources per request", async () => {
     const dir = mkdtempSync(path.join(tmpdir(), "sy-profile-"));
     try {
       const { code, out } = await runCli(["bench", "router", "--profile", dir, "--only", "non-streaming", "--quick"]);
@@ -24,6 +25,18 @@ describe("switchyard bench router --profile", () => {
       expect(perRequest("UNDICI_REQUEST")).toBeGreaterThan(0.95);
       expect(perRequest("UNDICI_REQUEST")).toBeLessThan(1.05);
       expect(perRequest("PROMISE")).toBeGreaterThan(1);
+      // The load's GC pauses, from the router's own histogram: a 5 s closed
+      // loop allocates hundreds of MB, so the young generation was collected.
+      const minor = /\| minor \| (\d+) \| ([0-9.]+) \| ([0-9.]+) \|/.exec(out);
+      expect(minor, out).not.toBeNull();
+      expect(Number(minor![1])).toBeGreaterThan(0);
+      expect(Number(minor![3])).toBeCloseTo(Number(minor![2]) / Number(minor![1]), 1);
+      // Busy stretches during the load: counted per threshold, each count within the one before.
+      const counts = [1, 2, 4, 8, 16].map((ms) => Number(new RegExp(`\\| ${ms} ms \\| (\\d+) \\|`).exec(out)?.[1]));
+      expect(counts.every(Number.isFinite), out).toBe(true);
+      expect(counts[0]).toBeGreaterThan(0);
+      for (let i = 1; i < counts.length; i++) expect(counts[i]).toBeLessThanOrEqual(counts[i - 1]!);
+      expect(out).toMatch(/garbage collection is (\d+\.\d|-) % of the stretches ≥ 4 ms and \d+\.\d % of all busy time/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
