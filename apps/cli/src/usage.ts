@@ -69,8 +69,9 @@ Usage:
                                         router overhead and money-path benchmarks (prints tables)
   switchyard bench router --profile DIR [--quick] [--only non-streaming]
                                         a CPU profile (node --cpu-prof) of one router under 100 streams (or the
-                                        non-streaming closed loop), top functions printed, then the async resources
-                                        (promises, ticks, timers) it creates per request
+                                        non-streaming closed loop): top functions, the load's GC pauses and busy
+                                        stretches (the event loop's stalls), then the async resources (promises,
+                                        ticks, timers) it creates per request
   switchyard bench router --against REV [--quick] [--rounds N] [--only non-streaming] [--rate-limits]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
                                         CPU per request, req/s and ΔTTFT p99 beside the bare proxy (a change's before/after);
