@@ -4,7 +4,7 @@
 // `redis-cli --cluster create … --cluster-replicas 1` (3+ masters) or by
 // hand (one master owning every slot, a cheap "other" cluster).
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -22,10 +22,32 @@ function portFree(port: number): Promise<boolean> {
   });
 }
 
+/**
+ * Where the ports are drawn from: below the kernel's range for outgoing
+ * connections' local ports, bus port (+10000) included. A server port in
+ * that range can be taken by any client's connect() between the check here
+ * and the server's bind, and the server then exits at start (seen in CI as
+ * a Sentinel on 33200 never answering).
+ */
+function portBand(): { from: number; size: number } {
+  let low = 32_768;
+  let high = 60_999;
+  try {
+    [low, high] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number) as [number, number];
+  } catch {
+    // Not Linux: the usual defaults.
+  }
+  if (low - 10_000 > 12_000) return { from: 10_000, size: low - 10_000 - 10_000 };
+  // An odd range: above it if there is room, else the old band.
+  if (high + 1 + 2_000 + 10_000 <= 65_535) return { from: high + 1, size: 65_535 - 10_000 - high };
+  return { from: 20_000, size: 20_000 };
+}
+const band = portBand();
+
 /** A port whose cluster bus port (+10000) is free too. */
 export async function clusterPort(taken: Set<number> = new Set()): Promise<number> {
   for (;;) {
-    const p = 20_000 + Math.floor(Math.random() * 20_000);
+    const p = band.from + Math.floor(Math.random() * band.size);
     if (taken.has(p) || taken.has(p + 10_000) || taken.has(p - 10_000)) continue;
     if ((await portFree(p)) && (await portFree(p + 10_000))) {
       taken.add(p);
