@@ -272,7 +272,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
   const before = new Set(readdirSync(dir));
   const scratch = await benchScratch("");
   const procs: Proc[] = [];
-  let window = { fromMs: 0, toMs: Infinity };
+  let loadWindow = { fromMs: 0, toMs: Infinity };
   try {
     const key = await scratch.tenantKey("bench");
     const simPort = await freePort();
@@ -324,7 +324,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     const loadToMs = performance.now() - spawnedAt;
     process.stdout.write(`\nGarbage-collection pauses during the load (the router's own switchyard_gc_pause_seconds):\n\n${gcTable(gc0, await gcPauses(adminUrl))}\n`);
     await router.stop();
-    window = { fromMs: loadFromMs, toMs: loadToMs };
+    loadWindow = { fromMs: loadFromMs, toMs: loadToMs };
     // The same load on a router counting its async resources (not profiled:
     // the count does not depend on the profiler, and the hook slows it).
     const censusFile = path.join(dir, `async-census-${process.pid}.json`);
@@ -358,7 +358,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     const prof = readProfile(path.join(dir, f));
     process.stdout.write(`\nCPU profile: ${path.join(dir, f)} (open in Chrome DevTools or speedscope)\n\n${topSelfTime(prof, 25, root)}\n`);
     process.stdout.write(
-      `\nBusy stretches during the load (no idle sample between; a request arriving in one waits for its end; 250 µs sampling):\n\n${stretchesTable(busyStretches(prof, window.fromMs, window.toMs))}\n`,
+      `\nBusy stretches during the load (no idle sample between; a request arriving in one waits for its end; 250 µs sampling):\n\n${stretchesTable(busyStretches(prof, loadWindow.fromMs, loadWindow.toMs))}\n`,
     );
   }
   return 0;
