@@ -84,8 +84,8 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
 
     // Cold start: process spawn → /readyz 200, a few times, once the sim
     // has booted: its start (tsx compiling, CPU-bound on the same 2 cores)
-    // is not the router's. Timed beside it, spawns took 406–513 ms; on the
-    // idle box 260–330 ms (bench/router.ts, 2026-12-04).
+    // is not the router's. Timed beside it, spawns took 406–513 ms; on an
+    // idle box 260–330 ms (2026-12-04, docs/BENCHMARKS.md).
     await waitHttp(`${simUrl}/healthz`, { ok: () => true });
     const cold: number[] = [];
     for (let i = 0; i < (opts.quick ? 1 : 5); i++) {
@@ -114,7 +114,6 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     const portkeyPort = await freePort();
     const portkey = startProc(process.execPath, [path.join(root, "node_modules/@portkey-ai/gateway/build/start-server.js"), `--port=${portkeyPort}`, "--headless"], { NODE_ENV: "production" }, "portkey");
     procs.push(portkey);
-    await waitHttp(`${simUrl}/healthz`, { ok: () => true });
     await waitHttp(`http://127.0.0.1:${passPort}/`, { ok: () => true, init: { method: "POST", body: "{}" } });
     await waitHttp(`http://127.0.0.1:${portkeyPort}/`, { ok: (s) => s === 200 });
     const auth = { authorization: `Bearer ${key}` };

@@ -30,6 +30,8 @@ function portFree(port: number): Promise<boolean> {
  * a Sentinel on 33200 never answering).
  */
 function portBand(): { from: number; size: number } {
+  const BUS = 10_000;
+  const ENOUGH = 2_000;
   let low = 32_768;
   let high = 60_999;
   try {
@@ -37,9 +39,10 @@ function portBand(): { from: number; size: number } {
   } catch {
     // Not Linux: the usual defaults.
   }
-  if (low - 10_000 > 12_000) return { from: 10_000, size: low - 10_000 - 10_000 };
+  // Below the range: ports from 10000, their bus ports under `low`.
+  if (low - BUS - 10_000 > ENOUGH) return { from: 10_000, size: low - BUS - 10_000 };
   // An odd range: above it if there is room, else the old band.
-  if (high + 1 + 2_000 + 10_000 <= 65_535) return { from: high + 1, size: 65_535 - 10_000 - high };
+  if (65_535 - BUS - high > ENOUGH) return { from: high + 1, size: 65_535 - BUS - high };
   return { from: 20_000, size: 20_000 };
 }
 const band = portBand();
