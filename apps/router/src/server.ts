@@ -258,7 +258,10 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       await assertMigrated(db, !!embedded);
       await ensurePartitions();
     })(),
-    target ? openRedis(target, { autoPipelining: true }) : Promise.resolve(undefined),
+    // The ledger gathers a turn's rows into one XADD itself (billing/ledger-stream.ts):
+    // auto-pipelining it too built an ioredis Pipeline (~13 KB: a copy of every
+    // script's methods) per XADD — per request when requests end one by one (issue 14).
+    target ? openRedis(target, { autoPipelining: true, unpipelined: ["xadd"] }) : Promise.resolve(undefined),
   ]);
   if (dbChecked.status === "rejected" || redisOpened.status === "rejected") {
     if (redisOpened.status === "fulfilled") redisOpened.value?.disconnect();

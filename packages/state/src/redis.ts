@@ -34,6 +34,12 @@ export interface ConnectRedisOptions {
   /** A worker's ACL user may not run INFO, which the ready check uses. */
   readyCheck?: boolean;
   autoPipelining?: boolean;
+  /**
+   * Commands sent at once even with autoPipelining: those whose caller
+   * gathers a turn's work into one command itself (the ledger's XADD), for
+   * which an auto-pipeline is one more batch object per turn and nothing saved.
+   */
+  unpipelined?: string[];
 }
 
 export class RedisTargetError extends Error {
@@ -127,6 +133,7 @@ export function connectRedis(target: string | RedisTarget, opts: ConnectRedisOpt
   // Commands issued in the same tick leave in one write: a router under load
   // sends each request's XADD, holds and settles as batches, not one syscall each.
   const pipelining = opts.autoPipelining ?? false;
+  const unpipelined = pipelining && opts.unpipelined?.length ? { autoPipeliningIgnoredCommands: opts.unpipelined } : {};
   if (form === "cluster") {
     return new Cluster(
       t.cluster!.map((n) => parseRedisNode(n) as ClusterNode),
@@ -167,10 +174,11 @@ export function connectRedis(target: string | RedisTarget, opts: ConnectRedisOpt
       sentinelRetryStrategy: (times: number) => Math.min(100 * times, 2000),
       sentinelCommandTimeout: 2000,
       enableAutoPipelining: pipelining,
+      ...unpipelined,
       lazyConnect: opts.lazy ?? false,
     });
   }
-  return new Redis(t.url!, { ...base, enableAutoPipelining: pipelining, lazyConnect: opts.lazy ?? false });
+  return new Redis(t.url!, { ...base, enableAutoPipelining: pipelining, ...unpipelined, lazyConnect: opts.lazy ?? false });
 }
 
 function probe(node: { host: string; port: number }, t: RedisTarget, extra: RedisOptions = {}): Redis {
