@@ -14,6 +14,7 @@ import { UpstreamFailure } from "../backends/types.ts";
 import { type Usage, usageFrom } from "../backends/usage.ts";
 import { endFailedAttempt, failureToApiError, outcomeOf, startAttempt, toFailure, type Attempt } from "./attempt.ts";
 import type { RelayContext } from "./context.ts";
+import { pieceWriter } from "./chunked.ts";
 import type { StreamResume } from "./resume.ts";
 import { SSE_DONE, type SseBatch, type SseEvent, sseText, textBatch } from "./sse.ts";
 
@@ -406,19 +407,13 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
       if (!out.writableFinished) clientGone();
     });
     let started = false;
+    // After the first piece (with the head), each piece is one framed chunk in one socket write (chunked.ts).
+    const put = pieceWriter(out);
     const write = (piece: Uint8Array | string): void | Promise<void> => {
       if (out.destroyed) throw new UpstreamFailure("aborted", "client went away", false);
       started = true;
-      if (out.write(piece)) return;
-      return new Promise<void>((resolve) => {
-        const done = () => {
-          out.off("drain", done);
-          out.off("close", done);
-          resolve();
-        };
-        out.once("drain", done);
-        out.once("close", done);
-      });
+      const wrote = put(piece);
+      if (wrote !== true) return wrote;
     };
     void pump(write, () => out.end());
     // Nothing of the held batch was for the client (a stripped usage chunk): the head goes now all the same.
