@@ -5,7 +5,7 @@
 // plus Portkey's gateway (its streaming path fails on Node 20 here); router
 // cold start to ready. Everything runs side by side in one run. Last section:
 // the money path (bench/money.ts), whose PASS/FAIL sets the exit code.
-import { mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -15,6 +15,7 @@ import { startLiteLLM } from "./lib/litellm.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch, endBench } from "./lib/scratch.ts";
 import { busyStretches, readProfile, stretchesTable, topSelfTime } from "./lib/cpuprofile.ts";
+import { allocationBy, allocationTable, type HeapProfile } from "./lib/heapprofile.ts";
 
 const root = repoRoot();
 const here = path.join(root, "bench");
@@ -345,6 +346,22 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
       .sort((x, y) => b[y]! - (a[y] ?? 0) - (b[x]! - (a[x] ?? 0)));
     process.stdout.write(`\nAsync resources created per request (${n} requests, ${opts.stream ? "100 streams" : "non-streaming closed loop"}; bench/lib/async-census.mjs):\n\n| resource | per request |\n|---|---:|\n${per.map((k) => `| ${k} | ${fmt((b[k]! - (a[k] ?? 0)) / n, 2)} |`).join("\n")}\n`);
     await counted.stop();
+    // Once more, on a router sampling what it allocates (the census's hook allocates itself: not on that one).
+    const heapFile = path.join(dir, `heap-${process.pid}.json`);
+    const sampled = routerProc({ ...routerEnv, HEAP_OUT: heapFile }, { nodeFlags: ["--import", pathToFileURL(path.join(root, "bench/lib/heap-sample.mjs")).href] });
+    procs.push(sampled);
+    await routerSeesWorker(url, auth);
+    await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
+    sampled.child.kill("SIGUSR2");
+    const load = opts.stream
+      ? await openLoop(t, { ratePerS: 100 / ((50 + 50 * 20) / 1000), durationS: 5, body: JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: { ttftMs: 50, interTokenMs: 50, tokens: 20 } }), stream: true })
+      : await closedLoop(t, { clients: 64, durationS: 3, body: warmBody, stream: false });
+    sampled.child.kill("SIGUSR2");
+    const heap = await waitForFile(heapFile, 10_000);
+    process.stdout.write(
+      `\nAllocated per request (${load.samples.length} requests, ${opts.stream ? "100 streams of 20 tokens" : "non-streaming closed loop"}; V8's sampling heap profiler, collected objects included; bench/lib/heap-sample.mjs):\n\n${heapTable(heap, load.samples.length)}\n`,
+    );
+    await sampled.stop();
   } finally {
     await endBench(procs, scratch);
   }
@@ -361,6 +378,31 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     );
   }
   return 0;
+}
+
+/** The allocation table of a heap profile's text, or why there is none. */
+function heapTable(text: string | undefined, requests: number): string {
+  const prof = text === undefined ? undefined : (JSON.parse(text) as Partial<HeapProfile> & { error?: string });
+  if (!prof?.head) return `(no heap profile${prof?.error ? `: ${prof.error}` : " written"})`;
+  return allocationTable(allocationBy(prof as HeapProfile), requests);
+}
+
+/** A file's text once it exists and parses as JSON (a process writing it on a signal), or undefined after `ms`. */
+async function waitForFile(file: string, ms: number): Promise<string | undefined> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (existsSync(file)) {
+      const text = readFileSync(file, "utf8");
+      try {
+        JSON.parse(text);
+        return text;
+      } catch {
+        // still being written
+      }
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return undefined;
 }
 
 type GcPauses = Map<string, { count: number; sum: number }>;

@@ -3,7 +3,8 @@
 // the async resources a router creates per request are counted on a second
 // run (bench/lib/async-census.mjs): one upstream request per request served,
 // and some promises — the figure issue 14's async-layer work is tracked by;
-// with the load's GC pauses and the event loop's busy stretches (its stalls).
+// with the load's GC pauses and the event loop's busy stretches (its stalls);
+// then, on a third run, what a request allocates (bench/lib/heap-sample.mjs).
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -11,7 +12,7 @@ import { describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli-run.ts";
 
 describe("switchyard bench router --profile", () => {
-  it("writes a CPU profile, prints its top functions, the load's GC pauses and busy stretches, then the async resources per request", async () => {
+  it("writes a CPU profile, prints its top functions, the load's GC pauses and busy stretches, then the async resources and the bytes allocated per request", async () => {
     const dir = mkdtempSync(path.join(tmpdir(), "sy-profile-"));
     try {
       const { code, out } = await runCli(["bench", "router", "--profile", dir, "--only", "non-streaming", "--quick"]);
@@ -37,6 +38,15 @@ describe("switchyard bench router --profile", () => {
       expect(counts[0]).toBeGreaterThan(0);
       for (let i = 1; i < counts.length; i++) expect(counts[i]).toBeLessThanOrEqual(counts[i - 1]!);
       expect(out).toMatch(/garbage collection is (\d+\.\d|-) % of the stretches ≥ 4 ms and \d+\.\d % of all busy time/);
+      // What a request allocates, by module (a third run, sampling the heap):
+      // tens of KB (request, answer, upstream call, ledger row), with the
+      // router's own relay and Node's HTTP among the groups named.
+      expect(out).toMatch(/Allocated per request \(\d+ requests, non-streaming closed loop/);
+      const all = Number(/\| \*\*all\*\* \| \*\*([0-9.]+)\*\* \| 100\.0 \|/.exec(out)?.[1]);
+      expect(all, out).toBeGreaterThan(5);
+      expect(all).toBeLessThan(1000);
+      expect(out).toMatch(/\| router relay \| [0-9.]+ \| [0-9.]+ \|/);
+      expect(out).toMatch(/\| npm undici \| [0-9.]+ \| [0-9.]+ \|/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -71,7 +71,7 @@ Usage:
                                         a CPU profile (node --cpu-prof) of one router under 100 streams (or the
                                         non-streaming closed loop): top functions, the load's GC pauses and busy
                                         stretches (the event loop's stalls), then the async resources (promises,
-                                        ticks, timers) it creates per request
+                                        ticks, timers) it creates and the bytes it allocates per request, by module
   switchyard bench router --against REV [--quick] [--rounds N] [--only non-streaming] [--rate-limits]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
                                         CPU per request, req/s and ΔTTFT p99 beside the bare proxy (a change's before/after);
