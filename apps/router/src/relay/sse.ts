@@ -226,124 +226,190 @@ export class SseSplitter {
   }
 }
 
-/**
- * The batches of a Node stream (undici's response body), read by its
- * events: a for-await over the stream would cost an iterator step (a
- * read, an end-of-stream watch, a promise) and the generator's own
- * resumption on every chunk — for a token stream, every token. Batches
- * wait here while the relay writes (at most a few: past them the body is
- * paused, so the upstream's socket applies backpressure as before); a
- * body that closes without its end is a failure, as it is for the iterator.
- */
+/** The relay's reader of an upstream's batches: next() for the next one, return() when it stops reading. */
 export interface SseBatchReader extends AsyncIterableIterator<SseBatch> {
   return(): Promise<IteratorResult<SseBatch>>;
 }
 
-export function sseBatchesOf(
-  body: Readable,
-  opts: Partial<SseOptions> & {
-    /**
-     * What a failure (the body's, a line over the limit) becomes before
-     * next() rejects with it: the caller's own error kinds, mapped once
-     * where the failure happens rather than by a catch around every next().
-     */
-    mapError?: (err: unknown) => unknown;
-  } = {},
-): SseBatchReader {
-  const splitter = new SseSplitter(opts);
-  const mapError = opts.mapError;
-  const queued: SseBatch[] = [];
-  let ended = false;
-  let failure: unknown;
-  let waiter: { resolve: (r: IteratorResult<SseBatch>) => void; reject: (err: unknown) => void } | undefined;
+/** Batches parsed ahead of the relay at most, before the body is paused. */
+const MAX_QUEUED_BATCHES = 16;
+
+/**
+ * What feeds an SseBatchQueue: it holds off while chunk() says false (the
+ * queue is full: the upstream's socket applies backpressure), and is told
+ * to go on, or to stop for good.
+ */
+export interface BatchSource {
+  /** Room again after chunk() said false. */
+  resume(): void;
+  /** The reader let go before the end: drop the rest. */
+  stop(): void;
+  /** Called once, when the queue has ended or failed (listeners to take off). */
+  finished?(): void;
+}
+
+export interface SseQueueOptions extends Partial<SseOptions> {
+  /**
+   * What a failure (the body's, a line over the limit) becomes before
+   * next() rejects with it: the caller's own error kinds, mapped once
+   * where the failure happens rather than by a catch around every next().
+   */
+  mapError?: (err: unknown) => unknown;
+}
+
+/**
+ * An upstream body's SSE batches, pushed in chunk by chunk (chunk(), end(),
+ * fail()) and read by the relay (next()), with nothing per chunk but the
+ * batch: a for-await over a stream would cost an iterator step (a read, an
+ * end-of-stream watch, a promise) and a generator's resumption on every
+ * chunk — for a token stream, every token. Batches wait here while the
+ * relay writes, at most a few: past them the source is paused.
+ */
+export class SseBatchQueue implements SseBatchReader {
+  private readonly splitter: SseSplitter;
+  private readonly mapError: ((err: unknown) => unknown) | undefined;
+  private readonly queued: SseBatch[] = [];
+  private ended = false;
+  private failure: unknown = undefined;
+  private paused = false;
+  private waiter: { resolve: (r: IteratorResult<SseBatch>) => void; reject: (err: unknown) => void } | undefined;
+
+  constructor(
+    private readonly source: BatchSource,
+    opts: SseQueueOptions = {},
+  ) {
+    this.splitter = new SseSplitter(opts);
+    this.mapError = opts.mapError;
+  }
+
+  /** A chunk of the body; false when the source should pause (the queue is full, or it failed on this chunk). */
+  chunk(chunk: Buffer): boolean {
+    if (this.ended || this.failure !== undefined) return false;
+    let batch: SseBatch | undefined;
+    try {
+      batch = this.splitter.feed(chunk);
+    } catch (err) {
+      this.fail(err);
+      this.source.stop();
+      return false;
+    }
+    if (!batch) return true;
+    this.queued.push(batch);
+    this.settle();
+    if (this.queued.length < MAX_QUEUED_BATCHES) return true;
+    this.paused = true;
+    return false;
+  }
+
+  /** The body ended (whatever was queued is still read first). */
+  end(): void {
+    if (this.ended || this.failure !== undefined) return;
+    this.ended = true;
+    this.source.finished?.();
+    this.settle();
+  }
+
+  /** The body failed: next() rejects with it (mapped) once the queue is read. */
+  fail(err: unknown): void {
+    if (this.failure !== undefined || this.ended) return;
+    this.failure = this.mapError ? this.mapError(err) : err;
+    this.source.finished?.();
+    this.settle();
+  }
+
+  get done(): boolean {
+    return this.ended || this.failure !== undefined;
+  }
+
+  private settle(): void {
+    const w = this.waiter;
+    if (!w) return;
+    if (this.queued.length > 0) {
+      this.waiter = undefined;
+      w.resolve({ value: this.queued.shift()!, done: false });
+    } else if (this.failure !== undefined) {
+      this.waiter = undefined;
+      w.reject(this.failure);
+    } else if (this.ended) {
+      this.waiter = undefined;
+      w.resolve({ value: undefined, done: true });
+    }
+  }
+
+  next(): Promise<IteratorResult<SseBatch>> {
+    if (this.queued.length > 0) {
+      const value = this.queued.shift()!;
+      if (this.paused && this.queued.length < MAX_QUEUED_BATCHES && !this.done) {
+        this.paused = false;
+        this.source.resume();
+      }
+      return Promise.resolve({ value, done: false });
+    }
+    if (this.failure !== undefined) return Promise.reject(this.failure);
+    if (this.ended) return Promise.resolve({ value: undefined, done: true });
+    if (this.paused) {
+      this.paused = false;
+      this.source.resume();
+    }
+    return new Promise<IteratorResult<SseBatch>>((resolve, reject) => {
+      this.waiter = { resolve, reject };
+    });
+  }
+
+  /** The relay stopped reading: the source is let go (stopped) unless it ended. */
+  return(): Promise<IteratorResult<SseBatch>> {
+    if (!this.done) {
+      this.fail(new Error("stopped reading"));
+      this.source.stop();
+    }
+    this.queued.length = 0;
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+}
+
+/**
+ * The batches of a Node stream (a body read as a stream), by its events; a
+ * body that closes without its end is a failure, as it is for an iterator.
+ */
+export function sseBatchesOf(body: Readable, opts: SseQueueOptions = {}): SseBatchReader {
   const off = () => {
     body.off("data", onData);
     body.off("end", onEnd);
     body.off("error", onError);
     body.off("close", onClose);
   };
-  const settle = () => {
-    const w = waiter;
-    if (!w) return;
-    if (queued.length > 0) {
-      waiter = undefined;
-      w.resolve({ value: queued.shift()!, done: false });
-    } else if (failure !== undefined) {
-      waiter = undefined;
-      w.reject(failure);
-    } else if (ended) {
-      waiter = undefined;
-      w.resolve({ value: undefined, done: true });
-    }
-  };
-  const fail = (err: unknown) => {
-    if (failure !== undefined || ended) return;
-    failure = mapError ? mapError(err) : err;
-    off();
-    // undici's body reports its own destruction as an 'error': nobody's to hear it.
-    body.on("error", () => {});
-    settle();
-  };
+  const queue = new SseBatchQueue(
+    {
+      resume: () => body.resume(),
+      stop: () => body.destroy(),
+      finished: () => {
+        off();
+        // undici's body reports its own destruction as an 'error': nobody's to hear it.
+        body.on("error", () => {});
+      },
+    },
+    opts,
+  );
   const onData = (chunk: Buffer) => {
-    let batch: SseBatch | undefined;
-    try {
-      batch = splitter.feed(chunk);
-    } catch (err) {
-      fail(err);
-      body.destroy();
-      return;
-    }
-    if (!batch) return;
-    queued.push(batch);
-    if (queued.length >= MAX_QUEUED_BATCHES) body.pause();
-    settle();
+    if (!queue.chunk(chunk) && !queue.done) body.pause();
   };
-  const onEnd = () => {
-    ended = true;
-    off();
-    settle();
-  };
-  const onError = (err: Error) => fail(err);
-  const onClose = () => fail(body.errored ?? Object.assign(new Error(`${opts.label ?? "upstream"}'s stream ended early`), { code: "ERR_STREAM_PREMATURE_CLOSE" }));
-  if (body.destroyed) fail(body.errored ?? Object.assign(new Error(`${opts.label ?? "upstream"}'s stream ended early`), { code: "ERR_STREAM_PREMATURE_CLOSE" }));
+  const onEnd = () => queue.end();
+  const onError = (err: Error) => queue.fail(err);
+  const prematureClose = () => body.errored ?? Object.assign(new Error(`${opts.label ?? "upstream"}'s stream ended early`), { code: "ERR_STREAM_PREMATURE_CLOSE" });
+  const onClose = () => queue.fail(prematureClose());
+  if (body.destroyed) queue.fail(prematureClose());
   else {
     body.on("data", onData);
     body.once("end", onEnd);
     body.once("error", onError);
     body.once("close", onClose);
   }
-  const it: SseBatchReader = {
-    next(): Promise<IteratorResult<SseBatch>> {
-      if (queued.length > 0) {
-        const value = queued.shift()!;
-        if (queued.length < MAX_QUEUED_BATCHES && body.isPaused() && !ended && failure === undefined) body.resume();
-        return Promise.resolve({ value, done: false });
-      }
-      if (failure !== undefined) return Promise.reject(failure);
-      if (ended) return Promise.resolve({ value: undefined, done: true });
-      if (body.isPaused()) body.resume();
-      return new Promise<IteratorResult<SseBatch>>((resolve, reject) => {
-        waiter = { resolve, reject };
-      });
-    },
-    /** The relay stopped reading: the body is let go (destroyed) unless it ended. */
-    return(): Promise<IteratorResult<SseBatch>> {
-      if (!ended && failure === undefined) {
-        fail(new Error("stopped reading"));
-        body.destroy();
-      }
-      queued.length = 0;
-      return Promise.resolve({ value: undefined, done: true });
-    },
-    [Symbol.asyncIterator]() {
-      return it;
-    },
-  };
-  return it;
+  return queue;
 }
-
-/** Batches parsed ahead of the relay at most, before the body is paused. */
-const MAX_QUEUED_BATCHES = 16;
 
 /** One event for the client as text; `payload` must hold no line break (the relay sends JSON it serialised or validated as one line). */
 export function sseText(payload: string): string {

@@ -3,7 +3,8 @@
 import { Pool } from "../undici.ts";
 import type { LookupFunction } from "node:net";
 import { FENCING_SIGNATURE_HEADER, FENCING_WORKER_HEADER, FencingSigner, workerCallSecret, type WorkerRecord } from "@switchyard/state";
-import { parseSse, sseBatchesOf } from "../../relay/sse.ts";
+import { parseSse, sseBatchesOf, sseText } from "../../relay/sse.ts";
+import { dispatchSse, type SseAnswer } from "../sse-dispatch.ts";
 import {
   boundedBody,
   checkDeclaredLength,
@@ -162,6 +163,10 @@ export class WorkerBackend implements Backend {
     const signature = req.fencingToken !== undefined ? this.connections.fencingSignature(fenced, req.fencingToken) : undefined;
     if (signature) headers[FENCING_SIGNATURE_HEADER] = signature;
     Object.assign(headers, this.extraHeaders());
+    const limits = this.connections.limits;
+    const label = `worker ${this.worker.id}`;
+    // A stream's events are read as they come, without a body stream (sse-dispatch.ts).
+    if (req.stream && !req.raw) return this.openStream(req, headers, signal, label);
     let res;
     try {
       res = await this.connections.pool(this.origin).request({
@@ -174,27 +179,10 @@ export class WorkerBackend implements Backend {
     } catch (err) {
       throw classify(err, signal);
     }
-    if (res.statusCode < 200 || res.statusCode >= 300) {
-      const upstreamError = upstreamErrorOf(await errorBodyText(res.body));
-      const s = res.statusCode;
-      // 4xx other than overload/timeout means the request itself is wrong:
-      // another worker would refuse it too, so pass it through. A 404 is
-      // about this worker (a stale registry entry no longer serving the
-      // model): another one may serve it.
-      const clientError = s >= 400 && s < 500 && s !== 404 && s !== 408 && s !== 429 && s !== 401 && s !== 403;
-      throw new UpstreamFailure(
-        clientError ? "client_error" : "bad_status",
-        `worker ${this.worker.id} answered ${s}${upstreamError?.message ? `: ${upstreamError.message}` : ""}`,
-        !clientError,
-        s,
-        upstreamError,
-      );
-    }
+    if (res.statusCode < 200 || res.statusCode >= 300) throw this.refused(res.statusCode, await errorBodyText(res.body));
     // A worker's answer is untrusted: bounded as it is read, and only the
     // headers the router means to expose pass (transport.ts).
     const body = res.body;
-    const limits = this.connections.limits;
-    const label = `worker ${this.worker.id}`;
     const contentLength = res.headers["content-length"];
     if (req.raw) checkDeclaredLength(body, contentLength, limits.maxRawBodyBytes, `${label}'s answer`);
     return {
@@ -239,5 +227,64 @@ export class WorkerBackend implements Backend {
         body.destroy();
       },
     };
+  }
+
+  /** A streamed request: its answer's events straight from undici's parser into the relay's queue. */
+  private async openStream(req: BackendRequest, headers: Record<string, string>, signal: UpstreamSignal, label: string): Promise<UpstreamResponse> {
+    const limits = this.connections.limits;
+    let answer: SseAnswer;
+    try {
+      answer = await dispatchSse(
+        this.connections.pool(this.origin),
+        { path: this.basePath + req.path, method: "POST", headers, body: upstreamJson(req) },
+        signal,
+        // Failures classified where they happen, as the relay's reader expects (sseBatchesOf's mapError).
+        { maxEventBytes: limits.maxEventBytes, label, mapError: (err) => classify(err, signal) },
+      );
+    } catch (err) {
+      throw classify(err, signal);
+    }
+    if (answer.statusCode < 200 || answer.statusCode >= 300) throw this.refused(answer.statusCode, await answer.errorText());
+    const { batches } = answer;
+    // Only the events are read from a stream (relay/stream.ts): as batches, or one by one.
+    const events = async function* (): AsyncGenerator<string> {
+      for (;;) {
+        const r = await batches.next();
+        if (r.done) return;
+        for (const e of r.value.events) yield e.data;
+      }
+    };
+    return {
+      batches: () => batches,
+      events,
+      // The events as the SSE text they make (a stream read whole).
+      text: async () => {
+        let text = "";
+        for await (const data of events()) text += sseText(data);
+        return text;
+      },
+      raw: () => {
+        throw new Error(`${label}: a streamed answer is read as events, not as raw bytes`);
+      },
+      abort: () => answer.abort(),
+    };
+  }
+
+  /**
+   * A worker's non-2xx answer as the failure it is. 4xx other than
+   * overload/timeout means the request itself is wrong: another worker
+   * would refuse it too, so pass it through. A 404 is about this worker (a
+   * stale registry entry no longer serving the model): another one may serve it.
+   */
+  private refused(s: number, body: string): UpstreamFailure {
+    const upstreamError = upstreamErrorOf(body);
+    const clientError = s >= 400 && s < 500 && s !== 404 && s !== 408 && s !== 429 && s !== 401 && s !== 403;
+    return new UpstreamFailure(
+      clientError ? "client_error" : "bad_status",
+      `worker ${this.worker.id} answered ${s}${upstreamError?.message ? `: ${upstreamError.message}` : ""}`,
+      !clientError,
+      s,
+      upstreamError,
+    );
   }
 }
