@@ -4,7 +4,7 @@ import { Pool } from "../undici.ts";
 import type { LookupFunction } from "node:net";
 import { FENCING_SIGNATURE_HEADER, FENCING_WORKER_HEADER, FencingSigner, workerCallSecret, type WorkerRecord } from "@switchyard/state";
 import { parseSse, sseBatchesOf, sseText } from "../../relay/sse.ts";
-import { dispatchSse, type SseAnswer } from "../sse-dispatch.ts";
+import { dispatchSse, dispatchWhole, type SseAnswer, type WholeAnswer } from "../answer-dispatch.ts";
 import {
   boundedBody,
   checkDeclaredLength,
@@ -165,8 +165,10 @@ export class WorkerBackend implements Backend {
     Object.assign(headers, this.extraHeaders());
     const limits = this.connections.limits;
     const label = `worker ${this.worker.id}`;
-    // A stream's events are read as they come, without a body stream (sse-dispatch.ts).
+    // A stream's events as they come, a whole answer's bytes at its end: without a body stream (answer-dispatch.ts).
     if (req.stream && !req.raw) return this.openStream(req, headers, signal, label);
+    if (!req.raw) return this.openWhole(req, headers, signal, label);
+    // Raw bytes (hidden states): relayed as a stream of their own, read through request()'s body.
     let res;
     try {
       res = await this.connections.pool(this.origin).request({
@@ -265,6 +267,41 @@ export class WorkerBackend implements Backend {
       },
       raw: () => {
         throw new Error(`${label}: a streamed answer is read as events, not as raw bytes`);
+      },
+      abort: () => answer.abort(),
+    };
+  }
+
+  /** A whole (JSON) answer: its bytes gathered within the body limit as they come. */
+  private async openWhole(req: BackendRequest, headers: Record<string, string>, signal: UpstreamSignal, label: string): Promise<UpstreamResponse> {
+    let answer: WholeAnswer;
+    try {
+      answer = await dispatchWhole(
+        this.connections.pool(this.origin),
+        { path: this.basePath + req.path, method: "POST", headers, body: upstreamJson(req) },
+        signal,
+        { maxBytes: this.connections.limits.maxBodyBytes, what: `${label}'s answer` },
+      );
+    } catch (err) {
+      throw classify(err, signal);
+    }
+    if (answer.statusCode < 200 || answer.statusCode >= 300) throw this.refused(answer.statusCode, await answer.errorText());
+    const bytes = async () => {
+      try {
+        return await answer.body;
+      } catch (err) {
+        throw classify(err, signal);
+      }
+    };
+    const notStreamed = () => new Error(`${label}: a whole answer is read as its bytes, not as a stream`);
+    return {
+      bytes,
+      text: async () => (await bytes()).toString("utf8"),
+      raw: () => {
+        throw notStreamed();
+      },
+      events: async function* () {
+        throw notStreamed();
       },
       abort: () => answer.abort(),
     };

@@ -3,8 +3,8 @@ import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { Abort } from "../abort.ts";
 import type { SseBatch, SseBatchReader } from "../relay/sse.ts";
-import { dispatchSse } from "./sse-dispatch.ts";
-import { ERROR_BODY_MAX_BYTES } from "./transport.ts";
+import { dispatchSse, dispatchWhole } from "./answer-dispatch.ts";
+import { ERROR_BODY_MAX_BYTES, UpstreamTooLarge } from "./transport.ts";
 import { Pool } from "./undici.ts";
 
 let server: Server | undefined;
@@ -149,5 +149,73 @@ describe("dispatchSse", () => {
     await answer.batches.next();
     expect(await answer.batches.return()).toEqual({ value: undefined, done: true });
     await upstreamClosed;
+  });
+});
+
+describe("dispatchWhole", () => {
+  const whole = (p: Pool, path: string, maxBytes = 1024, signal = new Abort()) =>
+    dispatchWhole(p, { path, method: "POST", headers: { "content-type": "application/json" }, body: "{}" }, signal, { maxBytes, what: "worker w1's answer" });
+
+  it("gathers a 2xx answer's chunks into its bytes, and leaves the connection for the next request", async () => {
+    const sockets = new Set<unknown>();
+    const p = await serve((req, res) => {
+      req.resume();
+      sockets.add(req.socket);
+      res.writeHead(200, { "content-type": "application/json" });
+      res.write('{"id":"a",');
+      setTimeout(() => res.end('"usage":{"prompt_tokens":1}}'), 10);
+    });
+    for (let i = 0; i < 6; i++) {
+      const a = await whole(p, "/v1/chat/completions");
+      expect(a.statusCode).toBe(200);
+      expect((await a.body).toString("utf8")).toBe('{"id":"a","usage":{"prompt_tokens":1}}');
+    }
+    // Kept alive, each answer read to its end: six requests on one or two connections
+    // (the next request can start before undici has marked the last one's connection free).
+    expect(sockets.size).toBeLessThanOrEqual(2);
+  });
+
+  it("refuses an answer over the limit, declared or as it comes", async () => {
+    const p = await serve((req, res) => {
+      req.resume();
+      const body = "x".repeat(4096);
+      if (req.url === "/declared") res.writeHead(200, { "content-length": String(body.length) });
+      else res.writeHead(200); // chunked: the size is known only as it comes
+      res.end(body);
+    });
+    const declared = await whole(p, "/declared");
+    await expect(declared.body).rejects.toThrow(/declared 4096 bytes, over the limit of 1024/);
+    const streamed = await whole(p, "/chunked");
+    const err = await streamed.body.catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UpstreamTooLarge);
+    expect((err as Error).message).toMatch(/worker w1's answer is over the limit of 1024 bytes/);
+  });
+
+  it("reads a non-2xx answer's body as its error text", async () => {
+    const p = await serve((req, res) => {
+      req.resume();
+      res.writeHead(503, { "content-type": "application/json" });
+      res.end('{"error":{"message":"warming"}}');
+    });
+    const a = await whole(p, "/v1/chat/completions");
+    expect(a.statusCode).toBe(503);
+    expect(await a.errorText()).toBe('{"error":{"message":"warming"}}');
+  });
+
+  it("rejects the body when the connection drops before its end, and when the signal aborts", async () => {
+    const p = await serve((req, res) => {
+      req.resume();
+      res.writeHead(200, { "content-length": "100" });
+      res.write("{");
+      if (req.url === "/drop") setTimeout(() => res.socket?.destroy(), 20);
+    });
+    const dropped = await whole(p, "/drop");
+    await expect(dropped.body).rejects.toThrow();
+    const signal = new Abort();
+    const held = await whole(p, "/hold", 1024, signal);
+    const reason = new Error("deadline");
+    signal.abort(reason);
+    await expect(held.body).rejects.toBe(reason);
+    expect(signal.listenerCount("abort")).toBe(0);
   });
 });
