@@ -298,6 +298,9 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     await routerSeesWorker(url, auth);
     const t: Target = { name: "switchyard", url, path: "/v1/chat/completions", headers: auth };
     const warmBody = JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
+    // The 100-stream load of every pass: 20 tokens 50 ms apart after 50 ms, arrivals paced to keep 100 in flight.
+    const shape = { ttftMs: 50, interTokenMs: 50, tokens: 20 };
+    const streams = { ratePerS: 100 / ((shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000), body: JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape }), stream: true };
     await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
     const durationS = opts.quick ? 5 : 15;
     const adminUrl = `http://127.0.0.1:${adminPort}`;
@@ -311,10 +314,8 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
       const ok = r.samples.filter((s) => s.ok);
       process.stdout.write(`non-streaming closed loop, 64 clients, ${durationS}s: ${ok.length}/${r.samples.length} ok, ${fmt(ok.length / r.wallS, 0)} req/s; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / Math.max(1, r.samples.length), 3)} ms/request\n`);
     } else {
-      const shape = { ttftMs: 50, interTokenMs: 50, tokens: 20 };
-      const body = JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape });
       const cpu0 = router.cpuSeconds();
-      const r = await openLoop(t, { ratePerS: 100 / ((shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000), durationS, body, stream: true });
+      const r = await openLoop(t, { ...streams, durationS });
       const cpu = router.cpuSeconds() - cpu0;
       const ok = r.samples.filter((s) => s.ok);
       process.stdout.write(
@@ -338,7 +339,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     };
     const a = await snap();
     if (!opts.stream) await closedLoop(t, { clients: 64, durationS: 3, body: warmBody, stream: false });
-    else await openLoop(t, { ratePerS: 100 / ((50 + 50 * 20) / 1000), durationS: 3, body: JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: { ttftMs: 50, interTokenMs: 50, tokens: 20 } }), stream: true });
+    else await openLoop(t, { ...streams, durationS: 3 });
     const b = await snap();
     const n = b.requests! - a.requests!;
     const per = Object.keys(b)
@@ -354,7 +355,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
     sampled.child.kill("SIGUSR2");
     const load = opts.stream
-      ? await openLoop(t, { ratePerS: 100 / ((50 + 50 * 20) / 1000), durationS: 5, body: JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: { ttftMs: 50, interTokenMs: 50, tokens: 20 } }), stream: true })
+      ? await openLoop(t, { ...streams, durationS: 5 })
       : await closedLoop(t, { clients: 64, durationS: 3, body: warmBody, stream: false });
     sampled.child.kill("SIGUSR2");
     const heap = await waitForFile(heapFile, 10_000);

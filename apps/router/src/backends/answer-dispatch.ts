@@ -9,7 +9,7 @@
 // answer's chunks are gathered within the body limit.
 import { onAbort, type AbortLike } from "../abort.ts";
 import { SseBatchQueue, type SseBatchReader, type SseQueueOptions } from "../relay/sse.ts";
-import { ERROR_BODY_MAX_BYTES, UpstreamTooLarge } from "./transport.ts";
+import { bodyTooLarge, declaredLength, declaredTooLarge, ERROR_BODY_MAX_BYTES } from "./transport.ts";
 import type { Pool } from "./undici.ts";
 
 export interface SseAnswer {
@@ -188,9 +188,9 @@ class WholeHandler extends AnswerHandler {
     // Read only if the caller does (a rejection nobody awaits is not an unhandled one).
     body.catch(() => {});
     const { maxBytes, what } = this.limit;
-    const declared = declaredLength(rawHeaders);
+    const declared = declaredLength(rawHeader(rawHeaders, "content-length"));
     this.resolve({ statusCode, body, errorText: () => Promise.resolve(""), abort: this.abort });
-    if (declared > maxBytes) this.fail(new UpstreamTooLarge(`${what} declared ${declared} bytes, over the limit of ${maxBytes}`, maxBytes));
+    if (declared > maxBytes) this.fail(declaredTooLarge(what, declared, maxBytes));
     else this.parts = [];
     return true;
   }
@@ -202,7 +202,7 @@ class WholeHandler extends AnswerHandler {
       return true;
     }
     this.bytes += chunk.length;
-    if (this.bytes > this.limit.maxBytes) this.fail(new UpstreamTooLarge(`${this.limit.what} is over the limit of ${this.limit.maxBytes} bytes`, this.limit.maxBytes));
+    if (this.bytes > this.limit.maxBytes) this.fail(bodyTooLarge(this.limit.what, this.limit.maxBytes));
     else parts.push(chunk);
     return true;
   }
@@ -222,19 +222,19 @@ class WholeHandler extends AnswerHandler {
     this.parts = undefined;
   }
 
-  private fail(err: UpstreamTooLarge): void {
+  private fail(err: Error): void {
     this.parts = undefined;
     this.done?.reject(err);
     this.abort();
   }
 }
 
-/** The content-length among undici's raw headers (name, value, name, value…), -1 when none. */
-function declaredLength(raw: Buffer[] | null): number {
-  if (!raw) return -1;
+/** One header's value among undici's raw headers (name, value, name, value…; `name` in lower case), undefined when absent. */
+function rawHeader(raw: Buffer[] | null, name: string): string | undefined {
+  if (!raw) return undefined;
   for (let i = 0; i + 1 < raw.length; i += 2) {
-    const name = raw[i]!;
-    if (name.length === 14 && name.toString("latin1").toLowerCase() === "content-length") return Number(raw[i + 1]!.toString("latin1"));
+    const n = raw[i]!;
+    if (n.length === name.length && n.toString("latin1").toLowerCase() === name) return raw[i + 1]!.toString("latin1");
   }
-  return -1;
+  return undefined;
 }

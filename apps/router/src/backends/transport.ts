@@ -59,16 +59,23 @@ export interface UpstreamBody extends AsyncIterable<Uint8Array> {
   destroy(err?: Error): unknown;
 }
 
-function declaredLength(contentLength: unknown): number {
+/** A content-length header's value as a number, -1 when it is missing or not one. */
+export function declaredLength(contentLength: unknown): number {
   return typeof contentLength === "string" && /^\d{1,16}$/.test(contentLength) ? Number(contentLength) : -1;
 }
+
+/** An answer whose content-length is over `max`. */
+export const declaredTooLarge = (what: string, declared: number, max: number) => new UpstreamTooLarge(`${what} declared ${declared} bytes, over the limit of ${max}`, max);
+
+/** An answer whose bytes so far are over `max`. */
+export const bodyTooLarge = (what: string, max: number) => new UpstreamTooLarge(`${what} is over the limit of ${max} bytes`, max);
 
 /** Refuses an answer whose content-length already says it is over `max` (before a byte of it is read). */
 export function checkDeclaredLength(body: UpstreamBody, contentLength: unknown, max: number, what: string): void {
   const declared = declaredLength(contentLength);
   if (declared > max) {
     body.destroy();
-    throw new UpstreamTooLarge(`${what} declared ${declared} bytes, over the limit of ${max}`, max);
+    throw declaredTooLarge(what, declared, max);
   }
 }
 
@@ -87,7 +94,7 @@ export async function readBodyBytes(body: UpstreamBody, max: number, what: strin
     n += chunk.byteLength;
     if (n > max) {
       body.destroy();
-      throw new UpstreamTooLarge(`${what} is over the limit of ${max} bytes`, max);
+      throw bodyTooLarge(what, max);
     }
     parts.push(chunk);
   }
@@ -121,7 +128,7 @@ function readNodeBody(body: Readable, max: number, what: string): Promise<Buffer
         // undici's body reports its own destruction as an 'error' ("Request aborted"): nobody's to hear it.
         body.once("error", () => {});
         body.destroy();
-        reject(new UpstreamTooLarge(`${what} is over the limit of ${max} bytes`, max));
+        reject(bodyTooLarge(what, max));
         return;
       }
       parts.push(chunk);
@@ -152,7 +159,7 @@ export async function* boundedBody(body: UpstreamBody, max: number, what: string
     n += chunk.byteLength;
     if (n > max) {
       body.destroy();
-      throw new UpstreamTooLarge(`${what} is over the limit of ${max} bytes`, max);
+      throw bodyTooLarge(what, max);
     }
     yield chunk;
   }

@@ -3,7 +3,7 @@
 import { Pool } from "../undici.ts";
 import type { LookupFunction } from "node:net";
 import { FENCING_SIGNATURE_HEADER, FENCING_WORKER_HEADER, FencingSigner, workerCallSecret, type WorkerRecord } from "@switchyard/state";
-import { parseSse, sseBatchesOf, sseText } from "../../relay/sse.ts";
+import { sseText } from "../../relay/sse.ts";
 import { dispatchSse, dispatchWhole, type SseAnswer, type WholeAnswer } from "../answer-dispatch.ts";
 import {
   boundedBody,
@@ -11,8 +11,6 @@ import {
   defaultUpstreamLimits,
   errorBodyText,
   rawRelayHeaders,
-  readBodyBytes,
-  readBodyText,
   transportFailure,
   type UpstreamLimits,
   upstreamErrorOf,
@@ -101,6 +99,17 @@ function classify(err: unknown, signal: UpstreamSignal): UpstreamFailure {
   return transportFailure(err, signal, "worker");
 }
 
+/**
+ * What an answer offers besides the one reading its request asked for (a
+ * stream's events, a whole answer's bytes, hidden states' raw bytes): the
+ * relay reads each request's answer one way only, so the others throw.
+ */
+function notReadAs(label: string, readAs: string): () => never {
+  return () => {
+    throw new Error(`${label}: this answer is read as ${readAs}`);
+  };
+}
+
 /** Worker URLs parsed, by URL: a backend is made per candidate per request, and a URL parse costs more than the rest of it. */
 const urlParts = new Map<string, { origin: string; basePath: string }>();
 /** Distinct worker URLs kept at most (they come and go with the registry). */
@@ -171,13 +180,7 @@ export class WorkerBackend implements Backend {
     // Raw bytes (hidden states): relayed as a stream of their own, read through request()'s body.
     let res;
     try {
-      res = await this.connections.pool(this.origin).request({
-        path: this.basePath + req.path,
-        method: "POST",
-        headers,
-        body: upstreamJson(req),
-        signal,
-      });
+      res = await this.connections.pool(this.origin).request({ ...this.post(req, headers), signal });
     } catch (err) {
       throw classify(err, signal);
     }
@@ -185,50 +188,31 @@ export class WorkerBackend implements Backend {
     // A worker's answer is untrusted: bounded as it is read, and only the
     // headers the router means to expose pass (transport.ts).
     const body = res.body;
-    const contentLength = res.headers["content-length"];
-    if (req.raw) checkDeclaredLength(body, contentLength, limits.maxRawBodyBytes, `${label}'s answer`);
+    const what = `${label}'s answer`;
+    checkDeclaredLength(body, res.headers["content-length"], limits.maxRawBodyBytes, what);
+    const notRaw = notReadAs(label, "raw bytes");
     return {
       raw: () => ({
         headers: rawRelayHeaders(res.headers),
         body: (async function* () {
           try {
-            yield* boundedBody(body, limits.maxRawBodyBytes, `${label}'s answer`);
+            yield* boundedBody(body, limits.maxRawBodyBytes, what);
           } catch (err) {
             throw classify(err, signal);
           }
         })(),
       }),
-      text: async () => {
-        try {
-          return await readBodyText(body, limits.maxBodyBytes, `${label}'s answer`, contentLength);
-        } catch (err) {
-          throw classify(err, signal);
-        }
-      },
-      bytes: async () => {
-        try {
-          return await readBodyBytes(body, limits.maxBodyBytes, `${label}'s answer`, contentLength);
-        } catch (err) {
-          throw classify(err, signal);
-        }
-      },
-      events: async function* () {
-        try {
-          yield* parseSse(body, { maxEventBytes: limits.maxEventBytes, label });
-        } catch (err) {
-          throw classify(err, signal);
-        }
-      },
-      // What the relay reads: a worker's events that pass unchanged go to the client as its bytes.
-      // Read by the body's events (sseBatchesOf), not a for-await, and its
-      // failures classified where they happen: a generator delegating to the
-      // reader, or a catch around each next(), would cost a promise (and a
-      // resumption) on every chunk of every stream.
-      batches: () => sseBatchesOf(body, { maxEventBytes: limits.maxEventBytes, label, mapError: (err) => classify(err, signal) }),
+      text: notRaw,
+      events: notRaw,
       abort: () => {
         body.destroy();
       },
     };
+  }
+
+  /** The worker call's undici options: the route under the worker's base path, the attempt's body. */
+  private post(req: BackendRequest, headers: Record<string, string>) {
+    return { path: this.basePath + req.path, method: "POST" as const, headers, body: upstreamJson(req) };
   }
 
   /** A streamed request: its answer's events straight from undici's parser into the relay's queue. */
@@ -238,7 +222,7 @@ export class WorkerBackend implements Backend {
     try {
       answer = await dispatchSse(
         this.connections.pool(this.origin),
-        { path: this.basePath + req.path, method: "POST", headers, body: upstreamJson(req) },
+        this.post(req, headers),
         signal,
         // Failures classified where they happen, as the relay's reader expects (sseBatchesOf's mapError).
         { maxEventBytes: limits.maxEventBytes, label, mapError: (err) => classify(err, signal) },
@@ -265,9 +249,7 @@ export class WorkerBackend implements Backend {
         for await (const data of events()) text += sseText(data);
         return text;
       },
-      raw: () => {
-        throw new Error(`${label}: a streamed answer is read as events, not as raw bytes`);
-      },
+      raw: notReadAs(label, "events"),
       abort: () => answer.abort(),
     };
   }
@@ -278,7 +260,7 @@ export class WorkerBackend implements Backend {
     try {
       answer = await dispatchWhole(
         this.connections.pool(this.origin),
-        { path: this.basePath + req.path, method: "POST", headers, body: upstreamJson(req) },
+        this.post(req, headers),
         signal,
         { maxBytes: this.connections.limits.maxBodyBytes, what: `${label}'s answer` },
       );
@@ -293,16 +275,12 @@ export class WorkerBackend implements Backend {
         throw classify(err, signal);
       }
     };
-    const notStreamed = () => new Error(`${label}: a whole answer is read as its bytes, not as a stream`);
+    const notStreamed = notReadAs(label, "its bytes");
     return {
       bytes,
       text: async () => (await bytes()).toString("utf8"),
-      raw: () => {
-        throw notStreamed();
-      },
-      events: async function* () {
-        throw notStreamed();
-      },
+      raw: notStreamed,
+      events: notStreamed,
       abort: () => answer.abort(),
     };
   }
