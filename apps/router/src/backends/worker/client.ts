@@ -224,7 +224,7 @@ export class WorkerBackend implements Backend {
         this.connections.pool(this.origin),
         this.post(req, headers),
         signal,
-        // Failures classified where they happen, as the relay's reader expects (sseBatchesOf's mapError).
+        // Failures classified where they happen, as the relay's reader expects (SseBatchQueue's mapError).
         { maxEventBytes: limits.maxEventBytes, label, mapError: (err) => classify(err, signal) },
       );
     } catch (err) {
