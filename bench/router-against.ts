@@ -16,7 +16,7 @@ import { loadavg, tmpdir } from "node:os";
 import path from "node:path";
 import { closedLoop, openLoop, percentile, type Target } from "./lib/load.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
-import { routerSeesWorker } from "./router.ts";
+import { defaultWarmRuns, routerSeesWorker } from "./router.ts";
 import { benchScratch, endBench } from "./lib/scratch.ts";
 
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
@@ -30,6 +30,8 @@ export interface AgainstOptions {
   only?: "non-streaming";
   /** Interleaved rounds (default 4, 2 with quick): more of them when the box is noisy. */
   rounds?: number;
+  /** Unmeasured rounds first (default: defaultWarmRuns). */
+  warm?: number;
   /** The bench tenant with rate limits that never bind: every request taken and settled in Redis (the limiter's cost on the path). */
   rateLimits?: boolean;
   log?: (line: string) => void;
@@ -148,7 +150,10 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     const durationS = opts.quick ? 3 : 5;
     const rows: string[] = [];
     const cpu: Record<string, { ns: number[]; st: number[]; rps: number[]; dttft99: number[] }> = {};
-    for (let round = 1; round <= rounds; round++) {
+    // Rounds before the first are the warm-up (defaultWarmRuns): the same loops, in the same order, not counted.
+    const warmRounds = opts.warm ?? defaultWarmRuns(opts.quick === true);
+    for (let round = 1 - warmRounds; round <= rounds; round++) {
+      const counted = round >= 1;
       // The floor first, then the two builds, each first in every other
       // round: no target runs twice in a row (at a round's boundary one would
       // start with the caches its last loop left warm), and neither build
@@ -157,7 +162,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
       const [floor, ...pair] = targets;
       const order = [floor!, ...(round % 2 === 0 ? [...pair].reverse() : pair)];
       for (const { t, proc } of order) {
-        const c = (cpu[t.name] ??= { ns: [], st: [], rps: [], dttft99: [] });
+        const c = counted ? (cpu[t.name] ??= { ns: [], st: [], rps: [], dttft99: [] }) : { ns: [], st: [], rps: [], dttft99: [] };
         const load = loadavg()[0]!;
         const c0 = proc!.cpuSeconds();
         const r = await closedLoop(t, { clients: 64, durationS, body: nsBody, stream: false });
@@ -178,14 +183,14 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
           c.dttft99.push(dt);
           st = ` ${fmt(stCpu, 3)} | ${fmt(dt, 2)} | ${sr.errors} |`;
         }
-        rows.push(`| ${round} | ${t.name} | ${fmt(load, 2)} | ${fmt(ok.length / r.wallS, 0)} | ${r.errors} | ${fmt(nsCpu, 3)} |${st}`);
+        if (counted) rows.push(`| ${round} | ${t.name} | ${fmt(load, 2)} | ${fmt(ok.length / r.wallS, 0)} | ${r.errors} | ${fmt(nsCpu, 3)} |${st}`);
       }
-      log(`round ${round} of ${rounds} done`);
+      log(counted ? `round ${round} of ${rounds} done` : "warm-up round done");
     }
     const med = (xs: number[]) => percentile(xs, 50);
     const streamCols = opts.only !== "non-streaming";
     const out = [
-      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds, ${durationS} s per loop, 64 clients closed loop${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? " + 100 streams open loop (ΔTTFT p99 against the sim worker measured just before)" : ""}`,
+      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds after ${warmRounds} unmeasured warm-up round(s), ${durationS} s per loop, 64 clients closed loop${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? " + 100 streams open loop (ΔTTFT p99 against the sim worker measured just before)" : ""}`,
       "",
       `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | stream errors |" : ""}`,
       `|---:|---|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|" : ""}`,

@@ -45,11 +45,23 @@ export interface RouterBenchOptions {
   profile?: string;
   /** Router processes of the "switchyard ×N" target (default: the cores). */
   processes?: number;
+  /** Unmeasured runs of each level's load before its measured repeats (default 2; 1 with quick). */
+  warm?: number;
 }
+
+/**
+ * A load runs unmeasured first. Every process here — the router, the bare
+ * proxy, the sim worker, this load generator — spends its first tens of
+ * seconds under a load getting faster: at 100 streams the router's CPU per
+ * stream fell by a quarter over its first 30 s, the sim's and this
+ * generator's by a fifth (2026-12-05, docs/BENCHMARKS.md). A router that
+ * serves for days is measured warm, not while V8 is still compiling it.
+ */
+export const defaultWarmRuns = (quick: boolean) => (quick ? 1 : 2);
 
 export async function runRouterBench(opts: RouterBenchOptions): Promise<number> {
   if (opts.profile) return profileRouter({ quick: opts.quick, dir: opts.profile, stream: opts.only !== "non-streaming" });
-  if (opts.only !== "money") await benchRouterOverhead(opts);
+  if (opts.only !== "money") await benchRouterOverhead({ ...opts, warm: opts.warm ?? defaultWarmRuns(opts.quick) });
   // Runs after the router's processes are gone, on its own database and prefix.
   const money = await benchMoney({ quick: opts.quick, log: (s) => process.stdout.write(`${s}\n`) });
   // --cluster: the money and lease figures on this node and on that Redis Cluster, side by side.
@@ -59,7 +71,7 @@ export async function runRouterBench(opts: RouterBenchOptions): Promise<number> 
   return money.ok && topo.ok ? 0 : 1;
 }
 
-async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; processes?: number }): Promise<number> {
+async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; processes?: number; warm: number }): Promise<number> {
   const nProcs = opts.processes ?? availableParallelism();
   const scratch = await benchScratch("");
   const { prefix, dbUrl } = scratch;
@@ -162,10 +174,12 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
       // LiteLLM tops out near 40 streams/s on one core here: at 1000 streams
       // it only queues for minutes, so it runs at the lower levels.
       const levelTargets = liteTarget && level.streams <= 100 ? [...targets, liteTarget] : targets;
-      for (let rep = 0; rep < repeats; rep++) {
+      // The first opts.warm repeats are the warm-up: run the same way, interleaved, and not counted.
+      for (let rep = -opts.warm; rep < repeats; rep++) {
         for (const { t: tg, proc } of levelTargets) {
           const cpu0 = proc?.cpuSeconds() ?? NaN;
           const r: LoadResult = await openLoop(tg, { ratePerS: rate, durationS, body, stream: true });
+          if (rep < 0) continue;
           const cpuS = proc ? proc.cpuSeconds() - cpu0 : NaN;
           const cpu = cpuS / r.wallS;
           const ok = r.samples.filter((s) => s.ok);
@@ -198,7 +212,10 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     const tp: Record<string, number> = {};
     const clients = 64;
     const cpuPerReq: Record<string, number> = {};
-    for (const { t: tg, proc } of [...targets, { t: portkeyTarget, proc: portkey }, ...(liteTarget ? [liteTarget] : [])]) {
+    const tpTargets = [...targets, { t: portkeyTarget, proc: portkey }, ...(liteTarget ? [liteTarget] : [])];
+    // Warm-up loops first, interleaved and not counted, as for the streaming levels.
+    for (let w = 0; w < opts.warm; w++) for (const { t: tg } of tpTargets) await closedLoop(tg, { clients, durationS: opts.quick ? 2 : 5, body: warmBody, stream: false });
+    for (const { t: tg, proc } of tpTargets) {
       const cpu0 = proc?.cpuSeconds() ?? NaN;
       const r = await closedLoop(tg, { clients, durationS: opts.quick ? 2 : 5, body: warmBody, stream: false });
       const cpuS = proc ? proc.cpuSeconds() - cpu0 : NaN;
@@ -209,7 +226,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     }
 
     const out: string[] = [];
-    out.push(`### Streaming, open loop (${durationS}s per run, ${repeats} repeat(s); ms; Δ = target − direct, median over repeats ± half-range)`);
+    out.push(`### Streaming, open loop (${durationS}s per run, ${repeats} repeat(s) after ${opts.warm} unmeasured warm-up repeat(s) per level; ms; Δ = target − direct, median over repeats ± half-range)`);
     out.push("");
     out.push(`Peers: node-passthrough = bare Node proxy (the floor); litellm = LiteLLM proxy ${"skipped" in lite ? "(skipped)" : lite.version} (streaming peer, levels ≤ 100); Portkey only in the non-streaming table (its streaming path fails on Node 20).`);
     out.push("");
@@ -219,7 +236,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     out.push("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     out.push(...rows);
     out.push("");
-    out.push(`### Non-streaming peak throughput, closed loop (${clients} clients, zero-latency sim worker)`);
+    out.push(`### Non-streaming peak throughput, closed loop (${clients} clients, zero-latency sim worker, after ${opts.warm} unmeasured warm-up loop(s) per target)`);
     out.push("");
     out.push("| target | req/s | p50 ms | p99 ms | errors | CPU ms/req |");
     out.push("|---|---:|---:|---:|---:|---:|");
@@ -302,6 +319,11 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     const shape = { ttftMs: 50, interTokenMs: 50, tokens: 20 };
     const streams = { ratePerS: 100 / ((shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000), body: JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape }), stream: true };
     await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
+    // Each pass runs its load unmeasured first (defaultWarmRuns): a profile of
+    // a router still being compiled shows the compiler, not the router.
+    const warmS = opts.quick ? 3 : 20;
+    const warmUp = () => (opts.stream ? openLoop(t, { ...streams, durationS: warmS }) : closedLoop(t, { clients: 64, durationS: warmS, body: warmBody, stream: false }));
+    await warmUp();
     const durationS = opts.quick ? 5 : 15;
     const adminUrl = `http://127.0.0.1:${adminPort}`;
     const gc0 = await gcPauses(adminUrl);
@@ -333,6 +355,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     procs.push(counted);
     await routerSeesWorker(url, auth);
     await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
+    await warmUp();
     const snap = async (): Promise<Record<string, number>> => {
       await new Promise((r) => setTimeout(r, 700)); // past the next write (every 500 ms)
       return JSON.parse(readFileSync(censusFile, "utf8")) as Record<string, number>;
@@ -353,6 +376,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     procs.push(sampled);
     await routerSeesWorker(url, auth);
     await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
+    await warmUp();
     sampled.child.kill("SIGUSR2");
     const load = opts.stream
       ? await openLoop(t, { ...streams, durationS: 5 })
@@ -373,7 +397,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
   }
   for (const f of written) {
     const prof = readProfile(path.join(dir, f));
-    process.stdout.write(`\nCPU profile: ${path.join(dir, f)} (open in Chrome DevTools or speedscope)\n\n${topSelfTime(prof, 25, root)}\n`);
+    process.stdout.write(`\nCPU profile: ${path.join(dir, f)} (open in Chrome DevTools or speedscope); the top functions during the load:\n\n${topSelfTime(prof, 25, root, loadWindow.fromMs, loadWindow.toMs)}\n`);
     process.stdout.write(
       `\nBusy stretches during the load (no idle sample between; a request arriving in one waits for its end; 250 µs sampling):\n\n${stretchesTable(busyStretches(prof, loadWindow.fromMs, loadWindow.toMs))}\n`,
     );

@@ -20,15 +20,30 @@ export function readProfile(file: string): CpuProfile {
 
 const pct = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : "-");
 
-/** The functions with the most self time, as a table; paths shown relative to `root`. */
-export function topSelfTime(prof: CpuProfile, n: number, root: string): string {
-  const total = prof.nodes.reduce((a, x) => a + (x.hitCount ?? 0), 0);
+/**
+ * The functions with the most self time in [fromMs, toMs) of the profile
+ * (ms after its start; by default all of it), as a table; paths shown
+ * relative to `root`. A sample stands for the time until the next one.
+ */
+export function topSelfTime(prof: CpuProfile, n: number, root: string, fromMs = 0, toMs = Infinity): string {
+  const nodes = new Map(prof.nodes.map((x) => [x.id, x]));
+  const self = new Map<number, number>();
+  let total = 0;
+  let t = prof.startTime;
+  for (let i = 0; i < prof.samples.length; i++) {
+    t += prof.timeDeltas[i] ?? 0;
+    const at = (t - prof.startTime) / 1000;
+    if (at < fromMs || at >= toMs) continue;
+    const dt = prof.timeDeltas[i + 1] ?? 0;
+    self.set(prof.samples[i]!, (self.get(prof.samples[i]!) ?? 0) + dt);
+    total += dt;
+  }
   const by = new Map<string, number>();
-  for (const node of prof.nodes) {
-    const cf = node.callFrame;
+  for (const [id, us] of self) {
+    const cf = nodes.get(id)!.callFrame;
     const where = cf.url ? `${cf.url.replace(/^file:\/\//, "").replace(root + "/", "")}:${cf.lineNumber + 1}` : "";
     const k = `${cf.functionName || "(anonymous)"} ${where}`.trim();
-    by.set(k, (by.get(k) ?? 0) + (node.hitCount ?? 0));
+    by.set(k, (by.get(k) ?? 0) + us);
   }
   const rows = [...by.entries()].sort((a, b) => b[1] - a[1]).slice(0, n);
   return ["| self % | function |", "|---:|---|", ...rows.map(([k, v]) => `| ${pct((100 * v) / total)} | \`${k}\` |`)].join("\n");

@@ -1,7 +1,7 @@
 // bench/lib/cpuprofile.ts on a profile whose timeline is known: the busy
 // stretches `bench router --profile` prints (its stalls) and their GC share.
 import { describe, expect, it } from "vitest";
-import { busyStretches, type CpuProfile, stretchesTable } from "../../bench/lib/cpuprofile.ts";
+import { busyStretches, type CpuProfile, stretchesTable, topSelfTime } from "../../bench/lib/cpuprofile.ts";
 
 /** A profile of 1 ms ticks: "i" idle, "g" garbage collector, "w" work. */
 function profile(ticks: string): CpuProfile {
@@ -44,5 +44,17 @@ describe("busyStretches", () => {
     expect(s.atLeast[2]!.count).toBe(0);
     expect(s.busyMs).toBe(3);
     expect(Number.isNaN(s.gcInLongPct)).toBe(true);
+  });
+});
+
+describe("topSelfTime", () => {
+  it("counts self time inside the window only: a warm-up's work before it is not the load's", () => {
+    // 8 ms of GC before the window (a router warming up), then 3 ms of work and 1 of GC in it.
+    const prof = profile("gggggggg" + "wwwgii");
+    const all = topSelfTime(prof, 3, "/");
+    expect(all.split("\n")[2]).toContain("(garbage collector)");
+    const windowed = topSelfTime(prof, 3, "/", 9, 15).split("\n");
+    expect(windowed[2]).toBe("| 60.0 | `handle /app.js:2` |");
+    expect(windowed[3]).toBe("| 20.0 | `(garbage collector)` |");
   });
 });

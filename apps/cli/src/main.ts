@@ -55,6 +55,7 @@ export async function main(argv: string[]): Promise<number> {
         profile: { type: "string" },
         against: { type: "string" },
         rounds: { type: "string" },
+        warm: { type: "string" },
         "rate-limits": { type: "boolean" },
         reference: { type: "string" },
         // budgets, prices

@@ -1,13 +1,17 @@
 // `switchyard bench <suite>`: benchmarks that print a table.
 import { UsageError } from "../usage.ts";
 
-export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string; cut?: string; against?: string; rounds?: string; "rate-limits"?: boolean }): Promise<number> {
+export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string; cut?: string; against?: string; rounds?: string; warm?: string; "rate-limits"?: boolean }): Promise<number> {
   const [suite] = args;
   // The one bench entry point; it loads only the suite asked for.
   const { benches } = await import("../../../../bench/index.ts");
   if (suite === "router") {
     const levels = flags.levels?.split(",").map((n) => Number(n.trim()));
     if (levels?.some((n) => !Number.isInteger(n))) throw new UsageError(`bench router: --levels takes stream counts like 1,100,1000`);
+    // --warm N: unmeasured runs of each load before the measured ones (default 2; 1 with --quick).
+    const warm = flags.warm === undefined ? undefined : Number(flags.warm);
+    if (warm !== undefined && !(Number.isInteger(warm) && warm >= 0)) throw new UsageError("bench router: --warm takes a whole number ≥ 0 (unmeasured warm-up runs)");
+    if (warm !== undefined && flags.profile !== undefined) throw new UsageError("bench router --profile: warms its load for a fixed time; --warm goes with the tables and --against");
     // --against REV: this checkout's router and REV's, taking turns (before/after of a change in one run).
     if (flags.against !== undefined) {
       if (flags.profile !== undefined || flags.cluster !== undefined || flags.levels !== undefined) throw new UsageError("bench router --against: takes --quick, --rounds and --only non-streaming, not --profile, --cluster or --levels");
@@ -15,7 +19,7 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
       if (!flags.against.trim()) throw new UsageError("bench router --against: give a commit, e.g. --against HEAD~1");
       const rounds = flags.rounds === undefined ? undefined : Number(flags.rounds);
       if (rounds !== undefined && !(Number.isInteger(rounds) && rounds >= 1)) throw new UsageError("bench router --against: --rounds takes a whole number ≥ 1");
-      return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}), ...(rounds ? { rounds } : {}), ...(flags["rate-limits"] ? { rateLimits: true } : {}) });
+      return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}), ...(rounds ? { rounds } : {}), ...(warm !== undefined ? { warm } : {}), ...(flags["rate-limits"] ? { rateLimits: true } : {}) });
     }
     if (flags["rate-limits"]) throw new UsageError("bench router: --rate-limits goes with --against");
     // --only non-streaming: with --profile, the profile of the non-streaming closed loop instead of the 100 streams.
@@ -27,7 +31,7 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     // --profile DIR: only a CPU profile of one router process under the 100-stream load.
     const processes = flags.processes === undefined ? undefined : Number(flags.processes);
     if (processes !== undefined && !(Number.isInteger(processes) && processes >= 1)) throw new UsageError("bench router: --processes takes a whole number ≥ 1");
-    return benches.router({ quick: flags.quick === true, levels, only: flags.only as "money" | "non-streaming" | undefined, ...(cluster ? { cluster } : {}), ...(flags.profile ? { profile: flags.profile } : {}), ...(processes ? { processes } : {}) });
+    return benches.router({ quick: flags.quick === true, levels, only: flags.only as "money" | "non-streaming" | undefined, ...(cluster ? { cluster } : {}), ...(flags.profile ? { profile: flags.profile } : {}), ...(processes ? { processes } : {}), ...(warm !== undefined ? { warm } : {}) });
   }
   if (suite === "admission") {
     return benches.admission({ quick: flags.quick === true });
