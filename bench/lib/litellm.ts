@@ -35,6 +35,25 @@ function constraintsFile(): string | undefined {
 }
 const MASTER_KEY = "sk-switchyard-bench";
 
+/**
+ * The proxy's entry point (what the venv's `litellm` script runs), with
+ * Python's cyclic garbage collector off on interpreters before 3.12: there a
+ * collection that runs inside a ContextVar.set can free the context's HAMT
+ * under it (CPython issue #148891; 3.12's collector no longer triggers it),
+ * and LiteLLM sets context variables on every request — its proxy died of
+ * SIGSEGV in ContextVar.set after 50–300 requests here (Python 3.11.7).
+ * Without the cyclic collector, reference cycles are freed only at exit,
+ * which a bench's few thousand requests can carry (with it off, 2 × 920
+ * streamed requests in a row went through without an error).
+ */
+const LAUNCH = [
+  "import gc, sys",
+  "if sys.version_info < (3, 12): gc.disable()",
+  "from litellm import run_server",
+  "sys.argv[0] = 'litellm'",
+  "sys.exit(run_server())",
+].join("\n");
+
 export type LiteLLMStarted = { proc: Proc; target: Target; version: string; passesSimShape: boolean };
 
 const lastLines = (s: string, n = 3) => s.trim().split("\n").slice(-n).join(" | ");
@@ -139,6 +158,7 @@ function proxyEnv(): string[] {
     NO_DOCS: "True",
     NO_REDOC: "True",
     PYTHONUNBUFFERED: "1",
+    PYTHONFAULTHANDLER: "1", // a crash prints every thread's Python stack (how the one above was found)
   };
   return [...keep, ...Object.entries(set).map(([k, v]) => `${k}=${v}`)];
 }
@@ -162,7 +182,7 @@ export async function startLiteLLM(opts: { upstream: string; port: number; log?:
   // `env -i` execs the proxy in place: the Proc's pid (and CPU time) is the server's own.
   const proc = startProc(
     "env",
-    ["-i", ...proxyEnv(), installed.bin, "--config", config, "--host", "127.0.0.1", "--port", String(opts.port), "--num_workers", "1"],
+    ["-i", ...proxyEnv(), path.join(path.dirname(installed.bin), "python"), "-c", LAUNCH, "--config", config, "--host", "127.0.0.1", "--port", String(opts.port), "--num_workers", "1"],
     {},
     "litellm",
   );
