@@ -53,6 +53,15 @@ describe("switchyard bench router --against", () => {
     expect(err).toMatch(/--rounds takes a whole number ≥ 1/);
   }, 60_000);
 
+  it("refuses --warm that is not a whole number ≥ 0, and --warm with --profile", async () => {
+    const bad = await runCli(["bench", "router", "--quick", "--warm", "1.5"]);
+    expect(bad.code).not.toBe(0);
+    expect(bad.err).toMatch(/--warm takes a whole number ≥ 0/);
+    const profiled = await runCli(["bench", "router", "--profile", "/tmp/never-written", "--warm", "1"]);
+    expect(profiled.code).not.toBe(0);
+    expect(profiled.err).toMatch(/--profile: warms its load for a fixed time/);
+  }, 60_000);
+
   it("refuses --rate-limits without --against", async () => {
     const { code, err } = await runCli(["bench", "router", "--quick", "--rate-limits"]);
     expect(code).not.toBe(0);
