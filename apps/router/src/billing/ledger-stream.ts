@@ -63,6 +63,12 @@ interface Gathering {
 }
 
 export class RedisLedgerBuffer implements LedgerSink {
+  /**
+   * Commands this buffer sends one at a time and batches itself (a turn's
+   * rows in one XADD; one XREADGROUP per drain step): on an auto-pipelined
+   * connection each would be an ioredis Pipeline of its own for nothing.
+   */
+  static readonly unpipelined = ["xadd", "xreadgroup"] as const;
   readonly key: string;
   private readonly group = "ledger";
   private readonly reader: RedisLike;

@@ -81,6 +81,9 @@ export class RedisLeaseStore implements LeaseStore {
     return status === "ok" ? { ok: true, lease: decode(payload[0]), nowMs: now, expired } : { ok: false, reason: "not_found", nowMs: now, expired };
   }
 
+  /** The commands a list() sends (a router polls it): one per call, nothing for an auto-pipeline to batch. */
+  static readonly pollCommands = ["syLease_list"] as const;
+
   async list(): Promise<LeaseList> {
     const [, now, payload, expired] = await this.call(this.redis.syLease_list(...this.keys));
     return { leases: payload.map(decode).sort((a, b) => a.workerId.localeCompare(b.workerId)), nowMs: now, expired };

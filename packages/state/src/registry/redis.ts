@@ -193,6 +193,9 @@ export class RedisRegistryStore implements RegistryStore {
     }
   }
 
+  /** The commands a listing sends (a router polls it), one after another: nothing for an auto-pipeline to batch. */
+  static readonly pollCommands = ["sunion", "syRegistry_read"] as const;
+
   async list(): Promise<WorkerRecord[]> {
     return (await this.listing()).workers;
   }
