@@ -1,11 +1,12 @@
 import { createServer, type Server, type ServerResponse } from "node:http";
 import { connect, type AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { pieceWriter } from "./chunked.ts";
+import { frame, pieceWriter } from "./chunked.ts";
 
 let server: Server | undefined;
 afterEach(async () => {
-  server?.closeAllConnections();
+  if (!server) return;
+  server.closeAllConnections();
   await new Promise((r) => server?.close(r));
   server = undefined;
 });
@@ -154,5 +155,14 @@ describe("pieceWriter", () => {
     await new Promise((r) => setTimeout(r, 300));
     s.destroy();
     expect(await settled).toBe("settled");
+  });
+});
+
+describe("frame", () => {
+  it("writes the size line in lower-case hex, the data and CRLF, at every digit count", () => {
+    for (const n of [1, 9, 10, 15, 16, 17, 255, 256, 4095, 4096, 65_535, 65_536, 1_048_575, 1_048_576, 16_777_216]) {
+      const piece = Buffer.alloc(n, 0x61);
+      expect(frame(piece).equals(Buffer.concat([Buffer.from(`${n.toString(16)}\r\n`, "latin1"), piece, Buffer.from("\r\n")])), `${n} bytes`).toBe(true);
+    }
   });
 });

@@ -31,6 +31,7 @@ function asBuffer(chunk: Uint8Array | string): Buffer {
 /**
  * One upstream event: its data, and where its bytes lie in the batch's chunk
  * when they can go to the client as they are (`start` < 0 when they cannot).
+ * Such an event was one data line, so its data holds no CR or LF.
  */
 export interface SseEvent {
   data: string;

@@ -13,8 +13,8 @@ import { RouterMetrics } from "../observability/metrics.ts";
 import { startAttempt } from "./attempt.ts";
 import type { RelayContext } from "./context.ts";
 import { StreamResume } from "./resume.ts";
-import { parseSseBatches } from "./sse.ts";
-import { Coalescer, firstEvent, openContinuation, relayStream, type Leg } from "./stream.ts";
+import { parseSseBatches, SseSplitter } from "./sse.ts";
+import { checkEvent, Coalescer, firstEvent, openContinuation, relayStream, type Leg } from "./stream.ts";
 
 /** A ServerResponse stand-in that keeps every piece written, as written. */
 class Socketish extends EventEmitter {
@@ -278,5 +278,23 @@ describe("Coalescer", () => {
     expect(Buffer.from(c.take() as Uint8Array).toString()).toBe("data: a\n\ndata: x\n\ndata: b\n\n");
     c.text("data: only\n\n");
     expect(c.take()).toBe("data: only\n\n");
+    // A token's chunk, whole: the chunk itself, no view and no copy.
+    c.bytes(chunk, 0, chunk.length);
+    expect(c.take()).toBe(chunk);
+    expect(c.take()).toBeUndefined();
+  });
+});
+
+describe("checkEvent", () => {
+  const backend = { id: "worker w1" } as Backend;
+  it("passes an event that came as one canonical line as it is, and writes a multi-line one again as one line", () => {
+    const batch = new SseSplitter().feed(Buffer.from('data: {"a":1}\n\ndata: {"b":\ndata: 2}\n\n'))!;
+    const [one, multi] = batch.events;
+    expect(one!.start).toBeGreaterThanOrEqual(0);
+    expect(checkEvent(backend, one!.data, one!.start >= 0)).toEqual({ line: '{"a":1}', obj: { a: 1 } });
+    expect(multi!.start).toBe(-1);
+    expect(multi!.data).toBe('{"b":\n2}');
+    expect(checkEvent(backend, multi!.data, multi!.start >= 0)).toEqual({ line: '{"b":2}', obj: { b: 2 } });
+    expect(() => checkEvent(backend, "[1]", true)).toThrow(/not a JSON object/);
   });
 });

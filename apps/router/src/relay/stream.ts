@@ -36,7 +36,7 @@ export const lineBreak = /[\r\n]/;
  * JSON with line breaks between tokens) is serialised again as one line, so
  * the client's parser can only ever see the event the router saw.
  */
-export function checkEvent(backend: Backend, payload: string): CheckedEvent {
+export function checkEvent(backend: Backend, payload: string, oneLine = false): CheckedEvent {
   if (payload === SSE_DONE) return DONE_EVENT;
   let obj: unknown;
   try {
@@ -47,7 +47,8 @@ export function checkEvent(backend: Backend, payload: string): CheckedEvent {
   if (obj === null || typeof obj !== "object" || Array.isArray(obj)) {
     throw new UpstreamFailure("protocol", `${backend.id} sent an SSE event that is not a JSON object`, true);
   }
-  return { line: lineBreak.test(payload) ? JSON.stringify(obj) : payload, obj: obj as Record<string, unknown> };
+  // An event that came as one canonical line (its bytes pass as they are) holds no line break: no scan for one.
+  return { line: !oneLine && lineBreak.test(payload) ? JSON.stringify(obj) : payload, obj: obj as Record<string, unknown> };
 }
 
 /** A worker's own `{"error":…}` event, if this is one. */
@@ -142,7 +143,7 @@ export async function firstEvent(backend: Backend, up: UpstreamResponse, a: Atte
   const next = await batches.next();
   if (next.done) throw new UpstreamFailure("protocol", `${backend.id} closed the stream before any event`, true);
   const held = next.value;
-  const first = checkEvent(backend, held.events[0]!.data);
+  const first = checkEvent(backend, held.events[0]!.data, held.events[0]!.start >= 0);
   const err = upstreamErrorEvent(first);
   if (err) throw new UpstreamFailure("bad_status", `${backend.id} failed before the first token: ${err.message ?? "error event"}`, true);
   return { batches, held, first };
@@ -183,19 +184,28 @@ export class Coalescer {
 
   /** All that was gathered, as one piece (undefined: nothing), and empty again. */
   take(): Uint8Array | string | undefined {
+    // The usual write, a token's: one run of one chunk's bytes and no text.
+    // It goes as it is, without an array gathered for it (a new one per write).
+    if (this.parts.length === 0) return this.run();
     this.seal();
     const parts = this.parts;
-    if (parts.length === 0) return undefined;
     this.parts = [];
     if (parts.length === 1) return parts[0];
     return Buffer.concat(parts.map((p) => (typeof p === "string" ? Buffer.from(p, "utf8") : p)));
   }
 
   private seal(): void {
-    if (!this.chunk) return;
-    // The whole chunk (one event per chunk, a worker streaming tokens) goes as it is, without a view made of it.
-    this.parts.push(this.start === 0 && this.end === this.chunk.length ? this.chunk : this.chunk.subarray(this.start, this.end));
+    const run = this.run();
+    if (run) this.parts.push(run);
+  }
+
+  /** The run of bytes gathered (undefined: none), taken. */
+  private run(): Buffer | undefined {
+    const chunk = this.chunk;
+    if (!chunk) return undefined;
     this.chunk = undefined;
+    // The whole chunk (one event per chunk, a worker streaming tokens) goes as it is, without a view made of it.
+    return this.start === 0 && this.end === chunk.length ? chunk : chunk.subarray(this.start, this.end);
   }
 }
 
@@ -346,7 +356,7 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
         const e = batch.events[i++]!;
         let ev: CheckedEvent;
         try {
-          ev = checkEvent(leg.backend, e.data);
+          ev = checkEvent(leg.backend, e.data, e.start >= 0);
         } catch (err) {
           if (await resumed(toFailure(err, leg.a))) continue;
           throw err;
