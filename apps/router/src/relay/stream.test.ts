@@ -291,10 +291,10 @@ describe("checkEvent", () => {
     const batch = new SseSplitter().feed(Buffer.from('data: {"a":1}\n\ndata: {"b":\ndata: 2}\n\n'))!;
     const [one, multi] = batch.events;
     expect(one!.start).toBeGreaterThanOrEqual(0);
-    expect(checkEvent(backend, one!.data, one!.start >= 0)).toEqual({ line: '{"a":1}', obj: { a: 1 } });
+    expect(checkEvent(backend, one!)).toEqual({ line: '{"a":1}', obj: { a: 1 } });
     expect(multi!.start).toBe(-1);
     expect(multi!.data).toBe('{"b":\n2}');
-    expect(checkEvent(backend, multi!.data, multi!.start >= 0)).toEqual({ line: '{"b":2}', obj: { b: 2 } });
-    expect(() => checkEvent(backend, "[1]", true)).toThrow(/not a JSON object/);
+    expect(checkEvent(backend, multi!)).toEqual({ line: '{"b":2}', obj: { b: 2 } });
+    expect(() => checkEvent(backend, { data: "[1]", start: 0, end: 5 })).toThrow(/not a JSON object/);
   });
 });

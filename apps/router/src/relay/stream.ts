@@ -28,7 +28,7 @@ export interface CheckedEvent {
 }
 
 export const DONE_EVENT: CheckedEvent = { line: SSE_DONE };
-export const lineBreak = /[\r\n]/;
+const lineBreak = /[\r\n]/;
 
 /**
  * An upstream's event is untrusted: anything but `[DONE]` or a JSON object
@@ -36,7 +36,8 @@ export const lineBreak = /[\r\n]/;
  * JSON with line breaks between tokens) is serialised again as one line, so
  * the client's parser can only ever see the event the router saw.
  */
-export function checkEvent(backend: Backend, payload: string, oneLine = false): CheckedEvent {
+export function checkEvent(backend: Backend, e: SseEvent): CheckedEvent {
+  const payload = e.data;
   if (payload === SSE_DONE) return DONE_EVENT;
   let obj: unknown;
   try {
@@ -47,8 +48,8 @@ export function checkEvent(backend: Backend, payload: string, oneLine = false): 
   if (obj === null || typeof obj !== "object" || Array.isArray(obj)) {
     throw new UpstreamFailure("protocol", `${backend.id} sent an SSE event that is not a JSON object`, true);
   }
-  // An event that came as one canonical line (its bytes pass as they are) holds no line break: no scan for one.
-  return { line: !oneLine && lineBreak.test(payload) ? JSON.stringify(obj) : payload, obj: obj as Record<string, unknown> };
+  // An event that came as one canonical line (its bytes pass as they are, start ≥ 0) holds no line break: no scan for one.
+  return { line: e.start < 0 && lineBreak.test(payload) ? JSON.stringify(obj) : payload, obj: obj as Record<string, unknown> };
 }
 
 /** A worker's own `{"error":…}` event, if this is one. */
@@ -107,7 +108,7 @@ export async function openContinuation(
     // Nothing was left to generate: end the stream as the upstream would have.
     const held = textBatch(cont.payloads);
     const batches = (async function* (): AsyncGenerator<SseBatch> {})();
-    return { leg: { backend: failed, batches, held, up: { abort: () => {} }, a: startAttempt(ctx), ttftMs: 0 }, first: checkEvent(failed, held.events[0]!.data) };
+    return { leg: { backend: failed, batches, held, up: { abort: () => {} }, a: startAttempt(ctx), ttftMs: 0 }, first: checkEvent(failed, held.events[0]!) };
   }
   for (const backend of candidates) {
     if (ctx.signal.aborted) return undefined;
@@ -143,7 +144,7 @@ export async function firstEvent(backend: Backend, up: UpstreamResponse, a: Atte
   const next = await batches.next();
   if (next.done) throw new UpstreamFailure("protocol", `${backend.id} closed the stream before any event`, true);
   const held = next.value;
-  const first = checkEvent(backend, held.events[0]!.data, held.events[0]!.start >= 0);
+  const first = checkEvent(backend, held.events[0]!);
   const err = upstreamErrorEvent(first);
   if (err) throw new UpstreamFailure("bad_status", `${backend.id} failed before the first token: ${err.message ?? "error event"}`, true);
   return { batches, held, first };
@@ -356,7 +357,7 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
         const e = batch.events[i++]!;
         let ev: CheckedEvent;
         try {
-          ev = checkEvent(leg.backend, e.data, e.start >= 0);
+          ev = checkEvent(leg.backend, e);
         } catch (err) {
           if (await resumed(toFailure(err, leg.a))) continue;
           throw err;
