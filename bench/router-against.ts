@@ -16,7 +16,7 @@ import { loadavg, tmpdir } from "node:os";
 import path from "node:path";
 import { closedLoop, openLoop, percentile, type Target } from "./lib/load.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
-import { defaultWarmRuns, routerSeesWorker } from "./router.ts";
+import { defaultWarmRuns, routerNodeFlags, routerSeesWorker } from "./router.ts";
 import { benchScratch, endBench } from "./lib/scratch.ts";
 
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
@@ -130,7 +130,8 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         SWITCHYARD_LOG__LEVEL: "warn",
       };
       log(`starting ${name}'s router (its first start bundles its sources)`);
-      const proc = startProc(process.execPath, [path.join(dir, "apps/cli/bin/switchyard.mjs"), "router", "--processes", "1"], env, name);
+      // Both builds with this checkout's node flags: the comparison is of their code.
+      const proc = startProc(process.execPath, [...routerNodeFlags(), path.join(dir, "apps/cli/bin/switchyard.mjs"), "router", "--processes", "1"], env, name);
       procs.push(proc);
       const url = `http://127.0.0.1:${port}`;
       // The first start of a commit bundles its sources (esbuild): allow for it.

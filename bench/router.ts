@@ -16,17 +16,22 @@ import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/pro
 import { benchScratch, endBench } from "./lib/scratch.ts";
 import { busyStretches, readProfile, stretchesTable, topSelfTime } from "./lib/cpuprofile.ts";
 import { allocationBy, allocationTable, type HeapProfile } from "./lib/heapprofile.ts";
+import { routerExecArgv } from "@switchyard/router";
 
 const root = repoRoot();
 const here = path.join(root, "bench");
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
 
 const tsx = (file: string, env: Record<string, string>, label: string) => startProc(process.execPath, ["--import", "tsx", path.join(here, file)], env, label);
-// The router as users start it: `switchyard router` (the CLI's bundle);
-// `--processes N` for the one-process-per-core target, node flags (--cpu-prof) before the script.
+// The router as it is deployed: `switchyard router` (the CLI's bundle) with
+// the router's node flags — one process as the Docker image's entrypoint
+// starts it, N as the primary forks them (routerExecArgv: the semi-space,
+// unless NODE_OPTIONS names one); `--processes N` for the one-process-per-core
+// target, node flags (--cpu-prof) before the script.
 const cli = path.join(root, "apps/cli/bin/switchyard.mjs");
+export const routerNodeFlags = (extra: string[] = []) => routerExecArgv(extra, process.env.NODE_OPTIONS ?? "");
 const routerProc = (env: Record<string, string>, opts: { processes?: number; nodeFlags?: string[] } = {}) =>
-  startProc(process.execPath, [...(opts.nodeFlags ?? []), cli, "router", "--processes", String(opts.processes ?? 1)], env, opts.processes && opts.processes > 1 ? `router×${opts.processes}` : "router");
+  startProc(process.execPath, [...routerNodeFlags(opts.nodeFlags), cli, "router", "--processes", String(opts.processes ?? 1)], env, opts.processes && opts.processes > 1 ? `router×${opts.processes}` : "router");
 
 interface Level {
   streams: number;
@@ -228,7 +233,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     const out: string[] = [];
     out.push(`### Streaming, open loop (${durationS}s per run, ${repeats} repeat(s) after ${opts.warm} unmeasured warm-up repeat(s) per level; ms; Δ = target − direct, median over repeats ± half-range)`);
     out.push("");
-    out.push(`Peers: node-passthrough = bare Node proxy (the floor); litellm = LiteLLM proxy ${"skipped" in lite ? "(skipped)" : lite.version} (streaming peer, levels ≤ 100); Portkey only in the non-streaming table (its streaming path fails on Node 20).`);
+    out.push(`Peers: node-passthrough = bare Node proxy (the floor); litellm = LiteLLM proxy ${"skipped" in lite ? "(skipped)" : lite.version} (streaming peer, levels ≤ 100); Portkey only in the non-streaming table (its streaming path fails on Node 20); switchyard = \`switchyard router --processes 1\` with the router's node flags (\`${routerNodeFlags().join(" ")}\`, as the Docker image's router entrypoint starts it), ×${nProcs} as the primary forks them.`);
     out.push("");
     out.push(`Proxy CPU: user + system seconds of the proxy's processes (all of them for switchyard ×${nProcs}) from /proc, as cores over the run and as CPU ms per request sent.`);
     out.push("");

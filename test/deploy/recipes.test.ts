@@ -9,6 +9,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { ROUTER_SEMI_SPACE_MB } from "@switchyard/router";
 import { binaryPath } from "../../workers/agent/src/engine/binary.ts";
 import { repoRoot } from "./kube.ts";
 
@@ -113,6 +114,9 @@ describe("deploy/docker/Dockerfile", () => {
     expect(effective("worker-cuda", "CMD")).toContain('"cuda"');
     // The user the manifests run as.
     expect(effective("router", "USER")).toBe("10001:10001");
+    // A router pod runs one process, started by this entrypoint: the router's semi-space, as forked router processes get it.
+    expect(JSON.parse(effective("router", "ENTRYPOINT")!)).toEqual(["node", `--max-semi-space-size=${ROUTER_SEMI_SPACE_MB}`, "/app/apps/cli/bin/switchyard.mjs"]);
+    expect(effective("app", "ENTRYPOINT")).toBe('["node", "/app/apps/cli/bin/switchyard.mjs"]');
   });
 
   it("copies only what exists in the repository, and from stages defined before", () => {

@@ -3,9 +3,11 @@
 // their metrics added up, and a router process killed with SIGKILL is
 // restarted while the other keeps serving.
 import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { request } from "node:http";
 import path from "node:path";
 import { createKey, createTenant } from "@switchyard/db";
+import { ROUTER_SEMI_SPACE_MB } from "@switchyard/router";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSimProcess, type SimProcess } from "../helpers/sim-process.ts";
 import { spawnRouter, type RouterProc } from "../helpers/router-proc.ts";
@@ -87,6 +89,16 @@ describe("switchyard router --processes 2", () => {
     expect(sample(total, "switchyard_cpu_seconds_per_request")).toBeGreaterThan(0);
     // Shared state seen by each process is not doubled: workers by state take the max.
     expect(sample(total, 'switchyard_workers{state="ready"}')).toBe(1);
+  });
+
+  it("each router process runs with the router's semi-space (the primary started without one)", async () => {
+    const { processes } = await readyz();
+    expect(processes).toHaveLength(2);
+    for (const p of processes) {
+      const argv = readFileSync(`/proc/${p.pid}/cmdline`, "utf8").split("\0");
+      expect(argv, `process ${p.pid}`).toContain(`--max-semi-space-size=${ROUTER_SEMI_SPACE_MB}`);
+    }
+    expect(readFileSync(`/proc/${router.proc.child.pid}/cmdline`, "utf8").split("\0").some((a) => a.includes("semi-space"))).toBe(false);
   });
 
   it("a router process killed with SIGKILL is restarted; the listener keeps answering meanwhile", async () => {

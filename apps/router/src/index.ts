@@ -1,5 +1,5 @@
 export { createApp, createAdminApp, renderMetrics } from "./app.ts";
-export { isRouterProcess, mergeMetrics, primaryAdminUrl, serveToPrimary, superviseRouters } from "./processes.ts";
+export { isRouterProcess, mergeMetrics, primaryAdminUrl, ROUTER_SEMI_SPACE_MB, routerExecArgv, serveToPrimary, superviseRouters } from "./processes.ts";
 export { startRouter, type RouterHandle } from "./server.ts";
 export { loadConfig, ConfigError, configSchema, redisTarget, type Config } from "./config.ts";
 export * from "./errors.ts";

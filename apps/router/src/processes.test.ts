@@ -1,8 +1,27 @@
 // Adding up router processes' metrics: counters and histogram series summed,
-// gauges by their merge (sum or max), CPU per request from the sums.
+// gauges by their merge (sum or max), CPU per request from the sums; the
+// node flags a forked router process runs with.
 import { describe, expect, it } from "vitest";
 import { RouterMetrics } from "./observability/metrics.ts";
-import { mergeMetrics } from "./processes.ts";
+import { mergeMetrics, ROUTER_SEMI_SPACE_MB, routerExecArgv } from "./processes.ts";
+
+describe("routerExecArgv", () => {
+  const flag = `--max-semi-space-size=${ROUTER_SEMI_SPACE_MB}`;
+
+  it("keeps the primary's own flags and adds the router's semi-space after them", () => {
+    expect(routerExecArgv([], "")).toEqual([flag]);
+    expect(routerExecArgv(["--cpu-prof", "--cpu-prof-dir=/tmp/p"], "--enable-source-maps")).toEqual(["--cpu-prof", "--cpu-prof-dir=/tmp/p", flag]);
+  });
+
+  it("leaves an operator's semi-space alone, on node's command line or in NODE_OPTIONS, in either spelling", () => {
+    expect(routerExecArgv(["--max-semi-space-size=16"], "")).toEqual(["--max-semi-space-size=16"]);
+    expect(routerExecArgv(["--max_semi_space_size", "8"], "")).toEqual(["--max_semi_space_size", "8"]);
+    expect(routerExecArgv(["--inspect"], "--max-old-space-size=512 --max-semi-space-size=32")).toEqual(["--inspect"]);
+    expect(routerExecArgv([], "--max-semi-space-size 32")).toEqual([]);
+    // Another flag that merely starts alike is not one.
+    expect(routerExecArgv([], "--max-semi-space-sizes=1")).toEqual([flag]);
+  });
+});
 
 describe("mergeMetrics", () => {
   it("sums counters and histograms, takes the max of max-gauges, recomputes CPU per request", () => {
