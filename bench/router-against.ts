@@ -34,6 +34,8 @@ export interface AgainstOptions {
   warm?: number;
   /** The bench tenant with rate limits that never bind: every request taken and settled in Redis (the limiter's cost on the path). */
   rateLimits?: boolean;
+  /** Node flags for REV's router in place of the router's own (routerNodeFlags): a node setting's before/after, against HEAD. */
+  againstNodeFlags?: string[];
   log?: (line: string) => void;
 }
 
@@ -107,11 +109,14 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     procs.push(pass);
     const auth = { authorization: `Bearer ${key}` };
     const targets: Array<{ t: Target; proc?: Proc }> = [{ t: { name: "node-passthrough", url: `http://127.0.0.1:${passPort}`, path: "/v1/chat/completions", headers: {} }, proc: pass }];
-    const builds: Array<[string, string]> = [
-      [`${other.sha.slice(0, 7)} (${opts.against})`, other.dir],
-      [`${here}${dirty ? "+changes" : ""} (this checkout)`, root],
+    const ownFlags = routerNodeFlags();
+    const againstFlags = opts.againstNodeFlags ?? ownFlags;
+    const flagged = (flags: string[]) => (opts.againstNodeFlags ? ` node ${flags.join(" ") || "(no flags)"}` : "");
+    const builds: Array<[string, string, string[]]> = [
+      [`${other.sha.slice(0, 7)} (${opts.against})${flagged(againstFlags)}`, other.dir, againstFlags],
+      [`${here}${dirty ? "+changes" : ""} (this checkout)${flagged(ownFlags)}`, root, ownFlags],
     ];
-    for (const [i, [name, dir]] of builds.entries()) {
+    for (const [i, [name, dir, nodeFlags]] of builds.entries()) {
       const port = await freePort();
       // Each build its own Redis prefix, so its own ledger stream and its own
       // sim worker heartbeating there: routers on one prefix share the
@@ -130,8 +135,8 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         SWITCHYARD_LOG__LEVEL: "warn",
       };
       log(`starting ${name}'s router (its first start bundles its sources)`);
-      // Both builds with this checkout's node flags: the comparison is of their code.
-      const proc = startProc(process.execPath, [...routerNodeFlags(), path.join(dir, "apps/cli/bin/switchyard.mjs"), "router", "--processes", "1"], env, name);
+      // Both builds with this checkout's node flags (the comparison is of their code), unless --against-node-flags.
+      const proc = startProc(process.execPath, [...nodeFlags, path.join(dir, "apps/cli/bin/switchyard.mjs"), "router", "--processes", "1"], env, name);
       procs.push(proc);
       const url = `http://127.0.0.1:${port}`;
       // The first start of a commit bundles its sources (esbuild): allow for it.

@@ -6,6 +6,7 @@
 import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
+import { ROUTER_SEMI_SPACE_MB } from "@switchyard/router";
 import { runCli } from "../helpers/cli-run.ts";
 
 const root = path.resolve(import.meta.dirname, "../..");
@@ -15,7 +16,8 @@ describe("switchyard bench router --against", () => {
   it("runs REV's router and this checkout's in turns, every request answered, CPU per request beside the bare proxy's; leaves no worktree", async () => {
     const before = worktrees();
     // With --rate-limits: each build was checked to count requests (x-ratelimit-* on an answer) before its loops.
-    const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--only", "non-streaming", "--rate-limits"]);
+    // With --against-node-flags: REV's router runs with V8's own semi-space, this checkout's with the router's.
+    const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--only", "non-streaming", "--rate-limits", "--against-node-flags=--max-semi-space-size=16"]);
     expect(code).toBe(0);
     const sha = execFileSync("git", ["-C", root, "rev-parse", "--short=7", "HEAD"], { encoding: "utf8" }).trim();
     expect(out).toContain(`### Router against ${sha} (HEAD), interleaved: 2 rounds`);
@@ -24,7 +26,7 @@ describe("switchyard bench router --against", () => {
     const at = lines.findIndex((l) => l.startsWith("| target | non-streaming req/s"));
     expect(at, out).toBeGreaterThan(0);
     const medians = lines.slice(at + 2).filter((l) => l.startsWith("|")).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
-    expect(medians.map((r) => r[0])).toEqual(["node-passthrough", `${sha} (HEAD)`, expect.stringMatching(/\(this checkout\)$/)]);
+    expect(medians.map((r) => r[0])).toEqual(["node-passthrough", `${sha} (HEAD) node --max-semi-space-size=16`, expect.stringMatching(new RegExp(`\\(this checkout\\) node --max-semi-space-size=${ROUTER_SEMI_SPACE_MB}$`))]);
     for (const r of medians) {
       expect(Number(r[1]), r.join(" | ")).toBeGreaterThan(0); // req/s
       expect(Number(r[2]), r.join(" | ")).toBeGreaterThan(0); // CPU ms per request
@@ -43,7 +45,7 @@ describe("switchyard bench router --against", () => {
     expect(order.slice(1, 3)).toEqual([...order.slice(4, 6)].reverse());
     for (let i = 1; i < order.length; i++) expect(order[i]).not.toBe(order[i - 1]);
     // Paired by round: in how many this checkout used less CPU than REV (a count, not a verdict).
-    expect(out).toMatch(new RegExp(`\\(this checkout\\) used less CPU per request than ${sha} \\(HEAD\\) in [012] of 2 rounds non-streaming \\(median of the rounds' ratios \\d+\\.\\d{3}×\\);`));
+    expect(out).toMatch(new RegExp(`\\(this checkout\\) node --max-semi-space-size=${ROUTER_SEMI_SPACE_MB} used less CPU per request than ${sha} \\(HEAD\\) node --max-semi-space-size=16 in [012] of 2 rounds non-streaming \\(median of the rounds' ratios \\d+\\.\\d{3}×\\);`));
     expect(worktrees()).toBe(before);
   }, 240_000);
 
@@ -62,10 +64,16 @@ describe("switchyard bench router --against", () => {
     expect(profiled.err).toMatch(/--profile: warms its load for a fixed time/);
   }, 60_000);
 
-  it("refuses --rate-limits without --against", async () => {
+  it("refuses --rate-limits and --against-node-flags without --against, and node flags that are not flags", async () => {
     const { code, err } = await runCli(["bench", "router", "--quick", "--rate-limits"]);
     expect(code).not.toBe(0);
     expect(err).toMatch(/--rate-limits goes with --against/);
+    const flags = await runCli(["bench", "router", "--quick", "--against-node-flags=--max-semi-space-size=16"]);
+    expect(flags.code).not.toBe(0);
+    expect(flags.err).toMatch(/--against-node-flags goes with --against/);
+    const notFlags = await runCli(["bench", "router", "--against", "HEAD", "--against-node-flags=--max-semi-space-size 16"]);
+    expect(notFlags.code).not.toBe(0);
+    expect(notFlags.err).toMatch(/--against-node-flags: node flags only \(each starting with -\), got '--max-semi-space-size 16'/);
   }, 60_000);
 
   it("refuses a name that is no commit, before starting anything", async () => {

@@ -57,6 +57,7 @@ export async function main(argv: string[]): Promise<number> {
         rounds: { type: "string" },
         warm: { type: "string" },
         "rate-limits": { type: "boolean" },
+        "against-node-flags": { type: "string" },
         reference: { type: "string" },
         // budgets, prices
         "daily-cents": { type: "string" },

@@ -73,12 +73,14 @@ Usage:
                                         non-streaming closed loop): top functions, the load's GC pauses and busy
                                         stretches (the event loop's stalls), then the async resources (promises,
                                         ticks, timers) it creates and the bytes it allocates per request, by module
-  switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--only non-streaming] [--rate-limits]
+  switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--only non-streaming] [--rate-limits] [--against-node-flags FLAGS]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
                                         CPU per request, req/s and ΔTTFT p99 beside the bare proxy (a change's before/after);
                                         N rounds (default 4, after --warm unmeasured ones), in how many of them this checkout used less CPU, and
                                         the median of the rounds' ratios (this checkout over REV, each over the bare proxy)
                                         (--rate-limits: the tenant rate-limited, never refused: the limiter's cost on the path)
+                                        (--against-node-flags: node flags for REV's router instead of the router's own,
+                                        e.g. '--max-semi-space-size=16' (V8's default) against HEAD: a node setting's before/after)
   switchyard bench engine [--quick] [--model NAME] [--reference both|native|node]
                                         engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct):
                                         llama.cpp built for this CPU (llama-cpp-python, built on first use, ~8 min on 2 cores)
