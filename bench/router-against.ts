@@ -16,7 +16,8 @@ import { loadavg, tmpdir } from "node:os";
 import path from "node:path";
 import { closedLoop, openLoop, percentile, type Target } from "./lib/load.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
-import { defaultWarmRuns, routerNodeFlags, routerSeesWorker } from "./router.ts";
+import { routerExecArgv } from "@switchyard/router";
+import { defaultWarmRuns, routerSeesWorker } from "./router.ts";
 import { benchScratch, endBench } from "./lib/scratch.ts";
 
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
@@ -34,7 +35,7 @@ export interface AgainstOptions {
   warm?: number;
   /** The bench tenant with rate limits that never bind: every request taken and settled in Redis (the limiter's cost on the path). */
   rateLimits?: boolean;
-  /** Node flags for REV's router in place of the router's own (routerNodeFlags): a node setting's before/after, against HEAD. */
+  /** Node flags for REV's router in place of the router's own (routerExecArgv): a node setting's before/after, against HEAD. */
   againstNodeFlags?: string[];
   log?: (line: string) => void;
 }
@@ -109,7 +110,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     procs.push(pass);
     const auth = { authorization: `Bearer ${key}` };
     const targets: Array<{ t: Target; proc?: Proc }> = [{ t: { name: "node-passthrough", url: `http://127.0.0.1:${passPort}`, path: "/v1/chat/completions", headers: {} }, proc: pass }];
-    const ownFlags = routerNodeFlags();
+    const ownFlags = routerExecArgv([]);
     const againstFlags = opts.againstNodeFlags ?? ownFlags;
     const flagged = (flags: string[]) => (opts.againstNodeFlags ? ` node ${flags.join(" ") || "(no flags)"}` : "");
     const builds: Array<[string, string, string[]]> = [

@@ -29,9 +29,8 @@ const tsx = (file: string, env: Record<string, string>, label: string) => startP
 // unless NODE_OPTIONS names one); `--processes N` for the one-process-per-core
 // target, node flags (--cpu-prof) before the script.
 const cli = path.join(root, "apps/cli/bin/switchyard.mjs");
-export const routerNodeFlags = (extra: string[] = []) => routerExecArgv(extra, process.env.NODE_OPTIONS ?? "");
 const routerProc = (env: Record<string, string>, opts: { processes?: number; nodeFlags?: string[] } = {}) =>
-  startProc(process.execPath, [...routerNodeFlags(opts.nodeFlags), cli, "router", "--processes", String(opts.processes ?? 1)], env, opts.processes && opts.processes > 1 ? `router×${opts.processes}` : "router");
+  startProc(process.execPath, [...routerExecArgv(opts.nodeFlags ?? []), cli, "router", "--processes", String(opts.processes ?? 1)], env, opts.processes && opts.processes > 1 ? `router×${opts.processes}` : "router");
 
 interface Level {
   streams: number;
@@ -233,7 +232,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     const out: string[] = [];
     out.push(`### Streaming, open loop (${durationS}s per run, ${repeats} repeat(s) after ${opts.warm} unmeasured warm-up repeat(s) per level; ms; Δ = target − direct, median over repeats ± half-range)`);
     out.push("");
-    out.push(`Peers: node-passthrough = bare Node proxy (the floor); litellm = LiteLLM proxy ${"skipped" in lite ? "(skipped)" : lite.version} (streaming peer, levels ≤ 100); Portkey only in the non-streaming table (its streaming path fails on Node 20); switchyard = \`switchyard router --processes 1\` with the router's node flags (\`${routerNodeFlags().join(" ")}\`, as the Docker image's router entrypoint starts it), ×${nProcs} as the primary forks them.`);
+    out.push(`Peers: node-passthrough = bare Node proxy (the floor); litellm = LiteLLM proxy ${"skipped" in lite ? "(skipped)" : lite.version} (streaming peer, levels ≤ 100); Portkey only in the non-streaming table (its streaming path fails on Node 20); switchyard = \`switchyard router --processes 1\` with the router's node flags (\`${routerExecArgv([]).join(" ")}\`, as the Docker image's router entrypoint starts it), ×${nProcs} as the primary forks them.`);
     out.push("");
     out.push(`Proxy CPU: user + system seconds of the proxy's processes (all of them for switchyard ×${nProcs}) from /proc, as cores over the run and as CPU ms per request sent.`);
     out.push("");

@@ -73,7 +73,7 @@ Usage:
                                         non-streaming closed loop): top functions, the load's GC pauses and busy
                                         stretches (the event loop's stalls), then the async resources (promises,
                                         ticks, timers) it creates and the bytes it allocates per request, by module
-  switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--only non-streaming] [--rate-limits] [--against-node-flags FLAGS]
+  switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--only non-streaming] [--rate-limits] [--against-node-flags=FLAGS]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
                                         CPU per request, req/s and ΔTTFT p99 beside the bare proxy (a change's before/after);
                                         N rounds (default 4, after --warm unmeasured ones), in how many of them this checkout used less CPU, and

@@ -27,7 +27,7 @@ const isMessage = (m: unknown): m is { sy: string } => typeof m === "object" && 
  * of them; node's default is 16). A scavenge copies what the requests in
  * flight hold, however large the semi-space, so a larger one collects as
  * much garbage in fewer, not longer, pauses: with 64, one router process
- * used 15–20 % less CPU per non-streaming request and 6–12 % less per stream
+ * used 15–22 % less CPU per non-streaming request and 6–16 % less per stream
  * (docs/BENCHMARKS.md, "the young generation"), for 70–100 MB more resident
  * memory under load (V8 grows the space only while allocation is fast).
  */
