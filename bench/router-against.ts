@@ -156,7 +156,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     const rounds = opts.rounds ?? (opts.quick ? 2 : 4);
     const durationS = opts.quick ? 3 : 5;
     const rows: string[] = [];
-    const cpu: Record<string, { ns: number[]; st: number[]; rps: number[]; dttft99: number[] }> = {};
+    const cpu: Record<string, { ns: number[]; st: number[]; rps: number[]; dttft99: number[]; waited: number[] }> = {};
     // Rounds before the first are the warm-up (defaultWarmRuns): the same loops, in the same order, not counted.
     const warmRounds = opts.warm ?? defaultWarmRuns(opts.quick === true);
     for (let round = 1 - warmRounds; round <= rounds; round++) {
@@ -169,7 +169,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
       const [floor, ...pair] = targets;
       const order = [floor!, ...(round % 2 === 0 ? [...pair].reverse() : pair)];
       for (const { t, proc } of order) {
-        const c = counted ? (cpu[t.name] ??= { ns: [], st: [], rps: [], dttft99: [] }) : { ns: [], st: [], rps: [], dttft99: [] };
+        const c = counted ? (cpu[t.name] ??= { ns: [], st: [], rps: [], dttft99: [], waited: [] }) : { ns: [], st: [], rps: [], dttft99: [], waited: [] };
         const load = loadavg()[0]!;
         const c0 = proc!.cpuSeconds();
         const r = await closedLoop(t, { clients: 64, durationS, body: nsBody, stream: false });
@@ -182,13 +182,16 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
           const rate = 100 / ((shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000);
           const d = await openLoop(direct, { ratePerS: rate, durationS, body: stBody, stream: true });
           const s0 = proc!.cpuSeconds();
+          const w0 = proc!.runQueueSeconds();
           const sr = await openLoop(t, { ratePerS: rate, durationS, body: stBody, stream: true });
           const stCpu = ((proc!.cpuSeconds() - s0) * 1000) / Math.max(1, sr.samples.length);
+          const waited = ((proc!.runQueueSeconds() - w0) * 1000) / sr.wallS;
           const p99 = (xs: { ok: boolean; ttftMs: number }[]) => percentile(xs.filter((x) => x.ok).map((x) => x.ttftMs), 99);
           const dt = p99(sr.samples) - p99(d.samples);
           c.st.push(stCpu);
           c.dttft99.push(dt);
-          st = ` ${fmt(stCpu, 3)} | ${fmt(dt, 2)} | ${sr.errors} |`;
+          c.waited.push(waited);
+          st = ` ${fmt(stCpu, 3)} | ${fmt(dt, 2)} | ${fmt(waited, 0)} | ${sr.errors} |`;
         }
         if (counted) rows.push(`| ${round} | ${t.name} | ${fmt(load, 2)} | ${fmt(ok.length / r.wallS, 0)} | ${r.errors} | ${fmt(nsCpu, 3)} |${st}`);
       }
@@ -199,18 +202,18 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     const out = [
       `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds after ${warmRounds} unmeasured warm-up round(s), ${durationS} s per loop, 64 clients closed loop${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? " + 100 streams open loop (ΔTTFT p99 against the sim worker measured just before)" : ""}`,
       "",
-      `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | stream errors |" : ""}`,
-      `|---:|---|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|" : ""}`,
+      `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) | stream errors |" : ""}`,
+      `|---:|---|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|---:|" : ""}`,
       ...rows,
       "",
       `Medians over the rounds:`,
       "",
-      `| target | non-streaming req/s | non-streaming CPU ms/req | × bare proxy | × bare proxy, paired |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms |" : ""}`,
-      `|---|---:|---:|---:|---:|${streamCols ? "---:|---:|" : ""}`,
+      `| target | non-streaming req/s | non-streaming CPU ms/req | × bare proxy | × bare proxy, paired |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) |" : ""}`,
+      `|---|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|" : ""}`,
       ...targets.map(({ t }) => {
         const c = cpu[t.name]!;
         const bare = cpu["node-passthrough"]!.ns;
-        return `| ${t.name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / med(bare), 2)} | ${fmt(med(paired(c.ns, bare)), 2)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} |` : ""}`;
+        return `| ${t.name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / med(bare), 2)} | ${fmt(med(paired(c.ns, bare)), 2)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} | ${fmt(med(c.waited), 0)} |` : ""}`;
       }),
     ];
     // Paired by round (the same minute of the box): how often this checkout

@@ -168,7 +168,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     const durationS = opts.quick ? 3 : 10;
     const repeats = opts.quick ? 1 : 3;
     const rows: string[] = [];
-    const summary: Record<string, Record<string, { ttft50: number[]; ttft99: number[]; tot50: number[]; tot99: number[]; errors: number; n: number; cpu: number[]; cpuPerReq: number[]; rps: number[] }>> = {};
+    const summary: Record<string, Record<string, { ttft50: number[]; ttft99: number[]; tot50: number[]; tot99: number[]; errors: number; n: number; cpu: number[]; cpuPerReq: number[]; rps: number[]; waited: number[] }>> = {};
     const chosen = opts.levels ? levels.filter((l) => opts.levels!.includes(l.streams)) : opts.quick ? levels.slice(0, 2) : levels;
     for (const level of chosen) {
       const streamS = (level.shape.ttftMs + level.shape.interTokenMs * level.shape.tokens) / 1000;
@@ -182,12 +182,14 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
       for (let rep = -opts.warm; rep < repeats; rep++) {
         for (const { t: tg, proc } of levelTargets) {
           const cpu0 = proc?.cpuSeconds() ?? NaN;
+          const wait0 = proc?.runQueueSeconds() ?? NaN;
           const r: LoadResult = await openLoop(tg, { ratePerS: rate, durationS, body, stream: true });
           if (rep < 0) continue;
           const cpuS = proc ? proc.cpuSeconds() - cpu0 : NaN;
+          const waitS = proc ? proc.runQueueSeconds() - wait0 : NaN;
           const cpu = cpuS / r.wallS;
           const ok = r.samples.filter((s) => s.ok);
-          const s = (summary[level.streams]![tg.name] ??= { ttft50: [], ttft99: [], tot50: [], tot99: [], errors: 0, n: 0, cpu: [], cpuPerReq: [], rps: [] });
+          const s = (summary[level.streams]![tg.name] ??= { ttft50: [], ttft99: [], tot50: [], tot99: [], errors: 0, n: 0, cpu: [], cpuPerReq: [], rps: [], waited: [] });
           s.cpuPerReq.push((cpuS * 1000) / Math.max(1, r.samples.length));
           s.ttft50.push(percentile(ok.map((x) => x.ttftMs), 50));
           s.ttft99.push(percentile(ok.map((x) => x.ttftMs), 99));
@@ -197,6 +199,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
           s.n += r.samples.length;
           s.cpu.push(cpu);
           s.rps.push(ok.length / r.wallS);
+          s.waited.push((waitS * 1000) / r.wallS);
         }
       }
       const med = (xs: number[]) => percentile(xs, 50);
@@ -205,7 +208,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
       for (const { t: tg } of levelTargets) {
         const s = summary[level.streams]![tg.name]!;
         rows.push(
-          `| ${level.streams} | ${tg.name} | ${fmt(med(s.rps))} | ${s.n - s.errors}/${s.n} | ${s.errors} | ${fmt(med(s.ttft50), 2)} | ${fmt(med(s.ttft99), 2)} | ${fmt(med(s.tot50))} | ${fmt(med(s.tot99))} | ${tg.name === "direct" ? "—" : `${fmt(med(s.ttft50) - med(d.ttft50), 2)}${spread(s.ttft50.map((x, i) => x - d.ttft50[i]!))}`} | ${tg.name === "direct" ? "—" : `${fmt(med(s.ttft99) - med(d.ttft99), 2)}${spread(s.ttft99.map((x, i) => x - d.ttft99[i]!))}`} | ${tg.name === "direct" ? "—" : fmt(med(s.tot50) - med(d.tot50), 2)} | ${tg.name === "direct" ? "—" : fmt(med(s.tot99) - med(d.tot99), 2)} | ${fmt(med(s.cpu), 2)} | ${fmt(med(s.cpuPerReq), 3)} |`,
+          `| ${level.streams} | ${tg.name} | ${fmt(med(s.rps))} | ${s.n - s.errors}/${s.n} | ${s.errors} | ${fmt(med(s.ttft50), 2)} | ${fmt(med(s.ttft99), 2)} | ${fmt(med(s.tot50))} | ${fmt(med(s.tot99))} | ${tg.name === "direct" ? "—" : `${fmt(med(s.ttft50) - med(d.ttft50), 2)}${spread(s.ttft50.map((x, i) => x - d.ttft50[i]!))}`} | ${tg.name === "direct" ? "—" : `${fmt(med(s.ttft99) - med(d.ttft99), 2)}${spread(s.ttft99.map((x, i) => x - d.ttft99[i]!))}`} | ${tg.name === "direct" ? "—" : fmt(med(s.tot50) - med(d.tot50), 2)} | ${tg.name === "direct" ? "—" : fmt(med(s.tot99) - med(d.tot99), 2)} | ${fmt(med(s.cpu), 2)} | ${fmt(med(s.cpuPerReq), 3)} | ${fmt(med(s.waited), 0)} |`,
         );
       }
       process.stderr.write(`level ${level.streams} done\n`);
@@ -221,12 +224,14 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     for (let w = 0; w < opts.warm; w++) for (const { t: tg } of tpTargets) await closedLoop(tg, { clients, durationS: opts.quick ? 2 : 5, body: warmBody, stream: false });
     for (const { t: tg, proc } of tpTargets) {
       const cpu0 = proc?.cpuSeconds() ?? NaN;
+      const wait0 = proc?.runQueueSeconds() ?? NaN;
       const r = await closedLoop(tg, { clients, durationS: opts.quick ? 2 : 5, body: warmBody, stream: false });
       const cpuS = proc ? proc.cpuSeconds() - cpu0 : NaN;
+      const waitS = proc ? proc.runQueueSeconds() - wait0 : NaN;
       const ok = r.samples.filter((s) => s.ok);
       tp[tg.name] = ok.length / r.wallS;
       cpuPerReq[tg.name] = (cpuS * 1000) / Math.max(1, r.samples.length);
-      tpRows.push(`| ${tg.name} | ${fmt(tp[tg.name]!, 0)} | ${fmt(percentile(ok.map((s) => s.totalMs), 50), 2)} | ${fmt(percentile(ok.map((s) => s.totalMs), 99), 2)} | ${r.errors} | ${fmt(cpuPerReq[tg.name]!, 3)} |`);
+      tpRows.push(`| ${tg.name} | ${fmt(tp[tg.name]!, 0)} | ${fmt(percentile(ok.map((s) => s.totalMs), 50), 2)} | ${fmt(percentile(ok.map((s) => s.totalMs), 99), 2)} | ${r.errors} | ${fmt(cpuPerReq[tg.name]!, 3)} | ${fmt((waitS * 1000) / r.wallS, 0)} |`);
     }
 
     const out: string[] = [];
@@ -234,16 +239,16 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     out.push("");
     out.push(`Peers: node-passthrough = bare Node proxy (the floor); litellm = LiteLLM proxy ${"skipped" in lite ? "(skipped)" : lite.version} (streaming peer, levels ≤ 100); Portkey only in the non-streaming table (its streaming path fails on Node 20); switchyard = \`switchyard router --processes 1\` with the router's node flags (\`${routerExecArgv([]).join(" ")}\`, as the Docker image's router entrypoint starts it), ×${nProcs} as the primary forks them.`);
     out.push("");
-    out.push(`Proxy CPU: user + system seconds of the proxy's processes (all of them for switchyard ×${nProcs}) from /proc, as cores over the run and as CPU ms per request sent.`);
+    out.push(`Proxy CPU: user + system seconds of the proxy's processes (all of them for switchyard ×${nProcs}) from /proc, as cores over the run and as CPU ms per request sent. Waited for a CPU: ms per second of the run that the proxy's main threads (event loops) spent runnable without a core (/proc schedstat's run delay; summed over switchyard ×${nProcs}'s processes) — on a box whose load generator, sim worker and proxy share ${availableParallelism()} cores, latency the scheduler adds, not the proxy's code.`);
     out.push("");
-    out.push("| streams | target | req/s | ok | errors | TTFT p50 | TTFT p99 | total p50 | total p99 | ΔTTFT p50 | ΔTTFT p99 | Δtotal p50 | Δtotal p99 | proxy CPU (cores) | CPU ms/req |");
-    out.push("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    out.push("| streams | target | req/s | ok | errors | TTFT p50 | TTFT p99 | total p50 | total p99 | ΔTTFT p50 | ΔTTFT p99 | Δtotal p50 | Δtotal p99 | proxy CPU (cores) | CPU ms/req | waited for a CPU (ms/s) |");
+    out.push("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     out.push(...rows);
     out.push("");
     out.push(`### Non-streaming peak throughput, closed loop (${clients} clients, zero-latency sim worker, after ${opts.warm} unmeasured warm-up loop(s) per target)`);
     out.push("");
-    out.push("| target | req/s | p50 ms | p99 ms | errors | CPU ms/req |");
-    out.push("|---|---:|---:|---:|---:|---:|");
+    out.push("| target | req/s | p50 ms | p99 ms | errors | CPU ms/req | waited for a CPU (ms/s) |");
+    out.push("|---|---:|---:|---:|---:|---:|---:|");
     out.push(...tpRows);
     out.push("");
     out.push(`### Router cold start (spawn → /readyz 200): ${cold.map((c) => fmt(c, 0)).join(", ")} ms`);
@@ -335,17 +340,21 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     if (!opts.stream) {
       // The non-streaming closed loop of the bench's throughput table (64 clients, zero-latency worker).
       const cpu0 = router.cpuSeconds();
+      const wait0 = router.runQueueSeconds();
       const r = await closedLoop(t, { clients: 64, durationS, body: warmBody, stream: false });
       const cpu = router.cpuSeconds() - cpu0;
+      const waited = router.runQueueSeconds() - wait0;
       const ok = r.samples.filter((s) => s.ok);
-      process.stdout.write(`non-streaming closed loop, 64 clients, ${durationS}s: ${ok.length}/${r.samples.length} ok, ${fmt(ok.length / r.wallS, 0)} req/s; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / Math.max(1, r.samples.length), 3)} ms/request\n`);
+      process.stdout.write(`non-streaming closed loop, 64 clients, ${durationS}s: ${ok.length}/${r.samples.length} ok, ${fmt(ok.length / r.wallS, 0)} req/s; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / Math.max(1, r.samples.length), 3)} ms/request; its event loop waited for a CPU ${fmt((waited * 1000) / r.wallS, 0)} ms per second (run queue)\n`);
     } else {
       const cpu0 = router.cpuSeconds();
+      const wait0 = router.runQueueSeconds();
       const r = await openLoop(t, { ...streams, durationS });
       const cpu = router.cpuSeconds() - cpu0;
+      const waited = router.runQueueSeconds() - wait0;
       const ok = r.samples.filter((s) => s.ok);
       process.stdout.write(
-        `100 streams, ${durationS}s: ${ok.length}/${r.samples.length} ok, TTFT p50 ${fmt(percentile(ok.map((s) => s.ttftMs), 50), 2)} ms, p99 ${fmt(percentile(ok.map((s) => s.ttftMs), 99), 2)} ms; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / r.samples.length, 3)} ms/request\n`,
+        `100 streams, ${durationS}s: ${ok.length}/${r.samples.length} ok, TTFT p50 ${fmt(percentile(ok.map((s) => s.ttftMs), 50), 2)} ms, p99 ${fmt(percentile(ok.map((s) => s.ttftMs), 99), 2)} ms; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / r.samples.length, 3)} ms/request; its event loop waited for a CPU ${fmt((waited * 1000) / r.wallS, 0)} ms per second (run queue)\n`,
       );
     }
     const loadToMs = performance.now() - spawnedAt;

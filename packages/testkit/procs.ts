@@ -54,6 +54,13 @@ export interface Proc {
    * their parent's reaped-children time), from /proc.
    */
   cpuSeconds(): number;
+  /**
+   * Seconds the main thread of the process and of every live process under
+   * it has spent runnable without a CPU (schedstat's run delay): time an
+   * event loop had work and waited for a core, which a box running its load
+   * generator, upstream and proxy on two cores adds to every latency.
+   */
+  runQueueSeconds(): number;
 }
 
 const CLK_TCK = 100;
@@ -70,28 +77,67 @@ function statOf(pid: number): [number, number, number] | undefined {
   }
 }
 
-/** CPU seconds of `pid` and its live descendants, plus the children they have reaped. */
-export function treeCpuSeconds(pid: number): number {
+/** `pid` and its live descendants, with their /proc/<pid>/stat figures. */
+function processTree(pid: number): Map<number, [number, number, number]> {
   const root = statOf(pid);
-  if (!root) return NaN;
+  const tree = new Map<number, [number, number, number]>();
+  if (!root) return tree;
   const children = new Map<number, number[]>();
-  const ticks = new Map<number, number>([[pid, root[1] + root[2]]]);
+  const stats = new Map<number, [number, number, number]>([[pid, root]]);
   for (const name of readdirSync("/proc")) {
     const p = Number(name);
     if (!Number.isInteger(p) || p === pid) continue;
     const st = statOf(p);
     if (!st) continue;
     (children.get(st[0]) ?? children.set(st[0], []).get(st[0])!).push(p);
-    ticks.set(p, st[1] + st[2]);
+    stats.set(p, st);
   }
-  let total = 0;
   const todo = [pid];
   while (todo.length) {
     const p = todo.pop()!;
-    total += ticks.get(p) ?? 0;
+    tree.set(p, stats.get(p)!);
     todo.push(...(children.get(p) ?? []));
   }
-  return total / CLK_TCK;
+  return tree;
+}
+
+/** CPU seconds of `pid` and its live descendants, plus the children they have reaped. */
+export function treeCpuSeconds(pid: number): number {
+  const tree = processTree(pid);
+  if (tree.size === 0) return NaN;
+  let ticks = 0;
+  for (const [, st] of tree) ticks += st[1] + st[2];
+  return ticks / CLK_TCK;
+}
+
+/**
+ * Nanoseconds a thread has waited on a run queue, from
+ * /proc/<pid>/task/<tid>/schedstat ("run time, run delay, timeslices").
+ */
+export function runDelayNs(pid: number, tid = pid): number | undefined {
+  try {
+    const f = readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ");
+    const ns = Number(f[1]);
+    return Number.isFinite(ns) ? ns : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Run-queue seconds of the main threads of `pid` and its live descendants (NaN when /proc has no schedstat). */
+export function treeRunQueueSeconds(pid: number): number {
+  const tree = processTree(pid);
+  if (tree.size === 0) return NaN;
+  let ns = 0;
+  for (const p of tree.keys()) {
+    const d = runDelayNs(p);
+    if (d === undefined) {
+      if (p === pid) return NaN;
+      continue; // a descendant gone since the tree was read
+    }
+    ns += d;
+  }
+  return ns / 1e9;
 }
 
 export function startProc(cmd: string, args: string[], env: Record<string, string> = {}, label = cmd): Proc {
@@ -108,6 +154,7 @@ export function startProc(cmd: string, args: string[], env: Record<string, strin
   return {
     child,
     cpuSeconds: () => (child.pid === undefined ? NaN : treeCpuSeconds(child.pid)),
+    runQueueSeconds: () => (child.pid === undefined ? NaN : treeRunQueueSeconds(child.pid)),
     stop: () =>
       new Promise<void>((resolve) => {
         if (child.exitCode !== null || child.signalCode !== null) return resolve();

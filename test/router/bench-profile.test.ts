@@ -20,6 +20,10 @@ describe("switchyard bench router --profile", () => {
       const file = /CPU profile: (\S+\.cpuprofile)/.exec(out)?.[1];
       expect(file && existsSync(file), out).toBe(true);
       expect(out).toMatch(/\| self % \| function \|/);
+      // The router's event loop under a closed loop on a shared box: it ran, and sometimes waited for a core (/proc schedstat).
+      const waited = /its event loop waited for a CPU (\d+) ms per second \(run queue\)/.exec(out)?.[1];
+      expect(Number(waited), out).toBeGreaterThanOrEqual(0);
+      expect(Number(waited), out).toBeLessThan(1000);
       const perRequest = (resource: string) => Number(new RegExp(`\\| ${resource.replace(/[()]/g, "\\$&")} \\| ([0-9.]+) \\|`).exec(out)?.[1]);
       expect(out).toMatch(/Async resources created per request \(\d+ requests, non-streaming closed loop/);
       // Each request served made exactly one upstream request: the census counts requests and resources alike.

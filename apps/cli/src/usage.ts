@@ -67,15 +67,16 @@ Usage:
                                         list the ledger's monthly partitions / create the next ones
   switchyard bench router [--quick] [--levels 1,100,1000] [--only money] [--cluster H:P,H:P,…] [--processes N] [--warm N]
                                         router overhead and money-path benchmarks (prints tables); each level's load
-                                        runs N times unmeasured first (default 2, 1 with --quick: every process warm)
+                                        runs N times unmeasured first (default 2, 1 with --quick: every process warm);
+                                        each proxy's CPU per request and its event loop's wait for a core (run queue)
   switchyard bench router --profile DIR [--quick] [--only non-streaming]
                                         a CPU profile (node --cpu-prof) of one router under 100 streams (or the
-                                        non-streaming closed loop): top functions, the load's GC pauses and busy
+                                        non-streaming closed loop): its wait for a core, top functions, the load's GC pauses and busy
                                         stretches (the event loop's stalls), then the async resources (promises,
                                         ticks, timers) it creates and the bytes it allocates per request, by module
   switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--only non-streaming] [--rate-limits] [--against-node-flags=FLAGS]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
-                                        CPU per request, req/s and ΔTTFT p99 beside the bare proxy (a change's before/after);
+                                        CPU per request, req/s, ΔTTFT p99 and the wait for a core beside the bare proxy (a change's before/after);
                                         N rounds (default 4, after --warm unmeasured ones), in how many of them this checkout used less CPU, and
                                         the median of the rounds' ratios (this checkout over REV, each over the bare proxy)
                                         (--rate-limits: the tenant rate-limited, never refused: the limiter's cost on the path)
