@@ -191,10 +191,11 @@ export class RouterMetrics {
   readonly gcPause = new Histogram("switchyard_gc_pause_seconds", "Garbage-collection pause durations, by kind.", GC_BUCKETS);
   readonly cpuSeconds = new Counter("process_cpu_seconds_total", "User and system CPU time the router process used.");
   readonly cpuPerRequest = new Gauge("switchyard_cpu_seconds_per_request", "Router CPU seconds (user + system) per request answered, since start.", "max");
+  readonly cpuWait = new Counter("switchyard_event_loop_cpu_wait_seconds_total", "Seconds the event loop's thread was ready to run and waited for a CPU (Linux schedstat run delay): loop delay the host adds, not the router's work.");
 
   /** Every metric, in the order /metrics renders them. */
   all(): Array<Counter | Gauge | Histogram> {
-    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest];
+    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest, this.cpuWait];
   }
 
   render(): string {

@@ -1,8 +1,11 @@
 // The stall metrics read the real process: a blocked event loop shows in the
 // delay histogram, allocation churn in the GC counters, work in the CPU counter.
+import { spawn } from "node:child_process";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 import { RouterMetrics } from "./metrics.ts";
-import { loopDelayBuckets, RuntimeMetrics } from "./runtime.ts";
+import { loopCpuWaitSeconds, loopDelayBuckets, RuntimeMetrics } from "./runtime.ts";
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -47,6 +50,45 @@ describe("runtime metrics", () => {
     const cpu = value(after, "process_cpu_seconds_total");
     expect(cpu).toBeGreaterThan(0.1);
     expect(value(after, "switchyard_cpu_seconds_per_request")).toBeCloseTo(cpu, 1);
+  });
+
+  it("counts the time the loop's thread waited for a CPU: a busy loop sharing its core with another waits for it about half the time", async () => {
+    const here = path.dirname(fileURLToPath(import.meta.url));
+    // A process of its own, pinned to CPU 0 beside a busy sibling: its metrics, read before and after a second of busy loop.
+    const script = `
+      import { RouterMetrics } from ${JSON.stringify(pathToFileURL(path.join(here, "metrics.ts")).href)};
+      import { RuntimeMetrics } from ${JSON.stringify(pathToFileURL(path.join(here, "runtime.ts")).href)};
+      const metrics = new RouterMetrics();
+      const runtime = new RuntimeMetrics(metrics);
+      const read = () => Number(/^switchyard_event_loop_cpu_wait_seconds_total (\\S+)$/m.exec(metrics.render())?.[1]);
+      const w0 = read();
+      const t = performance.now();
+      while (performance.now() - t < 1000);
+      process.stdout.write(String(read() - w0));
+      runtime.stop();`;
+    const run = (args: string[]) =>
+      new Promise<string>((resolve, reject) => {
+        const child = spawn("taskset", ["-c", "0", process.execPath, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+        let out = "";
+        child.stdout.on("data", (d: Buffer) => (out += d));
+        child.stderr.on("data", (d: Buffer) => (out += d));
+        child.on("error", reject);
+        child.on("exit", (code) => (code === 0 ? resolve(out) : reject(new Error(`exit ${code}: ${out}`))));
+      });
+    const sibling = run(["-e", "const t = Date.now(); while (Date.now() - t < 4000);"]);
+    const waited = Number(await run(["--import", "tsx", "--input-type=module", "-e", script]));
+    await sibling;
+    expect(waited).toBeGreaterThan(0.25);
+    expect(waited).toBeLessThan(1);
+  });
+
+  it("is on /metrics where the kernel keeps schedstat, and left out where it does not", () => {
+    const metrics = new RouterMetrics();
+    runtime = new RuntimeMetrics(metrics);
+    const v = value(metrics.render(), "switchyard_event_loop_cpu_wait_seconds_total");
+    expect(v).toBeGreaterThanOrEqual(0);
+    expect(v).toBeCloseTo(loopCpuWaitSeconds()!, 1);
+    expect(loopCpuWaitSeconds("/proc/self/no-such-file")).toBeUndefined();
   });
 
   it("bucket counts come from the percentile table: share of samples at or under each bound", () => {

@@ -1,7 +1,10 @@
 // The router process's own stalls, on /metrics: event-loop delay (a
 // histogram from perf_hooks.monitorEventLoopDelay), GC pauses (counted and
-// timed through a PerformanceObserver) and CPU time, also per request
-// answered. A p99 far above the p50 is a stall, not slowness: these say which.
+// timed through a PerformanceObserver), CPU time, also per request
+// answered, and the time the loop's thread waited for a CPU. A p99 far above
+// the p50 is a stall, not slowness: these say which, and whether it was the
+// router's (its work, its collector) or the host's (no core free to run it).
+import { readFileSync } from "node:fs";
 import { constants, monitorEventLoopDelay, PerformanceObserver, type IntervalHistogram } from "node:perf_hooks";
 import type { RouterMetrics } from "./metrics.ts";
 
@@ -31,6 +34,21 @@ export function loopDelayBuckets(h: Pick<IntervalHistogram, "count" | "percentil
     for (const [p, v] of table) if (v <= ns) share = p;
     return Math.floor((share / 100) * h.count);
   });
+}
+
+/**
+ * Seconds this process's main thread — the event loop's — has spent
+ * runnable on a run queue without a CPU since it started, from
+ * /proc/self/schedstat ("run time, run delay, timeslices": the thread group
+ * leader's own); undefined where there is no such file (not Linux).
+ */
+export function loopCpuWaitSeconds(file = "/proc/self/schedstat"): number | undefined {
+  try {
+    const ns = Number(readFileSync(file, "utf8").split(" ")[1]);
+    return Number.isFinite(ns) ? ns / 1e9 : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 export class RuntimeMetrics {
@@ -66,6 +84,8 @@ export class RuntimeMetrics {
     metrics.eventLoopDelayMax.set({}, () => (this.loop.count ? excess(this.loop.max) : 0));
     metrics.eventLoopDelayP99.set({}, () => (this.loop.count ? excess(this.loop.percentile(99)) : 0));
     metrics.cpuSeconds.source(() => this.cpuSeconds());
+    // Where the kernel keeps no schedstat the series is left out, not shown as a 0 that would read "never waited".
+    if (loopCpuWaitSeconds() !== undefined) metrics.cpuWait.source(() => loopCpuWaitSeconds() ?? 0);
     metrics.cpuPerRequest.set({}, () => {
       const n = metrics.requests.total();
       return n > 0 ? this.cpuSeconds() / n : 0;
