@@ -3,10 +3,11 @@
 import { PassThrough, Readable } from "node:stream";
 import { beforeAll, describe, expect, it } from "vitest";
 import { UpstreamTooLarge } from "../backends/transport.ts";
-import { parseSse, parseSseBatches, type SseBatch, sseBatchesOf, sseEvent, type SseOptions, textBatch } from "./sse.ts";
+import { parseSse, parseSseBatches, type SseBatch, SseBatchQueue, type SseBatchReader, sseEvent, type SseOptions, type SseQueueOptions, textBatch } from "./sse.ts";
 
 // Every parser case runs twice: through parseSseBatches over an async
-// iterable, and through sseBatchesOf over a Node stream (the worker relay's).
+// iterable, and through SseBatchQueue fed by a Node stream's events (below),
+// as the worker relay's dispatch handler feeds it from undici's parser.
 type Reader = "iterator" | "events";
 let reader: Reader = "iterator";
 const readers: Reader[] = ["iterator", "events"];
@@ -16,6 +17,49 @@ function batchesOf(chunks: Array<Uint8Array | string>, opts: Partial<SseOptions>
 }
 
 const enc = new TextEncoder();
+
+/**
+ * An SseBatchQueue fed by a Node stream's events, standing in for the
+ * dispatch handler that feeds it in the router (backends/answer-dispatch.ts):
+ * pause() and resume() for its hold on the socket, destroy() for its abort;
+ * a body that closes without its end is a failure, as it is for an iterator.
+ */
+function sseBatchesOf(body: Readable, opts: SseQueueOptions = {}): SseBatchReader {
+  const off = () => {
+    body.off("data", onData);
+    body.off("end", onEnd);
+    body.off("error", onError);
+    body.off("close", onClose);
+  };
+  const queue = new SseBatchQueue(
+    {
+      resume: () => body.resume(),
+      stop: () => body.destroy(),
+      finished: () => {
+        off();
+        // undici's body reports its own destruction as an 'error': nobody's to hear it.
+        body.on("error", () => {});
+      },
+    },
+    opts,
+  );
+  const onData = (chunk: Buffer) => {
+    if (!queue.chunk(chunk) && !queue.done) body.pause();
+  };
+  const onEnd = () => queue.end();
+  const onError = (err: Error) => queue.fail(err);
+  const prematureClose = () => body.errored ?? Object.assign(new Error(`${opts.label ?? "upstream"}'s stream ended early`), { code: "ERR_STREAM_PREMATURE_CLOSE" });
+  const onClose = () => queue.fail(prematureClose());
+  if (body.destroyed) queue.fail(prematureClose());
+  else {
+    body.on("data", onData);
+    body.once("end", onEnd);
+    body.once("error", onError);
+    body.once("close", onClose);
+  }
+  return queue;
+}
+
 
 async function* from(chunks: Array<Uint8Array | string>): AsyncGenerator<Uint8Array | string> {
   for (const c of chunks) yield c;
@@ -199,7 +243,7 @@ describe.each(readers)("parseSseBatches (%s)", (mode) => {
   });
 });
 
-describe("sseBatchesOf", () => {
+describe("SseBatchQueue fed by a Node stream", () => {
   it("pauses the stream while batches wait for the relay, and resumes it as they are taken", async () => {
     const body = new PassThrough();
     const it = sseBatchesOf(body);

@@ -4,7 +4,6 @@
 // dropped: OpenAI-style streams use data only), and format payloads for the
 // client. The upstream is untrusted: no line and no event is buffered past
 // `maxEventBytes`.
-import type { Readable } from "node:stream";
 import { UpstreamTooLarge } from "../backends/transport.ts";
 
 export interface SseOptions {
@@ -370,46 +369,6 @@ export class SseBatchQueue implements SseBatchReader {
   [Symbol.asyncIterator](): this {
     return this;
   }
-}
-
-/**
- * The batches of a Node stream (a body read as a stream), by its events; a
- * body that closes without its end is a failure, as it is for an iterator.
- */
-export function sseBatchesOf(body: Readable, opts: SseQueueOptions = {}): SseBatchReader {
-  const off = () => {
-    body.off("data", onData);
-    body.off("end", onEnd);
-    body.off("error", onError);
-    body.off("close", onClose);
-  };
-  const queue = new SseBatchQueue(
-    {
-      resume: () => body.resume(),
-      stop: () => body.destroy(),
-      finished: () => {
-        off();
-        // undici's body reports its own destruction as an 'error': nobody's to hear it.
-        body.on("error", () => {});
-      },
-    },
-    opts,
-  );
-  const onData = (chunk: Buffer) => {
-    if (!queue.chunk(chunk) && !queue.done) body.pause();
-  };
-  const onEnd = () => queue.end();
-  const onError = (err: Error) => queue.fail(err);
-  const prematureClose = () => body.errored ?? Object.assign(new Error(`${opts.label ?? "upstream"}'s stream ended early`), { code: "ERR_STREAM_PREMATURE_CLOSE" });
-  const onClose = () => queue.fail(prematureClose());
-  if (body.destroyed) queue.fail(prematureClose());
-  else {
-    body.on("data", onData);
-    body.once("end", onEnd);
-    body.once("error", onError);
-    body.once("close", onClose);
-  }
-  return queue;
 }
 
 /** One event for the client as text; `payload` must hold no line break (the relay sends JSON it serialised or validated as one line). */
