@@ -32,7 +32,7 @@ const cli = path.join(root, "apps/cli/bin/switchyard.mjs");
 const routerProc = (env: Record<string, string>, opts: { processes?: number; nodeFlags?: string[] } = {}) =>
   startProc(process.execPath, [...routerExecArgv(opts.nodeFlags ?? []), cli, "router", "--processes", String(opts.processes ?? 1)], env, opts.processes && opts.processes > 1 ? `router×${opts.processes}` : "router");
 
-interface Level {
+export interface Level {
   streams: number;
   shape: { ttftMs: number; interTokenMs: number; tokens: number };
 }
@@ -45,7 +45,7 @@ export interface RouterBenchOptions {
   /** "non-streaming" only with profile: the profile is of the non-streaming closed loop. */
   only?: "money" | "non-streaming";
   cluster?: string[];
-  /** Only a CPU profile of one router process under the 100-stream load, written to this directory. */
+  /** Only a CPU profile of one router process under the 100-stream load (or the one level of `levels`), written to this directory. */
   profile?: string;
   /** Router processes of the "switchyard ×N" target (default: the cores). */
   processes?: number;
@@ -63,8 +63,15 @@ export interface RouterBenchOptions {
  */
 export const defaultWarmRuns = (quick: boolean) => (quick ? 1 : 2);
 
+/** The streaming levels of the tables (and of `--profile --levels N`): streams in flight and each stream's shape. */
+export const STREAM_LEVELS: readonly Level[] = [
+  { streams: 1, shape: { ttftMs: 20, interTokenMs: 20, tokens: 10 } },
+  { streams: 100, shape: { ttftMs: 50, interTokenMs: 50, tokens: 20 } },
+  { streams: 1000, shape: { ttftMs: 100, interTokenMs: 100, tokens: 20 } },
+];
+
 export async function runRouterBench(opts: RouterBenchOptions): Promise<number> {
-  if (opts.profile) return profileRouter({ quick: opts.quick, dir: opts.profile, stream: opts.only !== "non-streaming" });
+  if (opts.profile) return profileRouter({ quick: opts.quick, dir: opts.profile, stream: opts.only !== "non-streaming", ...(opts.levels ? { streams: opts.levels[0] } : {}) });
   if (opts.only !== "money") await benchRouterOverhead({ ...opts, warm: opts.warm ?? defaultWarmRuns(opts.quick) });
   // Runs after the router's processes are gone, on its own database and prefix.
   const money = await benchMoney({ quick: opts.quick, log: (s) => process.stdout.write(`${s}\n`) });
@@ -160,11 +167,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     for (const { t: tg } of [...targets, ...(liteTarget ? [liteTarget] : [])]) await closedLoop(tg, { clients: 8, durationS: 1, body: warmBody, stream: false });
     await closedLoop(portkeyTarget, { clients: 8, durationS: 1, body: warmBody, stream: false });
 
-    const levels: Level[] = [
-      { streams: 1, shape: { ttftMs: 20, interTokenMs: 20, tokens: 10 } },
-      { streams: 100, shape: { ttftMs: 50, interTokenMs: 50, tokens: 20 } },
-      { streams: 1000, shape: { ttftMs: 100, interTokenMs: 100, tokens: 20 } },
-    ];
+    const levels = STREAM_LEVELS;
     const durationS = opts.quick ? 3 : 10;
     const repeats = opts.quick ? 1 : 3;
     const rows: string[] = [];
@@ -289,10 +292,13 @@ export async function routerSeesWorker(url: string, auth: Record<string, string>
 
 /**
  * `bench router --profile DIR`: one router process (`node --cpu-prof`) under
- * the 100-stream load (with only "non-streaming": the non-streaming closed loop instead); the profile is
+ * the 100-stream load, or another level's (`streams`: 1 or 1000, with that
+ * level's shape), or with only "non-streaming" the non-streaming closed loop; the profile is
  * written to DIR when the router exits, and its top self-time functions printed.
  */
-async function profileRouter(opts: { quick: boolean; dir: string; stream: boolean }): Promise<number> {
+async function profileRouter(opts: { quick: boolean; dir: string; stream: boolean; streams?: number }): Promise<number> {
+  const level = STREAM_LEVELS.find((l) => l.streams === (opts.streams ?? 100));
+  if (!level) throw new Error(`bench router --profile: no stream level ${opts.streams} (levels: ${STREAM_LEVELS.map((l) => l.streams).join(", ")})`);
   const dir = path.resolve(opts.dir);
   mkdirSync(dir, { recursive: true });
   const before = new Set(readdirSync(dir));
@@ -324,9 +330,9 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     await routerSeesWorker(url, auth);
     const t: Target = { name: "switchyard", url, path: "/v1/chat/completions", headers: auth };
     const warmBody = JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
-    // The 100-stream load of every pass: 20 tokens 50 ms apart after 50 ms, arrivals paced to keep 100 in flight.
-    const shape = { ttftMs: 50, interTokenMs: 50, tokens: 20 };
-    const streams = { ratePerS: 100 / ((shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000), body: JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape }), stream: true };
+    // The level's load in every pass (100 streams: 20 tokens 50 ms apart after 50 ms), arrivals paced to keep that many in flight.
+    const shape = level.shape;
+    const streams = { ratePerS: level.streams / ((shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000), body: JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape }), stream: true };
     await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
     // Each pass runs its load unmeasured first (defaultWarmRuns): a profile of
     // a router still being compiled shows the compiler, not the router.
@@ -354,7 +360,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
       const waited = router.runQueueSeconds() - wait0;
       const ok = r.samples.filter((s) => s.ok);
       process.stdout.write(
-        `100 streams, ${durationS}s: ${ok.length}/${r.samples.length} ok, TTFT p50 ${fmt(percentile(ok.map((s) => s.ttftMs), 50), 2)} ms, p99 ${fmt(percentile(ok.map((s) => s.ttftMs), 99), 2)} ms; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / r.samples.length, 3)} ms/request; its event loop waited for a CPU ${fmt((waited * 1000) / r.wallS, 0)} ms per second (run queue)\n`,
+        `${level.streams} streams, ${durationS}s: ${ok.length}/${r.samples.length} ok, TTFT p50 ${fmt(percentile(ok.map((s) => s.ttftMs), 50), 2)} ms, p99 ${fmt(percentile(ok.map((s) => s.ttftMs), 99), 2)} ms; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / r.samples.length, 3)} ms/request; its event loop waited for a CPU ${fmt((waited * 1000) / r.wallS, 0)} ms per second (run queue)\n`,
       );
     }
     const loadToMs = performance.now() - spawnedAt;
@@ -381,7 +387,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     const per = Object.keys(b)
       .filter((k) => k !== "requests" && (b[k]! - (a[k] ?? 0)) / n >= 0.05)
       .sort((x, y) => b[y]! - (a[y] ?? 0) - (b[x]! - (a[x] ?? 0)));
-    process.stdout.write(`\nAsync resources created per request (${n} requests, ${opts.stream ? "100 streams" : "non-streaming closed loop"}; bench/lib/async-census.mjs):\n\n| resource | per request |\n|---|---:|\n${per.map((k) => `| ${k} | ${fmt((b[k]! - (a[k] ?? 0)) / n, 2)} |`).join("\n")}\n`);
+    process.stdout.write(`\nAsync resources created per request (${n} requests, ${opts.stream ? `${level.streams} streams` : "non-streaming closed loop"}; bench/lib/async-census.mjs):\n\n| resource | per request |\n|---|---:|\n${per.map((k) => `| ${k} | ${fmt((b[k]! - (a[k] ?? 0)) / n, 2)} |`).join("\n")}\n`);
     await counted.stop();
     // Once more, on a router sampling what it allocates (the census's hook allocates itself: not on that one).
     const heapFile = path.join(dir, `heap-${process.pid}.json`);
@@ -397,7 +403,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     sampled.child.kill("SIGUSR2");
     const heap = await waitForFile(heapFile, 10_000);
     process.stdout.write(
-      `\nAllocated per request (${load.samples.length} requests, ${opts.stream ? "100 streams of 20 tokens" : "non-streaming closed loop"}; V8's sampling heap profiler, collected objects included; bench/lib/heap-sample.mjs):\n\n${heapTable(heap, load.samples.length)}\n`,
+      `\nAllocated per request (${load.samples.length} requests, ${opts.stream ? `${level.streams} streams of ${shape.tokens} tokens` : "non-streaming closed loop"}; V8's sampling heap profiler, collected objects included; bench/lib/heap-sample.mjs):\n\n${heapTable(heap, load.samples.length)}\n`,
     );
     await sampled.stop();
   } finally {

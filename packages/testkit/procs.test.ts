@@ -10,32 +10,30 @@ const busy = (ms: number) => `const t = Date.now(); while (Date.now() - t < ${ms
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe("procs: /proc figures", () => {
-  it("counts the run-queue wait of busy loops sharing one core, little for one alone, none for a sleeper", async () => {
-    // a and b both on CPU 0: whenever one runs, the other waits. c has CPU 1 to itself (mostly: the box runs other things).
-    const a = startProc("taskset", ["-c", "0", process.execPath, "-e", busy(2500)], {}, "busy-a");
-    const b = startProc("taskset", ["-c", "0", process.execPath, "-e", busy(2500)], {}, "busy-b");
-    const c = startProc("taskset", ["-c", "1", process.execPath, "-e", busy(2500)], {}, "busy-c");
+  it("counts the run-queue wait of busy loops sharing one core, and none for a sleeper", async () => {
+    // Three busy loops pinned to CPU 0: each runs about a third of the time
+    // and waits for the core the other two thirds (more if the box puts
+    // anything else there) — so the wait is not the run time misread.
+    const loops = ["a", "b", "c"].map((n) => startProc("taskset", ["-c", "0", process.execPath, "-e", busy(2500)], {}, `busy-${n}`));
     const idle = startProc(process.execPath, ["-e", "setTimeout(() => {}, 2500)"], {}, "sleeper");
     try {
       await sleep(700); // past node's start
-      const w0 = [a.runQueueSeconds(), b.runQueueSeconds(), idle.runQueueSeconds(), c.runQueueSeconds()];
-      const c0 = a.cpuSeconds() + b.cpuSeconds();
-      const cc0 = c.cpuSeconds();
+      const w0 = loops.map((p) => p.runQueueSeconds());
+      const c0 = loops.map((p) => p.cpuSeconds());
+      const i0 = idle.runQueueSeconds();
       await sleep(1000);
-      const w = [a.runQueueSeconds() - w0[0]!, b.runQueueSeconds() - w0[1]!, idle.runQueueSeconds() - w0[2]!, c.runQueueSeconds() - w0[3]!];
-      const cpu = a.cpuSeconds() + b.cpuSeconds() - c0;
-      // Running is not waiting: c ran nearly the whole second and waited little.
-      expect(c.cpuSeconds() - cc0).toBeGreaterThan(0.7);
-      expect(w[3]!).toBeLessThan(0.3);
-      // One core between them: ~1 s of CPU in all, ~0.5 s of waiting each.
-      expect(cpu).toBeGreaterThan(0.6);
-      expect(cpu).toBeLessThan(1.3);
-      expect(w[0]! + w[1]!).toBeGreaterThan(0.6);
-      expect(w[0]!).toBeGreaterThan(0.2);
-      expect(w[1]!).toBeGreaterThan(0.2);
-      expect(w[2]!).toBeLessThan(0.05);
+      const waited = loops.map((p, i) => p.runQueueSeconds() - w0[i]!);
+      const cpu = loops.map((p, i) => p.cpuSeconds() - c0[i]!);
+      // One core among them: about a second of CPU in all.
+      expect(cpu.reduce((x, y) => x + y)).toBeGreaterThan(0.3);
+      expect(cpu.reduce((x, y) => x + y)).toBeLessThan(1.3);
+      for (let i = 0; i < loops.length; i++) {
+        expect(waited[i], `loop ${i}: waited ${waited[i]} s, ran ${cpu[i]} s`).toBeGreaterThan(0.45);
+        expect(waited[i]!, `loop ${i}`).toBeGreaterThan(cpu[i]!);
+      }
+      expect(idle.runQueueSeconds() - i0).toBeLessThan(0.05);
     } finally {
-      await Promise.all([a.stop(), b.stop(), c.stop(), idle.stop()]);
+      await Promise.all([...loops.map((p) => p.stop()), idle.stop()]);
     }
   });
 
@@ -52,7 +50,7 @@ describe("procs: /proc figures", () => {
       await sleep(1000);
       expect(treeRunQueueSeconds(pid) - t0).toBeGreaterThan(0.6);
       expect((runDelayNs(pid)! - own0) / 1e9).toBeLessThan(0.05);
-      expect(treeCpuSeconds(pid) - c0).toBeGreaterThan(0.6);
+      expect(treeCpuSeconds(pid) - c0).toBeGreaterThan(0.3);
     } finally {
       sh.kill("SIGKILL");
       await once(sh, "exit");

@@ -55,4 +55,32 @@ describe("switchyard bench router --profile", () => {
       rmSync(dir, { recursive: true, force: true });
     }
   }, 240_000);
+
+  it("profiles another stream level with its shape (--levels 1: one stream of 10 tokens), and refuses levels it has not", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "sy-profile-"));
+    try {
+      const { code, out } = await runCli(["bench", "router", "--profile", dir, "--levels", "1", "--quick"]);
+      expect(code, out).toBe(0);
+      // One stream at a time for 5 s of 20 ms + 10 × 20 ms streams: a couple of dozen, every one answered.
+      const load = /^1 streams, 5s: (\d+)\/(\d+) ok, TTFT p50 ([0-9.]+) ms/m.exec(out);
+      expect(load, out).not.toBeNull();
+      expect(Number(load![2])).toBeGreaterThan(10);
+      expect(load![1]).toBe(load![2]);
+      // The sim's first token comes after 20 ms at this level (100 streams: 50 ms).
+      expect(Number(load![3])).toBeGreaterThanOrEqual(20);
+      expect(Number(load![3])).toBeLessThan(50);
+      expect(out).toMatch(/Allocated per request \(\d+ requests, 1 streams of 10 tokens/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    for (const [args, message] of [
+      [["--levels", "7"], /--levels takes one of the stream levels 1, 100 or 1000, got '7'/],
+      [["--levels", "1,100"], /--levels takes one of the stream levels 1, 100 or 1000, got '1,100'/],
+      [["--levels", "1000", "--only", "non-streaming"], /--levels goes with the streaming profile/],
+    ] as const) {
+      const r = await runCli(["bench", "router", "--profile", "/tmp/never-written", ...args]);
+      expect(r.code).not.toBe(0);
+      expect(r.err).toMatch(message);
+    }
+  }, 240_000);
 });

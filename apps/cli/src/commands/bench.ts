@@ -31,7 +31,12 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     const clusterList = flags.cluster ?? process.env.BENCH_REDIS_CLUSTER;
     const cluster = clusterList?.split(",").map((s) => s.trim()).filter(Boolean);
     if (clusterList !== undefined && !cluster?.length) throw new UsageError("bench router: --cluster takes seed nodes like 127.0.0.1:7000,127.0.0.1:7001");
-    // --profile DIR: only a CPU profile of one router process under the 100-stream load.
+    // --profile DIR: only a CPU profile of one router process under the 100-stream load;
+    // --levels N picks another of the tables' stream levels for it (1 or 1000).
+    if (flags.profile !== undefined && levels !== undefined) {
+      if (flags.only === "non-streaming") throw new UsageError("bench router --profile: --levels goes with the streaming profile, not --only non-streaming");
+      if (levels.length !== 1 || ![1, 100, 1000].includes(levels[0]!)) throw new UsageError(`bench router --profile: --levels takes one of the stream levels 1, 100 or 1000, got '${flags.levels}'`);
+    }
     const processes = flags.processes === undefined ? undefined : Number(flags.processes);
     if (processes !== undefined && !(Number.isInteger(processes) && processes >= 1)) throw new UsageError("bench router: --processes takes a whole number ≥ 1");
     return benches.router({ quick: flags.quick === true, levels, only: flags.only as "money" | "non-streaming" | undefined, ...(cluster ? { cluster } : {}), ...(flags.profile ? { profile: flags.profile } : {}), ...(processes ? { processes } : {}), ...(warm !== undefined ? { warm } : {}) });

@@ -79,7 +79,7 @@ describe("runtime metrics", () => {
     const waited = Number(await run(["--import", "tsx", "--input-type=module", "-e", script]));
     await sibling;
     expect(waited).toBeGreaterThan(0.25);
-    expect(waited).toBeLessThan(1);
+    expect(waited).toBeLessThan(1.2);
   });
 
   it("is on /metrics where the kernel keeps schedstat, and left out where it does not", () => {
