@@ -1,5 +1,6 @@
 // The benches' one entry point for `switchyard bench <suite>`: each suite is
 // loaded on demand, so running one never loads the others.
+export { STREAM_LEVELS } from "./lib/levels.ts";
 export const benches = {
   router: async (opts: import("./router.ts").RouterBenchOptions) => (await import("./router.ts")).runRouterBench(opts),
   routerAgainst: async (opts: import("./router-against.ts").AgainstOptions) => (await import("./router-against.ts")).runRouterAgainst(opts),

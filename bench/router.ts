@@ -14,6 +14,7 @@ import { closedLoop, openLoop, percentile, type LoadResult, type Target } from "
 import { startLiteLLM } from "./lib/litellm.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch, endBench } from "./lib/scratch.ts";
+import { STREAM_LEVELS } from "./lib/levels.ts";
 import { busyStretches, readProfile, stretchesTable, topSelfTime } from "./lib/cpuprofile.ts";
 import { allocationBy, allocationTable, type HeapProfile } from "./lib/heapprofile.ts";
 import { routerExecArgv } from "@switchyard/router";
@@ -32,10 +33,6 @@ const cli = path.join(root, "apps/cli/bin/switchyard.mjs");
 const routerProc = (env: Record<string, string>, opts: { processes?: number; nodeFlags?: string[] } = {}) =>
   startProc(process.execPath, [...routerExecArgv(opts.nodeFlags ?? []), cli, "router", "--processes", String(opts.processes ?? 1)], env, opts.processes && opts.processes > 1 ? `router×${opts.processes}` : "router");
 
-export interface Level {
-  streams: number;
-  shape: { ttftMs: number; interTokenMs: number; tokens: number };
-}
 
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
 
@@ -62,13 +59,6 @@ export interface RouterBenchOptions {
  * serves for days is measured warm, not while V8 is still compiling it.
  */
 export const defaultWarmRuns = (quick: boolean) => (quick ? 1 : 2);
-
-/** The streaming levels of the tables (and of `--profile --levels N`): streams in flight and each stream's shape. */
-export const STREAM_LEVELS: readonly Level[] = [
-  { streams: 1, shape: { ttftMs: 20, interTokenMs: 20, tokens: 10 } },
-  { streams: 100, shape: { ttftMs: 50, interTokenMs: 50, tokens: 20 } },
-  { streams: 1000, shape: { ttftMs: 100, interTokenMs: 100, tokens: 20 } },
-];
 
 export async function runRouterBench(opts: RouterBenchOptions): Promise<number> {
   if (opts.profile) return profileRouter({ quick: opts.quick, dir: opts.profile, stream: opts.only !== "non-streaming", ...(opts.levels ? { streams: opts.levels[0] } : {}) });

@@ -71,9 +71,10 @@ Usage:
                                         each proxy's CPU per request and its event loop's wait for a core (run queue)
   switchyard bench router --profile DIR [--quick] [--levels 1|100|1000 | --only non-streaming]
                                         a CPU profile (node --cpu-prof) of one router under 100 streams (or that
-                                        level's streams, or the non-streaming closed loop): its wait for a core, top functions, the load's GC pauses and busy
-                                        stretches (the event loop's stalls), then the async resources (promises,
-                                        ticks, timers) it creates and the bytes it allocates per request, by module
+                                        level's streams, or the non-streaming closed loop): its wait for a core,
+                                        top functions, the load's GC pauses and busy stretches (the event loop's
+                                        stalls), then the async resources (promises, ticks, timers) it creates
+                                        and the bytes it allocates per request, by module
   switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--only non-streaming] [--rate-limits] [--against-node-flags=FLAGS]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
                                         CPU per request, req/s, ΔTTFT p99 and the wait for a core beside the bare proxy (a change's before/after);

@@ -4,7 +4,7 @@ import { UsageError } from "../usage.ts";
 export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string; cut?: string; against?: string; rounds?: string; warm?: string; "rate-limits"?: boolean; "against-node-flags"?: string }): Promise<number> {
   const [suite] = args;
   // The one bench entry point; it loads only the suite asked for.
-  const { benches } = await import("../../../../bench/index.ts");
+  const { benches, STREAM_LEVELS } = await import("../../../../bench/index.ts");
   if (suite === "router") {
     const levels = flags.levels?.split(",").map((n) => Number(n.trim()));
     if (levels?.some((n) => !Number.isInteger(n))) throw new UsageError(`bench router: --levels takes stream counts like 1,100,1000`);
@@ -35,7 +35,8 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     // --levels N picks another of the tables' stream levels for it (1 or 1000).
     if (flags.profile !== undefined && levels !== undefined) {
       if (flags.only === "non-streaming") throw new UsageError("bench router --profile: --levels goes with the streaming profile, not --only non-streaming");
-      if (levels.length !== 1 || ![1, 100, 1000].includes(levels[0]!)) throw new UsageError(`bench router --profile: --levels takes one of the stream levels 1, 100 or 1000, got '${flags.levels}'`);
+      const known = STREAM_LEVELS.map((l) => l.streams);
+      if (levels.length !== 1 || !known.includes(levels[0]!)) throw new UsageError(`bench router --profile: --levels takes one of the stream levels ${known.slice(0, -1).join(", ")} or ${known.at(-1)}, got '${flags.levels}'`);
     }
     const processes = flags.processes === undefined ? undefined : Number(flags.processes);
     if (processes !== undefined && !(Number.isInteger(processes) && processes >= 1)) throw new UsageError("bench router: --processes takes a whole number ≥ 1");

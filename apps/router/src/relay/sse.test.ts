@@ -60,7 +60,6 @@ function sseBatchesOf(body: Readable, opts: SseQueueOptions = {}): SseBatchReade
   return queue;
 }
 
-
 async function* from(chunks: Array<Uint8Array | string>): AsyncGenerator<Uint8Array | string> {
   for (const c of chunks) yield c;
 }
