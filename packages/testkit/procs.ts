@@ -3,7 +3,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
-import { loopCpuWaitSeconds } from "@switchyard/router/runtime";
 import { fileURLToPath } from "node:url";
 
 /** The repository root, found from this module (sources or the CLI's dist/ bundle). */
@@ -111,10 +110,19 @@ export function treeCpuSeconds(pid: number): number {
   return ticks / CLK_TCK;
 }
 
-/** Nanoseconds a thread has waited on a run queue: the router's own schedstat reader, pointed at another process's thread. */
+/**
+ * Nanoseconds a thread has waited on a run queue, from
+ * /proc/<pid>/task/<tid>/schedstat ("run time, run delay, timeslices"). The
+ * router reads its own the same way (observability/runtime.ts); the test kit
+ * may not import the router (test/architecture/boundaries.test.ts).
+ */
 export function runDelayNs(pid: number, tid = pid): number | undefined {
-  const s = loopCpuWaitSeconds(`/proc/${pid}/task/${tid}/schedstat`);
-  return s === undefined ? undefined : s * 1e9;
+  try {
+    const ns = Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[1]);
+    return Number.isFinite(ns) ? ns : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Run-queue seconds of the main threads of `pid` and its live descendants (NaN when /proc has no schedstat). */

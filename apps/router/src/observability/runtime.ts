@@ -40,8 +40,7 @@ export function loopDelayBuckets(h: Pick<IntervalHistogram, "count" | "percentil
  * Seconds this process's main thread — the event loop's — has spent
  * runnable on a run queue without a CPU since it started, from
  * /proc/self/schedstat ("run time, run delay, timeslices": the thread group
- * leader's own), or from another thread's schedstat file (the benches read
- * their proxies'); undefined where there is no such file (not Linux).
+ * leader's own); undefined where there is no such file (not Linux).
  */
 export function loopCpuWaitSeconds(file = "/proc/self/schedstat"): number | undefined {
   try {
