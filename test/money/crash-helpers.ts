@@ -136,3 +136,17 @@ export function reconcileCli(db: TestDb, redis: TestRedis, tenant: string): Prom
 export function generationMicro(fake: FakeOpenRouter, id: string): bigint {
   return fake.chargedMicro([id]);
 }
+
+/**
+ * The intents that carry a paid stream's generation id. The router notes it
+ * beside the intent off the request path, once the intent's own write has
+ * returned, so a client can read the first chunks before it lands; a router
+ * killed before then leaves an orphan with no generation to look up, charged
+ * at its hold (test/money/orphan-lookup-fails.test.ts). A test about the
+ * lookup kills only once every victim's note is there.
+ */
+export async function generationNotes(redis: TestRedis): Promise<string[]> {
+  const keys: string[] = [];
+  for (const k of await redis.redis.keys(`${redis.prefix}{ledger}:intent:*`)) if ((await redis.redis.get(k))?.includes('"generationId":"gen-')) keys.push(k);
+  return keys;
+}

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { budgetDay, RedisBudgetStore } from "@switchyard/state";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { waitFor } from "../helpers/env.ts";
-import { CLAIM_IDLE_MS, HOLD_TTL_MS, ORPHAN_SCAN_MS, openStream, reconcileCli, routerEnv, seedTenant, twoRouters } from "./crash-helpers.ts";
+import { CLAIM_IDLE_MS, generationNotes, HOLD_TTL_MS, ORPHAN_SCAN_MS, openStream, reconcileCli, routerEnv, seedTenant, twoRouters } from "./crash-helpers.ts";
 
 const STREAMS = 50;
 
@@ -32,6 +32,8 @@ describe("kill -9 in the middle of 50 paid streams", () => {
     const streams = await Promise.all(Array.from({ length: STREAMS }, (_, i) => openStream(a.url, key, `stream ${i} ${"x".repeat(i)}`)));
     const ids = streams.map((s) => s.requestId);
     expect(new Set(ids).size).toBe(STREAMS);
+    // Every stream's generation id noted beside its intent (crash-helpers generationNotes), or its orphan has nothing to look up.
+    await waitFor(async () => (await generationNotes(redis)).length === STREAMS, { timeoutMs: 5_000, what: "the 50 streams' generation ids noted beside their intents" });
     const killedAt = Date.now();
     await a.kill9();
     await Promise.all(streams.map((s) => s.rest));

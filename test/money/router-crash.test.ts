@@ -10,7 +10,7 @@ import { reconcileBudgetDay } from "../../apps/router/src/billing/reconcile.ts";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { waitFor } from "../helpers/env.ts";
 import type { RouterProc } from "../helpers/router-proc.ts";
-import { HOLD_TTL_MS, MODEL, routerEnv, seedTenant, twoRouters } from "./crash-helpers.ts";
+import { generationNotes, HOLD_TTL_MS, MODEL, routerEnv, seedTenant, twoRouters } from "./crash-helpers.ts";
 
 let fake: FakeOpenRouter;
 let key: string;
@@ -44,26 +44,15 @@ describe("kill -9 of a router mid-stream", () => {
       await r.text();
       done.push(r.headers.get("x-request-id")!);
     }
-    // Progress notes (a paid attempt's generation id, kept beside its intent until the intent is retired).
-    const generationNotes = async () => {
-      const keys: string[] = [];
-      for (const k of await redis.redis.keys(`${redis.prefix}{ledger}:intent:*`)) if ((await redis.redis.get(k))?.includes('"generationId":"gen-')) keys.push(k);
-      return keys;
-    };
-    await waitFor(async () => (await generationNotes()).length === 0, { timeoutMs: 5_000, what: "the finished requests' intents retired" });
+    await waitFor(async () => (await generationNotes(redis)).length === 0, { timeoutMs: 5_000, what: "the finished requests' intents retired" });
     // A long paid stream on router A; its hold is live while it runs.
     fake.enqueue({ kind: "slow", interTokenMs: 100, completionTokens: 100 });
     const victim = await post(a, { stream: true });
     const reader = victim.body!.getReader();
     await reader.read();
     expect((await store.snapshot(tenantId, day)).heldMicro).toBeGreaterThan(0n);
-    // The router notes the stream's generation id beside its intent off the
-    // request path, once the intent's own write has returned: the first
-    // chunk can reach the client before it. Killed before it lands, the
-    // orphan has no generation to look up and is charged at its hold, as
-    // when the lookup fails (test/money/orphan-lookup-fails.test.ts); this
-    // test is about the lookup, so the kill waits for the note.
-    await waitFor(async () => (await generationNotes()).length === 1, { timeoutMs: 5_000, what: "the stream's generation id noted beside its intent" });
+    // Killed before the stream's generation id is noted, the orphan is charged at its hold: this test is about the lookup.
+    await waitFor(async () => (await generationNotes(redis)).length === 1, { timeoutMs: 5_000, what: "the stream's generation id noted beside its intent" });
     await a.kill9();
     await reader.read().catch(() => undefined); // the connection dies with the router
     // Router B keeps serving the same tenant meanwhile.
