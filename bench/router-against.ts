@@ -5,7 +5,8 @@
 // is larger than most single changes, so the two builds take turns: round
 // after round, the bare proxy first, then the builds in alternating order,
 // each target gets the same closed loop
-// (and, unless --only non-streaming, the same 100-stream open loop), and CPU
+// (and, unless --only non-streaming, the same open loop of 100 streams, or
+// of another level with --levels N), and CPU
 // time per request (user + system of the process, from /proc) is the figure
 // that compares them. REV is checked out into a temporary git worktree whose
 // node_modules links to this checkout's, except its own workspace packages
@@ -19,6 +20,7 @@ import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/pro
 import { routerExecArgv } from "@switchyard/router";
 import { defaultWarmRuns, routerSeesWorker } from "./router.ts";
 import { benchScratch, endBench } from "./lib/scratch.ts";
+import { STREAM_LEVELS } from "./lib/levels.ts";
 
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
@@ -35,6 +37,8 @@ export interface AgainstOptions {
   warm?: number;
   /** The bench tenant with rate limits that never bind: every request taken and settled in Redis (the limiter's cost on the path). */
   rateLimits?: boolean;
+  /** The stream level of each round's streaming loop (one of STREAM_LEVELS; default 100), with that level's shape. */
+  streams?: number;
   /** Node flags for REV's router in place of the router's own (routerExecArgv): a node setting's before/after, against HEAD. */
   againstNodeFlags?: string[];
   log?: (line: string) => void;
@@ -148,7 +152,9 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     }
     await waitHttp(`${simUrl}/healthz`, { ok: () => true });
     const nsBody = JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
-    const shape = { ttftMs: 50, interTokenMs: 50, tokens: 20 };
+    const level = STREAM_LEVELS.find((l) => l.streams === (opts.streams ?? 100));
+    if (!level) throw new Error(`bench router --against: no stream level ${opts.streams} (levels: ${STREAM_LEVELS.map((l) => l.streams).join(", ")})`);
+    const shape = level.shape;
     const stBody = JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape });
     const direct: Target = { name: "direct", url: simUrl, path: "/v1/chat/completions", headers: {} };
     // Warm every path first (JIT, pools): a process's first seconds cost far more per request.
@@ -179,7 +185,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         c.rps.push(ok.length / r.wallS);
         let st = "";
         if (opts.only !== "non-streaming") {
-          const rate = 100 / ((shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000);
+          const rate = level.streams / ((shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000);
           const d = await openLoop(direct, { ratePerS: rate, durationS, body: stBody, stream: true });
           const s0 = proc!.cpuSeconds();
           const w0 = proc!.runQueueSeconds();
@@ -200,7 +206,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     const med = (xs: number[]) => percentile(xs, 50);
     const streamCols = opts.only !== "non-streaming";
     const out = [
-      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds after ${warmRounds} unmeasured warm-up round(s), ${durationS} s per loop, 64 clients closed loop${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? " + 100 streams open loop (ΔTTFT p99 against the sim worker measured just before)" : ""}`,
+      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds after ${warmRounds} unmeasured warm-up round(s), ${durationS} s per loop, 64 clients closed loop${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? ` + ${level.streams} streams open loop (ΔTTFT p99 against the sim worker measured just before)` : ""}`,
       "",
       `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) | stream errors |" : ""}`,
       `|---:|---|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|---:|" : ""}`,

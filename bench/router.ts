@@ -5,7 +5,7 @@
 // plus Portkey's gateway (its streaming path fails on Node 20 here); router
 // cold start to ready. Everything runs side by side in one run. Last section:
 // the money path (bench/money.ts), whose PASS/FAIL sets the exit code.
-import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -17,6 +17,7 @@ import { benchScratch, endBench } from "./lib/scratch.ts";
 import { STREAM_LEVELS } from "./lib/levels.ts";
 import { busyStretches, readProfile, stretchesTable, topSelfTime } from "./lib/cpuprofile.ts";
 import { allocationBy, allocationTable, type HeapProfile } from "./lib/heapprofile.ts";
+import { censusGrowth, heapCensus, liveTable, responsesIn } from "./lib/heapsnapshot.ts";
 import { routerExecArgv } from "@switchyard/router";
 
 const root = repoRoot();
@@ -396,6 +397,32 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
       `\nAllocated per request (${load.samples.length} requests, ${opts.stream ? `${level.streams} streams of ${shape.tokens} tokens` : "non-streaming closed loop"}; V8's sampling heap profiler, collected objects included; bench/lib/heap-sample.mjs):\n\n${heapTable(heap, load.samples.length)}\n`,
     );
     await sampled.stop();
+    // Last, what the load keeps alive: heap snapshots of one more router, idle
+    // and with the load's requests in flight (a snapshot stops the router for
+    // seconds, so none is taken where anything is timed).
+    const snapOut = path.join(dir, `live-${process.pid}`);
+    const snapped = routerProc({ ...routerEnv, SNAPSHOT_OUT: snapOut }, { nodeFlags: ["--import", pathToFileURL(path.join(root, "bench/lib/heap-snapshot.mjs")).href] });
+    procs.push(snapped);
+    await routerSeesWorker(url, auth);
+    await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
+    await warmUp();
+    const snapshot = async (n: number) => {
+      snapped.child.kill("SIGUSR2");
+      return waitForSnapshot(`${snapOut}-${n}.heapsnapshot`, 120_000);
+    };
+    const idle = heapCensus(await snapshot(1));
+    // Past one stream's life, every stream of the level is open (a closed loop: its 64 at once).
+    const lifeS = (shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000;
+    const steadyS = opts.stream ? Math.max(2, 1.5 * lifeS) : 2;
+    const loaded = opts.stream ? openLoop(t, { ...streams, durationS: steadyS + 2 }) : closedLoop(t, { clients: 64, durationS: steadyS + 2, body: warmBody, stream: false });
+    await new Promise((r) => setTimeout(r, steadyS * 1000));
+    const busy = heapCensus(await snapshot(2));
+    await loaded;
+    process.stdout.write(
+      `\nKept alive per request in flight (${opts.stream ? `${level.streams} streams` : "non-streaming closed loop, 64 clients"}; heap snapshots idle and under the load, objects by kind; a scavenge copies this while a request is young; bench/lib/heapsnapshot.ts):\n\n${liveTable(censusGrowth(idle, busy), responsesIn(busy) - responsesIn(idle))}\n`,
+    );
+    await snapped.stop();
+    for (const f of readdirSync(dir)) if (f.startsWith(path.basename(snapOut))) rmSync(path.join(dir, f), { force: true });
   } finally {
     await endBench(procs, scratch);
   }
@@ -422,6 +449,16 @@ function heapTable(text: string | undefined, requests: number): string {
 }
 
 /** A file's text once it exists and parses as JSON (a process writing it on a signal), or undefined after `ms`. */
+/** A heap snapshot's text once its file is whole (heap-snapshot.mjs renames it when written). */
+async function waitForSnapshot(file: string, ms: number): Promise<string> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (existsSync(file)) return readFileSync(file, "utf8");
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`no heap snapshot at ${file} within ${ms} ms`);
+}
+
 async function waitForFile(file: string, ms: number): Promise<string | undefined> {
   const deadline = Date.now() + ms;
   while (Date.now() < deadline) {

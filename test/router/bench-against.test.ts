@@ -49,6 +49,27 @@ describe("switchyard bench router --against", () => {
     expect(worktrees()).toBe(before);
   }, 240_000);
 
+  it("runs the streaming loop at the stream level --levels names, every stream answered; refuses a level it has not", async () => {
+    const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--levels", "1", "--rounds", "1", "--warm", "0"]);
+    expect(code, out).toBe(0);
+    expect(out).toMatch(/interleaved: 1 rounds after 0 unmeasured warm-up round\(s\), 3 s per loop, 64 clients closed loop \+ 1 streams open loop/);
+    const rows = out.split("\n").filter((l) => /^\| 1 \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
+    expect(rows.map((r) => r[1]), out).toEqual(["node-passthrough", expect.stringContaining("(HEAD)"), expect.stringContaining("(this checkout)")]);
+    for (const r of rows) {
+      expect(Number(r[6]), r.join(" | ")).toBeGreaterThan(0); // streaming CPU ms per stream
+      expect(Number.isFinite(Number(r[7])), r.join(" | ")).toBe(true); // ΔTTFT p99
+      expect(r[9], r.join(" | ")).toBe("0"); // stream errors
+    }
+    for (const [args, msg] of [
+      [["--levels", "7"], /--against: --levels takes one of the stream levels 1, 100 or 1000, got '7'/],
+      [["--levels", "100", "--only", "non-streaming"], /--against: --levels goes with the streaming loop/],
+    ] as const) {
+      const refused = await runCli(["bench", "router", "--against", "HEAD", ...args]);
+      expect(refused.code).not.toBe(0);
+      expect(refused.err).toMatch(msg);
+    }
+  }, 240_000);
+
   it("refuses --rounds that is not a whole number ≥ 1", async () => {
     const { code, err } = await runCli(["bench", "router", "--against", "HEAD", "--rounds", "0"]);
     expect(code).not.toBe(0);

@@ -4,7 +4,8 @@
 // run (bench/lib/async-census.mjs): one upstream request per request served,
 // and some promises — the figure issue 14's async-layer work is tracked by;
 // with the load's GC pauses and the event loop's busy stretches (its stalls);
-// then, on a third run, what a request allocates (bench/lib/heap-sample.mjs).
+// then, on a third run, what a request allocates (bench/lib/heap-sample.mjs),
+// and on a fourth what a request in flight keeps alive (bench/lib/heap-snapshot.mjs).
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -12,7 +13,7 @@ import { describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli-run.ts";
 
 describe("switchyard bench router --profile", () => {
-  it("writes a CPU profile, prints its top functions, the load's GC pauses and busy stretches, then the async resources and the bytes allocated per request", async () => {
+  it("writes a CPU profile, prints its top functions, the load's GC pauses and busy stretches, then the async resources, the bytes allocated per request and those a request in flight keeps alive", async () => {
     const dir = mkdtempSync(path.join(tmpdir(), "sy-profile-"));
     try {
       const { code, out } = await runCli(["bench", "router", "--profile", dir, "--only", "non-streaming", "--quick"]);
@@ -51,6 +52,18 @@ describe("switchyard bench router --profile", () => {
       expect(all).toBeLessThan(1000);
       expect(out).toMatch(/\| router relay \| [0-9.]+ \| [0-9.]+ \|/);
       expect(out).toMatch(/\| npm undici \| [0-9.]+ \| [0-9.]+ \|/);
+      // What a request in flight keeps alive (a fourth run, heap snapshots
+      // idle and under the load): its Node request beside its response, and
+      // kilobytes of state on the V8 heap.
+      expect(out).toMatch(/Kept alive per request in flight \(non-streaming closed loop, 64 clients/);
+      const live = /(\d+) requests in flight: (\d+) bytes per request on the V8 heap/.exec(out);
+      expect(live, out).not.toBeNull();
+      expect(Number(live![1])).toBeGreaterThan(0);
+      expect(Number(live![2])).toBeGreaterThan(1000);
+      expect(Number(live![2])).toBeLessThan(1_000_000);
+      const incoming = Number(/\| `IncomingMessage` \| ([0-9.]+) \|/.exec(out)?.[1]);
+      expect(incoming, out).toBeGreaterThan(0.9);
+      expect(incoming).toBeLessThan(1.2);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

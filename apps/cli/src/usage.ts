@@ -73,13 +73,15 @@ Usage:
                                         a CPU profile (node --cpu-prof) of one router under 100 streams (or that
                                         level's streams, or the non-streaming closed loop): its wait for a core,
                                         top functions, the load's GC pauses and busy stretches (the event loop's
-                                        stalls), then the async resources (promises, ticks, timers) it creates
-                                        and the bytes it allocates per request, by module
-  switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--only non-streaming] [--rate-limits] [--against-node-flags=FLAGS]
+                                        stalls), then the async resources (promises, ticks, timers) it creates,
+                                        the bytes it allocates per request, by module, and what a request in
+                                        flight keeps alive (heap snapshots), by kind
+  switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--levels 1|100|1000 | --only non-streaming] [--rate-limits] [--against-node-flags=FLAGS]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
                                         CPU per request, req/s, ΔTTFT p99 and the wait for a core beside the bare proxy (a change's before/after);
                                         N rounds (default 4, after --warm unmeasured ones), in how many of them this checkout used less CPU, and
                                         the median of the rounds' ratios (this checkout over REV, each over the bare proxy)
+                                        (--levels N: the streaming loop at that stream level, default 100)
                                         (--rate-limits: the tenant rate-limited, never refused: the limiter's cost on the path)
                                         (--against-node-flags: node flags for REV's router instead of the router's own,
                                         e.g. '--max-semi-space-size=16' (V8's default) against HEAD: a node setting's before/after)

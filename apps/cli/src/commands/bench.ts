@@ -14,14 +14,18 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     if (warm !== undefined && flags.profile !== undefined) throw new UsageError("bench router --profile: warms its load for a fixed time; --warm goes with the tables and --against");
     // --against REV: this checkout's router and REV's, taking turns (before/after of a change in one run).
     if (flags.against !== undefined) {
-      if (flags.profile !== undefined || flags.cluster !== undefined || flags.levels !== undefined) throw new UsageError("bench router --against: takes --quick, --rounds and --only non-streaming, not --profile, --cluster or --levels");
+      if (flags.profile !== undefined || flags.cluster !== undefined) throw new UsageError("bench router --against: takes --quick, --rounds, --levels N and --only non-streaming, not --profile or --cluster");
       if (flags.only !== undefined && flags.only !== "non-streaming") throw new UsageError(`bench router --against: --only takes 'non-streaming', got '${flags.only}'`);
+      // --levels N: the streaming loop of each round at that stream level (default 100).
+      const known = STREAM_LEVELS.map((l) => l.streams);
+      if (levels !== undefined && (levels.length !== 1 || !known.includes(levels[0]!))) throw new UsageError(`bench router --against: --levels takes one of the stream levels ${known.slice(0, -1).join(", ")} or ${known.at(-1)}, got '${flags.levels}'`);
+      if (levels !== undefined && flags.only === "non-streaming") throw new UsageError("bench router --against: --levels goes with the streaming loop, not --only non-streaming");
       if (!flags.against.trim()) throw new UsageError("bench router --against: give a commit, e.g. --against HEAD~1");
       const rounds = flags.rounds === undefined ? undefined : Number(flags.rounds);
       if (rounds !== undefined && !(Number.isInteger(rounds) && rounds >= 1)) throw new UsageError("bench router --against: --rounds takes a whole number ≥ 1");
       const againstNodeFlags = flags["against-node-flags"]?.trim().split(/\s+/).filter(Boolean);
       if (againstNodeFlags?.some((f) => !f.startsWith("-"))) throw new UsageError(`bench router --against-node-flags: node flags only (each starting with -), got '${flags["against-node-flags"]}'`);
-      return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}), ...(rounds ? { rounds } : {}), ...(warm !== undefined ? { warm } : {}), ...(flags["rate-limits"] ? { rateLimits: true } : {}), ...(againstNodeFlags ? { againstNodeFlags } : {}) });
+      return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}), ...(rounds ? { rounds } : {}), ...(warm !== undefined ? { warm } : {}), ...(flags["rate-limits"] ? { rateLimits: true } : {}), ...(againstNodeFlags ? { againstNodeFlags } : {}), ...(levels ? { streams: levels[0]! } : {}) });
     }
     if (flags["rate-limits"]) throw new UsageError("bench router: --rate-limits goes with --against");
     if (flags["against-node-flags"] !== undefined) throw new UsageError("bench router: --against-node-flags goes with --against");
