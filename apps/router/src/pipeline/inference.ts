@@ -205,7 +205,12 @@ export class InferencePipeline {
   private attempt(leased: LeaseRouting, resolution: Resolution, cls: RequestClass, tab: RequestTab, stripUsage: boolean) {
     const { c, deps, body } = this;
     const { raw, detached } = this.opts;
-    const place = this.place;
+    // The relay's callbacks take what they need as locals, not `this`: a
+    // stream's relay outlives the handler, and through `this` it would keep
+    // the whole request alive — the Hono context with its closures, the
+    // request's wrappers — for the stream's life, copied by every scavenge
+    // that finds the stream young (issue 14).
+    const { place, rate } = this;
     return dispatch(
       leased.backends,
       { path: this.path, body, stream: body.stream === true, ...(raw ? { raw } : {}), ...(leased.fencingToken !== undefined ? { fencingToken: leased.fencingToken, ...(leased.fencingWorker ? { fencingWorker: leased.fencingWorker } : {}) } : {}) },
@@ -230,7 +235,7 @@ export class InferencePipeline {
         release: (b) => tab.release(b),
         settle: (o) => {
           place?.release();
-          this.rate?.settle(o.usage, o.firstTokenAt !== undefined || (o.chunks ?? 0) > 0);
+          rate?.settle(o.usage, o.firstTokenAt !== undefined || (o.chunks ?? 0) > 0);
           tab.settle(o);
         },
       }),

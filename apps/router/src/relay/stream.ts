@@ -66,8 +66,12 @@ export interface Leg {
   backend: Backend;
   /** The upstream's events, one batch per upstream chunk, after `held`. */
   batches: AsyncIterator<SseBatch>;
-  /** The batch that held the leg's first event (events[0], checked already): the rest go out in the same write. */
-  held: SseBatch;
+  /**
+   * The batch that held the leg's first event (events[0], checked already):
+   * the rest go out in the same write. The pump takes it (takeHeld): a leg
+   * keeps no batch once it is relayed.
+   */
+  held: SseBatch | undefined;
   up: Pick<UpstreamResponse, "abort">;
   a: Attempt;
   /** Attempt start → its first event. */
@@ -76,6 +80,13 @@ export interface Leg {
   rewrite?: (payload: string) => string;
   /** A paid attempt's progress report (BudgetVerdict.progress): the usage seen goes beside its intent. */
   progress?: (p: { generationId?: string; usage?: Usage }) => void;
+}
+
+/** A leg's held batch, handed over once: the leg lets go of it (a stream's relay lives as long as the stream, and kept nothing past its use, is copied by no scavenge). */
+function takeHeld(leg: Leg): SseBatch {
+  const held = leg.held!;
+  leg.held = undefined;
+  return held;
 }
 
 export interface ResumeRun {
@@ -295,12 +306,14 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
     metrics.streamResumes.inc({ outcome: "resumed" });
     leg = next.leg;
     const ev = rewritten(next.first);
-    if (account(ev)) emit(ev, next.first, leg.held.chunk, leg.held.events[0]!);
+    if (account(ev)) emit(ev, next.first, leg.held!.chunk, leg.held!.events[0]!);
     leg.a.timer.arm("idle", deadlines.idleMs);
     return true;
   };
   account(firstEv);
   leg.a.timer.arm("idle", deadlines.idleMs);
+  // The pump writes the first event, then lets go of it (a closure naming `firstEv` would keep it as long as the stream).
+  let firstOut: CheckedEvent | undefined = firstEv;
 
   // Relays events until the upstream ends or fails, one write per upstream
   // chunk. `write` resolves when the client can take more (backpressure);
@@ -312,16 +325,17 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
       if (piece !== undefined) return write(piece);
     };
     // The batch being relayed and the next event in it; the first event of a leg's held batch is gathered already.
-    let batch: SseBatch | undefined = leg.held;
+    let batch: SseBatch | undefined = takeHeld(leg);
     let i = 1;
     // A failure resume can carry: on true the continuation's held batch is next (its first event sent already).
     const resumed = async (failure: UpstreamFailure): Promise<boolean> => {
       if (!resume || !(await resumeAfter(failure, flush))) return false;
-      batch = leg.held;
+      batch = takeHeld(leg);
       i = 1;
       return true;
     };
-    emit(firstEv, firstEv, batch.chunk, batch.events[0]!);
+    emit(firstOut!, firstOut!, batch.chunk, batch.events[0]!);
+    firstOut = undefined;
     try {
       for (;;) {
         if (batch === undefined || sawDone || i >= batch.events.length) {
@@ -330,6 +344,8 @@ export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext
           // still costs a turn of the microtask queue, on every token).
           const wrote = flush();
           if (wrote) await wrote;
+          // Relayed: not kept in this frame while the next chunk is awaited (every path below sets the next batch or ends).
+          batch = undefined;
           let next: IteratorResult<SseBatch>;
           try {
             next = await leg.batches.next();
