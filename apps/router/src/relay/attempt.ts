@@ -10,6 +10,7 @@ import { UpstreamTooLarge } from "../backends/transport.ts";
 import type { AttemptOutcome } from "../routing/health.ts";
 import type { RelayContext } from "./context.ts";
 import { PhaseTimer } from "./deadlines.ts";
+import type { AttemptReporter } from "../routing/scorer.ts";
 
 export interface Attempt {
   /** Aborts this attempt's upstream call (passed to backend.open as its signal). */
@@ -67,39 +68,52 @@ export function onAbortOf(signal: AbortLike, fn: () => void): () => void {
   return () => fns.delete(fn);
 }
 
+/**
+ * An attempt under way. A class: an attempt lives as long as its stream, and
+ * what it keeps is copied by every scavenge that finds the stream young —
+ * methods shared by every attempt, not five closures and their context each
+ * (issue 14).
+ */
+class RunningAttempt implements Attempt {
+  readonly controller = new Abort();
+  readonly timer: PhaseTimer;
+  readonly startedAt = performance.now();
+  private readonly offClient: (() => void) | undefined;
+  private readonly offShutdown: (() => void) | undefined;
+
+  constructor(
+    ctx: RelayContext,
+    private readonly reporter: AttemptReporter | undefined,
+  ) {
+    const { controller } = this;
+    // The total deadline spans every attempt, counted from the request's arrival;
+    // it is not the backend's fault (not retried), a phase's deadline is.
+    this.timer = new PhaseTimer(
+      (err) => controller.abort(new UpstreamFailure("timeout", err.message, err.phase !== "total")),
+      ctx.startedAt + ctx.deadlines.totalMs,
+      ctx.deadlines.totalMs,
+    );
+    // Through onAbortOf's Set: the client's signal gets one listener for all its attempts, never removed one by one.
+    if (ctx.signal.aborted) controller.abort(new UpstreamFailure("aborted", "client went away", false));
+    else this.offClient = onAbortOf(ctx.signal, () => controller.abort(new UpstreamFailure("aborted", "client went away", false)));
+    if (ctx.shutdown?.aborted) controller.abort(new RouterShuttingDown());
+    else if (ctx.shutdown) this.offShutdown = onAbortOf(ctx.shutdown, () => controller.abort(new RouterShuttingDown()));
+  }
+
+  cleanup(): void {
+    this.timer.clear();
+    this.offClient?.();
+    this.offShutdown?.();
+  }
+
+  // The scorer's reporter counts once, whichever path ends the attempt first.
+  report(outcome: AttemptOutcome, extra: { ttftMs?: number; failure?: UpstreamFailure } = {}): void {
+    this.reporter?.({ outcome, durationMs: performance.now() - this.startedAt, ttftMs: extra.ttftMs, failure: extra.failure?.kind, status: extra.failure?.status });
+  }
+}
+
 export function startAttempt(ctx: RelayContext, backend?: Backend): Attempt {
-  const startedAt = performance.now();
-  const reporter = backend ? ctx.observe?.(backend) : undefined;
-  const controller = new Abort();
-  // The total deadline spans every attempt, counted from the request's arrival;
-  // it is not the backend's fault (not retried), a phase's deadline is.
-  const timer = new PhaseTimer(
-    (err) => controller.abort(new UpstreamFailure("timeout", err.message, err.phase !== "total")),
-    ctx.startedAt + ctx.deadlines.totalMs,
-    ctx.deadlines.totalMs,
-  );
-  const onClientAbort = () => controller.abort(new UpstreamFailure("aborted", "client went away", false));
-  // Through onAbortOf's Set: the client's signal gets one listener for all its attempts, never removed one by one.
-  let offClient: (() => void) | undefined;
-  if (ctx.signal.aborted) onClientAbort();
-  else offClient = onAbortOf(ctx.signal, onClientAbort);
-  const onShutdown = () => controller.abort(new RouterShuttingDown());
-  let offShutdown: (() => void) | undefined;
-  if (ctx.shutdown?.aborted) onShutdown();
-  else if (ctx.shutdown) offShutdown = onAbortOf(ctx.shutdown, onShutdown);
-  return {
-    controller,
-    timer,
-    cleanup: () => {
-      timer.clear();
-      offClient?.();
-      offShutdown?.();
-    },
-    startedAt,
-    // The scorer's reporter counts once, whichever path ends the attempt first.
-    report: (outcome, extra = {}) =>
-      reporter?.({ outcome, durationMs: performance.now() - startedAt, ttftMs: extra.ttftMs, failure: extra.failure?.kind, status: extra.failure?.status }),
-  };
+  return new RunningAttempt(ctx, backend ? ctx.observe?.(backend) : undefined);
 }
 
 /** The reason an attempt was aborted, if it was. */

@@ -7,6 +7,7 @@
 // first byte a failure ends the stream with exactly one SSE error event —
 // unless the request opted in to resume, then the stream continues on
 // another free worker (openContinuation).
+import type { ServerResponse } from "node:http";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import { ApiError, errorBody } from "../errors.ts";
 import type { Backend, InferencePath, UpstreamResponse } from "../backends/types.ts";
@@ -14,7 +15,7 @@ import { UpstreamFailure } from "../backends/types.ts";
 import { type Usage, usageFrom } from "../backends/usage.ts";
 import { endFailedAttempt, failureToApiError, outcomeOf, startAttempt, toFailure, type Attempt } from "./attempt.ts";
 import type { RelayContext } from "./context.ts";
-import { pieceWriter } from "./chunked.ts";
+import { pieceWriter, type PieceWrite } from "./chunked.ts";
 import type { StreamResume } from "./resume.ts";
 import { SSE_DONE, type SseBatch, type SseEvent, sseText, textBatch } from "./sse.ts";
 
@@ -221,246 +222,321 @@ export class Coalescer {
   }
 }
 
-export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext, firstTokenAt: number, resume?: ResumeRun): Response {
-  const { deadlines, metrics } = ctx;
-  const backend = first.backend;
-  let leg = first;
-  let sawDone = false;
-  let finished = false;
-  let usage: Usage | undefined;
-  let chunks = 0;
-  const finish = (status: "ok" | "error" | "client_cancelled" | "timeout", failure?: UpstreamFailure) => {
-    if (finished) return;
-    finished = true;
+type StreamEnd = "ok" | "error" | "client_cancelled" | "timeout";
+
+/**
+ * Relays one stream to its client. A class, not a function of closures: a
+ * stream's relay lives as long as the stream, and what it keeps is copied by
+ * every scavenge that finds the stream young — its methods are shared by
+ * every stream, a dozen closures and their context were a kilobyte each
+ * (issue 14).
+ */
+class StreamRelay {
+  private leg: Leg;
+  private sawDone = false;
+  private finished = false;
+  private usage: Usage | undefined;
+  private chunks = 0;
+  private readonly pending = new Coalescer();
+  /** The leg's first event until the pump has written it (then let go). */
+  private firstOut: CheckedEvent | undefined;
+  /** The batch being relayed (undefined between chunks) and the next event in it. */
+  private batch: SseBatch | undefined;
+  private i = 0;
+  /** Node: the response written to directly, one piece per upstream chunk (chunked.ts). */
+  private out: ServerResponse | undefined;
+  private put: PieceWrite | undefined;
+  private started = false;
+  /** Elsewhere: the WHATWG stream's controller. */
+  private controller: ReadableStreamDefaultController<Uint8Array> | undefined;
+
+  constructor(
+    first: Leg,
+    firstEv: CheckedEvent,
+    private readonly ctx: RelayContext,
+    private readonly firstTokenAt: number,
+    private readonly resume: ResumeRun | undefined,
+  ) {
+    this.leg = first;
+    this.account(firstEv);
+    first.a.timer.arm("idle", ctx.deadlines.idleMs);
+    this.firstOut = firstEv;
+  }
+
+  private finish(status: StreamEnd, failure?: UpstreamFailure): void {
+    if (this.finished) return;
+    this.finished = true;
+    const { leg, ctx } = this;
     leg.a.cleanup();
     leg.a.report(failure ? outcomeOf(failure) : status === "ok" ? "ok" : status === "client_cancelled" ? "neutral" : "failed", { ttftMs: leg.ttftMs, ...(failure ? { failure } : {}) });
-    metrics.duration.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
-    ctx.settle?.({ backend: leg.backend, status, usage, firstTokenAt, chunks });
-  };
+    ctx.metrics.duration.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
+    ctx.settle?.({ backend: leg.backend, status, usage: this.usage, firstTokenAt: this.firstTokenAt, chunks: this.chunks });
+  }
+
   /** Accounts one checked event (from the parse checkEvent did); false when it must not reach the client. */
-  const account = (ev: CheckedEvent): boolean => {
+  private account(ev: CheckedEvent): boolean {
     const parsed = ev.obj;
     if (!parsed) {
-      sawDone = true;
+      this.sawDone = true;
       return true;
     }
-    chunks++;
+    this.chunks++;
     if (parsed.usage) {
       const u = usageFrom(parsed, ev.line);
       if (u) {
-        usage = u;
-        leg.progress?.({ usage: u });
-        metrics.tokens.inc({ kind: "prompt" }, u.prompt);
-        metrics.tokens.inc({ kind: "completion" }, u.completion);
+        const { ctx } = this;
+        this.usage = u;
+        this.leg.progress?.({ usage: u });
+        ctx.metrics.tokens.inc({ kind: "prompt" }, u.prompt);
+        ctx.metrics.tokens.inc({ kind: "completion" }, u.completion);
         // We asked for usage on the client's behalf: keep its stream as it expects.
         if (ctx.stripUsage && Array.isArray(parsed.choices) && parsed.choices.length === 0) return false;
       }
     }
-    resume?.state.track(ev.line);
+    this.resume?.state.track(ev.line);
     return true;
-  };
+  }
+
   /** A continuation's event, made to look like the first upstream's (only legs that rewrite pay a second parse). */
-  const rewritten = (ev: CheckedEvent): CheckedEvent => {
-    if (!leg.rewrite || !ev.obj) return ev;
-    const line = leg.rewrite(ev.line);
+  private rewritten(ev: CheckedEvent): CheckedEvent {
+    const { rewrite } = this.leg;
+    if (!rewrite || !ev.obj) return ev;
+    const line = rewrite(ev.line);
     return line === ev.line ? ev : { line, obj: JSON.parse(line) as Record<string, unknown> };
-  };
-  const errorEvent = (err: ApiError) => sseText(JSON.stringify(errorBody(err, ctx.requestId)));
-  const pending = new Coalescer();
+  }
+
+  private errorEvent(err: ApiError): string {
+    return sseText(JSON.stringify(errorBody(err, this.ctx.requestId)));
+  }
+
   /** An accepted event for the client: its upstream bytes when it passes unchanged (`out` is the checked event itself), else its text. */
-  const emit = (out: CheckedEvent, checked: CheckedEvent, chunk: Buffer, e: SseEvent) => {
-    if (out === checked && e.start >= 0 && out.line === e.data) pending.bytes(chunk, e.start, e.end);
-    else pending.text(sseText(out.line));
-  };
+  private emit(out: CheckedEvent, checked: CheckedEvent, chunk: Buffer, e: SseEvent): void {
+    if (out === checked && e.start >= 0 && out.line === e.data) this.pending.bytes(chunk, e.start, e.end);
+    else this.pending.text(sseText(out.line));
+  }
+
   /** Client went away: abort the upstream so the worker frees the slot. */
-  const clientGone = () => {
+  clientGone(): void {
+    const { leg } = this;
     leg.a.controller.abort(new UpstreamFailure("aborted", "client went away", false));
-    finish("client_cancelled");
+    this.finish("client_cancelled");
     leg.up.abort();
-  };
+  }
+
+  /** One piece to the client; a promise when it pushes back (backpressure). */
+  private write(piece: Uint8Array | string): void | Promise<void> {
+    const out = this.out;
+    if (!out) {
+      this.controller!.enqueue(typeof piece === "string" ? encoder.encode(piece) : piece);
+      return;
+    }
+    if (out.destroyed) throw new UpstreamFailure("aborted", "client went away", false);
+    this.started = true;
+    const wrote = this.put!(piece);
+    if (wrote !== true) return wrote;
+  }
+
+  private close(): void {
+    if (this.out) {
+      this.out.end();
+      return;
+    }
+    try {
+      this.controller!.close();
+    } catch {
+      // cancelled meanwhile
+    }
+  }
+
+  /** What was gathered, in one write. */
+  private flush(): void | Promise<void> {
+    const piece = this.pending.take();
+    if (piece !== undefined) return this.write(piece);
+  }
+
   /**
    * The current upstream broke mid-way: for requests that opted in, continue
    * on another worker. True when the relay goes on (from the new leg's
    * `held` batch, whose first event is already gathered). What was gathered
    * from the broken leg goes out first.
    */
-  const resumeAfter = async (failure: UpstreamFailure, flush: () => void | Promise<void>): Promise<boolean> => {
-    if (!resume || !failure.retryable || ctx.signal.aborted || finished) return false;
-    await flush();
-    const broken = leg;
+  private async resumeAfter(failure: UpstreamFailure): Promise<boolean> {
+    const { resume, ctx } = this;
+    if (!resume || !failure.retryable || ctx.signal.aborted || this.finished) return false;
+    await this.flush();
+    const broken = this.leg;
     broken.a.cleanup();
     broken.up.abort();
     broken.a.report(outcomeOf(failure), { ttftMs: broken.ttftMs, failure });
     ctx.log.warn("stream broke mid-way; resuming", { backend: broken.backend.id, kind: failure.kind, error: failure.message, produced: resume.state.produced });
     const next = await resume.open(broken.backend);
-    if (next && finished) {
+    if (next && this.finished) {
       // The client left while the continuation opened.
       next.leg.a.cleanup();
       next.leg.up.abort();
       next.leg.a.report("neutral");
     }
-    if (!next || finished) {
-      metrics.streamResumes.inc({ outcome: "failed" });
+    if (!next || this.finished) {
+      ctx.metrics.streamResumes.inc({ outcome: "failed" });
       return false;
     }
-    metrics.streamResumes.inc({ outcome: "resumed" });
-    leg = next.leg;
-    const ev = rewritten(next.first);
-    if (account(ev)) emit(ev, next.first, leg.held!.chunk, leg.held!.events[0]!);
-    leg.a.timer.arm("idle", deadlines.idleMs);
+    ctx.metrics.streamResumes.inc({ outcome: "resumed" });
+    const leg = (this.leg = next.leg);
+    const ev = this.rewritten(next.first);
+    if (this.account(ev)) this.emit(ev, next.first, leg.held!.chunk, leg.held!.events[0]!);
+    leg.a.timer.arm("idle", ctx.deadlines.idleMs);
     return true;
-  };
-  account(firstEv);
-  leg.a.timer.arm("idle", deadlines.idleMs);
-  // The pump writes the first event, then lets go of it (a closure naming `firstEv` would keep it as long as the stream).
-  let firstOut: CheckedEvent | undefined = firstEv;
+  }
 
-  // Relays events until the upstream ends or fails, one write per upstream
-  // chunk. `write` resolves when the client can take more (backpressure);
-  // after the first byte a failure ends the stream with exactly one error
-  // event (unless it resumes elsewhere), after the whole events before it.
-  const pump = async (write: (piece: Uint8Array | string) => void | Promise<void>, close: () => void) => {
-    const flush = (): void | Promise<void> => {
-      const piece = pending.take();
-      if (piece !== undefined) return write(piece);
-    };
-    // The batch being relayed and the next event in it; the first event of a leg's held batch is gathered already.
-    let batch: SseBatch | undefined = takeHeld(leg);
-    let i = 1;
-    // A failure resume can carry: on true the continuation's held batch is next (its first event sent already).
-    const resumed = async (failure: UpstreamFailure): Promise<boolean> => {
-      if (!resume || !(await resumeAfter(failure, flush))) return false;
-      batch = takeHeld(leg);
-      i = 1;
-      return true;
-    };
-    emit(firstOut!, firstOut!, batch.chunk, batch.events[0]!);
-    firstOut = undefined;
+  /** A failure resume can carry: on true the continuation's held batch is next (its first event sent already). */
+  private async resumed(failure: UpstreamFailure): Promise<boolean> {
+    if (!this.resume || !(await this.resumeAfter(failure))) return false;
+    this.batch = takeHeld(this.leg);
+    this.i = 1;
+    return true;
+  }
+
+  /**
+   * Relays events until the upstream ends or fails, one write per upstream
+   * chunk. `write` resolves when the client can take more (backpressure);
+   * after the first byte a failure ends the stream with exactly one error
+   * event (unless it resumes elsewhere), after the whole events before it.
+   */
+  async pump(): Promise<void> {
+    const { ctx } = this;
+    const { metrics } = ctx;
+    // The first event of a leg's held batch is gathered here; the rest of the batch is next.
+    const held = takeHeld(this.leg);
+    this.batch = held;
+    this.i = 1;
+    this.emit(this.firstOut!, this.firstOut!, held.chunk, held.events[0]!);
+    this.firstOut = undefined;
     try {
       for (;;) {
-        if (batch === undefined || sawDone || i >= batch.events.length) {
+        const batch = this.batch;
+        if (batch === undefined || this.sawDone || this.i >= batch.events.length) {
           // This chunk's events are gathered: one write, then the next chunk
           // (awaited only when the client pushes back: an await of nothing
           // still costs a turn of the microtask queue, on every token).
-          const wrote = flush();
+          const wrote = this.flush();
           if (wrote) await wrote;
-          // Relayed: not kept in this frame while the next chunk is awaited (every path below sets the next batch or ends).
-          batch = undefined;
+          // Relayed: not kept while the next chunk is awaited (every path below sets the next batch or ends).
+          this.batch = undefined;
           let next: IteratorResult<SseBatch>;
           try {
-            next = await leg.batches.next();
+            next = await this.leg.batches.next();
           } catch (err) {
-            if (await resumed(toFailure(err, leg.a))) continue;
+            if (await this.resumed(toFailure(err, this.leg.a))) continue;
             throw err;
           }
           if (next.done) {
-            if (!sawDone && (await resumed(new UpstreamFailure("protocol", `${leg.backend.id} ended the stream without [DONE]`, true)))) continue;
-            finish(sawDone ? "ok" : "error");
-            if (!sawDone) {
+            if (!this.sawDone && (await this.resumed(new UpstreamFailure("protocol", `${this.leg.backend.id} ended the stream without [DONE]`, true)))) continue;
+            this.finish(this.sawDone ? "ok" : "error");
+            if (!this.sawDone) {
               metrics.errors.inc({ code: "bad_upstream" });
-              pending.text(errorEvent(new ApiError("bad_upstream", `${leg.backend.id} ended the stream without [DONE]`)));
-              await flush();
+              this.pending.text(this.errorEvent(new ApiError("bad_upstream", `${this.leg.backend.id} ended the stream without [DONE]`)));
+              await this.flush();
             }
-            return close();
+            return this.close();
           }
-          leg.a.timer.refresh();
-          batch = next.value;
-          i = 0;
+          this.leg.a.timer.refresh();
+          this.batch = next.value;
+          this.i = 0;
           // After [DONE] keep reading, relaying nothing: the upstream ends right
           // away and its connection goes back to the pool fully read.
           continue;
         }
-        const e = batch.events[i++]!;
+        const e = batch.events[this.i++]!;
+        const leg = this.leg;
         let ev: CheckedEvent;
         try {
           ev = checkEvent(leg.backend, e);
         } catch (err) {
-          if (await resumed(toFailure(err, leg.a))) continue;
+          if (await this.resumed(toFailure(err, leg.a))) continue;
           throw err;
         }
         const upstreamErr = upstreamErrorEvent(ev);
         if (upstreamErr) {
-          if (await resumed(new UpstreamFailure("bad_status", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`, true))) continue;
+          if (await this.resumed(new UpstreamFailure("bad_status", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`, true))) continue;
           // The worker already ended the stream with its error event: relay
           // it in our shape as the one error event, and stop.
-          finish("error");
+          this.finish("error");
           leg.up.abort();
           metrics.errors.inc({ code: "bad_upstream" });
-          pending.text(errorEvent(new ApiError("bad_upstream", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`)));
-          await flush();
-          return close();
+          this.pending.text(this.errorEvent(new ApiError("bad_upstream", `${leg.backend.id}: ${upstreamErr.message ?? "stream failed"}`)));
+          await this.flush();
+          return this.close();
         }
-        const out = rewritten(ev);
-        if (account(out)) emit(out, ev, batch.chunk, e);
+        const out = this.rewritten(ev);
+        if (this.account(out)) this.emit(out, ev, batch.chunk, e);
       }
     } catch (err) {
+      const leg = this.leg;
       const failure = toFailure(err, leg.a);
-      finish(failure.kind === "aborted" ? "client_cancelled" : failure.kind === "timeout" ? "timeout" : "error", failure);
+      this.finish(failure.kind === "aborted" ? "client_cancelled" : failure.kind === "timeout" ? "timeout" : "error", failure);
       leg.up.abort();
       // The client is gone: nobody is left to read an error event.
-      if (failure.kind === "aborted") return close();
+      if (failure.kind === "aborted") return this.close();
       const apiErr = failureToApiError(failure);
       metrics.errors.inc({ code: apiErr.code });
       ctx.log.warn("stream failed after first byte", { backend: leg.backend.id, kind: failure.kind, error: failure.message });
       // The whole events accepted before the failure, then the one error event.
-      pending.text(errorEvent(apiErr));
+      this.pending.text(this.errorEvent(apiErr));
       try {
-        await flush();
+        await this.flush();
       } catch {
         // client gone meanwhile
       }
-      close();
+      this.close();
     }
-  };
+  }
 
+  /**
+   * On Node, write straight to the socket: one write per upstream chunk
+   * (its bytes as they are, or text encoded once by the socket's own
+   * write), no WHATWG stream machinery in between (the relay's hot loop).
+   * The head goes out with the first write (the pump writes the held
+   * events before its first await): one packet for head + first token,
+   * not a flushHeaders() write of its own ahead of it.
+   */
+  toNode(out: ServerResponse, headers: Record<string, string>): void {
+    out.writeHead(200, headers);
+    out.once("close", () => {
+      if (!out.writableFinished) this.clientGone();
+    });
+    this.out = out;
+    // After the first piece (with the head), each piece is one framed chunk in one socket write (chunked.ts).
+    this.put = pieceWriter(out);
+    void this.pump();
+    // Nothing of the held batch was for the client (a stripped usage chunk): the head goes now all the same.
+    if (!this.started && !out.destroyed) out.flushHeaders();
+  }
+
+  /** Elsewhere: a WHATWG stream the pump enqueues to. */
+  toStream(): ReadableStream<Uint8Array> {
+    return new ReadableStream<Uint8Array>({
+      start: (controller) => {
+        this.controller = controller;
+        void this.pump();
+      },
+      cancel: () => this.clientGone(),
+    });
+  }
+}
+
+export function relayStream(first: Leg, firstEv: CheckedEvent, ctx: RelayContext, firstTokenAt: number, resume?: ResumeRun): Response {
+  const relay = new StreamRelay(first, firstEv, ctx, firstTokenAt, resume);
   const headers = {
     "content-type": "text/event-stream; charset=utf-8",
     "cache-control": "no-cache",
     connection: "keep-alive",
     "x-request-id": ctx.requestId,
-    "x-switchyard-backend": backend.id,
+    "x-switchyard-backend": first.backend.id,
     ...ctx.headers,
   };
-  const out = ctx.outgoing;
-  if (out) {
-    // On Node, write straight to the socket: one write per upstream chunk
-    // (its bytes as they are, or text encoded once by the socket's own
-    // write), no WHATWG stream machinery in between (the relay's hot loop).
-    // The head goes out with the first write (the pump writes the held
-    // events before its first await): one packet for head + first token,
-    // not a flushHeaders() write of its own ahead of it.
-    out.writeHead(200, headers);
-    out.once("close", () => {
-      if (!out.writableFinished) clientGone();
-    });
-    let started = false;
-    // After the first piece (with the head), each piece is one framed chunk in one socket write (chunked.ts).
-    const put = pieceWriter(out);
-    const write = (piece: Uint8Array | string): void | Promise<void> => {
-      if (out.destroyed) throw new UpstreamFailure("aborted", "client went away", false);
-      started = true;
-      const wrote = put(piece);
-      if (wrote !== true) return wrote;
-    };
-    void pump(write, () => out.end());
-    // Nothing of the held batch was for the client (a stripped usage chunk): the head goes now all the same.
-    if (!started && !out.destroyed) out.flushHeaders();
+  if (ctx.outgoing) {
+    relay.toNode(ctx.outgoing, headers);
     return RESPONSE_ALREADY_SENT;
   }
-  const stream = new ReadableStream<Uint8Array>({
-    start(controller) {
-      void pump(
-        (piece) => controller.enqueue(typeof piece === "string" ? encoder.encode(piece) : piece),
-        () => {
-          try {
-            controller.close();
-          } catch {
-            // cancelled meanwhile
-          }
-        },
-      );
-    },
-    cancel: clientGone,
-  });
-  return new Response(stream, { status: 200, headers });
+  return new Response(relay.toStream(), { status: 200, headers });
 }
