@@ -20,7 +20,7 @@ import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/pro
 import { routerExecArgv } from "@switchyard/router";
 import { defaultWarmRuns, routerSeesWorker } from "./router.ts";
 import { benchScratch, endBench } from "./lib/scratch.ts";
-import { STREAM_LEVELS } from "./lib/levels.ts";
+import { arrivalRate, levelOf } from "./lib/levels.ts";
 
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
@@ -152,8 +152,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     }
     await waitHttp(`${simUrl}/healthz`, { ok: () => true });
     const nsBody = JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
-    const level = STREAM_LEVELS.find((l) => l.streams === (opts.streams ?? 100));
-    if (!level) throw new Error(`bench router --against: no stream level ${opts.streams} (levels: ${STREAM_LEVELS.map((l) => l.streams).join(", ")})`);
+    const level = levelOf(opts.streams ?? 100, "bench router --against");
     const shape = level.shape;
     const stBody = JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape });
     const direct: Target = { name: "direct", url: simUrl, path: "/v1/chat/completions", headers: {} };
@@ -185,7 +184,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         c.rps.push(ok.length / r.wallS);
         let st = "";
         if (opts.only !== "non-streaming") {
-          const rate = level.streams / ((shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000);
+          const rate = arrivalRate(level);
           const d = await openLoop(direct, { ratePerS: rate, durationS, body: stBody, stream: true });
           const s0 = proc!.cpuSeconds();
           const w0 = proc!.runQueueSeconds();

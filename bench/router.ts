@@ -14,7 +14,7 @@ import { closedLoop, openLoop, percentile, type LoadResult, type Target } from "
 import { startLiteLLM } from "./lib/litellm.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch, endBench } from "./lib/scratch.ts";
-import { STREAM_LEVELS } from "./lib/levels.ts";
+import { arrivalRate, levelOf, STREAM_LEVELS, streamLifeS } from "./lib/levels.ts";
 import { busyStretches, readProfile, stretchesTable, topSelfTime } from "./lib/cpuprofile.ts";
 import { allocationBy, allocationTable, type HeapProfile } from "./lib/heapprofile.ts";
 import { censusGrowth, heapCensus, liveTable, responsesIn } from "./lib/heapsnapshot.ts";
@@ -33,7 +33,6 @@ const tsx = (file: string, env: Record<string, string>, label: string) => startP
 const cli = path.join(root, "apps/cli/bin/switchyard.mjs");
 const routerProc = (env: Record<string, string>, opts: { processes?: number; nodeFlags?: string[] } = {}) =>
   startProc(process.execPath, [...routerExecArgv(opts.nodeFlags ?? []), cli, "router", "--processes", String(opts.processes ?? 1)], env, opts.processes && opts.processes > 1 ? `router×${opts.processes}` : "router");
-
 
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
 
@@ -165,8 +164,8 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     const summary: Record<string, Record<string, { ttft50: number[]; ttft99: number[]; tot50: number[]; tot99: number[]; errors: number; n: number; cpu: number[]; cpuPerReq: number[]; rps: number[]; waited: number[] }>> = {};
     const chosen = opts.levels ? levels.filter((l) => opts.levels!.includes(l.streams)) : opts.quick ? levels.slice(0, 2) : levels;
     for (const level of chosen) {
-      const streamS = (level.shape.ttftMs + level.shape.interTokenMs * level.shape.tokens) / 1000;
-      const rate = level.streams / streamS;
+      const streamS = streamLifeS(level);
+      const rate = arrivalRate(level);
       const body = JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: level.shape });
       summary[level.streams] = {};
       // LiteLLM tops out near 40 streams/s on one core here: at 1000 streams
@@ -288,8 +287,7 @@ export async function routerSeesWorker(url: string, auth: Record<string, string>
  * written to DIR when the router exits, and its top self-time functions printed.
  */
 async function profileRouter(opts: { quick: boolean; dir: string; stream: boolean; streams?: number }): Promise<number> {
-  const level = STREAM_LEVELS.find((l) => l.streams === (opts.streams ?? 100));
-  if (!level) throw new Error(`bench router --profile: no stream level ${opts.streams} (levels: ${STREAM_LEVELS.map((l) => l.streams).join(", ")})`);
+  const level = levelOf(opts.streams ?? 100, "bench router --profile");
   const dir = path.resolve(opts.dir);
   mkdirSync(dir, { recursive: true });
   const before = new Set(readdirSync(dir));
@@ -323,7 +321,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     const warmBody = JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
     // The level's load in every pass (100 streams: 20 tokens 50 ms apart after 50 ms), arrivals paced to keep that many in flight.
     const shape = level.shape;
-    const streams = { ratePerS: level.streams / ((shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000), body: JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape }), stream: true };
+    const streams = { ratePerS: arrivalRate(level), body: JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape }), stream: true };
     await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
     // Each pass runs its load unmeasured first (defaultWarmRuns): a profile of
     // a router still being compiled shows the compiler, not the router.
@@ -408,12 +406,15 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     await warmUp();
     const snapshot = async (n: number) => {
       snapped.child.kill("SIGUSR2");
-      return waitForSnapshot(`${snapOut}-${n}.heapsnapshot`, 120_000);
+      const file = `${snapOut}-${n}.heapsnapshot`;
+      // Whole once it exists: heap-snapshot.mjs renames it when written.
+      const text = await waitForFile(file, 120_000, () => true);
+      if (text === undefined) throw new Error(`no heap snapshot at ${file} within 120 s`);
+      return text;
     };
     const idle = heapCensus(await snapshot(1));
     // Past one stream's life, every stream of the level is open (a closed loop: its 64 at once).
-    const lifeS = (shape.ttftMs + shape.interTokenMs * shape.tokens) / 1000;
-    const steadyS = opts.stream ? Math.max(2, 1.5 * lifeS) : 2;
+    const steadyS = opts.stream ? Math.max(2, 1.5 * streamLifeS(level)) : 2;
     const loaded = opts.stream ? openLoop(t, { ...streams, durationS: steadyS + 2 }) : closedLoop(t, { clients: 64, durationS: steadyS + 2, body: warmBody, stream: false });
     await new Promise((r) => setTimeout(r, steadyS * 1000));
     const busy = heapCensus(await snapshot(2));
@@ -448,32 +449,29 @@ function heapTable(text: string | undefined, requests: number): string {
   return allocationTable(allocationBy(prof as HeapProfile), requests);
 }
 
-/** A file's text once it exists and parses as JSON (a process writing it on a signal), or undefined after `ms`. */
-/** A heap snapshot's text once its file is whole (heap-snapshot.mjs renames it when written). */
-async function waitForSnapshot(file: string, ms: number): Promise<string> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (existsSync(file)) return readFileSync(file, "utf8");
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`no heap snapshot at ${file} within ${ms} ms`);
-}
-
-async function waitForFile(file: string, ms: number): Promise<string | undefined> {
+/**
+ * A file's text once it exists and is whole (a process writing it on a
+ * signal; by default, whole when it parses as JSON), or undefined after `ms`.
+ */
+async function waitForFile(file: string, ms: number, whole: (text: string) => boolean = parsesAsJson): Promise<string | undefined> {
   const deadline = Date.now() + ms;
   while (Date.now() < deadline) {
     if (existsSync(file)) {
       const text = readFileSync(file, "utf8");
-      try {
-        JSON.parse(text);
-        return text;
-      } catch {
-        // still being written
-      }
+      if (whole(text)) return text; // else still being written
     }
     await new Promise((r) => setTimeout(r, 100));
   }
   return undefined;
+}
+
+function parsesAsJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 type GcPauses = Map<string, { count: number; sum: number }>;

@@ -13,3 +13,20 @@ export const STREAM_LEVELS: readonly Level[] = [
   { streams: 100, shape: { ttftMs: 50, interTokenMs: 50, tokens: 20 } },
   { streams: 1000, shape: { ttftMs: 100, interTokenMs: 100, tokens: 20 } },
 ];
+
+/** The level of `streams` streams; `who` names the command in the error for any other count. */
+export function levelOf(streams: number, who: string): Level {
+  const level = STREAM_LEVELS.find((l) => l.streams === streams);
+  if (!level) throw new Error(`${who}: no stream level ${streams} (levels: ${STREAM_LEVELS.map((l) => l.streams).join(", ")})`);
+  return level;
+}
+
+/** How long one of the level's streams lasts at the sim worker (its first token, then the rest). */
+export function streamLifeS(level: Level): number {
+  return (level.shape.ttftMs + level.shape.interTokenMs * level.shape.tokens) / 1000;
+}
+
+/** Arrivals per second that keep the level's streams in flight. */
+export function arrivalRate(level: Level): number {
+  return level.streams / streamLifeS(level);
+}

@@ -146,7 +146,9 @@ export function generationMicro(fake: FakeOpenRouter, id: string): bigint {
  * lookup kills only once every victim's note is there.
  */
 export async function generationNotes(redis: TestRedis): Promise<string[]> {
-  const keys: string[] = [];
-  for (const k of await redis.redis.keys(`${redis.prefix}{ledger}:intent:*`)) if ((await redis.redis.get(k))?.includes('"generationId":"gen-')) keys.push(k);
-  return keys;
+  const keys = await redis.redis.keys(`${redis.prefix}{ledger}:intent:*`);
+  if (keys.length === 0) return [];
+  // One round trip for all the intents (one hash slot: {ledger}).
+  const values = await redis.redis.mget(...keys);
+  return keys.filter((_, i) => values[i]?.includes('"generationId":"gen-'));
 }

@@ -17,9 +17,10 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
       if (flags.profile !== undefined || flags.cluster !== undefined) throw new UsageError("bench router --against: takes --quick, --rounds, --levels N and --only non-streaming, not --profile or --cluster");
       if (flags.only !== undefined && flags.only !== "non-streaming") throw new UsageError(`bench router --against: --only takes 'non-streaming', got '${flags.only}'`);
       // --levels N: the streaming loop of each round at that stream level (default 100).
-      const known = STREAM_LEVELS.map((l) => l.streams);
-      if (levels !== undefined && (levels.length !== 1 || !known.includes(levels[0]!))) throw new UsageError(`bench router --against: --levels takes one of the stream levels ${known.slice(0, -1).join(", ")} or ${known.at(-1)}, got '${flags.levels}'`);
-      if (levels !== undefined && flags.only === "non-streaming") throw new UsageError("bench router --against: --levels goes with the streaming loop, not --only non-streaming");
+      if (levels !== undefined) {
+        if (flags.only === "non-streaming") throw new UsageError("bench router --against: --levels goes with the streaming loop, not --only non-streaming");
+        oneStreamLevel("bench router --against", levels, flags.levels!, STREAM_LEVELS);
+      }
       if (!flags.against.trim()) throw new UsageError("bench router --against: give a commit, e.g. --against HEAD~1");
       const rounds = flags.rounds === undefined ? undefined : Number(flags.rounds);
       if (rounds !== undefined && !(Number.isInteger(rounds) && rounds >= 1)) throw new UsageError("bench router --against: --rounds takes a whole number ≥ 1");
@@ -39,8 +40,7 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     // --levels N picks another of the tables' stream levels for it (1 or 1000).
     if (flags.profile !== undefined && levels !== undefined) {
       if (flags.only === "non-streaming") throw new UsageError("bench router --profile: --levels goes with the streaming profile, not --only non-streaming");
-      const known = STREAM_LEVELS.map((l) => l.streams);
-      if (levels.length !== 1 || !known.includes(levels[0]!)) throw new UsageError(`bench router --profile: --levels takes one of the stream levels ${known.slice(0, -1).join(", ")} or ${known.at(-1)}, got '${flags.levels}'`);
+      oneStreamLevel("bench router --profile", levels, flags.levels!, STREAM_LEVELS);
     }
     const processes = flags.processes === undefined ? undefined : Number(flags.processes);
     if (processes !== undefined && !(Number.isInteger(processes) && processes >= 1)) throw new UsageError("bench router: --processes takes a whole number ≥ 1");
@@ -73,4 +73,10 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     return benches.split({ quick: flags.quick === true, ...(levels ? { levels } : {}), ...(threads ? { threads } : {}), ...(cut ? { cut } : {}) });
   }
   throw new UsageError(`bench: expected 'router', 'engine', 'split', 'admission', 'routing' or 'registry', got '${suite ?? ""}'`);
+}
+
+/** --profile and --against run one of the tables' stream levels: refuses anything else, naming them. */
+function oneStreamLevel(who: string, levels: number[], given: string, known: ReadonlyArray<{ streams: number }>): void {
+  const counts = known.map((l) => l.streams);
+  if (levels.length !== 1 || !counts.includes(levels[0]!)) throw new UsageError(`${who}: --levels takes one of the stream levels ${counts.slice(0, -1).join(", ")} or ${counts.at(-1)}, got '${given}'`);
 }

@@ -93,11 +93,13 @@ class RunningAttempt implements Attempt {
       ctx.startedAt + ctx.deadlines.totalMs,
       ctx.deadlines.totalMs,
     );
+    const onClientAbort = () => controller.abort(new UpstreamFailure("aborted", "client went away", false));
     // Through onAbortOf's Set: the client's signal gets one listener for all its attempts, never removed one by one.
-    if (ctx.signal.aborted) controller.abort(new UpstreamFailure("aborted", "client went away", false));
-    else this.offClient = onAbortOf(ctx.signal, () => controller.abort(new UpstreamFailure("aborted", "client went away", false)));
-    if (ctx.shutdown?.aborted) controller.abort(new RouterShuttingDown());
-    else if (ctx.shutdown) this.offShutdown = onAbortOf(ctx.shutdown, () => controller.abort(new RouterShuttingDown()));
+    if (ctx.signal.aborted) onClientAbort();
+    else this.offClient = onAbortOf(ctx.signal, onClientAbort);
+    const onShutdown = () => controller.abort(new RouterShuttingDown());
+    if (ctx.shutdown?.aborted) onShutdown();
+    else if (ctx.shutdown) this.offShutdown = onAbortOf(ctx.shutdown, onShutdown);
   }
 
   cleanup(): void {

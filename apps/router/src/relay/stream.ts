@@ -83,7 +83,11 @@ export interface Leg {
   progress?: (p: { generationId?: string; usage?: Usage }) => void;
 }
 
-/** A leg's held batch, handed over once: the leg lets go of it (a stream's relay lives as long as the stream, and kept nothing past its use, is copied by no scavenge). */
+/**
+ * A leg's held batch, handed over once: the leg lets go of it. A stream's
+ * relay lives as long as the stream; what it keeps past its use is copied by
+ * every scavenge that finds the stream young.
+ */
 function takeHeld(leg: Leg): SseBatch {
   const held = leg.held!;
   leg.held = undefined;
