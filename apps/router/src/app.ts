@@ -1,6 +1,6 @@
 // createApp(deps): the public router app (OpenAI-compatible API + health),
 // and createAdminApp(deps) for /metrics on its own port.
-import { Hono } from "hono";
+import { Hono, type Context } from "hono";
 import { ApiError, errorBody, toApiError } from "./errors.ts";
 import type { AppDeps, AppEnv } from "./deps.ts";
 import { requestContext } from "./middleware.ts";
@@ -22,44 +22,12 @@ import { registerDeleteResponse } from "./routes/v1/responses/delete.ts";
 import { registerCreateMessage } from "./routes/v1/messages/create.ts";
 import { MemoryResponseStore } from "@switchyard/state";
 import { registerOpenApi } from "./routes/openapi.ts";
+import { oneHandler, routeTable } from "./route-table.ts";
 
 export function createApp(deps: AppDeps): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
-  app.use("*", requestContext(deps));
-  registerHealthz(app);
-  registerReadyz(app, deps);
-  registerChatCompletions(app, deps);
-  registerCompletions(app, deps);
-  registerEmbeddings(app, deps);
-  registerHiddenStates(app, deps);
-  registerListModels(app, deps);
-  registerRetrieveModel(app, deps);
-  registerCreateLease(app, deps);
-  registerRetrieveLease(app, deps);
-  registerExtendLease(app, deps);
-  registerReleaseLease(app, deps);
-  // Translated APIs (translate/): OpenAI Responses, Anthropic Messages.
-  const responses = deps.responses ?? new MemoryResponseStore();
-  registerCreateResponse(app, deps, responses);
-  registerRetrieveResponse(app, deps, responses);
-  registerDeleteResponse(app, deps, responses);
-  registerCreateMessage(app, deps);
-  // Last: the document lists every route registered above (openapi/spec.ts).
-  registerOpenApi(app);
-
-  let allowed: ((path: string) => string[]) | undefined;
-  app.notFound((c) => {
-    c.set("route", "unmatched"); // one metrics label for every path no route knows
-    // A path some route serves, with another method: 405 with Allow (RFC 9110), not 404.
-    const methods = (allowed ??= allowedMethods(app))(c.req.path);
-    const err = methods.length
-      ? new ApiError("method_not_allowed", `${c.req.method} is not allowed on ${c.req.path} (allowed: ${methods.join(", ")})`, null, { allow: methods.join(", ") })
-      : new ApiError("not_found", `no route for ${c.req.method} ${c.req.path}`);
-    deps.metrics.errors.inc({ code: err.code });
-    for (const [k, v] of Object.entries(err.headers)) c.header(k, v);
-    return c.json(errorBody(err, c.get("requestId")), err.status as 404);
-  });
-  app.onError((thrown, c) => {
+  // One error answer for every route's levels (route-table.ts) and whatever reaches Hono itself.
+  const onError = (thrown: unknown, c: Context<AppEnv>): Response => {
     const err = toApiError(thrown);
     if (!(thrown instanceof ApiError)) {
       const cause = (thrown as { cause?: unknown })?.cause;
@@ -71,7 +39,49 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
     deps.metrics.errors.inc({ code: err.code });
     for (const [k, v] of Object.entries(err.headers)) c.header(k, v);
     return c.json(errorBody(err, c.get("requestId")), err.status as 400);
-  });
+  };
+  // Every route runs under the request context, its levels as one handler.
+  const routes = routeTable(app, (route) => requestContext(deps, route), onError);
+  registerHealthz(routes);
+  registerReadyz(routes, deps);
+  registerChatCompletions(routes, deps);
+  registerCompletions(routes, deps);
+  registerEmbeddings(routes, deps);
+  registerHiddenStates(routes, deps);
+  registerListModels(routes, deps);
+  registerRetrieveModel(routes, deps);
+  registerCreateLease(routes, deps);
+  registerRetrieveLease(routes, deps);
+  registerExtendLease(routes, deps);
+  registerReleaseLease(routes, deps);
+  // Translated APIs (translate/): OpenAI Responses, Anthropic Messages.
+  const responses = deps.responses ?? new MemoryResponseStore();
+  registerCreateResponse(routes, deps, responses);
+  registerRetrieveResponse(routes, deps, responses);
+  registerDeleteResponse(routes, deps, responses);
+  registerCreateMessage(routes, deps);
+  // Last: the document lists every route registered above (openapi/spec.ts).
+  registerOpenApi(routes, app);
+
+  let allowed: ((path: string) => string[]) | undefined;
+  // A path no route serves answers under the request context too (one metrics label for all of them: "unmatched").
+  app.notFound(
+    oneHandler(
+      [
+        requestContext(deps, "unmatched"),
+        (c) => {
+          // A path some route serves, with another method: 405 with Allow (RFC 9110), not 404.
+          const methods = (allowed ??= allowedMethods(app))(c.req.path);
+          const err = methods.length
+            ? new ApiError("method_not_allowed", `${c.req.method} is not allowed on ${c.req.path} (allowed: ${methods.join(", ")})`, null, { allow: methods.join(", ") })
+            : new ApiError("not_found", `no route for ${c.req.method} ${c.req.path}`);
+          throw err;
+        },
+      ],
+      onError,
+    ),
+  );
+  app.onError(onError);
   return app;
 }
 

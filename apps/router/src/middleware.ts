@@ -3,7 +3,6 @@
 import { randomFillSync } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import type { Context, MiddlewareHandler } from "hono";
-import { matchedRoutes } from "hono/route";
 import type * as z from "zod";
 import { Abort, type AbortLike } from "./abort.ts";
 import { ApiError } from "./errors.ts";
@@ -42,8 +41,15 @@ export function newRequestId(): string {
   return id;
 }
 
-export function requestContext(deps: AppDeps): MiddlewareHandler<AppEnv> {
-  return async (c, next) => {
+/**
+ * The request context, in front of every route (route-table.ts) and of the
+ * not-found answer: an id, the route's pattern as the metrics label, a
+ * child logger, the root span; then, once the rest has answered, the
+ * request's metrics and access log line. Not an async function: when the
+ * rest answers at once, so does this (issue 14).
+ */
+export function requestContext(deps: AppDeps, route: string): MiddlewareHandler<AppEnv> {
+  return (c, next) => {
     // Every request gets an id the router mints: budget holds, settles, the
     // ledger, leases and upstream calls key on it, so a client repeating an
     // id can never merge two requests (issue 10, item 2).
@@ -52,37 +58,42 @@ export function requestContext(deps: AppDeps): MiddlewareHandler<AppEnv> {
     const startedAt = performance.now();
     c.set("requestId", requestId);
     c.set("startedAt", startedAt);
-    // Metrics label by the matched route pattern, never the raw path: paths
-    // are the client's to choose, and every distinct label is a series kept
-    // forever (issue 10, item 9). Routing ran before middleware, so the
-    // match is known here: the last one is the route, unless it is this
-    // middleware itself (app.notFound says "unmatched" too).
-    const matched = matchedRoutes(c);
-    c.set("route", matched.length - 1 > c.req.routeIndex ? matched[matched.length - 1]!.path : "unmatched");
+    // Metrics label by the route's pattern, never the raw path: paths are
+    // the client's to choose, and every distinct label is a series kept
+    // forever (issue 10, item 9).
+    c.set("route", route);
     c.set("log", deps.log.child(clientId ? { request_id: requestId, client_request_id: clientId } : { request_id: requestId }));
     // Set before next(): Hono applies it to responses it builds; touching
     // c.res after next() would materialise a full Response per request.
     // Responses built by the relay carry the id themselves.
     c.header("x-request-id", requestId);
     if (clientId) c.header("x-client-request-id", clientId);
-    const span = deps.tracing?.request(`${c.req.method} ${c.get("route")}`, c.req.header("traceparent"), { "http.request.method": c.req.method, "http.route": c.get("route"), "switchyard.request_id": requestId });
+    const span = deps.tracing?.request(`${c.req.method} ${route}`, c.req.header("traceparent"), { "http.request.method": c.req.method, "http.route": route, "switchyard.request_id": requestId });
     if (span) c.set("span", span);
-    await next();
-    const status = c.res.status;
-    if (span) endRequestSpan(c, span, status);
-    deps.metrics.requests.inc({ route: c.get("route"), status: String(status) });
-    const streaming = c.get("streaming") === true;
-    if (!streaming) deps.metrics.duration.observe({ route: c.get("route") }, (performance.now() - startedAt) / 1000);
-    const tenant = c.get("tenant");
-    c.get("log").info("request", {
-      method: c.req.method,
-      path: c.req.path,
-      status,
-      ms: Math.round((performance.now() - startedAt) * 100) / 100,
-      ...(tenant ? { tenant: tenant.tenantName, key: tenant.prefix } : {}),
-      ...(streaming ? { streaming: true } : {}),
-    });
+    const done = next() as Promise<void> | void;
+    if (done) return done.then(() => requestEnded(deps, c, startedAt, span));
+    requestEnded(deps, c, startedAt, span);
+    return undefined as unknown as Promise<void>;
   };
+}
+
+/** A request's metrics and access log line, once its answer is set (a stream's duration is observed when it ends). */
+function requestEnded(deps: AppDeps, c: Context<AppEnv>, startedAt: number, span: Span | undefined): void {
+  const status = c.res.status;
+  const route = c.get("route");
+  if (span) endRequestSpan(c, span, status);
+  deps.metrics.requests.inc({ route, status: String(status) });
+  const streaming = c.get("streaming") === true;
+  if (!streaming) deps.metrics.duration.observe({ route }, (performance.now() - startedAt) / 1000);
+  const tenant = c.get("tenant");
+  c.get("log").info("request", {
+    method: c.req.method,
+    path: c.req.path,
+    status,
+    ms: Math.round((performance.now() - startedAt) * 100) / 100,
+    ...(tenant ? { tenant: tenant.tenantName, key: tenant.prefix } : {}),
+    ...(streaming ? { streaming: true } : {}),
+  });
 }
 
 /** The root span ends with the answer: when a stream's last byte is written, not when its headers are. */
@@ -136,18 +147,20 @@ function admitKey(c: Context<AppEnv>, owner: KeyOwner | undefined): void {
  */
 export function jsonBody(deps: AppDeps, schema: z.ZodType): MiddlewareHandler<AppEnv> {
   const limit = deps.config.router.bodyLimitBytes;
-  // One middleware, not one per check: each level of Hono's chain is an
-  // async frame, a promise and an await on every request. The schema is the
-  // route's documented request body too (openapi/spec.ts).
-  return markBody<MiddlewareHandler<AppEnv>>(async (c, next) => {
+  // One middleware, not one per check, and no async frame of its own: the
+  // body's read is the one promise it makes. The schema is the route's
+  // documented request body too (openapi/spec.ts).
+  return markBody<MiddlewareHandler<AppEnv>>((c, next) => {
     const type = c.req.header("content-type") ?? "";
     if (!/^application\/json\s*(;|$)/i.test(type)) {
       throw new ApiError("unsupported_media_type", `expected Content-Type: application/json, got ${type || "none"}`);
     }
     const declared = Number(c.req.header("content-length") ?? NaN);
     if (declared > limit) throw new ApiError("payload_too_large", `request body exceeds the ${limit} byte limit`);
-    c.set("body", validate(schema, await readJson(c, limit)));
-    await next();
+    return readJson(c, limit).then((body) => {
+      c.set("body", validate(schema, body));
+      return next();
+    });
   }, schema);
 }
 
@@ -174,11 +187,11 @@ const tooLarge = (limit: number) => new ApiError("payload_too_large", `request b
  * reads the IncomingMessage directly: materialising a WHATWG Request for
  * every call costs more than the rest of the request path.
  */
-async function readBody(c: Context<AppEnv>, limit: number): Promise<string> {
+function readBody(c: Context<AppEnv>, limit: number): Promise<string> {
   const incoming = c.env?.incoming;
   if (incoming) {
     // Events, not `for await`: an async iterator per request costs more than the read itself.
-    if (incoming.readableEnded) return "";
+    if (incoming.readableEnded) return Promise.resolve("");
     return new Promise<string>((resolve, reject) => {
       const chunks: Buffer[] = [];
       let size = 0;
@@ -209,9 +222,10 @@ async function readBody(c: Context<AppEnv>, limit: number): Promise<string> {
       incoming.once("close", onClose);
     });
   }
-  const buf = await c.req.arrayBuffer();
-  if (buf.byteLength > limit) throw tooLarge(limit);
-  return Buffer.from(buf).toString("utf8");
+  return c.req.arrayBuffer().then((buf) => {
+    if (buf.byteLength > limit) throw tooLarge(limit);
+    return Buffer.from(buf).toString("utf8");
+  });
 }
 
 /**
@@ -256,8 +270,11 @@ export function nestsDeeperThan(text: string, max: number): boolean {
 }
 
 /** Parses the JSON body; invalid JSON, or JSON nested deeper than MAX_JSON_DEPTH, is a 400 invalid_json. */
-export async function readJson(c: Context<AppEnv>, limit: number): Promise<unknown> {
-  const text = await readBody(c, limit);
+export function readJson(c: Context<AppEnv>, limit: number): Promise<unknown> {
+  return readBody(c, limit).then(parseJson);
+}
+
+function parseJson(text: string): unknown {
   if (nestsDeeperThan(text, MAX_JSON_DEPTH)) throw new ApiError("invalid_json", `request body nests objects/arrays deeper than ${MAX_JSON_DEPTH} levels`);
   try {
     return JSON.parse(text);

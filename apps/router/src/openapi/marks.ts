@@ -35,6 +35,8 @@ export interface RouteDoc {
 const bodies = new WeakMap<object, z.ZodType>();
 const auth = new WeakMap<object, string>();
 const docs = new WeakMap<object, RouteDoc>();
+/** A handler made of several (route-table.ts oneHandler) → those, whose marks it carries. */
+const parts = new WeakMap<object, readonly object[]>();
 
 /** `mw` validates the JSON body against `schema` (middleware.ts jsonBody). */
 export function markBody<T extends object>(mw: T, schema: z.ZodType): T {
@@ -54,8 +56,25 @@ export function documented<T extends object>(doc: RouteDoc, handler: T): T {
   return handler;
 }
 
+/** `handler` runs `levels` as one: its marks are theirs. */
+export function markParts<T extends object>(handler: T, levels: readonly object[]): T {
+  parts.set(handler, levels);
+  return handler;
+}
+
+/** A mark of `h`, or of the first of its parts that has one. */
+function find<M>(map: WeakMap<object, M>, h: object): M | undefined {
+  const own = map.get(h);
+  if (own !== undefined) return own;
+  for (const p of parts.get(h) ?? []) {
+    const found = find(map, p);
+    if (found !== undefined) return found;
+  }
+  return undefined;
+}
+
 export const marks = {
-  body: (h: object) => bodies.get(h),
-  auth: (h: object) => auth.get(h),
-  doc: (h: object) => docs.get(h),
+  body: (h: object) => find(bodies, h),
+  auth: (h: object) => find(auth, h),
+  doc: (h: object) => find(docs, h),
 };

@@ -4,10 +4,12 @@ import type { Hono } from "hono";
 import type { AppEnv } from "../deps.ts";
 import { documented } from "../openapi/marks.ts";
 import { buildOpenApi } from "../openapi/spec.ts";
+import type { RouteTable } from "../route-table.ts";
 
-export function registerOpenApi(app: Hono<AppEnv>): void {
+/** `app` is what the document describes; the route registers on `routes`. */
+export function registerOpenApi(routes: RouteTable, app: Hono<AppEnv>): void {
   let spec: Record<string, unknown> | undefined;
-  app.get(
+  routes.get(
     "/openapi.json",
     documented({ summary: "This document", tag: "meta", operationId: "getOpenApi" }, (c) => c.json((spec ??= buildOpenApi(app)))),
   );

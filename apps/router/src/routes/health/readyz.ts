@@ -3,8 +3,8 @@
 // (no addresses: the endpoint is public). A draining router (SIGTERM) answers
 // 503 "draining" at once, so a load balancer stops sending it new requests
 // while its live streams finish.
-import type { Hono } from "hono";
 import type { AppDeps, AppEnv } from "../../deps.ts";
+import type { RouteTable } from "../../route-table.ts";
 import * as z from "zod";
 import { publicSummary } from "../../observability/summary.ts";
 import { documented } from "../../openapi/marks.ts";
@@ -17,7 +17,7 @@ const doc = {
   responses: { 200: { description: "ready", json: readiness }, 503: { description: "not ready, or draining", json: readiness } },
 };
 
-export function registerReadyz(app: Hono<AppEnv>, deps: AppDeps): void {
+export function registerReadyz(app: RouteTable, deps: AppDeps): void {
   app.get("/readyz", documented(doc, async (c) => {
     const r = await deps.readiness();
     const ok = r.redis && r.postgres && !r.draining;

@@ -1,7 +1,7 @@
 // POST /v1/chat/completions — OpenAI chat, streamed or not.
-import type { Hono } from "hono";
 import * as z from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { handleInference } from "../../../pipeline/inference.ts";
 import { generationFields } from "../fields.ts";
@@ -89,7 +89,7 @@ export const chatCompletionSchema = z
 /** The answer's documented shape (OpenAI's chat.completion; streams are chat.completion.chunk events). */
 export const chatCompletionAnswer = z.looseObject({ id: z.string(), object: z.literal("chat.completion"), choices: z.array(z.looseObject({ index: z.number().int() })) });
 
-export function registerChatCompletions(app: Hono<AppEnv>, deps: AppDeps): void {
+export function registerChatCompletions(app: RouteTable, deps: AppDeps): void {
   app.post(
     "/v1/chat/completions",
     authenticate(deps),

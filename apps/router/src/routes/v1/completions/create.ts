@@ -1,7 +1,7 @@
 // POST /v1/completions — legacy text completions, streamed or not.
-import type { Hono } from "hono";
 import * as z from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { handleInference } from "../../../pipeline/inference.ts";
 import { generationFields, MAX_CHOICES, tokenIds } from "../fields.ts";
@@ -21,7 +21,7 @@ export const completionSchema = z.looseObject({
 
 export const textCompletionAnswer = z.looseObject({ id: z.string(), object: z.literal("text_completion"), choices: z.array(z.looseObject({ index: z.number().int() })) });
 
-export function registerCompletions(app: Hono<AppEnv>, deps: AppDeps): void {
+export function registerCompletions(app: RouteTable, deps: AppDeps): void {
   app.post(
     "/v1/completions",
     authenticate(deps),

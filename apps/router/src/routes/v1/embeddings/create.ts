@@ -1,7 +1,7 @@
 // POST /v1/embeddings — sentence embeddings.
-import type { Hono } from "hono";
 import * as z from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { handleInference } from "../../../pipeline/inference.ts";
 import { tokenIds, UINT32_MAX } from "../fields.ts";
@@ -43,7 +43,7 @@ export function embeddingsSchemaFor(limits: EmbeddingsLimits) {
 
 export const embeddingsAnswer = z.looseObject({ object: z.literal("list"), data: z.array(z.looseObject({ object: z.literal("embedding"), index: z.number().int() })) });
 
-export function registerEmbeddings(app: Hono<AppEnv>, deps: AppDeps): void {
+export function registerEmbeddings(app: RouteTable, deps: AppDeps): void {
   const schema = embeddingsSchemaFor(deps.config.embeddings);
   app.post(
     "/v1/embeddings",

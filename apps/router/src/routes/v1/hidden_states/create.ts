@@ -1,8 +1,8 @@
 // POST /v1/hidden_states — per-layer activations from a llama model, as
 // safetensors bytes (default) or JSON floats with Accept: application/json.
-import type { Hono } from "hono";
 import * as z from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { chatMessageSchema } from "../chat/completions.ts";
 import { handleInference } from "../../../pipeline/inference.ts";
@@ -23,7 +23,7 @@ export const hiddenStatesSchema = z
   // The refine, said in JSON Schema for the OpenAPI document.
   .meta({ oneOf: [{ required: ["input"] }, { required: ["messages"] }] });
 
-export function registerHiddenStates(app: Hono<AppEnv>, deps: AppDeps): void {
+export function registerHiddenStates(app: RouteTable, deps: AppDeps): void {
   const doc = {
     summary: "Per-layer activations of a prompt",
     tag: "inference",

@@ -1,10 +1,11 @@
 // POST /v1/leases — reserve a GPU worker: {model | worker, duration_s, wait_s?}
 // → 201 {id, worker, fencing_token, expires_at, …}. 409 when every matching
 // worker is leased (after wait_s), 503 when none is ready.
-import type { Context, Hono } from "hono";
+import type { Context } from "hono";
 import * as z from "zod";
 import type { Config } from "../../../config.ts";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import type { LeaseService } from "../../../leases/service.ts";
 import { authenticate, clientSignal, jsonBody } from "../../../middleware.ts";
 import { leaseAnswer, leaseJson } from "./view.ts";
@@ -38,7 +39,7 @@ export async function createLease(c: Context<AppEnv>, leases: LeaseService): Pro
   return c.json(leaseJson({ lease, status: "active" }), 201, { location: `/v1/leases/${lease.id}` });
 }
 
-export function registerCreateLease(app: Hono<AppEnv>, deps: AppDeps): void {
+export function registerCreateLease(app: RouteTable, deps: AppDeps): void {
   const leases = deps.leases;
   if (!leases) return;
   const schema = createLeaseSchema(deps.config.leases);

@@ -1,10 +1,11 @@
 // POST /v1/leases/{id}/extend — {duration_s}: the lease then ends duration_s
 // from now (never earlier than it already did). Only the holder, only while
 // the lease is live: 409 lease_expired after it ended, 404 for others' leases.
-import type { Context, Hono } from "hono";
+import type { Context } from "hono";
 import * as z from "zod";
 import type { Config } from "../../../config.ts";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import type { LeaseService } from "../../../leases/service.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { leaseAnswer, leaseJson } from "./view.ts";
@@ -20,7 +21,7 @@ export async function extendLease(c: Context<AppEnv>, leases: LeaseService): Pro
   return c.json(leaseJson({ lease, status: "active" }));
 }
 
-export function registerExtendLease(app: Hono<AppEnv>, deps: AppDeps): void {
+export function registerExtendLease(app: RouteTable, deps: AppDeps): void {
   const leases = deps.leases;
   if (!leases) return;
   const schema = extendLeaseSchema(deps.config.leases);

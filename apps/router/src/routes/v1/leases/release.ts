@@ -1,13 +1,13 @@
 // DELETE /v1/leases/{id} — release the tenant's lease: its worker is free at
 // once. Releasing a lease that already ended answers how it ended (200), so a
 // retried DELETE is harmless; another tenant's lease is a 404.
-import type { Hono } from "hono";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import { authenticate } from "../../../middleware.ts";
 import { leaseAnswer, leaseJson } from "./view.ts";
 import { documented } from "../../../openapi/marks.ts";
 
-export function registerReleaseLease(app: Hono<AppEnv>, deps: AppDeps): void {
+export function registerReleaseLease(app: RouteTable, deps: AppDeps): void {
   const leases = deps.leases;
   if (!leases) return;
   app.delete(

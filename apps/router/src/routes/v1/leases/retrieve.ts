@@ -1,12 +1,12 @@
 // GET /v1/leases/{id} — one of the tenant's leases: active, released or
 // expired. Another tenant's lease is a 404, like one that never existed.
-import type { Hono } from "hono";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import { authenticate } from "../../../middleware.ts";
 import { leaseAnswer, leaseJson } from "./view.ts";
 import { documented } from "../../../openapi/marks.ts";
 
-export function registerRetrieveLease(app: Hono<AppEnv>, deps: AppDeps): void {
+export function registerRetrieveLease(app: RouteTable, deps: AppDeps): void {
   const leases = deps.leases;
   if (!leases) return;
   app.get(

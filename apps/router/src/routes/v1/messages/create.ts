@@ -4,10 +4,11 @@
 // the request translated to a chat request at one boundary (translate/) and
 // run through the same pipeline, budgets and ledger as /v1/chat/completions.
 // Errors leave in Anthropic's shape.
-import type { Context, Hono, MiddlewareHandler } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import * as z from "zod";
 import type { Backend } from "../../../backends/types.ts";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import { ApiError, toApiError } from "../../../errors.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { runTranslated, type Json } from "../../../translate/boundary.ts";
@@ -118,7 +119,7 @@ export async function createMessage(c: Context<AppEnv>, deps: AppDeps): Promise<
   );
 }
 
-export function registerCreateMessage(app: Hono<AppEnv>, deps: AppDeps): void {
+export function registerCreateMessage(app: RouteTable, deps: AppDeps): void {
   app.post(
     "/v1/messages",
     anthropicErrors,

@@ -1,8 +1,8 @@
 // GET /v1/models — models served by live workers right now, plus the
 // configured aliases (routing.models) that resolve to a live worker or a
 // configured paid provider.
-import type { Hono } from "hono";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import * as z from "zod";
 import { authenticate } from "../../../middleware.ts";
 import { documented } from "../../../openapi/marks.ts";
@@ -32,7 +32,7 @@ export function servedModels(deps: AppDeps, tenantName: string): ModelEntry[] {
   return data;
 }
 
-export function registerListModels(app: Hono<AppEnv>, deps: AppDeps): void {
+export function registerListModels(app: RouteTable, deps: AppDeps): void {
   app.get(
     "/v1/models",
     authenticate(deps),

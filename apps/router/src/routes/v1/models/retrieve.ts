@@ -2,9 +2,9 @@
 // (the SDK's models.retrieve()); 404 model_not_found when nothing serves it.
 // An id holding a slash (an alias such as "openai/gpt-4o-mini") comes
 // percent-encoded, as the SDKs send it.
-import type { Hono } from "hono";
 import * as z from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import { ApiError } from "../../../errors.ts";
 import { authenticate } from "../../../middleware.ts";
 import { documented } from "../../../openapi/marks.ts";
@@ -12,7 +12,7 @@ import { servedModels } from "./list.ts";
 
 export const modelAnswer = z.looseObject({ id: z.string(), object: z.literal("model"), created: z.number().int(), owned_by: z.string() });
 
-export function registerRetrieveModel(app: Hono<AppEnv>, deps: AppDeps): void {
+export function registerRetrieveModel(app: RouteTable, deps: AppDeps): void {
   app.get(
     "/v1/models/:id",
     authenticate(deps),

@@ -3,10 +3,11 @@
 // (translate/), run through the same pipeline as /v1/chat/completions, and
 // stored per tenant (unless store: false) so that any router can continue it
 // with previous_response_id.
-import type { Context, Hono } from "hono";
+import type { Context } from "hono";
 import * as z from "zod";
 import type { ResponseStore } from "@switchyard/state";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import { ApiError } from "../../../errors.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { runTranslated, type Json } from "../../../translate/boundary.ts";
@@ -124,7 +125,7 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
   });
 }
 
-export function registerCreateResponse(app: Hono<AppEnv>, deps: AppDeps, store: ResponseStore): void {
+export function registerCreateResponse(app: RouteTable, deps: AppDeps, store: ResponseStore): void {
   app.post(
     "/v1/responses",
     authenticate(deps),

@@ -1,14 +1,14 @@
 // DELETE /v1/responses/{id} — forget one of the tenant's stored responses:
 // it can no longer be retrieved or continued. Another tenant's id is a 404.
-import type { Hono } from "hono";
 import { RESPONSE_ID, type ResponseStore } from "@switchyard/state";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
+import type { RouteTable } from "../../../route-table.ts";
 import * as z from "zod";
 import { ApiError, type ErrorCode } from "../../../errors.ts";
 import { authenticate } from "../../../middleware.ts";
 import { documented } from "../../../openapi/marks.ts";
 
-export function registerDeleteResponse(app: Hono<AppEnv>, deps: AppDeps, store: ResponseStore): void {
+export function registerDeleteResponse(app: RouteTable, deps: AppDeps, store: ResponseStore): void {
   const doc = {
     summary: "Delete a stored response",
     tag: "inference",
