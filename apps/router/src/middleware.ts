@@ -9,6 +9,7 @@ import { ApiError } from "./errors.ts";
 import type { KeyOwner } from "./auth/key-store.ts";
 import type { AppDeps, AppEnv } from "./deps.ts";
 import { markAuth, markBody } from "./openapi/marks.ts";
+import { onResponseClose } from "./response-close.ts";
 import type { Span } from "./observability/tracing.ts";
 
 const clientIdPattern = /^[A-Za-z0-9._:-]{8,128}$/;
@@ -101,7 +102,7 @@ function endRequestSpan(c: Context<AppEnv>, span: Span, status: number): void {
   span.set({ "http.response.status_code": status });
   if (status >= 500) span.fail(`status ${status}`);
   const out = c.env?.outgoing;
-  if (out && !out.writableFinished) out.once("close", () => span.end());
+  if (out && !out.writableFinished) onResponseClose(out, () => span.end());
   else span.end();
 }
 
@@ -297,11 +298,13 @@ export function clientSignal(c: Context<AppEnv>): AbortLike {
   if (!outgoing) return c.req.raw.signal;
   let signal = outgoing[CLIENT_SIGNAL];
   if (!signal) {
-    const abort = (signal = new Abort());
-    outgoing.once("close", () => {
-      if (!outgoing.writableFinished) abort.abort();
-    });
-    outgoing[CLIENT_SIGNAL] = signal;
+    signal = outgoing[CLIENT_SIGNAL] = new Abort();
+    onResponseClose(outgoing, abortIfUnfinished);
   }
   return signal;
+}
+
+/** The client went away before its answer was finished: its signal aborts. */
+function abortIfUnfinished(res: ServerResponse & { [CLIENT_SIGNAL]?: Abort }): void {
+  if (!res.writableFinished) res[CLIENT_SIGNAL]?.abort();
 }

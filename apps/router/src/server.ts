@@ -60,6 +60,7 @@ import { PostgresRateLimits } from "./ratelimit/limits.ts";
 import { RateLimiter } from "./ratelimit/limiter.ts";
 import { startTracing } from "./observability/tracing.ts";
 import { ConfigError } from "./config.ts";
+import { onResponseClose } from "./response-close.ts";
 
 /**
  * The router's Redis connection: commands of a request's turn are
@@ -182,13 +183,16 @@ class DrainingListener {
   constructor(private readonly server: HttpServer) {
     server.on("request", (_req: unknown, res: ServerResponse) => {
       this.active++;
-      res.once("close", () => {
-        if (--this.active === 0) for (const w of this.idleWaiters.splice(0)) w();
-        // The connection this answer leaves idle goes as soon as it is idle.
-        if (this.closing) setImmediate(() => this.server.closeIdleConnections?.());
-      });
+      onResponseClose(res, this.answered);
     });
   }
+
+  /** One for every request: no closure of its own per request. */
+  private readonly answered = (): void => {
+    if (--this.active === 0) for (const w of this.idleWaiters.splice(0)) w();
+    // The connection this answer leaves idle goes as soon as it is idle.
+    if (this.closing) setImmediate(() => this.server.closeIdleConnections?.());
+  };
 
   get inFlight(): number {
     return this.active;

@@ -10,6 +10,8 @@ import { AdmissionGate } from "./gate.ts";
 import { RouterMetrics } from "../observability/metrics.ts";
 import { createLogger } from "../observability/log.ts";
 import type { WorkerDirectory } from "../routing/directory.ts";
+import { EventEmitter } from "node:events";
+import type { ServerResponse } from "node:http";
 
 describe("FairQueue", () => {
   it("serves tenants round-robin, each in arrival order", () => {
@@ -191,6 +193,46 @@ describe("AdmissionGate places", () => {
     expect(lines.filter((l) => l.includes("admission place reclaimed") && l.includes('"pool":"m"'))).toHaveLength(1);
     // A release after the reclaim changes nothing (once).
     first.release();
+    expect(gate.inspect("m")!.outstanding).toBe(0);
+  });
+
+  it("places go back in any order, by release or by their response closing; the sweep reclaims only the rest, oldest first", async () => {
+    const lines: string[] = [];
+    const records = [rec({ id: "a", inFlight: 0, capacity: 10 })];
+    const directory = { onChange: () => () => {}, models: () => new Map([["m", records]]) } as unknown as WorkerDirectory;
+    const config = loadConfig({ env: {} }).admission;
+    const gate = new AdmissionGate({
+      config: { ...config, enabled: true },
+      maxHoldMs: 100,
+      holdGraceMs: 0,
+      directory,
+      chain: { workerPool: () => "m" },
+      metrics: new RouterMetrics(),
+      log: createLogger("warn", {}, (l) => lines.push(l)),
+    });
+    const signal = new AbortController().signal;
+    const responses = [0, 1, 2, 3, 4].map(() => new EventEmitter() as unknown as ServerResponse);
+    const places = [];
+    for (const [i, outgoing] of responses.entries()) places.push(await gate.admit({ model: "m", tenantName: `t${i}`, signal, outgoing }));
+    expect(gate.inspect("m")!.outstanding).toBe(5);
+    places[2]!.release(); // the middle one
+    responses[0]!.emit("close"); // the oldest, by its response
+    places[0]!.release(); // again: once
+    places[4]!.release(); // the newest
+    expect(gate.inspect("m")!.outstanding).toBe(2);
+    // 1 and 3 were never given back: the sweep reclaims both, and nothing else.
+    const deadline = Date.now() + 3_000;
+    while (gate.inspect("m")!.outstanding > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(gate.inspect("m")!.outstanding).toBe(0);
+    expect(lines.filter((l) => l.includes("admission place reclaimed"))).toHaveLength(2);
+    // Their responses closing later changes nothing.
+    responses[1]!.emit("close");
+    responses[3]!.emit("close");
+    expect(gate.inspect("m")!.outstanding).toBe(0);
+    // The list is whole again: a new place is held and released as usual.
+    const next = await gate.admit({ model: "m", tenantName: "t9", signal });
+    expect(gate.inspect("m")!.outstanding).toBe(1);
+    next.release();
     expect(gate.inspect("m")!.outstanding).toBe(0);
   });
 });
