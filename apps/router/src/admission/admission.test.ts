@@ -168,9 +168,10 @@ describe("bands", () => {
 });
 
 describe("AdmissionGate places", () => {
-  it("a place nobody gives back is reclaimed by the sweep after maxHoldMs + grace, and the pool has room again", async () => {
+  /** A gate on pool "m" (one worker of `capacity` slots) whose places are reclaimed 100 ms after their grant; its log lines. */
+  const sweptGate = (capacity: number) => {
     const lines: string[] = [];
-    const records = [rec({ id: "a", inFlight: 0, capacity: 1 })];
+    const records = [rec({ id: "a", inFlight: 0, capacity })];
     const directory = { onChange: () => () => {}, models: () => new Map([["m", records]]) } as unknown as WorkerDirectory;
     const config = loadConfig({ env: {} }).admission;
     const gate = new AdmissionGate({
@@ -182,13 +183,22 @@ describe("AdmissionGate places", () => {
       metrics: new RouterMetrics(),
       log: createLogger("warn", {}, (l) => lines.push(l)),
     });
+    return { gate, lines };
+  };
+  /** Until pool "m" holds nothing (the sweep runs once a second), at most 3 s. */
+  const untilAllBack = async (gate: AdmissionGate) => {
+    const deadline = Date.now() + 3_000;
+    while (gate.inspect("m")!.outstanding > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  };
+
+  it("a place nobody gives back is reclaimed by the sweep after maxHoldMs + grace, and the pool has room again", async () => {
+    const { gate, lines } = sweptGate(1);
     const signal = new AbortController().signal;
     const first = await gate.admit({ model: "m", tenantName: "t", signal });
     expect(first.pool).toBe("m");
     expect(gate.inspect("m")!.outstanding).toBe(1);
-    // Never released: the sweep (once a second) gives it back after 100 ms.
-    const deadline = Date.now() + 3_000;
-    while (gate.inspect("m")!.outstanding > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    // Never released: the sweep gives it back after 100 ms.
+    await untilAllBack(gate);
     expect(gate.inspect("m")!.outstanding).toBe(0);
     expect(lines.filter((l) => l.includes("admission place reclaimed") && l.includes('"pool":"m"'))).toHaveLength(1);
     // A release after the reclaim changes nothing (once).
@@ -196,20 +206,8 @@ describe("AdmissionGate places", () => {
     expect(gate.inspect("m")!.outstanding).toBe(0);
   });
 
-  it("places go back in any order, by release or by their response closing; the sweep reclaims only the rest, oldest first", async () => {
-    const lines: string[] = [];
-    const records = [rec({ id: "a", inFlight: 0, capacity: 10 })];
-    const directory = { onChange: () => () => {}, models: () => new Map([["m", records]]) } as unknown as WorkerDirectory;
-    const config = loadConfig({ env: {} }).admission;
-    const gate = new AdmissionGate({
-      config: { ...config, enabled: true },
-      maxHoldMs: 100,
-      holdGraceMs: 0,
-      directory,
-      chain: { workerPool: () => "m" },
-      metrics: new RouterMetrics(),
-      log: createLogger("warn", {}, (l) => lines.push(l)),
-    });
+  it("places go back in any order, by release or by their response closing; the sweep reclaims only the rest", async () => {
+    const { gate, lines } = sweptGate(10);
     const signal = new AbortController().signal;
     const responses = [0, 1, 2, 3, 4].map(() => new EventEmitter() as unknown as ServerResponse);
     const places = [];
@@ -221,8 +219,7 @@ describe("AdmissionGate places", () => {
     places[4]!.release(); // the newest
     expect(gate.inspect("m")!.outstanding).toBe(2);
     // 1 and 3 were never given back: the sweep reclaims both, and nothing else.
-    const deadline = Date.now() + 3_000;
-    while (gate.inspect("m")!.outstanding > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await untilAllBack(gate);
     expect(gate.inspect("m")!.outstanding).toBe(0);
     expect(lines.filter((l) => l.includes("admission place reclaimed"))).toHaveLength(2);
     // Their responses closing later changes nothing.

@@ -347,7 +347,7 @@ export class AdmissionGate {
     return place;
   }
 
-  /** A place's request ended: the pool gets its slot back, and the next waiter its turn. */
+  /** A place's request ended (HeldPlace.release calls it, once): the pool gets its slot back, and the next waiter its turn. */
   released(place: HeldPlace): void {
     this.held.remove(place);
     place.on.load.finished();

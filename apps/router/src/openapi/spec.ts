@@ -3,8 +3,9 @@
 // its `jsonBody` validates with (one source: what is documented is what is
 // checked), its security the auth middleware it runs, its errors the codes
 // those imply plus the ones its `documented(...)` handler names, every error
-// in the one shape. A route added with `app.post(path, authenticate(deps),
-// jsonBody(deps, schema), handler)` is in the document with nothing more.
+// in the one shape. A route added with `routes.post(path, authenticate(deps),
+// jsonBody(deps, schema), handler)` (route-table.ts: its levels run as one
+// handler, whose marks are theirs) is in the document with nothing more.
 import type { Hono } from "hono";
 import * as z from "zod";
 import { errorCodes, type ErrorCode } from "../errors.ts";
