@@ -95,6 +95,8 @@ export function liveTable(growth: HeapCensus, inFlight: number, top = 25): strin
   const off = rows.filter(([kind]) => offHeap(kind)).reduce((s, [, k]) => s + k.bytes, 0);
   const lines = [
     `${inFlight} requests in flight: ${per(onHeap).toFixed(0)} bytes per request on the V8 heap, ${per(off).toFixed(0)} off it (array buffers' backing stores).`,
+    // Whatever the top kinds by bytes are, Node's own pair per request says the count is right (about 1 each).
+    `Per request, Node's request and response: ${per(growth.get("IncomingMessage")?.count ?? 0).toFixed(2)} IncomingMessage, ${per(growth.get("ServerResponse")?.count ?? 0).toFixed(2)} ServerResponse.`,
     "",
     "| kind | objects per request | bytes per request |",
     "|---|---:|---:|",

@@ -35,6 +35,7 @@ describe("heap snapshot census", () => {
       expect(responsesIn(after)).toBe(0);
       const table = liveTable(growth, 500, 10);
       expect(table).toMatch(/^500 requests in flight: \d+ bytes per request on the V8 heap, (\d+) off it/);
+      expect(table).toMatch(/\nPer request, Node's request and response: [0-9.]+ IncomingMessage, [0-9.]+ ServerResponse\.\n/);
       expect(Number(/, (\d+) off it/.exec(table)![1])).toBeGreaterThanOrEqual(4096);
       expect(table).toMatch(/\| `HeldRequest` \| 1\.00 \| \d+ \|/);
       expect(table).toMatch(/\| `onDoneOfHeld\(\)` \| 1\.00 \| \d+ \|/);

@@ -61,7 +61,7 @@ describe("switchyard bench router --profile", () => {
       expect(Number(live![1])).toBeGreaterThan(0);
       expect(Number(live![2])).toBeGreaterThan(1000);
       expect(Number(live![2])).toBeLessThan(1_000_000);
-      const incoming = Number(/\| `IncomingMessage` \| ([0-9.]+) \|/.exec(out)?.[1]);
+      const incoming = Number(/Per request, Node's request and response: ([0-9.]+) IncomingMessage/.exec(out)?.[1]);
       expect(incoming, out).toBeGreaterThan(0.9);
       expect(incoming).toBeLessThan(1.2);
     } finally {
