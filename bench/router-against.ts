@@ -16,9 +16,9 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, 
 import { loadavg, tmpdir } from "node:os";
 import path from "node:path";
 import { closedLoop, openLoop, percentile, type Target } from "./lib/load.ts";
-import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
+import { commandCpuSeconds, freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { routerExecArgv } from "@switchyard/router";
-import { defaultWarmRuns, routerSeesWorker } from "./router.ts";
+import { routerSeesWorker } from "./router.ts";
 import { benchScratch, endBench } from "./lib/scratch.ts";
 import { arrivalRate, levelOf } from "./lib/levels.ts";
 
@@ -105,15 +105,50 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
   const procs: Proc[] = [];
   try {
     const key = await scratch.tenantKey("bench", { rateLimits: opts.rateLimits === true });
-    const simPort = await freePort();
-    // The floor's (and the streams' direct baseline's) sim worker; each build has its own below.
-    procs.push(startProc(process.execPath, ["--import", "tsx", path.join(root, "bench/sim-main.ts")], { PORT: String(simPort), TOKENS: "5" }, "sim"));
-    const simUrl = `http://127.0.0.1:${simPort}`;
-    const passPort = await freePort();
-    const pass = startProc(process.execPath, ["--import", "tsx", path.join(root, "bench/passthrough-main.ts")], { PORT: String(passPort), UPSTREAM: simUrl }, "passthrough");
-    procs.push(pass);
+    // Every target its own sim worker, started afresh with it (each build's
+    // heartbeating on the build's own prefix): a worker process has its own
+    // luck too, and how fast it answers sets how many answers the proxy
+    // reads per wake-up, so its CPU per request.
+    const startSim = async (label: string, prefix?: string): Promise<{ sim: Proc; simUrl: string }> => {
+      const simPort = await freePort();
+      const sim = startProc(process.execPath, ["--import", "tsx", path.join(root, "bench/sim-main.ts")], { PORT: String(simPort), TOKENS: "5", ...(prefix ? { REDIS_URL: REDIS, PREFIX: prefix } : {}) }, label);
+      procs.push(sim);
+      const simUrl = `http://127.0.0.1:${simPort}`;
+      await waitHttp(`${simUrl}/healthz`, { ok: () => true });
+      return { sim, simUrl };
+    };
     const auth = { authorization: `Bearer ${key}` };
-    const targets: Array<{ t: Target; proc?: Proc }> = [{ t: { name: "node-passthrough", url: `http://127.0.0.1:${passPort}`, path: "/v1/chat/completions", headers: {} }, proc: pass }];
+    // A target is started afresh for every round and stopped after it: one
+    // router process carries its own luck through all the rounds it serves
+    // (where V8 placed its heap, what its JIT inlined while warming), and an
+    // A/A run of one commit against itself came out 7 % apart one run and
+    // 4 % the other way the next, each in every round. A process per round
+    // makes the rounds independent draws, so "less in N of M rounds" counts
+    // something. Only the measured target runs while it is measured.
+    interface Started {
+      t: Target;
+      proc: Proc;
+      sim: Proc;
+      simUrl: string;
+    }
+    interface Slot {
+      name: string;
+      start(): Promise<Started>;
+    }
+    const slots: Slot[] = [
+      {
+        name: "node-passthrough",
+        async start() {
+          const { sim, simUrl } = await startSim("sim");
+          const port = await freePort();
+          const proc = startProc(process.execPath, ["--import", "tsx", path.join(root, "bench/passthrough-main.ts")], { PORT: String(port), UPSTREAM: simUrl }, "passthrough");
+          procs.push(proc);
+          const url = `http://127.0.0.1:${port}`;
+          await waitHttp(`${url}/v1/models`, { ok: () => true });
+          return { t: { name: "node-passthrough", url, path: "/v1/chat/completions", headers: {} }, proc, sim, simUrl };
+        },
+      },
+    ];
     const ownFlags = routerExecArgv([]);
     const againstFlags = opts.againstNodeFlags ?? ownFlags;
     const flagged = (flags: string[]) => (opts.againstNodeFlags ? ` node ${flags.join(" ") || "(no flags)"}` : "");
@@ -122,75 +157,94 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
       [`${here}${dirty ? "+changes" : ""} (this checkout)${flagged(ownFlags)}`, root, ownFlags],
     ];
     for (const [i, [name, dir, nodeFlags]] of builds.entries()) {
-      const port = await freePort();
       // Each build its own Redis prefix, so its own ledger stream and its own
       // sim worker heartbeating there: routers on one prefix share the
       // ledger drain, and the idle build would take up rows of the loaded one
       // (6–9 µs of its CPU per request went uncounted that way).
       const prefix = `${scratch.prefix}b${i}:`;
-      const simPortB = await freePort();
-      procs.push(startProc(process.execPath, ["--import", "tsx", path.join(root, "bench/sim-main.ts")], { PORT: String(simPortB), REDIS_URL: REDIS, PREFIX: prefix, TOKENS: "5" }, `sim ${name}`));
       if (!existsSync(path.join(dir, "apps/cli/bin/switchyard.mjs"))) throw new Error(`${name}: no apps/cli/bin/switchyard.mjs (a commit from before the CLI)`);
-      const env = {
-        DATABASE_URL: scratch.dbUrl,
-        REDIS_URL: REDIS,
-        SWITCHYARD_REDIS__KEY_PREFIX: prefix,
-        SWITCHYARD_ROUTER__PORT: String(port),
-        SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()),
-        SWITCHYARD_LOG__LEVEL: "warn",
-      };
-      log(`starting ${name}'s router (its first start bundles its sources)`);
-      // Both builds with this checkout's node flags (the comparison is of their code), unless --against-node-flags.
-      const proc = startProc(process.execPath, [...nodeFlags, path.join(dir, "apps/cli/bin/switchyard.mjs"), "router", "--processes", "1"], env, name);
-      procs.push(proc);
-      const url = `http://127.0.0.1:${port}`;
-      // The first start of a commit bundles its sources (esbuild): allow for it.
-      await waitHttp(`${url}/v1/models`, { init: { headers: auth }, ok: (s) => s === 200, timeoutMs: 120_000 });
-      await routerSeesWorker(url, auth);
-      if (opts.rateLimits) await countsRate(url, auth, name);
-      targets.push({ t: { name, url, path: "/v1/chat/completions", headers: auth }, proc });
+      let started = false;
+      slots.push({
+        name,
+        async start() {
+          // The sim first: its first heartbeat has replaced the last round's record (one worker id) before the router reads the registry.
+          const { sim, simUrl } = await startSim(`sim ${name}`, prefix);
+          const port = await freePort();
+          const env = {
+            DATABASE_URL: scratch.dbUrl,
+            REDIS_URL: REDIS,
+            SWITCHYARD_REDIS__KEY_PREFIX: prefix,
+            SWITCHYARD_ROUTER__PORT: String(port),
+            SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()),
+            SWITCHYARD_LOG__LEVEL: "warn",
+          };
+          if (!started) log(`starting ${name}'s router (its first start bundles its sources)`);
+          // Both builds with this checkout's node flags (the comparison is of their code), unless --against-node-flags.
+          const proc = startProc(process.execPath, [...nodeFlags, path.join(dir, "apps/cli/bin/switchyard.mjs"), "router", "--processes", "1"], env, name);
+          procs.push(proc);
+          const url = `http://127.0.0.1:${port}`;
+          // The first start of a commit bundles its sources (esbuild): allow for it.
+          await waitHttp(`${url}/v1/models`, { init: { headers: auth }, ok: (s) => s === 200, timeoutMs: 120_000 });
+          await routerSeesWorker(url, auth);
+          if (opts.rateLimits && !started) await countsRate(url, auth, name);
+          started = true;
+          return { t: { name, url, path: "/v1/chat/completions", headers: auth }, proc, sim, simUrl };
+        },
+      });
     }
-    await waitHttp(`${simUrl}/healthz`, { ok: () => true });
     const nsBody = JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
     const level = levelOf(opts.streams ?? 100, "bench router --against");
     const shape = level.shape;
     const stBody = JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape });
-    const direct: Target = { name: "direct", url: simUrl, path: "/v1/chat/completions", headers: {} };
-    // Warm every path first (JIT, pools): a process's first seconds cost far more per request.
-    for (const { t } of targets) await closedLoop(t, { clients: 64, durationS: opts.quick ? 2 : 4, body: nsBody, stream: false });
     const rounds = opts.rounds ?? (opts.quick ? 2 : 4);
     const durationS = opts.quick ? 3 : 5;
+    // Every fresh process runs each of its loops unmeasured first (JIT, pools):
+    // a process's first seconds cost far more per request.
+    const warmS = opts.quick ? 2 : 4;
     const rows: string[] = [];
-    const cpu: Record<string, { ns: number[]; st: number[]; rps: number[]; dttft99: number[]; waited: number[] }> = {};
-    // Rounds before the first are the warm-up (defaultWarmRuns): the same loops, in the same order, not counted.
-    const warmRounds = opts.warm ?? defaultWarmRuns(opts.quick === true);
+    const cpu: Record<string, { ns: number[]; svc: number[]; st: number[]; rps: number[]; dttft99: number[]; waited: number[] }> = {};
+    // What Postgres and Redis spend per whole answer during a target's closed
+    // loop: the ledger's INSERT, the streams and counters run on the same two
+    // cores as the router, the load and the sim worker, and a change that
+    // moves work from the router into them must show there.
+    const services = ["postgres", "redis-server"];
+    // Rounds before the first are the warm-up (--warm, default none: each round's processes are warmed already): the same loops, in the same order, not counted.
+    const warmRounds = opts.warm ?? 0;
+    const streamCols = opts.only !== "non-streaming";
     for (let round = 1 - warmRounds; round <= rounds; round++) {
       const counted = round >= 1;
       // The floor first, then the two builds, each first in every other
-      // round: no target runs twice in a row (at a round's boundary one would
-      // start with the caches its last loop left warm), and neither build
-      // always follows the same target. An A/A run of one commit against
-      // itself came out 16 % apart with the order reversed every round.
-      const [floor, ...pair] = targets;
+      // round: neither build always follows the same target. An A/A run of
+      // one commit against itself came out 16 % apart with the order
+      // reversed every round.
+      const [floor, ...pair] = slots;
       const order = [floor!, ...(round % 2 === 0 ? [...pair].reverse() : pair)];
-      for (const { t, proc } of order) {
-        const c = counted ? (cpu[t.name] ??= { ns: [], st: [], rps: [], dttft99: [], waited: [] }) : { ns: [], st: [], rps: [], dttft99: [], waited: [] };
+      for (const slot of order) {
+        const c = counted ? (cpu[slot.name] ??= { ns: [], svc: [], st: [], rps: [], dttft99: [], waited: [] }) : { ns: [], svc: [], st: [], rps: [], dttft99: [], waited: [] };
+        const { t, proc, sim, simUrl } = await slot.start();
+        log(`round ${round}: ${t.name} in process ${proc.child.pid}`);
+        await closedLoop(t, { clients: 64, durationS: warmS, body: nsBody, stream: false });
+        const rate = streamCols ? arrivalRate(level) : 0;
+        if (streamCols) await openLoop(t, { ratePerS: rate, durationS: warmS, body: stBody, stream: true });
         const load = loadavg()[0]!;
-        const c0 = proc!.cpuSeconds();
+        const c0 = proc.cpuSeconds();
+        const v0 = commandCpuSeconds(services);
         const r = await closedLoop(t, { clients: 64, durationS, body: nsBody, stream: false });
-        const nsCpu = ((proc!.cpuSeconds() - c0) * 1000) / Math.max(1, r.samples.length);
+        const nsCpu = ((proc.cpuSeconds() - c0) * 1000) / Math.max(1, r.samples.length);
+        const svcCpu = ((commandCpuSeconds(services) - v0) * 1000) / Math.max(1, r.samples.length);
+        c.svc.push(svcCpu);
         const ok = r.samples.filter((s) => s.ok);
         c.ns.push(nsCpu);
         c.rps.push(ok.length / r.wallS);
         let st = "";
-        if (opts.only !== "non-streaming") {
-          const rate = arrivalRate(level);
-          const d = await openLoop(direct, { ratePerS: rate, durationS, body: stBody, stream: true });
-          const s0 = proc!.cpuSeconds();
-          const w0 = proc!.runQueueSeconds();
+        if (streamCols) {
+          // ΔTTFT against this target's own sim worker, just before.
+          const d = await openLoop({ name: "direct", url: simUrl, path: "/v1/chat/completions", headers: {} }, { ratePerS: rate, durationS, body: stBody, stream: true });
+          const s0 = proc.cpuSeconds();
+          const w0 = proc.runQueueSeconds();
           const sr = await openLoop(t, { ratePerS: rate, durationS, body: stBody, stream: true });
-          const stCpu = ((proc!.cpuSeconds() - s0) * 1000) / Math.max(1, sr.samples.length);
-          const waited = ((proc!.runQueueSeconds() - w0) * 1000) / sr.wallS;
+          const stCpu = ((proc.cpuSeconds() - s0) * 1000) / Math.max(1, sr.samples.length);
+          const waited = ((proc.runQueueSeconds() - w0) * 1000) / sr.wallS;
           const p99 = (xs: { ok: boolean; ttftMs: number }[]) => percentile(xs.filter((x) => x.ok).map((x) => x.ttftMs), 99);
           const dt = p99(sr.samples) - p99(d.samples);
           c.st.push(stCpu);
@@ -198,39 +252,40 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
           c.waited.push(waited);
           st = ` ${fmt(stCpu, 3)} | ${fmt(dt, 2)} | ${fmt(waited, 0)} | ${sr.errors} |`;
         }
-        if (counted) rows.push(`| ${round} | ${t.name} | ${fmt(load, 2)} | ${fmt(ok.length / r.wallS, 0)} | ${r.errors} | ${fmt(nsCpu, 3)} |${st}`);
+        await proc.stop();
+        await sim.stop();
+        if (counted) rows.push(`| ${round} | ${t.name} | ${fmt(load, 2)} | ${fmt(ok.length / r.wallS, 0)} | ${r.errors} | ${fmt(nsCpu, 3)} | ${fmt(svcCpu, 3)} |${st}`);
       }
       log(counted ? `round ${round} of ${rounds} done` : "warm-up round done");
     }
     const med = (xs: number[]) => percentile(xs, 50);
-    const streamCols = opts.only !== "non-streaming";
     const out = [
-      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds after ${warmRounds} unmeasured warm-up round(s), ${durationS} s per loop, 64 clients closed loop${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? ` + ${level.streams} streams open loop (ΔTTFT p99 against the sim worker measured just before)` : ""}`,
+      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds after ${warmRounds} unmeasured warm-up round(s), every target a fresh process per round warmed by ${warmS} s of each loop, ${durationS} s per loop, 64 clients closed loop${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? ` + ${level.streams} streams open loop (ΔTTFT p99 against the sim worker measured just before)` : ""}`,
       "",
-      `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) | stream errors |" : ""}`,
-      `|---:|---|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|---:|" : ""}`,
+      `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req | Postgres + Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) | stream errors |" : ""}`,
+      `|---:|---|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|---:|" : ""}`,
       ...rows,
       "",
       `Medians over the rounds:`,
       "",
-      `| target | non-streaming req/s | non-streaming CPU ms/req | × bare proxy | × bare proxy, paired |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) |" : ""}`,
-      `|---|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|" : ""}`,
-      ...targets.map(({ t }) => {
-        const c = cpu[t.name]!;
+      `| target | non-streaming req/s | non-streaming CPU ms/req | × bare proxy | × bare proxy, paired | Postgres + Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) |" : ""}`,
+      `|---|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|" : ""}`,
+      ...slots.map(({ name }) => {
+        const c = cpu[name]!;
         const bare = cpu["node-passthrough"]!.ns;
-        return `| ${t.name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / med(bare), 2)} | ${fmt(med(paired(c.ns, bare)), 2)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} | ${fmt(med(c.waited), 0)} |` : ""}`;
+        return `| ${name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / med(bare), 2)} | ${fmt(med(paired(c.ns, bare)), 2)} | ${fmt(med(c.svc), 3)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} | ${fmt(med(c.waited), 0)} |` : ""}`;
       }),
     ];
     // Paired by round (the same minute of the box): how often this checkout
     // used less CPU than REV, and the median of the rounds' ratios — the
     // box's speed drifts by more than most changes between rounds, less
     // within one.
-    const [, a, b] = targets;
-    const fewer = (k: "ns" | "st") => cpu[b!.t.name]![k].filter((x, i) => x < cpu[a!.t.name]![k][i]!).length;
-    const ratio = (k: "ns" | "st") => fmt(med(paired(cpu[b!.t.name]![k], cpu[a!.t.name]![k])), 3);
+    const [, a, b] = slots;
+    const fewer = (k: "ns" | "st") => cpu[b!.name]![k].filter((x, i) => x < cpu[a!.name]![k][i]!).length;
+    const ratio = (k: "ns" | "st") => fmt(med(paired(cpu[b!.name]![k], cpu[a!.name]![k])), 3);
     out.push(
       "",
-      `${b!.t.name} used less CPU per request than ${a!.t.name} in ${fewer("ns")} of ${rounds} rounds non-streaming (median of the rounds' ratios ${ratio("ns")}×)` +
+      `${b!.name} used less CPU per request than ${a!.name} in ${fewer("ns")} of ${rounds} rounds non-streaming (median of the rounds' ratios ${ratio("ns")}×)` +
         `${streamCols ? `, ${fewer("st")} of ${rounds} streaming (${ratio("st")}×)` : ""}; "paired": the median of each round's ratio to the bare proxy.`,
     );
     process.stdout.write(out.join("\n") + "\n");

@@ -4,7 +4,7 @@
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { describe, expect, it } from "vitest";
-import { runDelayNs, startProc, treeCpuSeconds, treeRunQueueSeconds } from "./procs.ts";
+import { commandCpuSeconds, runDelayNs, startProc, treeCpuSeconds, treeRunQueueSeconds } from "./procs.ts";
 
 const busy = (ms: number) => `const t = Date.now(); while (Date.now() - t < ${ms});`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -54,6 +54,27 @@ describe("procs: /proc figures", () => {
     } finally {
       sh.kill("SIGKILL");
       await once(sh, "exit");
+    }
+  });
+
+  it("adds up the CPU of processes by command name, whoever their parent", async () => {
+    // Two busy loops and a sleeper under names of their own (process.title
+    // sets /proc/<pid>/comm): the busy pair's CPU is counted, the sleeper
+    // adds nothing, and a name nothing runs under counts 0.
+    const tag = `sybusy${process.pid % 100000}`;
+    const named = (title: string, code: string) => startProc(process.execPath, ["-e", `process.title = ${JSON.stringify(title)}; ${code}`], {}, title);
+    const procs = [named(`${tag}a`, busy(2500)), named(`${tag}a`, busy(2500)), named(`${tag}b`, "setTimeout(() => {}, 2500)")];
+    try {
+      await sleep(700);
+      const a0 = commandCpuSeconds([`${tag}a`]);
+      const b0 = commandCpuSeconds([`${tag}b`]);
+      await sleep(1000);
+      // Two loops on two cores for 1 s: well over one core-second unless the box is crowded.
+      expect(commandCpuSeconds([`${tag}a`]) - a0).toBeGreaterThan(0.6);
+      expect(commandCpuSeconds([`${tag}b`]) - b0).toBeLessThan(0.05);
+      expect(commandCpuSeconds([`${tag}zz`])).toBe(0);
+    } finally {
+      await Promise.all(procs.map((p) => p.stop()));
     }
   });
 

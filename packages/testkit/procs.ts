@@ -111,6 +111,32 @@ export function treeCpuSeconds(pid: number): number {
 }
 
 /**
+ * CPU seconds of every process whose command name (/proc/<pid>/comm) is one
+ * of `names`, plus the children they have reaped: what the box's shared
+ * services (postgres, redis-server) spend while a load runs, counted as the
+ * difference of two calls. Postgres runs a process per connection and
+ * reaps its exited workers (autovacuum, parallel helpers) into the
+ * postmaster's figure, so the sum covers them too.
+ */
+export function commandCpuSeconds(names: readonly string[]): number {
+  let ticks = 0;
+  for (const name of readdirSync("/proc")) {
+    const p = Number(name);
+    if (!Number.isInteger(p)) continue;
+    let comm: string;
+    try {
+      comm = readFileSync(`/proc/${p}/comm`, "utf8").trimEnd();
+    } catch {
+      continue;
+    }
+    if (!names.includes(comm)) continue;
+    const st = statOf(p);
+    if (st) ticks += st[1] + st[2];
+  }
+  return ticks / CLK_TCK;
+}
+
+/**
  * Nanoseconds a thread has waited on a run queue, from
  * /proc/<pid>/task/<tid>/schedstat ("run time, run delay, timeslices"). The
  * router reads its own the same way (observability/runtime.ts); the test kit

@@ -17,10 +17,14 @@ describe("switchyard bench router --against", () => {
     const before = worktrees();
     // With --rate-limits: each build was checked to count requests (x-ratelimit-* on an answer) before its loops.
     // With --against-node-flags: REV's router runs with V8's own semi-space, this checkout's with the router's.
-    const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--only", "non-streaming", "--rate-limits", "--against-node-flags=--max-semi-space-size=16"]);
+    const { code, out, err } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--only", "non-streaming", "--rate-limits", "--against-node-flags=--max-semi-space-size=16"]);
     expect(code).toBe(0);
+    // Every target ran in a process of its own in each round: six processes for three targets over two rounds.
+    const started = [...err.matchAll(/^round ([12]): (.+) in process (\d+)$/gm)].map((m) => ({ round: m[1], name: m[2], pid: m[3] }));
+    expect(started, err).toHaveLength(6);
+    expect(new Set(started.map((s) => s.pid)).size).toBe(6);
     const sha = execFileSync("git", ["-C", root, "rev-parse", "--short=7", "HEAD"], { encoding: "utf8" }).trim();
-    expect(out).toContain(`### Router against ${sha} (HEAD), interleaved: 2 rounds`);
+    expect(out).toContain(`### Router against ${sha} (HEAD), interleaved: 2 rounds after 0 unmeasured warm-up round(s), every target a fresh process per round`);
     expect(out).toContain("rate limits on (every request counted in Redis, none refused)");
     const lines = out.split("\n");
     const at = lines.findIndex((l) => l.startsWith("| target | non-streaming req/s"));
@@ -33,7 +37,11 @@ describe("switchyard bench router --against", () => {
     }
     expect(Number(medians[0]![3])).toBe(1); // the floor against itself
     expect(Number(medians[0]![4])).toBe(1); // … round by round too
-    for (const r of medians.slice(1)) expect(Number(r[4]), r.join(" | ")).toBeGreaterThan(0); // each build over the floor of its round
+    for (const r of medians.slice(1)) {
+      expect(Number(r[4]), r.join(" | ")).toBeGreaterThan(0); // each build over the floor of its round
+      // Postgres and Redis worked for each build's answers: a ledger row and a rate-limit count each.
+      expect(Number(r[5]), r.join(" | ")).toBeGreaterThan(0);
+    }
     // Every round's closed loop answered without errors, for every target.
     const perRound = lines.filter((l) => /^\| [12] \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
     expect(perRound).toHaveLength(6);
@@ -52,13 +60,13 @@ describe("switchyard bench router --against", () => {
   it("runs the streaming loop at the stream level --levels names, every stream answered; refuses a level it has not", async () => {
     const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--levels", "1", "--rounds", "1", "--warm", "0"]);
     expect(code, out).toBe(0);
-    expect(out).toMatch(/interleaved: 1 rounds after 0 unmeasured warm-up round\(s\), 3 s per loop, 64 clients closed loop \+ 1 streams open loop/);
+    expect(out).toMatch(/interleaved: 1 rounds after 0 unmeasured warm-up round\(s\), every target a fresh process per round warmed by 2 s of each loop, 3 s per loop, 64 clients closed loop \+ 1 streams open loop/);
     const rows = out.split("\n").filter((l) => /^\| 1 \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
     expect(rows.map((r) => r[1]), out).toEqual(["node-passthrough", expect.stringContaining("(HEAD)"), expect.stringContaining("(this checkout)")]);
     for (const r of rows) {
-      expect(Number(r[6]), r.join(" | ")).toBeGreaterThan(0); // streaming CPU ms per stream
-      expect(Number.isFinite(Number(r[7])), r.join(" | ")).toBe(true); // ΔTTFT p99
-      expect(r[9], r.join(" | ")).toBe("0"); // stream errors
+      expect(Number(r[7]), r.join(" | ")).toBeGreaterThan(0); // streaming CPU ms per stream
+      expect(Number.isFinite(Number(r[8])), r.join(" | ")).toBe(true); // ΔTTFT p99
+      expect(r[10], r.join(" | ")).toBe("0"); // stream errors
     }
     for (const [args, msg] of [
       [["--levels", "7"], /--against: --levels takes one of the stream levels 1, 100 or 1000, got '7'/],
