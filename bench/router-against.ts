@@ -202,12 +202,11 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     // a process's first seconds cost far more per request.
     const warmS = opts.quick ? 2 : 4;
     const rows: string[] = [];
-    const cpu: Record<string, { ns: number[]; svc: number[]; st: number[]; rps: number[]; dttft99: number[]; waited: number[] }> = {};
-    // What Postgres and Redis spend per whole answer during a target's closed
+    const cpu: Record<string, { ns: number[]; pg: number[]; redis: number[]; st: number[]; rps: number[]; dttft99: number[]; waited: number[] }> = {};
+    // What Postgres and Redis each spend per whole answer during a target's closed
     // loop: the ledger's INSERT, the streams and counters run on the same two
     // cores as the router, the load and the sim worker, and a change that
     // moves work from the router into them must show there.
-    const services = ["postgres", "redis-server"];
     // Rounds before the first are the warm-up (--warm, default none: each round's processes are warmed already): the same loops, in the same order, not counted.
     const warmRounds = opts.warm ?? 0;
     const streamCols = opts.only !== "non-streaming";
@@ -220,7 +219,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
       const [floor, ...pair] = slots;
       const order = [floor!, ...(round % 2 === 0 ? [...pair].reverse() : pair)];
       for (const slot of order) {
-        const c = counted ? (cpu[slot.name] ??= { ns: [], svc: [], st: [], rps: [], dttft99: [], waited: [] }) : { ns: [], svc: [], st: [], rps: [], dttft99: [], waited: [] };
+        const c = counted ? (cpu[slot.name] ??= { ns: [], pg: [], redis: [], st: [], rps: [], dttft99: [], waited: [] }) : { ns: [], pg: [], redis: [], st: [], rps: [], dttft99: [], waited: [] };
         const { t, proc, sim, simUrl } = await slot.start();
         log(`round ${round}: ${t.name} in process ${proc.child.pid}`);
         await closedLoop(t, { clients: 64, durationS: warmS, body: nsBody, stream: false });
@@ -228,11 +227,14 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         if (streamCols) await openLoop(t, { ratePerS: rate, durationS: warmS, body: stBody, stream: true });
         const load = loadavg()[0]!;
         const c0 = proc.cpuSeconds();
-        const v0 = commandCpuSeconds(services);
+        const pg0 = commandCpuSeconds(["postgres"]);
+        const redis0 = commandCpuSeconds(["redis-server"]);
         const r = await closedLoop(t, { clients: 64, durationS, body: nsBody, stream: false });
         const nsCpu = ((proc.cpuSeconds() - c0) * 1000) / Math.max(1, r.samples.length);
-        const svcCpu = ((commandCpuSeconds(services) - v0) * 1000) / Math.max(1, r.samples.length);
-        c.svc.push(svcCpu);
+        const pgCpu = ((commandCpuSeconds(["postgres"]) - pg0) * 1000) / Math.max(1, r.samples.length);
+        const redisCpu = ((commandCpuSeconds(["redis-server"]) - redis0) * 1000) / Math.max(1, r.samples.length);
+        c.pg.push(pgCpu);
+        c.redis.push(redisCpu);
         const ok = r.samples.filter((s) => s.ok);
         c.ns.push(nsCpu);
         c.rps.push(ok.length / r.wallS);
@@ -254,7 +256,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         }
         await proc.stop();
         await sim.stop();
-        if (counted) rows.push(`| ${round} | ${t.name} | ${fmt(load, 2)} | ${fmt(ok.length / r.wallS, 0)} | ${r.errors} | ${fmt(nsCpu, 3)} | ${fmt(svcCpu, 3)} |${st}`);
+        if (counted) rows.push(`| ${round} | ${t.name} | ${fmt(load, 2)} | ${fmt(ok.length / r.wallS, 0)} | ${r.errors} | ${fmt(nsCpu, 3)} | ${fmt(pgCpu, 3)} | ${fmt(redisCpu, 3)} |${st}`);
       }
       log(counted ? `round ${round} of ${rounds} done` : "warm-up round done");
     }
@@ -262,18 +264,18 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     const out = [
       `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds after ${warmRounds} unmeasured warm-up round(s), every target a fresh process per round warmed by ${warmS} s of each loop, ${durationS} s per loop, 64 clients closed loop${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? ` + ${level.streams} streams open loop (ΔTTFT p99 against the sim worker measured just before)` : ""}`,
       "",
-      `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req | Postgres + Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) | stream errors |" : ""}`,
-      `|---:|---|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|---:|" : ""}`,
+      `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req | Postgres CPU ms/req | Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) | stream errors |" : ""}`,
+      `|---:|---|---:|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|---:|" : ""}`,
       ...rows,
       "",
       `Medians over the rounds:`,
       "",
-      `| target | non-streaming req/s | non-streaming CPU ms/req | × bare proxy | × bare proxy, paired | Postgres + Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) |" : ""}`,
-      `|---|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|" : ""}`,
+      `| target | non-streaming req/s | non-streaming CPU ms/req | × bare proxy | × bare proxy, paired | Postgres CPU ms/req | Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) |" : ""}`,
+      `|---|---:|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|" : ""}`,
       ...slots.map(({ name }) => {
         const c = cpu[name]!;
         const bare = cpu["node-passthrough"]!.ns;
-        return `| ${name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / med(bare), 2)} | ${fmt(med(paired(c.ns, bare)), 2)} | ${fmt(med(c.svc), 3)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} | ${fmt(med(c.waited), 0)} |` : ""}`;
+        return `| ${name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / med(bare), 2)} | ${fmt(med(paired(c.ns, bare)), 2)} | ${fmt(med(c.pg), 3)} | ${fmt(med(c.redis), 3)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} | ${fmt(med(c.waited), 0)} |` : ""}`;
       }),
     ];
     // Paired by round (the same minute of the box): how often this checkout

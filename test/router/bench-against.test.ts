@@ -41,6 +41,7 @@ describe("switchyard bench router --against", () => {
       expect(Number(r[4]), r.join(" | ")).toBeGreaterThan(0); // each build over the floor of its round
       // Postgres and Redis worked for each build's answers: a ledger row and a rate-limit count each.
       expect(Number(r[5]), r.join(" | ")).toBeGreaterThan(0);
+      expect(Number(r[6]), r.join(" | ")).toBeGreaterThan(0);
     }
     // Every round's closed loop answered without errors, for every target.
     const perRound = lines.filter((l) => /^\| [12] \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
@@ -64,9 +65,9 @@ describe("switchyard bench router --against", () => {
     const rows = out.split("\n").filter((l) => /^\| 1 \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
     expect(rows.map((r) => r[1]), out).toEqual(["node-passthrough", expect.stringContaining("(HEAD)"), expect.stringContaining("(this checkout)")]);
     for (const r of rows) {
-      expect(Number(r[7]), r.join(" | ")).toBeGreaterThan(0); // streaming CPU ms per stream
-      expect(Number.isFinite(Number(r[8])), r.join(" | ")).toBe(true); // ΔTTFT p99
-      expect(r[10], r.join(" | ")).toBe("0"); // stream errors
+      expect(Number(r[8]), r.join(" | ")).toBeGreaterThan(0); // streaming CPU ms per stream
+      expect(Number.isFinite(Number(r[9])), r.join(" | ")).toBe(true); // ΔTTFT p99
+      expect(r[11], r.join(" | ")).toBe("0"); // stream errors
     }
     for (const [args, msg] of [
       [["--levels", "7"], /--against: --levels takes one of the stream levels 1, 100 or 1000, got '7'/],

@@ -25,20 +25,27 @@ export function clientRequestId(c: Context<AppEnv>): string | undefined {
   return incoming !== undefined && clientIdPattern.test(incoming) ? incoming : undefined;
 }
 
-// Request ids: 16 bytes of a pool filled by the CSPRNG, refilled when used
-// up, as hex: as unguessable as randomUUID's, without building the UUID's
-// dashes to strip them again on every request.
-const idPool = Buffer.alloc(16 * 256);
+// Request ids: the millisecond of minting (48 bits), then 80 random bits
+// from a pool the CSPRNG fills, refilled when used up — as hex, without
+// building a UUID's dashes to strip them again on every request. Ids sort by
+// the time they were minted (as UUIDv7's and ULID's do): the ledger's
+// primary key (request_id, started_at) then grows at its right edge instead
+// of touching a random page of the index per row (issue 14: fewer pages
+// dirtied and logged per ledger batch), and an operator can order a log by
+// id. 80 random bits still make an id unguessable, and ids are never
+// credentials: every lookup by id is scoped to its tenant.
+const ID_RANDOM_BYTES = 10;
+const idPool = Buffer.alloc(ID_RANDOM_BYTES * 256);
 let idOffset = idPool.length;
 
-/** `req_` and 32 hex digits (128 random bits). */
-export function newRequestId(): string {
+/** `req_` and 32 hex digits: 12 of the minting millisecond, then 20 random (80 bits). */
+export function newRequestId(now = Date.now()): string {
   if (idOffset === idPool.length) {
     randomFillSync(idPool);
     idOffset = 0;
   }
-  const id = "req_" + idPool.toString("hex", idOffset, idOffset + 16);
-  idOffset += 16;
+  const id = "req_" + now.toString(16).padStart(12, "0") + idPool.toString("hex", idOffset, idOffset + ID_RANDOM_BYTES);
+  idOffset += ID_RANDOM_BYTES;
   return id;
 }
 
