@@ -5,6 +5,7 @@ import type { ServerResponse } from "node:http";
 import type { Context, MiddlewareHandler } from "hono";
 import type * as z from "zod";
 import { Abort, type AbortLike } from "./abort.ts";
+import { acceptsAsIs } from "./accept-as-is.ts";
 import { ApiError } from "./errors.ts";
 import type { KeyOwner } from "./auth/key-store.ts";
 import type { AppDeps, AppEnv } from "./deps.ts";
@@ -176,8 +177,13 @@ function fieldPath(path: PropertyKey[]): string {
   return path.reduce<string>((acc, p) => (typeof p === "number" ? `${acc}[${p}]` : acc ? `${acc}.${String(p)}` : String(p)), "");
 }
 
-/** The body as the schema parsed it, or a 400 invalid_request naming the first bad field. */
+/**
+ * The body as the schema parsed it, or a 400 invalid_request naming the
+ * first bad field. A body zod would hand back unchanged is handed back as
+ * it is, without zod's copy of it (accept-as-is.ts; issue 14).
+ */
 export function validate<S extends z.ZodType>(schema: S, body: unknown): z.infer<S> {
+  if (acceptsAsIs(schema)(body)) return body as z.infer<S>;
   const parsed = schema.safeParse(body);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
