@@ -17,11 +17,19 @@ function utcMonth(d: Date): string {
 }
 
 // ── A row as text: what the Redis ledger stream holds, and what Postgres reads back. ──
+//
+// Two forms. The row literal of the spend_ledger_text type (migration 0009):
+// `(2026-12-05T23:20:25.194Z,"req_…",7,,"local",…)`, what encodeLedgerRow
+// writes. And JSON (`{"startedAt":…}`), what it wrote before, and still
+// writes for the rare row with a line break in a value: the drain sends row
+// literals one per line. The drain reads both.
 
 const dateFields = ["startedAt", "firstTokenAt", "finishedAt"] as const;
 
-/** The first bytes of every row encodeLedgerRow writes: a row's UTC month is the 7 characters after them. */
+/** The first bytes of every JSON row text: a row's UTC month is the 7 characters after them. */
 export const LEDGER_TEXT_HEAD = '{"startedAt":"';
+/** The first byte of every row literal: a row's UTC month is the 7 characters after it. */
+export const LEDGER_RECORD_HEAD = "(";
 
 const jsonText = (s: string | null | undefined): string => (s == null ? "null" : JSON.stringify(s));
 const jsonInt = (n: number | null | undefined): string => (n == null ? "null" : String(n));
@@ -31,11 +39,10 @@ const jsonInt = (n: number | null | undefined): string => (n == null ? "null" : 
 let isoMinute = Number.NaN;
 let isoPrefix = "";
 const pad3 = (n: number): string => (n < 10 ? "00" : n < 100 ? "0" : "") + n;
-function jsonTime(d: Date | null | undefined): string {
-  if (d == null) return "null";
+function isoTime(d: Date): string {
   const ms = d.getTime();
   // Outside 1970–9999 (and an invalid date) the year's form differs, or toISOString throws: let it.
-  if (!(ms >= 0 && ms < 253_402_300_800_000)) return `"${d.toISOString()}"`;
+  if (!(ms >= 0 && ms < 253_402_300_800_000)) return d.toISOString();
   const minute = Math.floor(ms / 60_000);
   if (minute !== isoMinute) {
     isoMinute = minute;
@@ -43,16 +50,12 @@ function jsonTime(d: Date | null | undefined): string {
   }
   const rest = ms - minute * 60_000;
   const sec = Math.floor(rest / 1000);
-  return `"${isoPrefix}${sec < 10 ? "0" : ""}${sec}.${pad3(rest - sec * 1000)}Z"`;
+  return `${isoPrefix}${sec < 10 ? "0" : ""}${sec}.${pad3(rest - sec * 1000)}Z`;
 }
+const jsonTime = (d: Date | null | undefined): string => (d == null ? "null" : `"${isoTime(d)}"`);
 
-/**
- * A row as stream text: bigints as decimal strings, instants as ISO strings,
- * startedAt first (LEDGER_TEXT_HEAD: the drain reads the row's month from
- * its first bytes). Written field by field, once per request: no spread
- * copy of the row and no Date.toJSON lookups inside JSON.stringify.
- */
-export function encodeLedgerRow(row: NewLedgerRow): string {
+/** A row as JSON text (the form before row literals; still the form of a row with a line break in a value). */
+function encodeLedgerJson(row: NewLedgerRow): string {
   return (
     `{"startedAt":${jsonTime(row.startedAt)},"requestId":${jsonText(row.requestId)},"tenantId":${jsonInt(row.tenantId)},"keyId":${jsonInt(row.keyId)}` +
     `,"backend":${jsonText(row.backend)},"model":${jsonText(row.model)},"worker":${jsonText(row.worker)}` +
@@ -63,8 +66,95 @@ export function encodeLedgerRow(row: NewLedgerRow): string {
   );
 }
 
-/** A row text back as a row (a row Postgres refused, read one by one; tests). */
+// A row literal's fields: empty is NULL; text is always quoted (so "" is an
+// empty string, and commas, parentheses and spaces are plain characters),
+// with its quotes and backslashes doubled, as record_in reads them.
+const lineBreak = /[\n\r]/;
+const needsEscape = /["\\]/;
+const recText = (s: string | null | undefined): string => (s == null ? "" : needsEscape.test(s) ? `"${s.replace(/["\\]/g, "$&$&")}"` : `"${s}"`);
+const recInt = (n: number | null | undefined): string => (n == null ? "" : String(n));
+const recTime = (d: Date | null | undefined): string => (d == null ? "" : isoTime(d));
+
+/**
+ * A row as stream text: a spend_ledger_text row literal, started_at first
+ * (the drain reads the row's month from its first bytes). Written field by
+ * field, once per request. A row with a line break in a text value (a
+ * provider's generation id, say) is written as JSON instead: row literals
+ * travel one per line.
+ */
+export function encodeLedgerRow(row: NewLedgerRow): string {
+  const texts = [row.requestId, row.backend, row.model, row.worker, row.providerGenerationId];
+  for (const t of texts) if (t != null && lineBreak.test(t)) return encodeLedgerJson(row);
+  if (row.startedAt == null) throw new RangeError("a ledger row needs startedAt");
+  return (
+    `(${recTime(row.startedAt)},${recText(row.requestId)},${recInt(row.tenantId)},${recInt(row.keyId)},${recText(row.backend)},${recText(row.model)},${recText(row.worker)}` +
+    `,${recInt(row.promptTokens ?? 0)},${recInt(row.completionTokens ?? 0)},${recInt(row.cachedTokens ?? 0)},${recInt(row.cacheWriteTokens ?? 0)}` +
+    `,${String(row.costMicro)},${recText(row.costSource)},${recText(row.status)},${recTime(row.firstTokenAt)},${recTime(row.finishedAt)},${recInt(row.ttftMs)},${recInt(row.durationMs)}` +
+    `,${recText(row.providerGenerationId)})`
+  );
+}
+
+/** The fields of a row literal, in spend_ledger_text's order: null for an empty field, the text of a quoted one. */
+function recordFields(text: string): (string | null)[] {
+  if (text[0] !== "(" || text[text.length - 1] !== ")") throw new SyntaxError("not a row literal");
+  const out: (string | null)[] = [];
+  let i = 1;
+  const end = text.length - 1;
+  for (;;) {
+    if (text[i] === '"') {
+      let v = "";
+      for (i++; ; i++) {
+        if (i >= end) throw new SyntaxError("unterminated quoted field");
+        const ch = text[i]!;
+        if (ch === "\\") v += text[++i]!;
+        else if (ch === '"') {
+          if (text[i + 1] === '"') v += text[++i]!;
+          else break;
+        } else v += ch;
+      }
+      out.push(v);
+      i++;
+    } else {
+      let j = i;
+      while (j < end && text[j] !== ",") j++;
+      out.push(j === i ? null : text.slice(i, j));
+      i = j;
+    }
+    if (i >= end) break;
+    if (text[i] !== ",") throw new SyntaxError("expected a comma");
+    i++;
+  }
+  return out;
+}
+
+/** A row text back as a row (either form; a row Postgres refused, read one by one; tests). */
 export function decodeLedgerRow(text: string): NewLedgerRow {
+  if (text.startsWith(LEDGER_RECORD_HEAD)) {
+    const f = recordFields(text);
+    const int = (s: string | null) => (s == null ? null : Number(s));
+    const time = (s: string | null) => (s == null ? null : new Date(s));
+    return {
+      startedAt: time(f[0]!)!,
+      requestId: f[1]!,
+      tenantId: int(f[2]!)!,
+      keyId: int(f[3]!),
+      backend: f[4]!,
+      model: f[5]!,
+      worker: f[6]!,
+      promptTokens: int(f[7]!)!,
+      completionTokens: int(f[8]!)!,
+      cachedTokens: int(f[9]!)!,
+      cacheWriteTokens: int(f[10]!)!,
+      costMicro: BigInt(f[11]!),
+      costSource: f[12]! as NewLedgerRow["costSource"],
+      status: f[13]! as NewLedgerRow["status"],
+      firstTokenAt: time(f[14]!),
+      finishedAt: time(f[15]!)!,
+      ttftMs: int(f[16]!),
+      durationMs: int(f[17]!)!,
+      providerGenerationId: f[18]!,
+    };
+  }
   const o = JSON.parse(text) as Record<string, unknown>;
   for (const f of dateFields) if (o[f] != null) o[f] = new Date(o[f] as string);
   o.costMicro = BigInt(o.costMicro as string);
@@ -74,10 +164,11 @@ export function decodeLedgerRow(text: string): NewLedgerRow {
 
 /**
  * A row text's UTC month (YYYY-MM): from its first bytes when encodeLedgerRow
- * wrote it, else (an older text) from its parsed startedAt; undefined for a
- * text that is no row at all (Postgres refuses it in the INSERT).
+ * wrote it (either form), else (an older text) from its parsed startedAt;
+ * undefined for a text that is no row at all (Postgres refuses it in the INSERT).
  */
 export function ledgerTextMonth(text: string): string | undefined {
+  if (text.startsWith(LEDGER_RECORD_HEAD) && text.charCodeAt(LEDGER_RECORD_HEAD.length + 4) === 0x2d /* - */) return text.slice(LEDGER_RECORD_HEAD.length, LEDGER_RECORD_HEAD.length + 7);
   if (text.startsWith(LEDGER_TEXT_HEAD) && text.charCodeAt(LEDGER_TEXT_HEAD.length + 4) === 0x2d /* - */) return text.slice(LEDGER_TEXT_HEAD.length, LEDGER_TEXT_HEAD.length + 7);
   try {
     const at = new Date((JSON.parse(text) as { startedAt?: unknown })?.startedAt as string);
@@ -100,9 +191,10 @@ async function ensureMonths(db: Db, months: Iterable<string>): Promise<void> {
 
 /**
  * Appends ledger rows given as their text (encodeLedgerRow), as the Redis
- * stream holds them: the batch goes to Postgres as one JSON array parameter
- * that json_to_recordset reads, so the drain neither parses a row nor
- * builds a parameter per column (issue 14: the drain's decode and the
+ * stream holds them. Row literals go to Postgres as one text, one per line,
+ * each cast to spend_ledger_text (record_in); JSON texts as one JSON array
+ * that json_to_recordset reads. Either way the drain neither parses a row
+ * nor builds a parameter per column (issue 14: the drain's decode and the
  * per-column arrays were most of the ledger's cost per request). Idempotent
  * like insertLedgerRows; a batch with a text Postgres cannot read throws
  * (SQLSTATE class 22), and the caller decides what to drop.
@@ -110,31 +202,69 @@ async function ensureMonths(db: Db, months: Iterable<string>): Promise<void> {
 export async function insertLedgerTexts(db: Db, texts: readonly string[]): Promise<{ inserted: number }> {
   if (texts.length === 0) return { inserted: 0 };
   const months = new Set<string>();
+  const records: string[] = [];
+  const jsons: string[] = [];
   for (const t of texts) {
     const month = ledgerTextMonth(t);
     if (month) months.add(month);
+    // A literal holds no line break (encodeLedgerRow writes JSON for one that would): one per line.
+    if (t.startsWith(LEDGER_RECORD_HEAD) && !lineBreak.test(t)) records.push(t);
+    else jsons.push(t);
   }
   await ensureMonths(db, months);
   const client = (db as unknown as { $client: Sql }).$client;
-  let inserted = 0;
-  for (let i = 0; i < texts.length; i += LEDGER_BATCH_ROWS) {
-    const batch = texts.length <= LEDGER_BATCH_ROWS ? texts : texts.slice(i, i + LEDGER_BATCH_ROWS);
-    // The command tag counts the rows that were new (ON CONFLICT skips the others): no RETURNING rows to read back.
-    const done = await client`
-      insert into spend_ledger (request_id, tenant_id, key_id, backend, model, worker, prompt_tokens, completion_tokens,
-        cached_tokens, cache_write_tokens, cost_micro, cost_source, status, started_at, first_token_at, finished_at,
-        ttft_ms, duration_ms, provider_generation_id)
-      select "requestId", "tenantId", "keyId", backend, model, worker, coalesce("promptTokens", 0), coalesce("completionTokens", 0),
-        coalesce("cachedTokens", 0), coalesce("cacheWriteTokens", 0), "costMicro", "costSource", status, "startedAt", "firstTokenAt", "finishedAt",
-        "ttftMs", "durationMs", "providerGenerationId"
-      from json_to_recordset(${"[" + batch.join(",") + "]"}::json) as r("requestId" text, "tenantId" bigint, "keyId" bigint,
-        backend text, model text, worker text, "promptTokens" int, "completionTokens" int, "cachedTokens" int, "cacheWriteTokens" int,
-        "costMicro" bigint, "costSource" cost_source, status request_status, "startedAt" timestamptz, "firstTokenAt" timestamptz,
-        "finishedAt" timestamptz, "ttftMs" int, "durationMs" int, "providerGenerationId" text)
-      on conflict (request_id, started_at) do nothing`;
-    inserted += done.count;
+  const statements: Array<(sql: Sql) => Promise<number>> = [];
+  for (let i = 0; i < records.length; i += LEDGER_BATCH_ROWS) {
+    const batch = records.length <= LEDGER_BATCH_ROWS ? records : records.slice(i, i + LEDGER_BATCH_ROWS);
+    statements.push((sql) => insertRecordLines(sql, batch.join("\n")));
   }
-  return { inserted };
+  for (let i = 0; i < jsons.length; i += LEDGER_BATCH_ROWS) {
+    const batch = jsons.length <= LEDGER_BATCH_ROWS ? jsons : jsons.slice(i, i + LEDGER_BATCH_ROWS);
+    statements.push((sql) => insertJsonArray(sql, "[" + batch.join(",") + "]"));
+  }
+  // All or nothing, as one statement is: a batch Postgres refuses leaves no
+  // row behind for the caller's row-by-row retry to count as a duplicate.
+  if (statements.length === 1) return { inserted: await statements[0]!(client) };
+  const counts = await client.begin(async (tx) => {
+    const out: number[] = [];
+    for (const run of statements) out.push(await run(tx as unknown as Sql));
+    return out;
+  });
+  return { inserted: counts.reduce((a, b) => a + b, 0) };
+}
+
+/** Row literals, one per line, cast to spend_ledger_text. Returns the rows that were new. */
+async function insertRecordLines(sql: Sql, lines: string): Promise<number> {
+  // The cast in a subquery (offset 0 keeps it there): `(line::spend_ledger_text).*` in the
+  // select list would cast each line once per column. The command tag counts the rows
+  // that were new (ON CONFLICT skips the others): no RETURNING rows to read back.
+  const done = await sql`
+    insert into spend_ledger (request_id, tenant_id, key_id, backend, model, worker, prompt_tokens, completion_tokens,
+      cached_tokens, cache_write_tokens, cost_micro, cost_source, status, started_at, first_token_at, finished_at,
+      ttft_ms, duration_ms, provider_generation_id)
+    select (r).request_id, (r).tenant_id, (r).key_id, (r).backend, (r).model, (r).worker, (r).prompt_tokens, (r).completion_tokens,
+      (r).cached_tokens, (r).cache_write_tokens, (r).cost_micro, (r).cost_source, (r).status, (r).started_at, (r).first_token_at, (r).finished_at,
+      (r).ttft_ms, (r).duration_ms, (r).provider_generation_id
+    from (select line::spend_ledger_text as r from string_to_table(${lines}::text, E'\n') as line offset 0) as rows
+    on conflict (request_id, started_at) do nothing`;
+  return done.count;
+}
+
+/** JSON row texts as one JSON array, read by json_to_recordset. Returns the rows that were new. */
+async function insertJsonArray(sql: Sql, array: string): Promise<number> {
+  const done = await sql`
+    insert into spend_ledger (request_id, tenant_id, key_id, backend, model, worker, prompt_tokens, completion_tokens,
+      cached_tokens, cache_write_tokens, cost_micro, cost_source, status, started_at, first_token_at, finished_at,
+      ttft_ms, duration_ms, provider_generation_id)
+    select "requestId", "tenantId", "keyId", backend, model, worker, coalesce("promptTokens", 0), coalesce("completionTokens", 0),
+      coalesce("cachedTokens", 0), coalesce("cacheWriteTokens", 0), "costMicro", "costSource", status, "startedAt", "firstTokenAt", "finishedAt",
+      "ttftMs", "durationMs", "providerGenerationId"
+    from json_to_recordset(${array}::json) as r("requestId" text, "tenantId" bigint, "keyId" bigint,
+      backend text, model text, worker text, "promptTokens" int, "completionTokens" int, "cachedTokens" int, "cacheWriteTokens" int,
+      "costMicro" bigint, "costSource" cost_source, status request_status, "startedAt" timestamptz, "firstTokenAt" timestamptz,
+      "finishedAt" timestamptz, "ttftMs" int, "durationMs" int, "providerGenerationId" text)
+    on conflict (request_id, started_at) do nothing`;
+  return done.count;
 }
 
 

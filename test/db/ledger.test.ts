@@ -213,25 +213,38 @@ describe("spend ledger", () => {
     expect(await priceAt(t.db, "openrouter", model, new Date("2025-07-01T00:00:00Z"))).toBeUndefined();
   });
   it("a row as text: every column round-trips, nulls and escapes included; its month is read from its first bytes", () => {
-    const full = { ...row(7), keyId: 42, worker: 'w"1\\x', cacheWriteTokens: 3, costMicro: 2n ** 63n - 1n, model: "m/é\n" };
+    // A row literal: quotes, backslashes, commas, parentheses, spaces and an empty text are all plain inside its quotes.
+    const full = { ...row(7), keyId: 42, worker: 'w"1\\x, (y) ', cacheWriteTokens: 3, costMicro: 2n ** 63n - 1n, model: "m/é", providerGenerationId: "" };
     const text = encodeLedgerRow(full);
-    expect(text.startsWith('{"startedAt":"2026-11-15T12:00:00.000Z"')).toBe(true);
+    expect(text.startsWith("(2026-11-15T12:00:00.000Z,")).toBe(true);
     expect(decodeLedgerRow(text)).toEqual(full);
     const nulls = row(7, { firstTokenAt: null, ttftMs: null, providerGenerationId: null, keyId: null, worker: null });
     expect(decodeLedgerRow(encodeLedgerRow(nulls))).toEqual({ ...nulls, cacheWriteTokens: 0 });
     expect(ledgerTextMonth(text)).toBe("2026-11");
+    // A line break in a value: row literals travel one per line, so that row is written as JSON.
+    const broken = { ...full, model: "m/é\n", providerGenerationId: "gen\r\n1" };
+    const json = encodeLedgerRow(broken);
+    expect(json.startsWith('{"startedAt":"2026-11-15T12:00:00.000Z"')).toBe(true);
+    expect(decodeLedgerRow(json)).toEqual(broken);
+    expect(ledgerTextMonth(json)).toBe("2026-11");
     // A row an older router wrote (JSON.stringify of the row, startedAt not first) still has a month.
     const older = JSON.stringify({ ...row(7, { startedAt: new Date("2026-10-31T23:59:59Z") }), costMicro: "5" });
     expect(ledgerTextMonth(older)).toBe("2026-10");
     expect(ledgerTextMonth("not json")).toBeUndefined();
+    expect(() => decodeLedgerRow('(2026-11-15T12:00:00.000Z,"unterminated')).toThrow(SyntaxError);
   });
 
   it("a row's instants are written as toISOString writes them, across minutes and at the edges of the years it can write", () => {
-    const at = (ms: number) => JSON.parse(encodeLedgerRow(row(7, { startedAt: new Date(ms), firstTokenAt: new Date(ms + 1), finishedAt: new Date(ms + 59_999) }))) as Record<string, string>;
+    const iso = (ms: number) => new Date(ms).toISOString();
     const base = Date.parse("2026-12-31T23:58:59.000Z");
     for (const ms of [base, base + 1, base + 999, base + 1_000, base + 60_999, base + 61_001, 0, 59_999, -1, -60_001, 253_402_300_799_999, 253_402_300_800_000, Date.parse("2027-01-01T00:00:00.000Z")]) {
-      const o = at(ms);
-      expect([o.startedAt, o.firstTokenAt, o.finishedAt]).toEqual([new Date(ms).toISOString(), new Date(ms + 1).toISOString(), new Date(ms + 59_999).toISOString()]);
+      const r = row(7, { startedAt: new Date(ms), firstTokenAt: new Date(ms + 1), finishedAt: new Date(ms + 59_999) });
+      const literal = encodeLedgerRow(r);
+      expect(literal.startsWith(`(${iso(ms)},`)).toBe(true);
+      expect(literal).toContain(`,${iso(ms + 1)},${iso(ms + 59_999)},`);
+      // The JSON form (a row with a line break) writes the same instants.
+      const o = JSON.parse(encodeLedgerRow({ ...r, model: "m\n" })) as Record<string, string>;
+      expect([o.startedAt, o.firstTokenAt, o.finishedAt]).toEqual([iso(ms), iso(ms + 1), iso(ms + 59_999)]);
     }
     expect(() => encodeLedgerRow(row(7, { startedAt: new Date(Number.NaN) }))).toThrow(RangeError);
   });
@@ -242,13 +255,19 @@ describe("spend ledger", () => {
     const b = row(tenant.id, { firstTokenAt: null, ttftMs: null, providerGenerationId: null, status: "client_cancelled", costSource: "estimate", startedAt: new Date("2027-03-01T00:00:00.250Z") });
     const c = row(tenant.id);
     const older = JSON.stringify({ ...c, costMicro: String(c.costMicro) });
-    expect(await insertLedgerTexts(t.db, [encodeLedgerRow(a), encodeLedgerRow(b), older])).toEqual({ inserted: 3 });
-    expect(await insertLedgerTexts(t.db, [encodeLedgerRow(a), older])).toEqual({ inserted: 0 });
+    // Texts a row literal must quote, and an empty one; and a line break (that row goes as JSON).
+    const d = row(tenant.id, { worker: 'w "q" \\ (x), y', model: "", providerGenerationId: "gen-1,2" });
+    const e = row(tenant.id, { providerGenerationId: "gen\nline" });
+    expect(encodeLedgerRow(d).startsWith("(")).toBe(true);
+    expect(encodeLedgerRow(e).startsWith("{")).toBe(true);
+    // Both forms in one batch, as a stream holds them while routers upgrade.
+    expect(await insertLedgerTexts(t.db, [encodeLedgerRow(a), encodeLedgerRow(b), older, encodeLedgerRow(d), encodeLedgerRow(e)])).toEqual({ inserted: 5 });
+    expect(await insertLedgerTexts(t.db, [encodeLedgerRow(a), older, encodeLedgerRow(e)])).toEqual({ inserted: 0 });
     const read = async (id: string) => (await t.sql`select * from spend_ledger where request_id = ${id}`)[0];
-    const viaText = await Promise.all([a, b, c].map((r) => read(r.requestId!)));
+    const viaText = await Promise.all([a, b, c, d, e].map((r) => read(r.requestId!)));
     // The same rows through the row path, under new ids, read back alike.
-    const twins = [a, b, c].map((r) => ({ ...r, requestId: `${r.requestId}-rows` }));
-    expect(await insertLedgerRows(t.db, twins)).toEqual({ inserted: 3 });
+    const twins = [a, b, c, d, e].map((r) => ({ ...r, requestId: `${r.requestId}-rows` }));
+    expect(await insertLedgerRows(t.db, twins)).toEqual({ inserted: 5 });
     const viaRows = await Promise.all(twins.map((r) => read(r.requestId!)));
     const strip = (r: Record<string, unknown> | undefined) => ({ ...r, request_id: undefined, created_at: undefined });
     expect(viaText.map(strip)).toEqual(viaRows.map(strip));
@@ -261,7 +280,10 @@ describe("spend ledger", () => {
     const tenant = await newTenant();
     const good = encodeLedgerRow(row(tenant.id));
     await expect(insertLedgerTexts(t.db, [good, "not json"])).rejects.toMatchObject({ code: expect.stringMatching(/^22/) });
-    await expect(insertLedgerTexts(t.db, [good, encodeLedgerRow(row(tenant.id)).replace(/"tenantId":\d+/, '"tenantId":"abc"')])).rejects.toMatchObject({ code: expect.stringMatching(/^22/) });
+    // A row literal whose tenant id is no number, one that is no literal at all, and a JSON row with the same fault.
+    await expect(insertLedgerTexts(t.db, [good, encodeLedgerRow(row(tenant.id)).replace(/^(\([^,]*,"[^"]*"),\d+,/, "$1,abc,")])).rejects.toMatchObject({ code: expect.stringMatching(/^22/) });
+    await expect(insertLedgerTexts(t.db, [good, "(garbage"])).rejects.toMatchObject({ code: expect.stringMatching(/^22/) });
+    await expect(insertLedgerTexts(t.db, [good, encodeLedgerRow(row(tenant.id, { model: "m\n" })).replace(/"tenantId":\d+/, '"tenantId":"abc"')])).rejects.toMatchObject({ code: expect.stringMatching(/^22/) });
     expect(await t.sql`select 1 from spend_ledger where tenant_id = ${tenant.id}`).toHaveLength(0);
   });
 });

@@ -145,8 +145,9 @@ describe("RedisLedgerBuffer entries", () => {
       const t = await createTenant(db.db, "dropper");
       if (!t.ok) throw new Error(t.reason);
       const mine = (i: number) => ({ ...row(i), tenantId: t.tenant.id });
-      // One entry: two good rows around a text that is no JSON and one whose tenant id is no number.
-      const bad = encodeLedgerRow(mine(3)).replace(/"tenantId":\d+/, '"tenantId":"abc"');
+      // One entry: two good rows around a text that is no row at all and a row literal whose tenant id is no number.
+      const bad = encodeLedgerRow(mine(3)).replace(/^(\([^,]*,"[^"]*"),\d+,/, "$1,abc,");
+      expect(bad).toContain(',"req_batch_3",abc,');
       await r.redis.xadd(buffer.key, "*", "r", encodeLedgerRow(mine(1)), "r", "not json", "r", bad, "r", encodeLedgerRow(mine(2)));
       await buffer.record(mine(4));
       await buffer.flush();
