@@ -4,7 +4,7 @@
 // before/after in one run; on a shared 2-core box the spread between runs
 // is larger than most single changes, so the two builds take turns: round
 // after round, the bare proxy first, then the builds in alternating order,
-// each target gets the same closed loop
+// each target started afresh with its own sim worker, gets the same closed loop
 // (and, unless --only non-streaming, the same open loop of 100 streams, or
 // of another level with --levels N), and CPU
 // time per request (user + system of the process, from /proc) is the figure
@@ -23,6 +23,7 @@ import { benchScratch, endBench } from "./lib/scratch.ts";
 import { arrivalRate, levelOf } from "./lib/levels.ts";
 
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
+const SERVICES = ["postgres", "redis-server"] as const;
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
 
 export interface AgainstOptions {
@@ -33,7 +34,7 @@ export interface AgainstOptions {
   only?: "non-streaming";
   /** Interleaved rounds (default 4, 2 with quick): more of them when the box is noisy. */
   rounds?: number;
-  /** Unmeasured rounds first (default: defaultWarmRuns). */
+  /** Unmeasured rounds first (default 0: every round's processes are warmed before they are measured). */
   warm?: number;
   /** The bench tenant with rate limits that never bind: every request taken and settled in Redis (the limiter's cost on the path). */
   rateLimits?: boolean;
@@ -203,10 +204,6 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     const warmS = opts.quick ? 2 : 4;
     const rows: string[] = [];
     const cpu: Record<string, { ns: number[]; pg: number[]; redis: number[]; st: number[]; rps: number[]; dttft99: number[]; waited: number[] }> = {};
-    // What Postgres and Redis each spend per whole answer during a target's closed
-    // loop: the ledger's INSERT, the streams and counters run on the same two
-    // cores as the router, the load and the sim worker, and a change that
-    // moves work from the router into them must show there.
     // Rounds before the first are the warm-up (--warm, default none: each round's processes are warmed already): the same loops, in the same order, not counted.
     const warmRounds = opts.warm ?? 0;
     const streamCols = opts.only !== "non-streaming";
@@ -227,12 +224,16 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         if (streamCols) await openLoop(t, { ratePerS: rate, durationS: warmS, body: stBody, stream: true });
         const load = loadavg()[0]!;
         const c0 = proc.cpuSeconds();
-        const pg0 = commandCpuSeconds(["postgres"]);
-        const redis0 = commandCpuSeconds(["redis-server"]);
+        // What Postgres and Redis spend per whole answer during the closed
+        // loop: the ledger's INSERT, the streams and counters run on the same
+        // two cores as the router, the load and the sim worker, and a change
+        // that moves work from the router into them must show there.
+        const svc0 = commandCpuSeconds(SERVICES);
         const r = await closedLoop(t, { clients: 64, durationS, body: nsBody, stream: false });
         const nsCpu = ((proc.cpuSeconds() - c0) * 1000) / Math.max(1, r.samples.length);
-        const pgCpu = ((commandCpuSeconds(["postgres"]) - pg0) * 1000) / Math.max(1, r.samples.length);
-        const redisCpu = ((commandCpuSeconds(["redis-server"]) - redis0) * 1000) / Math.max(1, r.samples.length);
+        const svc = commandCpuSeconds(SERVICES);
+        const pgCpu = ((svc.postgres - svc0.postgres) * 1000) / Math.max(1, r.samples.length);
+        const redisCpu = ((svc["redis-server"] - svc0["redis-server"]) * 1000) / Math.max(1, r.samples.length);
         c.pg.push(pgCpu);
         c.redis.push(redisCpu);
         const ok = r.samples.filter((s) => s.ok);

@@ -29,7 +29,7 @@ const dateFields = ["startedAt", "firstTokenAt", "finishedAt"] as const;
 /** The first bytes of every JSON row text: a row's UTC month is the 7 characters after them. */
 export const LEDGER_TEXT_HEAD = '{"startedAt":"';
 /** The first byte of every row literal: a row's UTC month is the 7 characters after it. */
-export const LEDGER_RECORD_HEAD = "(";
+const LEDGER_RECORD_HEAD = "(";
 
 const jsonText = (s: string | null | undefined): string => (s == null ? "null" : JSON.stringify(s));
 const jsonInt = (n: number | null | undefined): string => (n == null ? "null" : String(n));
@@ -70,6 +70,7 @@ function encodeLedgerJson(row: NewLedgerRow): string {
 // empty string, and commas, parentheses and spaces are plain characters),
 // with its quotes and backslashes doubled, as record_in reads them.
 const lineBreak = /[\n\r]/;
+const hasLineBreak = (s: string | null | undefined): boolean => s != null && lineBreak.test(s);
 const needsEscape = /["\\]/;
 const recText = (s: string | null | undefined): string => (s == null ? "" : needsEscape.test(s) ? `"${s.replace(/["\\]/g, "$&$&")}"` : `"${s}"`);
 const recInt = (n: number | null | undefined): string => (n == null ? "" : String(n));
@@ -83,8 +84,7 @@ const recTime = (d: Date | null | undefined): string => (d == null ? "" : isoTim
  * travel one per line.
  */
 export function encodeLedgerRow(row: NewLedgerRow): string {
-  const texts = [row.requestId, row.backend, row.model, row.worker, row.providerGenerationId];
-  for (const t of texts) if (t != null && lineBreak.test(t)) return encodeLedgerJson(row);
+  if (hasLineBreak(row.requestId) || hasLineBreak(row.backend) || hasLineBreak(row.model) || hasLineBreak(row.worker) || hasLineBreak(row.providerGenerationId)) return encodeLedgerJson(row);
   if (row.startedAt == null) throw new RangeError("a ledger row needs startedAt");
   return (
     `(${recTime(row.startedAt)},${recText(row.requestId)},${recInt(row.tenantId)},${recInt(row.keyId)},${recText(row.backend)},${recText(row.model)},${recText(row.worker)}` +
@@ -207,8 +207,9 @@ export async function insertLedgerTexts(db: Db, texts: readonly string[]): Promi
   for (const t of texts) {
     const month = ledgerTextMonth(t);
     if (month) months.add(month);
-    // A literal holds no line break (encodeLedgerRow writes JSON for one that would): one per line.
-    if (t.startsWith(LEDGER_RECORD_HEAD) && !lineBreak.test(t)) records.push(t);
+    // One literal per line: encodeLedgerRow writes a row with a line break as JSON. A
+    // literal that holds one anyway was not written by it, and fails its line as any bad text does.
+    if (t.startsWith(LEDGER_RECORD_HEAD)) records.push(t);
     else jsons.push(t);
   }
   await ensureMonths(db, months);

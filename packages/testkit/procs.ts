@@ -65,25 +65,27 @@ export interface Proc {
 
 const CLK_TCK = 100;
 
-/** [ppid, own utime+stime, reaped children's cutime+cstime] in ticks, from /proc/<pid>/stat. */
-function statOf(pid: number): [number, number, number] | undefined {
+/** [ppid, own utime+stime, reaped children's cutime+cstime] in ticks, and the command name, from /proc/<pid>/stat. */
+function statOf(pid: number): [number, number, number, string] | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // "pid (comm) state ppid …": the name is what the outermost parentheses hold (it may hold some itself).
+    const close = stat.lastIndexOf(")");
     // Fields after the command name: state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14).
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return [Number(f[1]), Number(f[11]) + Number(f[12]), Number(f[13]) + Number(f[14])];
+    const f = stat.slice(close + 2).split(" ");
+    return [Number(f[1]), Number(f[11]) + Number(f[12]), Number(f[13]) + Number(f[14]), stat.slice(stat.indexOf("(") + 1, close)];
   } catch {
     return undefined;
   }
 }
 
 /** `pid` and its live descendants, with their /proc/<pid>/stat figures. */
-function processTree(pid: number): Map<number, [number, number, number]> {
+function processTree(pid: number): Map<number, [number, number, number, string]> {
   const root = statOf(pid);
-  const tree = new Map<number, [number, number, number]>();
+  const tree = new Map<number, [number, number, number, string]>();
   if (!root) return tree;
   const children = new Map<number, number[]>();
-  const stats = new Map<number, [number, number, number]>([[pid, root]]);
+  const stats = new Map<number, [number, number, number, string]>([[pid, root]]);
   for (const name of readdirSync("/proc")) {
     const p = Number(name);
     if (!Number.isInteger(p) || p === pid) continue;
@@ -111,29 +113,24 @@ export function treeCpuSeconds(pid: number): number {
 }
 
 /**
- * CPU seconds of every process whose command name (/proc/<pid>/comm) is one
- * of `names`, plus the children they have reaped: what the box's shared
- * services (postgres, redis-server) spend while a load runs, counted as the
- * difference of two calls. Postgres runs a process per connection and
- * reaps its exited workers (autovacuum, parallel helpers) into the
- * postmaster's figure, so the sum covers them too.
+ * CPU seconds of the processes under each command name in `names`
+ * (/proc/<pid>/stat's name), plus the children they have reaped: what the
+ * box's shared services (postgres, redis-server) spend while a load runs,
+ * counted as the difference of two calls. One pass over /proc for all the
+ * names. Postgres runs a process per connection and reaps its exited
+ * workers (autovacuum, parallel helpers) into the postmaster's figure, so
+ * the sum covers them too.
  */
-export function commandCpuSeconds(names: readonly string[]): number {
-  let ticks = 0;
-  for (const name of readdirSync("/proc")) {
-    const p = Number(name);
+export function commandCpuSeconds<N extends string>(names: readonly N[]): Record<N, number> {
+  const ticks = Object.fromEntries(names.map((n) => [n, 0])) as Record<N, number>;
+  for (const entry of readdirSync("/proc")) {
+    const p = Number(entry);
     if (!Number.isInteger(p)) continue;
-    let comm: string;
-    try {
-      comm = readFileSync(`/proc/${p}/comm`, "utf8").trimEnd();
-    } catch {
-      continue;
-    }
-    if (!names.includes(comm)) continue;
     const st = statOf(p);
-    if (st) ticks += st[1] + st[2];
+    if (st && Object.hasOwn(ticks, st[3])) ticks[st[3] as N] += st[1] + st[2];
   }
-  return ticks / CLK_TCK;
+  for (const n of names) ticks[n] /= CLK_TCK;
+  return ticks;
 }
 
 /**

@@ -169,6 +169,18 @@ describe("acceptsAsIs: a body the fast path accepts is one zod accepts and retur
     expect(acceptsAsIs(z.object({ a: z.string() }))({ a: "x" })).toBe(true);
     expect(acceptsAsIs(z.strictObject({ a: z.string() }))({ a: "x", b: 1 })).toBe(false);
     expect(acceptsAsIs(z.object({ a: z.coerce.number() }))({ a: 1 })).toBe(false);
+    // A schema that contains itself (through a getter, as zod 4 writes recursion): compiled once, checked at every depth.
+    const Node = z.object({
+      name: z.string().min(1),
+      get children() {
+        return z.array(Node).optional();
+      },
+    });
+    const tree = acceptsAsIs(Node);
+    const deep = { name: "a", children: [{ name: "b", children: [{ name: "c" }] }] };
+    expect(tree(deep)).toBe(true);
+    expect(Node.safeParse(deep).data).toStrictEqual(deep);
+    expect(tree({ name: "a", children: [{ name: "b", children: [{ name: "" }] }] })).toBe(false);
     // An async refinement: zod's (which refuses it in a synchronous parse).
     expect(acceptsAsIs(z.string().refine(async () => true))("x")).toBe(false);
   });

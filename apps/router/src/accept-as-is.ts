@@ -54,26 +54,15 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "obj
  */
 function withChecks(checks: Check[] | undefined, test: Accept): Accept {
   if (!checks || checks.length === 0) return test;
-  // One payload per compiled check list, refilled on each call: checks are
-  // synchronous, and a schema never contains itself here (no lazy), so no
-  // call re-enters the one still using it.
-  const payload: Payload = { value: undefined, issues: [] };
   return (v) => {
     if (!test(v)) return false;
-    payload.value = v;
-    if (payload.issues.length > 0) payload.issues = [];
-    let ok = true;
+    const payload: Payload = { value: v, issues: [] };
     for (const ch of checks) {
       const when = ch._zod.def.when;
       if (when && !when(payload)) continue;
-      if (ch._zod.check(payload) instanceof Promise || payload.issues.length > 0) {
-        ok = false;
-        break;
-      }
+      if (ch._zod.check(payload) instanceof Promise || payload.issues.length > 0) return false;
     }
-    // Let go of the body: the payload outlives the call.
-    payload.value = undefined;
-    return ok;
+    return true;
   };
 }
 
@@ -82,11 +71,14 @@ const compiled = new WeakMap<object, Accept>();
 function compile(schema: Schema): Accept {
   const known = compiled.get(schema);
   if (known) return known;
-  // A schema that refers to itself (z.lazy) would recurse here: lazy is not
-  // among the types below, so it never does.
-  const accept = build(schema._zod.def);
-  compiled.set(schema, accept);
-  return accept;
+  // A schema may contain itself (an object whose shape names it through a
+  // getter): while it is being built, a reference to it forwards to what
+  // the build returns.
+  let built: Accept | undefined;
+  compiled.set(schema, (v) => built!(v));
+  built = build(schema._zod.def);
+  compiled.set(schema, built);
+  return built;
 }
 
 function build(def: Def): Accept {

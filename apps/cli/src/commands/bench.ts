@@ -8,7 +8,7 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
   if (suite === "router") {
     const levels = flags.levels?.split(",").map((n) => Number(n.trim()));
     if (levels?.some((n) => !Number.isInteger(n))) throw new UsageError(`bench router: --levels takes stream counts like 1,100,1000`);
-    // --warm N: unmeasured runs of each load before the measured ones (default 2; 1 with --quick).
+    // --warm N: unmeasured runs of each load before the measured ones (default 2, 1 with --quick; with --against, unmeasured rounds, default 0).
     const warm = flags.warm === undefined ? undefined : Number(flags.warm);
     if (warm !== undefined && !(Number.isInteger(warm) && warm >= 0)) throw new UsageError("bench router: --warm takes a whole number ≥ 0 (unmeasured warm-up runs)");
     if (warm !== undefined && flags.profile !== undefined) throw new UsageError("bench router --profile: warms its load for a fixed time; --warm goes with the tables and --against");
