@@ -21,6 +21,7 @@ import { routerExecArgv } from "@switchyard/router";
 import { routerSeesWorker } from "./router.ts";
 import { benchScratch, endBench } from "./lib/scratch.ts";
 import { arrivalRate, levelOf } from "./lib/levels.ts";
+import { winsOf } from "./lib/sign-test.ts";
 
 const REDIS = process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379";
 const SERVICES = ["postgres", "redis-server"] as const;
@@ -284,12 +285,20 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     // box's speed drifts by more than most changes between rounds, less
     // within one.
     const [, a, b] = slots;
-    const fewer = (k: "ns" | "st") => cpu[b!.name]![k].filter((x, i) => x < cpu[a!.name]![k][i]!).length;
+    // Rounds where the two tied say nothing either way: the sign test leaves them out.
+    const split = (k: "ns" | "st" | "dttft99") => {
+      const xs = cpu[b!.name]![k];
+      const ys = cpu[a!.name]![k];
+      const lower = xs.filter((x, i) => x < ys[i]!).length;
+      const tied = xs.filter((x, i) => x === ys[i]!).length;
+      return `${winsOf(lower, rounds - tied)}${tied > 0 ? `, ${tied} tied` : ""}`;
+    };
     const ratio = (k: "ns" | "st") => fmt(med(paired(cpu[b!.name]![k], cpu[a!.name]![k])), 3);
     out.push(
       "",
-      `${b!.name} used less CPU per request than ${a!.name} in ${fewer("ns")} of ${rounds} rounds non-streaming (median of the rounds' ratios ${ratio("ns")}×)` +
-        `${streamCols ? `, ${fewer("st")} of ${rounds} streaming (${ratio("st")}×)` : ""}; "paired": the median of each round's ratio to the bare proxy.`,
+      `${b!.name} against ${a!.name}: non-streaming, less CPU per request in ${split("ns")}, median of the rounds' ratios ${ratio("ns")}×` +
+        `${streamCols ? `; streaming, less CPU per stream in ${split("st")}, ${ratio("st")}×; the lower ΔTTFT p99 in ${split("dttft99")}` : ""}. "Paired": the median of each round's ratio to the bare proxy.`,
+      `A sign test's p is the chance that two builds which cost the same would split the rounds at least this unevenly: above ~0.1 the count is what a coin gives.`,
     );
     process.stdout.write(out.join("\n") + "\n");
     return 0;

@@ -54,7 +54,7 @@ describe("switchyard bench router --against", () => {
     expect(order.slice(1, 3)).toEqual([...order.slice(4, 6)].reverse());
     for (let i = 1; i < order.length; i++) expect(order[i]).not.toBe(order[i - 1]);
     // Paired by round: in how many this checkout used less CPU than REV (a count, not a verdict).
-    expect(out).toMatch(new RegExp(`\\(this checkout\\) node --max-semi-space-size=${ROUTER_SEMI_SPACE_MB} used less CPU per request than ${sha} \\(HEAD\\) node --max-semi-space-size=16 in [012] of 2 rounds non-streaming \\(median of the rounds' ratios \\d+\\.\\d{3}×\\);`));
+    expect(out).toMatch(new RegExp(`\\(this checkout\\) node --max-semi-space-size=${ROUTER_SEMI_SPACE_MB} against ${sha} \\(HEAD\\) node --max-semi-space-size=16: non-streaming, less CPU per request in [012] of [012] rounds \\(sign test p = \\d\\.\\d+\\)(, [12] tied)?, median of the rounds' ratios \\d+\\.\\d{3}×\\.`));
     expect(worktrees()).toBe(before);
   }, 240_000);
 

@@ -80,7 +80,8 @@ Usage:
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
                                         CPU per request, req/s, ΔTTFT p99 and the wait for a core beside the bare proxy (a change's before/after),
                                         and what Postgres and Redis spent per request; every target a fresh process per round, warmed first;
-                                        N rounds (default 4, after --warm unmeasured ones, default 0), in how many of them this checkout used less CPU, and
+                                        N rounds (default 4, after --warm unmeasured ones, default 0), in how many of them this checkout used less CPU
+                                        (and had the lower ΔTTFT p99), each count with its sign test's p, and
                                         the median of the rounds' ratios (this checkout over REV, each over the bare proxy)
                                         (--levels N: the streaming loop at that stream level, default 100)
                                         (--rate-limits: the tenant rate-limited, never refused: the limiter's cost on the path)
