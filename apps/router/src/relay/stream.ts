@@ -15,7 +15,7 @@ import { UpstreamFailure } from "../backends/types.ts";
 import { type Usage, usageFrom } from "../backends/usage.ts";
 import { endFailedAttempt, failureToApiError, outcomeOf, startAttempt, toFailure, type Attempt } from "./attempt.ts";
 import type { RelayContext } from "./context.ts";
-import { pieceWriter, type PieceWrite } from "./chunked.ts";
+import { flattenHead, pieceWriter, type PieceWrite } from "./chunked.ts";
 import type { StreamResume } from "./resume.ts";
 import { SSE_DONE, type SseBatch, type SseEvent, sseText, textBatch } from "./sse.ts";
 
@@ -505,6 +505,7 @@ class StreamRelay {
    */
   toNode(out: ServerResponse, headers: Record<string, string>): void {
     out.writeHead(200, headers);
+    flattenHead(out);
     out.once("close", () => {
       if (!out.writableFinished) this.clientGone();
     });
