@@ -3,7 +3,7 @@
 import { Pool } from "../undici.ts";
 import type { LookupFunction } from "node:net";
 import { FENCING_SIGNATURE_HEADER, FENCING_WORKER_HEADER, FencingSigner, workerCallSecret, type WorkerRecord } from "@switchyard/state";
-import { sseText } from "../../relay/sse.ts";
+import { sseText, type SseBatch } from "../../relay/sse.ts";
 import { dispatchSse, dispatchWhole, type SseAnswer, type WholeAnswer } from "../answer-dispatch.ts";
 import {
   boundedBody,
@@ -108,6 +108,81 @@ function notReadAs(label: string, readAs: string): () => never {
   return () => {
     throw new Error(`${label}: this answer is read as ${readAs}`);
   };
+}
+
+/**
+ * A worker's streamed answer, read by the relay as batches (or events, by a
+ * translating route). A class, not an object of closures: it lives as long
+ * as the stream, and five closures and their context per stream were
+ * copied by every scavenge that found the stream young (issue 14).
+ */
+class StreamedAnswer implements UpstreamResponse {
+  constructor(
+    private readonly answer: SseAnswer,
+    private readonly label: string,
+  ) {}
+
+  batches(): AsyncIterator<SseBatch> {
+    return this.answer.batches;
+  }
+
+  /** Only the events are read from a stream (relay/stream.ts): as batches, or one by one. */
+  async *events(): AsyncGenerator<string> {
+    const { batches } = this.answer;
+    for (;;) {
+      const r = await batches.next();
+      if (r.done) return;
+      for (const e of r.value.events) yield e.data;
+    }
+  }
+
+  /** The events as the SSE text they make (a stream read whole). */
+  async text(): Promise<string> {
+    let text = "";
+    for await (const data of this.events()) text += sseText(data);
+    return text;
+  }
+
+  raw(): never {
+    return notReadAs(this.label, "events")();
+  }
+
+  abort(): void {
+    this.answer.abort();
+  }
+}
+
+/** A worker's whole (JSON) answer: its bytes, gathered within the body limit as they came. */
+class WholeBytes implements UpstreamResponse {
+  constructor(
+    private readonly answer: WholeAnswer,
+    private readonly signal: UpstreamSignal,
+    private readonly label: string,
+  ) {}
+
+  async bytes(): Promise<Buffer> {
+    try {
+      return await this.answer.body;
+    } catch (err) {
+      throw classify(err, this.signal);
+    }
+  }
+
+  async text(): Promise<string> {
+    return (await this.bytes()).toString("utf8");
+  }
+
+  raw(): never {
+    return notReadAs(this.label, "its bytes")();
+  }
+
+  events(): never {
+    return notReadAs(this.label, "its bytes")();
+  }
+
+  abort(): void {
+    this.answer.abort();
+  }
 }
 
 /** Worker URLs parsed, by URL: a backend is made per candidate per request, and a URL parse costs more than the rest of it. */
@@ -231,27 +306,7 @@ export class WorkerBackend implements Backend {
       throw classify(err, signal);
     }
     if (answer.statusCode < 200 || answer.statusCode >= 300) throw this.refused(answer.statusCode, await answer.errorText());
-    const { batches } = answer;
-    // Only the events are read from a stream (relay/stream.ts): as batches, or one by one.
-    const events = async function* (): AsyncGenerator<string> {
-      for (;;) {
-        const r = await batches.next();
-        if (r.done) return;
-        for (const e of r.value.events) yield e.data;
-      }
-    };
-    return {
-      batches: () => batches,
-      events,
-      // The events as the SSE text they make (a stream read whole).
-      text: async () => {
-        let text = "";
-        for await (const data of events()) text += sseText(data);
-        return text;
-      },
-      raw: notReadAs(label, "events"),
-      abort: () => answer.abort(),
-    };
+    return new StreamedAnswer(answer, label);
   }
 
   /** A whole (JSON) answer: its bytes gathered within the body limit as they come. */
@@ -268,21 +323,7 @@ export class WorkerBackend implements Backend {
       throw classify(err, signal);
     }
     if (answer.statusCode < 200 || answer.statusCode >= 300) throw this.refused(answer.statusCode, await answer.errorText());
-    const bytes = async () => {
-      try {
-        return await answer.body;
-      } catch (err) {
-        throw classify(err, signal);
-      }
-    };
-    const notStreamed = notReadAs(label, "its bytes");
-    return {
-      bytes,
-      text: async () => (await bytes()).toString("utf8"),
-      raw: notStreamed,
-      events: notStreamed,
-      abort: () => answer.abort(),
-    };
+    return new WholeBytes(answer, signal, label);
   }
 
   /**
