@@ -215,14 +215,8 @@ export async function insertLedgerTexts(db: Db, texts: readonly string[]): Promi
   await ensureMonths(db, months);
   const client = (db as unknown as { $client: Sql }).$client;
   const statements: Array<(sql: Sql) => Promise<number>> = [];
-  for (let i = 0; i < records.length; i += LEDGER_BATCH_ROWS) {
-    const batch = records.length <= LEDGER_BATCH_ROWS ? records : records.slice(i, i + LEDGER_BATCH_ROWS);
-    statements.push((sql) => insertRecordLines(sql, batch.join("\n")));
-  }
-  for (let i = 0; i < jsons.length; i += LEDGER_BATCH_ROWS) {
-    const batch = jsons.length <= LEDGER_BATCH_ROWS ? jsons : jsons.slice(i, i + LEDGER_BATCH_ROWS);
-    statements.push((sql) => insertJsonArray(sql, "[" + batch.join(",") + "]"));
-  }
+  for (const batch of batchesOf(records)) statements.push((sql) => insertRecordLines(sql, batch.join("\n")));
+  for (const batch of batchesOf(jsons)) statements.push((sql) => insertJsonArray(sql, "[" + batch.join(",") + "]"));
   // All or nothing, as one statement is: a batch Postgres refuses leaves no
   // row behind for the caller's row-by-row retry to count as a duplicate.
   if (statements.length === 1) return { inserted: await statements[0]!(client) };
@@ -232,6 +226,15 @@ export async function insertLedgerTexts(db: Db, texts: readonly string[]): Promi
     return out;
   });
   return { inserted: counts.reduce((a, b) => a + b, 0) };
+}
+
+/** `texts` in INSERTs of LEDGER_BATCH_ROWS rows at most (the usual batch, under that, as it is). */
+function batchesOf(texts: string[]): string[][] {
+  if (texts.length === 0) return [];
+  if (texts.length <= LEDGER_BATCH_ROWS) return [texts];
+  const out: string[][] = [];
+  for (let i = 0; i < texts.length; i += LEDGER_BATCH_ROWS) out.push(texts.slice(i, i + LEDGER_BATCH_ROWS));
+  return out;
 }
 
 /** Row literals, one per line, cast to spend_ledger_text. Returns the rows that were new. */

@@ -104,10 +104,12 @@ function classify(err: unknown, signal: UpstreamSignal): UpstreamFailure {
  * stream's events, a whole answer's bytes, hidden states' raw bytes): the
  * relay reads each request's answer one way only, so the others throw.
  */
+function readAsOnly(label: string, readAs: string): never {
+  throw new Error(`${label}: this answer is read as ${readAs}`);
+}
+
 function notReadAs(label: string, readAs: string): () => never {
-  return () => {
-    throw new Error(`${label}: this answer is read as ${readAs}`);
-  };
+  return () => readAsOnly(label, readAs);
 }
 
 /**
@@ -144,7 +146,7 @@ class StreamedAnswer implements UpstreamResponse {
   }
 
   raw(): never {
-    return notReadAs(this.label, "events")();
+    return readAsOnly(this.label, "events");
   }
 
   abort(): void {
@@ -173,11 +175,11 @@ class WholeBytes implements UpstreamResponse {
   }
 
   raw(): never {
-    return notReadAs(this.label, "its bytes")();
+    return readAsOnly(this.label, "its bytes");
   }
 
   events(): never {
-    return notReadAs(this.label, "its bytes")();
+    return readAsOnly(this.label, "its bytes");
   }
 
   abort(): void {
