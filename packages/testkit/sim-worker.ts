@@ -171,6 +171,8 @@ export class SimWorker {
   lastRequestHeaders: IncomingMessage["headers"] | undefined;
   /** The last request's body (continuations: what the router replayed). */
   lastBody: Record<string, unknown> | undefined;
+  /** The last request's body as the bytes it came in (decoded as UTF-8). */
+  lastBodyText: string | undefined;
   /** Lease fencing, as the real worker does it (workers/agent/src/server/fencing.ts). */
   readonly fencing: FencingGuard;
   /** Every request that carried a fencing token, in arrival order, and whether it was accepted. */
@@ -267,13 +269,15 @@ export class SimWorker {
     if (fenceHeader !== undefined) this.fenceLog.push({ token: Number(fenceHeader), accepted: verdict.ok, at: Date.now() });
     if (!verdict.ok) return this.error(res, verdict.status, verdict.message, verdict.code);
     let body: Record<string, unknown>;
+    const bodyText = Buffer.concat(chunks).toString("utf8");
     try {
-      body = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+      body = JSON.parse(bodyText);
     } catch {
       return this.error(res, 400, "invalid JSON");
     }
     const path = req.url ?? "";
     this.lastBody = body;
+    this.lastBodyText = bodyText;
     this.served.set(path, (this.served.get(path) ?? 0) + 1);
     const traceparent = req.headers.traceparent;
     if (typeof traceparent === "string") this.traceparents.push(traceparent);

@@ -58,10 +58,14 @@ describe("switchyard bench router --against", () => {
     expect(worktrees()).toBe(before);
   }, 240_000);
 
-  it("runs the streaming loop at the stream level --levels names, every stream answered; refuses a level it has not", async () => {
-    const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--levels", "1", "--rounds", "1", "--warm", "0"]);
+  it("runs the streaming loop at the stream level --levels names, every stream answered, whole answers for a conversation --body-kb long; refuses a level it has not", async () => {
+    const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--levels", "1", "--rounds", "1", "--warm", "0", "--body-kb", "3"]);
     expect(code, out).toBe(0);
-    expect(out).toMatch(/interleaved: 1 rounds after 0 unmeasured warm-up round\(s\), every target a fresh process per round warmed by 2 s of each loop, 3 s per loop, 64 clients closed loop \+ 1 streams open loop/);
+    const header = /interleaved: 1 rounds after 0 unmeasured warm-up round\(s\), every target a fresh process per round warmed by 2 s of each loop, 3 s per loop, 64 clients closed loop \(each request a (\d+)-byte conversation of (\d+) messages\) \+ 1 streams open loop/.exec(out);
+    expect(header, out).not.toBeNull();
+    expect(Number(header![1])).toBeGreaterThanOrEqual(3 * 1024);
+    expect(Number(header![1])).toBeLessThan(4 * 1024);
+    expect(Number(header![2])).toBeGreaterThan(5);
     const rows = out.split("\n").filter((l) => /^\| 1 \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
     expect(rows.map((r) => r[1]), out).toEqual(["node-passthrough", expect.stringContaining("(HEAD)"), expect.stringContaining("(this checkout)")]);
     for (const r of rows) {
@@ -72,11 +76,15 @@ describe("switchyard bench router --against", () => {
     for (const [args, msg] of [
       [["--levels", "7"], /--against: --levels takes one of the stream levels 1, 100 or 1000, got '7'/],
       [["--levels", "100", "--only", "non-streaming"], /--against: --levels goes with the streaming loop/],
+      [["--body-kb", "0"], /--against: --body-kb takes a whole number of KB from 1 to 1024, got '0'/],
     ] as const) {
       const refused = await runCli(["bench", "router", "--against", "HEAD", ...args]);
       expect(refused.code).not.toBe(0);
       expect(refused.err).toMatch(msg);
     }
+    const alone = await runCli(["bench", "router", "--body-kb", "4"]);
+    expect(alone.code).not.toBe(0);
+    expect(alone.err).toMatch(/--body-kb goes with --against/);
   }, 240_000);
 
   it("refuses --rounds that is not a whole number ≥ 1", async () => {

@@ -58,6 +58,7 @@ export async function main(argv: string[]): Promise<number> {
         warm: { type: "string" },
         "rate-limits": { type: "boolean" },
         "against-node-flags": { type: "string" },
+        "body-kb": { type: "string" },
         reference: { type: "string" },
         // budgets, prices
         "daily-cents": { type: "string" },

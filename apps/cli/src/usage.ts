@@ -76,7 +76,7 @@ Usage:
                                         stalls), then the async resources (promises, ticks, timers) it creates,
                                         the bytes it allocates per request, by module, and what a request in
                                         flight keeps alive (heap snapshots), by kind
-  switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--levels 1|100|1000 | --only non-streaming] [--rate-limits] [--against-node-flags=FLAGS]
+  switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--levels 1|100|1000 | --only non-streaming] [--rate-limits] [--against-node-flags=FLAGS] [--body-kb N]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
                                         CPU per request, req/s, ΔTTFT p99 and the wait for a core beside the bare proxy (a change's before/after),
                                         and what Postgres and Redis spent per request; every target a fresh process per round, warmed first;
@@ -87,6 +87,8 @@ Usage:
                                         (--rate-limits: the tenant rate-limited, never refused: the limiter's cost on the path)
                                         (--against-node-flags: node flags for REV's router instead of the router's own,
                                         e.g. '--max-semi-space-size=16' (V8's default) against HEAD: a node setting's before/after)
+                                        (--body-kb N: each closed-loop request a conversation of about N KB instead of one
+                                        short message: the body's parse, checks and way upstream at a real size)
   switchyard bench engine [--quick] [--model NAME] [--reference both|native|node]
                                         engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct):
                                         llama.cpp built for this CPU (llama-cpp-python, built on first use, ~8 min on 2 cores)

@@ -6,6 +6,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import type * as z from "zod";
 import { Abort, type AbortLike } from "./abort.ts";
 import { acceptsAsIs } from "./accept-as-is.ts";
+import { keepBodyText } from "./body-text.ts";
 import { ApiError } from "./errors.ts";
 import type { KeyOwner } from "./auth/key-store.ts";
 import type { AppDeps, AppEnv } from "./deps.ts";
@@ -166,8 +167,12 @@ export function jsonBody(deps: AppDeps, schema: z.ZodType): MiddlewareHandler<Ap
     }
     const declared = Number(c.req.header("content-length") ?? NaN);
     if (declared > limit) throw new ApiError("payload_too_large", `request body exceeds the ${limit} byte limit`);
-    return readJson(c, limit).then((body) => {
-      c.set("body", validate(schema, body));
+    return readBody(c, limit).then((text) => {
+      const parsed = parseJson(text);
+      const body = validate(schema, parsed);
+      // Unchanged by validation: the client's text can go upstream as it came (body-text.ts).
+      if (body === parsed && typeof body === "object" && body !== null) keepBodyText(body, text);
+      c.set("body", body);
       return next();
     });
   }, schema);

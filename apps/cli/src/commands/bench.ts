@@ -1,7 +1,7 @@
 // `switchyard bench <suite>`: benchmarks that print a table.
 import { UsageError } from "../usage.ts";
 
-export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string; cut?: string; against?: string; rounds?: string; warm?: string; "rate-limits"?: boolean; "against-node-flags"?: string }): Promise<number> {
+export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string; cut?: string; against?: string; rounds?: string; warm?: string; "rate-limits"?: boolean; "against-node-flags"?: string; "body-kb"?: string }): Promise<number> {
   const [suite] = args;
   // The one bench entry point; it loads only the suite asked for.
   const { benches, STREAM_LEVELS } = await import("../../../../bench/index.ts");
@@ -24,12 +24,16 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
       if (!flags.against.trim()) throw new UsageError("bench router --against: give a commit, e.g. --against HEAD~1");
       const rounds = flags.rounds === undefined ? undefined : Number(flags.rounds);
       if (rounds !== undefined && !(Number.isInteger(rounds) && rounds >= 1)) throw new UsageError("bench router --against: --rounds takes a whole number ≥ 1");
+      // --body-kb N: the closed loop's requests a conversation of about N KB (the body's parse, checks and way upstream at a real size).
+      const bodyKb = flags["body-kb"] === undefined ? undefined : Number(flags["body-kb"]);
+      if (bodyKb !== undefined && !(Number.isInteger(bodyKb) && bodyKb >= 1 && bodyKb <= 1024)) throw new UsageError(`bench router --against: --body-kb takes a whole number of KB from 1 to 1024, got '${flags["body-kb"]}'`);
       const againstNodeFlags = flags["against-node-flags"]?.trim().split(/\s+/).filter(Boolean);
       if (againstNodeFlags?.some((f) => !f.startsWith("-"))) throw new UsageError(`bench router --against-node-flags: node flags only (each starting with -), got '${flags["against-node-flags"]}'`);
-      return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}), ...(rounds ? { rounds } : {}), ...(warm !== undefined ? { warm } : {}), ...(flags["rate-limits"] ? { rateLimits: true } : {}), ...(againstNodeFlags ? { againstNodeFlags } : {}), ...(levels ? { streams: levels[0]! } : {}) });
+      return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}), ...(rounds ? { rounds } : {}), ...(warm !== undefined ? { warm } : {}), ...(flags["rate-limits"] ? { rateLimits: true } : {}), ...(againstNodeFlags ? { againstNodeFlags } : {}), ...(levels ? { streams: levels[0]! } : {}), ...(bodyKb ? { bodyKb } : {}) });
     }
     if (flags["rate-limits"]) throw new UsageError("bench router: --rate-limits goes with --against");
     if (flags["against-node-flags"] !== undefined) throw new UsageError("bench router: --against-node-flags goes with --against");
+    if (flags["body-kb"] !== undefined) throw new UsageError("bench router: --body-kb goes with --against");
     // --only non-streaming: with --profile, the profile of the non-streaming closed loop instead of the 100 streams.
     if (flags.only !== undefined && flags.only !== "money" && !(flags.only === "non-streaming" && flags.profile)) throw new UsageError(`bench router: --only takes 'money' (or 'non-streaming' with --profile), got '${flags.only}'`);
     // --cluster h:p,h:p (or BENCH_REDIS_CLUSTER): also the money and lease figures on that Redis Cluster, next to the single node.

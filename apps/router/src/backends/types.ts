@@ -5,6 +5,7 @@
 import type { AbortLike } from "../abort.ts";
 import type { SseBatch } from "../relay/sse.ts";
 import type { ProviderKey } from "./registry.ts";
+import { takeBodyText, withFields } from "../body-text.ts";
 
 export type InferencePath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/hidden_states";
 
@@ -129,23 +130,18 @@ export function upstreamBody(req: Pick<BackendRequest, "body" | "fields">): Reco
 }
 
 /**
- * upstreamBody as JSON text, without the copy: the attempt's fields are
- * written after the body's own when the body has none of them (the router
- * deleted any a client sent), which is the same JSON a merged object gives;
- * a body that has one is merged the plain way, so no key is ever repeated.
+ * upstreamBody as JSON text, without the copy: the client's own text when
+ * the body is as it sent it (body-text.ts; taken: a second attempt, rare,
+ * serializes), else JSON.stringify of the body;
+ * the attempt's fields are written after the body's own when the body has
+ * none of them (the router deleted any a client sent), which is the same
+ * JSON a merged object gives; a body that has one is merged the plain way,
+ * so no key is ever repeated.
  */
 export function upstreamJson(req: Pick<BackendRequest, "body" | "fields">): string {
   const { body, fields } = req;
-  if (!fields) return JSON.stringify(body);
+  const text = takeBodyText(body) ?? JSON.stringify(body);
+  if (!fields) return text;
   for (const k in fields) if (Object.hasOwn(body, k)) return JSON.stringify({ ...body, ...fields });
-  const text = JSON.stringify(body);
-  let extra = "";
-  let sep = text.length > 2 ? "," : "";
-  for (const k in fields) {
-    const value = JSON.stringify(fields[k]);
-    if (value === undefined) continue; // as JSON.stringify leaves out an undefined property
-    extra += `${sep}${JSON.stringify(k)}:${value}`;
-    sep = ",";
-  }
-  return extra ? text.slice(0, -1) + extra + "}" : text;
+  return withFields(text, fields) ?? JSON.stringify({ ...body, ...fields });
 }

@@ -3,6 +3,7 @@
 // never makes more tokens than UTF-8 bytes, so bytes (+ per-message framing)
 // bound the prompt from above. Images are counted at a fixed generous size.
 import type { InferencePath } from "../backends/types.ts";
+import { bodyEdited } from "../body-text.ts";
 
 /** Per-message framing tokens (role markers, separators) — generous for every chat template. */
 const MESSAGE_OVERHEAD = 8;
@@ -79,6 +80,7 @@ export function normalizeMaxOutput(path: InferencePath, body: Record<string, unk
   if (body.max_tokens === undefined && path === "/v1/chat/completions") return;
   const limit = requestedMaxOutput(path, body);
   const field = outputLimitField(path, body);
+  bodyEdited(body);
   delete body.max_tokens;
   delete body.max_completion_tokens;
   if (limit !== undefined) body[field] = limit;

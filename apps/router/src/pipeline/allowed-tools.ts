@@ -3,6 +3,7 @@
 // already understands it: `tools` narrowed to the allowed ones and the plain
 // mode. The one difference: the tools left out are not in the prompt either.
 import type { InferencePath } from "../backends/types.ts";
+import { bodyEdited } from "../body-text.ts";
 
 type Json = Record<string, unknown>;
 const isObj = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -14,6 +15,7 @@ export function narrowAllowedTools(path: InferencePath, body: Json): void {
   if (!isObj(choice) || choice.type !== "allowed_tools" || !isObj(choice.allowed_tools) || !Array.isArray(body.tools)) return;
   const { mode, tools } = choice.allowed_tools as { mode: "auto" | "required"; tools: { function: { name: string } }[] };
   const allowed = new Set(tools.map((t) => t.function.name));
+  bodyEdited(body);
   body.tools = body.tools.filter((t) => isObj(t) && isObj(t.function) && allowed.has(t.function.name as string));
   body.tool_choice = mode;
 }

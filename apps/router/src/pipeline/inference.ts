@@ -9,6 +9,7 @@ import type { PoolPlace } from "../admission/gate.ts";
 import type { KeyOwner } from "../auth/key-store.ts";
 import type { Backend, InferencePath } from "../backends/types.ts";
 import { normalizeMaxOutput, promptTokensUpperBound } from "../billing/estimate.ts";
+import { bodyEdited, setBodyField } from "../body-text.ts";
 import { narrowAllowedTools } from "./allowed-tools.ts";
 import type { RequestTab } from "../billing/guard.ts";
 import type { AppDeps, AppEnv } from "../deps.ts";
@@ -147,9 +148,12 @@ export class InferencePipeline {
   private resolve(): Routed | Promise<Routed> {
     const { body } = this;
     // Prefix names are per tenant and the router's alone: a client's own switchyard_prefix never reaches a worker.
-    delete body[PREFIX_NAME_FIELD];
     // Likewise the engine prefix-cache scope: a client can't pick another tenant's.
-    delete body[CACHE_SCOPE_FIELD];
+    if (Object.hasOwn(body, PREFIX_NAME_FIELD) || Object.hasOwn(body, CACHE_SCOPE_FIELD)) {
+      bodyEdited(body);
+      delete body[PREFIX_NAME_FIELD];
+      delete body[CACHE_SCOPE_FIELD];
+    }
     const cls = requestClass(this.path, body, String(this.tenant.tenantId));
     let resolution = this.deps.chain.resolve(body.model, this.tenant.tenantName, cls);
     if (!resolution.known) {
@@ -183,7 +187,7 @@ export class InferencePipeline {
     if (body.stream !== true || this.path === "/v1/embeddings") return false;
     const so = (body.stream_options ?? {}) as { include_usage?: boolean };
     if (so.include_usage === true) return false;
-    body.stream_options = { ...so, include_usage: true };
+    setBodyField(body, "stream_options", { ...so, include_usage: true });
     return true;
   }
 
