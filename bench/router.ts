@@ -10,7 +10,7 @@ import { availableParallelism } from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { benchMoney } from "./money.ts";
-import { closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
+import { closedLoop, conversationBody, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
 import { startLiteLLM } from "./lib/litellm.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch, endBench } from "./lib/scratch.ts";
@@ -48,6 +48,8 @@ export interface RouterBenchOptions {
   processes?: number;
   /** Unmeasured runs of each level's load before its measured repeats (default 2; 1 with quick). */
   warm?: number;
+  /** With profile and only "non-streaming": each request a conversation of about this many KB (conversationBody). */
+  bodyKb?: number;
 }
 
 /**
@@ -61,7 +63,7 @@ export interface RouterBenchOptions {
 export const defaultWarmRuns = (quick: boolean) => (quick ? 1 : 2);
 
 export async function runRouterBench(opts: RouterBenchOptions): Promise<number> {
-  if (opts.profile) return profileRouter({ quick: opts.quick, dir: opts.profile, stream: opts.only !== "non-streaming", ...(opts.levels ? { streams: opts.levels[0] } : {}) });
+  if (opts.profile) return profileRouter({ quick: opts.quick, dir: opts.profile, stream: opts.only !== "non-streaming", ...(opts.levels ? { streams: opts.levels[0] } : {}), ...(opts.bodyKb ? { bodyKb: opts.bodyKb } : {}) });
   if (opts.only !== "money") await benchRouterOverhead({ ...opts, warm: opts.warm ?? defaultWarmRuns(opts.quick) });
   // Runs after the router's processes are gone, on its own database and prefix.
   const money = await benchMoney({ quick: opts.quick, log: (s) => process.stdout.write(`${s}\n`) });
@@ -286,7 +288,7 @@ export async function routerSeesWorker(url: string, auth: Record<string, string>
  * level's shape), or with only "non-streaming" the non-streaming closed loop; the profile is
  * written to DIR when the router exits, and its top self-time functions printed.
  */
-async function profileRouter(opts: { quick: boolean; dir: string; stream: boolean; streams?: number }): Promise<number> {
+async function profileRouter(opts: { quick: boolean; dir: string; stream: boolean; streams?: number; bodyKb?: number }): Promise<number> {
   const level = levelOf(opts.streams ?? 100, "bench router --profile");
   const dir = path.resolve(opts.dir);
   mkdirSync(dir, { recursive: true });
@@ -318,7 +320,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     await waitHttp(`http://127.0.0.1:${simPort}/healthz`, { ok: () => true });
     await routerSeesWorker(url, auth);
     const t: Target = { name: "switchyard", url, path: "/v1/chat/completions", headers: auth };
-    const warmBody = JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
+    const warmBody = opts.bodyKb ? conversationBody("sim", opts.bodyKb) : JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
     // The level's load in every pass (100 streams: 20 tokens 50 ms apart after 50 ms), arrivals paced to keep that many in flight.
     const shape = level.shape;
     const streams = { ratePerS: arrivalRate(level), body: JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape }), stream: true };
@@ -340,7 +342,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
       const cpu = router.cpuSeconds() - cpu0;
       const waited = router.runQueueSeconds() - wait0;
       const ok = r.samples.filter((s) => s.ok);
-      process.stdout.write(`non-streaming closed loop, 64 clients, ${durationS}s: ${ok.length}/${r.samples.length} ok, ${fmt(ok.length / r.wallS, 0)} req/s; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / Math.max(1, r.samples.length), 3)} ms/request; its event loop waited for a CPU ${fmt((waited * 1000) / r.wallS, 0)} ms per second (run queue)\n`);
+      process.stdout.write(`non-streaming closed loop, 64 clients${opts.bodyKb ? ` (each request a ${warmBody.length}-byte conversation)` : ""}, ${durationS}s: ${ok.length}/${r.samples.length} ok, ${fmt(ok.length / r.wallS, 0)} req/s; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / Math.max(1, r.samples.length), 3)} ms/request; its event loop waited for a CPU ${fmt((waited * 1000) / r.wallS, 0)} ms per second (run queue)\n`);
     } else {
       const cpu0 = router.cpuSeconds();
       const wait0 = router.runQueueSeconds();

@@ -125,6 +125,13 @@ describe("JSON nesting depth", () => {
     expect(nestsDeeperThan('["\\\\\\"[[[[", 0]', 1)).toBe(false);
     // Sibling structures don't add up.
     expect(nestsDeeperThan(`[${"[],".repeat(1000)}[]]`, 2)).toBe(false);
+    // Both kinds of bracket count toward the depth, at the cap and one over it (with few brackets in all, and with many).
+    const mixed = '{"a":[{"b":[{"c":[]}]}]}';
+    expect(nestsDeeperThan(mixed, 6)).toBe(false);
+    expect(nestsDeeperThan(mixed, 5)).toBe(true);
+    expect(nestsDeeperThan(`[${'"x",'.repeat(100)}${mixed}]`, 6)).toBe(true);
+    expect(nestsDeeperThan(`[${"{},".repeat(100)}${mixed}]`, 7)).toBe(false);
+    expect(nestsDeeperThan(`[${"{},".repeat(100)}${mixed}]`, 6)).toBe(true);
   });
 });
 

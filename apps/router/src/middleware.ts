@@ -263,8 +263,15 @@ export const MAX_JSON_DEPTH = 128;
  * gives some answer; JSON.parse refuses it afterwards either way.
  */
 export function nestsDeeperThan(text: string, max: number): boolean {
-  // Nesting deeper than max needs more than max opening brackets.
+  // Nesting deeper than max needs more than max opening brackets — in
+  // strings or not. Most bodies have far fewer, found by indexOf (native)
+  // without walking the text a character at a time (issue 14: the walk cost
+  // half as much as JSON.parse on a 4 KB conversation).
   if (text.length <= max) return false;
+  let opens = 0;
+  for (let i = text.indexOf("{"); i >= 0 && opens <= max; i = text.indexOf("{", i + 1)) opens++;
+  for (let i = text.indexOf("["); i >= 0 && opens <= max; i = text.indexOf("[", i + 1)) opens++;
+  if (opens <= max) return false;
   let depth = 0;
   const n = text.length;
   for (let i = 0; i < n; i++) {

@@ -33,7 +33,10 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     }
     if (flags["rate-limits"]) throw new UsageError("bench router: --rate-limits goes with --against");
     if (flags["against-node-flags"] !== undefined) throw new UsageError("bench router: --against-node-flags goes with --against");
-    if (flags["body-kb"] !== undefined) throw new UsageError("bench router: --body-kb goes with --against");
+    // --body-kb N: with --against, or with --profile of the non-streaming loop.
+    const bodyKb = flags["body-kb"] === undefined ? undefined : Number(flags["body-kb"]);
+    if (bodyKb !== undefined && !(flags.profile !== undefined && flags.only === "non-streaming")) throw new UsageError("bench router: --body-kb goes with --against, or with --profile DIR --only non-streaming");
+    if (bodyKb !== undefined && !(Number.isInteger(bodyKb) && bodyKb >= 1 && bodyKb <= 1024)) throw new UsageError(`bench router --profile: --body-kb takes a whole number of KB from 1 to 1024, got '${flags["body-kb"]}'`);
     // --only non-streaming: with --profile, the profile of the non-streaming closed loop instead of the 100 streams.
     if (flags.only !== undefined && flags.only !== "money" && !(flags.only === "non-streaming" && flags.profile)) throw new UsageError(`bench router: --only takes 'money' (or 'non-streaming' with --profile), got '${flags.only}'`);
     // --cluster h:p,h:p (or BENCH_REDIS_CLUSTER): also the money and lease figures on that Redis Cluster, next to the single node.
@@ -48,7 +51,7 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     }
     const processes = flags.processes === undefined ? undefined : Number(flags.processes);
     if (processes !== undefined && !(Number.isInteger(processes) && processes >= 1)) throw new UsageError("bench router: --processes takes a whole number ≥ 1");
-    return benches.router({ quick: flags.quick === true, levels, only: flags.only as "money" | "non-streaming" | undefined, ...(cluster ? { cluster } : {}), ...(flags.profile ? { profile: flags.profile } : {}), ...(processes ? { processes } : {}), ...(warm !== undefined ? { warm } : {}) });
+    return benches.router({ quick: flags.quick === true, levels, only: flags.only as "money" | "non-streaming" | undefined, ...(cluster ? { cluster } : {}), ...(flags.profile ? { profile: flags.profile } : {}), ...(processes ? { processes } : {}), ...(warm !== undefined ? { warm } : {}), ...(bodyKb ? { bodyKb } : {}) });
   }
   if (suite === "admission") {
     return benches.admission({ quick: flags.quick === true });

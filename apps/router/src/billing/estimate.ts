@@ -9,12 +9,13 @@ import { bodyEdited } from "../body-text.ts";
 const MESSAGE_OVERHEAD = 8;
 /** Tokens charged for one image at most (Anthropic ≈ 1,600 at its max size; OpenAI high detail less). */
 const IMAGE_TOKENS = 2_000;
-const encoder = new TextEncoder();
-
+/**
+ * A string's UTF-8 length (a lone surrogate counts as the 3 bytes of the
+ * U+FFFD it is sent as), counted natively without encoding it: an ASCII
+ * test by regex first cost 4× as much on a conversation's messages (issue 14).
+ */
 function bytes(s: string): number {
-  // Fast path: ASCII length equals byte length.
-  // eslint-disable-next-line no-control-regex
-  return /^[\x00-\x7f]*$/.test(s) ? s.length : encoder.encode(s).length;
+  return Buffer.byteLength(s, "utf8");
 }
 
 function contentTokens(content: unknown): number {
