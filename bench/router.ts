@@ -48,7 +48,7 @@ export interface RouterBenchOptions {
   processes?: number;
   /** Unmeasured runs of each level's load before its measured repeats (default 2; 1 with quick). */
   warm?: number;
-  /** With profile and only "non-streaming": each request a conversation of about this many KB (conversationBody). */
+  /** With profile: each request a conversation of about this many KB (conversationBody), streamed or not. */
   bodyKb?: number;
 }
 
@@ -323,7 +323,8 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     const warmBody = opts.bodyKb ? conversationBody("sim", opts.bodyKb) : JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
     // The level's load in every pass (100 streams: 20 tokens 50 ms apart after 50 ms), arrivals paced to keep that many in flight.
     const shape = level.shape;
-    const streams = { ratePerS: arrivalRate(level), body: JSON.stringify({ model: "sim", stream: true, messages: [{ role: "user", content: "hi" }], sim: shape }), stream: true };
+    const streamMessages = opts.bodyKb ? (JSON.parse(warmBody) as { messages: unknown[] }).messages : [{ role: "user", content: "hi" }];
+    const streams = { ratePerS: arrivalRate(level), body: JSON.stringify({ model: "sim", stream: true, messages: streamMessages, sim: shape }), stream: true };
     await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
     // Each pass runs its load unmeasured first (defaultWarmRuns): a profile of
     // a router still being compiled shows the compiler, not the router.
@@ -351,7 +352,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
       const waited = router.runQueueSeconds() - wait0;
       const ok = r.samples.filter((s) => s.ok);
       process.stdout.write(
-        `${level.streams} streams, ${durationS}s: ${ok.length}/${r.samples.length} ok, TTFT p50 ${fmt(percentile(ok.map((s) => s.ttftMs), 50), 2)} ms, p99 ${fmt(percentile(ok.map((s) => s.ttftMs), 99), 2)} ms; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / r.samples.length, 3)} ms/request; its event loop waited for a CPU ${fmt((waited * 1000) / r.wallS, 0)} ms per second (run queue)\n`,
+        `${level.streams} streams${opts.bodyKb ? ` (each request a ${streams.body.length}-byte conversation)` : ""}, ${durationS}s: ${ok.length}/${r.samples.length} ok, TTFT p50 ${fmt(percentile(ok.map((s) => s.ttftMs), 50), 2)} ms, p99 ${fmt(percentile(ok.map((s) => s.ttftMs), 99), 2)} ms; router CPU ${fmt(cpu, 2)} s = ${fmt((cpu * 1000) / r.samples.length, 3)} ms/request; its event loop waited for a CPU ${fmt((waited * 1000) / r.wallS, 0)} ms per second (run queue)\n`,
       );
     }
     const loadToMs = performance.now() - spawnedAt;

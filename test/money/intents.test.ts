@@ -9,7 +9,7 @@ import { budgetDay, intentProgressKey, RedisBudgetStore } from "@switchyard/stat
 import { AnthropicCostLookup } from "../../apps/router/src/backends/anthropic/cost-lookup.ts";
 import type { Backend } from "../../apps/router/src/backends/types.ts";
 import { StaticBudgets } from "../../apps/router/src/billing/budgets.ts";
-import type { TabInput } from "../../apps/router/src/billing/guard.ts";
+import { bodyFacts, type TabInput } from "../../apps/router/src/billing/guard.ts";
 import { OrphanFinisher } from "../../apps/router/src/billing/orphans.ts";
 import { StaticPriceBook } from "../../apps/router/src/billing/prices.ts";
 import { createTestDb, createTestRedis, sleep, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
@@ -59,7 +59,7 @@ const input = (tenant: KeyOwner, model: string, content = "hello"): TabInput => 
   requestId: `req_intents_${n++}`,
   tenant,
   path: "/v1/chat/completions",
-  body: { model, max_tokens: 100, messages: [{ role: "user", content }] },
+  facts: bodyFacts("/v1/chat/completions", { model, max_tokens: 100, messages: [{ role: "user", content }] }),
   model,
   arrivedAtMs: Date.now(),
   startedAtPerf: performance.now(),

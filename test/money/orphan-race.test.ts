@@ -12,6 +12,7 @@ import { OrphanFinisher, type CrashCostLookup } from "../../apps/router/src/bill
 import { StaticPriceBook } from "../../apps/router/src/billing/prices.ts";
 import { createTestDb, createTestRedis, sleep, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
 import { journalGuard, ledgerBuffer, seedOwner } from "../helpers/journal-guard.ts";
+import { bodyFacts } from "../../apps/router/src/billing/guard.ts";
 
 const MODEL = "openai/gpt-4o-mini";
 const HOLD_TTL_MS = 1_200;
@@ -72,7 +73,7 @@ describe("two routers finishing the same orphan", () => {
       requestId: "req_race",
       tenant: owner,
       path: "/v1/chat/completions",
-      body: { model: MODEL, max_tokens: 100, messages: [{ role: "user", content: "hi" }] },
+      facts: bodyFacts("/v1/chat/completions", { model: MODEL, max_tokens: 100, messages: [{ role: "user", content: "hi" }] }),
       model: MODEL,
       arrivedAtMs,
       startedAtPerf: performance.now(),
@@ -129,7 +130,7 @@ describe("two routers finishing the same orphan", () => {
     expect(await db.sql`select count(*)::int as n from spend_ledger where tenant_id = ${owner.tenantId}`).toEqual([{ n: 1 }]);
 
     // A normal request on the same router: its intent is retired with its row, once.
-    const tab2 = dead.guard.open({ requestId: "req_normal", tenant: owner, path: "/v1/chat/completions", body: { model: MODEL, messages: [] }, model: MODEL, arrivedAtMs: Date.now(), startedAtPerf: performance.now() });
+    const tab2 = dead.guard.open({ requestId: "req_normal", tenant: owner, path: "/v1/chat/completions", facts: bodyFacts("/v1/chat/completions", { model: MODEL, messages: [] }), model: MODEL, arrivedAtMs: Date.now(), startedAtPerf: performance.now() });
     expect((await tab2.admit(paid)).ok).toBe(true);
     expect(await r1.intents.depth()).toBe(1);
     tab2.settle({ backend: paid, status: "ok", usage: { prompt: 1, completion: 1, cached: 0, cacheWrite: 0, providerCostMicro: 7n } });

@@ -9,6 +9,7 @@ import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { SimWorker } from "#testkit/sim-worker";
 import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+import { bodyFacts } from "../../apps/router/src/billing/guard.ts";
 
 let fx: RouterFixture;
 let openrouter: FakeOpenRouter;
@@ -266,7 +267,7 @@ describe("budgets", () => {
       requestId: "retry-me-1",
       tenant: { keyId: 0, prefix: "x", tenantId: t.tenant.id, tenantName: "retried", revoked: false },
       path: "/v1/chat/completions",
-      body: { model: OR_MODEL, messages: [{ role: "user", content: "hi" }] },
+      facts: bodyFacts("/v1/chat/completions", { model: OR_MODEL, messages: [{ role: "user", content: "hi" }] }),
       model: OR_MODEL,
       arrivedAtMs: Date.now(),
       startedAtPerf: t0,

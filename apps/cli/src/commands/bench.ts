@@ -33,9 +33,9 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     }
     if (flags["rate-limits"]) throw new UsageError("bench router: --rate-limits goes with --against");
     if (flags["against-node-flags"] !== undefined) throw new UsageError("bench router: --against-node-flags goes with --against");
-    // --body-kb N: with --against, or with --profile of the non-streaming loop.
+    // --body-kb N: with --against, or with --profile (the streams' or the non-streaming loop's requests).
     const bodyKb = flags["body-kb"] === undefined ? undefined : Number(flags["body-kb"]);
-    if (bodyKb !== undefined && !(flags.profile !== undefined && flags.only === "non-streaming")) throw new UsageError("bench router: --body-kb goes with --against, or with --profile DIR --only non-streaming");
+    if (bodyKb !== undefined && flags.profile === undefined) throw new UsageError("bench router: --body-kb goes with --against or --profile");
     if (bodyKb !== undefined && !(Number.isInteger(bodyKb) && bodyKb >= 1 && bodyKb <= 1024)) throw new UsageError(`bench router --profile: --body-kb takes a whole number of KB from 1 to 1024, got '${flags["body-kb"]}'`);
     // --only non-streaming: with --profile, the profile of the non-streaming closed loop instead of the 100 streams.
     if (flags.only !== undefined && flags.only !== "money" && !(flags.only === "non-streaming" && flags.profile)) throw new UsageError(`bench router: --only takes 'money' (or 'non-streaming' with --profile), got '${flags.only}'`);

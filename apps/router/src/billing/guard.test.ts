@@ -8,7 +8,7 @@ import type { Backend } from "../backends/types.ts";
 import { createLogger } from "../observability/log.ts";
 import { RouterMetrics } from "../observability/metrics.ts";
 import { StaticBudgets } from "./budgets.ts";
-import { BudgetGuard } from "./guard.ts";
+import { BudgetGuard, bodyFacts } from "./guard.ts";
 import type { LedgerSink } from "./ledger.ts";
 import { StaticPriceBook } from "./prices.ts";
 import { loadConfig } from "../config.ts";
@@ -29,7 +29,7 @@ function guardWith(ledger: LedgerSink, lines: string[] = []) {
 }
 
 const tabOf = (guard: BudgetGuard, i: number) =>
-  guard.open({ requestId: `req_${i}`, tenant: { tenantId: 1, tenantName: "t", keyId: 1, prefix: "sy_x", revoked: false }, path: "/v1/chat/completions", body: {}, model: "m", arrivedAtMs: Date.now(), startedAtPerf: performance.now() });
+  guard.open({ requestId: `req_${i}`, tenant: { tenantId: 1, tenantName: "t", keyId: 1, prefix: "sy_x", revoked: false }, path: "/v1/chat/completions", facts: bodyFacts("/v1/chat/completions", {}), model: "m", arrivedAtMs: Date.now(), startedAtPerf: performance.now() });
 
 describe("BudgetGuard settles", () => {
   it("drain() waits for settles asked for in this turn (not started yet) and for rows still being written", async () => {

@@ -72,13 +72,35 @@ export interface TabInput {
   requestId: string;
   tenant: KeyOwner;
   path: InferencePath;
-  body: Record<string, unknown>;
   /** The model the client asked for (the ledger keeps the upstream's name). */
   model: string;
   /** Epoch ms of arrival: fixes the budget day and the ledger row's started_at for every retry. */
   arrivedAtMs: number;
   /** performance.now() at arrival, to turn relay timings into instants. */
   startedAtPerf: number;
+  /**
+   * What the tab needs of the body (bodyFacts), not the body: a stream's tab
+   * lives as long as the stream, and a body is a whole conversation (issue 14).
+   */
+  facts: BodyFacts;
+}
+
+/** What a request's tab needs of its body: the prompt's token bound and the output limit as the client set it. */
+export interface BodyFacts {
+  /** promptTokensUpperBound of the body (the request class has worked it out already). */
+  promptTokens: number;
+  /** The client's output limit (requestedMaxOutput): undefined when it set none, 0 for embeddings. */
+  askedOutput: number | undefined;
+  /** The one field the body carries its output limit in (outputLimitField) … */
+  limitField: "max_tokens" | "max_completion_tokens";
+  /** … and whether it has the other one too (a paid upstream is told to leave it out). */
+  bothLimits: boolean;
+}
+
+/** The facts of a body a tab keeps (promptTokens: pass the request class's to save the walk). */
+export function bodyFacts(path: InferencePath, body: Record<string, unknown>, promptTokens = promptTokensUpperBound(path, body)): BodyFacts {
+  const limitField = outputLimitField(path, body);
+  return { promptTokens, askedOutput: requestedMaxOutput(path, body), limitField, bothLimits: body[limitField === "max_tokens" ? "max_completion_tokens" : "max_tokens"] !== undefined };
 }
 
 /** Typical bytes per token, for estimates when a provider reports no usage (the upper bound uses 1). */
@@ -193,7 +215,6 @@ export class RequestTab {
   /** The backend whose hold is live, if any. */
   private holder: Backend | undefined;
   private settled = false;
-  private promptUpperCache: number | undefined;
   /** The paid attempt's intent: its id once written (undefined if the write failed), what it revealed so far. */
   private intent: { backend: Backend; id: Promise<string | undefined>; progress: IntentProgress } | undefined;
 
@@ -208,24 +229,24 @@ export class RequestTab {
     return (this.dayCache ??= budgetDay(this.input.arrivedAtMs, "UTC"));
   }
 
-  /** Upper bound of the prompt's tokens (walks the whole body once). */
+  /** Upper bound of the prompt's tokens. */
   private get promptUpper(): number {
-    return (this.promptUpperCache ??= promptTokensUpperBound(this.input.path, this.input.body));
+    return this.input.facts.promptTokens;
   }
 
   /** Output tokens held for, and sent to, a paid backend: the client's ask, capped. */
   private get maxOutput(): number {
-    const asked = requestedMaxOutput(this.input.path, this.input.body);
+    const asked = this.input.facts.askedOutput;
     const cap = this.guard.deps.billing.maxOutputTokens;
     return asked === undefined ? cap : Math.min(asked, cap);
   }
 
   /** The one output-limit field the upstream gets: the body's own (normalizeMaxOutput), the other dropped. */
   private get outputPatch(): Record<string, unknown> {
-    const key = outputLimitField(this.input.path, this.input.body);
+    const { limitField: key, bothLimits } = this.input.facts;
     const other = key === "max_tokens" ? "max_completion_tokens" : "max_tokens";
     // undefined leaves the field out of the JSON the backend sends.
-    return this.input.body[other] !== undefined ? { [key]: this.maxOutput, [other]: undefined } : { [key]: this.maxOutput };
+    return bothLimits ? { [key]: this.maxOutput, [other]: undefined } : { [key]: this.maxOutput };
   }
 
   private tenantBudget(): Promise<TenantBudget | null> {

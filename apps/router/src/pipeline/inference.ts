@@ -11,7 +11,7 @@ import type { Backend, InferencePath } from "../backends/types.ts";
 import { normalizeMaxOutput, promptTokensUpperBound } from "../billing/estimate.ts";
 import { bodyEdited, setBodyField } from "../body-text.ts";
 import { narrowAllowedTools } from "./allowed-tools.ts";
-import type { RequestTab } from "../billing/guard.ts";
+import { bodyFacts, type RequestTab } from "../billing/guard.ts";
 import type { AppDeps, AppEnv } from "../deps.ts";
 import { ApiError } from "../errors.ts";
 import { routeWithLeases, type LeaseRouting } from "../leases/service.ts";
@@ -92,7 +92,7 @@ export class InferencePipeline {
       const routed = stage(this.trace, "routing", () => this.resolve());
       const { resolution, cls, leased } = routed instanceof Promise ? await routed : routed;
       const stripUsage = this.askForUsage();
-      const tab = this.hold();
+      const tab = this.hold(cls);
       const result = await this.attempt(leased, resolution, cls, tab, stripUsage);
       if (this.body.stream === true) this.c.set("streaming", true);
       return result.response;
@@ -192,13 +192,13 @@ export class InferencePipeline {
   }
 
   /** The request's budget tab: paid attempts are held against the tenant's day through it, and it settles the ledger row. */
-  private hold(): RequestTab {
+  private hold(cls: RequestClass): RequestTab {
     const startedAt = this.c.get("startedAt");
     return this.deps.guard.open({
       requestId: this.c.get("requestId"),
       tenant: this.tenant,
       path: this.path,
-      body: this.body,
+      facts: bodyFacts(this.path, this.body, cls.promptTokens),
       model: this.body.model,
       arrivedAtMs: Date.now() - (performance.now() - startedAt),
       startedAtPerf: startedAt,
