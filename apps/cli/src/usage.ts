@@ -69,9 +69,10 @@ Usage:
                                         router overhead and money-path benchmarks (prints tables); each level's load
                                         runs N times unmeasured first (default 2, 1 with --quick: every process warm);
                                         each proxy's CPU per request and its event loop's wait for a core (run queue)
-  switchyard bench router --profile DIR [--quick] [--levels 1|100|1000 | --only non-streaming]
+  switchyard bench router --profile DIR [--quick] [--levels 1|100|1000 | --only non-streaming] [--body-kb N]
                                         a CPU profile (node --cpu-prof) of one router under 100 streams (or that
-                                        level's streams, or the non-streaming closed loop): its wait for a core,
+                                        level's streams, or the non-streaming closed loop; --body-kb N: each request
+                                        a conversation of about N KB instead of one short message): its wait for a core,
                                         top functions, the load's GC pauses and busy stretches (the event loop's
                                         stalls), then the async resources (promises, ticks, timers) it creates,
                                         the bytes it allocates per request, by module, and what a request in
