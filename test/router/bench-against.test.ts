@@ -61,7 +61,7 @@ describe("switchyard bench router --against", () => {
   it("runs the streaming loop at the stream level --levels names, every stream answered, whole answers for a conversation --body-kb long; refuses a level it has not", async () => {
     const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--levels", "1", "--rounds", "1", "--warm", "0", "--body-kb", "3"]);
     expect(code, out).toBe(0);
-    const header = /interleaved: 1 rounds after 0 unmeasured warm-up round\(s\), every target a fresh process per round warmed by 2 s of each loop, 3 s per loop, 64 clients closed loop \(each request a (\d+)-byte conversation of (\d+) messages\) \+ 1 streams open loop/.exec(out);
+    const header = /interleaved: 1 rounds after 0 unmeasured warm-up round\(s\), every target a fresh process per round warmed by 2 s of each loop, 3 s per loop, 64 clients closed loop \(each request, whole or streamed, a (\d+)-byte conversation of (\d+) messages\) \+ 1 streams open loop/.exec(out);
     expect(header, out).not.toBeNull();
     expect(Number(header![1])).toBeGreaterThanOrEqual(3 * 1024);
     expect(Number(header![1])).toBeLessThan(4 * 1024);

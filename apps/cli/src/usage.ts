@@ -88,7 +88,7 @@ Usage:
                                         (--rate-limits: the tenant rate-limited, never refused: the limiter's cost on the path)
                                         (--against-node-flags: node flags for REV's router instead of the router's own,
                                         e.g. '--max-semi-space-size=16' (V8's default) against HEAD: a node setting's before/after)
-                                        (--body-kb N: each closed-loop request a conversation of about N KB instead of one
+                                        (--body-kb N: each request, whole or streamed, a conversation of about N KB instead of one
                                         short message: the body's parse, checks and way upstream at a real size)
   switchyard bench engine [--quick] [--model NAME] [--reference both|native|node]
                                         engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct):
