@@ -15,7 +15,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import path from "node:path";
-import { closedLoop, conversationBody, openLoop, percentile, type Target } from "./lib/load.ts";
+import { benchMessages, closedLoop, openLoop, percentile, type Target } from "./lib/load.ts";
 import { commandCpuSeconds, freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { routerExecArgv } from "@switchyard/router";
 import { routerSeesWorker } from "./router.ts";
@@ -43,7 +43,7 @@ export interface AgainstOptions {
   streams?: number;
   /** Node flags for REV's router in place of the router's own (routerExecArgv): a node setting's before/after, against HEAD. */
   againstNodeFlags?: string[];
-  /** Every request (the closed loop's and the streams') carries a conversation of about this many KB (conversationBody) instead of one short message. */
+  /** Every request (the closed loop's and the streams') carries a conversation of about this many KB (benchMessages) instead of one short message. */
   bodyKb?: number;
   log?: (line: string) => void;
 }
@@ -196,10 +196,11 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         },
       });
     }
-    const nsBody = opts.bodyKb ? conversationBody("sim", opts.bodyKb) : JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
+    const messages = benchMessages(opts.bodyKb);
+    const nsBody = JSON.stringify({ model: "sim", messages });
     const level = levelOf(opts.streams ?? 100, "bench router --against");
     const shape = level.shape;
-    const stBody = JSON.stringify({ model: "sim", stream: true, messages: opts.bodyKb ? (JSON.parse(nsBody) as { messages: unknown[] }).messages : [{ role: "user", content: "hi" }], sim: shape });
+    const stBody = JSON.stringify({ model: "sim", stream: true, messages, sim: shape });
     const rounds = opts.rounds ?? (opts.quick ? 2 : 4);
     const durationS = opts.quick ? 3 : 5;
     // Every fresh process runs each of its loops unmeasured first (JIT, pools):
@@ -268,7 +269,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     }
     const med = (xs: number[]) => percentile(xs, 50);
     const out = [
-      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds after ${warmRounds} unmeasured warm-up round(s), every target a fresh process per round warmed by ${warmS} s of each loop, ${durationS} s per loop, 64 clients closed loop${opts.bodyKb ? ` (each request, whole or streamed, a ${nsBody.length}-byte conversation of ${(JSON.parse(nsBody) as { messages: unknown[] }).messages.length} messages)` : ""}${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? ` + ${level.streams} streams open loop (ΔTTFT p99 against the sim worker measured just before)` : ""}`,
+      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds after ${warmRounds} unmeasured warm-up round(s), every target a fresh process per round warmed by ${warmS} s of each loop, ${durationS} s per loop, 64 clients closed loop${opts.bodyKb ? ` (each request, whole or streamed, a ${nsBody.length}-byte conversation of ${messages.length} messages)` : ""}${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? ` + ${level.streams} streams open loop (ΔTTFT p99 against the sim worker measured just before)` : ""}`,
       "",
       `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req | Postgres CPU ms/req | Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) | stream errors |" : ""}`,
       `|---:|---|---:|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|---:|" : ""}`,

@@ -10,7 +10,7 @@ import { availableParallelism } from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { benchMoney } from "./money.ts";
-import { closedLoop, conversationBody, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
+import { benchMessages, closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
 import { startLiteLLM } from "./lib/litellm.ts";
 import { freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch, endBench } from "./lib/scratch.ts";
@@ -48,7 +48,7 @@ export interface RouterBenchOptions {
   processes?: number;
   /** Unmeasured runs of each level's load before its measured repeats (default 2; 1 with quick). */
   warm?: number;
-  /** With profile: each request a conversation of about this many KB (conversationBody), streamed or not. */
+  /** With profile: each request a conversation of about this many KB (benchMessages), streamed or not. */
   bodyKb?: number;
 }
 
@@ -320,11 +320,11 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     await waitHttp(`http://127.0.0.1:${simPort}/healthz`, { ok: () => true });
     await routerSeesWorker(url, auth);
     const t: Target = { name: "switchyard", url, path: "/v1/chat/completions", headers: auth };
-    const warmBody = opts.bodyKb ? conversationBody("sim", opts.bodyKb) : JSON.stringify({ model: "sim", messages: [{ role: "user", content: "hi" }] });
+    const messages = benchMessages(opts.bodyKb);
+    const warmBody = JSON.stringify({ model: "sim", messages });
     // The level's load in every pass (100 streams: 20 tokens 50 ms apart after 50 ms), arrivals paced to keep that many in flight.
     const shape = level.shape;
-    const streamMessages = opts.bodyKb ? (JSON.parse(warmBody) as { messages: unknown[] }).messages : [{ role: "user", content: "hi" }];
-    const streams = { ratePerS: arrivalRate(level), body: JSON.stringify({ model: "sim", stream: true, messages: streamMessages, sim: shape }), stream: true };
+    const streams = { ratePerS: arrivalRate(level), body: JSON.stringify({ model: "sim", stream: true, messages, sim: shape }), stream: true };
     await closedLoop(t, { clients: 8, durationS: 1, body: warmBody, stream: false });
     // Each pass runs its load unmeasured first (defaultWarmRuns): a profile of
     // a router still being compiled shows the compiler, not the router.

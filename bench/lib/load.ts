@@ -22,22 +22,33 @@ export interface LoadResult {
   wallS: number;
 }
 
+/** A chat message as the benches send it. */
+export interface BenchMessage {
+  role: string;
+  content: string;
+}
+
 /**
- * A chat body of about `kb` KB: a conversation of user and assistant turns
- * of a few hundred characters each (prose with punctuation, numbers and a
- * quote to escape), as a support chat or an agent's history sends it. The
- * same text every call, so runs compare.
+ * The messages of a bench request: one short message, or with `kb` a
+ * conversation of user and assistant turns of a few hundred characters
+ * each (prose with punctuation, numbers and a quote to escape), as a
+ * support chat or an agent's history sends it, until `{"model":"sim",
+ * "messages":…}` is about `kb` KB. The same text every call, so runs compare.
  */
-export function conversationBody(model: string, kb: number): string {
+export function benchMessages(kb?: number): BenchMessage[] {
+  if (!kb) return [{ role: "user", content: "hi" }];
   const words = "the order shipped on 2026-11-30 but the tracking number 1Z999AA10123456784 shows no scan since the depot in Leeds; can you check whether the parcel was \"held for inspection\" and when it will move again".split(" ");
-  const messages: Array<{ role: string; content: string }> = [{ role: "system", content: "You are the support assistant of a parcel carrier. Answer briefly and cite the tracking events you used." }];
-  const size = () => JSON.stringify({ model, messages }).length;
-  for (let turn = 0; size() < kb * 1024; turn++) {
+  const messages: BenchMessage[] = [{ role: "system", content: "You are the support assistant of a parcel carrier. Answer briefly and cite the tracking events you used." }];
+  // {"model":"sim","messages":[…]} around the messages, a comma between each two.
+  let size = JSON.stringify({ model: "sim", messages }).length;
+  for (let turn = 0; size < kb * 1024; turn++) {
     const n = 30 + ((turn * 7) % 25);
     const content = Array.from({ length: n }, (_, i) => words[(turn * 11 + i) % words.length]).join(" ");
-    messages.push({ role: turn % 2 === 0 ? "user" : "assistant", content: `${turn + 1}. ${content}.` });
+    const message = { role: turn % 2 === 0 ? "user" : "assistant", content: `${turn + 1}. ${content}.` };
+    messages.push(message);
+    size += 1 + JSON.stringify(message).length;
   }
-  return JSON.stringify({ model, messages });
+  return messages;
 }
 
 export function percentile(xs: number[], p: number): number {

@@ -295,11 +295,7 @@ export function nestsDeeperThan(text: string, max: number): boolean {
   return false;
 }
 
-/** Parses the JSON body; invalid JSON, or JSON nested deeper than MAX_JSON_DEPTH, is a 400 invalid_json. */
-export function readJson(c: Context<AppEnv>, limit: number): Promise<unknown> {
-  return readBody(c, limit).then(parseJson);
-}
-
+/** Parses the JSON body's text; invalid JSON, or JSON nested deeper than MAX_JSON_DEPTH, is a 400 invalid_json. */
 function parseJson(text: string): unknown {
   if (nestsDeeperThan(text, MAX_JSON_DEPTH)) throw new ApiError("invalid_json", `request body nests objects/arrays deeper than ${MAX_JSON_DEPTH} levels`);
   try {

@@ -12,6 +12,12 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
     const warm = flags.warm === undefined ? undefined : Number(flags.warm);
     if (warm !== undefined && !(Number.isInteger(warm) && warm >= 0)) throw new UsageError("bench router: --warm takes a whole number ≥ 0 (unmeasured warm-up runs)");
     if (warm !== undefined && flags.profile !== undefined) throw new UsageError("bench router --profile: warms its load for a fixed time; --warm goes with the tables and --against");
+    // --body-kb N: each request a conversation of about N KB (the body's parse, checks and way upstream at a real size); with --against or --profile.
+    const bodyKb = flags["body-kb"] === undefined ? undefined : Number(flags["body-kb"]);
+    if (bodyKb !== undefined) {
+      if (flags.against === undefined && flags.profile === undefined) throw new UsageError("bench router: --body-kb goes with --against or --profile");
+      if (!(Number.isInteger(bodyKb) && bodyKb >= 1 && bodyKb <= 1024)) throw new UsageError(`bench router ${flags.against !== undefined ? "--against" : "--profile"}: --body-kb takes a whole number of KB from 1 to 1024, got '${flags["body-kb"]}'`);
+    }
     // --against REV: this checkout's router and REV's, taking turns (before/after of a change in one run).
     if (flags.against !== undefined) {
       if (flags.profile !== undefined || flags.cluster !== undefined) throw new UsageError("bench router --against: takes --quick, --rounds, --levels N and --only non-streaming, not --profile or --cluster");
@@ -24,19 +30,12 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
       if (!flags.against.trim()) throw new UsageError("bench router --against: give a commit, e.g. --against HEAD~1");
       const rounds = flags.rounds === undefined ? undefined : Number(flags.rounds);
       if (rounds !== undefined && !(Number.isInteger(rounds) && rounds >= 1)) throw new UsageError("bench router --against: --rounds takes a whole number ≥ 1");
-      // --body-kb N: the closed loop's requests a conversation of about N KB (the body's parse, checks and way upstream at a real size).
-      const bodyKb = flags["body-kb"] === undefined ? undefined : Number(flags["body-kb"]);
-      if (bodyKb !== undefined && !(Number.isInteger(bodyKb) && bodyKb >= 1 && bodyKb <= 1024)) throw new UsageError(`bench router --against: --body-kb takes a whole number of KB from 1 to 1024, got '${flags["body-kb"]}'`);
       const againstNodeFlags = flags["against-node-flags"]?.trim().split(/\s+/).filter(Boolean);
       if (againstNodeFlags?.some((f) => !f.startsWith("-"))) throw new UsageError(`bench router --against-node-flags: node flags only (each starting with -), got '${flags["against-node-flags"]}'`);
       return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}), ...(rounds ? { rounds } : {}), ...(warm !== undefined ? { warm } : {}), ...(flags["rate-limits"] ? { rateLimits: true } : {}), ...(againstNodeFlags ? { againstNodeFlags } : {}), ...(levels ? { streams: levels[0]! } : {}), ...(bodyKb ? { bodyKb } : {}) });
     }
     if (flags["rate-limits"]) throw new UsageError("bench router: --rate-limits goes with --against");
     if (flags["against-node-flags"] !== undefined) throw new UsageError("bench router: --against-node-flags goes with --against");
-    // --body-kb N: with --against, or with --profile (the streams' or the non-streaming loop's requests).
-    const bodyKb = flags["body-kb"] === undefined ? undefined : Number(flags["body-kb"]);
-    if (bodyKb !== undefined && flags.profile === undefined) throw new UsageError("bench router: --body-kb goes with --against or --profile");
-    if (bodyKb !== undefined && !(Number.isInteger(bodyKb) && bodyKb >= 1 && bodyKb <= 1024)) throw new UsageError(`bench router --profile: --body-kb takes a whole number of KB from 1 to 1024, got '${flags["body-kb"]}'`);
     // --only non-streaming: with --profile, the profile of the non-streaming closed loop instead of the 100 streams.
     if (flags.only !== undefined && flags.only !== "money" && !(flags.only === "non-streaming" && flags.profile)) throw new UsageError(`bench router: --only takes 'money' (or 'non-streaming' with --profile), got '${flags.only}'`);
     // --cluster h:p,h:p (or BENCH_REDIS_CLUSTER): also the money and lease figures on that Redis Cluster, next to the single node.

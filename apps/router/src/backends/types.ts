@@ -140,8 +140,7 @@ export function upstreamBody(req: Pick<BackendRequest, "body" | "fields">): Reco
  */
 export function upstreamJson(req: Pick<BackendRequest, "body" | "fields">): string {
   const { body, fields } = req;
+  if (fields) for (const k in fields) if (Object.hasOwn(body, k)) return JSON.stringify({ ...body, ...fields });
   const text = takeBodyText(body) ?? JSON.stringify(body);
-  if (!fields) return text;
-  for (const k in fields) if (Object.hasOwn(body, k)) return JSON.stringify({ ...body, ...fields });
-  return withFields(text, fields) ?? JSON.stringify({ ...body, ...fields });
+  return fields ? (withFields(text, fields) ?? JSON.stringify({ ...body, ...fields })) : text;
 }

@@ -229,11 +229,6 @@ export class RequestTab {
     return (this.dayCache ??= budgetDay(this.input.arrivedAtMs, "UTC"));
   }
 
-  /** Upper bound of the prompt's tokens. */
-  private get promptUpper(): number {
-    return this.input.facts.promptTokens;
-  }
-
   /** Output tokens held for, and sent to, a paid backend: the client's ask, capped. */
   private get maxOutput(): number {
     const asked = this.input.facts.askedOutput;
@@ -289,7 +284,7 @@ export class RequestTab {
       deps.metrics.budgetHolds.inc({ outcome: "unlimited" });
       return { ok: true, ...(patch ? { patch } : {}) };
     }
-    const worst = worstCaseMicro(this.promptUpper, this.maxOutput, price);
+    const worst = worstCaseMicro(this.input.facts.promptTokens, this.maxOutput, price);
     // Written before the reserve is sent, in the same tick: auto-pipelining
     // puts both in one round trip, and the intent is in Redis before the hold.
     const intent = this.openIntent(backend, worst, budget !== null);
@@ -438,7 +433,7 @@ export class RequestTab {
 
   /** Usage when none was reported: prompt ≈ its byte bound ÷ 3, completion = events relayed (≥ 1). */
   private estimatedUsage(o: SettleOutcome): Usage {
-    return { prompt: Math.ceil(this.promptUpper / ESTIMATE_BYTES_PER_TOKEN), completion: Math.max(1, o.chunks ?? 0), cached: 0, cacheWrite: 0 };
+    return { prompt: Math.ceil(this.input.facts.promptTokens / ESTIMATE_BYTES_PER_TOKEN), completion: Math.max(1, o.chunks ?? 0), cached: 0, cacheWrite: 0 };
   }
 
   /**
