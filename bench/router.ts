@@ -334,6 +334,7 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     const durationS = opts.quick ? 5 : 15;
     const adminUrl = `http://127.0.0.1:${adminPort}`;
     const gc0 = await gcPauses(adminUrl);
+    const held0 = await upstreamHeld(adminUrl);
     const loadFromMs = performance.now() - spawnedAt;
     if (!opts.stream) {
       // The non-streaming closed loop of the bench's throughput table (64 clients, zero-latency worker).
@@ -357,6 +358,9 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     }
     const loadToMs = performance.now() - spawnedAt;
     process.stdout.write(`\nGarbage-collection pauses during the load (the router's own switchyard_gc_pause_seconds):\n\n${gcTable(gc0, await gcPauses(adminUrl))}\n`);
+    process.stdout.write(
+      `\nWorker calls during the load, by how long undici held each before writing its headers (the router's own switchyard_upstream_send_wait_seconds; on a reused idle connection the write waits for the event loop's check phase):\n\n${heldTable(held0, await upstreamHeld(adminUrl))}\n`,
+    );
     await router.stop();
     loadWindow = { fromMs: loadFromMs, toMs: loadToMs };
     // The same load on a router counting its async resources (not profiled:
@@ -489,6 +493,39 @@ async function gcPauses(adminUrl: string): Promise<GcPauses> {
     out.set(m[2]!, e);
   }
   return out;
+}
+
+/** The router's switchyard_upstream_send_wait_seconds: cumulative count per bucket bound (seconds; Infinity for +Inf), and the sum. */
+interface HeldHistogram {
+  buckets: Array<[number, number]>;
+  sum: number;
+}
+
+async function upstreamHeld(adminUrl: string): Promise<HeldHistogram> {
+  const text = await (await fetch(`${adminUrl}/metrics`)).text();
+  const buckets: Array<[number, number]> = [];
+  for (const m of text.matchAll(/^switchyard_upstream_send_wait_seconds_bucket\{le="([^"]+)"\} (\S+)$/gm)) buckets.push([m[1] === "+Inf" ? Infinity : Number(m[1]), Number(m[2])]);
+  const sum = Number(/^switchyard_upstream_send_wait_seconds_sum (\S+)$/m.exec(text)?.[1] ?? 0);
+  return { buckets, sum };
+}
+
+/** The calls of the load by how long they were held: each bucket's share, and the mean. */
+function heldTable(before: HeldHistogram, after: HeldHistogram): string {
+  const at = (h: HeldHistogram, i: number) => h.buckets[i]?.[1] ?? 0;
+  const total = at(after, after.buckets.length - 1) - at(before, before.buckets.length - 1);
+  if (total <= 0) return "(no worker calls)";
+  const ms = (s: number) => (s === Infinity ? "∞" : fmt(s * 1000, s < 0.001 ? 2 : 1));
+  const rows = after.buckets.map(([le], i) => {
+    const lower = i === 0 ? 0 : after.buckets[i - 1]![0];
+    const n = at(after, i) - at(before, i) - (i === 0 ? 0 : at(after, i - 1) - at(before, i - 1));
+    return `| ${ms(lower)}–${ms(le)} | ${n} | ${fmt((100 * n) / total, 1)} |`;
+  });
+  return [
+    "| held (ms) | calls | share % |",
+    "|---|---:|---:|",
+    ...rows,
+    `| **all** | **${total}** | mean ${fmt(((after.sum - before.sum) * 1000) / total, 3)} ms |`,
+  ].join("\n");
 }
 
 function gcTable(before: GcPauses, after: GcPauses): string {

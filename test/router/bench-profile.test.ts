@@ -43,6 +43,16 @@ describe("switchyard bench router --profile", () => {
       expect(counts[0]).toBeGreaterThan(0);
       for (let i = 1; i < counts.length; i++) expect(counts[i]).toBeLessThanOrEqual(counts[i - 1]!);
       expect(out).toMatch(/garbage collection is (\d+\.\d|-) % of the stretches ≥ 4 ms and \d+\.\d % of all busy time/);
+      // Every worker call of the load, by how long undici held it before its
+      // write: as many calls as requests answered, their shares adding up.
+      const answered = Number(/non-streaming closed loop, 64 clients, 5s: (\d+)\/\d+ ok/.exec(out)?.[1]);
+      const heldAll = /\| \*\*all\*\* \| \*\*(\d+)\*\* \| mean ([0-9.]+) ms \|/.exec(out);
+      expect(heldAll, out).not.toBeNull();
+      expect(Number(heldAll![1])).toBeGreaterThanOrEqual(answered);
+      expect(Number(heldAll![1])).toBeLessThan(answered + 64);
+      const shares = [...out.matchAll(/^\| [0-9.]+–(?:[0-9.]+|∞) \| (\d+) \| ([0-9.]+) \|$/gm)];
+      expect(shares.length).toBe(11);
+      expect(shares.reduce((a, m) => a + Number(m[1]), 0)).toBe(Number(heldAll![1]));
       // What a request allocates, by module (a third run, sampling the heap):
       // tens of KB (request, answer, upstream call, ledger row), with the
       // router's own relay and Node's HTTP among the groups named.

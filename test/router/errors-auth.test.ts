@@ -204,4 +204,14 @@ describe("health and metrics", () => {
     expect(metrics).toMatch(/switchyard_cpu_seconds_per_request \d/);
     expect((await call("/metrics", { method: "GET" })).status).toBe(404);
   });
+
+  it("every worker call's wait before its headers were written is on /metrics, whole answers and streams", async () => {
+    const count = async () => Number((await (await fetch(`${fx.router.adminUrl}/metrics`)).text()).match(/^switchyard_upstream_send_wait_seconds_count (\d+)$/m)?.[1]);
+    const before = await count();
+    for (const stream of [false, true, false]) {
+      const res = await call("/v1/chat/completions", { body: chatBody({ stream }) });
+      expect(res.status).toBe(200);
+    }
+    expect(await count()).toBe(before + 3);
+  });
 });

@@ -74,7 +74,8 @@ Usage:
                                         level's streams, or the non-streaming closed loop; --body-kb N: each request
                                         a conversation of about N KB instead of one short message): its wait for a core,
                                         top functions, the load's GC pauses and busy stretches (the event loop's
-                                        stalls), then the async resources (promises, ticks, timers) it creates,
+                                        stalls), its worker calls by how long undici held each before writing
+                                        it, then the async resources (promises, ticks, timers) it creates,
                                         the bytes it allocates per request, by module, and what a request in
                                         flight keeps alive (heap snapshots), by kind
   switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--levels 1|100|1000 | --only non-streaming] [--rate-limits] [--against-node-flags=FLAGS] [--body-kb N]

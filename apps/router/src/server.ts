@@ -336,7 +336,10 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     limits: upstreamLimits,
     // Worker host names connect only to the addresses the URL check approved (no DNS rebinding).
     lookup: workerUrls.pinnedLookup as LookupFunction,
+    onHeld: (seconds) => metrics.upstreamHeld.observe({}, seconds),
   });
+  // At zero before the first call: one unlabelled series.
+  metrics.upstreamHeld.touch({});
   directory.onChange((workers) => connections.retain(new Set(workers.map((w) => new URL(w.url).origin))));
   const keyStore = new PostgresKeyStore(db.db);
   const dbHandle = db;

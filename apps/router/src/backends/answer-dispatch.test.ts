@@ -219,3 +219,55 @@ describe("dispatchWhole", () => {
     expect(signal.listenerCount("abort")).toBe(0);
   });
 });
+
+describe("the time undici held a call before writing it (heldMs)", () => {
+  const post = { path: "/v1/chat/completions", method: "POST" as const, headers: { "content-type": "application/json" }, body: "{}" };
+  const busy = (ms: number) => {
+    const until = performance.now() + ms;
+    while (performance.now() < until);
+  };
+
+  it("covers a call queued behind the pool's only connection until that connection's stream ends", async () => {
+    let release!: () => void;
+    const later = new Promise<void>((r) => (release = r));
+    await serve((req, res) => {
+      req.resume();
+      sse(res);
+      res.write('data: {"a":1}\n\n');
+      if (req.headers["x-hold"]) void later.then(() => res.end("data: [DONE]\n\n"));
+      else res.end("data: [DONE]\n\n");
+    });
+    const one = new Pool(`http://127.0.0.1:${(server!.address() as AddressInfo).port}`, { connections: 1, pipelining: 1, headersTimeout: 0, bodyTimeout: 0 });
+    try {
+      const first = await dispatchSse(one, { ...post, headers: { ...post.headers, "x-hold": "1" } }, new Abort(), { label: "worker w1" });
+      const second = dispatchSse(one, post, new Abort(), { label: "worker w1" });
+      await new Promise((r) => setTimeout(r, 60));
+      release();
+      expect(await readAll(first.batches)).toEqual(['{"a":1}', "[DONE]"]);
+      const answer = await second;
+      expect(await readAll(answer.batches)).toEqual(['{"a":1}', "[DONE]"]);
+      expect(answer.heldMs).toBeGreaterThanOrEqual(55);
+      expect(first.heldMs).toBeLessThan(answer.heldMs);
+    } finally {
+      await one.destroy();
+    }
+  });
+
+  it("is never written in the loop turn that made it on a new connection, and on a reused idle one only after that turn (undici's check for unasked bytes)", async () => {
+    const p = await serve((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end('{"ok":true}');
+      });
+    });
+    for (const connection of ["new", "reused"]) {
+      const call = dispatchWhole(p, post, new Abort(), { maxBytes: 1024, what: "worker w1's answer" });
+      // The rest of this turn: the call's headers wait for it.
+      busy(25);
+      const answer = await call;
+      expect((await answer.body).toString(), connection).toBe('{"ok":true}');
+      expect(answer.heldMs, connection).toBeGreaterThanOrEqual(24);
+    }
+  });
+});

@@ -14,6 +14,8 @@ import type { Pool } from "./undici.ts";
 
 export interface SseAnswer {
   statusCode: number;
+  /** Milliseconds undici held the request before writing its headers (AnswerHandler.heldMs). */
+  heldMs: number;
   /** A 2xx answer's events, batch by batch. */
   batches: SseBatchReader;
   /** Any other answer's body as text: its first ERROR_BODY_MAX_BYTES ("" when it broke off). */
@@ -41,6 +43,17 @@ const stopped = () => Object.assign(new Error("the relay stopped reading"), { co
  */
 abstract class AnswerHandler {
   protected abortRequest: ((reason: unknown) => void) | undefined;
+  /** Made just before the dispatch (performance.now()). */
+  private readonly madeAt = performance.now();
+  /**
+   * From the dispatch to onConnect, which undici calls just before it writes
+   * the request's headers: the pool's pick of a connection, a new
+   * connection's connect, and on a reused idle keep-alive connection its
+   * check for bytes the worker sent unasked (undici ≥ 7.28 writes only after
+   * the event loop's check phase, so behind whatever else that loop turn
+   * runs). Known once the answer's head has come.
+   */
+  protected heldMs = Number.NaN;
   /** The signal's reason when it aborted before the request was sent. */
   private reason: unknown = undefined;
   private offAbort: (() => void) | undefined;
@@ -58,6 +71,7 @@ abstract class AnswerHandler {
   }
 
   onConnect(abort: (reason: unknown) => void): void {
+    this.heldMs = performance.now() - this.madeAt;
     if (this.reason !== undefined) {
       abort(this.reason);
       return;
@@ -121,7 +135,7 @@ class SseHandler extends AnswerHandler {
     const ok = statusCode >= 200 && statusCode < 300;
     const errorText = ok ? () => Promise.resolve("") : this.refusal();
     if (ok) this.queue = new SseBatchQueue({ resume: () => this.resumeRequest?.(), stop: this.abort, finished: () => this.release() }, this.sse);
-    this.resolve({ statusCode, batches: this.queue ?? new SseBatchQueue({ resume: () => {}, stop: () => {} }), errorText, abort: this.abort });
+    this.resolve({ statusCode, heldMs: this.heldMs, batches: this.queue ?? new SseBatchQueue({ resume: () => {}, stop: () => {} }), errorText, abort: this.abort });
     return true;
   }
 
@@ -146,6 +160,8 @@ class SseHandler extends AnswerHandler {
 
 export interface WholeAnswer {
   statusCode: number;
+  /** Milliseconds undici held the request before writing its headers (AnswerHandler.heldMs). */
+  heldMs: number;
   /** A 2xx answer's body, whole (rejects past the limit, or when the answer breaks off). */
   body: Promise<Buffer>;
   /** Any other answer's body as text: its first ERROR_BODY_MAX_BYTES ("" when it broke off). */
@@ -181,7 +197,7 @@ class WholeHandler extends AnswerHandler {
     if (statusCode >= 300) {
       const none = Promise.reject(new Error(`a ${statusCode} answer has no body to relay`));
       none.catch(() => {});
-      this.resolve({ statusCode, body: none, errorText: this.refusal(), abort: this.abort });
+      this.resolve({ statusCode, heldMs: this.heldMs, body: none, errorText: this.refusal(), abort: this.abort });
       return true;
     }
     const body = new Promise<Buffer>((resolve, reject) => (this.done = { resolve, reject }));
@@ -189,7 +205,7 @@ class WholeHandler extends AnswerHandler {
     body.catch(() => {});
     const { maxBytes, what } = this.limit;
     const declared = declaredLength(rawHeader(rawHeaders, "content-length"));
-    this.resolve({ statusCode, body, errorText: () => Promise.resolve(""), abort: this.abort });
+    this.resolve({ statusCode, heldMs: this.heldMs, body, errorText: () => Promise.resolve(""), abort: this.abort });
     if (declared > maxBytes) this.fail(declaredTooLarge(what, declared, maxBytes));
     else this.parts = [];
     return true;

@@ -157,6 +157,9 @@ export class Histogram {
   }
 }
 
+/** A worker call's wait before its write: tens of µs when the loop is quiet, milliseconds behind a busy loop turn. */
+export const UPSTREAM_HELD_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1];
+
 export class RouterMetrics {
   readonly requests = new Counter("switchyard_requests_total", "Requests answered, by route and status.");
   readonly duration = new Histogram("switchyard_request_duration_seconds", "Request duration from arrival to last byte.");
@@ -175,6 +178,11 @@ export class RouterMetrics {
   readonly ejections = new Counter("switchyard_worker_ejections_total", "Workers ejected from rotation after consecutive failures, by reason (failing|unreachable).");
   readonly ejectedWorkers = new Gauge("switchyard_workers_ejected", "Workers this router holds out of rotation now.", "max");
   readonly routeExplorations = new Counter("switchyard_route_explorations_total", "Requests sent to a candidate other than the best-scored one, to keep learning.");
+  readonly upstreamHeld = new Histogram(
+    "switchyard_upstream_send_wait_seconds",
+    "Worker calls, from the call to its headers being written: the HTTP client's pick of a connection, a new connection's connect, and a reused idle connection's check for unasked bytes (written after the event loop's check phase).",
+    UPSTREAM_HELD_BUCKETS,
+  );
   readonly streamResumes = new Counter("switchyard_stream_resumes_total", "Streams broken mid-way and continued on another worker, by outcome (resumed|failed).");
 
   readonly admissionQueueDepth = new Gauge("switchyard_admission_queue_depth", "Requests waiting for admission, by worker pool and priority band.");
@@ -195,7 +203,7 @@ export class RouterMetrics {
 
   /** Every metric, in the order /metrics renders them. */
   all(): Array<Counter | Gauge | Histogram> {
-    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest, this.cpuWait];
+    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.upstreamHeld, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest, this.cpuWait];
   }
 
   render(): string {

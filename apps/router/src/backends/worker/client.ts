@@ -29,6 +29,8 @@ export interface WorkerPoolOptions {
   lookup?: LookupFunction;
   /** What is read from a worker at most (bodies, SSE lines and events). */
   limits?: Partial<UpstreamLimits>;
+  /** Told, in seconds, how long undici held each worker call before writing it (answer-dispatch.ts heldMs): the router's /metrics. */
+  onHeld?: (seconds: number) => void;
 }
 
 /** Keeps one connection pool per worker origin. */
@@ -37,6 +39,11 @@ export class WorkerConnections {
   readonly limits: Readonly<UpstreamLimits>;
   constructor(private readonly opts: WorkerPoolOptions) {
     this.limits = { ...defaultUpstreamLimits, ...opts.limits };
+  }
+
+  /** A worker call's wait in undici before its headers were written, as the answer's head reported it. */
+  held(ms: number): void {
+    if (ms >= 0) this.opts.onHeld?.(ms / 1000);
   }
 
   pool(origin: string): Pool {
@@ -307,6 +314,7 @@ export class WorkerBackend implements Backend {
     } catch (err) {
       throw classify(err, signal);
     }
+    this.connections.held(answer.heldMs);
     if (answer.statusCode < 200 || answer.statusCode >= 300) throw this.refused(answer.statusCode, await answer.errorText());
     return new StreamedAnswer(answer, label);
   }
@@ -324,6 +332,7 @@ export class WorkerBackend implements Backend {
     } catch (err) {
       throw classify(err, signal);
     }
+    this.connections.held(answer.heldMs);
     if (answer.statusCode < 200 || answer.statusCode >= 300) throw this.refused(answer.statusCode, await answer.errorText());
     return new WholeBytes(answer, signal, label);
   }
