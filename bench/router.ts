@@ -333,8 +333,8 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     await warmUp();
     const durationS = opts.quick ? 5 : 15;
     const adminUrl = `http://127.0.0.1:${adminPort}`;
-    const gc0 = await gcPauses(adminUrl);
-    const held0 = await upstreamHeld(adminUrl);
+    // One read of the router's /metrics before the load and one after: its GC pauses and its worker calls' waits.
+    const metrics0 = await routerMetrics(adminUrl);
     const loadFromMs = performance.now() - spawnedAt;
     if (!opts.stream) {
       // The non-streaming closed loop of the bench's throughput table (64 clients, zero-latency worker).
@@ -357,9 +357,10 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
       );
     }
     const loadToMs = performance.now() - spawnedAt;
-    process.stdout.write(`\nGarbage-collection pauses during the load (the router's own switchyard_gc_pause_seconds):\n\n${gcTable(gc0, await gcPauses(adminUrl))}\n`);
+    const metrics1 = await routerMetrics(adminUrl);
+    process.stdout.write(`\nGarbage-collection pauses during the load (the router's own switchyard_gc_pause_seconds):\n\n${gcTable(gcPauses(metrics0), gcPauses(metrics1))}\n`);
     process.stdout.write(
-      `\nWorker calls during the load, by how long undici held each before writing its headers (the router's own switchyard_upstream_send_wait_seconds; on a reused idle connection the write waits for the event loop's check phase):\n\n${heldTable(held0, await upstreamHeld(adminUrl))}\n`,
+      `\nWorker calls during the load, by how long undici held each before writing its headers (the router's own switchyard_upstream_send_wait_seconds; on a reused idle connection the write waits for the event loop's check phase):\n\n${heldTable(upstreamHeld(metrics0), upstreamHeld(metrics1))}\n`,
     );
     await router.stop();
     loadWindow = { fromMs: loadFromMs, toMs: loadToMs };
@@ -483,9 +484,13 @@ function parsesAsJson(text: string): boolean {
 
 type GcPauses = Map<string, { count: number; sum: number }>;
 
-/** The router's GC pause histogram by kind, from its admin /metrics. */
-async function gcPauses(adminUrl: string): Promise<GcPauses> {
-  const text = await (await fetch(`${adminUrl}/metrics`)).text();
+/** The router's admin /metrics, as text. */
+async function routerMetrics(adminUrl: string): Promise<string> {
+  return (await fetch(`${adminUrl}/metrics`)).text();
+}
+
+/** The router's GC pause histogram by kind, from its /metrics text. */
+function gcPauses(text: string): GcPauses {
   const out: GcPauses = new Map();
   for (const m of text.matchAll(/^switchyard_gc_pause_seconds_(sum|count)\{kind="(\w+)"\} (\S+)$/gm)) {
     const e = out.get(m[2]!) ?? { count: 0, sum: 0 };
@@ -501,8 +506,7 @@ interface HeldHistogram {
   sum: number;
 }
 
-async function upstreamHeld(adminUrl: string): Promise<HeldHistogram> {
-  const text = await (await fetch(`${adminUrl}/metrics`)).text();
+function upstreamHeld(text: string): HeldHistogram {
   const buckets: Array<[number, number]> = [];
   for (const m of text.matchAll(/^switchyard_upstream_send_wait_seconds_bucket\{le="([^"]+)"\} (\S+)$/gm)) buckets.push([m[1] === "+Inf" ? Infinity : Number(m[1]), Number(m[2])]);
   const sum = Number(/^switchyard_upstream_send_wait_seconds_sum (\S+)$/m.exec(text)?.[1] ?? 0);

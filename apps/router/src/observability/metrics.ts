@@ -180,7 +180,7 @@ export class RouterMetrics {
   readonly routeExplorations = new Counter("switchyard_route_explorations_total", "Requests sent to a candidate other than the best-scored one, to keep learning.");
   readonly upstreamHeld = new Histogram(
     "switchyard_upstream_send_wait_seconds",
-    "Worker calls, from the call to its headers being written: the HTTP client's pick of a connection, a new connection's connect, and a reused idle connection's check for unasked bytes (written after the event loop's check phase).",
+    "Worker calls answered as a stream or as JSON (not the hidden-states route's raw bytes), from the call to its headers being written: the HTTP client's pick of a connection, a new connection's connect, and a reused idle connection's check for unasked bytes (written after the event loop's check phase).",
     UPSTREAM_HELD_BUCKETS,
   );
   readonly streamResumes = new Counter("switchyard_stream_resumes_total", "Streams broken mid-way and continued on another worker, by outcome (resumed|failed).");
