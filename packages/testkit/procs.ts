@@ -133,6 +133,33 @@ export function commandCpuSeconds<N extends string>(names: readonly N[]): Record
   return ticks;
 }
 
+/** The whole box's CPU time since boot, in seconds summed over its cores (/proc/stat's first line). */
+export interface BoxCpu {
+  /** Running anything: user, nice, system, interrupts (guests' time is already inside user). */
+  busy: number;
+  /** Idle, and waiting for I/O with nothing to run. */
+  idle: number;
+  /** Taken by the hypervisor for other guests while this one had work: a VM's hidden neighbour. */
+  steal: number;
+}
+
+/**
+ * The box's busy, idle and stolen CPU seconds: what a load costs the whole
+ * machine, every process and the kernel's network work included, counted as
+ * the difference of two calls. On a box where the load generator and the
+ * servers share the cores, the throughput a proxy reaches is bounded by the
+ * sum of everyone's CPU per request, not by its own alone; the idle share
+ * says whether the box or one thread was the limit.
+ */
+export function boxCpuSeconds(): BoxCpu {
+  const text = readFileSync("/proc/stat", "utf8");
+  const f = text.slice(0, text.indexOf("\n")).trim().split(/\s+/);
+  if (f[0] !== "cpu") throw new Error(`unexpected /proc/stat: ${f[0]}`);
+  // user nice system idle iowait irq softirq steal guest guest_nice
+  const [user, nice, system, idle, iowait, irq, softirq, steal] = f.slice(1, 9).map((x) => Number(x) || 0);
+  return { busy: (user! + nice! + system! + irq! + softirq!) / CLK_TCK, idle: (idle! + iowait!) / CLK_TCK, steal: steal! / CLK_TCK };
+}
+
 /**
  * Nanoseconds a thread has waited on a run queue, from
  * /proc/<pid>/task/<tid>/schedstat ("run time, run delay, timeslices"). The

@@ -29,7 +29,13 @@ describe("switchyard bench router --against", () => {
     const lines = out.split("\n");
     const at = lines.findIndex((l) => l.startsWith("| target | non-streaming req/s"));
     expect(at, out).toBeGreaterThan(0);
-    const medians = lines.slice(at + 2).filter((l) => l.startsWith("|")).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
+    // A table's rows: from under its header to the first line that is not one.
+    const table = (header: number) => {
+      const rows: string[][] = [];
+      for (let i = header + 2; i < lines.length && lines[i]!.startsWith("|"); i++) rows.push(lines[i]!.split("|").slice(1, -1).map((c) => c.trim()));
+      return rows;
+    };
+    const medians = table(at);
     expect(medians.map((r) => r[0])).toEqual(["node-passthrough", `${sha} (HEAD) node --max-semi-space-size=16`, expect.stringMatching(new RegExp(`\\(this checkout\\) node --max-semi-space-size=${ROUTER_SEMI_SPACE_MB}$`))]);
     for (const r of medians) {
       expect(Number(r[1]), r.join(" | ")).toBeGreaterThan(0); // req/s
@@ -43,6 +49,21 @@ describe("switchyard bench router --against", () => {
       expect(Number(r[5]), r.join(" | ")).toBeGreaterThan(0);
       expect(Number(r[6]), r.join(" | ")).toBeGreaterThan(0);
     }
+    // The whole box's budget per whole answer, process by process: the bare
+    // proxy, the sim worker and the load generator each spent CPU, and the
+    // box's busy time holds them all (ticks of 10 ms allow a little slack).
+    const boxAt = lines.findIndex((l) => l.startsWith("| target | req/s | proxy | sim worker | load generator | Postgres | Redis | rest | box busy |"));
+    expect(boxAt, out).toBeGreaterThan(0);
+    const box = table(boxAt).map((r) => r.map((c, i) => (i === 0 ? c : Number(c))));
+    expect(box.map((r) => r[0])).toEqual(medians.map((r) => r[0]));
+    for (const r of box) {
+      const [, rps, proxy, sim, load, , , , busy, , idle, stolen] = r as [string, ...number[]];
+      for (const x of [rps, proxy, sim, load, busy]) expect(x, r.join(" | ")).toBeGreaterThan(0);
+      expect(busy, r.join(" | ")).toBeGreaterThan(0.8 * (proxy! + sim! + load!));
+      expect(idle, r.join(" | ")).toBeGreaterThanOrEqual(0);
+      expect(idle! + stolen!, r.join(" | ")).toBeLessThan(100);
+    }
+    expect(box[0]![9]).toBe(1); // the floor's box against itself
     // Every round's closed loop answered without errors, for every target.
     const perRound = lines.filter((l) => /^\| [12] \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
     expect(perRound).toHaveLength(6);
