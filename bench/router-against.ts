@@ -16,7 +16,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, 
 import { loadavg, tmpdir } from "node:os";
 import path from "node:path";
 import { benchMessages, closedLoop, openLoop, percentile, type Target } from "./lib/load.ts";
-import { boxCpuSeconds, commandCpuSeconds, freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
+import { boxCpuSince, boxReading, commandCpuSeconds, freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { routerExecArgv } from "@switchyard/router";
 import { routerSeesWorker } from "./router.ts";
 import { benchScratch, endBench } from "./lib/scratch.ts";
@@ -45,6 +45,15 @@ export interface AgainstOptions {
   againstNodeFlags?: string[];
   /** Every request (the closed loop's and the streams') carries a conversation of about this many KB (benchMessages) instead of one short message. */
   bodyKb?: number;
+  /**
+   * Whole answers at this many a second, an open loop, instead of the
+   * 64-client closed loop. A proxy's CPU per answer falls as its load rises
+   * (more requests share each turn of its event loop and each system call),
+   * and the closed loop runs a slower target at a lower load: at one rate,
+   * every target's figures, and the sim worker's and load generator's, are
+   * per answer at the same load.
+   */
+  rate?: number;
   log?: (line: string) => void;
 }
 
@@ -241,9 +250,9 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         // answer, not by its own CPU alone.
         const sim0 = sim.cpuSeconds();
         const load0 = process.cpuUsage();
-        const box0 = boxCpuSeconds();
-        const r = await closedLoop(t, { clients: 64, durationS, body: nsBody, stream: false });
-        const box1 = boxCpuSeconds();
+        const box0 = boxReading();
+        const r = opts.rate ? await openLoop(t, { ratePerS: opts.rate, durationS, body: nsBody, stream: false }) : await closedLoop(t, { clients: 64, durationS, body: nsBody, stream: false });
+        const box = boxCpuSince(box0);
         const n = Math.max(1, r.samples.length);
         const nsCpu = ((proc.cpuSeconds() - c0) * 1000) / n;
         const svc = commandCpuSeconds(SERVICES);
@@ -254,10 +263,10 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         c.redis.push(redisCpu);
         c.sim.push(((sim.cpuSeconds() - sim0) * 1000) / n);
         c.load.push((loadUse.user + loadUse.system) / 1000 / n);
-        c.box.push(((box1.busy - box0.busy) * 1000) / n);
-        const boxAll = box1.busy - box0.busy + (box1.idle - box0.idle) + (box1.steal - box0.steal);
-        c.idle.push((100 * (box1.idle - box0.idle)) / boxAll);
-        c.steal.push((100 * (box1.steal - box0.steal)) / boxAll);
+        c.box.push((box.busy * 1000) / n);
+        const boxAll = box.busy + box.idle + box.steal;
+        c.idle.push((100 * box.idle) / boxAll);
+        c.steal.push((100 * box.steal) / boxAll);
         const ok = r.samples.filter((s) => s.ok);
         c.ns.push(nsCpu);
         c.rps.push(ok.length / r.wallS);
@@ -285,7 +294,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     }
     const med = (xs: number[]) => percentile(xs, 50);
     const out = [
-      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds after ${warmRounds} unmeasured warm-up round(s), every target a fresh process per round warmed by ${warmS} s of each loop, ${durationS} s per loop, 64 clients closed loop${opts.bodyKb ? ` (each request, whole or streamed, a ${nsBody.length}-byte conversation of ${messages.length} messages)` : ""}${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? ` + ${level.streams} streams open loop (ΔTTFT p99 against the sim worker measured just before)` : ""}`,
+      `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds after ${warmRounds} unmeasured warm-up round(s), every target a fresh process per round warmed by ${warmS} s of each loop, ${durationS} s per loop, ${opts.rate ? `whole answers at ${opts.rate}/s open loop (warmed by the 64-client closed loop)` : "64 clients closed loop"}${opts.bodyKb ? ` (each request, whole or streamed, a ${nsBody.length}-byte conversation of ${messages.length} messages)` : ""}${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? ` + ${level.streams} streams open loop (ΔTTFT p99 against the sim worker measured just before)` : ""}`,
       "",
       `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req | Postgres CPU ms/req | Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) | stream errors |" : ""}`,
       `|---:|---|---:|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|---:|" : ""}`,
@@ -306,7 +315,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     // proxy's cost reaches throughput through everyone's (issue 14's 0.7×).
     out.push(
       "",
-      "The whole box during the closed loop, CPU ms per whole answer (medians over the rounds; \"rest\": the kernel's network work and whatever else runs on the box):",
+      `The whole box during the ${opts.rate ? `loop of ${opts.rate} whole answers a second` : "closed loop"}, CPU ms per whole answer (medians over the rounds; "rest": the kernel's network work and whatever else runs on the box):`,
       "",
       "| target | req/s | proxy | sim worker | load generator | Postgres | Redis | rest | box busy | × bare proxy | box idle % | stolen % |",
       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",

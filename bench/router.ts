@@ -12,7 +12,7 @@ import { pathToFileURL } from "node:url";
 import { benchMoney } from "./money.ts";
 import { benchMessages, closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
 import { startLiteLLM } from "./lib/litellm.ts";
-import { boxCpuSeconds, freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
+import { boxCpuSince, boxReading, freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch, endBench } from "./lib/scratch.ts";
 import { arrivalRate, levelOf, STREAM_LEVELS, streamLifeS } from "./lib/levels.ts";
 import { busyStretches, readProfile, stretchesTable, topSelfTime } from "./lib/cpuprofile.ts";
@@ -220,17 +220,15 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     for (const { t: tg, proc } of tpTargets) {
       const cpu0 = proc?.cpuSeconds() ?? NaN;
       const wait0 = proc?.runQueueSeconds() ?? NaN;
-      const box0 = boxCpuSeconds();
+      const box0 = boxReading();
       const r = await closedLoop(tg, { clients, durationS: opts.quick ? 2 : 5, body: warmBody, stream: false });
-      const box1 = boxCpuSeconds();
-      const boxBusy = box1.busy - box0.busy;
-      const boxIdle = box1.idle - box0.idle;
+      const box = boxCpuSince(box0);
       const cpuS = proc ? proc.cpuSeconds() - cpu0 : NaN;
       const waitS = proc ? proc.runQueueSeconds() - wait0 : NaN;
       const ok = r.samples.filter((s) => s.ok);
       tp[tg.name] = ok.length / r.wallS;
       cpuPerReq[tg.name] = (cpuS * 1000) / Math.max(1, r.samples.length);
-      tpRows.push(`| ${tg.name} | ${fmt(tp[tg.name]!, 0)} | ${fmt(percentile(ok.map((s) => s.totalMs), 50), 2)} | ${fmt(percentile(ok.map((s) => s.totalMs), 99), 2)} | ${r.errors} | ${fmt(cpuPerReq[tg.name]!, 3)} | ${fmt((waitS * 1000) / r.wallS, 0)} | ${fmt((boxBusy * 1000) / Math.max(1, r.samples.length), 3)} | ${fmt((100 * boxIdle) / (boxBusy + boxIdle + (box1.steal - box0.steal)), 1)} |`);
+      tpRows.push(`| ${tg.name} | ${fmt(tp[tg.name]!, 0)} | ${fmt(percentile(ok.map((s) => s.totalMs), 50), 2)} | ${fmt(percentile(ok.map((s) => s.totalMs), 99), 2)} | ${r.errors} | ${fmt(cpuPerReq[tg.name]!, 3)} | ${fmt((waitS * 1000) / r.wallS, 0)} | ${fmt((box.busy * 1000) / Math.max(1, r.samples.length), 3)} | ${fmt((100 * box.idle) / (box.busy + box.idle + box.steal), 1)} |`);
     }
 
     const out: string[] = [];
@@ -246,7 +244,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     out.push("");
     out.push(`### Non-streaming peak throughput, closed loop (${clients} clients, zero-latency sim worker, after ${opts.warm} unmeasured warm-up loop(s) per target)`);
     out.push("");
-    out.push(`Box busy: every process's and the kernel's CPU ms per whole answer (/proc/stat, all ${availableParallelism()} cores: the load generator, the sim worker, Postgres and Redis included); box idle: the share of the cores' time nothing ran. With little idle left, req/s is the cores over the box's busy time per answer: a proxy's throughput then rests on what everyone spends for it, not on its own CPU alone.`);
+    out.push(`Box busy: every process's and the kernel's CPU ms per whole answer (the cores' wall time less idle, /proc/stat, all ${availableParallelism()} cores: the load generator, the sim worker, Postgres and Redis included); box idle: the share of the cores' time nothing ran. With little idle left, req/s is the cores over the box's busy time per answer: a proxy's throughput then rests on what everyone spends for it, not on its own CPU alone.`);
     out.push("");
     out.push("| target | req/s | p50 ms | p99 ms | errors | CPU ms/req | waited for a CPU (ms/s) | box busy ms/req | box idle % |");
     out.push("|---|---:|---:|---:|---:|---:|---:|---:|---:|");

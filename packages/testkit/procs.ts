@@ -133,31 +133,55 @@ export function commandCpuSeconds<N extends string>(names: readonly N[]): Record
   return ticks;
 }
 
-/** The whole box's CPU time since boot, in seconds summed over its cores (/proc/stat's first line). */
+/** A reading of the whole box's CPU time (/proc/stat), to subtract from a later one with boxCpuSince. */
+export interface BoxReading {
+  /** When it was read, in seconds (monotonic). */
+  at: number;
+  /** Seconds summed over the cores: idle (I/O wait included), and stolen by the hypervisor. */
+  idle: number;
+  steal: number;
+  /** Cores online. */
+  cores: number;
+}
+
+/** The box's CPU time between two readings, in seconds summed over its cores. */
 export interface BoxCpu {
-  /** Running anything: user, nice, system, interrupts (guests' time is already inside user). */
+  /** Running anything: every process, the kernel, interrupts — the cores' time less idle and stolen. */
   busy: number;
-  /** Idle, and waiting for I/O with nothing to run. */
+  /** Idle, or waiting for I/O with nothing to run. */
   idle: number;
   /** Taken by the hypervisor for other guests while this one had work: a VM's hidden neighbour. */
   steal: number;
+  /** Wall seconds between the readings. */
+  wall: number;
+}
+
+export function boxReading(): BoxReading {
+  const lines = readFileSync("/proc/stat", "utf8").split("\n");
+  const f = lines[0]!.trim().split(/\s+/);
+  if (f[0] !== "cpu") throw new Error(`unexpected /proc/stat: ${f[0]}`);
+  // user nice system idle iowait irq softirq steal …
+  const n = (i: number) => Number(f[i]) || 0;
+  return { at: performance.now() / 1000, idle: (n(4) + n(5)) / CLK_TCK, steal: n(8) / CLK_TCK, cores: lines.filter((l) => /^cpu\d/.test(l)).length };
 }
 
 /**
- * The box's busy, idle and stolen CPU seconds: what a load costs the whole
- * machine, every process and the kernel's network work included, counted as
- * the difference of two calls. On a box where the load generator and the
+ * What a load cost the whole machine since `before`: every process and the
+ * kernel's network work included. On a box where the load generator and the
  * servers share the cores, the throughput a proxy reaches is bounded by the
  * sum of everyone's CPU per request, not by its own alone; the idle share
- * says whether the box or one thread was the limit.
+ * says whether the box or one thread was the limit. Busy is the cores' wall
+ * time less idle and stolen: the kernel times idle exactly, while its busy
+ * columns are sampled at each tick and miss work done in bursts between
+ * ticks (an open loop's), so they can add up to less than the processes' own
+ * figures.
  */
-export function boxCpuSeconds(): BoxCpu {
-  const text = readFileSync("/proc/stat", "utf8");
-  const f = text.slice(0, text.indexOf("\n")).trim().split(/\s+/);
-  if (f[0] !== "cpu") throw new Error(`unexpected /proc/stat: ${f[0]}`);
-  // user nice system idle iowait irq softirq steal guest guest_nice
-  const [user, nice, system, idle, iowait, irq, softirq, steal] = f.slice(1, 9).map((x) => Number(x) || 0);
-  return { busy: (user! + nice! + system! + irq! + softirq!) / CLK_TCK, idle: (idle! + iowait!) / CLK_TCK, steal: steal! / CLK_TCK };
+export function boxCpuSince(before: BoxReading): BoxCpu {
+  const now = boxReading();
+  const wall = now.at - before.at;
+  const idle = now.idle - before.idle;
+  const steal = now.steal - before.steal;
+  return { busy: Math.max(0, wall * now.cores - idle - steal), idle, steal, wall };
 }
 
 /**

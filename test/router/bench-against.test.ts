@@ -79,17 +79,22 @@ describe("switchyard bench router --against", () => {
     expect(worktrees()).toBe(before);
   }, 240_000);
 
-  it("runs the streaming loop at the stream level --levels names, every stream answered, whole answers for a conversation --body-kb long; refuses a level it has not", async () => {
-    const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--levels", "1", "--rounds", "1", "--warm", "0", "--body-kb", "3"]);
+  it("runs the streaming loop at the stream level --levels names, every stream answered, whole answers for a conversation --body-kb long at the --rate asked; refuses a level it has not", async () => {
+    const { code, out } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--levels", "1", "--rounds", "1", "--warm", "0", "--body-kb", "3", "--rate", "300"]);
     expect(code, out).toBe(0);
-    const header = /interleaved: 1 rounds after 0 unmeasured warm-up round\(s\), every target a fresh process per round warmed by 2 s of each loop, 3 s per loop, 64 clients closed loop \(each request, whole or streamed, a (\d+)-byte conversation of (\d+) messages\) \+ 1 streams open loop/.exec(out);
+    const header = /interleaved: 1 rounds after 0 unmeasured warm-up round\(s\), every target a fresh process per round warmed by 2 s of each loop, 3 s per loop, whole answers at 300\/s open loop \(warmed by the 64-client closed loop\) \(each request, whole or streamed, a (\d+)-byte conversation of (\d+) messages\) \+ 1 streams open loop/.exec(out);
     expect(header, out).not.toBeNull();
     expect(Number(header![1])).toBeGreaterThanOrEqual(3 * 1024);
     expect(Number(header![1])).toBeLessThan(4 * 1024);
     expect(Number(header![2])).toBeGreaterThan(5);
     const rows = out.split("\n").filter((l) => /^\| 1 \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
     expect(rows.map((r) => r[1]), out).toEqual(["node-passthrough", expect.stringContaining("(HEAD)"), expect.stringContaining("(this checkout)")]);
+    expect(out).toContain("The whole box during the loop of 300 whole answers a second, CPU ms per whole answer");
     for (const r of rows) {
+      // The open loop sent 300 a second, and every target kept up (none is that slow).
+      expect(Number(r[3]), r.join(" | ")).toBeGreaterThan(240);
+      expect(Number(r[3]), r.join(" | ")).toBeLessThan(330);
+      expect(r[4], r.join(" | ")).toBe("0");
       expect(Number(r[8]), r.join(" | ")).toBeGreaterThan(0); // streaming CPU ms per stream
       expect(Number.isFinite(Number(r[9])), r.join(" | ")).toBe(true); // ΔTTFT p99
       expect(r[11], r.join(" | ")).toBe("0"); // stream errors
@@ -98,6 +103,7 @@ describe("switchyard bench router --against", () => {
       [["--levels", "7"], /--against: --levels takes one of the stream levels 1, 100 or 1000, got '7'/],
       [["--levels", "100", "--only", "non-streaming"], /--against: --levels goes with the streaming loop/],
       [["--body-kb", "0"], /--against: --body-kb takes a whole number of KB from 1 to 1024, got '0'/],
+      [["--rate", "2.5"], /--against: --rate takes whole answers a second from 1 to 100000, got '2.5'/],
     ] as const) {
       const refused = await runCli(["bench", "router", "--against", "HEAD", ...args]);
       expect(refused.code).not.toBe(0);
@@ -106,6 +112,9 @@ describe("switchyard bench router --against", () => {
     const alone = await runCli(["bench", "router", "--body-kb", "4"]);
     expect(alone.code).not.toBe(0);
     expect(alone.err).toMatch(/--body-kb goes with --against or --profile/);
+    const rateAlone = await runCli(["bench", "router", "--rate", "100"]);
+    expect(rateAlone.code).not.toBe(0);
+    expect(rateAlone.err).toMatch(/--rate goes with --against/);
   }, 240_000);
 
   it("refuses --rounds that is not a whole number ≥ 1", async () => {

@@ -57,6 +57,7 @@ export async function main(argv: string[]): Promise<number> {
         rounds: { type: "string" },
         warm: { type: "string" },
         "rate-limits": { type: "boolean" },
+        rate: { type: "string" },
         "against-node-flags": { type: "string" },
         "body-kb": { type: "string" },
         reference: { type: "string" },

@@ -78,10 +78,11 @@ Usage:
                                         it, then the async resources (promises, ticks, timers) it creates,
                                         the bytes it allocates per request, by module, and what a request in
                                         flight keeps alive (heap snapshots), by kind
-  switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--levels 1|100|1000 | --only non-streaming] [--rate-limits] [--against-node-flags=FLAGS] [--body-kb N]
+  switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--levels 1|100|1000 | --only non-streaming] [--rate-limits] [--against-node-flags=FLAGS] [--body-kb N] [--rate N]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
                                         CPU per request, req/s, ΔTTFT p99 and the wait for a core beside the bare proxy (a change's before/after),
-                                        and what Postgres and Redis spent per request; every target a fresh process per round, warmed first;
+                                        what Postgres and Redis spent per request, and the whole box's CPU per request process by
+                                        process (the sim worker, the load generator) with its idle share; every target a fresh process per round, warmed first;
                                         N rounds (default 4, after --warm unmeasured ones, default 0), in how many of them this checkout used less CPU
                                         (and had the lower ΔTTFT p99), each count with its sign test's p, and
                                         the median of the rounds' ratios (this checkout over REV, each over the bare proxy)
@@ -91,6 +92,8 @@ Usage:
                                         e.g. '--max-semi-space-size=16' (V8's default) against HEAD: a node setting's before/after)
                                         (--body-kb N: each request, whole or streamed, a conversation of about N KB instead of one
                                         short message: the body's parse, checks and way upstream at a real size)
+                                        (--rate N: whole answers at N a second, an open loop, instead of the 64-client closed loop:
+                                        every target's CPU per answer at one load, where the closed loop runs each as fast as it goes)
   switchyard bench engine [--quick] [--model NAME] [--reference both|native|node]
                                         engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct):
                                         llama.cpp built for this CPU (llama-cpp-python, built on first use, ~8 min on 2 cores)

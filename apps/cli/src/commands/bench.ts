@@ -1,7 +1,7 @@
 // `switchyard bench <suite>`: benchmarks that print a table.
 import { UsageError } from "../usage.ts";
 
-export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string; cut?: string; against?: string; rounds?: string; warm?: string; "rate-limits"?: boolean; "against-node-flags"?: string; "body-kb"?: string }): Promise<number> {
+export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string; cut?: string; against?: string; rounds?: string; warm?: string; "rate-limits"?: boolean; rate?: string; "against-node-flags"?: string; "body-kb"?: string }): Promise<number> {
   const [suite] = args;
   // The one bench entry point; it loads only the suite asked for.
   const { benches, STREAM_LEVELS } = await import("../../../../bench/index.ts");
@@ -30,10 +30,14 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
       if (!flags.against.trim()) throw new UsageError("bench router --against: give a commit, e.g. --against HEAD~1");
       const rounds = flags.rounds === undefined ? undefined : Number(flags.rounds);
       if (rounds !== undefined && !(Number.isInteger(rounds) && rounds >= 1)) throw new UsageError("bench router --against: --rounds takes a whole number ≥ 1");
+      // --rate N: whole answers at N a second (an open loop) instead of the closed loop: every target's CPU per answer at one load.
+      const rate = flags.rate === undefined ? undefined : Number(flags.rate);
+      if (rate !== undefined && !(Number.isInteger(rate) && rate >= 1 && rate <= 100_000)) throw new UsageError(`bench router --against: --rate takes whole answers a second from 1 to 100000, got '${flags.rate}'`);
       const againstNodeFlags = flags["against-node-flags"]?.trim().split(/\s+/).filter(Boolean);
       if (againstNodeFlags?.some((f) => !f.startsWith("-"))) throw new UsageError(`bench router --against-node-flags: node flags only (each starting with -), got '${flags["against-node-flags"]}'`);
-      return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}), ...(rounds ? { rounds } : {}), ...(warm !== undefined ? { warm } : {}), ...(flags["rate-limits"] ? { rateLimits: true } : {}), ...(againstNodeFlags ? { againstNodeFlags } : {}), ...(levels ? { streams: levels[0]! } : {}), ...(bodyKb ? { bodyKb } : {}) });
+      return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}), ...(rounds ? { rounds } : {}), ...(warm !== undefined ? { warm } : {}), ...(flags["rate-limits"] ? { rateLimits: true } : {}), ...(againstNodeFlags ? { againstNodeFlags } : {}), ...(levels ? { streams: levels[0]! } : {}), ...(bodyKb ? { bodyKb } : {}), ...(rate ? { rate } : {}) });
     }
+    if (flags.rate !== undefined) throw new UsageError("bench router: --rate goes with --against");
     if (flags["rate-limits"]) throw new UsageError("bench router: --rate-limits goes with --against");
     if (flags["against-node-flags"] !== undefined) throw new UsageError("bench router: --against-node-flags goes with --against");
     // --only non-streaming: with --profile, the profile of the non-streaming closed loop instead of the 100 streams.
