@@ -238,7 +238,6 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         const rate = streamCols ? arrivalRate(level) : 0;
         if (streamCols) await openLoop(t, { ratePerS: rate, durationS: warmS, body: stBody, stream: true });
         const load = loadavg()[0]!;
-        const c0 = proc.cpuSeconds();
         // What Postgres and Redis spend per whole answer during the closed
         // loop: the ledger's INSERT, the streams and counters run on the same
         // two cores as the router, the load and the sim worker, and a change
@@ -248,25 +247,28 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         // generator), and every core's busy and idle time. On two shared cores
         // a target's throughput is bounded by what the whole box spends per
         // answer, not by its own CPU alone.
+        const c0 = proc.cpuSeconds();
         const sim0 = sim.cpuSeconds();
         const load0 = process.cpuUsage();
         const box0 = boxReading();
         const r = opts.rate ? await openLoop(t, { ratePerS: opts.rate, durationS, body: nsBody, stream: false }) : await closedLoop(t, { clients: 64, durationS, body: nsBody, stream: false });
+        // Read back in the reverse order, the /proc scan last: each figure's window is the loop's, give or take the others' reads.
         const box = boxCpuSince(box0);
-        const n = Math.max(1, r.samples.length);
-        const nsCpu = ((proc.cpuSeconds() - c0) * 1000) / n;
+        const loadUse = process.cpuUsage(load0);
+        const simS = sim.cpuSeconds() - sim0;
+        const procS = proc.cpuSeconds() - c0;
         const svc = commandCpuSeconds(SERVICES);
+        const n = Math.max(1, r.samples.length);
+        const nsCpu = (procS * 1000) / n;
         const pgCpu = ((svc.postgres - svc0.postgres) * 1000) / n;
         const redisCpu = ((svc["redis-server"] - svc0["redis-server"]) * 1000) / n;
-        const loadUse = process.cpuUsage(load0);
         c.pg.push(pgCpu);
         c.redis.push(redisCpu);
-        c.sim.push(((sim.cpuSeconds() - sim0) * 1000) / n);
+        c.sim.push((simS * 1000) / n);
         c.load.push((loadUse.user + loadUse.system) / 1000 / n);
         c.box.push((box.busy * 1000) / n);
-        const boxAll = box.busy + box.idle + box.steal;
-        c.idle.push((100 * box.idle) / boxAll);
-        c.steal.push((100 * box.steal) / boxAll);
+        c.idle.push(100 * box.idleShare);
+        c.steal.push(100 * box.stealShare);
         const ok = r.samples.filter((s) => s.ok);
         c.ns.push(nsCpu);
         c.rps.push(ok.length / r.wallS);
@@ -310,7 +312,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         return `| ${name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / med(bare), 2)} | ${fmt(med(paired(c.ns, bare)), 2)} | ${fmt(med(c.pg), 3)} | ${fmt(med(c.redis), 3)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} | ${fmt(med(c.waited), 0)} |` : ""}`;
       }),
     ];
-    // The closed loop's CPU budget, process by process: when the box has no
+    // The whole answers' CPU budget, process by process: when the box has no
     // idle left, req/s is its cores over the box's busy time per answer, so a
     // proxy's cost reaches throughput through everyone's (issue 14's 0.7×).
     out.push(

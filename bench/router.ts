@@ -228,7 +228,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
       const ok = r.samples.filter((s) => s.ok);
       tp[tg.name] = ok.length / r.wallS;
       cpuPerReq[tg.name] = (cpuS * 1000) / Math.max(1, r.samples.length);
-      tpRows.push(`| ${tg.name} | ${fmt(tp[tg.name]!, 0)} | ${fmt(percentile(ok.map((s) => s.totalMs), 50), 2)} | ${fmt(percentile(ok.map((s) => s.totalMs), 99), 2)} | ${r.errors} | ${fmt(cpuPerReq[tg.name]!, 3)} | ${fmt((waitS * 1000) / r.wallS, 0)} | ${fmt((box.busy * 1000) / Math.max(1, r.samples.length), 3)} | ${fmt((100 * box.idle) / (box.busy + box.idle + box.steal), 1)} |`);
+      tpRows.push(`| ${tg.name} | ${fmt(tp[tg.name]!, 0)} | ${fmt(percentile(ok.map((s) => s.totalMs), 50), 2)} | ${fmt(percentile(ok.map((s) => s.totalMs), 99), 2)} | ${r.errors} | ${fmt(cpuPerReq[tg.name]!, 3)} | ${fmt((waitS * 1000) / r.wallS, 0)} | ${fmt((box.busy * 1000) / Math.max(1, r.samples.length), 3)} | ${fmt(100 * box.idleShare, 1)} |`);
     }
 
     const out: string[] = [];

@@ -154,6 +154,9 @@ export interface BoxCpu {
   steal: number;
   /** Wall seconds between the readings. */
   wall: number;
+  /** Idle and stolen as shares of the cores' wall time (0–1). */
+  idleShare: number;
+  stealShare: number;
 }
 
 export function boxReading(): BoxReading {
@@ -181,7 +184,8 @@ export function boxCpuSince(before: BoxReading): BoxCpu {
   const wall = now.at - before.at;
   const idle = now.idle - before.idle;
   const steal = now.steal - before.steal;
-  return { busy: Math.max(0, wall * now.cores - idle - steal), idle, steal, wall };
+  const all = wall * now.cores;
+  return { busy: Math.max(0, all - idle - steal), idle, steal, wall, idleShare: all > 0 ? idle / all : 0, stealShare: all > 0 ? steal / all : 0 };
 }
 
 /**
