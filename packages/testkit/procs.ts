@@ -48,6 +48,8 @@ export async function freePort(): Promise<number> {
 export interface Proc {
   child: ChildProcess;
   stop(): Promise<void>;
+  /** The last 4,000 characters the process wrote, stdout and stderr together. */
+  output(): string;
   /**
    * User + system CPU seconds used so far by the process and every process
    * under it (a router's cluster workers; those that ended count through
@@ -232,6 +234,7 @@ export function startProc(cmd: string, args: string[], env: Record<string, strin
   });
   return {
     child,
+    output: () => tail,
     cpuSeconds: () => (child.pid === undefined ? NaN : treeCpuSeconds(child.pid)),
     runQueueSeconds: () => (child.pid === undefined ? NaN : treeRunQueueSeconds(child.pid)),
     stop: () =>

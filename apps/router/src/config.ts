@@ -106,6 +106,23 @@ export const configSchema = z.object({
       keyCacheMs: z.number().int().min(0).default(2_000),
       /** Open connections kept per worker at most (each live stream holds one). */
       maxConnectionsPerWorker: z.number().int().min(1).default(8192),
+      /**
+       * How long a client's idle keep-alive connection is kept open. Above a
+       * load balancer's own idle timeout (AWS ALB 60 s, nginx's upstream
+       * keepalive_timeout 60 s): the side that closes an idle connection must
+       * be the client's, or a request it sends as the router closes arrives on
+       * a dead socket, and a POST cannot be safely retried (a 502 at the
+       * balancer, ECONNRESET at a slow client). Node's own default is 5 s.
+       */
+      keepAliveTimeoutMs: z.number().int().min(1_000).max(3_600_000).default(75_000),
+      /**
+       * Connections the kernel may hold accepted but not yet taken up by the
+       * router (listen(2)'s backlog, capped by net.core.somaxconn). Node's
+       * default is 511: a burst of new connections beyond it has its SYNs
+       * dropped, and each client waits out a 1 s, 3 s, 7 s… retransmit with
+       * the router idle.
+       */
+      listenBacklog: z.number().int().min(1).max(65_535).default(4_096),
       /** Retry-After (seconds) sent with 503 when no worker can serve. */
       retryAfterS: z.number().int().min(1).default(1),
       /**

@@ -304,6 +304,7 @@ export async function superviseRouters(config: Config, opts: SuperviseOptions): 
   });
 
   // The admin port first: its URL goes to each process (their logs name it), and /readyz answers while they start.
+  admin.keepAliveTimeout = config.router.keepAliveTimeoutMs;
   try {
     await new Promise<void>((resolve, reject) => {
       admin.once("error", reject);

@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import { createServer as createHttpsServer } from "node:https";
 import type { ServerResponse } from "node:http";
 import type { AddressInfo, LookupFunction } from "node:net";
-import { serve, type ServerType } from "@hono/node-server";
+import { createAdaptorServer, type ServerType } from "@hono/node-server";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { connectDb, ensureLedgerPartitionsAhead, insertLedgerRows, insertLedgerTexts, migrationStatus, runMigrations, recordBudgetAlert, startEmbeddedPostgres, type DbHandle, type EmbeddedPg } from "@switchyard/db";
@@ -138,21 +138,32 @@ async function assertMigrated(db: DbHandle, embedded: boolean): Promise<void> {
   }
 }
 
-function listen(fetch: (req: Request) => Response | Promise<Response>, host: string, port: number, tls?: { certFile: string; keyFile: string }) {
+function listen(fetch: (req: Request) => Response | Promise<Response>, host: string, port: number, opts: { keepAliveTimeoutMs: number; backlog: number }, tls?: { certFile: string; keyFile: string }) {
   return new Promise<{ server: ServerType; port: number }>((resolve, reject) => {
-    const server = serve(
-      {
-        fetch,
-        hostname: host,
-        port,
-        ...(tls
-          ? { createServer: createHttpsServer, serverOptions: { cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile) } }
-          : {}),
-      },
-      (info: AddressInfo) => resolve({ server, port: info.port }),
-    );
+    const server = createAdaptorServer({
+      fetch,
+      hostname: host,
+      ...(tls ? { createServer: createHttpsServer, serverOptions: { cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile) } } : {}),
+    }) as HttpServer;
+    // Set before the first connection: a socket's keep-alive timer is armed with the value it was accepted under.
+    server.keepAliveTimeout = opts.keepAliveTimeoutMs;
     server.once("error", reject);
+    server.listen({ port, host, backlog: opts.backlog }, () => resolve({ server, port: (server.address() as AddressInfo).port }));
   });
+}
+
+/**
+ * The most connections the kernel keeps waiting to be accepted, whatever a
+ * listener asks for (Linux's net.core.somaxconn); undefined where there is
+ * no such file (not Linux).
+ */
+export function kernelBacklogCap(file = "/proc/sys/net/core/somaxconn"): number | undefined {
+  try {
+    const n = Number(readFileSync(file, "utf8").trim());
+    return Number.isInteger(n) && n > 0 ? n : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Whether `p` settled within `ms` (its timer cleared either way, so a drain leaves none behind). */
@@ -166,7 +177,7 @@ async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
   }
 }
 
-type HttpServer = ServerType & { closeIdleConnections?: () => void; closeAllConnections?: () => void };
+type HttpServer = ServerType & { keepAliveTimeout: number; closeIdleConnections?: () => void; closeAllConnections?: () => void };
 
 /**
  * A listener that drains: it counts the requests being answered, and closing
@@ -447,8 +458,9 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   await Promise.all([prices.start(), ledgerStream?.start(), orphans?.start(), directory.start(), leaseDirectory.start()]);
   const app = createApp(deps);
   const admin = createAdminApp(deps);
-  const main = await listen(app.fetch, config.router.host, config.router.port, config.router.tls);
-  const adm = opts.adminListener === false ? undefined : await listen(admin.fetch, config.router.adminHost, config.router.adminPort);
+  const listenOpts = { keepAliveTimeoutMs: config.router.keepAliveTimeoutMs, backlog: config.router.listenBacklog };
+  const main = await listen(app.fetch, config.router.host, config.router.port, listenOpts, config.router.tls);
+  const adm = opts.adminListener === false ? undefined : await listen(admin.fetch, config.router.adminHost, config.router.adminPort, listenOpts);
   const publicListener = new DrainingListener(main.server as HttpServer);
   const adminListener = adm && new DrainingListener(adm.server as HttpServer);
   const scheme = config.router.tls ? "https" : "http";
@@ -461,6 +473,10 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     await directory.refresh();
   }
   log.info("router listening", { url, admin: adminUrl, ...summary });
+  const cap = kernelBacklogCap();
+  if (cap !== undefined && cap < config.router.listenBacklog) {
+    log.warn("the kernel caps the listen backlog below router.listenBacklog: a burst of new connections beyond it waits for SYN retransmits (raise net.core.somaxconn)", { somaxconn: cap, listenBacklog: config.router.listenBacklog });
+  }
   let closing: Promise<void> | undefined;
   return {
     url,
