@@ -6,7 +6,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { createReadStream } from "node:fs";
 import type { AddressInfo } from "node:net";
 import os from "node:os";
-import { serve, type ServerType } from "@hono/node-server";
+import { createAdaptorServer, type ServerType } from "@hono/node-server";
 import { MAX_ADVERTISED_PREFIXES, type RegistryStore, type WorkerRecord, type WorkerState } from "@switchyard/state";
 import { ensureEngine, type EngineFlavor } from "./engine/binary.ts";
 import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
@@ -60,6 +60,11 @@ export interface ShardWire {
 function defaultLog(msg: string, fields?: Record<string, unknown>) {
   process.stderr.write(JSON.stringify({ ts: new Date().toISOString(), service: "worker", msg, ...fields }) + "\n");
 }
+
+/** Idle keep-alive of the worker's listener: above the routers' own 30 s, so they close first. */
+export const WORKER_KEEP_ALIVE_MS = 65_000;
+/** The worker listener's accept queue (capped by net.core.somaxconn), as the router's. */
+export const WORKER_LISTEN_BACKLOG = 4096;
 
 export async function startAgent({ registry, log: logTo, ...options }: AgentOptions): Promise<AgentHandle> {
   const t0 = Date.now();
@@ -160,8 +165,16 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
   const app = createWorkerApp(ctx);
   const host = opts.host;
   const { server, port } = await new Promise<{ server: ServerType; port: number }>((resolve, reject) => {
-    const s = serve({ fetch: app.fetch, hostname: host, port: opts.port }, (info: AddressInfo) => resolve({ server: s, port: info.port }));
+    const s = createAdaptorServer({ fetch: app.fetch, hostname: host }) as import("node:http").Server;
+    // The routers are this listener's clients. They keep an idle connection
+    // 30 s at most, or less when the Keep-Alive hint says so: Node's 5 s
+    // made them reconnect after every lull of 3 s. Kept longer here than
+    // there, the side that closes an idle connection is the client's. A fleet of routers opening connections together (a burst of
+    // streams, the worker back from a restart) waits in a 4096-deep accept
+    // queue instead of having SYNs dropped past Node's 511.
+    s.keepAliveTimeout = WORKER_KEEP_ALIVE_MS;
     s.once("error", reject);
+    s.listen({ port: opts.port, host, backlog: WORKER_LISTEN_BACKLOG }, () => resolve({ server: s, port: (s.address() as AddressInfo).port }));
   });
   // Rows this shard forwards for an earlier one (a middle shard); the head counts its own.
   const forwarded = { frameBytes: 0, rowBytes: 0 };

@@ -57,7 +57,12 @@ export class WorkerConnections {
         // Our own timers enforce header/idle deadlines with clear reasons.
         headersTimeout: 0,
         bodyTimeout: 0,
+        // An idle connection kept 30 s whatever the worker's Keep-Alive hint
+        // says (undici takes the hint over keepAliveTimeout): the worker keeps
+        // it 65 s, so this side closes first and never sends onto a
+        // connection the worker is closing.
         keepAliveTimeout: 30_000,
+        keepAliveMaxTimeout: 30_000,
       });
       this.pools.set(origin, p);
     }
