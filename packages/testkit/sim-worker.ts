@@ -205,7 +205,8 @@ export class SimWorker {
   async start(): Promise<this> {
     this.server = createServer((req, res) => void this.handle(req, res));
     this.server.keepAliveTimeout = 60_000;
-    await new Promise<void>((resolve) => this.server!.listen(this.opts.port ?? 0, this.opts.host ?? "127.0.0.1", resolve));
+    // The real worker's accept queue (workers/agent: WORKER_LISTEN_BACKLOG), not Node's 511.
+    await new Promise<void>((resolve) => this.server!.listen({ port: this.opts.port ?? 0, host: this.opts.host ?? "127.0.0.1", backlog: 4096 }, resolve));
     const addr = this.server.address() as AddressInfo;
     this.url = `http://127.0.0.1:${addr.port}`;
     if (this.opts.registry) {
