@@ -12,7 +12,7 @@ import { pathToFileURL } from "node:url";
 import { benchMoney } from "./money.ts";
 import { benchMessages, closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
 import { startLiteLLM } from "./lib/litellm.ts";
-import { boxCpuSince, boxReading, freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
+import { boxCpuSince, boxReading, freePort, listenOverflows, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch, endBench } from "./lib/scratch.ts";
 import { arrivalRate, levelOf, STREAM_LEVELS, streamLifeS } from "./lib/levels.ts";
 import { busyStretches, readProfile, stretchesTable, topSelfTime } from "./lib/cpuprofile.ts";
@@ -231,6 +231,29 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
       tpRows.push(`| ${tg.name} | ${fmt(tp[tg.name]!, 0)} | ${fmt(percentile(ok.map((s) => s.totalMs), 50), 2)} | ${fmt(percentile(ok.map((s) => s.totalMs), 99), 2)} | ${r.errors} | ${fmt(cpuPerReq[tg.name]!, 3)} | ${fmt((waitS * 1000) / r.wallS, 0)} | ${fmt((box.busy * 1000) / Math.max(1, r.samples.length), 3)} | ${fmt(100 * box.idleShare, 1)} |`);
     }
 
+    // Past capacity: whole answers offered at 1.5× the bare proxy's closed-loop
+    // rate, an open loop, so every proxy gets more than it can serve and
+    // opens a connection for each request in flight. A proxy that holds its
+    // rate there is the one a traffic spike does not take down; one whose
+    // accept queue overflows waits out SYN retransmits, idle (2026-12-06:
+    // Node's backlog of 511 cost the router two thirds of its rate).
+    const pastRate = Math.round(1.5 * tp["node-passthrough"]!);
+    const pastS = opts.quick ? 2 : 5;
+    const pastRows: string[] = [];
+    for (const { t: tg, proc } of targets) {
+      if (tg.name === "direct") continue;
+      const cpu0 = proc?.cpuSeconds() ?? NaN;
+      const o0 = listenOverflows();
+      const r = await openLoop(tg, { ratePerS: pastRate, durationS: pastS, body: warmBody, stream: false });
+      const overflows = listenOverflows() - o0;
+      const cpuS = proc ? proc.cpuSeconds() - cpu0 : NaN;
+      const ok = r.samples.filter((x) => x.ok);
+      const rps = ok.length / r.wallS;
+      pastRows.push(`| ${tg.name} | ${fmt(rps, 0)} | ${fmt(rps / tp[tg.name]!, 2)} | ${r.errors} | ${fmt(percentile(ok.map((x) => x.totalMs), 50), 0)} | ${fmt(percentile(ok.map((x) => x.totalMs), 99), 0)} | ${fmt(r.wallS, 1)} | ${fmt(cpuS / r.wallS, 2)} | ${overflows} |`);
+      // The next target starts on a quiet box: the sockets this one left in TIME_WAIT cost nothing, its answers still draining would.
+      await new Promise((res) => setTimeout(res, 1000));
+    }
+
     const out: string[] = [];
     out.push(`### Streaming, open loop (${durationS}s per run, ${repeats} repeat(s) after ${opts.warm} unmeasured warm-up repeat(s) per level; ms; Δ = target − direct, median over repeats ± half-range)`);
     out.push("");
@@ -249,6 +272,14 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     out.push("| target | req/s | p50 ms | p99 ms | errors | CPU ms/req | waited for a CPU (ms/s) | box busy ms/req | box idle % |");
     out.push("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     out.push(...tpRows);
+    out.push("");
+    out.push(`### Past capacity: whole answers offered at ${pastRate}/s for ${pastS} s (1.5× the bare proxy's closed-loop rate), open loop`);
+    out.push("");
+    out.push("Answered/s over the whole run (until the last answer); × closed loop: that over the target's own closed-loop rate above; listen overflows: handshakes the kernel dropped because a listener's accept queue was full (TcpExt ListenOverflows, the whole box), each a client waiting 1 s or more for a retransmit.");
+    out.push("");
+    out.push("| target | answered/s | × closed loop | errors | p50 ms | p99 ms | run s | proxy CPU (cores) | listen overflows |");
+    out.push("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    out.push(...pastRows);
     out.push("");
     out.push(`### Router cold start (spawn → /readyz 200): ${cold.map((c) => fmt(c, 0)).join(", ")} ms`);
     out.push("");
