@@ -94,7 +94,7 @@ Usage:
                                         short message: the body's parse, checks and way upstream at a real size)
                                         (--rate N: whole answers at N a second, an open loop, instead of the 64-client closed loop:
                                         every target's CPU per answer at one load, where the closed loop runs each as fast as it goes;
-                                        keep N below the slowest target's closed-loop req/s: past it requests pile up and the rate falls)
+                                        below the slowest target's closed-loop req/s all are answered; past it, each answers what it can)
   switchyard bench engine [--quick] [--model NAME] [--reference both|native|node]
                                         engine vs llama.cpp on the same GGUF (prints a table; default smollm2-135m-instruct):
                                         llama.cpp built for this CPU (llama-cpp-python, built on first use, ~8 min on 2 cores)
