@@ -68,13 +68,16 @@ function burst(url: string, n: number): Conn[] {
   });
 }
 
-/** While `pid` is stopped (it cannot accept), a burst connects; then it runs again and answers them. */
-async function burstWhileStopped(url: string, pid: number): Promise<{ connectedWhileStopped: number; conns: Conn[] }> {
+/**
+ * While `pid` is stopped (it cannot accept), a burst of `n` connects; then it
+ * runs again and answers them (or, `answers: false`, the burst is given up).
+ */
+async function burstWhileStopped(url: string, pid: number, opts: { n?: number; answers?: boolean } = {}): Promise<{ connectedWhileStopped: number; conns: Conn[] }> {
   let conns: Conn[] = [];
   process.kill(pid, "SIGSTOP");
   let connectedWhileStopped = 0;
   try {
-    conns = burst(url, BURST);
+    conns = burst(url, opts.n ?? BURST);
     // The kernel completes each handshake while the accept queue has room:
     // well under a second on loopback. Past the queue, a dropped SYN is
     // retried after 1 s and 3 s — still dropped, as nothing is accepted.
@@ -84,7 +87,8 @@ async function burstWhileStopped(url: string, pid: number): Promise<{ connectedW
   } finally {
     process.kill(pid, "SIGCONT");
   }
-  await waitFor(() => conns.every((c) => c.ended), { timeoutMs: 30_000, what: "every connection answered and closed" });
+  if (opts.answers === false) for (const c of conns) c.socket.destroy();
+  else await waitFor(() => conns.every((c) => c.ended), { timeoutMs: 30_000, what: "every connection answered and closed" });
   return { connectedWhileStopped, conns };
 }
 
@@ -121,6 +125,40 @@ describe("the router's listener", () => {
     // At the default, no such warning.
     expect(one.proc.output()).not.toContain("somaxconn");
   }, 60_000);
+
+  it("a burst past a small backlog shows on /metrics as listen overflows, counted once with --processes 2", async () => {
+    const env = { DATABASE_URL: db.url, REDIS_URL, SWITCHYARD_REDIS__KEY_PREFIX: redis.prefix, SWITCHYARD_ROUTER__LISTEN_BACKLOG: "16" };
+    const [small, smallTwo] = await Promise.all([spawnRouter(env, "router, backlog 16"), spawnRouter({ ...env, SWITCHYARD_ROUTER__PROCESSES: "2" }, "router×2, backlog 16")]);
+    const series = async (url: string, name: string) => {
+      const text = await (await fetch(url)).text();
+      const line = text.split("\n").find((l) => l.startsWith(`${name} `));
+      return line ? Number(line.slice(name.length + 1)) : NaN;
+    };
+    const overflows = (r: RouterProc, query = "") => series(`${r.adminUrl}/metrics${query}`, "switchyard_listen_overflows_total");
+    try {
+      await waitFor(async () => {
+        const r = (await fetch(`${smallTwo.adminUrl}/readyz`).then((x) => x.json(), () => ({}))) as { processes?: Array<{ ready: boolean }> };
+        return r.processes?.length === 2 && r.processes.every((p) => p.ready);
+      }, { timeoutMs: 60_000, what: "two ready router processes" });
+      for (const r of [small, smallTwo]) {
+        const before = await overflows(r);
+        expect(before).toBeGreaterThanOrEqual(0);
+        // 17 handshakes complete; each other SYN is dropped, and again at its retransmits (given up here: they come back 7 s, 15 s… later).
+        const { connectedWhileStopped } = await burstWhileStopped(r.url, r.proc.child.pid!, { n: 100, answers: false });
+        expect(connectedWhileStopped).toBeLessThan(100);
+        await waitFor(async () => (await overflows(r)) >= before + 1, { timeoutMs: 10_000, what: "the overflows on /metrics" });
+      }
+      // Each process reads the namespace's one count: the aggregate is theirs once, not their sum.
+      const pids = ((await (await fetch(`${smallTwo.adminUrl}/readyz`)).json()) as { processes: Array<{ pid: number }> }).processes.map((p) => p.pid);
+      const own = await Promise.all(pids.map((pid) => overflows(smallTwo, `?process=${pid}`)));
+      const total = await overflows(smallTwo);
+      for (const v of own) expect(v).toBeGreaterThan(0);
+      expect(total).toBeGreaterThanOrEqual(Math.max(...own));
+      expect(total).toBeLessThan(own[0]! + own[1]!);
+    } finally {
+      await Promise.all([small.stop(), smallTwo.stop()]);
+    }
+  }, 120_000);
 
   it("an idle keep-alive connection outlives Node's 5 s default, as the Keep-Alive header says", async () => {
     const { hostname, port } = new URL(one.url);

@@ -24,7 +24,7 @@ describe("routerExecArgv", () => {
 });
 
 describe("mergeMetrics", () => {
-  it("sums counters and histograms, takes the max of max-gauges, recomputes CPU per request", () => {
+  it("sums counters and histograms, takes the max of max-gauges and max-counters, recomputes CPU per request", () => {
     const a = new RouterMetrics();
     const b = new RouterMetrics();
     a.requests.inc({ route: "/v1/chat/completions", status: "200" }, 3);
@@ -40,6 +40,9 @@ describe("mergeMetrics", () => {
     b.cpuSeconds.source(() => 3);
     a.cpuPerRequest.set({}, () => 1 / 3);
     b.cpuPerRequest.set({}, () => 3 / 7);
+    // The kernel's count for the namespace both processes share: each reads the same overflows.
+    a.listenOverflows.source(() => 7);
+    b.listenOverflows.source(() => 6);
     const merged = mergeMetrics([a.render(), b.render()], (n) => (a.all().find((m) => m.name === n) as { merge?: "sum" | "max" }).merge ?? "sum");
     const v = (s: string) => Number(merged.split("\n").find((l) => l.startsWith(`${s} `))?.slice(s.length + 1));
     expect(v('switchyard_requests_total{route="/v1/chat/completions",status="200"}')).toBe(8);
@@ -51,6 +54,7 @@ describe("mergeMetrics", () => {
     expect(v('switchyard_admission_queue_depth{band="batch",pool="m"}')).toBe(5);
     expect(v("process_cpu_seconds_total")).toBe(4);
     expect(v("switchyard_cpu_seconds_per_request")).toBe(0.4);
+    expect(v("switchyard_listen_overflows_total")).toBe(7);
     // One HELP and one TYPE per family.
     expect(merged.match(/# TYPE switchyard_requests_total counter/g)).toHaveLength(1);
   });

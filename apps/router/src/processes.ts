@@ -89,11 +89,11 @@ export function serveToPrimary(router: RouterHandle, render: () => string): Prom
 type Family = { type: string; lines: string[]; series: Map<string, number> };
 
 /**
- * Adds up Prometheus text from several processes: counters and histograms
- * summed series by series, gauges by their declared merge (sum or max).
+ * Adds up Prometheus text from several processes: histograms summed series
+ * by series, counters and gauges by their declared merge (sum or max).
  * CPU per request is recomputed from the summed CPU seconds and requests.
  */
-export function mergeMetrics(texts: string[], gaugeMerge: (name: string) => "sum" | "max" = () => "sum"): string {
+export function mergeMetrics(texts: string[], mergeOf: (name: string) => "sum" | "max" = () => "sum"): string {
   const families = new Map<string, Family>();
   for (const text of texts) {
     let current: Family | undefined;
@@ -122,7 +122,7 @@ export function mergeMetrics(texts: string[], gaugeMerge: (name: string) => "sum
       const key = line.slice(0, sp);
       const v = Number(line.slice(sp + 1));
       const prev = current.series.get(key);
-      const max = current.type === "gauge" && gaugeMerge(currentName) === "max";
+      const max = current.type !== "histogram" && mergeOf(currentName) === "max";
       current.series.set(key, prev === undefined ? v : max ? Math.max(prev, v) : prev + v);
     }
   }
@@ -166,7 +166,7 @@ export async function superviseRouters(config: Config, opts: SuperviseOptions): 
   const restarts = new Counter("switchyard_router_process_restarts_total", "Router processes restarted by the primary after they died.");
   const gauge = new Gauge("switchyard_router_processes", "Router processes serving now.");
   gauge.set({}, () => [...live.values()].filter((p) => p.started).length);
-  const gaugeMerge = new Map(metrics.all().filter((m): m is Gauge => m instanceof Gauge).map((g) => [g.name, g.merge]));
+  const mergeOf = new Map(metrics.all().flatMap((m) => (m instanceof Gauge || m instanceof Counter ? [[m.name, m.merge] as const] : [])));
   let stopping = false;
   let failed: number | undefined;
   let firstUp!: () => void;
@@ -277,7 +277,7 @@ export async function superviseRouters(config: Config, opts: SuperviseOptions): 
       void ask("metrics", one === null ? undefined : Number(one)).then((answers) => {
         const texts = answers.map((a) => (a.msg as { text: string }).text);
         if (one !== null) return texts[0] === undefined ? reply(404, "text/plain", `no router process ${one}\n`) : reply(200, "text/plain; version=0.0.4", texts[0]);
-        reply(200, "text/plain; version=0.0.4", mergeMetrics(texts, (n) => gaugeMerge.get(n) ?? "sum") + gauge.render() + "\n" + restarts.render() + "\n");
+        reply(200, "text/plain; version=0.0.4", mergeMetrics(texts, (n) => mergeOf.get(n) ?? "sum") + gauge.render() + "\n" + restarts.render() + "\n");
       });
       return;
     }

@@ -75,7 +75,12 @@ type LabelNode<T> = { names: Map<string, Map<string, LabelNode<T>>>; series?: T 
 export class Counter {
   private readonly index = new SeriesIndex<{ v: number }>(() => ({ v: 0 }));
   private read: (() => number) | undefined;
-  constructor(readonly name: string, readonly help: string) {}
+  /**
+   * How the router's processes' values add up on the aggregated /metrics:
+   * each process's own events sum; a count every process reads of the same
+   * host (the kernel's listen overflows) takes the max.
+   */
+  constructor(readonly name: string, readonly help: string, readonly merge: "sum" | "max" = "sum") {}
   inc(labels: Labels = {}, by = 1): void {
     this.index.of(labels).v += by;
   }
@@ -199,11 +204,16 @@ export class RouterMetrics {
   readonly gcPause = new Histogram("switchyard_gc_pause_seconds", "Garbage-collection pause durations, by kind.", GC_BUCKETS);
   readonly cpuSeconds = new Counter("process_cpu_seconds_total", "User and system CPU time the router process used.");
   readonly cpuPerRequest = new Gauge("switchyard_cpu_seconds_per_request", "Router CPU seconds (user + system) per request answered, since start.", "max");
+  readonly listenOverflows = new Counter(
+    "switchyard_listen_overflows_total",
+    "Connections the kernel dropped since the router started because a listener's accept queue was full (router.listenBacklog, capped by net.core.somaxconn): each client waits 1 s or more for a retransmit before the router sees it. Counted for the router's network namespace (in a pod, the pod's listeners), from /proc/net/netstat.",
+    "max",
+  );
   readonly cpuWait = new Counter("switchyard_event_loop_cpu_wait_seconds_total", "Seconds the event loop's thread was ready to run and waited for a CPU (Linux schedstat run delay): loop delay the host adds, not the router's work.");
 
   /** Every metric, in the order /metrics renders them. */
   all(): Array<Counter | Gauge | Histogram> {
-    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.upstreamHeld, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest, this.cpuWait];
+    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.upstreamHeld, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest, this.cpuWait, this.listenOverflows];
   }
 
   render(): string {

@@ -1,11 +1,15 @@
 // The stall metrics read the real process: a blocked event loop shows in the
 // delay histogram, allocation churn in the GC counters, work in the CPU counter.
 import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { connect } from "node:net";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 import { RouterMetrics } from "./metrics.ts";
-import { loopCpuWaitSeconds, loopDelayBuckets, RuntimeMetrics } from "./runtime.ts";
+import { kernelListenOverflows, loopCpuWaitSeconds, loopDelayBuckets, RuntimeMetrics } from "./runtime.ts";
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -18,6 +22,36 @@ let runtime: RuntimeMetrics | undefined;
 afterEach(() => runtime?.stop());
 
 describe("runtime metrics", () => {
+  it("counts the kernel's listen overflows since it started: a stopped listener with a backlog of 1 and eight connections", async () => {
+    const metrics = new RouterMetrics();
+    runtime = new RuntimeMetrics(metrics);
+    expect(value(metrics.render(), "switchyard_listen_overflows_total")).toBeGreaterThanOrEqual(0);
+    const child = spawn(process.execPath, ["-e", "require('net').createServer().listen({ port: 0, host: '127.0.0.1', backlog: 1 }, function () { console.log(this.address().port) })"], { stdio: ["ignore", "pipe", "inherit"] });
+    const [line] = (await once(child.stdout!, "data")) as [Buffer];
+    const sockets: ReturnType<typeof connect>[] = [];
+    try {
+      child.kill("SIGSTOP");
+      for (let i = 0; i < 8; i++) sockets.push(connect({ port: Number(line.toString().trim()), host: "127.0.0.1" }).on("error", () => {}));
+      await sleep(300);
+      // Every listener in the namespace counts: at least the ones made here.
+      expect(value(metrics.render(), "switchyard_listen_overflows_total")).toBeGreaterThanOrEqual(1);
+    } finally {
+      for (const s of sockets) s.destroy();
+      child.kill("SIGCONT");
+      child.kill("SIGKILL");
+    }
+  });
+
+  it("reads ListenOverflows from the TcpExt lines; none where the file or the field is missing", () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "netstat-"));
+    const file = path.join(dir, "netstat");
+    writeFileSync(file, "TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 42 42\nIpExt: InNoRoutes\nIpExt: 0\n");
+    expect(kernelListenOverflows(file)).toBe(42);
+    writeFileSync(file, "IpExt: InNoRoutes\nIpExt: 0\n");
+    expect(kernelListenOverflows(file)).toBeUndefined();
+    expect(kernelListenOverflows(path.join(dir, "absent"))).toBeUndefined();
+  });
+
   it("a 150 ms block of the event loop lands in the delay histogram's upper buckets; GC pauses and CPU are counted", async () => {
     const metrics = new RouterMetrics();
     runtime = new RuntimeMetrics(metrics, { resolutionMs: 5 });

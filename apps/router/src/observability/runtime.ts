@@ -51,6 +51,27 @@ export function loopCpuWaitSeconds(file = "/proc/self/schedstat"): number | unde
   }
 }
 
+/**
+ * The kernel's count of handshakes dropped because a listening socket's
+ * accept queue was full (TcpExt ListenOverflows in /proc/net/netstat), for
+ * this process's network namespace since it was made; undefined where there
+ * is no such count (not Linux).
+ */
+export function kernelListenOverflows(file = "/proc/net/netstat"): number | undefined {
+  try {
+    const lines = readFileSync(file, "utf8").split("\n");
+    for (let i = 0; i + 1 < lines.length; i++) {
+      if (!lines[i]!.startsWith("TcpExt:")) continue;
+      const at = lines[i]!.split(/\s+/).indexOf("ListenOverflows");
+      const n = Number(lines[i + 1]!.split(/\s+/)[at]);
+      return at > 0 && Number.isFinite(n) ? n : undefined;
+    }
+  } catch {
+    // not Linux
+  }
+  return undefined;
+}
+
 export class RuntimeMetrics {
   private readonly loop: IntervalHistogram;
   private readonly gc: PerformanceObserver;
@@ -86,6 +107,9 @@ export class RuntimeMetrics {
     metrics.cpuSeconds.source(() => this.cpuSeconds());
     // Where the kernel keeps no schedstat the series is left out, not shown as a 0 that would read "never waited".
     if (loopCpuWaitSeconds() !== undefined) metrics.cpuWait.source(() => loopCpuWaitSeconds() ?? 0);
+    // Since this process started; the network namespace's count (several router processes each read the same one: merged by max).
+    const overflows0 = kernelListenOverflows();
+    if (overflows0 !== undefined) metrics.listenOverflows.source(() => Math.max(0, (kernelListenOverflows() ?? overflows0) - overflows0));
     metrics.cpuPerRequest.set({}, () => {
       const n = metrics.requests.total();
       return n > 0 ? this.cpuSeconds() / n : 0;
