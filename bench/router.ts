@@ -12,13 +12,13 @@ import { pathToFileURL } from "node:url";
 import { benchMoney } from "./money.ts";
 import { benchMessages, closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
 import { startLiteLLM } from "./lib/litellm.ts";
-import { boxCpuSince, boxReading, freePort, listenOverflows, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
+import { boxCpuSince, boxReading, freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch, endBench } from "./lib/scratch.ts";
 import { arrivalRate, levelOf, STREAM_LEVELS, streamLifeS } from "./lib/levels.ts";
 import { busyStretches, readProfile, stretchesTable, topSelfTime } from "./lib/cpuprofile.ts";
 import { allocationBy, allocationTable, type HeapProfile } from "./lib/heapprofile.ts";
 import { censusGrowth, heapCensus, liveTable, responsesIn } from "./lib/heapsnapshot.ts";
-import { routerExecArgv } from "@switchyard/router";
+import { kernelListenOverflows, routerExecArgv } from "@switchyard/router";
 
 const root = repoRoot();
 const here = path.join(root, "bench");
@@ -246,13 +246,13 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     for (const { t: tg, proc } of targets) {
       if (tg.name === "direct") continue;
       const cpu0 = proc?.cpuSeconds() ?? NaN;
-      const o0 = listenOverflows();
+      const o0 = kernelListenOverflows() ?? NaN;
       const r = await openLoop(tg, { ratePerS: pastRate, durationS: pastS, body: warmBody, stream: false });
-      const overflows = listenOverflows() - o0;
+      const overflows = (kernelListenOverflows() ?? NaN) - o0;
       const cpuS = proc ? proc.cpuSeconds() - cpu0 : NaN;
       const ok = r.samples.filter((x) => x.ok);
       const rps = ok.length / r.wallS;
-      pastRows.push(`| ${tg.name} | ${fmt(rps, 0)} | ${fmt(rps / tp[tg.name]!, 2)} | ${r.errors} | ${fmt(percentile(ok.map((x) => x.totalMs), 50), 0)} | ${fmt(percentile(ok.map((x) => x.totalMs), 99), 0)} | ${fmt(r.wallS, 1)} | ${fmt(cpuS / r.wallS, 2)} | ${overflows} |`);
+      pastRows.push(`| ${tg.name} | ${fmt(rps, 0)} | ${fmt(rps / tp[tg.name]!, 2)} | ${r.errors} | ${fmt(percentile(ok.map((x) => x.totalMs), 50), 0)} | ${fmt(percentile(ok.map((x) => x.totalMs), 99), 0)} | ${fmt(r.wallS, 1)} | ${fmt(cpuS / r.wallS, 2)} | ${fmt(overflows, 0)} |`);
       // The next target starts on a quiet box: the sockets this one left in TIME_WAIT cost nothing, its answers still draining would.
       await new Promise((res) => setTimeout(res, 1000));
     }

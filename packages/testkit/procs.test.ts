@@ -3,11 +3,10 @@
 // each wait for it about half the time), by command name, and the whole
 // box's busy and idle time.
 import { spawn } from "node:child_process";
-import { connect } from "node:net";
 import { once } from "node:events";
 import { describe, expect, it } from "vitest";
 import { cpus } from "node:os";
-import { boxCpuSince, boxReading, commandCpuSeconds, listenOverflows, runDelayNs, startProc, treeCpuSeconds, treeRunQueueSeconds } from "./procs.ts";
+import { boxCpuSince, boxReading, commandCpuSeconds, runDelayNs, startProc, treeCpuSeconds, treeRunQueueSeconds } from "./procs.ts";
 
 const busy = (ms: number) => `const t = Date.now(); while (Date.now() - t < ${ms});`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -107,30 +106,5 @@ describe("procs: /proc figures", () => {
     } finally {
       await loop.stop();
     }
-  });
-
-  it("counts listen overflows: a listener with a backlog of 1, stopped, and eight connections", async () => {
-    const child = spawn(process.execPath, ["-e", "require('net').createServer().listen({ port: 0, host: '127.0.0.1', backlog: 1 }, function () { console.log(this.address().port) })"], { stdio: ["ignore", "pipe", "inherit"] });
-    const [line] = (await once(child.stdout!, "data")) as [Buffer];
-    const port = Number(line.toString().trim());
-    const sockets: ReturnType<typeof connect>[] = [];
-    try {
-      child.kill("SIGSTOP");
-      const before = listenOverflows();
-      for (let i = 0; i < 8; i++) sockets.push(connect({ port, host: "127.0.0.1" }).on("error", () => {}));
-      await sleep(300);
-      // Every other listener on the box counts too: at least this one's.
-      expect(listenOverflows() - before).toBeGreaterThanOrEqual(1);
-    } finally {
-      for (const s of sockets) s.destroy();
-      child.kill("SIGCONT");
-      child.kill("SIGKILL");
-    }
-  });
-
-  it("reads ListenOverflows from the TcpExt lines, and says so when there are none", () => {
-    const text = "TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 42 42\nIpExt: InNoRoutes\nIpExt: 0\n";
-    expect(listenOverflows(text)).toBe(42);
-    expect(() => listenOverflows("IpExt: InNoRoutes\nIpExt: 0\n")).toThrow(/ListenOverflows/);
   });
 });

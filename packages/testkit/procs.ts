@@ -191,23 +191,6 @@ export function boxCpuSince(before: BoxReading): BoxCpu {
 }
 
 /**
- * Times, since the box booted, that a listening socket's accept queue was
- * full as a handshake completed (TcpExt ListenOverflows, /proc/net/netstat):
- * each dropped a connection's SYN or final ACK, which the client waits out
- * by retransmits of 1 s, 3 s, 7 s… while the server may sit idle. Counted
- * for the whole box (every listener), so read it before and after a load.
- */
-export function listenOverflows(text = readFileSync("/proc/net/netstat", "utf8")): number {
-  const lines = text.split("\n");
-  const i = lines.findIndex((l) => l.startsWith("TcpExt:"));
-  const names = lines[i]?.trim().split(/\s+/) ?? [];
-  const values = lines[i + 1]?.trim().split(/\s+/) ?? [];
-  const at = names.indexOf("ListenOverflows");
-  if (i < 0 || at < 0 || values[0] !== "TcpExt:") throw new Error("no TcpExt ListenOverflows in /proc/net/netstat");
-  return Number(values[at]);
-}
-
-/**
  * Nanoseconds a thread has waited on a run queue, from
  * /proc/<pid>/task/<tid>/schedstat ("run time, run delay, timeslices"). The
  * router reads its own the same way (observability/runtime.ts); the test kit

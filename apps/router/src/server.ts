@@ -157,7 +157,7 @@ function listen(fetch: (req: Request) => Response | Promise<Response>, host: str
  * listener asks for (Linux's net.core.somaxconn); undefined where there is
  * no such file (not Linux).
  */
-export function kernelBacklogCap(file = "/proc/sys/net/core/somaxconn"): number | undefined {
+function kernelBacklogCap(file = "/proc/sys/net/core/somaxconn"): number | undefined {
   try {
     const n = Number(readFileSync(file, "utf8").trim());
     return Number.isInteger(n) && n > 0 ? n : undefined;
