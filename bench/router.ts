@@ -253,8 +253,6 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
       const ok = r.samples.filter((x) => x.ok);
       const rps = ok.length / r.wallS;
       pastRows.push(`| ${tg.name} | ${fmt(rps, 0)} | ${fmt(rps / tp[tg.name]!, 2)} | ${r.errors} | ${fmt(percentile(ok.map((x) => x.totalMs), 50), 0)} | ${fmt(percentile(ok.map((x) => x.totalMs), 99), 0)} | ${fmt(r.wallS, 1)} | ${fmt(cpuS / r.wallS, 2)} | ${fmt(overflows, 0)} |`);
-      // The next target starts on a quiet box: the sockets this one left in TIME_WAIT cost nothing, its answers still draining would.
-      await new Promise((res) => setTimeout(res, 1000));
     }
 
     const out: string[] = [];

@@ -25,16 +25,20 @@ let two: RouterProc;
 const NODE_DEFAULT_BACKLOG = 511;
 const BURST = 900;
 
+/** Until the ×2 router's primary lists both processes ready (/healthz answers once one serves). */
+function bothReady(r: RouterProc) {
+  return waitFor(async () => {
+    const body = (await fetch(`${r.adminUrl}/readyz`).then((x) => x.json(), () => ({}))) as { processes?: Array<{ ready: boolean }> };
+    return body.processes?.length === 2 && body.processes.every((p) => p.ready);
+  }, { timeoutMs: 60_000, what: "two ready router processes" });
+}
+
 beforeAll(async () => {
   db = await createTestDb();
   redis = await createTestRedis();
   const env = { DATABASE_URL: db.url, REDIS_URL, SWITCHYARD_REDIS__KEY_PREFIX: redis.prefix };
   [one, two] = await Promise.all([spawnRouter(env, "router"), spawnRouter({ ...env, SWITCHYARD_ROUTER__PROCESSES: "2" }, "router×2")]);
-  // ×2: /healthz answers once a process serves; wait for both.
-  await waitFor(async () => {
-    const r = (await fetch(`${two.adminUrl}/readyz`).then((x) => x.json(), () => ({}))) as { processes?: Array<{ ready: boolean }> };
-    return r.processes?.length === 2 && r.processes.every((p) => p.ready);
-  }, { timeoutMs: 60_000, what: "two ready router processes" });
+  await bothReady(two);
 }, 120_000);
 
 afterAll(async () => {
@@ -136,10 +140,7 @@ describe("the router's listener", () => {
     };
     const overflows = (r: RouterProc, query = "") => series(`${r.adminUrl}/metrics${query}`, "switchyard_listen_overflows_total");
     try {
-      await waitFor(async () => {
-        const r = (await fetch(`${smallTwo.adminUrl}/readyz`).then((x) => x.json(), () => ({}))) as { processes?: Array<{ ready: boolean }> };
-        return r.processes?.length === 2 && r.processes.every((p) => p.ready);
-      }, { timeoutMs: 60_000, what: "two ready router processes" });
+      await bothReady(smallTwo);
       for (const r of [small, smallTwo]) {
         const before = await overflows(r);
         expect(before).toBeGreaterThanOrEqual(0);

@@ -4,9 +4,10 @@
 // period, the record is removed, the process exits cleanly.
 import { createHash, randomBytes } from "node:crypto";
 import { createReadStream } from "node:fs";
+import type { Server as HttpServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import os from "node:os";
-import { createAdaptorServer, type ServerType } from "@hono/node-server";
+import { createAdaptorServer } from "@hono/node-server";
 import { MAX_ADVERTISED_PREFIXES, type RegistryStore, type WorkerRecord, type WorkerState } from "@switchyard/state";
 import { ensureEngine, type EngineFlavor } from "./engine/binary.ts";
 import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
@@ -164,8 +165,8 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
 
   const app = createWorkerApp(ctx);
   const host = opts.host;
-  const { server, port } = await new Promise<{ server: ServerType; port: number }>((resolve, reject) => {
-    const s = createAdaptorServer({ fetch: app.fetch, hostname: host }) as import("node:http").Server;
+  const { server, port } = await new Promise<{ server: HttpServer; port: number }>((resolve, reject) => {
+    const s = createAdaptorServer({ fetch: app.fetch, hostname: host }) as HttpServer;
     // The routers are this listener's clients. They keep an idle connection
     // 30 s at most, or less when the Keep-Alive hint says so: Node's 5 s
     // made them reconnect after every lull of 3 s. Kept longer here than
@@ -178,7 +179,7 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
   });
   // Rows this shard forwards for an earlier one (a middle shard); the head counts its own.
   const forwarded = { frameBytes: 0, rowBytes: 0 };
-  const shardServer = attachShardServer(server as unknown as import("node:http").Server, { token: opts.token, workerId: id, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log, wire: forwarded, keepaliveMs: opts.shardKeepaliveMs, fencing });
+  const shardServer = attachShardServer(server, { token: opts.token, workerId: id, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log, wire: forwarded, keepaliveMs: opts.shardKeepaliveMs, fencing });
   const shardWire = (): ShardWire => {
     const head = ctx.pipeline instanceof PipelineHead ? ctx.pipeline.wire : { frameBytes: 0, rowBytes: 0 };
     const link = next?.bytes() ?? { sent: 0, received: 0 };
@@ -299,7 +300,7 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
       shardServer.closeAll();
       await new Promise<void>((r) => {
         server.close(() => r());
-        (server as ServerType & { closeAllConnections?: () => void }).closeAllConnections?.();
+        server.closeAllConnections();
       });
       await supervisor.stop();
       log("worker stopped", { id });
