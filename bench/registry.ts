@@ -39,16 +39,16 @@ class ScanListingStore extends RedisRegistryStore {
     super(conn, PREFIX, { sweepMs: 0 });
   }
 
-  protected override async workerIds(): Promise<string[]> {
+  protected override async workerIds(): Promise<{ epoch: string; ids: string[] }> {
     const keyPrefix = workerKey(PREFIX, "");
-    return (await scanKeys(this.conn, `${globEscape(keyPrefix)}*`)).map((k) => k.slice(keyPrefix.length));
+    return { epoch: "scan", ids: (await scanKeys(this.conn, `${globEscape(keyPrefix)}*`)).map((k) => k.slice(keyPrefix.length)) };
   }
 }
 
 /** Client commands (round trips) so far: those a script runs inside count apart in commandstats and are left out. */
 async function roundTrips(r: Redis): Promise<number> {
   let n = 0;
-  for (const m of (await r.info("commandstats")).matchAll(/cmdstat_(scan|sunion|evalsha|eval):calls=(\d+)/g)) n += Number(m[2]);
+  for (const m of (await r.info("commandstats")).matchAll(/cmdstat_(scan|evalsha|eval):calls=(\d+)/g)) n += Number(m[2]);
   return n;
 }
 

@@ -231,11 +231,16 @@ export class SimWorker {
       version: "sim",
       startedAt: this.startedAt,
       updatedAt: Date.now(),
+      ttlMs: this.ttlMs,
     };
   }
 
+  private get ttlMs(): number {
+    return this.opts.ttlMs ?? 3000;
+  }
+
   async heartbeat(): Promise<void> {
-    await this.opts.registry?.publish(this.record(), this.opts.ttlMs ?? 3000).catch(() => {});
+    await this.opts.registry?.publish(this.record(), this.ttlMs).catch(() => {});
   }
 
   /** Stop heartbeating without deregistering: the record expires by TTL. */

@@ -9,6 +9,8 @@ import type { ClockedHarness } from "./twins.ts";
 export type ContractRegistry = RegistryStore & {
   putRaw(workerId: string, text: string, ttlMs: number): Promise<void>;
   putInvite(workerId: string, grant: WorkerInviteGrant): Promise<void>;
+  /** Every record and invite gone at once: a Redis that came back empty (restarted without persistence, failed over to an empty replica). */
+  lose(): Promise<void>;
 };
 
 export type RegistryHarness = ClockedHarness<ContractRegistry>;
@@ -100,6 +102,32 @@ export function registryContract(name: string, make: () => Promise<RegistryHarne
         await h.store.publish(record("w-b"), 10_000);
         await h.store.remove("w-a");
         expect((await h.store.list()).map((r) => r.id)).toEqual(["w-b"]);
+      } finally {
+        await cleanup(h);
+      }
+    });
+
+    it("the epoch holds through heartbeats, removals and expiry, and changes once the store lost its records", async () => {
+      const h = await make();
+      try {
+        const first = (await h.store.listing()).epoch;
+        expect(first).toMatch(/\S/);
+        await h.store.publish(record("w-a"), 300);
+        await h.store.publish(record("w-b"), 10_000);
+        await h.store.remove("w-b");
+        expect((await h.store.listing()).epoch).toBe(first);
+        await h.elapse(400);
+        const afterExpiry = await h.store.listing();
+        expect(afterExpiry.workers).toEqual([]);
+        expect(afterExpiry.epoch).toBe(first);
+        await h.store.publish(record("w-a"), 10_000);
+        await h.store.lose();
+        const lost = await h.store.listing();
+        expect(lost.workers).toEqual([]);
+        expect(lost.epoch).not.toBe(first);
+        // The new epoch holds in its turn.
+        await h.store.publish(record("w-a"), 10_000);
+        expect((await h.store.listing()).epoch).toBe(lost.epoch);
       } finally {
         await cleanup(h);
       }

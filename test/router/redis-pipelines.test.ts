@@ -71,7 +71,7 @@ describe("the router's Redis connection", () => {
 
   it("(the same calls on an auto-pipelined connection without the list build one Pipeline per command)", async () => {
     const { redis, pipelines } = await counted({ autoPipelining: true });
-    // SUNION, the registry read, the lease list, XADD, XREADGROUP.
+    // The registry's ids, its read, the lease list, XADD, XREADGROUP.
     expect(await pollsAndLedger(redis, pipelines)).toBe(5);
   });
 

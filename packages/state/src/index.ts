@@ -4,7 +4,7 @@ export * from "./registry/record.ts";
 export * from "./registry/prefix.ts";
 export * from "./registry/store.ts";
 export { MemoryRegistryStore } from "./registry/memory.ts";
-export { RedisRegistryStore, workerKey, inviteKey, workerIndexKey, invitedIndexKey, globEscape, DEFAULT_REGISTRY_SWEEP_MS, type RedisRegistryOptions } from "./registry/redis.ts";
+export { RedisRegistryStore, workerKey, inviteKey, workerIndexKey, invitedIndexKey, registryEpochKey, globEscape, DEFAULT_REGISTRY_SWEEP_MS, type RedisRegistryOptions } from "./registry/redis.ts";
 export * from "./registry/invites.ts";
 export * from "./budget/index.ts";
 export * from "./lease/index.ts";

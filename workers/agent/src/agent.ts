@@ -244,6 +244,7 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
       startedAt,
       ...(readyMs !== undefined ? { readyMs } : {}),
       updatedAt: Date.now(),
+      ttlMs: opts.ttlMs,
     };
   };
 

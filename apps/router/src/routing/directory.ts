@@ -4,6 +4,9 @@
 // are untrusted: the store refuses those not written under their own id (or
 // too large to read); here unsafe URLs, uninvited workers and models a
 // worker may not serve are refused too — each logged once, not every poll.
+// A registry that lost its records (Redis back empty: the listing's epoch
+// changed) is not taken for every worker leaving: the workers known before
+// stay routable until they heartbeat again or their TTL has passed.
 import { acceptsNewWork, type RegistryListing, type RegistryStore, type WorkerRecord } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
@@ -24,8 +27,20 @@ export interface DirectoryPolicy {
   metrics?: RouterMetrics;
 }
 
+/** How long a worker is kept after the registry lost its records when its record names no TTL (the agent's default TTL). */
+export const LOST_REGISTRY_KEEP_MS = 3_000;
+
 export class WorkerDirectory {
   private snapshot: WorkerRecord[] = [];
+  /** The registry's epoch at the last refresh (undefined before the first). */
+  private epoch: string | undefined;
+  /**
+   * Workers the registry lost: their last records, kept until their worker
+   * heartbeats again or `until` (the loss + its TTL). Without them, a Redis
+   * restarted empty would answer every request model_not_found until each
+   * worker's next beat, though no worker stopped.
+   */
+  private readonly kept = new Map<string, { record: WorkerRecord; until: number }>();
   /** model → workers serving it, derived once per refresh (read on every request). */
   private byModel = new Map<string, WorkerRecord[]>();
   /** Split models: the pipelines placed at the last refresh, and the plan behind each pipeline's record in byModel. */
@@ -69,7 +84,12 @@ export class WorkerDirectory {
   private refusals = new Set<string>();
 
   private async load(): Promise<void> {
-    this.snapshot = await this.vet(await this.store.listing());
+    const listing = await this.store.listing();
+    const listed = await this.vet(listing);
+    if (this.epoch !== undefined && listing.epoch !== this.epoch) this.lost(listed);
+    this.epoch = listing.epoch;
+    this.snapshot = this.kept.size > 0 ? this.withKept(listed) : listed;
+    this.policy.urls?.retainHosts(new Set([...listing.workers, ...this.snapshot].map((w) => hostOf(w.url) ?? "")));
     const byModel = new Map<string, WorkerRecord[]>();
     // Appended in place: copying each model's list per worker made a refresh quadratic in the workers.
     const add = (m: string, w: WorkerRecord) => {
@@ -126,7 +146,33 @@ export class WorkerDirectory {
       out.push(models.length === w.models.length && layerRanges.length === w.layerRanges.length ? w : { ...w, models, layerRanges });
     });
     this.refusals = seen;
-    urls?.retainHosts(new Set(listing.workers.map((w) => hostOf(w.url) ?? "")));
+    return out;
+  }
+
+  /** The registry lost its records: keep the workers routed to before that are not listed now. */
+  private lost(listed: WorkerRecord[]): void {
+    const now = Date.now();
+    const ids = new Set(listed.map((w) => w.id));
+    for (const w of this.snapshot) {
+      if (ids.has(w.id) || this.kept.has(w.id)) continue;
+      this.kept.set(w.id, { record: w, until: now + (w.ttlMs ?? LOST_REGISTRY_KEEP_MS) });
+    }
+    this.policy.metrics?.registryLosses.inc();
+    this.log.warn("worker registry lost its records (Redis back empty?): routing to the workers known before until they heartbeat again", {
+      kept: this.kept.size,
+      listed: listed.length,
+    });
+  }
+
+  /** The listed workers and, after them, the kept ones not listed (a kept worker leaves once listed or past its time). */
+  private withKept(listed: WorkerRecord[]): WorkerRecord[] {
+    const now = Date.now();
+    const ids = new Set(listed.map((w) => w.id));
+    const out = [...listed];
+    for (const [id, k] of this.kept) {
+      if (ids.has(id) || now >= k.until) this.kept.delete(id);
+      else out.push(k.record);
+    }
     return out;
   }
 

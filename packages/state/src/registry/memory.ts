@@ -1,6 +1,7 @@
 // In-process registry for single-machine mode; same semantics as Redis TTL
 // keys: records are kept as the text a worker wrote, under the id it wrote
 // them for, and read back through the same checks routers apply to Redis.
+import { randomUUID } from "node:crypto";
 import type { Clock } from "../clock.ts";
 import { systemClock } from "../clock.ts";
 import { decodeRecord, workerRecordSchema, type WorkerRecord } from "./record.ts";
@@ -10,6 +11,7 @@ export class MemoryRegistryStore implements RegistryStore {
   private readonly records = new Map<string, { raw: string; expiresAt: number }>();
   private readonly invites = new Map<string, WorkerInviteGrant>();
   private readonly maxRecordBytes: number;
+  private epoch = randomUUID();
 
   constructor(
     private readonly clock: Clock = systemClock,
@@ -39,13 +41,20 @@ export class MemoryRegistryStore implements RegistryStore {
     this.records.delete(workerId);
   }
 
+  /** Every record and invite gone, under a new epoch: the twin of a Redis that came back empty. */
+  async clear(): Promise<void> {
+    this.records.clear();
+    this.invites.clear();
+    this.epoch = randomUUID();
+  }
+
   async list(): Promise<WorkerRecord[]> {
     return (await this.listing()).workers;
   }
 
   async listing(): Promise<RegistryListing> {
     const now = this.clock.now();
-    const out: RegistryListing = { workers: [], invites: new Map(), rejected: [] };
+    const out: RegistryListing = { workers: [], invites: new Map(), rejected: [], epoch: this.epoch };
     for (const [id, entry] of this.records) {
       if (entry.expiresAt <= now) {
         this.records.delete(id);

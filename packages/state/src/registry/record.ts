@@ -46,6 +46,12 @@ export const workerRecordSchema = z.object({
   readyMs: z.number().int().nonnegative().optional(),
   /** Wall-clock ms of this heartbeat (the record is rewritten every beat). */
   updatedAt: z.number().int(),
+  /**
+   * The TTL the record is written with, ms. When the registry loses its
+   * records (Redis back empty), routers keep routing to this worker that
+   * long, or until it heartbeats again. Absent in records of older workers.
+   */
+  ttlMs: z.number().int().positive().optional(),
 });
 
 export type WorkerRecord = z.infer<typeof workerRecordSchema>;

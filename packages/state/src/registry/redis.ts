@@ -15,11 +15,12 @@
 //     so it never touches a shared set another worker's listing depends on).
 // One SCAN still runs from a store's first listing, and every `sweepMs`
 // after, beside the polls, so workers of an older version (which write only
-// their key) are found too. A poll is two round trips: SUNION of the sets,
-// one Lua read.
+// their key) are found too. A poll is two round trips: the sets' ids (with
+// the registry's epoch, registry_ids.lua), one Lua read.
+import { randomUUID } from "node:crypto";
 import { scanKeys, type RedisLike } from "../redis.ts";
 import { decodeInvite, decodeRecord, workerRecordSchema, type WorkerRecord } from "./record.ts";
-import { registryCommands } from "./scripts.ts";
+import { registryCommands, type RegistryCommands } from "./scripts.ts";
 import { DEFAULT_MAX_RECORD_BYTES, type PublishResult, type RegistryListing, type RegistryStore, type RejectedRecord, type WorkerInviteGrant } from "./store.ts";
 
 export function workerKey(prefix: string, workerId: string): string {
@@ -39,6 +40,14 @@ export function workerIndexKey(prefix: string): string {
 /** The ids of invited workers (admin-written with each invite). */
 export function invitedIndexKey(prefix: string): string {
   return `${prefix}{registry}:invited`;
+}
+
+/**
+ * The registry's epoch: a random name for the data this Redis holds, written
+ * by the first listing that finds none. A Redis back empty has lost it too.
+ */
+export function registryEpochKey(prefix: string): string {
+  return `${prefix}{registry}:epoch`;
 }
 
 /** Whether Redis refused a command (or a transaction's queued command) for the connection's ACL user. */
@@ -71,6 +80,13 @@ export class RedisRegistryStore implements RegistryStore {
   private readonly sweepMs: number;
   private readonly index: string;
   private readonly invited: string;
+  private readonly epochKey: string;
+  /**
+   * The connection with the registry's scripts defined, from the start: an
+   * auto-pipeline built before a script was defined (by the first listing's
+   * sweep) could not take it.
+   */
+  private readonly scripts: RedisLike & RegistryCommands;
   /** Bytes of a heartbeat key's name before the worker id (Lua counts bytes: a prefix may not be ASCII). */
   private readonly idOffset: string;
   /** False once Redis refused this connection the index (an invited worker's ACL user): its record alone is written. */
@@ -88,6 +104,8 @@ export class RedisRegistryStore implements RegistryStore {
     this.sweepMs = opts.sweepMs ?? DEFAULT_REGISTRY_SWEEP_MS;
     this.index = workerIndexKey(prefix);
     this.invited = invitedIndexKey(prefix);
+    this.epochKey = registryEpochKey(prefix);
+    this.scripts = registryCommands(redis);
     this.idOffset = String(Buffer.byteLength(workerKey(prefix, ""), "utf8"));
   }
 
@@ -150,18 +168,26 @@ export class RedisRegistryStore implements RegistryStore {
   }
 
   /**
-   * The ids whose keys a listing reads: both sets. A sweep that is due runs
-   * beside the listing (its finds show from the next one): a router's start
-   * does not wait on a SCAN of a large keyspace — unless the sets are empty
-   * (a fabric of an older version), when listing nobody would be wrong.
-   * `bench registry` times a SCAN in its place.
+   * The ids whose keys a listing reads (both sets), and the registry's epoch,
+   * in one round trip. A sweep that is due runs beside the listing (its
+   * finds show from the next one): a router's start does not wait on a SCAN
+   * of a large keyspace — unless the sets are empty (a fabric of an older
+   * version), when listing nobody would be wrong. `bench registry` times a
+   * SCAN in its place.
    */
-  protected async workerIds(): Promise<string[]> {
+  protected async workerIds(): Promise<{ epoch: string; ids: string[] }> {
     if (this.sweepDue()) this.sweeping ??= this.sweep().finally(() => (this.sweeping = undefined));
-    const ids = await this.redis.sunion(this.index, this.invited);
-    if (ids.length > 0 || !this.sweeping) return ids;
+    const first = await this.readIds();
+    if (first.ids.length > 0 || !this.sweeping) return first;
     await this.sweeping;
-    return this.redis.sunion(this.index, this.invited);
+    return this.readIds();
+  }
+
+  private async readIds(): Promise<{ epoch: string; ids: string[] }> {
+    // A new candidate each time: one this store wrote before the data was
+    // lost, written again, would look like nothing happened.
+    const [epoch, ...ids] = await this.scripts.syRegistry_ids(this.index, this.invited, this.epochKey, randomUUID());
+    return { epoch: epoch!, ids };
   }
 
   private sweepDue(): boolean {
@@ -194,7 +220,7 @@ export class RedisRegistryStore implements RegistryStore {
   }
 
   /** The commands a listing sends (a router polls it), one after another: nothing for an auto-pipeline to batch. */
-  static readonly pollCommands = ["sunion", "syRegistry_read"] as const;
+  static readonly pollCommands = ["syRegistry_ids", "syRegistry_read"] as const;
 
   async list(): Promise<WorkerRecord[]> {
     return (await this.listing()).workers;
@@ -209,14 +235,14 @@ export class RedisRegistryStore implements RegistryStore {
 
   async listing(): Promise<RegistryListing> {
     // The id is the key: the one thing a worker's ACL user could not choose.
-    const ids = await this.workerIds();
-    const out: RegistryListing = { workers: [], invites: new Map(), rejected: [] };
+    const { epoch, ids } = await this.workerIds();
+    const out: RegistryListing = { workers: [], invites: new Map(), rejected: [], epoch };
     if (ids.length === 0) {
       this.decoded.clear();
       return out;
     }
     const keys = [...ids.map((id) => workerKey(this.prefix, id)), ...ids.map((id) => inviteKey(this.prefix, id))];
-    const values = await registryCommands(this.redis).syRegistry_read(
+    const values = await this.scripts.syRegistry_read(
       String(keys.length + 2),
       this.index,
       this.invited,

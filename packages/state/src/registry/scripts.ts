@@ -1,6 +1,6 @@
-// Loads the registry's Lua script from packages/state/lua/ and registers it on
-// a Redis connection once, with ioredis defineCommand (EVALSHA, falling back
-// to EVAL after NOSCRIPT).
+// Loads the registry's Lua scripts from packages/state/lua/ and registers them
+// on a Redis connection once, with ioredis defineCommand (EVALSHA, falling
+// back to EVAL after NOSCRIPT).
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -9,28 +9,38 @@ import type { RedisLike } from "../redis.ts";
 export type RegistryCommands = {
   /** registry_read.lua: index key, invited key, keys…, maxBytes, heartbeat key count, heartbeat key prefix length → per key after the index false | -1 | -2 | length | value. */
   syRegistry_read(...keysThenArgs: string[]): Promise<Array<string | number | null>>;
+  /** registry_ids.lua: index key, invited key, epoch key, epoch to write if none → [epoch, ...ids]. */
+  syRegistry_ids(index: string, invited: string, epochKey: string, candidate: string): Promise<string[]>;
 };
 
-function loadSource(): string {
+const scripts = { syRegistry_read: "registry_read.lua", syRegistry_ids: "registry_ids.lua" } as const;
+
+function loadSource(file: string): string {
   let dir = path.dirname(fileURLToPath(import.meta.url));
   for (let i = 0; i < 8; i++) {
     for (const candidate of [path.join(dir, "lua"), path.join(dir, "packages", "state", "lua")]) {
-      const file = path.join(candidate, "registry_read.lua");
-      if (existsSync(file)) return readFileSync(file, "utf8");
+      if (existsSync(path.join(candidate, file))) return readFileSync(path.join(candidate, file), "utf8");
     }
     dir = path.dirname(dir);
   }
-  throw new Error("cannot find packages/state/lua/registry_read.lua");
+  throw new Error(`cannot find packages/state/lua/${file}`);
 }
 
-let source: string | undefined;
+const sources = new Map<string, string>();
 const registered = new WeakSet<RedisLike>();
 
-/** The connection, with the registry command defined on it (once per connection). */
+/** The connection, with the registry commands defined on it (once per connection). */
 export function registryCommands(redis: RedisLike): RedisLike & RegistryCommands {
   if (!registered.has(redis)) {
-    redis.defineCommand("syRegistry_read", { lua: (source ??= loadSource()) });
+    redis.defineCommand("syRegistry_read", { lua: source("syRegistry_read") });
+    redis.defineCommand("syRegistry_ids", { numberOfKeys: 3, lua: source("syRegistry_ids") });
     registered.add(redis);
   }
   return redis as RedisLike & RegistryCommands;
+}
+
+function source(name: keyof typeof scripts): string {
+  let s = sources.get(name);
+  if (s === undefined) sources.set(name, (s = loadSource(scripts[name])));
+  return s;
 }

@@ -42,6 +42,13 @@ export interface RegistryListing {
   invites: Map<string, WorkerInviteGrant>;
   /** Stored records that were not listed, and why. */
   rejected: RejectedRecord[];
+  /**
+   * Names the data the store holds: the same from listing to listing until
+   * the store loses its records (a Redis back empty after a restart, a
+   * failover to an empty replica, a flush), another after. Routers tell a
+   * registry that lost its records from workers that left by it.
+   */
+  epoch: string;
 }
 
 export interface RegistryStore {
