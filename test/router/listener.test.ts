@@ -113,18 +113,21 @@ describe("the router's listener", () => {
     }, 60_000);
   }
 
-  it("a backlog above the kernel's cap is served at the cap, and the router says so at start", async () => {
+  it("a backlog above the kernel's cap is served at the cap, and the router says so at start (once with --processes 2)", async () => {
     const cap = Number(readFileSync("/proc/sys/net/core/somaxconn", "utf8"));
     const ask = Math.min(65_535, cap * 2);
-    const r = await spawnRouter({ DATABASE_URL: db.url, REDIS_URL, SWITCHYARD_REDIS__KEY_PREFIX: redis.prefix, SWITCHYARD_ROUTER__LISTEN_BACKLOG: String(ask) }, "router, backlog above somaxconn");
+    const env = { DATABASE_URL: db.url, REDIS_URL, SWITCHYARD_REDIS__KEY_PREFIX: redis.prefix, SWITCHYARD_ROUTER__LISTEN_BACKLOG: String(ask) };
+    const [r, r2] = await Promise.all([spawnRouter(env, "router, backlog above somaxconn"), spawnRouter({ ...env, SWITCHYARD_ROUTER__PROCESSES: "2" }, "router×2, backlog above somaxconn")]);
     try {
       const out = await waitFor(() => r.proc.output().includes("raise net.core.somaxconn") && r.proc.output(), { timeoutMs: 10_000, what: () => `the somaxconn warning in: ${r.proc.output().slice(-500)}` });
       expect(out).toContain(`"somaxconn":${cap}`);
       expect(out).toContain(`"listenBacklog":${ask}`);
       // The router still listens and answers.
       expect((await fetch(`${r.url}/healthz`)).status).toBe(200);
+      await bothReady(r2);
+      expect(r2.proc.output().split("raise net.core.somaxconn").length - 1).toBe(1);
     } finally {
-      await r.stop();
+      await Promise.all([r.stop(), r2.stop()]);
     }
     // At the default, no such warning.
     expect(one.proc.output()).not.toContain("somaxconn");

@@ -60,6 +60,7 @@ import { PostgresRateLimits } from "./ratelimit/limits.ts";
 import { RateLimiter } from "./ratelimit/limiter.ts";
 import { startTracing } from "./observability/tracing.ts";
 import { ConfigError } from "./config.ts";
+import { isRouterProcess } from "./processes.ts";
 import { onResponseClose } from "./response-close.ts";
 
 /**
@@ -474,7 +475,9 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   }
   log.info("router listening", { url, admin: adminUrl, ...summary });
   const cap = kernelBacklogCap();
-  if (cap !== undefined && cap < config.router.listenBacklog) {
+  // With --processes N every process would say the same: the first says it.
+  const speaks = !isRouterProcess() || process.env.SWITCHYARD_ROUTER_PROCESS_INDEX === "0";
+  if (speaks && cap !== undefined && cap < config.router.listenBacklog) {
     log.warn("the kernel caps the listen backlog below router.listenBacklog: a burst of new connections beyond it waits for SYN retransmits (raise net.core.somaxconn)", { somaxconn: cap, listenBacklog: config.router.listenBacklog });
   }
   let closing: Promise<void> | undefined;
