@@ -110,4 +110,36 @@ describe("WorkerDirectory when the registry loses its records", () => {
       directory.stop();
     }
   });
+
+  it("after failed refreshes (Redis unreachable), a worker whose record expired meanwhile is kept until its TTL has passed again", async () => {
+    // What a failover longer than the heartbeat TTL looks like: no beat could land, so the records expired.
+    class Unreachable extends MemoryRegistryStore {
+      down = false;
+      override async listing() {
+        if (this.down) throw new Error("connect ECONNREFUSED");
+        return super.listing();
+      }
+    }
+    const store = new Unreachable();
+    const { directory, lines, metrics } = directoryOver(store);
+    await store.publish(record("w-a", { ttlMs: 400 }), 150);
+    await store.publish(record("w-b", { ttlMs: 400 }), 10_000);
+    await directory.start();
+    try {
+      store.down = true;
+      await directory.refresh(); // fails: the last snapshot stays
+      expect(ids(directory)).toEqual(["w-a", "w-b"]);
+      await sleep(200); // w-a's record expires while the registry is away
+      store.down = false;
+      await directory.refresh();
+      expect(ids(directory)).toEqual(["w-a", "w-b"]);
+      expect(lines.filter((l) => String(l.msg).includes("reachable again"))).toHaveLength(1);
+      expect(metrics.registryLosses.get()).toBe(0); // not a loss: the registry kept its data
+      await sleep(450);
+      await directory.refresh();
+      expect(ids(directory)).toEqual(["w-b"]);
+    } finally {
+      directory.stop();
+    }
+  });
 });

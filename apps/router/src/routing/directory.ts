@@ -6,7 +6,10 @@
 // worker may not serve are refused too — each logged once, not every poll.
 // A registry that lost its records (Redis back empty: the listing's epoch
 // changed) is not taken for every worker leaving: the workers known before
-// stay routable until they heartbeat again or their TTL has passed.
+// stay routable until they heartbeat again or their TTL has passed. The same
+// after the registry was unreachable (a failover, a partition): heartbeats
+// could not land either, so a record that expired meanwhile says nothing of
+// its worker.
 import { acceptsNewWork, type RegistryListing, type RegistryStore, type WorkerRecord } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
@@ -34,6 +37,8 @@ export class WorkerDirectory {
   private snapshot: WorkerRecord[] = [];
   /** The registry's epoch at the last refresh (undefined before the first). */
   private epoch: string | undefined;
+  /** A refresh failed since the last one that read the registry. */
+  private unreached = false;
   /**
    * Workers the registry lost: their last records, kept until their worker
    * heartbeats again or `until` (the loss + its TTL). Without them, a Redis
@@ -84,9 +89,17 @@ export class WorkerDirectory {
   private refusals = new Set<string>();
 
   private async load(): Promise<void> {
-    const listing = await this.store.listing();
+    let listing: RegistryListing;
+    try {
+      listing = await this.store.listing();
+    } catch (err) {
+      this.unreached = true;
+      throw err;
+    }
     const listed = await this.vet(listing);
     if (this.epoch !== undefined && listing.epoch !== this.epoch) this.lost(listed);
+    else if (this.unreached) this.reached(listed);
+    this.unreached = false;
     this.epoch = listing.epoch;
     this.snapshot = this.kept.size > 0 ? this.withKept(listed) : listed;
     this.policy.urls?.retainHosts(new Set([...listing.workers, ...this.snapshot].map((w) => hostOf(w.url) ?? "")));
@@ -151,17 +164,30 @@ export class WorkerDirectory {
 
   /** The registry lost its records: keep the workers routed to before that are not listed now. */
   private lost(listed: WorkerRecord[]): void {
+    this.keepUnlisted(listed);
+    this.policy.metrics?.registryLosses.inc();
+    this.log.warn("worker registry lost its records (Redis back empty?): routing to the workers known before until they heartbeat again", {
+      kept: this.kept.size,
+      listed: listed.length,
+    });
+  }
+
+  /** The registry answers again after failed refreshes: workers whose records expired meanwhile are kept too. */
+  private reached(listed: WorkerRecord[]): void {
+    const before = this.kept.size;
+    this.keepUnlisted(listed);
+    if (this.kept.size > before) {
+      this.log.warn("worker registry reachable again; workers whose heartbeats expired while it was not are kept until they heartbeat again", { kept: this.kept.size, listed: listed.length });
+    }
+  }
+
+  private keepUnlisted(listed: WorkerRecord[]): void {
     const now = Date.now();
     const ids = new Set(listed.map((w) => w.id));
     for (const w of this.snapshot) {
       if (ids.has(w.id) || this.kept.has(w.id)) continue;
       this.kept.set(w.id, { record: w, until: now + (w.ttlMs ?? LOST_REGISTRY_KEEP_MS) });
     }
-    this.policy.metrics?.registryLosses.inc();
-    this.log.warn("worker registry lost its records (Redis back empty?): routing to the workers known before until they heartbeat again", {
-      kept: this.kept.size,
-      listed: listed.length,
-    });
   }
 
   /** The listed workers and, after them, the kept ones not listed (a kept worker leaves once listed or past its time). */
