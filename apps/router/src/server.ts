@@ -32,6 +32,7 @@ import {
 import { connectProviders } from "./backends/registry.ts";
 import { PostgresBudgets } from "./billing/budgets.ts";
 import { BudgetGuard } from "./billing/guard.ts";
+import { reconcileAllBudgets } from "./billing/reconcile.ts";
 import { BatchingLedgerWriter, type LedgerSink } from "./billing/ledger.ts";
 import { RedisLedgerBuffer } from "./billing/ledger-stream.ts";
 import { OrphanFinisher, type CrashCostLookup } from "./billing/orphans.ts";
@@ -393,6 +394,26 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     metrics,
     ...(intents ? { intents } : {}),
   });
+  // Redis back empty: every tenant's counters for today are gone, and a day
+  // that reads as unspent would admit its whole budget again. Rebuilt from
+  // the ledger at once (what `switchyard budgets reconcile` does), by every
+  // router that sees it: the rebuild is a versioned set, so they agree.
+  if (budgetStore instanceof RedisBudgetStore) {
+    const store = budgetStore;
+    directory.onLoss(() => {
+      const t0 = Date.now();
+      reconcileAllBudgets(dbHandle.db, store).then(
+        (r) => {
+          const fields = { reconciled: r.reconciled, failed: r.failed.length, ms: Date.now() - t0 };
+          if (r.failed.length === 0) log.info("budgets rebuilt from the ledger after Redis lost its data", fields);
+          else log.warn("budgets rebuilt from the ledger after Redis lost its data, some failed: run switchyard budgets reconcile", { ...fields, errors: r.failed.slice(0, 5) });
+          metrics.budgetRebuilds.inc({ outcome: "rebuilt" }, r.reconciled);
+          if (r.failed.length > 0) metrics.budgetRebuilds.inc({ outcome: "failed" }, r.failed.length);
+        },
+        (err: unknown) => log.warn("budgets could not be rebuilt after Redis lost its data: run switchyard budgets reconcile", { error: (err as Error).message }),
+      );
+    });
+  }
   if (config.billing.holdTtlMs <= config.deadlines.totalMs) {
     log.warn("billing.holdTtlMs should be above deadlines.totalMs: a live request's hold (and intent) may expire before it ends", { holdTtlMs: config.billing.holdTtlMs, totalMs: config.deadlines.totalMs });
   }

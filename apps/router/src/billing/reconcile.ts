@@ -1,7 +1,7 @@
 // Reconcile: rebuild a tenant-day's live budget counters from the ledger.
 // What `switchyard budgets reconcile` runs when Redis drifted (a settle that
 // failed, a lost key, a hand edit).
-import { tenantDaySpend, type Db } from "@switchyard/db";
+import { listBudgets, tenantDaySpend, type Db } from "@switchyard/db";
 import { budgetDay, type BudgetHold, type BudgetStore } from "@switchyard/state";
 
 export interface ReconcileOptions {
@@ -99,5 +99,32 @@ export async function reconcileTenant(
 ): Promise<TenantReconcileResult[]> {
   const out: TenantReconcileResult[] = [];
   for (const day of days) out.push({ day, ...(await reconcileBudgetDay(db, store, tenantId, day, opts)) });
+  return out;
+}
+
+export interface AllBudgetsResult {
+  /** Tenant-days rebuilt. */
+  reconciled: number;
+  /** Tenant-days that could not be (each with why). */
+  failed: Array<{ tenantId: number; day: string; error: string }>;
+}
+
+/**
+ * Rebuilds today's counters (in each tenant's zone) of every tenant with a
+ * budget: what a router runs by itself when Redis came back empty (the
+ * registry's epoch changed), since a day whose counters are gone would read
+ * as unspent and admit a whole day's budget again.
+ */
+export async function reconcileAllBudgets(db: Db, store: BudgetStore, now = Date.now(), opts: ReconcileOptions = {}): Promise<AllBudgetsResult> {
+  const out: AllBudgetsResult = { reconciled: 0, failed: [] };
+  for (const b of await listBudgets(db)) {
+    const day = budgetDay(now, b.timeZone);
+    try {
+      await reconcileBudgetDay(db, store, b.tenantId, day, opts);
+      out.reconciled++;
+    } catch (err) {
+      out.failed.push({ tenantId: b.tenantId, day, error: (err as Error).message });
+    }
+  }
   return out;
 }

@@ -181,6 +181,7 @@ export class RouterMetrics {
   readonly workers = new Gauge("switchyard_workers", "Workers in the registry, by state.", "max");
   readonly registryRefusals = new Counter("switchyard_registry_refusals_total", "Worker records (or advertised models) routers refused, once per worker and reason while it lasts (id_mismatch|too_large|invalid_record|invalid_key|unsafe_url|not_invited|model_not_allowed).");
   readonly registryLosses = new Counter("switchyard_registry_losses_total", "Times the worker registry lost its records (Redis back empty: the registry's epoch changed); routers kept the workers known before until they heartbeat again.");
+  readonly budgetRebuilds = new Counter("switchyard_budget_rebuilds_total", "Tenant-days whose budget counters a router rebuilt from the ledger by itself after Redis lost its data, by outcome (rebuilt|failed).");
   readonly ejections = new Counter("switchyard_worker_ejections_total", "Workers ejected from rotation after consecutive failures, by reason (failing|unreachable).");
   readonly ejectedWorkers = new Gauge("switchyard_workers_ejected", "Workers this router holds out of rotation now.", "max");
   readonly routeExplorations = new Counter("switchyard_route_explorations_total", "Requests sent to a candidate other than the best-scored one, to keep learning.");

@@ -53,6 +53,7 @@ export class WorkerDirectory {
   private planOf = new WeakMap<WorkerRecord, PipelinePlan>();
   private readonly poller: Poller;
   private readonly listeners = new Set<(workers: WorkerRecord[]) => void>();
+  private readonly lossListeners = new Set<() => void>();
 
   constructor(
     private readonly store: RegistryStore,
@@ -79,6 +80,11 @@ export class WorkerDirectory {
 
   onChange(fn: (workers: WorkerRecord[]) => void): void {
     this.listeners.add(fn);
+  }
+
+  /** Called when the registry is found to have lost its records (its epoch changed): Redis came back empty, and whatever else it held is gone too. */
+  onLoss(fn: () => void): void {
+    this.lossListeners.add(fn);
   }
 
   refresh(): Promise<void> {
@@ -170,6 +176,7 @@ export class WorkerDirectory {
       kept: this.kept.size,
       listed: listed.length,
     });
+    for (const fn of this.lossListeners) fn();
   }
 
   /** The registry answers again after failed refreshes: workers whose records expired meanwhile are kept too. */
