@@ -72,6 +72,24 @@ describe("WorkerDirectory when the registry loses its records", () => {
     }
   });
 
+  it("a kept worker whose record comes back refused is not routed to: the registry's word on it wins", async () => {
+    const store = new MemoryRegistryStore();
+    const { directory } = directoryOver(store);
+    await store.publish(record("w-a", { ttlMs: 60_000 }), 10_000);
+    await store.publish(record("w-b", { ttlMs: 60_000 }), 10_000);
+    await directory.start();
+    try {
+      await store.clear();
+      await directory.refresh();
+      expect(ids(directory)).toEqual(["w-a", "w-b"]);
+      await store.putRaw("w-b", "{not json", 10_000);
+      await directory.refresh();
+      expect(ids(directory)).toEqual(["w-a"]);
+    } finally {
+      directory.stop();
+    }
+  });
+
   it("a worker that leaves a registry that kept its records is gone at once: removed or expired, nothing is kept", async () => {
     const store = new MemoryRegistryStore();
     const { directory, metrics } = directoryOver(store);

@@ -103,11 +103,13 @@ export class WorkerDirectory {
       throw err;
     }
     const listed = await this.vet(listing);
-    if (this.epoch !== undefined && listing.epoch !== this.epoch) this.lost(listed);
-    else if (this.unreached) this.reached(listed);
+    // Workers the registry holds a record of, routable or refused: none of them is kept from before.
+    const present = this.kept.size > 0 || this.unreached || listing.epoch !== this.epoch ? new Set([...listing.workers.map((w) => w.id), ...listing.rejected.map((r) => r.workerId)]) : undefined;
+    if (this.epoch !== undefined && listing.epoch !== this.epoch) this.lost(present!, listed.length);
+    else if (this.unreached) this.reached(present!, listed.length);
     this.unreached = false;
     this.epoch = listing.epoch;
-    this.snapshot = this.kept.size > 0 ? this.withKept(listed) : listed;
+    this.snapshot = this.kept.size > 0 ? this.withKept(listed, present!) : listed;
     this.policy.urls?.retainHosts(new Set([...listing.workers, ...this.snapshot].map((w) => hostOf(w.url) ?? "")));
     const byModel = new Map<string, WorkerRecord[]>();
     // Appended in place: copying each model's list per worker made a refresh quadratic in the workers.
@@ -169,41 +171,39 @@ export class WorkerDirectory {
   }
 
   /** The registry lost its records: keep the workers routed to before that are not listed now. */
-  private lost(listed: WorkerRecord[]): void {
-    this.keepUnlisted(listed);
+  private lost(present: Set<string>, listed: number): void {
+    this.keepAbsent(present);
     this.policy.metrics?.registryLosses.inc();
     this.log.warn("worker registry lost its records (Redis back empty?): routing to the workers known before until they heartbeat again", {
       kept: this.kept.size,
-      listed: listed.length,
+      listed,
     });
     for (const fn of this.lossListeners) fn();
   }
 
   /** The registry answers again after failed refreshes: workers whose records expired meanwhile are kept too. */
-  private reached(listed: WorkerRecord[]): void {
+  private reached(present: Set<string>, listed: number): void {
     const before = this.kept.size;
-    this.keepUnlisted(listed);
+    this.keepAbsent(present);
     if (this.kept.size > before) {
-      this.log.warn("worker registry reachable again; workers whose heartbeats expired while it was not are kept until they heartbeat again", { kept: this.kept.size, listed: listed.length });
+      this.log.warn("worker registry reachable again; workers whose heartbeats expired while it was not are kept until they heartbeat again", { kept: this.kept.size, listed });
     }
   }
 
-  private keepUnlisted(listed: WorkerRecord[]): void {
+  private keepAbsent(present: Set<string>): void {
     const now = Date.now();
-    const ids = new Set(listed.map((w) => w.id));
     for (const w of this.snapshot) {
-      if (ids.has(w.id) || this.kept.has(w.id)) continue;
+      if (present.has(w.id) || this.kept.has(w.id)) continue;
       this.kept.set(w.id, { record: w, until: now + (w.ttlMs ?? LOST_REGISTRY_KEEP_MS) });
     }
   }
 
-  /** The listed workers and, after them, the kept ones not listed (a kept worker leaves once listed or past its time). */
-  private withKept(listed: WorkerRecord[]): WorkerRecord[] {
+  /** The listed workers and, after them, the kept ones (a kept worker leaves once the registry has a record of it again, or past its time). */
+  private withKept(listed: WorkerRecord[], present: Set<string>): WorkerRecord[] {
     const now = Date.now();
-    const ids = new Set(listed.map((w) => w.id));
     const out = [...listed];
     for (const [id, k] of this.kept) {
-      if (ids.has(id) || now >= k.until) this.kept.delete(id);
+      if (present.has(id) || now >= k.until) this.kept.delete(id);
       else out.push(k.record);
     }
     return out;
