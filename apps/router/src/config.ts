@@ -123,6 +123,14 @@ export const configSchema = z.object({
        * the router idle.
        */
       listenBacklog: z.number().int().min(1).max(65_535).default(4_096),
+      /**
+       * Requests one router process answers at once (its public listener's,
+       * streams included) before it refuses new inference requests with a
+       * fast 503 router_overloaded and Retry-After, instead of queueing them
+       * behind the rest; 0: no limit. Per process: with --processes N the
+       * router holds N times this.
+       */
+      maxInFlight: z.number().int().min(0).default(0),
       /** Retry-After (seconds) sent with 503 when no worker can serve. */
       retryAfterS: z.number().int().min(1).default(1),
       /**

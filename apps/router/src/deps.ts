@@ -46,6 +46,8 @@ export interface AppDeps {
   leases?: LeaseService;
   /** What this process is using (registry, budgets, ledger, database, chain, providers), for /readyz. */
   summary?: StartupSummary;
+  /** Requests this router process's public listener is answering now (router.maxInFlight); absent when the app is called in-process. */
+  inFlight?: () => number;
   /** Aborted when a shutting-down router's router.drainMs has passed: requests still running end (one SSE error event). */
   shutdown?: AbortSignal;
 }

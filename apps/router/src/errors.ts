@@ -22,6 +22,8 @@ export const errorCodes = {
   no_healthy_backend: { status: 503, type: "service_unavailable" },
   /** The router was stopped (SIGTERM) and router.drainMs passed before this request ended. */
   router_shutting_down: { status: 503, type: "service_unavailable" },
+  /** This router process answers router.maxInFlight requests already: retry shortly, or on another router. */
+  router_overloaded: { status: 503, type: "service_unavailable" },
   upstream_timeout: { status: 504, type: "timeout_error" },
   // Leases (docs/LEASES.md).
   lease_not_found: { status: 404, type: "invalid_request_error" },

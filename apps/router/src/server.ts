@@ -484,6 +484,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const main = await listen(app.fetch, config.router.host, config.router.port, listenOpts, config.router.tls);
   const adm = opts.adminListener === false ? undefined : await listen(admin.fetch, config.router.adminHost, config.router.adminPort, listenOpts);
   const publicListener = new DrainingListener(main.server as HttpServer);
+  deps.inFlight = () => publicListener.inFlight;
   const adminListener = adm && new DrainingListener(adm.server as HttpServer);
   const scheme = config.router.tls ? "https" : "http";
   const url = `${scheme}://${config.router.host}:${main.port}`;

@@ -20,6 +20,7 @@ export const inferenceErrors: ErrorCode[] = [
   "no_healthy_backend",
   "queue_full",
   "router_shutting_down",
+  "router_overloaded",
   "upstream_timeout",
   "queue_timeout",
 ];

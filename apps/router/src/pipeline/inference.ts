@@ -76,6 +76,7 @@ export class InferencePipeline {
   // came back. Every request passes all of them, and an async frame per
   // stage was a promise, a microtask turn and garbage each (issue 14).
   async run(): Promise<Response> {
+    this.shed();
     // One output limit, before the budget hold and before any upstream sees the body.
     normalizeMaxOutput(this.path, this.body);
     narrowAllowedTools(this.path, this.body);
@@ -105,6 +106,19 @@ export class InferencePipeline {
       }
       throw err;
     }
+  }
+
+  /**
+   * Over router.maxInFlight (this request counted): a fast 503, before any
+   * work is spent on it, so a client or balancer retries elsewhere instead
+   * of waiting behind every request this process already holds.
+   */
+  private shed(): void {
+    const max = this.deps.config.router.maxInFlight;
+    if (max === 0 || !this.deps.inFlight) return;
+    const now = this.deps.inFlight();
+    if (now <= max) return;
+    throw new ApiError("router_overloaded", `this router is answering ${now - 1} requests, its router.maxInFlight (${max}): retry shortly`, null, { "retry-after": this.retryAfter() });
   }
 
   /** Rate limits (ratelimit/): the tenant's and the key's windows in one store call, none without limits; 429 when over. */
