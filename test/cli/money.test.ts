@@ -5,10 +5,10 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { and, eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createTenant, getBudget, insertLedgerRows, recordBudgetAlert, schema, type NewLedgerRow } from "@switchyard/db";
+import { createTenant, getBudget, insertLedgerRows, recordBudgetAlert, schema, setBudget, type NewLedgerRow } from "@switchyard/db";
 import { budgetDay, RedisBudgetStore, type BudgetStore, type RebuildInput } from "@switchyard/state";
 import { encodeLedgerRow, ledgerStreamKey } from "../../apps/router/src/billing/ledger-stream.ts";
-import { ReconcileConflictError, reconcileBudgetDay, reconcileTenant } from "../../apps/router/src/billing/reconcile.ts";
+import { ReconcileConflictError, reconcileAllBudgets, reconcileBudgetDay, reconcileTenant } from "../../apps/router/src/billing/reconcile.ts";
 import { createTestDb, createTestRedis, type TestDb, type TestRedis } from "../helpers/env.ts";
 
 const run = promisify(execFile);
@@ -385,5 +385,31 @@ describe("reconcileBudgetDay", () => {
     );
     // Nothing was overwritten: the counters are the settles', not a stale rebuild's.
     expect(await redisStore.snapshot(tenantId, DAY)).toMatchObject({ spentMicro: 5n });
+  });
+});
+
+describe("reconcileAllBudgets (what a router runs when Redis came back empty)", () => {
+  it("rebuilds every budgeted tenant's today from the ledger, and tries a day that kept changing again in a later round", async () => {
+    const tenantId = await tenant("soylent");
+    await setBudget(db.db, { tenantId, dailyLimitCents: 100n, timeZone: "UTC" });
+    const redisStore = new RedisBudgetStore(r.redis, r.prefix);
+    await insertLedgerRows(db.db, [ledgerRow(tenantId, "s-a", 4_000n)]);
+    // Redis back empty: the day reads as unspent.
+    expect((await redisStore.snapshot(tenantId, DAY)).spentMicro).toBe(0n);
+    const now = Date.parse(`${DAY}T12:00:00Z`);
+    let n = 0;
+    // Its first two rebuilds lose the race to a settle (another router's, a live request's).
+    const racing = () =>
+      new InterposedStore(redisStore, async (_call, input) => {
+        if (input.tenantId === tenantId && ++n <= 2) await redisStore.settle({ tenantId, day: DAY, requestId: `s-race-${n}`, actualMicro: 0n });
+      });
+    const short = await reconcileAllBudgets(db.db, racing(), now, { maxAttempts: 1, rounds: 2, pauseMs: 10 });
+    expect(short.failed.map((f) => [f.tenantId, f.day])).toEqual([[tenantId, DAY]]);
+    expect(short.failed[0]!.error).toMatch(/kept changing/);
+    n = 0;
+    const res = await reconcileAllBudgets(db.db, racing(), now, { maxAttempts: 1, rounds: 3, pauseMs: 10 });
+    expect(res.failed).toEqual([]);
+    expect(res.reconciled).toBeGreaterThanOrEqual(1);
+    expect((await redisStore.snapshot(tenantId, DAY)).spentMicro).toBe(4_000n);
   });
 });

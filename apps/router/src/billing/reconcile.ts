@@ -105,26 +105,41 @@ export async function reconcileTenant(
 export interface AllBudgetsResult {
   /** Tenant-days rebuilt. */
   reconciled: number;
-  /** Tenant-days that could not be (each with why). */
+  /** Tenant-days that could not be (each with why), after every round. */
   failed: Array<{ tenantId: number; day: string; error: string }>;
+}
+
+export interface AllBudgetsOptions extends ReconcileOptions {
+  /** Rounds over the days that failed (another router rebuilding the same day, a busy day's settles): default 3. */
+  rounds?: number;
+  /** Pause before each round after the first, ms (default 500). */
+  pauseMs?: number;
 }
 
 /**
  * Rebuilds today's counters (in each tenant's zone) of every tenant with a
  * budget: what a router runs by itself when Redis came back empty (the
  * registry's epoch changed), since a day whose counters are gone would read
- * as unspent and admit a whole day's budget again.
+ * as unspent and admit a whole day's budget again. Every router does it at
+ * the same moment, and a busy day's settles move its version on: a day that
+ * kept changing is tried again in a later round.
  */
-export async function reconcileAllBudgets(db: Db, store: BudgetStore, now = Date.now(), opts: ReconcileOptions = {}): Promise<AllBudgetsResult> {
+export async function reconcileAllBudgets(db: Db, store: BudgetStore, now = Date.now(), opts: AllBudgetsOptions = {}): Promise<AllBudgetsResult> {
+  const rounds = opts.rounds ?? 3;
+  let todo = (await listBudgets(db)).map((b) => ({ tenantId: b.tenantId, day: budgetDay(now, b.timeZone) }));
   const out: AllBudgetsResult = { reconciled: 0, failed: [] };
-  for (const b of await listBudgets(db)) {
-    const day = budgetDay(now, b.timeZone);
-    try {
-      await reconcileBudgetDay(db, store, b.tenantId, day, opts);
-      out.reconciled++;
-    } catch (err) {
-      out.failed.push({ tenantId: b.tenantId, day, error: (err as Error).message });
+  for (let round = 1; round <= rounds && todo.length > 0; round++) {
+    if (round > 1) await new Promise((r) => setTimeout(r, opts.pauseMs ?? 500));
+    out.failed = [];
+    for (const t of todo) {
+      try {
+        await reconcileBudgetDay(db, store, t.tenantId, t.day, opts);
+        out.reconciled++;
+      } catch (err) {
+        out.failed.push({ ...t, error: (err as Error).message });
+      }
     }
+    todo = out.failed.map(({ tenantId, day }) => ({ tenantId, day }));
   }
   return out;
 }
