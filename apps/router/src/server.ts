@@ -11,6 +11,8 @@ import { connectDb, ensureLedgerPartitionsAhead, insertLedgerRows, insertLedgerT
 import {
   describeRedisTarget,
   openRedis,
+  evictionPolicies,
+  evicting,
   RedisTargetError,
   redisTargetEndpoints,
   type RedisLike,
@@ -237,6 +239,19 @@ class DrainingListener {
   }
 }
 
+/**
+ * Says at start when Redis may evict the router's keys (budget counters,
+ * holds and heartbeats carry TTLs: a volatile-* policy drops them first). A
+ * Redis that refuses INFO only loses the warning.
+ */
+async function warnIfEvicting(redis: RedisLike, log: Logger): Promise<void> {
+  const bad = (await evictionPolicies(redis).catch(() => [])).filter(evicting);
+  if (bad.length === 0) return;
+  log.warn("Redis may evict keys under memory pressure (maxmemory-policy is not noeviction): budget counters, holds and heartbeats could vanish, and a day whose counters are gone reads as unspent; set maxmemory-policy noeviction", {
+    nodes: bad.map((n) => `${n.node} ${n.policy} maxmemory=${n.maxmemory}`),
+  });
+}
+
 /** The router's own listeners (as configured) and its Redis and Postgres: never a worker's address. */
 async function addStateEndpoints(policy: WorkerUrlPolicy, config: Config, databaseUrl: string | undefined): Promise<void> {
   if (config.router.port !== 0) await policy.addOwnEndpoint("this router's listener", config.router.host, config.router.port);
@@ -319,6 +334,10 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       log.info("redis reachable again");
     });
   }
+  // With --processes N every process would say the same: the first says it.
+  const firstProcess = !isRouterProcess() || process.env.SWITCHYARD_ROUTER_PROCESS_INDEX === "0";
+  // One INFO per master, beside the rest of the start; waited for before the router listens.
+  const evictionChecked = redis && firstProcess ? warnIfEvicting(redis, log) : undefined;
   const registry =
     opts.registry ??
     (redis ? new RedisRegistryStore(redis, config.redis.keyPrefix, { maxRecordBytes: config.registry.maxRecordBytes, sweepMs: config.registry.sweepMs }) : new MemoryRegistryStore(undefined, { maxRecordBytes: config.registry.maxRecordBytes }));
@@ -478,6 +497,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   deps.admission = new AdmissionGate({ config: config.admission, maxHoldMs: config.deadlines.totalMs, directory, chain: deps.chain, metrics, log });
   // Each loop's first load is its own round trip: waited for together.
   await Promise.all([prices.start(), ledgerStream?.start(), orphans?.start(), directory.start(), leaseDirectory.start()]);
+  await evictionChecked;
   const app = createApp(deps);
   const admin = createAdminApp(deps);
   const listenOpts = { keepAliveTimeoutMs: config.router.keepAliveTimeoutMs, backlog: config.router.listenBacklog };
@@ -497,9 +517,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   }
   log.info("router listening", { url, admin: adminUrl, ...summary });
   const cap = kernelBacklogCap();
-  // With --processes N every process would say the same: the first says it.
-  const speaks = !isRouterProcess() || process.env.SWITCHYARD_ROUTER_PROCESS_INDEX === "0";
-  if (speaks && cap !== undefined && cap < config.router.listenBacklog) {
+  if (firstProcess && cap !== undefined && cap < config.router.listenBacklog) {
     log.warn("the kernel caps the listen backlog below router.listenBacklog: a burst of new connections beyond it waits for SYN retransmits (raise net.core.somaxconn)", { somaxconn: cap, listenBacklog: config.router.listenBacklog });
   }
   let closing: Promise<void> | undefined;

@@ -316,6 +316,35 @@ export function redisMasters(r: RedisLike): Redis[] {
   return r instanceof Cluster ? r.nodes("master") : [r];
 }
 
+/** One master's memory limit and what it does at that limit (INFO memory: managed services refuse CONFIG GET, not INFO). */
+export interface EvictionPolicy {
+  node: string;
+  /** Bytes; 0: no limit. */
+  maxmemory: number;
+  policy: string;
+}
+
+/**
+ * Each master's eviction policy. Switchyard's state must not be evicted:
+ * budget counters, holds and heartbeats carry TTLs, so a `volatile-*`
+ * policy (ElastiCache's default is volatile-lru) drops them first under
+ * memory pressure, and a day's counters gone read as unspent.
+ */
+export async function evictionPolicies(r: RedisLike): Promise<EvictionPolicy[]> {
+  return Promise.all(
+    redisMasters(r).map(async (node) => {
+      const info = String(await node.info("memory"));
+      const field = (k: string) => new RegExp(`^${k}:(.*)$`, "m").exec(info)?.[1]?.trim() ?? "";
+      return { node: `${node.options.host ?? "?"}:${node.options.port ?? "?"}`, maxmemory: Number(field("maxmemory")) || 0, policy: field("maxmemory_policy") };
+    }),
+  );
+}
+
+/** Policies that may evict Switchyard's keys: any but noeviction, where a memory limit is set. */
+export function evicting(p: EvictionPolicy): boolean {
+  return p.maxmemory > 0 && p.policy !== "" && p.policy !== "noeviction";
+}
+
 /**
  * Runs `fn` on every data node that must know an ACL user (ACLs are neither
  * replicated nor spread by a Cluster, and a replica becomes the primary on
