@@ -43,6 +43,8 @@ export interface AgainstOptions {
   streams?: number;
   /** Node flags for REV's router in place of the router's own (routerExecArgv): a node setting's before/after, against HEAD. */
   againstNodeFlags?: string[];
+  /** Environment for REV's router only (router settings as SWITCHYARD_… variables): a setting's before/after, against HEAD. */
+  againstEnv?: Record<string, string>;
   /** Every request (the closed loop's and the streams') carries a conversation of about this many KB (benchMessages) instead of one short message. */
   bodyKb?: number;
   /**
@@ -165,11 +167,12 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     const ownFlags = routerExecArgv([]);
     const againstFlags = opts.againstNodeFlags ?? ownFlags;
     const flagged = (flags: string[]) => (opts.againstNodeFlags ? ` node ${flags.join(" ") || "(no flags)"}` : "");
-    const builds: Array<[string, string, string[]]> = [
-      [`${other.sha.slice(0, 7)} (${opts.against})${flagged(againstFlags)}`, other.dir, againstFlags],
-      [`${here}${dirty ? "+changes" : ""} (this checkout)${flagged(ownFlags)}`, root, ownFlags],
+    const withEnv = opts.againstEnv && Object.keys(opts.againstEnv).length > 0 ? ` ${Object.entries(opts.againstEnv).map(([k, v]) => `${k}=${v}`).join(" ")}` : "";
+    const builds: Array<[string, string, string[], Record<string, string>]> = [
+      [`${other.sha.slice(0, 7)} (${opts.against})${flagged(againstFlags)}${withEnv}`, other.dir, againstFlags, opts.againstEnv ?? {}],
+      [`${here}${dirty ? "+changes" : ""} (this checkout)${flagged(ownFlags)}`, root, ownFlags, {}],
     ];
-    for (const [i, [name, dir, nodeFlags]] of builds.entries()) {
+    for (const [i, [name, dir, nodeFlags, extraEnv]] of builds.entries()) {
       // Each build its own Redis prefix, so its own ledger stream and its own
       // sim worker heartbeating there: routers on one prefix share the
       // ledger drain, and the idle build would take up rows of the loaded one
@@ -190,6 +193,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
             SWITCHYARD_ROUTER__PORT: String(port),
             SWITCHYARD_ROUTER__ADMIN_PORT: String(await freePort()),
             SWITCHYARD_LOG__LEVEL: "warn",
+            ...extraEnv,
           };
           if (!started) log(`starting ${name}'s router (its first start bundles its sources)`);
           // Both builds with this checkout's node flags (the comparison is of their code), unless --against-node-flags.
@@ -217,7 +221,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     const warmS = opts.quick ? 2 : 4;
     const rows: string[] = [];
     // Each target's figures, one entry per counted round (a warm-up round's go nowhere).
-    const figures = () => ({ ns: [] as number[], pg: [] as number[], redis: [] as number[], sim: [] as number[], load: [] as number[], box: [] as number[], idle: [] as number[], steal: [] as number[], st: [] as number[], rps: [] as number[], dttft99: [] as number[], waited: [] as number[] });
+    const figures = () => ({ p50: [] as number[], p99: [] as number[], errs: [] as number[], ns: [] as number[], pg: [] as number[], redis: [] as number[], sim: [] as number[], load: [] as number[], box: [] as number[], idle: [] as number[], steal: [] as number[], st: [] as number[], rps: [] as number[], dttft99: [] as number[], waited: [] as number[] });
     const cpu: Record<string, ReturnType<typeof figures>> = {};
     // Rounds before the first are the warm-up (--warm, default none: each round's processes are warmed already): the same loops, in the same order, not counted.
     const warmRounds = opts.warm ?? 0;
@@ -270,6 +274,13 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         c.idle.push(100 * box.idleShare);
         c.steal.push(100 * box.stealShare);
         const ok = r.samples.filter((s) => s.ok);
+        // How long the whole answers that came took (a target refusing some fast answers the rest sooner).
+        const took = ok.map((s) => s.totalMs);
+        const p50 = percentile(took, 50);
+        const p99 = percentile(took, 99);
+        c.p50.push(p50);
+        c.p99.push(p99);
+        c.errs.push(r.errors);
         c.ns.push(nsCpu);
         c.rps.push(ok.length / r.wallS);
         let st = "";
@@ -290,7 +301,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         }
         await proc.stop();
         await sim.stop();
-        if (counted) rows.push(`| ${round} | ${t.name} | ${fmt(load, 2)} | ${fmt(ok.length / r.wallS, 0)} | ${r.errors} | ${fmt(nsCpu, 3)} | ${fmt(pgCpu, 3)} | ${fmt(redisCpu, 3)} |${st}`);
+        if (counted) rows.push(`| ${round} | ${t.name} | ${fmt(load, 2)} | ${fmt(ok.length / r.wallS, 0)} | ${r.errors} | ${fmt(p50, 1)} | ${fmt(p99, 1)} | ${fmt(nsCpu, 3)} | ${fmt(pgCpu, 3)} | ${fmt(redisCpu, 3)} |${st}`);
       }
       log(counted ? `round ${round} of ${rounds} done` : "warm-up round done");
     }
@@ -298,18 +309,18 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     const out = [
       `### Router against ${other.sha.slice(0, 7)} (${opts.against}), interleaved: ${rounds} rounds after ${warmRounds} unmeasured warm-up round(s), every target a fresh process per round warmed by ${warmS} s of each loop, ${durationS} s per loop, ${opts.rate ? `whole answers at ${opts.rate}/s open loop (warmed by the 64-client closed loop)` : "64 clients closed loop"}${opts.bodyKb ? ` (each request, whole or streamed, a ${nsBody.length}-byte conversation of ${messages.length} messages)` : ""}${opts.rateLimits ? ", rate limits on (every request counted in Redis, none refused)" : ""}${streamCols ? ` + ${level.streams} streams open loop (ΔTTFT p99 against the sim worker measured just before)` : ""}`,
       "",
-      `| round | target | load (1 min) | non-streaming req/s | errors | non-streaming CPU ms/req | Postgres CPU ms/req | Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) | stream errors |" : ""}`,
-      `|---:|---|---:|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|---:|" : ""}`,
+      `| round | target | load (1 min) | non-streaming req/s | errors | answered p50 ms | answered p99 ms | non-streaming CPU ms/req | Postgres CPU ms/req | Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) | stream errors |" : ""}`,
+      `|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|---:|" : ""}`,
       ...rows,
       "",
       `Medians over the rounds:`,
       "",
-      `| target | non-streaming req/s | non-streaming CPU ms/req | × bare proxy | × bare proxy, paired | Postgres CPU ms/req | Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) |" : ""}`,
-      `|---|---:|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|" : ""}`,
+      `| target | non-streaming req/s | errors | answered p50 ms | answered p99 ms | non-streaming CPU ms/req | × bare proxy | × bare proxy, paired | Postgres CPU ms/req | Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) |" : ""}`,
+      `|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|" : ""}`,
       ...slots.map(({ name }) => {
         const c = cpu[name]!;
         const bare = cpu["node-passthrough"]!.ns;
-        return `| ${name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / med(bare), 2)} | ${fmt(med(paired(c.ns, bare)), 2)} | ${fmt(med(c.pg), 3)} | ${fmt(med(c.redis), 3)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} | ${fmt(med(c.waited), 0)} |` : ""}`;
+        return `| ${name} | ${fmt(med(c.rps), 0)} | ${fmt(med(c.errs), 0)} | ${fmt(med(c.p50), 1)} | ${fmt(med(c.p99), 1)} | ${fmt(med(c.ns), 3)} | ${fmt(med(c.ns) / med(bare), 2)} | ${fmt(med(paired(c.ns, bare)), 2)} | ${fmt(med(c.pg), 3)} | ${fmt(med(c.redis), 3)} |${streamCols ? ` ${fmt(med(c.st), 3)} | ${fmt(med(c.dttft99), 2)} | ${fmt(med(c.waited), 0)} |` : ""}`;
       }),
     ];
     // The whole answers' CPU budget, process by process: when the box has no

@@ -17,7 +17,8 @@ describe("switchyard bench router --against", () => {
     const before = worktrees();
     // With --rate-limits: each build was checked to count requests (x-ratelimit-* on an answer) before its loops.
     // With --against-node-flags: REV's router runs with V8's own semi-space, this checkout's with the router's.
-    const { code, out, err } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--only", "non-streaming", "--rate-limits", "--against-node-flags=--max-semi-space-size=16"]);
+    // With --against-env: REV's router holds one request at a time (router.maxInFlight), and refuses the closed loop's others.
+    const { code, out, err } = await runCli(["bench", "router", "--against", "HEAD", "--quick", "--only", "non-streaming", "--rate-limits", "--against-node-flags=--max-semi-space-size=16", "--against-env=SWITCHYARD_ROUTER__MAX_IN_FLIGHT=1"]);
     expect(code).toBe(0);
     // Every target ran in a process of its own in each round: six processes for three targets over two rounds.
     const started = [...err.matchAll(/^round ([12]): (.+) in process (\d+)$/gm)].map((m) => ({ round: m[1], name: m[2], pid: m[3] }));
@@ -36,18 +37,23 @@ describe("switchyard bench router --against", () => {
       return rows;
     };
     const medians = table(at);
-    expect(medians.map((r) => r[0])).toEqual(["node-passthrough", `${sha} (HEAD) node --max-semi-space-size=16`, expect.stringMatching(new RegExp(`\\(this checkout\\) node --max-semi-space-size=${ROUTER_SEMI_SPACE_MB}$`))]);
+    const rev = `${sha} (HEAD) node --max-semi-space-size=16 SWITCHYARD_ROUTER__MAX_IN_FLIGHT=1`;
+    expect(medians.map((r) => r[0])).toEqual(["node-passthrough", rev, expect.stringMatching(new RegExp(`\\(this checkout\\) node --max-semi-space-size=${ROUTER_SEMI_SPACE_MB}$`))]);
     for (const r of medians) {
       expect(Number(r[1]), r.join(" | ")).toBeGreaterThan(0); // req/s
-      expect(Number(r[2]), r.join(" | ")).toBeGreaterThan(0); // CPU ms per request
+      expect(Number(r[3]), r.join(" | ")).toBeGreaterThan(0); // the answered requests' p50 ms
+      expect(Number(r[4]), r.join(" | ")).toBeGreaterThanOrEqual(Number(r[3])); // … and p99
+      expect(Number(r[5]), r.join(" | ")).toBeGreaterThan(0); // CPU ms per request
     }
-    expect(Number(medians[0]![3])).toBe(1); // the floor against itself
-    expect(Number(medians[0]![4])).toBe(1); // … round by round too
+    // Errors: none but REV's refusals past its one request in flight.
+    expect(medians.map((r) => Number(r[2]) > 0)).toEqual([false, true, false]);
+    expect(Number(medians[0]![6])).toBe(1); // the floor against itself
+    expect(Number(medians[0]![7])).toBe(1); // … round by round too
     for (const r of medians.slice(1)) {
-      expect(Number(r[4]), r.join(" | ")).toBeGreaterThan(0); // each build over the floor of its round
+      expect(Number(r[7]), r.join(" | ")).toBeGreaterThan(0); // each build over the floor of its round
       // Postgres and Redis worked for each build's answers: a ledger row and a rate-limit count each.
-      expect(Number(r[5]), r.join(" | ")).toBeGreaterThan(0);
-      expect(Number(r[6]), r.join(" | ")).toBeGreaterThan(0);
+      expect(Number(r[8]), r.join(" | ")).toBeGreaterThan(0);
+      expect(Number(r[9]), r.join(" | ")).toBeGreaterThan(0);
     }
     // The whole box's budget per whole answer, process by process: the bare
     // proxy, the sim worker and the load generator each spent CPU, and the
@@ -64,10 +70,13 @@ describe("switchyard bench router --against", () => {
       expect(idle! + stolen!, r.join(" | ")).toBeLessThan(100);
     }
     expect(box[0]![9]).toBe(1); // the floor's box against itself
-    // Every round's closed loop answered without errors, for every target.
+    // Every round's closed loop answered without errors, for every target but REV's (its refusals).
     const perRound = lines.filter((l) => /^\| [12] \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
     expect(perRound).toHaveLength(6);
-    for (const r of perRound) expect(r[4], r.join(" | ")).toBe("0");
+    for (const r of perRound) {
+      if (r[1] === rev) expect(Number(r[4]), r.join(" | ")).toBeGreaterThan(0);
+      else expect(r[4], r.join(" | ")).toBe("0");
+    }
     // The order: the floor first in every round, then the builds, each first in one round; never one target twice in a row.
     const order = perRound.map((r) => r[1]!);
     expect(order[0]).toBe("node-passthrough");
@@ -75,7 +84,7 @@ describe("switchyard bench router --against", () => {
     expect(order.slice(1, 3)).toEqual([...order.slice(4, 6)].reverse());
     for (let i = 1; i < order.length; i++) expect(order[i]).not.toBe(order[i - 1]);
     // Paired by round: in how many this checkout used less CPU than REV (a count, not a verdict).
-    expect(out).toMatch(new RegExp(`\\(this checkout\\) node --max-semi-space-size=${ROUTER_SEMI_SPACE_MB} against ${sha} \\(HEAD\\) node --max-semi-space-size=16: non-streaming, less CPU per request in [012] of [012] rounds \\(sign test p = \\d\\.\\d+\\)(, [12] tied)?, median of the rounds' ratios \\d+\\.\\d{3}×\\.`));
+    expect(out).toMatch(new RegExp(`\\(this checkout\\) node --max-semi-space-size=${ROUTER_SEMI_SPACE_MB} against ${sha} \\(HEAD\\) node --max-semi-space-size=16 SWITCHYARD_ROUTER__MAX_IN_FLIGHT=1: non-streaming, less CPU per request in [012] of [012] rounds \\(sign test p = \\d\\.\\d+\\)(, [12] tied)?, median of the rounds' ratios \\d+\\.\\d{3}×\\.`));
     expect(worktrees()).toBe(before);
   }, 240_000);
 
@@ -95,9 +104,9 @@ describe("switchyard bench router --against", () => {
       expect(Number(r[3]), r.join(" | ")).toBeGreaterThan(240);
       expect(Number(r[3]), r.join(" | ")).toBeLessThan(330);
       expect(r[4], r.join(" | ")).toBe("0");
-      expect(Number(r[8]), r.join(" | ")).toBeGreaterThan(0); // streaming CPU ms per stream
-      expect(Number.isFinite(Number(r[9])), r.join(" | ")).toBe(true); // ΔTTFT p99
-      expect(r[11], r.join(" | ")).toBe("0"); // stream errors
+      expect(Number(r[10]), r.join(" | ")).toBeGreaterThan(0); // streaming CPU ms per stream
+      expect(Number.isFinite(Number(r[11])), r.join(" | ")).toBe(true); // ΔTTFT p99
+      expect(r[13], r.join(" | ")).toBe("0"); // stream errors
     }
     for (const [args, msg] of [
       [["--levels", "7"], /--against: --levels takes one of the stream levels 1, 100 or 1000, got '7'/],
@@ -132,7 +141,7 @@ describe("switchyard bench router --against", () => {
     expect(profiled.err).toMatch(/--profile: warms its load for a fixed time/);
   }, 60_000);
 
-  it("refuses --rate-limits and --against-node-flags without --against, and node flags that are not flags", async () => {
+  it("refuses --rate-limits, --against-node-flags and --against-env without --against, node flags that are not flags and settings that are not Switchyard's", async () => {
     const { code, err } = await runCli(["bench", "router", "--quick", "--rate-limits"]);
     expect(code).not.toBe(0);
     expect(err).toMatch(/--rate-limits goes with --against/);
@@ -142,6 +151,12 @@ describe("switchyard bench router --against", () => {
     const notFlags = await runCli(["bench", "router", "--against", "HEAD", "--against-node-flags=--max-semi-space-size 16"]);
     expect(notFlags.code).not.toBe(0);
     expect(notFlags.err).toMatch(/--against-node-flags: node flags only \(each starting with -\), got '--max-semi-space-size 16'/);
+    const envAlone = await runCli(["bench", "router", "--quick", "--against-env=SWITCHYARD_ROUTER__MAX_IN_FLIGHT=1"]);
+    expect(envAlone.code).not.toBe(0);
+    expect(envAlone.err).toMatch(/--against-env goes with --against/);
+    const notEnv = await runCli(["bench", "router", "--against", "HEAD", "--against-env=PATH=/tmp"]);
+    expect(notEnv.code).not.toBe(0);
+    expect(notEnv.err).toMatch(/--against-env: SWITCHYARD_…=VALUE pairs, separated by spaces, got 'PATH=\/tmp'/);
   }, 60_000);
 
   it("refuses a name that is no commit, before starting anything", async () => {

@@ -59,6 +59,7 @@ export async function main(argv: string[]): Promise<number> {
         "rate-limits": { type: "boolean" },
         rate: { type: "string" },
         "against-node-flags": { type: "string" },
+        "against-env": { type: "string" },
         "body-kb": { type: "string" },
         reference: { type: "string" },
         // budgets, prices

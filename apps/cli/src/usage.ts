@@ -78,9 +78,9 @@ Usage:
                                         it, then the async resources (promises, ticks, timers) it creates,
                                         the bytes it allocates per request, by module, and what a request in
                                         flight keeps alive (heap snapshots), by kind
-  switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--levels 1|100|1000 | --only non-streaming] [--rate-limits] [--against-node-flags=FLAGS] [--body-kb N] [--rate N]
+  switchyard bench router --against REV [--quick] [--rounds N] [--warm N] [--levels 1|100|1000 | --only non-streaming] [--rate-limits] [--against-node-flags=FLAGS] [--against-env='NAME=VALUE …'] [--body-kb N] [--rate N]
                                         this checkout's router and REV's (a temporary git worktree) taking turns:
-                                        CPU per request, req/s, ΔTTFT p99 and the wait for a core beside the bare proxy (a change's before/after),
+                                        CPU per request, req/s, errors, the answered requests' p50/p99, ΔTTFT p99 and the wait for a core beside the bare proxy (a change's before/after),
                                         what Postgres and Redis spent per request, and the whole box's CPU per request process by
                                         process (the sim worker, the load generator) with its idle share; every target a fresh process per round, warmed first;
                                         N rounds (default 4, after --warm unmeasured ones, default 0), in how many of them this checkout used less CPU
@@ -90,6 +90,8 @@ Usage:
                                         (--rate-limits: the tenant rate-limited, never refused: the limiter's cost on the path)
                                         (--against-node-flags: node flags for REV's router instead of the router's own,
                                         e.g. '--max-semi-space-size=16' (V8's default) against HEAD: a node setting's before/after)
+                                        (--against-env: SWITCHYARD_… settings for REV's router only, e.g.
+                                        'SWITCHYARD_ROUTER__MAX_IN_FLIGHT=256' against HEAD: a router setting's before/after)
                                         (--body-kb N: each request, whole or streamed, a conversation of about N KB instead of one
                                         short message: the body's parse, checks and way upstream at a real size)
                                         (--rate N: whole answers at N a second, an open loop, instead of the 64-client closed loop:

@@ -1,7 +1,7 @@
 // `switchyard bench <suite>`: benchmarks that print a table.
 import { UsageError } from "../usage.ts";
 
-export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string; cut?: string; against?: string; rounds?: string; warm?: string; "rate-limits"?: boolean; rate?: string; "against-node-flags"?: string; "body-kb"?: string }): Promise<number> {
+export async function benchCommand(args: string[], flags: { quick?: boolean; model?: string[]; levels?: string; only?: string; cluster?: string; profile?: string; processes?: string; threads?: string; reference?: string; cut?: string; against?: string; rounds?: string; warm?: string; "rate-limits"?: boolean; rate?: string; "against-node-flags"?: string; "against-env"?: string; "body-kb"?: string }): Promise<number> {
   const [suite] = args;
   // The one bench entry point; it loads only the suite asked for.
   const { benches, STREAM_LEVELS } = await import("../../../../bench/index.ts");
@@ -35,11 +35,22 @@ export async function benchCommand(args: string[], flags: { quick?: boolean; mod
       if (rate !== undefined && !(Number.isInteger(rate) && rate >= 1 && rate <= 100_000)) throw new UsageError(`bench router --against: --rate takes whole answers a second from 1 to 100000, got '${flags.rate}'`);
       const againstNodeFlags = flags["against-node-flags"]?.trim().split(/\s+/).filter(Boolean);
       if (againstNodeFlags?.some((f) => !f.startsWith("-"))) throw new UsageError(`bench router --against-node-flags: node flags only (each starting with -), got '${flags["against-node-flags"]}'`);
-      return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}), ...(rounds ? { rounds } : {}), ...(warm !== undefined ? { warm } : {}), ...(flags["rate-limits"] ? { rateLimits: true } : {}), ...(againstNodeFlags ? { againstNodeFlags } : {}), ...(levels ? { streams: levels[0]! } : {}), ...(bodyKb ? { bodyKb } : {}), ...(rate ? { rate } : {}) });
+      // --against-env 'NAME=VALUE …': REV's router only (a setting's before/after against HEAD).
+      let againstEnv: Record<string, string> | undefined;
+      if (flags["against-env"] !== undefined) {
+        againstEnv = {};
+        for (const pair of flags["against-env"].trim().split(/\s+/).filter(Boolean)) {
+          const m = /^(SWITCHYARD_[A-Z0-9_]+)=(.*)$/.exec(pair);
+          if (!m) throw new UsageError(`bench router --against-env: SWITCHYARD_…=VALUE pairs, separated by spaces, got '${pair}'`);
+          againstEnv[m[1]!] = m[2]!;
+        }
+      }
+      return benches.routerAgainst({ against: flags.against.trim(), quick: flags.quick === true, ...(flags.only ? { only: "non-streaming" as const } : {}), ...(rounds ? { rounds } : {}), ...(warm !== undefined ? { warm } : {}), ...(flags["rate-limits"] ? { rateLimits: true } : {}), ...(againstNodeFlags ? { againstNodeFlags } : {}), ...(againstEnv ? { againstEnv } : {}), ...(levels ? { streams: levels[0]! } : {}), ...(bodyKb ? { bodyKb } : {}), ...(rate ? { rate } : {}) });
     }
     if (flags.rate !== undefined) throw new UsageError("bench router: --rate goes with --against");
     if (flags["rate-limits"]) throw new UsageError("bench router: --rate-limits goes with --against");
     if (flags["against-node-flags"] !== undefined) throw new UsageError("bench router: --against-node-flags goes with --against");
+    if (flags["against-env"] !== undefined) throw new UsageError("bench router: --against-env goes with --against");
     // --only non-streaming: with --profile, the profile of the non-streaming closed loop instead of the 100 streams.
     if (flags.only !== undefined && flags.only !== "money" && !(flags.only === "non-streaming" && flags.profile)) throw new UsageError(`bench router: --only takes 'money' (or 'non-streaming' with --profile), got '${flags.only}'`);
     // --cluster h:p,h:p (or BENCH_REDIS_CLUSTER): also the money and lease figures on that Redis Cluster, next to the single node.
