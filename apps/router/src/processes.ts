@@ -51,9 +51,17 @@ export function routerExecArgv(execArgv: readonly string[] = process.execArgv, n
 /** Where a router process's primary serves the admin port (set in the processes it forks). */
 const ADMIN_URL_ENV = "SWITCHYARD_ROUTER_PRIMARY_ADMIN_URL";
 
+/** Which of the primary's router processes this is (0, 1, …; set in the processes it forks). */
+const INDEX_ENV = "SWITCHYARD_ROUTER_PROCESS_INDEX";
+
 /** True in a process forked by `superviseRouters`. */
 export function isRouterProcess(): boolean {
   return cluster.isWorker;
+}
+
+/** A router alone, or the first of `--processes N`: the one that says what every process would (start-up warnings). */
+export function isFirstRouterProcess(): boolean {
+  return !cluster.isWorker || process.env[INDEX_ENV] === "0";
 }
 
 /** In a router process: the admin URL its primary serves. */
@@ -186,7 +194,7 @@ export async function superviseRouters(config: Config, opts: SuperviseOptions): 
   let lastRestart = 0;
 
   const fork = (index: number, adminUrl: string) => {
-    const worker = cluster.fork({ SWITCHYARD_ROUTER_PROCESS_INDEX: String(index), [ADMIN_URL_ENV]: adminUrl });
+    const worker = cluster.fork({ [INDEX_ENV]: String(index), [ADMIN_URL_ENV]: adminUrl });
     const entry = { worker, pid: worker.process.pid ?? 0, started: false, index };
     live.set(worker.id, entry);
     // A send to a process already gone is answered by its callback above; any

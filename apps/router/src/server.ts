@@ -34,7 +34,7 @@ import {
 import { connectProviders } from "./backends/registry.ts";
 import { PostgresBudgets } from "./billing/budgets.ts";
 import { BudgetGuard } from "./billing/guard.ts";
-import { reconcileAllBudgets } from "./billing/reconcile.ts";
+import { rebuildBudgetsAfterLoss } from "./billing/reconcile.ts";
 import { BatchingLedgerWriter, type LedgerSink } from "./billing/ledger.ts";
 import { RedisLedgerBuffer } from "./billing/ledger-stream.ts";
 import { OrphanFinisher, type CrashCostLookup } from "./billing/orphans.ts";
@@ -63,7 +63,7 @@ import { PostgresRateLimits } from "./ratelimit/limits.ts";
 import { RateLimiter } from "./ratelimit/limiter.ts";
 import { startTracing } from "./observability/tracing.ts";
 import { ConfigError } from "./config.ts";
-import { isRouterProcess } from "./processes.ts";
+import { isFirstRouterProcess } from "./processes.ts";
 import { onResponseClose } from "./response-close.ts";
 
 /**
@@ -335,7 +335,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     });
   }
   // With --processes N every process would say the same: the first says it.
-  const firstProcess = !isRouterProcess() || process.env.SWITCHYARD_ROUTER_PROCESS_INDEX === "0";
+  const firstProcess = isFirstRouterProcess();
   // One INFO per master, beside the rest of the start; waited for before the router listens.
   const evictionChecked = redis && firstProcess ? warnIfEvicting(redis, log) : undefined;
   const registry =
@@ -419,19 +419,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   // router that sees it: the rebuild is a versioned set, so they agree.
   if (budgetStore instanceof RedisBudgetStore) {
     const store = budgetStore;
-    directory.onLoss(() => {
-      const t0 = Date.now();
-      reconcileAllBudgets(dbHandle.db, store).then(
-        (r) => {
-          const fields = { reconciled: r.reconciled, failed: r.failed.length, ms: Date.now() - t0 };
-          if (r.failed.length === 0) log.info("budgets rebuilt from the ledger after Redis lost its data", fields);
-          else log.warn("budgets rebuilt from the ledger after Redis lost its data, some failed: run switchyard budgets reconcile", { ...fields, errors: r.failed.slice(0, 5) });
-          metrics.budgetRebuilds.inc({ outcome: "rebuilt" }, r.reconciled);
-          if (r.failed.length > 0) metrics.budgetRebuilds.inc({ outcome: "failed" }, r.failed.length);
-        },
-        (err: unknown) => log.warn("budgets could not be rebuilt after Redis lost its data: run switchyard budgets reconcile", { error: (err as Error).message }),
-      );
-    });
+    directory.onLoss(() => void rebuildBudgetsAfterLoss(dbHandle.db, store, { log, metrics }));
   }
   if (config.billing.holdTtlMs <= config.deadlines.totalMs) {
     log.warn("billing.holdTtlMs should be above deadlines.totalMs: a live request's hold (and intent) may expire before it ends", { holdTtlMs: config.billing.holdTtlMs, totalMs: config.deadlines.totalMs });

@@ -170,9 +170,10 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
     // The routers are this listener's clients. They keep an idle connection
     // 30 s at most, or less when the Keep-Alive hint says so: Node's 5 s
     // made them reconnect after every lull of 3 s. Kept longer here than
-    // there, the side that closes an idle connection is the client's. A fleet of routers opening connections together (a burst of
-    // streams, the worker back from a restart) waits in a 4096-deep accept
-    // queue instead of having SYNs dropped past Node's 511.
+    // there, the side that closes an idle connection is the client's. A
+    // fleet of routers opening connections together (a burst of streams,
+    // the worker back from a restart) waits in a 4096-deep accept queue
+    // instead of having SYNs dropped past Node's 511.
     s.keepAliveTimeout = WORKER_KEEP_ALIVE_MS;
     s.once("error", reject);
     s.listen({ port: opts.port, host, backlog: WORKER_LISTEN_BACKLOG }, () => resolve({ server: s, port: (s.address() as AddressInfo).port }));

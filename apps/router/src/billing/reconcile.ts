@@ -3,6 +3,8 @@
 // failed, a lost key, a hand edit).
 import { listBudgets, tenantDaySpend, type Db } from "@switchyard/db";
 import { budgetDay, type BudgetHold, type BudgetStore } from "@switchyard/state";
+import type { Logger } from "../observability/log.ts";
+import type { RouterMetrics } from "../observability/metrics.ts";
 
 export interface ReconcileOptions {
   /** Reads-and-rebuilds tried before giving up on a busy day (default 5). */
@@ -142,4 +144,23 @@ export async function reconcileAllBudgets(db: Db, store: BudgetStore, now = Date
     todo = out.failed.map(({ tenantId, day }) => ({ tenantId, day }));
   }
   return out;
+}
+
+/**
+ * reconcileAllBudgets when the registry's epoch changed (the router's own
+ * hook), logged and counted; never throws: what it could not rebuild it
+ * says to rebuild by hand.
+ */
+export async function rebuildBudgetsAfterLoss(db: Db, store: BudgetStore, out: { log: Logger; metrics: RouterMetrics }): Promise<void> {
+  const t0 = Date.now();
+  try {
+    const r = await reconcileAllBudgets(db, store);
+    const fields = { reconciled: r.reconciled, failed: r.failed.length, ms: Date.now() - t0 };
+    if (r.failed.length === 0) out.log.info("budgets rebuilt from the ledger after Redis lost its data", fields);
+    else out.log.warn("budgets rebuilt from the ledger after Redis lost its data, some failed: run switchyard budgets reconcile", { ...fields, errors: r.failed.slice(0, 5) });
+    out.metrics.budgetRebuilds.inc({ outcome: "rebuilt" }, r.reconciled);
+    if (r.failed.length > 0) out.metrics.budgetRebuilds.inc({ outcome: "failed" }, r.failed.length);
+  } catch (err) {
+    out.log.warn("budgets could not be rebuilt after Redis lost its data: run switchyard budgets reconcile", { error: (err as Error).message });
+  }
 }

@@ -103,14 +103,18 @@ export class WorkerDirectory {
       throw err;
     }
     const listed = await this.vet(listing);
-    // Workers the registry holds a record of, routable or refused: none of them is kept from before.
-    const present = this.kept.size > 0 || this.unreached || listing.epoch !== this.epoch ? new Set([...listing.workers.map((w) => w.id), ...listing.rejected.map((r) => r.workerId)]) : undefined;
-    if (this.epoch !== undefined && listing.epoch !== this.epoch) this.lost(present!, listed.length);
-    else if (this.unreached) this.reached(present!, listed.length);
+    // Workers the registry holds a record of, routable or refused (none of them is kept from before): built only when something is kept or may be.
+    let ids: Set<string> | undefined;
+    const present = () => (ids ??= new Set([...listing.workers.map((w) => w.id), ...listing.rejected.map((r) => r.workerId)]));
+    if (this.epoch !== undefined && listing.epoch !== this.epoch) this.lost(present(), listed.length);
+    else if (this.unreached) this.reached(present(), listed.length);
     this.unreached = false;
     this.epoch = listing.epoch;
-    this.snapshot = this.kept.size > 0 ? this.withKept(listed, present!) : listed;
-    this.policy.urls?.retainHosts(new Set([...listing.workers, ...this.snapshot].map((w) => hostOf(w.url) ?? "")));
+    this.snapshot = this.kept.size > 0 ? this.withKept(listed, present()) : listed;
+    // A kept worker's host stays approved for its connections.
+    const hosts = new Set(listing.workers.map((w) => hostOf(w.url) ?? ""));
+    for (const { record } of this.kept.values()) hosts.add(hostOf(record.url) ?? "");
+    this.policy.urls?.retainHosts(hosts);
     const byModel = new Map<string, WorkerRecord[]>();
     // Appended in place: copying each model's list per worker made a refresh quadratic in the workers.
     const add = (m: string, w: WorkerRecord) => {
