@@ -294,6 +294,7 @@ describe("switchyard budgets reconcile", () => {
     expect(show.stdout).toMatch(/live spent\s+\$0\.0685 \(6850000 micro-cents, 0\.68% of the limit\)\n/);
     expect(show.stdout).toMatch(/live held\s+\$0\.01 \(1000000 micro-cents, 0\.10% of the limit\)/);
     expect(show.stdout).toMatch(/live holds\s+1\n/);
+    expect(show.stdout).toMatch(/live checked\s+yes: rebuilt from the ledger/); // reconcile marked the day
     expect(show.stdout).toMatch(/available\s+\$9\.9215\n/);
     expect(show.stdout).toMatch(/alerts fired\s+50% at \d{4}-/);
 

@@ -226,7 +226,38 @@ export function budgetContract(name: string, make: () => Promise<BudgetHarness>,
         expect(await store.snapshot(tenantId, DAY)).toMatchObject({ spentMicro: 4_150n, heldMicro: 0n });
         // Rebuilding a day Redis has lost entirely.
         expect(await store.rebuild({ tenantId, day: "2026-11-01", spentMicro: 42n, holds: [], ifVersion: 0 })).toEqual({ ok: true, version: 1 });
-        expect(await store.snapshot(tenantId, "2026-11-01")).toEqual({ spentMicro: 42n, heldMicro: 0n, version: 1 });
+        expect(await store.snapshot(tenantId, "2026-11-01")).toEqual({ spentMicro: 42n, heldMicro: 0n, version: 1, checked: true });
+      }),
+    );
+
+    it(
+      "a day is unchecked until a rebuild: requireChecked holds nothing there, and reserves, settles and releases never check it",
+      withStore(async ({ store }, tenantId) => {
+        const ask = (requireChecked?: boolean) => ({ tenantId, day: DAY, requestId: rid(), amountMicro: 100n, limitMicro: 1000n, ttlMs: HOUR, ...(requireChecked === undefined ? {} : { requireChecked }) });
+        expect(await store.snapshot(tenantId, DAY)).toEqual({ spentMicro: 0n, heldMicro: 0n, version: 0, checked: false });
+        // A new day and a day whose counters were lost look alike: nothing is held, nothing changes.
+        expect(await store.reserve(ask(true))).toEqual({ ok: false, reason: "day_unchecked", spentMicro: 0n, heldMicro: 0n });
+        expect(await store.snapshot(tenantId, DAY)).toEqual({ spentMicro: 0n, heldMicro: 0n, version: 0, checked: false });
+        expect(await store.holds(tenantId, DAY)).toEqual([]);
+        // Without the flag (and by default) the counters are trusted as they are.
+        const held = ask();
+        expect(await store.reserve(held)).toEqual({ ok: true, spentMicro: 0n, heldMicro: 100n });
+        expect(await store.reserve(ask(false))).toEqual({ ok: true, spentMicro: 0n, heldMicro: 200n });
+        await store.settle({ tenantId, day: DAY, requestId: held.requestId, actualMicro: 70n });
+        await store.release({ tenantId, day: DAY, requestId: rid() });
+        const before = await store.snapshot(tenantId, DAY);
+        expect(before).toMatchObject({ spentMicro: 70n, heldMicro: 100n, checked: false });
+        expect(await store.reserve(ask(true))).toEqual({ ok: false, reason: "day_unchecked", spentMicro: 70n, heldMicro: 100n });
+        expect((await store.snapshot(tenantId, DAY)).version).toBe(before.version);
+        // Rebuilt from the ledger: checked, and requireChecked holds as any reserve does, limit included.
+        expect((await store.rebuild({ tenantId, day: DAY, spentMicro: 500n, holds: await store.holds(tenantId, DAY), ifVersion: before.version })).ok).toBe(true);
+        expect(await store.snapshot(tenantId, DAY)).toMatchObject({ spentMicro: 500n, heldMicro: 100n, checked: true });
+        expect(await store.reserve(ask(true))).toEqual({ ok: true, spentMicro: 500n, heldMicro: 200n });
+        expect(await store.reserve({ ...ask(true), amountMicro: 301n })).toMatchObject({ ok: false, reason: "budget_exhausted", availableMicro: 300n });
+        // Later writes keep the mark; another day of the same tenant has its own.
+        await store.settle({ tenantId, day: DAY, requestId: rid(), actualMicro: 1n });
+        expect((await store.snapshot(tenantId, DAY)).checked).toBe(true);
+        expect((await store.reserve({ ...ask(true), day: "2026-12-01" })).ok).toBe(false);
       }),
     );
   });

@@ -34,7 +34,7 @@ import {
 import { connectProviders } from "./backends/registry.ts";
 import { PostgresBudgets } from "./billing/budgets.ts";
 import { BudgetGuard } from "./billing/guard.ts";
-import { rebuildBudgetsAfterLoss } from "./billing/reconcile.ts";
+import { checkBudgetDay, rebuildBudgetsAfterLoss } from "./billing/reconcile.ts";
 import { BatchingLedgerWriter, type LedgerSink } from "./billing/ledger.ts";
 import { RedisLedgerBuffer } from "./billing/ledger-stream.ts";
 import { OrphanFinisher, type CrashCostLookup } from "./billing/orphans.ts";
@@ -402,8 +402,9 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     ledger = new BatchingLedgerWriter(writeRows, { log, maxBatch: config.billing.ledgerBatch });
     budgetStore ??= new MemoryBudgetStore();
   }
+  const store = budgetStore;
   const guard = new BudgetGuard({
-    store: budgetStore,
+    store,
     budgets: new PostgresBudgets(db.db, config.billing.refreshMs),
     prices,
     ledger,
@@ -412,13 +413,15 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     log,
     metrics,
     ...(intents ? { intents } : {}),
+    // A day the store holds no check of is rebuilt from the ledger before
+    // anything is held on it: lost counters never read as an unspent day.
+    checkDay: (tenantId, day) => checkBudgetDay(dbHandle.db, store, tenantId, day),
   });
   // Redis back empty: every tenant's counters for today are gone, and a day
   // that reads as unspent would admit its whole budget again. Rebuilt from
   // the ledger at once (what `switchyard budgets reconcile` does), by every
   // router that sees it: the rebuild is a versioned set, so they agree.
-  if (budgetStore instanceof RedisBudgetStore) {
-    const store = budgetStore;
+  if (store instanceof RedisBudgetStore) {
     directory.onLoss(() => void rebuildBudgetsAfterLoss(dbHandle.db, store, { log, metrics }));
   }
   if (config.billing.holdTtlMs <= config.deadlines.totalMs) {

@@ -1,6 +1,7 @@
 -- Shared by every budget_*.lua script (the loader prepends it). One tenant's
 -- day lives in four keys sharing the tenant's hash tag (one Cluster slot):
---   KEYS[1] state   hash: spent, held (micro-cents), version
+--   KEYS[1] state   hash: spent, held (micro-cents), version, checked (set
+--                   by a rebuild from the ledger; gone with the counters)
 --   KEYS[2] holds   hash: request id -> held micro-cents
 --   KEYS[3] expiry  zset: request id scored by expiry (Redis ms)
 --   KEYS[4] settled set:  request ids already turned into spend

@@ -1,4 +1,4 @@
--- Current counters after dropping expired holds: {spent, held, version}.
+-- Current counters after dropping expired holds: {spent, held, version, checked}.
 prune(now_ms())
 local spent, held, version = counters()
-return {spent, held, version}
+return {spent, held, version, redis.call('HEXISTS', K_STATE, 'checked')}

@@ -216,6 +216,7 @@ async function show(db: Db, name: string, dayFlag: string | undefined, target: R
         ["live spent", moneyText(snap.spentMicro, limitMicro) + (snap.spentMicro !== ledger.spentMicro ? "  (differs from the ledger)" : "")],
         ["live held", moneyText(snap.heldMicro, limitMicro)],
         ["live holds", String(holds.length)],
+        ["live checked", snap.checked ? "yes: rebuilt from the ledger since Redis last lost them" : "no: the next paid request rebuilds them from the ledger before holding"],
       );
       if (limitMicro !== undefined) {
         const left = limitMicro - snap.spentMicro - snap.heldMicro;

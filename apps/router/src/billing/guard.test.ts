@@ -11,6 +11,7 @@ import { StaticBudgets } from "./budgets.ts";
 import { BudgetGuard, bodyFacts } from "./guard.ts";
 import type { LedgerSink } from "./ledger.ts";
 import { StaticPriceBook } from "./prices.ts";
+import type { ReconcileResult } from "./reconcile.ts";
 import { loadConfig } from "../config.ts";
 
 const worker = { id: "worker:w1", kind: "worker", model: "m", paid: false, workerId: "w1" } as unknown as Backend;
@@ -52,5 +53,85 @@ describe("BudgetGuard settles", () => {
     tabOf(guard, 9).settle({ backend: worker, status: "ok" });
     await guard.drain();
     expect(lines.some((l) => l.includes("settle failed") && l.includes("sink down"))).toBe(true);
+  });
+});
+
+describe("BudgetGuard holds on a day never checked against the ledger", () => {
+  const paid = { id: "openrouter:m", kind: "openrouter", model: "m", paid: true } as unknown as Backend;
+  const DAY = new Date().toISOString().slice(0, 10);
+
+  function paidGuard(checkDay: (tenantId: number, day: string) => Promise<ReconcileResult | undefined>, lines: string[] = []) {
+    const store = new MemoryBudgetStore();
+    const budgets = new StaticBudgets();
+    budgets.budgets.set(1, { limitMicro: 10n ** 9n, timeZone: "UTC", thresholds: [] });
+    const metrics = new RouterMetrics();
+    const guard = new BudgetGuard({
+      store,
+      budgets,
+      prices: new StaticPriceBook([{ backend: "openrouter", model: "m", inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 1_000_000n }]),
+      ledger: { record: async () => {}, flush: async () => {}, close: async () => {} },
+      alerts: async () => true,
+      billing: loadConfig({ env: {} }).billing,
+      log: createLogger("warn", {}, (l) => lines.push(l)),
+      metrics,
+      checkDay,
+    });
+    return { store, guard, metrics };
+  }
+
+  const rebuilt = (before: bigint, after: bigint): ReconcileResult => ({ spentMicro: after, heldMicro: 0n, holds: 0, version: 1, attempts: 1, before: { spentMicro: before, heldMicro: 0n } });
+
+  it("checks the day once for every request that found it unchecked, then holds", async () => {
+    let calls = 0;
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const lines: string[] = [];
+    const { store, guard, metrics } = paidGuard(async (tenantId, day) => {
+      calls++;
+      await gate;
+      // What checkBudgetDay does: the ledger says 300 were spent before the counters went.
+      await store.rebuild({ tenantId, day, spentMicro: 300n, holds: [] });
+      return rebuilt(0n, 300n);
+    }, lines);
+    const verdicts = Promise.all([0, 1, 2, 3, 4].map((i) => tabOf(guard, i).admit(paid)));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(await store.holds(1, DAY)).toEqual([]); // nothing held while the day is unchecked
+    release();
+    expect((await verdicts).every((v) => v.ok)).toBe(true);
+    expect(calls).toBe(1);
+    expect(await store.snapshot(1, DAY)).toMatchObject({ spentMicro: 300n, checked: true });
+    expect((await store.holds(1, DAY)).length).toBe(5);
+    expect(metrics.budgetDayChecks.get({ outcome: "rebuilt" })).toBe(1);
+    expect(lines.filter((l) => l.includes("disagreed with the ledger"))).toHaveLength(1);
+    // Checked now: later holds go straight through.
+    expect((await tabOf(guard, 5).admit(paid)).ok).toBe(true);
+    expect(calls).toBe(1);
+  });
+
+  it("a ledger that cannot be read skips the paid backend (nothing held), and is asked again only after a pause", async () => {
+    let calls = 0;
+    const { store, guard, metrics } = paidGuard(async () => {
+      calls++;
+      throw new Error("connect ECONNREFUSED 127.0.0.1:5432");
+    });
+    expect(await tabOf(guard, 10).admit(paid)).toEqual({ ok: false, reason: "budget_unavailable" });
+    expect(await tabOf(guard, 11).admit(paid)).toEqual({ ok: false, reason: "budget_unavailable" });
+    expect(calls).toBe(1); // the second request did not wait on Postgres again
+    expect(await store.holds(1, DAY)).toEqual([]);
+    expect(metrics.budgetDayChecks.get({ outcome: "failed" })).toBe(1);
+    expect(metrics.budgetHolds.get({ outcome: "unchecked" })).toBe(2);
+    await new Promise((r) => setTimeout(r, 1_050));
+    expect(await tabOf(guard, 12).admit(paid)).toEqual({ ok: false, reason: "budget_unavailable" });
+    expect(calls).toBe(2);
+  });
+
+  it("a day another router checked first is held at once (no rebuild here)", async () => {
+    let calls = 0;
+    const { store, guard, metrics } = paidGuard(async () => (calls++, undefined));
+    await store.rebuild({ tenantId: 1, day: DAY, spentMicro: 0n, holds: [] });
+    expect((await tabOf(guard, 20).admit(paid)).ok).toBe(true);
+    expect(calls).toBe(0);
+    expect(metrics.budgetDayChecks.get({ outcome: "already" })).toBe(0);
+    expect((await store.holds(1, DAY)).length).toBe(1);
   });
 });

@@ -15,7 +15,7 @@
 // if this router dies mid-request, another finishes the request from the
 // intent (orphans.ts) — and if this one was only paused and comes back, it
 // finds the request finished and does nothing.
-import { budgetDay, type BudgetStore } from "@switchyard/state";
+import { budgetDay, type BudgetStore, type ReserveResult } from "@switchyard/state";
 import { usageCostMicro, worstCaseMicro, type CostSource, type KeyOwner, type NewLedgerRow, type TokenPrice } from "@switchyard/db";
 import type { Backend, InferencePath } from "../backends/types.ts";
 import type { Usage } from "../backends/usage.ts";
@@ -28,6 +28,7 @@ import type { LedgerSink } from "./ledger.ts";
 import { encodeLedgerRow } from "./ledger-stream.ts";
 import { encodeProgressUsage, type AttemptProgress, type IntentJournal, type IntentProgress, type PaidIntent } from "./orphans.ts";
 import type { PriceBook } from "./prices.ts";
+import type { ReconcileResult } from "./reconcile.ts";
 
 /** The tab's answer before an attempt on one backend: run it (a paid one held against the budget), or skip it and why. */
 export type BudgetVerdict =
@@ -65,6 +66,13 @@ export interface GuardDeps {
   metrics: RouterMetrics;
   /** The intents journal (with Redis): a paid attempt's intent, so that another router can finish it if this one dies. */
   intents?: IntentJournal;
+  /**
+   * Rebuilds a tenant's day from the ledger unless it is checked already
+   * (checkBudgetDay). With it, every hold asks the store for a checked day
+   * (ReserveInput.requireChecked): counters the store lost are never read
+   * as a day with nothing spent.
+   */
+  checkDay?: (tenantId: number, day: string) => Promise<ReconcileResult | undefined>;
 }
 
 export interface TabInput {
@@ -106,6 +114,9 @@ export function bodyFacts(path: InferencePath, body: Record<string, unknown>, pr
 /** Typical bytes per token, for estimates when a provider reports no usage (the upper bound uses 1). */
 const ESTIMATE_BYTES_PER_TOKEN = 3;
 
+/** After a day's check failed (Postgres away), its paid attempts are skipped this long before the ledger is asked again. */
+const CHECK_RETRY_MS = 1_000;
+
 export class BudgetGuard {
   /** Settles started and not yet ended (a counter, not a promise set: one per request). */
   private inflight = 0;
@@ -116,8 +127,49 @@ export class BudgetGuard {
   /** tenant:day:threshold already alerted by (or known to) this router. */
   private readonly alerted = new Set<string>();
   private readonly unpricedLogged = new Set<string>();
+  /** tenant|day checks in flight (one ledger read per day, however many requests found it unchecked) … */
+  private readonly checking = new Map<string, Promise<boolean>>();
+  /** … and when each failed last (performance.now()), so a Postgres outage is not asked per request. */
+  private readonly checkFailedAt = new Map<string, number>();
 
   constructor(readonly deps: GuardDeps) {}
+
+  /**
+   * The day was found `day_unchecked`: rebuilds it from the ledger (once for
+   * every request of this router that waits on it). True when the day is
+   * checked now, by this router or another; false when the ledger could not
+   * be read, and for CHECK_RETRY_MS after.
+   */
+  checkDay(tenantId: number, day: string): Promise<boolean> {
+    const check = this.deps.checkDay;
+    if (!check) return Promise.resolve(false);
+    const k = `${tenantId}|${day}`;
+    const failedAt = this.checkFailedAt.get(k);
+    if (failedAt !== undefined && performance.now() - failedAt < CHECK_RETRY_MS) return Promise.resolve(false);
+    let p = this.checking.get(k);
+    if (p) return p;
+    p = check(tenantId, day).then(
+      (r) => {
+        this.checkFailedAt.delete(k);
+        this.deps.metrics.budgetDayChecks.inc({ outcome: r ? "rebuilt" : "already" });
+        // A new day rebuilds from nothing to nothing; counters that
+        // disagree with the ledger were lost (or never written).
+        if (r && r.spentMicro !== r.before.spentMicro) {
+          this.deps.log.warn("budget counters disagreed with the ledger: rebuilt from it before holding", { tenantId, day, spentMicro: r.spentMicro.toString(), countedMicro: r.before.spentMicro.toString() });
+        }
+        return true;
+      },
+      (err: unknown) => {
+        this.checkFailedAt.set(k, performance.now());
+        this.deps.metrics.budgetDayChecks.inc({ outcome: "failed" });
+        this.deps.log.warn("budget day not checked against the ledger: its paid backends are skipped until it is", { tenantId, day, error: (err as Error).message });
+        return false;
+      },
+    );
+    this.checking.set(k, p);
+    void p.finally(() => this.checking.delete(k));
+    return p;
+  }
 
   open(input: TabInput): RequestTab {
     return new RequestTab(this, input);
@@ -294,19 +346,20 @@ export class RequestTab {
       await intent?.id;
       return { ok: true, ...(patch ? { patch } : {}), ...(progress ? { progress } : {}) };
     }
-    let r: Awaited<ReturnType<BudgetStore["reserve"]>>;
+    let r: ReserveResult;
     try {
-      r = await deps.store.reserve({
-        tenantId: this.input.tenant.tenantId,
-        day: this.day,
-        requestId: this.input.requestId,
-        amountMicro: worst,
-        limitMicro: budget.limitMicro,
-        ttlMs: deps.billing.holdTtlMs,
-      });
+      r = await this.reserve(worst, budget.limitMicro);
+      // A day the store holds no check of: a new day, or counters it lost.
+      // The ledger tells which; until it has, nothing is held.
+      if (!r.ok && r.reason === "day_unchecked" && (await this.guard.checkDay(this.input.tenant.tenantId, this.day))) r = await this.reserve(worst, budget.limitMicro);
     } catch (err) {
       this.retireIntent();
       throw err;
+    }
+    if (!r.ok && r.reason === "day_unchecked") {
+      this.retireIntent();
+      deps.metrics.budgetHolds.inc({ outcome: "unchecked" });
+      return { ok: false, reason: "budget_unavailable" };
     }
     if (!r.ok) {
       this.retireIntent();
@@ -322,6 +375,19 @@ export class RequestTab {
     this.holder = backend;
     await intent?.id;
     return { ok: true, ...(patch ? { patch } : {}), ...(progress ? { progress } : {}) };
+  }
+
+  private reserve(amountMicro: bigint, limitMicro: bigint): Promise<ReserveResult> {
+    const { deps } = this.guard;
+    return deps.store.reserve({
+      tenantId: this.input.tenant.tenantId,
+      day: this.day,
+      requestId: this.input.requestId,
+      amountMicro,
+      limitMicro,
+      ttlMs: deps.billing.holdTtlMs,
+      requireChecked: deps.checkDay !== undefined,
+    });
   }
 
   /** Starts writing the attempt's intent (with Redis); its id resolves undefined if Redis refused it. */

@@ -172,7 +172,7 @@ export class RouterMetrics {
   readonly tokens = new Counter("switchyard_tokens_total", "Tokens reported by backends, by kind (prompt|completion).");
   readonly errors = new Counter("switchyard_errors_total", "Errors answered, by error code.");
   readonly upstreamAttempts = new Counter("switchyard_upstream_attempts_total", "Backend attempts, by backend and outcome.");
-  readonly budgetHolds = new Counter("switchyard_budget_holds_total", "Budget holds asked for paid backends, by outcome (held|refused|unpriced|unlimited).");
+  readonly budgetHolds = new Counter("switchyard_budget_holds_total", "Budget holds asked for paid backends, by outcome (held|refused|unpriced|unlimited|unchecked: the day could not be checked against the ledger).");
   readonly budgetAlerts = new Counter("switchyard_budget_alerts_total", "Budget thresholds crossed (once per tenant, day and threshold), by threshold.");
   readonly ledgerRows = new Counter("switchyard_ledger_rows_total", "Ledger rows drained into Postgres, by outcome (committed|duplicate|dropped: a row Postgres could not read, logged).");
   readonly ledgerLag = new Histogram("switchyard_ledger_lag_seconds", "Request end (its row appended to the ledger stream) to its ledger row committed in Postgres.", [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]);
@@ -181,6 +181,10 @@ export class RouterMetrics {
   readonly workers = new Gauge("switchyard_workers", "Workers in the registry, by state.", "max");
   readonly registryRefusals = new Counter("switchyard_registry_refusals_total", "Worker records (or advertised models) routers refused, once per worker and reason while it lasts (id_mismatch|too_large|invalid_record|invalid_key|unsafe_url|not_invited|model_not_allowed).");
   readonly registryLosses = new Counter("switchyard_registry_losses_total", "Times the worker registry lost its records (Redis back empty: the registry's epoch changed); routers kept the workers known before until they heartbeat again.");
+  readonly budgetDayChecks = new Counter(
+    "switchyard_budget_day_checks_total",
+    "Tenant-days a hold found never checked against the ledger (a new day, or counters the store lost: Redis back empty, a key evicted or deleted, a restarted in-process store), by outcome (rebuilt: this router rebuilt it from the ledger | already: checked by then | failed: the ledger could not be read, paid backends skipped).",
+  );
   readonly budgetRebuilds = new Counter("switchyard_budget_rebuilds_total", "Tenant-days whose budget counters a router rebuilt from the ledger by itself after Redis lost its data, by outcome (rebuilt|failed).");
   readonly ejections = new Counter("switchyard_worker_ejections_total", "Workers ejected from rotation after consecutive failures, by reason (failing|unreachable).");
   readonly ejectedWorkers = new Gauge("switchyard_workers_ejected", "Workers this router holds out of rotation now.", "max");
@@ -215,7 +219,7 @@ export class RouterMetrics {
 
   /** Every metric, in the order /metrics renders them. */
   all(): Array<Counter | Gauge | Histogram> {
-    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.upstreamHeld, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest, this.cpuWait, this.listenOverflows];
+    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.registryRefusals, this.registryLosses, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.budgetDayChecks, this.budgetRebuilds, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.upstreamHeld, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest, this.cpuWait, this.listenOverflows];
   }
 
   render(): string {

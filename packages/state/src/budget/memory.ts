@@ -24,6 +24,8 @@ interface DayState {
   spent: bigint;
   held: bigint;
   version: number;
+  /** Rebuilt from the ledger (budget_rebuild.lua's `checked`). */
+  checked: boolean;
   holds: Map<string, { amount: bigint; expiresAt: number }>;
   settled: Set<string>;
   touchedAt: number;
@@ -54,6 +56,7 @@ export class MemoryBudgetStore implements BudgetStore {
     checkTtl(input.ttlMs);
     const now = this.clock.now();
     const s = this.day(input, now);
+    if (input.requireChecked && !s.checked) return { ok: false, reason: "day_unchecked", spentMicro: s.spent, heldMicro: s.held };
     const previous = s.holds.get(input.requestId)?.amount ?? 0n;
     const others = s.held - previous;
     if (s.spent + others + input.amountMicro > input.limitMicro) {
@@ -93,7 +96,7 @@ export class MemoryBudgetStore implements BudgetStore {
   async snapshot(tenantId: number, day: string): Promise<BudgetSnapshot> {
     checkDayRef({ tenantId, day });
     const s = this.day({ tenantId, day }, this.clock.now());
-    return { spentMicro: s.spent, heldMicro: s.held, version: s.version };
+    return { spentMicro: s.spent, heldMicro: s.held, version: s.version, checked: s.checked };
   }
 
   async holds(tenantId: number, day: string): Promise<BudgetHold[]> {
@@ -118,6 +121,7 @@ export class MemoryBudgetStore implements BudgetStore {
     s.holds.clear();
     s.held = 0n;
     s.spent = input.spentMicro;
+    s.checked = true;
     for (const h of input.holds) {
       if (h.expiresAtMs <= now || s.settled.has(h.requestId)) continue;
       this.dropHold(s, h.requestId);
@@ -134,7 +138,7 @@ export class MemoryBudgetStore implements BudgetStore {
     const key = `${ref.tenantId}|${ref.day}`;
     let s = this.days.get(key);
     if (!s) {
-      s = { spent: 0n, held: 0n, version: 0, holds: new Map(), settled: new Set(), touchedAt: now };
+      s = { spent: 0n, held: 0n, version: 0, checked: false, holds: new Map(), settled: new Set(), touchedAt: now };
       this.days.set(key, s);
     }
     for (const [id, h] of s.holds) {

@@ -62,10 +62,12 @@ export class RedisBudgetStore implements BudgetStore {
       input.amountMicro.toString(),
       input.limitMicro.toString(),
       String(input.ttlMs),
+      input.requireChecked ? "1" : "0",
     )) as unknown[];
     const spentMicro = big(spent);
     const heldMicro = big(held);
     if (Number(ok) === 1) return { ok: true, spentMicro, heldMicro };
+    if (Number(ok) === -1) return { ok: false, reason: "day_unchecked", spentMicro, heldMicro };
     const available = input.limitMicro - spentMicro - heldMicro + big(previous);
     return { ok: false, reason: "budget_exhausted", availableMicro: available > 0n ? available : 0n, spentMicro, heldMicro };
   }
@@ -92,8 +94,8 @@ export class RedisBudgetStore implements BudgetStore {
 
   async snapshot(tenantId: number, day: string): Promise<BudgetSnapshot> {
     checkDayRef({ tenantId, day });
-    const [spent, held, version] = (await this.redis.syBudget_snapshot(...this.keys({ tenantId, day }), this.keyTtl)) as unknown[];
-    return { spentMicro: big(spent), heldMicro: big(held), version: Number(version) };
+    const [spent, held, version, checked] = (await this.redis.syBudget_snapshot(...this.keys({ tenantId, day }), this.keyTtl)) as unknown[];
+    return { spentMicro: big(spent), heldMicro: big(held), version: Number(version), checked: Number(checked) === 1 };
   }
 
   async holds(tenantId: number, day: string): Promise<BudgetHold[]> {

@@ -21,11 +21,20 @@ export interface ReserveInput extends BudgetDayRef {
   limitMicro: bigint;
   /** The hold disappears by itself after this long (a crashed router frees its money). */
   ttlMs: number;
+  /**
+   * Hold nothing on a day whose counters were never rebuilt from the ledger
+   * (`checked` false): answer `day_unchecked` instead. A day that is new to
+   * the store reads as unspent whether it is a new day or one whose
+   * counters were lost (Redis back empty, a key evicted or deleted, a
+   * restarted in-process store); only the ledger tells them apart.
+   */
+  requireChecked?: boolean;
 }
 
 export type ReserveResult =
   | { ok: true; spentMicro: bigint; heldMicro: bigint }
-  | { ok: false; reason: "budget_exhausted"; availableMicro: bigint; spentMicro: bigint; heldMicro: bigint };
+  | { ok: false; reason: "budget_exhausted"; availableMicro: bigint; spentMicro: bigint; heldMicro: bigint }
+  | { ok: false; reason: "day_unchecked"; spentMicro: bigint; heldMicro: bigint };
 
 export interface SettleInput extends BudgetDayRef {
   requestId: string;
@@ -58,6 +67,8 @@ export interface BudgetSnapshot {
   heldMicro: bigint;
   /** Grows with every change; rebuild({ ifVersion }) refuses to overwrite a newer state. */
   version: number;
+  /** The counters were rebuilt from the ledger since the store last lost them (see ReserveInput.requireChecked). */
+  checked: boolean;
 }
 
 export interface BudgetHold {
@@ -90,7 +101,7 @@ export interface BudgetStore {
   snapshot(tenantId: number, day: string): Promise<BudgetSnapshot>;
   /** The live holds of a tenant's day (for reconcile). */
   holds(tenantId: number, day: string): Promise<BudgetHold[]>;
-  /** Reconcile: replace the day's counters from the ledger plus live holds (a versioned set, never additive). */
+  /** Reconcile: replace the day's counters from the ledger plus live holds (a versioned set, never additive); the day is `checked` after. */
   rebuild(input: RebuildInput): Promise<RebuildResult>;
 }
 
