@@ -12,3 +12,4 @@ export * from "./budgets.ts";
 export * from "./leases.ts";
 export type { LeaseEvent, NewLeaseEvent, LeaseEventKind } from "./schema/index.ts";
 export * from "./rate-limits.ts";
+export * from "./worker-invites.ts";

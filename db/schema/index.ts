@@ -6,3 +6,4 @@ export * from "./spend_ledger.ts";
 export * from "./budget_alerts.ts";
 export * from "./leases.ts";
 export * from "./rate_limits.ts";
+export * from "./worker_invites.ts";

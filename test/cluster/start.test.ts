@@ -1,12 +1,18 @@
 // Bad Redis settings stop a router before it serves: a seed list mixing two
 // clusters, a seed that is not a cluster node, a cluster with unserved slots,
 // two Redis forms at once. And an invited worker's ACL user exists on every
-// node of a cluster (ACLs are per node), so its heartbeats survive a failover.
+// node of a cluster (ACLs are per node), so its heartbeats survive a failover;
+// a node that lost it (a restart, a node added later) gets it back from the
+// routers' InviteKeeper.
 import { spawn } from "node:child_process";
 import path from "node:path";
 import { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connectRedis, inviteWorker, openRedis, RedisRegistryStore, revokeWorker, workerAclUser } from "@switchyard/state";
+import { listWorkerInvites, recordWorkerInvite } from "@switchyard/db";
+import { silentLogger } from "@switchyard/router";
+import { connectRedis, inviteKey, inviteWorker, newWorkerPassword, openRedis, redisPasswordSha256, RedisRegistryStore, revokeWorker, workerAclUser } from "@switchyard/state";
+import { RouterMetrics } from "../../apps/router/src/observability/metrics.ts";
+import { InviteKeeper } from "../../apps/router/src/routing/invite-keeper.ts";
 import { createTestDb, REDIS_URL, uniqueName, type TestDb } from "../helpers/env.ts";
 import { nodeCall, startRedisCluster, type TestCluster } from "../helpers/redis-cluster.ts";
 
@@ -140,6 +146,43 @@ describe("invited workers on a cluster", () => {
       for (const port of big.ports) expect(((await nodeCall(port, "ACL", "LIST")) as string[]).some((l) => l.includes(workerAclUser("cw-1")))).toBe(false);
     } finally {
       await admin.del(`${prefix}{registry}:worker:cw-1`);
+      admin.disconnect();
+    }
+  });
+
+  it("a node that lost a worker's ACL user (a restart, a node added later) gets it back from the routers, replicas included; a Redis-only invite is adopted", async () => {
+    const admin = await openRedis({ cluster: big.seeds });
+    const prefix = `${uniqueName("keep")}:`;
+    const password = newWorkerPassword();
+    await recordWorkerInvite(db.db, { keyPrefix: prefix, workerId: "cw-kept", models: ["m"], passwordSha256: redisPasswordSha256(password) });
+    await inviteWorker(admin, { prefix, workerId: "cw-kept", secretKey: "k".repeat(32), models: ["m"], password });
+    const old = await inviteWorker(admin, { prefix, workerId: "cw-old", secretKey: "k".repeat(32), models: ["m"] });
+    const keeper = new InviteKeeper({ redis: admin, db: db.db, prefix, log: silentLogger, metrics: new RouterMetrics() });
+    try {
+      expect(await keeper.repair()).toMatchObject({ adopted: 1, usersRestored: 0 });
+      expect((await listWorkerInvites(db.db, prefix)).find((r) => r.workerId === "cw-old")?.passwordSha256).toBe(redisPasswordSha256(old.redisPassword));
+      // Two nodes forget both users (as a restart does); the invite key goes too.
+      const [a, b] = [big.ports[0]!, big.ports[big.ports.length - 1]!];
+      for (const port of [a, b]) for (const id of ["cw-kept", "cw-old"]) await nodeCall(port, "ACL", "DELUSER", workerAclUser(id));
+      await admin.del(inviteKey(prefix, "cw-kept"));
+      expect(await keeper.repair()).toMatchObject({ usersRestored: 4, invitesRestored: 1, usersRemoved: 0 });
+      for (const port of big.ports) {
+        const users = (await nodeCall(port, "ACL", "USERS")) as string[];
+        expect(users).toEqual(expect.arrayContaining([workerAclUser("cw-kept"), workerAclUser("cw-old")]));
+      }
+      // The worker heartbeats through the Cluster as itself, with the password it always had.
+      const worker = connectRedis({ cluster: big.seeds, username: workerAclUser("cw-kept"), password }, { readyCheck: false });
+      worker.on("error", () => {});
+      const rec = { id: "cw-kept", url: "http://10.0.0.9:9100", models: ["m"], state: "ready" as const, inFlight: 0, queueDepth: 0, capacity: 4, device: "cpu", layerRanges: [], prefixes: [], version: "t", startedAt: Date.now(), updatedAt: Date.now() };
+      try {
+        expect(await new RedisRegistryStore(worker, prefix).publish(rec, 5_000)).toEqual({ ok: true });
+      } finally {
+        worker.disconnect();
+      }
+      expect(await keeper.repair()).toMatchObject({ usersRestored: 0, invitesRestored: 0, adopted: 0 });
+    } finally {
+      for (const id of ["cw-kept", "cw-old"]) await revokeWorker(admin, id, { prefix });
+      await admin.del(`${prefix}{registry}:worker:cw-kept`);
       admin.disconnect();
     }
   });

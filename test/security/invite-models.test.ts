@@ -98,7 +98,7 @@ describe("an invite bounds what a worker is routed for", () => {
 
   it("'switchyard workers invite --model' records the invite and prints the routers' fencing key; revoke removes both", async () => {
     const root = path.resolve(import.meta.dirname, "../..");
-    const env: Record<string, string | undefined> = { ...process.env, REDIS_URL: fx.redis.url, SWITCHYARD_WORKER_SECRET_KEY: SECRET_KEY, SWITCHYARD_REDIS__KEY_PREFIX: undefined, SWITCHYARD_CONFIG: undefined };
+    const env: Record<string, string | undefined> = { ...process.env, REDIS_URL: fx.redis.url, DATABASE_URL: fx.db.url, SWITCHYARD_WORKER_SECRET_KEY: SECRET_KEY, SWITCHYARD_REDIS__KEY_PREFIX: undefined, SWITCHYARD_CONFIG: undefined };
     const cli = (args: string[]) =>
       new Promise<{ code: number | null; out: string; err: string }>((resolve) => {
         const child = spawn(process.execPath, [path.join(root, "apps/cli/bin/switchyard.mjs"), ...args], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });

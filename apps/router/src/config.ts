@@ -233,6 +233,14 @@ export const configSchema = z.object({
        */
       secretKey: z.string().min(16).optional(),
       /**
+       * With secretKey and Redis: how often each router checks that every
+       * Redis node still has the invited workers' ACL users and invite keys
+       * Postgres records, and puts back what is missing (Redis drops ACL
+       * users at every restart). Also checked when the connection to Redis
+       * comes back. 0: never.
+       */
+      inviteSyncMs: z.number().int().min(0).default(10_000),
+      /**
        * Networks (CIDRs) worker URLs may point into, checked on every
        * address a worker's host resolves to; empty: anywhere but the
        * always-refused addresses (link-local, cloud metadata, unspecified,

@@ -50,6 +50,7 @@ import type { AppDeps } from "./deps.ts";
 import { createLogger, type Logger } from "./observability/log.ts";
 import { RouterMetrics } from "./observability/metrics.ts";
 import { RuntimeMetrics } from "./observability/runtime.ts";
+import { InviteKeeper } from "./routing/invite-keeper.ts";
 import { WorkerDirectory } from "./routing/directory.ts";
 import { WorkerUrlPolicy } from "./routing/worker-url.ts";
 import { WorkerHealth } from "./routing/health.ts";
@@ -319,6 +320,8 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const redis: RedisLike | undefined = redisOpened.value;
   const partitionUpkeep = setInterval(() => void ensurePartitions(), 24 * 60 * 60 * 1000);
   partitionUpkeep.unref();
+  // Invite mode: the invited workers' ACL users and invites, put back from Postgres when Redis loses them (set below).
+  let inviteKeeper: InviteKeeper | undefined;
   if (redis) {
     // ioredis reconnects by itself and commands fail meanwhile (their callers
     // log); say once that Redis went away and once that it came back.
@@ -329,11 +332,14 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       log.warn("redis unreachable; reconnecting", { error: err.message });
     });
     redis.on("ready", () => {
+      // A Redis that restarted lost its ACL users, however fast it came back.
+      inviteKeeper?.kick();
       if (!down) return;
       down = false;
       log.info("redis reachable again");
     });
   }
+
   // With --processes N every process would say the same: the first says it.
   const firstProcess = isFirstRouterProcess();
   // One INFO per master, beside the rest of the start; waited for before the router listens.
@@ -342,6 +348,8 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     opts.registry ??
     (redis ? new RedisRegistryStore(redis, config.redis.keyPrefix, { maxRecordBytes: config.registry.maxRecordBytes, sweepMs: config.registry.sweepMs }) : new MemoryRegistryStore(undefined, { maxRecordBytes: config.registry.maxRecordBytes }));
   const metrics = new RouterMetrics();
+  // One process of a --processes N router is enough: every router does the same.
+  if (redis && firstProcess && config.workers.secretKey !== undefined && config.workers.inviteSyncMs > 0) inviteKeeper = new InviteKeeper({ redis, db: db.db, prefix: config.redis.keyPrefix, log, metrics });
   // Event-loop delay, GC pauses and CPU per request on /metrics: the stalls behind a p99.
   const runtime = new RuntimeMetrics(metrics);
   const prices = new PostgresPriceBook(db.db, config.billing.refreshMs, log);
@@ -424,6 +432,10 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   if (store instanceof RedisBudgetStore) {
     directory.onLoss(() => void rebuildBudgetsAfterLoss(dbHandle.db, store, { log, metrics }));
   }
+  if (inviteKeeper) {
+    const keeper = inviteKeeper;
+    directory.onLoss(() => keeper.kick());
+  }
   if (config.billing.holdTtlMs <= config.deadlines.totalMs) {
     log.warn("billing.holdTtlMs should be above deadlines.totalMs: a live request's hold (and intent) may expire before it ends", { holdTtlMs: config.billing.holdTtlMs, totalMs: config.deadlines.totalMs });
   }
@@ -488,6 +500,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   deps.admission = new AdmissionGate({ config: config.admission, maxHoldMs: config.deadlines.totalMs, directory, chain: deps.chain, metrics, log });
   // Each loop's first load is its own round trip: waited for together.
   await Promise.all([prices.start(), ledgerStream?.start(), orphans?.start(), directory.start(), leaseDirectory.start()]);
+  inviteKeeper?.start(config.workers.inviteSyncMs);
   await evictionChecked;
   const app = createApp(deps);
   const admin = createAdminApp(deps);
@@ -541,6 +554,8 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       clearInterval(partitionUpkeep);
       directory.stop();
       leaseDirectory.stop();
+      inviteKeeper?.stop();
+      await inviteKeeper?.idle();
       await deps.keys.flush();
       prices.stop();
       await guard.drain();

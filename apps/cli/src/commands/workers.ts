@@ -2,9 +2,12 @@
 // worker Redis ACL user that can write only that worker's record, the invite
 // routers read (the models it may serve), the secret routers will present to
 // it, the routers' public fencing key, and the one-line join command.
+// Postgres keeps the invite too (worker_invites), written before Redis:
+// Redis loses ACL users at every restart, and routers restore them from it.
+import { recordWorkerInvite, revokeWorkerInvite } from "@switchyard/db";
 import { redisTarget } from "@switchyard/router";
-import { inviteWorker, joinRedisUrl, openRedis, revokeWorker, type Invite, type RedisTarget } from "@switchyard/state";
-import { configFrom } from "../context.ts";
+import { checkInvite, inviteWorker, joinRedisUrl, newWorkerPassword, openRedis, redisPasswordSha256, revokeWorker, type Invite, type RedisTarget } from "@switchyard/state";
+import { configFrom, openDb } from "../context.ts";
 import { UsageError } from "../usage.ts";
 
 export async function workersCommand(args: string[], flags: { config?: string; model?: string[]; advertise?: string }): Promise<number> {
@@ -15,27 +18,37 @@ export async function workersCommand(args: string[], flags: { config?: string; m
   const config = configFrom(flags);
   const target = redisTarget(config);
   if (!target) throw new UsageError("workers: needs the fabric's Redis (redis.url / REDIS_URL, redis.cluster or redis.sentinels) with admin rights");
+  const secretKey = config.workers.secretKey;
+  if (verb === "invite" && !secretKey) throw new UsageError("workers invite: set workers.secretKey (SWITCHYARD_WORKER_SECRET_KEY) to the key your routers use");
+  const prefix = config.redis.keyPrefix;
+  // The invite bounds what routers route to this worker: nothing it advertises beyond these models.
+  const models = verb === "invite" ? checkInvite(name, flags.model?.length ? flags.model : ["smollm2-135m-instruct"]) : [];
+  const db = await openDb(config, { migrate: true, quiet: true });
   // Every node gets the worker's ACL user (a Cluster's, a Sentinel primary's replicas).
-  const redis = await openRedis(target);
+  let redis: Awaited<ReturnType<typeof openRedis>> | undefined;
   try {
+    redis = await openRedis(target);
     if (verb === "revoke") {
-      const gone = await revokeWorker(redis, name, { prefix: config.redis.keyPrefix });
-      process.stdout.write(gone ? `revoked worker ${name}: it can no longer heartbeat\n` : `no invited worker named ${name}\n`);
-      return gone ? 0 : 1;
+      // The tombstone first: no router restores the user once it is written.
+      const known = await revokeWorkerInvite(db.db, prefix, name);
+      const gone = await revokeWorker(redis, name, { prefix });
+      process.stdout.write(gone || known ? `revoked worker ${name}: it can no longer heartbeat\n` : `no invited worker named ${name}\n`);
+      return gone || known ? 0 : 1;
     }
-    const secretKey = config.workers.secretKey;
-    if (!secretKey) throw new UsageError("workers invite: set workers.secretKey (SWITCHYARD_WORKER_SECRET_KEY) to the key your routers use");
-    // The invite bounds what routers route to this worker: nothing it advertises beyond these models.
-    const invite = await inviteWorker(redis, { prefix: config.redis.keyPrefix, workerId: name, secretKey, models: flags.model?.length ? flags.model : ["smollm2-135m-instruct"] });
-    const models = invite.models.map((m) => `--model '${m}'`).join(" ");
+    const password = newWorkerPassword();
+    await recordWorkerInvite(db.db, { keyPrefix: prefix, workerId: name, models, passwordSha256: redisPasswordSha256(password) });
+    const invite = await inviteWorker(redis, { prefix, workerId: name, secretKey: secretKey!, models, password });
+    const modelFlags = invite.models.map((m) => `--model '${m}'`).join(" ");
     const advertise = flags.advertise ?? "http://THIS-HOST:9100";
-    const prefix = config.redis.keyPrefix === "sy:" ? "" : ` --key-prefix '${config.redis.keyPrefix}'`;
+    const prefixFlag = prefix === "sy:" ? "" : ` --key-prefix '${prefix}'`;
     process.stderr.write(`invited worker ${name}. Give its owner this command (it carries secrets; it is shown once):\n\n`);
     const join = joinRedis(target, invite);
-    process.stdout.write(`${join.env}npx switchyard worker --id ${name}${join.flag}${prefix} --token '${invite.callSecret}' --fencing-key ${invite.fencingKey} ${models} --advertise ${advertise}\n`);
+    process.stdout.write(`${join.env}npx switchyard worker --id ${name}${join.flag}${prefixFlag} --token '${invite.callSecret}' --fencing-key ${invite.fencingKey} ${modelFlags} --advertise ${advertise}\n`);
     return 0;
   } finally {
-    redis.disconnect();
+    redis?.disconnect();
+    await db.close();
+    await db.stopEmbedded();
   }
 }
 

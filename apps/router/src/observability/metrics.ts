@@ -180,6 +180,10 @@ export class RouterMetrics {
   readonly leaseEvents = new Counter("switchyard_lease_events_total", "Lease changes audited by this router, by event (granted|extended|released|expired).");
   readonly workers = new Gauge("switchyard_workers", "Workers in the registry, by state.", "max");
   readonly registryRefusals = new Counter("switchyard_registry_refusals_total", "Worker records (or advertised models) routers refused, once per worker and reason while it lasts (id_mismatch|too_large|invalid_record|invalid_key|unsafe_url|not_invited|model_not_allowed).");
+  readonly inviteRepairs = new Counter(
+    "switchyard_worker_invite_repairs_total",
+    "What this router put back in Redis from the invites Postgres records (Redis drops ACL users at every restart), or took away after a revoke, by repair (user_restored: an ACL user, per node | invite_restored | user_removed | invite_removed | adopted: a Redis-only invite recorded in Postgres).",
+  );
   readonly registryLosses = new Counter("switchyard_registry_losses_total", "Times the worker registry lost its records (Redis back empty: the registry's epoch changed); routers kept the workers known before until they heartbeat again.");
   readonly budgetDayChecks = new Counter(
     "switchyard_budget_day_checks_total",
@@ -219,7 +223,7 @@ export class RouterMetrics {
 
   /** Every metric, in the order /metrics renders them. */
   all(): Array<Counter | Gauge | Histogram> {
-    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.registryRefusals, this.registryLosses, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.budgetDayChecks, this.budgetRebuilds, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.upstreamHeld, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest, this.cpuWait, this.listenOverflows];
+    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.registryRefusals, this.registryLosses, this.inviteRepairs, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.budgetDayChecks, this.budgetRebuilds, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.upstreamHeld, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest, this.cpuWait, this.listenOverflows];
   }
 
   render(): string {
