@@ -160,6 +160,8 @@ export class BudgetGuard {
         return true;
       },
       (err: unknown) => {
+        // Bounded: a long outage across many tenants and days forgets the oldest pauses, not the checks.
+        if (this.checkFailedAt.size >= 10_000) this.checkFailedAt.clear();
         this.checkFailedAt.set(k, performance.now());
         this.deps.metrics.budgetDayChecks.inc({ outcome: "failed" });
         this.deps.log.warn("budget day not checked against the ledger: its paid backends are skipped until it is", { tenantId, day, error: (err as Error).message });
