@@ -103,7 +103,7 @@ export class InviteKeeper {
       if (r.usersRemoved + r.invitesRemoved > 0) log.warn("revoked workers' ACL users or invites found in Redis: removed", { users: r.usersRemoved, invites: r.invitesRemoved });
       if (r.adopted > 0) log.info("worker invites made before Postgres kept them: recorded there", { adopted: r.adopted });
     } catch (err) {
-      if (!this.failing) log.warn("worker invites not checked (Redis or Postgres unreachable); trying again", { error: (err as Error).message });
+      if (!this.failing) log.warn("worker invites not checked against Postgres (Redis or Postgres unreachable, or the routers' Redis user lacks ACL rights); trying again", { error: (err as Error).message });
       this.failing = true;
     }
   }
