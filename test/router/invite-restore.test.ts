@@ -140,6 +140,12 @@ describe("InviteKeeper", () => {
     expect(await aclUsers()).not.toContain("sy-worker-gpu-b");
     expect(await admin.exists(inviteKey(PREFIX, "gpu-b"))).toBe(0);
 
+    // A mistyped id is refused before anything is written (no tombstone for it).
+    const bad = await cli(["revoke", "gpu b"]);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toMatch(/invalid worker id 'gpu b'/);
+    expect((await listWorkerInvites(db.db, PREFIX)).map((x) => x.workerId).sort()).toEqual(["gpu-a", "gpu-b"]);
+
     // Invited again: live again, and restored like any other.
     expect((await cli(["invite", "gpu-b", "--model", MODEL])).code).toBe(0);
     expect((await listWorkerInvites(db.db, PREFIX)).find((x) => x.workerId === "gpu-b")?.revokedAt).toBeNull();
