@@ -7,7 +7,7 @@ import type { AddressInfo } from "node:net";
 import type { RegistryStore, WorkerRecord, WorkerState } from "@switchyard/state";
 import type { Scenario } from "./scenario.ts";
 import { FENCING_SIGNATURE_HEADER } from "@switchyard/state";
-import { FENCING_HEADER, FencingGuard } from "@switchyard/agent";
+import { FENCING_HEADER, FencingGuard, WORKER_LISTEN_BACKLOG } from "@switchyard/agent";
 
 export interface SimBehavior {
   /** Delay before response headers. */
@@ -205,8 +205,8 @@ export class SimWorker {
   async start(): Promise<this> {
     this.server = createServer((req, res) => void this.handle(req, res));
     this.server.keepAliveTimeout = 60_000;
-    // The real worker's accept queue (workers/agent: WORKER_LISTEN_BACKLOG), not Node's 511.
-    await new Promise<void>((resolve) => this.server!.listen({ port: this.opts.port ?? 0, host: this.opts.host ?? "127.0.0.1", backlog: 4096 }, resolve));
+    // The real worker's accept queue, not Node's 511.
+    await new Promise<void>((resolve) => this.server!.listen({ port: this.opts.port ?? 0, host: this.opts.host ?? "127.0.0.1", backlog: WORKER_LISTEN_BACKLOG }, resolve));
     const addr = this.server.address() as AddressInfo;
     this.url = `http://127.0.0.1:${addr.port}`;
     if (this.opts.registry) {

@@ -8,6 +8,7 @@
 import os from "node:os";
 import path from "node:path";
 import * as z from "zod";
+import { DEFAULT_WORKER_TTL_MS } from "@switchyard/state";
 
 /** The environment variables the agent reads (and nothing else reads any). */
 export interface AgentEnv {
@@ -62,7 +63,7 @@ export const WorkerConfigSchema = z
     threads: z.number().int().min(1).max(1024).optional(),
     heartbeatMs: z.number().int().min(10).default(1000),
     /** How long a record outlives its last heartbeat. */
-    ttlMs: z.number().int().min(50).default(3000),
+    ttlMs: z.number().int().min(50).default(DEFAULT_WORKER_TTL_MS),
     drainGraceMs: z.number().int().min(0).default(30_000),
     /** File that keeps the highest lease fencing token across restarts (none: in memory only). */
     fencingStatePath: z.string().min(1).optional(),

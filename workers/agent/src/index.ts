@@ -1,4 +1,4 @@
-export { startAgent, type AgentHandle, type AgentOptions, type ShardWire } from "./agent.ts";
+export { startAgent, WORKER_LISTEN_BACKLOG, type AgentHandle, type AgentOptions, type ShardWire } from "./agent.ts";
 export { checkAdvertiseUrl } from "./advertise.ts";
 export { EngineClient, EngineError } from "./engine/client.ts";
 export { ensureEngine, binaryPath, buildEngine } from "./engine/binary.ts";

@@ -10,7 +10,7 @@
 // after the registry was unreachable (a failover, a partition): heartbeats
 // could not land either, so a record that expired meanwhile says nothing of
 // its worker.
-import { acceptsNewWork, type RegistryListing, type RegistryStore, type WorkerRecord } from "@switchyard/state";
+import { acceptsNewWork, DEFAULT_WORKER_TTL_MS, type RegistryListing, type RegistryStore, type WorkerRecord } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 import { placePipelines, type PipelinePlan } from "../pipelines/placement.ts";
@@ -31,7 +31,7 @@ export interface DirectoryPolicy {
 }
 
 /** How long a worker is kept after the registry lost its records when its record names no TTL (the agent's default TTL). */
-export const LOST_REGISTRY_KEEP_MS = 3_000;
+export const LOST_REGISTRY_KEEP_MS = DEFAULT_WORKER_TTL_MS;
 
 export class WorkerDirectory {
   private snapshot: WorkerRecord[] = [];

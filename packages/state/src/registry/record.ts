@@ -65,6 +65,9 @@ export function acceptsNewWork(w: WorkerRecord): boolean {
 /** Worker ids: also the Redis key suffix and the ACL user's name. */
 export const workerIdPattern = /^[A-Za-z0-9._-]{1,64}$/;
 
+/** The TTL a worker's record is written with by default (the agent's `ttlMs`); routers assume it for a record that names none. */
+export const DEFAULT_WORKER_TTL_MS = 3_000;
+
 export type DecodedRecord = { ok: true; record: WorkerRecord } | { ok: false; reason: "id_mismatch" | "too_large" | "invalid_record" | "invalid_key"; detail: string };
 
 /**
