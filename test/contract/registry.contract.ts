@@ -4,6 +4,7 @@
 import { describe, expect, it } from "vitest";
 import type { RegistryStore, WorkerInviteGrant, WorkerRecord } from "@switchyard/state";
 import type { ClockedHarness } from "./twins.ts";
+import { workerRecord } from "#testkit/worker-record";
 
 /** A store plus what a worker (any text into its own key) and an admin (its invite) can write. */
 export type ContractRegistry = RegistryStore & {
@@ -15,24 +16,8 @@ export type ContractRegistry = RegistryStore & {
 
 export type RegistryHarness = ClockedHarness<ContractRegistry>;
 
-export function record(id: string, over: Partial<WorkerRecord> = {}): WorkerRecord {
-  return {
-    id,
-    url: `http://127.0.0.1:9${id.length}00`,
-    models: ["m1"],
-    state: "ready",
-    inFlight: 0,
-    queueDepth: 0,
-    capacity: 8,
-    device: "cpu",
-    layerRanges: [],
-    prefixes: [],
-    version: "1",
-    startedAt: 1,
-    updatedAt: 2,
-    ...over,
-  };
-}
+/** A valid record (the test kit's): the contract's tests change what they test. */
+export const record = workerRecord;
 
 export function registryContract(name: string, make: () => Promise<RegistryHarness>, cleanup: (h: RegistryHarness) => Promise<void>) {
   describe(`RegistryStore contract: ${name}`, () => {

@@ -352,14 +352,6 @@ export function evicting(p: EvictionPolicy): boolean {
  * its ROLE lists (a Sentinel setup's replicas), reached with the same
  * credentials.
  */
-/** A primary to read per-node state from (ACL users): the client itself, or a Cluster's first master. */
-export function firstPrimary(r: RedisLike): Redis {
-  if (!(r instanceof Cluster)) return r;
-  const first = r.nodes("master")[0];
-  if (!first) throw new RedisTargetError("redis cluster: no master connected");
-  return first;
-}
-
 export async function onEveryDataNode<T>(r: RedisLike, fn: (node: Redis) => Promise<T>): Promise<T[]> {
   // A Cluster client pools only masters (scaleReads "master"): its replicas
   // come from CLUSTER NODES; a single node's (Sentinel) replicas from ROLE.

@@ -6,7 +6,7 @@
 // Redis loses ACL users at every restart, and routers restore them from it.
 import { recordWorkerInvite, revokeWorkerInvite } from "@switchyard/db";
 import { redisTarget } from "@switchyard/router";
-import { checkInvite, inviteWorker, joinRedisUrl, newWorkerPassword, openRedis, redisPasswordSha256, revokeWorker, workerIdPattern, type Invite, type RedisTarget } from "@switchyard/state";
+import { checkInvite, inviteWorker, joinRedisUrl, newWorkerPassword, openRedis, redisPasswordSha256, revokeWorker, workerIdProblem, type Invite, type RedisTarget } from "@switchyard/state";
 import { configFrom, openDb } from "../context.ts";
 import { UsageError } from "../usage.ts";
 
@@ -23,7 +23,8 @@ export async function workersCommand(args: string[], flags: { config?: string; m
   const prefix = config.redis.keyPrefix;
   // The invite bounds what routers route to this worker: nothing it advertises beyond these models.
   // Checked before anything is written: a revoke leaves a tombstone row, which a mistyped id should not.
-  if (!workerIdPattern.test(name)) throw new UsageError(`workers ${verb}: invalid worker id '${name}': letters, digits, '.', '_' or '-' (max 64)`);
+  const badId = workerIdProblem(name);
+  if (badId) throw new UsageError(`workers ${verb}: ${badId}`);
   const models = verb === "invite" ? checkInvite(name, flags.model?.length ? flags.model : ["smollm2-135m-instruct"]) : [];
   const db = await openDb(config, { migrate: true, quiet: true });
   // Every node gets the worker's ACL user (a Cluster's, a Sentinel primary's replicas).

@@ -2,7 +2,7 @@
 // What `switchyard budgets reconcile` runs when Redis drifted (a settle that
 // failed, a lost key, a hand edit).
 import { listBudgets, tenantDaySpend, type Db } from "@switchyard/db";
-import { budgetDay, type BudgetHold, type BudgetSnapshot, type BudgetStore } from "@switchyard/state";
+import { budgetDay, type BudgetHold, type BudgetStore } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 
@@ -42,16 +42,7 @@ export class ReconcileConflictError extends Error {
  * first, is in our sum) or it bumps the version and we start over.
  */
 export async function reconcileBudgetDay(db: Db, store: BudgetStore, tenantId: number, day: string, opts: ReconcileOptions = {}): Promise<ReconcileResult> {
-  const maxAttempts = attemptsOf(opts);
-  let lastVersion = 0;
-  for (let attempt = 1; attempt <= maxAttempts; attempt++) {
-    // Snapshot first: its version guards everything read after it.
-    const snap = await store.snapshot(tenantId, day);
-    const r = await rebuildFrom(db, store, tenantId, day, snap);
-    if (r.ok) return { ...r.result, attempts: attempt };
-    lastVersion = r.version;
-  }
-  throw conflict(tenantId, day, maxAttempts, lastVersion);
+  return (await rebuildDay(db, store, tenantId, day, opts, false))!;
 }
 
 /**
@@ -62,65 +53,51 @@ export async function reconcileBudgetDay(db: Db, store: BudgetStore, tenantId: n
  * reserves already admitted. Returns the rebuild, or undefined when it was
  * checked already.
  */
-export async function checkBudgetDay(db: Db, store: BudgetStore, tenantId: number, day: string, opts: ReconcileOptions = {}): Promise<ReconcileResult | undefined> {
-  const maxAttempts = attemptsOf(opts);
-  let lastVersion = 0;
-  for (let attempt = 1; attempt <= maxAttempts; attempt++) {
-    const snap = await store.snapshot(tenantId, day);
-    if (snap.checked) return undefined;
-    const r = await rebuildFrom(db, store, tenantId, day, snap);
-    if (r.ok) return { ...r.result, attempts: attempt };
-    lastVersion = r.version;
-  }
-  throw conflict(tenantId, day, maxAttempts, lastVersion);
+export function checkBudgetDay(db: Db, store: BudgetStore, tenantId: number, day: string, opts: ReconcileOptions = {}): Promise<ReconcileResult | undefined> {
+  return rebuildDay(db, store, tenantId, day, opts, true);
 }
 
-function attemptsOf(opts: ReconcileOptions): number {
+/** Reads and rebuilds until a rebuild lands (or, `unlessChecked`, the day reads as checked: undefined). */
+async function rebuildDay(db: Db, store: BudgetStore, tenantId: number, day: string, opts: ReconcileOptions, unlessChecked: boolean): Promise<ReconcileResult | undefined> {
   const maxAttempts = opts.maxAttempts ?? 5;
   if (!Number.isSafeInteger(maxAttempts) || maxAttempts < 1) throw new RangeError(`maxAttempts must be a positive integer, got ${maxAttempts}`);
-  return maxAttempts;
-}
-
-function conflict(tenantId: number, day: string, maxAttempts: number, lastVersion: number): ReconcileConflictError {
-  return new ReconcileConflictError(`budget of tenant ${tenantId} on ${day} kept changing during reconcile (${maxAttempts} attempts, last version ${lastVersion}); run it again`);
-}
-
-/** One read of the ledger and one versioned rebuild against `snap` (read first: its version guards what is read after it). */
-async function rebuildFrom(
-  db: Db,
-  store: BudgetStore,
-  tenantId: number,
-  day: string,
-  snap: BudgetSnapshot,
-): Promise<{ ok: true; result: Omit<ReconcileResult, "attempts"> } | { ok: false; version: number }> {
-  const live = await store.holds(tenantId, day);
-  const ledger = await tenantDaySpend(
-    db,
-    tenantId,
-    day,
-    live.map((h) => h.requestId),
-  );
-  const ledgered = new Set(ledger.ledgeredRequestIds);
-  const holds: BudgetHold[] = live.filter((h) => !ledgered.has(h.requestId));
-  const r = await store.rebuild({
-    tenantId,
-    day,
-    spentMicro: ledger.spentMicro,
-    holds,
-    settledRequestIds: [...ledgered],
-    ifVersion: snap.version,
-  });
-  if (!r.ok) return { ok: false, version: r.version };
-  return {
-    ok: true,
-    result: {
+  let lastVersion = 0;
+  for (let attempt = 1; attempt <= maxAttempts; attempt++) {
+    // Snapshot first: its version guards everything read after it.
+    const snap = await store.snapshot(tenantId, day);
+    if (unlessChecked && snap.checked) return undefined;
+    const live = await store.holds(tenantId, day);
+    const ledger = await tenantDaySpend(
+      db,
+      tenantId,
+      day,
+      live.map((h) => h.requestId),
+    );
+    const ledgered = new Set(ledger.ledgeredRequestIds);
+    const holds: BudgetHold[] = live.filter((h) => !ledgered.has(h.requestId));
+    const r = await store.rebuild({
+      tenantId,
+      day,
       spentMicro: ledger.spentMicro,
-      heldMicro: holds.reduce((sum, h) => sum + h.amountMicro, 0n),
-      holds: holds.length,
-      version: r.version,
-      before: { spentMicro: snap.spentMicro, heldMicro: snap.heldMicro },
-    },
-  };
+      holds,
+      settledRequestIds: [...ledgered],
+      ifVersion: snap.version,
+    });
+    if (r.ok) {
+      return {
+        spentMicro: ledger.spentMicro,
+        heldMicro: holds.reduce((sum, h) => sum + h.amountMicro, 0n),
+        holds: holds.length,
+        version: r.version,
+        attempts: attempt,
+        before: { spentMicro: snap.spentMicro, heldMicro: snap.heldMicro },
+      };
+    }
+    lastVersion = r.version;
+  }
+  throw new ReconcileConflictError(
+    `budget of tenant ${tenantId} on ${day} kept changing during reconcile (${maxAttempts} attempts, last version ${lastVersion}); run it again`,
+  );
 }
 
 export interface TenantReconcileResult extends ReconcileResult {

@@ -2,28 +2,13 @@ import { describe, expect, it } from "vitest";
 import { MemoryRegistryStore, type WorkerRecord } from "@switchyard/state";
 import { createLogger } from "../observability/log.ts";
 import { RouterMetrics } from "../observability/metrics.ts";
+import { workerRecord } from "../../../../packages/testkit/worker-record.ts";
 import { LOST_REGISTRY_KEEP_MS, WorkerDirectory } from "./directory.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function record(id: string, over: Partial<WorkerRecord> = {}): WorkerRecord {
-  return {
-    id,
-    url: `http://127.0.0.1:9${id.length}01`,
-    models: ["m"],
-    state: "ready",
-    inFlight: 0,
-    queueDepth: 0,
-    capacity: 8,
-    device: "cpu",
-    layerRanges: [],
-    prefixes: [],
-    version: "1",
-    startedAt: 1,
-    updatedAt: Date.now(),
-    ...over,
-  };
-}
+/** A live record (the test kit's, heartbeating now). */
+const record = (id: string, over: Partial<WorkerRecord> = {}) => workerRecord(id, { updatedAt: Date.now(), models: ["m"], ...over });
 
 function directoryOver(store: MemoryRegistryStore) {
   const lines: Array<Record<string, unknown>> = [];

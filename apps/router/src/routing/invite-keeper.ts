@@ -15,7 +15,7 @@
 // password hash is read back with ACL GETUSER and recorded, unless Postgres
 // has any row for the worker (a revoke's tombstone included).
 import { adoptWorkerInvite, listWorkerInvites, liveWorkerIds, type Db, type WorkerInviteRow } from "@switchyard/db";
-import { firstPrimary, inviteKey, invitedIndexKey, onEveryDataNode, setWorkerUser, workerAclUser, workerUserPasswords, writeInviteGrant, type RedisLike } from "@switchyard/state";
+import { inviteKey, invitedIndexKey, isPasswordSha256, onEveryDataNode, redisMasters, setWorkerUser, workerAclUser, workerUserPasswords, writeInviteGrant, type RedisLike } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 
@@ -40,8 +40,6 @@ export interface InviteRepairs {
   /** Workers whose ACL user or invite key was put back. */
   workers: string[];
 }
-
-const SHA256_HEX = /^[0-9a-f]{64}$/;
 
 export class InviteKeeper {
   private timer: NodeJS.Timeout | undefined;
@@ -113,7 +111,7 @@ export class InviteKeeper {
     const { redis, db, prefix } = this.deps;
     const out: InviteRepairs = { usersRestored: 0, invitesRestored: 0, usersRemoved: 0, invitesRemoved: 0, adopted: 0, workers: [] };
     const rows = await listWorkerInvites(db, prefix);
-    const live = rows.filter((r) => r.revokedAt === null && SHA256_HEX.test(r.passwordSha256));
+    const live = rows.filter((r) => r.revokedAt === null && isPasswordSha256(r.passwordSha256));
     const revoked = rows.filter((r) => r.revokedAt !== null);
     live.push(...(await this.adopt(new Set(rows.map((r) => r.workerId)), out)));
     const put = new Set<string>();
@@ -163,12 +161,13 @@ export class InviteKeeper {
     const ids = ((await redis.smembers(invitedIndexKey(prefix))) as string[]).filter((id) => !known.has(id));
     if (ids.length === 0) return [];
     const grants = await redis.mget(...ids.map((id) => inviteKey(prefix, id)));
-    const node = firstPrimary(redis);
+    // Any primary that has the user: the first (a Cluster sets it on every node).
+    const node = redisMasters(redis)[0]!;
     const adopted: WorkerInviteRow[] = [];
     for (const [i, id] of ids.entries()) {
       const models = modelsOf(grants[i] ?? null);
       const [hash] = await workerUserPasswords(node, id);
-      if (!models || !hash || !SHA256_HEX.test(hash)) continue;
+      if (!models || !hash || !isPasswordSha256(hash)) continue;
       const row = { keyPrefix: prefix, workerId: id, models, passwordSha256: hash };
       if (!(await adoptWorkerInvite(db, row))) continue;
       adopted.push({ ...row, createdAt: new Date(), revokedAt: null });

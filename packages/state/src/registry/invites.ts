@@ -27,6 +27,16 @@ export function redisPasswordSha256(password: string): string {
   return createHash("sha256").update(password).digest("hex");
 }
 
+/** Whether `s` is what redisPasswordSha256 makes (64 lower-case hex digits). */
+export function isPasswordSha256(s: string): boolean {
+  return /^[0-9a-f]{64}$/.test(s);
+}
+
+/** Why `workerId` cannot name a worker (its key, its ACL user), or undefined when it can. */
+export function workerIdProblem(workerId: string): string | undefined {
+  return workerIdPattern.test(workerId) ? undefined : `invalid worker id '${workerId}': letters, digits, '.', '_' or '-' (max 64)`;
+}
+
 /** A fresh password for a worker's ACL user. */
 export function newWorkerPassword(): string {
   return randomBytes(24).toString("base64url");
@@ -44,7 +54,7 @@ function workerAclRules(prefix: string, workerId: string, password: string): str
 
 /** (Re)creates a worker's ACL user on one node from its password's SHA-256 (what routers restore from Postgres). */
 export async function setWorkerUser(node: Redis, prefix: string, workerId: string, passwordSha256: string): Promise<void> {
-  if (!/^[0-9a-f]{64}$/.test(passwordSha256)) throw new Error(`worker ${workerId}: not a SHA-256 password hash`);
+  if (!isPasswordSha256(passwordSha256)) throw new Error(`worker ${workerId}: not a SHA-256 password hash`);
   await node.call("ACL", "SETUSER", workerAclUser(workerId), ...workerAclRules(prefix, workerId, `#${passwordSha256}`));
 }
 
@@ -89,7 +99,8 @@ export async function inviteWorker(admin: RedisLike, opts: { prefix: string; wor
 
 /** The invite's models, deduplicated; throws on a bad worker id or model list. */
 export function checkInvite(workerId: string, models: readonly string[]): string[] {
-  if (!workerIdPattern.test(workerId)) throw new Error(`invalid worker id '${workerId}': letters, digits, '.', '_' or '-' (max 64)`);
+  const bad = workerIdProblem(workerId);
+  if (bad) throw new Error(bad);
   const out = [...new Set(models)];
   if (out.length === 0 || out.some((m) => m.length === 0 || m.length > 256)) throw new Error("an invite names at least one model (each 1–256 characters)");
   return out;
