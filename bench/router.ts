@@ -17,7 +17,7 @@ import { benchScratch, endBench } from "./lib/scratch.ts";
 import { arrivalRate, levelOf, STREAM_LEVELS, streamLifeS } from "./lib/levels.ts";
 import { busyStretches, readProfile, stretchesTable, topSelfTime } from "./lib/cpuprofile.ts";
 import { allocationBy, allocationTable, type HeapProfile } from "./lib/heapprofile.ts";
-import { censusGrowth, heapCensus, liveTable, quieter, responsesIn } from "./lib/heapsnapshot.ts";
+import { censusGrowth, heapCensus, liveTable, responsesIn } from "./lib/heapsnapshot.ts";
 import { kernelListenOverflows, routerExecArgv } from "@switchyard/router";
 
 const root = repoRoot();
@@ -465,11 +465,8 @@ async function profileRouter(opts: { quick: boolean; dir: string; stream: boolea
     await new Promise((r) => setTimeout(r, steadyS * 1000));
     const busy = heapCensus(await snapshot(2));
     await loaded;
-    // Idle again once the load's answers are out: the smaller of the two idle heaps is the baseline.
-    await new Promise((r) => setTimeout(r, 500));
-    const base = quieter(idle, heapCensus(await snapshot(3)));
     process.stdout.write(
-      `\nKept alive per request in flight (${opts.stream ? `${level.streams} streams` : "non-streaming closed loop, 64 clients"}; heap snapshots idle (before and after the load: the smaller) and under the load, objects by kind; a scavenge copies this while a request is young; bench/lib/heapsnapshot.ts):\n\n${liveTable(censusGrowth(base, busy), responsesIn(busy) - responsesIn(base))}\n`,
+      `\nKept alive per request in flight (${opts.stream ? `${level.streams} streams` : "non-streaming closed loop, 64 clients"}; heap snapshots idle and under the load, objects by kind; a scavenge copies this while a request is young; bench/lib/heapsnapshot.ts):\n\n${liveTable(censusGrowth(idle, busy), responsesIn(busy) - responsesIn(idle))}\n`,
     );
     await snapped.stop();
     for (const f of readdirSync(dir)) if (f.startsWith(path.basename(snapOut))) rmSync(path.join(dir, f), { force: true });

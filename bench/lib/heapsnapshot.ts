@@ -76,24 +76,6 @@ export function censusGrowth(idle: HeapCensus, loaded: HeapCensus): HeapCensus {
   return out;
 }
 
-/** Bytes a census holds on the V8 heap (array buffers' backing stores left out). */
-export function onHeapBytes(census: HeapCensus): number {
-  let sum = 0;
-  for (const [kind, k] of census) if (!kind.startsWith("(array buffer data")) sum += k.bytes;
-  return sum;
-}
-
-/**
- * Of two idle snapshots (before and after the load), the one holding less:
- * the baseline a loaded snapshot is measured against. One idle snapshot
- * alone may catch something passing (a warm-up's leftovers, a cache being
- * filled); on a crowded box, with few requests in flight, that once made
- * the growth per request negative (CI, 2026-12-06).
- */
-export function quieter(a: HeapCensus, b: HeapCensus): HeapCensus {
-  return onHeapBytes(b) < onHeapBytes(a) ? b : a;
-}
-
 /** Requests in flight in a snapshot: the Node server's responses not yet ended (one per request). */
 export function responsesIn(census: HeapCensus): number {
   return census.get("ServerResponse")?.count ?? 0;

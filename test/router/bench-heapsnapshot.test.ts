@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { writeHeapSnapshot } from "node:v8";
 import { describe, expect, it } from "vitest";
-import { censusGrowth, heapCensus, liveTable, onHeapBytes, quieter, responsesIn } from "../../bench/lib/heapsnapshot.ts";
+import { censusGrowth, heapCensus, liveTable, responsesIn } from "../../bench/lib/heapsnapshot.ts";
 
 class HeldRequest {
   constructor(
@@ -40,10 +40,6 @@ describe("heap snapshot census", () => {
       expect(table).toMatch(/\| `HeldRequest` \| 1\.00 \| \d+ \|/);
       expect(table).toMatch(/\| `onDoneOfHeld\(\)` \| 1\.00 \| \d+ \|/);
       expect(liveTable(growth, 0)).toMatch(/no request was in flight/);
-      // The smaller of two idle heaps is the baseline, whichever order they come in.
-      expect(onHeapBytes(after) - onHeapBytes(before)).toBeGreaterThan(500 * 16);
-      expect(quieter(before, after)).toBe(before);
-      expect(quieter(after, before)).toBe(before);
     } finally {
       held.length = 0;
       rmSync(dir, { recursive: true, force: true });
