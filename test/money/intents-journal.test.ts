@@ -2,9 +2,10 @@
 // an intent is pending on its router from the moment it is written, a silent
 // router's intents are taken over (with their progress), a live router's are
 // not, and finishing is exactly once — whoever deletes the intent appends the
-// row, the other finds nothing.
+// row, the other finds nothing; an intent Redis lost is still finished, with
+// its row, by the router serving its request.
 import { describe, expect, it } from "vitest";
-import { intentProgressKey, RedisIntentJournal, type RedisLike } from "@switchyard/state";
+import { intentFinishedKey, intentProgressKey, RedisIntentJournal, type RedisLike } from "@switchyard/state";
 import { createTestRedis, sleep } from "../helpers/env.ts";
 import { createClusterRedis } from "../contract/twins.ts";
 
@@ -83,6 +84,46 @@ describe.each(twins)("RedisIntentJournal on %s", (_, make) => {
       expect((await c.claimSilent()).claimed.map((x) => x.id).sort()).toEqual([id3, id5, id6].sort());
       await a.close();
       await b.close();
+    } finally {
+      await r.cleanup();
+    }
+  }, 90_000);
+
+  it("an intent Redis lost is finished by the router that opened it, with its row; an orphan's finisher leaves a mark so the owner then writes none", async () => {
+    const r = await make();
+    try {
+      const ledgerKey = `${r.prefix}{ledger}:stream`;
+      const rows: Array<[string, string, boolean]> = [];
+      const journal = (consumer: string) => new RedisIntentJournal(r.redis, { prefix: r.prefix, ledgerKey, consumer, claimIdleMs: CLAIM_IDLE_MS, written: (entry, row, lost) => rows.push([entry, row, lost]) });
+      const a = journal("a");
+      const b = journal("b");
+      // Redis lost the intent (the stream gone with it) while its request ran: the owner still writes the row.
+      const lost = await a.open('{"requestId":"req_lost"}');
+      await r.redis.del(a.key);
+      expect(await a.finish(lost, '{"row":"lost"}')).toBe(true);
+      const entries = (await r.redis.xrange(ledgerKey, "-", "+")) as Array<[string, string[]]>;
+      expect(entries.map(([, f]) => f[1])).toEqual(['{"row":"lost"}']);
+      expect(rows).toEqual([[entries[0]![0], '{"row":"lost"}', true]]);
+      // Finished once: a second finish of the same id writes nothing.
+      expect(await a.finish(lost, '{"row":"again"}')).toBe(false);
+      // Another router takes a silent intent over and finishes it first: the owner's late finish writes nothing.
+      const taken = await a.open('{"requestId":"req_taken"}');
+      await sleep(CLAIM_IDLE_MS + 50);
+      expect((await b.claimSilent()).claimed.map((c) => c.id)).toEqual([taken]);
+      expect(await b.finish(taken, '{"row":"orphan"}')).toBe(true);
+      expect(await r.redis.exists(intentFinishedKey(r.prefix, taken))).toBe(1);
+      expect(await a.finish(taken, '{"row":"owner late"}')).toBe(false);
+      // A router finishing an orphan that is gone writes nothing either, mark or not.
+      const gone = await a.open('{"requestId":"req_gone"}');
+      await sleep(CLAIM_IDLE_MS + 50);
+      await b.claimSilent();
+      await r.redis.del(a.key);
+      expect(await b.finish(gone, '{"row":"orphan of nothing"}')).toBe(false);
+      expect(((await r.redis.xrange(ledgerKey, "-", "+")) as Array<[string, string[]]>).map(([, f]) => f[1])).toEqual(['{"row":"lost"}', '{"row":"orphan"}']);
+      expect(rows.map(([, row, l]) => [row, l])).toEqual([
+        ['{"row":"lost"}', true],
+        ['{"row":"orphan"}', false],
+      ]);
     } finally {
       await r.cleanup();
     }

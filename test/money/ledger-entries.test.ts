@@ -2,10 +2,12 @@
 // as one stream entry (issue 14: one XADD per turn, not per request), its
 // drain lets rows that trickle in share an INSERT (up to flushMs), and
 // every row of every entry reaches Postgres once — a single-row entry (an
-// intent's finish) included.
+// intent's finish) included; rows Redis loses before they are drained are
+// appended again by the router that wrote them.
 import { describe, expect, it } from "vitest";
 import type { NewLedgerRow } from "@switchyard/db";
-import { decodeLedgerRow, encodeLedgerRow, LEDGER_ROWS_PER_ENTRY, RedisLedgerBuffer } from "../../apps/router/src/billing/ledger-stream.ts";
+import { decodeLedgerRow, encodeLedgerRow, KEEP_CHECK_MS, LEDGER_KEPT_ROWS_MAX, LEDGER_ROWS_PER_ENTRY, RedisLedgerBuffer } from "../../apps/router/src/billing/ledger-stream.ts";
+import { ledgerMarkKey } from "@switchyard/state";
 import { silentLogger } from "../../apps/router/src/observability/log.ts";
 import { createTenant, insertLedgerTexts } from "@switchyard/db";
 import { RouterMetrics } from "../../apps/router/src/observability/metrics.ts";
@@ -164,4 +166,62 @@ describe("RedisLedgerBuffer entries", () => {
       await db.drop();
     }
   });
+
+  it("keeps the rows it appended until they leave the stream; when Redis loses them (its ledger data gone) it appends them again and each lands once", async () => {
+    const r = await createTestRedis();
+    const metrics = new RouterMetrics();
+    const lines: string[] = [];
+    let postgresUp = false;
+    const written: string[] = [];
+    const buffer = new RedisLedgerBuffer(
+      r.redis,
+      async (texts) => {
+        if (!postgresUp) throw new Error("connect ECONNREFUSED (Postgres away)");
+        const fresh = texts.map((x) => decodeLedgerRow(x).requestId).filter((id) => !written.includes(id));
+        written.push(...fresh);
+        return { inserted: fresh.length };
+      },
+      { prefix: r.prefix, consumer: "keeper", batch: 100, flushMs: 20, claimIdleMs: 10_000, log: createLogger("warn", {}, (l) => lines.push(l)), metrics },
+    );
+    try {
+      await buffer.start();
+      // Drained as they come: let go at the next look at the stream (every KEEP_CHECK_MS).
+      postgresUp = true;
+      await Promise.all(Array.from({ length: 5 }, (_, i) => buffer.record(row(i))));
+      expect(buffer.keptCount).toBe(5);
+      await waitUntil(() => written.length === 5 && buffer.keptCount === 0, "drained rows let go");
+      // Postgres away: 12 rows wait in the stream (two turns, two entries), kept here too.
+      postgresUp = false;
+      await Promise.all(Array.from({ length: 7 }, (_, i) => buffer.record(row(10 + i))));
+      await Promise.all(Array.from({ length: 5 }, (_, i) => buffer.record(row(20 + i))));
+      await new Promise((done) => setTimeout(done, 2 * KEEP_CHECK_MS));
+      expect(buffer.keptCount).toBe(12);
+      expect(await buffer.depth()).toBe(2);
+      // Redis loses the ledger's data (its stream, its group and its mark: a restart without persistence does as much).
+      await r.redis.del(buffer.key, ledgerMarkKey(r.prefix));
+      postgresUp = true;
+      await waitUntil(() => written.length === 17, "the lost rows to land");
+      expect(written.slice(5).sort()).toEqual([...Array.from({ length: 7 }, (_, i) => `req_batch_${10 + i}`), ...Array.from({ length: 5 }, (_, i) => `req_batch_${20 + i}`)].sort());
+      expect(metrics.ledgerRows.get({ outcome: "replayed" })).toBe(12);
+      expect(lines.filter((l) => l.includes("Redis may have lost ledger rows"))).toHaveLength(1);
+      await waitUntil(() => buffer.keptCount === 0, "replayed rows let go once drained");
+      expect(await buffer.depth()).toBe(0);
+      // Past the most kept, the oldest are let go (counted): Redis' own persistence is all they have.
+      buffer.keep("1-0", new Array<string>(LEDGER_KEPT_ROWS_MAX).fill("x"));
+      buffer.keep("2-0", ["y"]);
+      expect(buffer.keptCount).toBe(1);
+      expect(metrics.ledgerRows.get({ outcome: "unkept" })).toBe(LEDGER_KEPT_ROWS_MAX);
+    } finally {
+      await buffer.close();
+      await r.cleanup();
+    }
+  });
 });
+
+async function waitUntil(ok: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!ok()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((done) => setTimeout(done, 20));
+  }
+}

@@ -7,7 +7,7 @@
 // router's CPU. Real Redis; Pipelines are counted where ioredis builds them.
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openRedis, RedisLeaseStore, RedisRegistryStore, duplicateRedis, type RedisLike } from "@switchyard/state";
+import { openRedis, RedisLeaseStore, RedisRegistryStore, duplicateRedis, ledgerMarkKey, ledgerWatchCommands, watchLedgerStream, type RedisLike } from "@switchyard/state";
 import { ROUTER_REDIS } from "../../apps/router/src/server.ts";
 import { ledgerStreamKey } from "../../apps/router/src/billing/ledger-stream.ts";
 import { record } from "../contract/registry.contract.ts";
@@ -32,7 +32,8 @@ async function counted(opts: Parameters<typeof openRedis>[1]): Promise<{ redis: 
 
 /**
  * Pipelines built by what a router's polls and ledger send, once started: a
- * registry listing, a lease list, an XADD and a drain read. (A store's first
+ * registry listing, a lease list, an XADD, a drain read and a look at where
+ * the stream starts (ledger_watch.lua, every 0.5 s). (A store's first
  * listing also SCANs for older workers' keys, and the drain creates its
  * group once: both before the count.)
  */
@@ -42,11 +43,13 @@ async function pollsAndLedger(redis: RedisLike, pipelines: () => number): Promis
   const key = ledgerStreamKey(prefix);
   await registry.listing();
   await redis.xgroup("CREATE", key, "ledger", "0", "MKSTREAM").catch(() => {});
+  ledgerWatchCommands(redis);
   const before = pipelines();
   expect((await registry.listing()).workers.map((w) => w.id)).toEqual(["w1"]);
   expect((await leases.list()).leases).toEqual([]);
   await redis.xadd(key, "*", "r", "row");
   await redis.xreadgroup("GROUP", "ledger", "c1", "COUNT", 10, "STREAMS", key, ">");
+  expect((await watchLedgerStream(redis, key, ledgerMarkKey(prefix))).length).toBeGreaterThanOrEqual(1);
   return pipelines() - before;
 }
 
@@ -71,8 +74,8 @@ describe("the router's Redis connection", () => {
 
   it("(the same calls on an auto-pipelined connection without the list build one Pipeline per command)", async () => {
     const { redis, pipelines } = await counted({ autoPipelining: true });
-    // The registry's ids, its read, the lease list, XADD, XREADGROUP.
-    expect(await pollsAndLedger(redis, pipelines)).toBe(5);
+    // The registry's ids, its read, the lease list, XADD, XREADGROUP, the ledger's watch.
+    expect(await pollsAndLedger(redis, pipelines)).toBe(6);
   });
 
   it("keeps auto-pipelining for the rest, and the drain's own connection (a duplicate) keeps the list", async () => {

@@ -404,7 +404,20 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     });
     ledger = ledgerStream;
     // Paid attempts' intents: a router that dies mid-request leaves them for another to finish.
-    intents = new RedisIntentJournal(redis, { prefix: config.redis.keyPrefix, ledgerKey: ledgerStream.key, consumer, claimIdleMs: config.billing.ledgerClaimIdleMs });
+    const buffer = ledgerStream;
+    intents = new RedisIntentJournal(redis, {
+      prefix: config.redis.keyPrefix,
+      ledgerKey: ledgerStream.key,
+      consumer,
+      claimIdleMs: config.billing.ledgerClaimIdleMs,
+      // A finish appends its row itself (budget_intent_finish.lua): the buffer keeps it as its own.
+      written: (entryId, row, intentLost) => {
+        buffer.keep(entryId, [row]);
+        if (!intentLost) return;
+        metrics.ledgerRows.inc({ outcome: "intent_lost" });
+        log.warn("a paid attempt's intent was lost with Redis' data: its row was written by the router serving it", { entryId });
+      },
+    });
     budgetStore ??= new RedisBudgetStore(redis, config.redis.keyPrefix);
   } else {
     ledger = new BatchingLedgerWriter(writeRows, { log, maxBatch: config.billing.ledgerBatch });

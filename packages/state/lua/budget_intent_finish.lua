@@ -3,13 +3,25 @@
 -- router finishing the orphan of a dead one — the first wins, the other
 -- finds nothing and does nothing (no row, no settle).
 -- KEYS[1] intents stream, KEYS[2] ledger stream, KEYS[3] the intent's
--- progress key; ARGV[1] group, ARGV[2] intent id, ARGV[3] ledger row (JSON).
--- Returns 1 when this call finished it, 0 when it was already finished.
-if redis.call('XDEL', KEYS[1], ARGV[2]) == 0 then
+-- progress key, KEYS[4] its finished mark; ARGV[1] group, ARGV[2] intent id,
+-- ARGV[3] ledger row (JSON), ARGV[4] 'owner' or 'orphan', ARGV[5] how long
+-- an orphan's finished mark lives (ms).
+-- Returns {the row's ledger entry id, 1 if the intent was there else 0}
+-- when this call wrote the row, 0 when not.
+--
+-- An intent can also be gone because Redis lost it (restarted empty, failed
+-- over before it replicated): its owner, still serving the request, must
+-- then write the row all the same, or a charged attempt has none. So a
+-- router finishing an orphan leaves a mark, and the owner that finds
+-- neither the intent nor a mark writes its row.
+local found = redis.call('XDEL', KEYS[1], ARGV[2])
+if found == 0 then
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-  return 0
+  if ARGV[4] ~= 'owner' or redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
+else
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+  if ARGV[4] ~= 'owner' then redis.call('SET', KEYS[4], '1', 'PX', ARGV[5]) end
 end
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XADD', KEYS[2], '*', 'r', ARGV[3])
+local id = redis.call('XADD', KEYS[2], '*', 'r', ARGV[3])
 redis.call('DEL', KEYS[3])
-return 1
+return {id, found}

@@ -9,12 +9,17 @@
 //   - Postgres down: rows wait in the stream and are retried with backoff;
 //   - a router killed mid-batch: its unacknowledged rows are claimed by
 //     another router after billing.ledgerClaimIdleMs (XAUTOCLAIM);
-//   - a batch delivered twice: the second insert adds nothing.
+//   - a batch delivered twice: the second insert adds nothing;
+//   - Redis losing rows it acknowledged (restarted without persistence, the
+//     last second of an AOF, a failover before replication, a flush): each
+//     router keeps the rows it appended until they have left the stream
+//     (ledger_watch.lua, every KEEP_CHECK_MS), and appends them again when
+//     Redis answers as another server or without the ledger's mark.
 import { decodeLedgerRow, encodeLedgerRow, type NewLedgerRow } from "@switchyard/db";
 
 // The row text is the ledger's (db/ledger.ts): Postgres reads it as it is.
 export { decodeLedgerRow, encodeLedgerRow };
-import { duplicateRedis, type RedisLike } from "@switchyard/state";
+import { duplicateRedis, ledgerMarkKey, ledgerWatchCommands, streamIdBefore, watchLedgerStream, type RedisLike } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 import type { LedgerSink } from "./ledger.ts";
@@ -39,6 +44,23 @@ type StreamEntry = [id: string, fields: string[] | null];
 
 /** Rows per stream entry at most: a drain step reads `batch` entries, so this bounds its rows. */
 export const LEDGER_ROWS_PER_ENTRY = 64;
+
+/** How often a router looks at where the stream starts, to let go of its drained rows (and at which Redis answers). */
+export const KEEP_CHECK_MS = 500;
+
+/**
+ * Rows a router keeps at most against Redis losing them (a row's text is
+ * about 240 bytes: some 50 MB in all). Past it (Postgres away for long, the
+ * stream growing), the oldest are let go and rest on Redis' own
+ * persistence alone.
+ */
+export const LEDGER_KEPT_ROWS_MAX = 200_000;
+
+/** Rows this router appended as one entry, kept until that entry has left the stream. */
+interface KeptEntry {
+  id: string;
+  texts: string[];
+}
 
 /** Postgres could not read a row's text as a row (data exception, SQLSTATE class 22). */
 function unreadable(err: unknown): boolean {
@@ -65,10 +87,11 @@ interface Gathering {
 export class RedisLedgerBuffer implements LedgerSink {
   /**
    * Commands this buffer sends one at a time and batches itself (a turn's
-   * rows in one XADD; one XREADGROUP per drain step): on an auto-pipelined
+   * rows in one XADD; one XREADGROUP per drain step; a look at the stream
+   * every KEEP_CHECK_MS): on an auto-pipelined
    * connection each would be an ioredis Pipeline of its own for nothing.
    */
-  static readonly unpipelined = ["xadd", "xreadgroup"] as const;
+  static readonly unpipelined = ["xadd", "xreadgroup", "syLedger_watch"] as const;
   readonly key: string;
   private readonly group = "ledger";
   private readonly reader: RedisLike;
@@ -91,6 +114,13 @@ export class RedisLedgerBuffer implements LedgerSink {
   private gathering: Gathering | undefined;
   /** Appends in flight, so a flush waits for rows already recorded. */
   private readonly appending = new Set<Promise<void>>();
+  /** Entries this router appended that may still be in the stream, oldest first. */
+  private kept: KeptEntry[] = [];
+  private keptRows = 0;
+  /** The Redis the kept entries were appended to (ledger_watch.lua's identity); undefined before the first look. */
+  private identity: string | undefined;
+  private lastWatch = 0;
+  private readonly markKey: string;
 
   constructor(
     // One node or a Cluster: the stream, its group and the intents share the
@@ -101,6 +131,8 @@ export class RedisLedgerBuffer implements LedgerSink {
     private readonly opts: RedisLedgerOptions,
   ) {
     this.key = ledgerStreamKey(opts.prefix);
+    this.markKey = ledgerMarkKey(opts.prefix);
+    ledgerWatchCommands(redis);
     // Blocking reads get their own connection: XREADGROUP BLOCK holds it.
     this.reader = duplicateRedis(redis);
     // Its failures reach read() as rejected commands (the drain loop logs them).
@@ -125,6 +157,8 @@ export class RedisLedgerBuffer implements LedgerSink {
   /** Starts draining the stream into Postgres. */
   async start(): Promise<void> {
     await this.ensureGroup();
+    // Which Redis the first rows go to: a loss from here on shows as a new identity.
+    await this.watch(true);
     this.running ??= this.loop();
   }
 
@@ -168,11 +202,73 @@ export class RedisLedgerBuffer implements LedgerSink {
     });
   }
 
-  /** One stream entry holding these rows, one "r" field each. */
-  private appendEntry(texts: string[]): Promise<unknown> {
+  /** One stream entry holding these rows, one "r" field each; kept until it has left the stream. */
+  private async appendEntry(texts: string[]): Promise<void> {
     const fields: string[] = [];
     for (const t of texts) fields.push("r", t);
-    return (this.redis.xadd as (...a: string[]) => Promise<unknown>)(this.key, "*", ...fields);
+    const id = await (this.redis.xadd as (...a: string[]) => Promise<unknown>)(this.key, "*", ...fields);
+    this.keep(String(id), texts);
+  }
+
+  /**
+   * Keeps rows appended to the stream as entry `id` (by this buffer, or by
+   * a script: an intent's finish) until that entry has left it, so that
+   * they can be appended again if Redis loses them.
+   */
+  keep(id: string, texts: string[]): void {
+    this.kept.push({ id, texts });
+    this.keptRows += texts.length;
+    if (this.keptRows <= LEDGER_KEPT_ROWS_MAX) return;
+    let letGo = 0;
+    while (this.keptRows > LEDGER_KEPT_ROWS_MAX && this.kept.length > 1) {
+      const e = this.kept.shift()!;
+      this.keptRows -= e.texts.length;
+      letGo += e.texts.length;
+    }
+    this.opts.metrics?.ledgerRows.inc({ outcome: "unkept" }, letGo);
+  }
+
+  /** Rows kept against a loss of Redis' data (for tests). */
+  get keptCount(): number {
+    return this.keptRows;
+  }
+
+  /**
+   * Looks at the stream (ledger_watch.lua; at most every KEEP_CHECK_MS
+   * unless forced). The same Redis: lets go of the kept entries that have
+   * left it (drained). Another Redis, or the ledger's mark gone: appends
+   * every kept row again (Postgres keeps one of each: inserts are
+   * idempotent on (request_id, started_at)).
+   */
+  private async watch(force = false): Promise<void> {
+    const now = Date.now();
+    if (!force && now - this.lastWatch < KEEP_CHECK_MS) return;
+    this.lastWatch = now;
+    const state = await watchLedgerStream(this.redis, this.key, this.markKey);
+    if (this.identity !== undefined && state.identity !== this.identity) {
+      const lost = this.kept;
+      const rows = this.keptRows;
+      this.kept = [];
+      this.keptRows = 0;
+      this.identity = state.identity;
+      if (rows === 0) return;
+      this.opts.log.warn("Redis may have lost ledger rows (another server answers, or its data is gone): appending again the rows not yet drained", { rows });
+      this.opts.metrics?.ledgerRows.inc({ outcome: "replayed" }, rows);
+      for (const e of lost) this.retry.push(...e.texts);
+      // Sent at once; the drain step re-sends them too, before anything else, if this fails.
+      await this.resend();
+      return;
+    }
+    this.identity = state.identity;
+    // Entries before the first one left are gone from the stream; an empty one has lost all up to its last id.
+    const gone = state.first ? (id: string) => streamIdBefore(id, state.first) : state.last ? (id: string) => !streamIdBefore(state.last, id) : () => false;
+    let n = 0;
+    let rows = 0;
+    while (n < this.kept.length && gone(this.kept[n]!.id)) rows += this.kept[n++]!.texts.length;
+    if (n > 0) {
+      this.kept = this.kept.slice(n);
+      this.keptRows -= rows;
+    }
   }
 
   /** Everything recorded so far handed to Redis (or to the retry list). */
@@ -234,6 +330,7 @@ export class RedisLedgerBuffer implements LedgerSink {
   private async stepOnce(block: boolean): Promise<number> {
     await this.ensureGroup();
     await this.resend();
+    await this.watch();
     await this.claim();
     // Own pending rows are read first — but only when there may be some: an
     // idle drain otherwise asked for them on every turn, a Redis round trip

@@ -174,7 +174,7 @@ export class RouterMetrics {
   readonly upstreamAttempts = new Counter("switchyard_upstream_attempts_total", "Backend attempts, by backend and outcome.");
   readonly budgetHolds = new Counter("switchyard_budget_holds_total", "Budget holds asked for paid backends, by outcome (held|refused|unpriced|unlimited|unchecked: the day could not be checked against the ledger).");
   readonly budgetAlerts = new Counter("switchyard_budget_alerts_total", "Budget thresholds crossed (once per tenant, day and threshold), by threshold.");
-  readonly ledgerRows = new Counter("switchyard_ledger_rows_total", "Ledger rows drained into Postgres, by outcome (committed|duplicate|dropped: a row Postgres could not read, logged).");
+  readonly ledgerRows = new Counter("switchyard_ledger_rows_total", "Ledger rows by outcome: drained into Postgres (committed|duplicate|dropped: a row Postgres could not read, logged); appended again after Redis lost them (replayed); let go unkept past the most a router keeps against such a loss (unkept); a paid attempt's row written by its router with its intent lost (intent_lost).");
   readonly ledgerLag = new Histogram("switchyard_ledger_lag_seconds", "Request end (its row appended to the ledger stream) to its ledger row committed in Postgres.", [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]);
   readonly billingFailures = new Counter("switchyard_billing_failures_total", "Settle steps that failed (and were left to the hold's expiry and reconcile), by step.");
   readonly leaseEvents = new Counter("switchyard_lease_events_total", "Lease changes audited by this router, by event (granted|extended|released|expired).");

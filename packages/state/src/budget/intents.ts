@@ -9,34 +9,24 @@
 // The keys share the `{ledger}` hash tag with the ledger stream (one Cluster
 // slot), so that script is atomic. Policy (when an orphan is due, what it
 // cost) lives with the caller: this room only moves entries.
-import { existsSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import type { RedisLike } from "../redis.ts";
+import { findLuaDir } from "./scripts.ts";
 
 const scriptNames = ["open", "finish", "prune"] as const;
 type IntentCommands = {
   syIntent_open(stream: string, group: string, consumer: string, intent: string): Promise<string>;
-  syIntent_finish(stream: string, ledger: string, progress: string, group: string, id: string, row: string): Promise<number>;
+  syIntent_finish(stream: string, ledger: string, progress: string, finished: string, group: string, id: string, row: string, as: "owner" | "orphan", markTtlMs: string): Promise<[string, number] | number>;
   syIntent_prune(stream: string, self: string, minIdleMs: string, group: string): Promise<number>;
 };
 
-function luaDir(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 8; i++) {
-    for (const candidate of [path.join(dir, "lua"), path.join(dir, "packages", "state", "lua")]) {
-      if (existsSync(path.join(candidate, "budget_intent_open.lua"))) return candidate;
-    }
-    dir = path.dirname(dir);
-  }
-  throw new Error("cannot find packages/state/lua (intent Lua scripts)");
-}
 
 const registered = new WeakSet<RedisLike>();
 function intentCommands(redis: RedisLike): RedisLike & IntentCommands {
   if (!registered.has(redis)) {
-    const dir = luaDir();
-    const keys: Record<(typeof scriptNames)[number], number> = { open: 1, finish: 3, prune: 1 };
+    const dir = findLuaDir();
+    const keys: Record<(typeof scriptNames)[number], number> = { open: 1, finish: 4, prune: 1 };
     for (const name of scriptNames) {
       redis.defineCommand(`syIntent_${name}`, { numberOfKeys: keys[name], lua: readFileSync(path.join(dir, `budget_intent_${name}.lua`), "utf8") });
     }
@@ -48,6 +38,11 @@ function intentCommands(redis: RedisLike): RedisLike & IntentCommands {
 /** The intents stream of a key prefix (same hash tag as the ledger stream). */
 export function intentStreamKey(prefix: string): string {
   return `${prefix}{ledger}:intents`;
+}
+
+/** The mark a router finishing another's orphan leaves (budget_intent_finish.lua): the owner then writes nothing. */
+export function intentFinishedKey(prefix: string, id: string): string {
+  return `${prefix}{ledger}:finished:${id}`;
 }
 
 /** Where an intent's progress (generation id, last usage seen) is kept. */
@@ -63,8 +58,14 @@ export interface IntentJournalOptions {
   consumer: string;
   /** An intent whose router has not touched it this long is taken over. */
   claimIdleMs: number;
-  /** How long progress notes live without a finish (default one day). */
+  /** How long progress notes live without a finish, and an orphan's finished mark (default one day). */
   progressTtlMs?: number;
+  /**
+   * Called with each row a finish wrote and its ledger entry id (the ledger
+   * buffer keeps it until drained, to append it again if Redis loses it);
+   * `intentLost` when its owner wrote it with the intent gone from Redis.
+   */
+  written?: (entryId: string, row: string, intentLost: boolean) => void;
 }
 
 /** An intent taken over from a silent router. */
@@ -127,13 +128,20 @@ export class RedisIntentJournal {
   /**
    * Finishes the attempt: its intent goes and its ledger row enters the
    * ledger stream, atomically. False when it was already finished (by
-   * another router that took it over): then nothing was written.
+   * another router that took it over): then nothing was written. The
+   * router that opened the intent writes its row even when the intent is
+   * gone without a finisher's mark: Redis lost it (budget_intent_finish.lua).
    */
   async finish(id: string, row: string): Promise<boolean> {
-    const won = await this.redis.syIntent_finish(this.key, this.opts.ledgerKey, intentProgressKey(this.opts.prefix, id), GROUP, id, row);
+    const prefix = this.opts.prefix;
+    const as = this.mine.has(id) ? "owner" : "orphan";
+    const ttl = String(this.opts.progressTtlMs ?? 86_400_000);
+    const out = await this.redis.syIntent_finish(this.key, this.opts.ledgerKey, intentProgressKey(prefix, id), intentFinishedKey(prefix, id), GROUP, id, row, as, ttl);
     this.mine.delete(id);
     this.adopted.delete(id);
-    return Number(won) === 1;
+    if (!Array.isArray(out)) return false;
+    this.opts.written?.(String(out[0]), row, Number(out[1]) === 0);
+    return true;
   }
 
   /** Drops an intent without a row (the attempt was refused or failed before anything was charged). */

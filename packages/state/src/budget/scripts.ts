@@ -18,7 +18,7 @@ export type BudgetCommands = {
 };
 
 /** packages/state/lua, found from this module (sources, or a bundle under dist/). */
-function findLuaDir(): string {
+export function findLuaDir(): string {
   let dir = path.dirname(fileURLToPath(import.meta.url));
   for (let i = 0; i < 8; i++) {
     for (const candidate of [path.join(dir, "lua"), path.join(dir, "packages", "state", "lua")]) {
@@ -26,7 +26,7 @@ function findLuaDir(): string {
     }
     dir = path.dirname(dir);
   }
-  throw new Error("cannot find packages/state/lua (budget Lua scripts)");
+  throw new Error("cannot find packages/state/lua (the Lua scripts)");
 }
 
 let sources: Record<BudgetScript, string> | undefined;
