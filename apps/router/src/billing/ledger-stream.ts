@@ -246,7 +246,7 @@ export class RedisLedgerBuffer implements LedgerSink {
     this.lastWatch = now;
     const state = await watchLedgerStream(this.redis, this.key, this.markKey);
     if (this.identity !== undefined && state.identity !== this.identity) {
-      const lost = this.kept;
+      const entries = this.kept;
       const rows = this.keptRows;
       this.kept = [];
       this.keptRows = 0;
@@ -254,13 +254,13 @@ export class RedisLedgerBuffer implements LedgerSink {
       if (rows === 0) return;
       this.opts.log.warn("Redis may have lost ledger rows (another server answers, or its data is gone): appending again the rows not yet drained", { rows });
       this.opts.metrics?.ledgerRows.inc({ outcome: "replayed" }, rows);
-      for (const e of lost) this.retry.push(...e.texts);
+      for (const e of entries) this.retry.push(...e.texts);
       // Sent at once; the drain step re-sends them too, before anything else, if this fails.
       await this.resend();
       return;
     }
     this.identity = state.identity;
-    // Entries before the first one left are gone from the stream; an empty one has lost all up to its last id.
+    // Drained: the entries before the stream's first one, or (an empty stream) every one up to its last id.
     const gone = state.first ? (id: string) => streamIdBefore(id, state.first) : state.last ? (id: string) => !streamIdBefore(state.last, id) : () => false;
     let n = 0;
     let rows = 0;
