@@ -3,14 +3,15 @@
 // come from the routers' caches — and their ledger rows wait in the Redis
 // stream; once Postgres is back every row lands, exactly once.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connectDb, createKey, createTenant, runMigrations, setBudget, setPrice, usdToMicro, type DbHandle } from "@switchyard/db";
+import { connectDb, runMigrations, usdToMicro, type DbHandle } from "@switchyard/db";
 import { RedisRegistryStore } from "@switchyard/state";
 import { loadConfig, silentLogger, startRouter, createLogger, type RouterHandle } from "@switchyard/router";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { createTestRedis, REDIS_URL, sleep, waitFor, type TestRedis } from "../helpers/env.ts";
 import { startPrivatePostgres, type PrivatePostgres } from "../helpers/pg-server.ts";
+import { budgetedTenant, PAID_MODEL, pricePaidModel } from "../helpers/paid.ts";
 
-const MODEL = "openai/gpt-4o-mini";
+const MODEL = PAID_MODEL;
 const OUTAGE_MS = Number(process.env.OUTAGE_MS ?? 30_000);
 
 let pg: PrivatePostgres;
@@ -27,12 +28,8 @@ beforeAll(async () => {
   db = connectDb(pg.url, { max: 5 });
   redis = await createTestRedis();
   fake = await new FakeOpenRouter({ apiKey: "sk-or-outage" }).start();
-  const t = await createTenant(db.db, "steady");
-  if (!t.ok) throw new Error("tenant");
-  tenantId = t.tenant.id;
-  key = (await createKey(db.db, tenantId)).key;
-  await setBudget(db.db, { tenantId, dailyLimitCents: 10_000n });
-  await setPrice(db.db, { backend: "openrouter", model: MODEL, inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n });
+  ({ tenantId, key } = await budgetedTenant(db, "steady", 10_000n));
+  await pricePaidModel(db);
   const config = loadConfig({
     env: {},
     overrides: {

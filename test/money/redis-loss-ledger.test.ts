@@ -8,15 +8,16 @@
 // Once Postgres is back every request has its row, each once, at the cost
 // the fake OpenRouter reported.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connectDb, createKey, createTenant, runMigrations, setBudget, setPrice, usdToMicro, type DbHandle } from "@switchyard/db";
-import { loadConfig, silentLogger, startRouter, type RouterHandle } from "@switchyard/router";
+import { connectDb, runMigrations, usdToMicro, type DbHandle } from "@switchyard/db";
+import type { RouterHandle } from "@switchyard/router";
 import type { RedisLedgerBuffer } from "../../apps/router/src/billing/ledger-stream.ts";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { startPrivateRedis, type PrivateRedis } from "#testkit/redis-server";
 import { startPrivatePostgres, type PrivatePostgres } from "../helpers/pg-server.ts";
 import { waitFor } from "../helpers/env.ts";
+import { budgetedTenant, PAID_MODEL, pricePaidModel, startPaidRouter } from "../helpers/paid.ts";
 
-const MODEL = "openai/gpt-4o-mini";
+const MODEL = PAID_MODEL;
 
 let redis: PrivateRedis;
 let pg: PrivatePostgres;
@@ -32,28 +33,10 @@ beforeAll(async () => {
   await runMigrations(pg.url);
   db = connectDb(pg.url, { max: 5 });
   fake = await new FakeOpenRouter({ apiKey: "sk-or-lost-rows" }).start();
-  const t = await createTenant(db.db, "rows-in-redis");
-  if (!t.ok) throw new Error("tenant");
-  tenantId = t.tenant.id;
-  key = (await createKey(db.db, tenantId)).key;
-  await setBudget(db.db, { tenantId, dailyLimitCents: 100_000n });
-  await setPrice(db.db, { backend: "openrouter", model: MODEL, inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n });
-  const config = loadConfig({
-    env: {},
-    overrides: {
-      "router.port": 0,
-      "router.adminPort": 0,
-      "redis.url": redis.url,
-      "redis.keyPrefix": "lost:",
-      "registry.pollMs": 50,
-      "router.keyCacheMs": 500,
-      "billing.refreshMs": 500,
-      "billing.ledgerFlushMs": 50,
-      "providers.openrouter": { apiKey: "sk-or-lost-rows", baseUrl: fake.url },
-    },
-  });
-  router = await startRouter(config, { db, log: silentLogger });
-  await waitFor(() => router.deps.guard.deps.prices.price("openrouter", MODEL), { what: "the price" });
+  ({ tenantId, key } = await budgetedTenant(db, "rows-in-redis", 100_000n));
+  await pricePaidModel(db);
+  // Keys and budgets read again within half a second: served from the cache while Postgres is down.
+  router = await startPaidRouter({ db, redisUrl: redis.url, prefix: "lost:", fake, overrides: { "router.keyCacheMs": 500, "billing.refreshMs": 500 } });
 }, 120_000);
 
 afterAll(async () => {

@@ -12,14 +12,14 @@
 // first (budget_reserve.lua, BudgetGuard.checkDay).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Redis } from "ioredis";
-import { createKey, createTenant, setBudget, setPrice } from "@switchyard/db";
 import { budgetDay, budgetKeys } from "@switchyard/state";
 import { loadConfig, silentLogger, startRouter, type RouterHandle } from "@switchyard/router";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { startPrivateRedis, type PrivateRedis } from "#testkit/redis-server";
+import { budgetedTenant, PAID_MODEL, pricePaidModel, startPaidRouter } from "../helpers/paid.ts";
 import { createTestDb, waitFor, type TestDb } from "../helpers/env.ts";
 
-const MODEL = "openai/gpt-4o-mini";
+const MODEL = PAID_MODEL;
 
 let redis: PrivateRedis;
 let db: TestDb;
@@ -32,28 +32,10 @@ beforeAll(async () => {
   redis = await startPrivateRedis();
   db = await createTestDb();
   fake = await new FakeOpenRouter({ apiKey: "sk-or-loss" }).start();
-  const t = await createTenant(db.db, "spent-up");
-  if (!t.ok) throw new Error("tenant");
-  tenantId = t.tenant.id;
-  key = (await createKey(db.db, tenantId)).key;
   // One cent a day.
-  await setBudget(db.db, { tenantId, dailyLimitCents: 1n });
-  await setPrice(db.db, { backend: "openrouter", model: MODEL, inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n });
-  const config = loadConfig({
-    env: {},
-    overrides: {
-      "router.port": 0,
-      "router.adminPort": 0,
-      "redis.url": redis.url,
-      "redis.keyPrefix": "loss:",
-      "registry.pollMs": 50,
-      "billing.refreshMs": 100,
-      "billing.ledgerFlushMs": 50,
-      "providers.openrouter": { apiKey: "sk-or-loss", baseUrl: fake.url },
-    },
-  });
-  router = await startRouter(config, { db, log: silentLogger });
-  await waitFor(() => router.deps.guard.deps.prices.price("openrouter", MODEL), { what: "the price" });
+  ({ tenantId, key } = await budgetedTenant(db, "spent-up", 1n));
+  await pricePaidModel(db);
+  router = await startPaidRouter({ db, redisUrl: redis.url, prefix: "loss:", fake });
 }, 60_000);
 
 afterAll(async () => {
@@ -73,12 +55,7 @@ const post = (r = router, k = key) =>
 const snapshot = (r = router, t = tenantId) => r.deps.guard.deps.store.snapshot(t, budgetDay(Date.now(), "UTC"));
 
 /** A new tenant with a budget of one cent a day, and its key. */
-async function centTenant(name: string): Promise<{ tenantId: number; key: string }> {
-  const t = await createTenant(db.db, name);
-  if (!t.ok) throw new Error("tenant");
-  await setBudget(db.db, { tenantId: t.tenant.id, dailyLimitCents: 1n });
-  return { tenantId: t.tenant.id, key: (await createKey(db.db, t.tenant.id)).key };
-}
+const centTenant = (name: string) => budgetedTenant(db, name, 1n);
 
 /** Spends the tenant's cent through router `r` (0.9 + 0.1), sees the 402, and waits for both rows in Postgres. */
 async function spendTheDay(r: RouterHandle, t: { tenantId: number; key: string }): Promise<void> {
