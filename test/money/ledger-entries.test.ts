@@ -206,6 +206,18 @@ describe("RedisLedgerBuffer entries", () => {
       expect(lines.filter((l) => l.includes("Redis may have lost ledger rows"))).toHaveLength(1);
       await waitUntil(() => buffer.keptCount === 0, "replayed rows let go once drained");
       expect(await buffer.depth()).toBe(0);
+      // Nothing lost: recover() (before a budget rebuild) returns at once.
+      const t0 = Date.now();
+      await buffer.recover();
+      expect(Date.now() - t0).toBeLessThan(KEEP_CHECK_MS);
+      // Lost again while Postgres is away: recover() sees it at once and returns when the rows are in Postgres.
+      postgresUp = false;
+      await Promise.all(Array.from({ length: 4 }, (_, i) => buffer.record(row(60 + i))));
+      await r.redis.del(buffer.key, ledgerMarkKey(r.prefix));
+      setTimeout(() => (postgresUp = true), 300);
+      await buffer.recover();
+      expect(written.filter((id) => /^req_batch_6\d$/.test(id)).sort()).toEqual(["req_batch_60", "req_batch_61", "req_batch_62", "req_batch_63"]);
+      expect(metrics.ledgerRows.get({ outcome: "replayed" })).toBe(16);
       // Past the most kept, the oldest are let go (counted): Redis' own persistence is all they have.
       buffer.keep("1-0", new Array<string>(LEDGER_KEPT_ROWS_MAX).fill("x"));
       buffer.keep("2-0", ["y"]);

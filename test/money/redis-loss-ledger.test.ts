@@ -13,6 +13,7 @@ import type { RouterHandle } from "@switchyard/router";
 import type { RedisLedgerBuffer } from "../../apps/router/src/billing/ledger-stream.ts";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { startPrivateRedis, type PrivateRedis } from "#testkit/redis-server";
+import { budgetDay } from "@switchyard/state";
 import { startPrivatePostgres, type PrivatePostgres } from "../helpers/pg-server.ts";
 import { waitFor } from "../helpers/env.ts";
 import { budgetedTenant, PAID_MODEL, pricePaidModel, startPaidRouter } from "../helpers/paid.ts";
@@ -105,5 +106,13 @@ describe("Redis back empty with ledger rows not yet drained", () => {
     expect(m.ledgerRows.get({ outcome: "intent_lost" })).toBe(1);
     // Let go once drained.
     await waitFor(() => kept() === 0, { timeoutMs: 10_000, what: "the kept rows let go" });
+    // The day's counters went with Redis: the next paid request rebuilds them from the ledger, the rows appended again included.
+    const after = await post(false, "after");
+    expect(after.status).toBe(200);
+    await after.text();
+    await router.deps.guard.flush();
+    const [sum] = await db.sql`select coalesce(sum(cost_micro), 0)::text as micro from spend_ledger where tenant_id = ${tenantId}`;
+    const snap = await router.deps.guard.deps.store.snapshot(tenantId, budgetDay(Date.now(), "UTC"));
+    expect(snap).toMatchObject({ spentMicro: BigInt(sum!.micro), heldMicro: 0n, checked: true });
   }, 120_000);
 });

@@ -436,14 +436,25 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     ...(intents ? { intents } : {}),
     // A day the store holds no check of is rebuilt from the ledger before
     // anything is held on it: lost counters never read as an unspent day.
-    checkDay: (tenantId, day) => checkBudgetDay(dbHandle.db, store, tenantId, day),
+    // Rows Redis lost with the counters are appended again and drained first, so the rebuild counts them.
+    checkDay: async (tenantId, day) => {
+      await ledgerStream?.recover().catch(() => {});
+      return checkBudgetDay(dbHandle.db, store, tenantId, day);
+    },
   });
   // Redis back empty: every tenant's counters for today are gone, and a day
   // that reads as unspent would admit its whole budget again. Rebuilt from
   // the ledger at once (what `switchyard budgets reconcile` does), by every
   // router that sees it: the rebuild is a versioned set, so they agree.
   if (store instanceof RedisBudgetStore) {
-    directory.onLoss(() => void rebuildBudgetsAfterLoss(dbHandle.db, store, { log, metrics }));
+    const buffer = ledgerStream;
+    directory.onLoss(() => {
+      // The ledger rows Redis lost are appended again and drained first: the rebuild counts them.
+      void (async () => {
+        await buffer?.recover().catch(() => {});
+        await rebuildBudgetsAfterLoss(dbHandle.db, store, { log, metrics });
+      })();
+    });
   }
   if (inviteKeeper) {
     const keeper = inviteKeeper;

@@ -121,6 +121,14 @@ export class RedisLedgerBuffer implements LedgerSink {
   private identity: string | undefined;
   private lastWatch = 0;
   private readonly markKey: string;
+  /**
+   * Rows appended again after a loss and not yet drained: "sent" until
+   * they are all in the stream, then the last kept entry's id (at or past
+   * theirs) until the stream has let it go. Undefined when none.
+   */
+  private replayed: "sent" | { upTo: string } | undefined;
+  /** Callers of recover() waiting for the replayed rows to be drained. */
+  private replayWaiters: Array<() => void> = [];
 
   constructor(
     // One node or a Cluster: the stream, its group and the intents share the
@@ -255,8 +263,10 @@ export class RedisLedgerBuffer implements LedgerSink {
       this.opts.log.warn("Redis may have lost ledger rows (another server answers, or its data is gone): appending again the rows not yet drained", { rows });
       this.opts.metrics?.ledgerRows.inc({ outcome: "replayed" }, rows);
       for (const e of entries) this.retry.push(...e.texts);
+      this.replayed = "sent";
       // Sent at once; the drain step re-sends them too, before anything else, if this fails.
       await this.resend();
+      this.replayed = { upTo: this.kept.at(-1)?.id ?? "0-0" };
       return;
     }
     this.identity = state.identity;
@@ -269,6 +279,30 @@ export class RedisLedgerBuffer implements LedgerSink {
       this.kept = this.kept.slice(n);
       this.keptRows -= rows;
     }
+    // A replay whose re-send failed went out with a later drain step's.
+    if (this.replayed === "sent" && this.retry.length === 0) this.replayed = { upTo: this.kept.at(-1)?.id ?? "0-0" };
+    if (typeof this.replayed === "object" && gone(this.replayed.upTo)) {
+      this.replayed = undefined;
+      for (const w of this.replayWaiters.splice(0)) w();
+    }
+  }
+
+  /**
+   * Before a budget is rebuilt from the ledger: looks at the stream now
+   * (appending again what Redis lost, if it lost anything) and waits, up to
+   * `timeoutMs`, until the rows appended again are in Postgres, so that the
+   * rebuild counts them. Returns at once when nothing was lost.
+   */
+  async recover(timeoutMs = 5_000): Promise<void> {
+    await this.exclusive(() => this.watch(true));
+    if (this.replayed === undefined) return;
+    let timer: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve) => {
+      this.replayWaiters.push(resolve);
+      timer = setTimeout(resolve, timeoutMs);
+      timer.unref();
+    });
+    clearTimeout(timer);
   }
 
   /** Everything recorded so far handed to Redis (or to the retry list). */
