@@ -1,6 +1,6 @@
 // Lease queries: fencing tokens from the Postgres sequence (so they keep
 // growing whatever happens to Redis) and the append-only lease audit.
-import { and, asc, eq, sql } from "drizzle-orm";
+import { and, asc, eq, gt, inArray, sql } from "drizzle-orm";
 import type { Db } from "./client.ts";
 import { leaseEvents, type LeaseEvent, type NewLeaseEvent } from "./schema/index.ts";
 
@@ -30,4 +30,15 @@ export async function listLeaseEvents(db: Db, filter: { tenantId?: number; worke
     filter.worker === undefined ? undefined : eq(leaseEvents.worker, filter.worker),
   );
   return db.select().from(leaseEvents).where(where).orderBy(asc(leaseEvents.at), asc(leaseEvents.id));
+}
+
+/**
+ * Every audit row of the leases that may still be live: those with a grant
+ * or extend whose expiry is after `sinceMs` (by Postgres' clock; callers
+ * leave slack for Redis' and judge liveness on it), oldest first per lease.
+ * What a router puts back when Redis lost the live leases.
+ */
+export async function liveLeaseEvents(db: Db, sinceMs: number): Promise<LeaseEvent[]> {
+  const candidates = db.selectDistinct({ id: leaseEvents.leaseId }).from(leaseEvents).where(gt(leaseEvents.expiresAt, new Date(sinceMs)));
+  return db.select().from(leaseEvents).where(inArray(leaseEvents.leaseId, candidates)).orderBy(asc(leaseEvents.leaseId), asc(leaseEvents.at), asc(leaseEvents.id));
 }

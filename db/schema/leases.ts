@@ -34,6 +34,9 @@ export const leaseEvents = pgTable(
     index("lease_events_lease_idx").on(t.leaseId),
     index("lease_events_worker_at_idx").on(t.worker, t.at),
     index("lease_events_tenant_at_idx").on(t.tenantId, t.at),
+    // The leases that may still be live (a grant or extend whose expiry is
+    // ahead): what a router puts back when Redis lost the live leases.
+    index("lease_events_expires_at_idx").on(t.expiresAt),
   ],
 );
 

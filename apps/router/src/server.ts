@@ -473,11 +473,21 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   }
   const orphans = intents && new OrphanFinisher(intents, guard, costLookups, { scanMs: config.billing.orphanScanMs, concurrency: config.billing.orphanLookupConcurrency });
   // Leases: live ones in Redis (or this process), tokens and audit in Postgres.
-  const leaseStore = opts.leases ?? (redis ? new RedisLeaseStore(redis, config.redis.keyPrefix) : new MemoryLeaseStore());
+  const leaseAudit = new PostgresLeaseAudit(db.db);
+  // Redis lost its data: the live leases are put back from the audit before any lease script answers.
+  const restoreLeases = {
+    restoreFrom: () => leaseAudit.liveLeases(),
+    onRestored: (restored: number, ended: number) => {
+      metrics.leaseRestores.inc({ outcome: "restored" }, restored);
+      metrics.leaseRestores.inc({ outcome: "ended" }, ended);
+      log.info("lease store restored from the audit (Redis had lost its data, or never had the mark)", { restored, ended });
+    },
+  };
+  const leaseStore = opts.leases ?? (redis ? new RedisLeaseStore(redis, config.redis.keyPrefix, restoreLeases) : new MemoryLeaseStore());
   const leaseDirectory = new LeaseDirectory(leaseStore, config.leases.pollMs, log, (expired, seenAtMs) => leaseService.sawExpired(expired, seenAtMs));
   const chain = new BackendChain(config.routing, directory, workerOrPipeline(directory, connections), providers);
   // Leases ask the chain which worker name a model means (its aliases), as admission does.
-  const leaseService: LeaseService = new LeaseService({ store: leaseStore, audit: new PostgresLeaseAudit(db.db), directory: leaseDirectory, workers: directory, workerName: (model) => chain.upstreamName(model, "worker"), config, log, metrics });
+  const leaseService: LeaseService = new LeaseService({ store: leaseStore, audit: leaseAudit, directory: leaseDirectory, workers: directory, workerName: (model) => chain.upstreamName(model, "worker"), config, log, metrics });
   // Draining (close()): /readyz says so at once; `shutdown` ends the requests still running once router.drainMs has passed.
   let draining = false;
   const shutdown = new AbortController();

@@ -5,11 +5,12 @@
 --   KEYS[2] workers hash: worker id -> lease id of its (possibly expired) lease
 --   KEYS[3] expiry  zset: lease id scored by expires_ms
 --   KEYS[4] fence   hash: worker id -> highest fencing token granted on it
+--   KEYS[5] restored string: set once the live leases are known complete
 -- Times are Redis' clock (TIME), one for every router. A lease is live while
 -- expires_ms > now. Every script first prunes expired leases and returns them
 -- (the caller audits each expiry once). Replies: {status, now, payload, expired}.
 redis.replicate_commands()
-local K_LEASES, K_WORKERS, K_EXPIRY, K_FENCE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K_LEASES, K_WORKERS, K_EXPIRY, K_FENCE, K_RESTORED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -34,7 +35,7 @@ local function drop(id, l)
 end
 
 -- Expired leases leave the store; returns them as "id|record" strings.
-local function prune(now)
+local function prune_expired(now)
   local out = {}
   local gone = redis.call('ZRANGEBYSCORE', K_EXPIRY, '-inf', now, 'LIMIT', 0, 1000)
   for _, id in ipairs(gone) do
@@ -47,6 +48,16 @@ local function prune(now)
     end
   end
   return out
+end
+
+-- Every script but the restore starts here. A store without the restored
+-- mark has lost its data (Redis restarted empty, failed over to a replica
+-- without it, flushed): it would read every lease as ended and every worker
+-- as free. So it answers nothing and changes nothing (UNRESTORED) until a
+-- router has put back the live leases from the audit (lease_restore.lua).
+local function prune(now)
+  if redis.call('EXISTS', K_RESTORED) == 0 then error({err = 'UNRESTORED the lease store lost its data: restore it from the audit'}) end
+  return prune_expired(now)
 end
 
 -- The live lease with this id (after prune, every lease present is live).

@@ -178,6 +178,7 @@ export class RouterMetrics {
   readonly ledgerLag = new Histogram("switchyard_ledger_lag_seconds", "Request end (its row appended to the ledger stream) to its ledger row committed in Postgres.", [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]);
   readonly billingFailures = new Counter("switchyard_billing_failures_total", "Settle steps that failed (and were left to the hold's expiry and reconcile), by step.");
   readonly leaseEvents = new Counter("switchyard_lease_events_total", "Lease changes audited by this router, by event (granted|extended|released|expired).");
+  readonly leaseRestores = new Counter("switchyard_lease_restores_total", "Leases this router put back from the audit into a lease store that had lost its data (restored), and those found ended by then (ended, audited as expired).");
   readonly workers = new Gauge("switchyard_workers", "Workers in the registry, by state.", "max");
   readonly registryRefusals = new Counter("switchyard_registry_refusals_total", "Worker records (or advertised models) routers refused, once per worker and reason while it lasts (id_mismatch|too_large|invalid_record|invalid_key|unsafe_url|not_invited|model_not_allowed).");
   readonly inviteRepairs = new Counter(
@@ -223,7 +224,7 @@ export class RouterMetrics {
 
   /** Every metric, in the order /metrics renders them. */
   all(): Array<Counter | Gauge | Histogram> {
-    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.registryRefusals, this.registryLosses, this.inviteRepairs, this.leaseEvents, this.budgetHolds, this.budgetAlerts, this.budgetDayChecks, this.budgetRebuilds, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.upstreamHeld, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest, this.cpuWait, this.listenOverflows];
+    return [this.requests, this.duration, this.ttft, this.tokens, this.errors, this.upstreamAttempts, this.workers, this.registryRefusals, this.registryLosses, this.inviteRepairs, this.leaseEvents, this.leaseRestores, this.budgetHolds, this.budgetAlerts, this.budgetDayChecks, this.budgetRebuilds, this.ledgerRows, this.ledgerLag, this.billingFailures, this.ejections, this.ejectedWorkers, this.routeExplorations, this.upstreamHeld, this.streamResumes, this.admissionQueueDepth, this.admissionWait, this.admissionAdmitted, this.admissionRejections, this.poolSaturation, this.eventLoopDelay, this.eventLoopDelayP99, this.eventLoopDelayMax, this.gcPauses, this.gcPause, this.cpuSeconds, this.cpuPerRequest, this.cpuWait, this.listenOverflows];
   }
 
   render(): string {

@@ -1,7 +1,10 @@
-// Redis LeaseStore: each operation is one Lua script over the four lease keys
-// `${prefix}{leases}:{records,workers,expiry,fence}` (one hash tag, one
-// Cluster slot: atomic across workers, listed in one call). Expiry is checked
-// in the scripts against Redis' own clock.
+// Redis LeaseStore: each operation is one Lua script over the five lease keys
+// `${prefix}{leases}:{records,workers,expiry,fence,restored}` (one hash tag,
+// one Cluster slot: atomic across workers, listed in one call). Expiry is
+// checked in the scripts against Redis' own clock. A store that lost its data
+// refuses every script (UNRESTORED) until the live leases are put back from
+// the audit (`restoreFrom`, lease_restore.lua); the store does that itself,
+// once for all the calls waiting on it, then runs them.
 import type { RedisLike } from "../redis.ts";
 import { leaseCommands, type LeaseCommands } from "./scripts.ts";
 import {
@@ -21,9 +24,20 @@ import {
   type LeaseReleaseResult,
 } from "./store.ts";
 
-export function leaseKeys(prefix: string): [records: string, workers: string, expiry: string, fence: string] {
+export function leaseKeys(prefix: string): [records: string, workers: string, expiry: string, fence: string, restored: string] {
   const base = `${prefix}{leases}`;
-  return [`${base}:records`, `${base}:workers`, `${base}:expiry`, `${base}:fence`];
+  return [`${base}:records`, `${base}:workers`, `${base}:expiry`, `${base}:fence`, `${base}:restored`];
+}
+
+export interface RedisLeaseStoreOptions {
+  /**
+   * The leases the audit knows as live, put back when the store has lost its
+   * data (the router: PostgresLeaseAudit.liveLeases). Without it a store
+   * found without its mark is taken as new (tests, benches).
+   */
+  restoreFrom?: () => Promise<Lease[]>;
+  /** Told of each restore that ran: leases put back, and those found ended meanwhile (also in the next call's `expired`). */
+  onRestored?: (restored: number, ended: number) => void;
 }
 
 type Reply = [status: string, now: number | string, payload: unknown[], expired: unknown[]];
@@ -41,18 +55,29 @@ function decode(raw: unknown): Lease {
   };
 }
 
+/** A reply refused because the store lost its data (lease_lib.lua's prune). */
+function unrestored(err: unknown): boolean {
+  return String((err as Error)?.message).startsWith("UNRESTORED");
+}
+
 export class RedisLeaseStore implements LeaseStore {
   private readonly redis: RedisLike & LeaseCommands;
   private readonly keys: string[];
+  /** The restore in flight: every call refused meanwhile waits on this one. */
+  private restoring: Promise<Lease[]> | undefined;
 
-  constructor(redis: RedisLike, prefix: string) {
+  constructor(
+    redis: RedisLike,
+    prefix: string,
+    private readonly opts: RedisLeaseStoreOptions = {},
+  ) {
     this.redis = leaseCommands(redis);
     this.keys = leaseKeys(prefix);
   }
 
   async acquire(input: LeaseAcquireInput): Promise<LeaseAcquireResult> {
     checkAcquire(input);
-    const [status, now, payload, expired] = await this.call(
+    const [status, now, payload, expired] = await this.call(() =>
       this.redis.syLease_acquire(...this.keys, input.leaseId, input.workerId, String(input.tenantId), String(input.durationMs), String(input.fencingToken)),
     );
     if (status === "ok") return { ok: true, lease: decode(payload[0]), nowMs: now, expired };
@@ -62,7 +87,7 @@ export class RedisLeaseStore implements LeaseStore {
 
   async get(leaseId: string): Promise<LeaseGetResult> {
     checkLeaseId(leaseId);
-    const [, now, payload, expired] = await this.call(this.redis.syLease_get(...this.keys, leaseId));
+    const [, now, payload, expired] = await this.call(() => this.redis.syLease_get(...this.keys, leaseId));
     return { lease: payload.length ? decode(payload[0]) : undefined, nowMs: now, expired };
   }
 
@@ -70,14 +95,14 @@ export class RedisLeaseStore implements LeaseStore {
     checkLeaseId(input.leaseId);
     checkTenant(input.tenantId);
     checkDuration(input.durationMs);
-    const [status, now, payload, expired] = await this.call(this.redis.syLease_extend(...this.keys, input.leaseId, String(input.tenantId), String(input.durationMs)));
+    const [status, now, payload, expired] = await this.call(() => this.redis.syLease_extend(...this.keys, input.leaseId, String(input.tenantId), String(input.durationMs)));
     return status === "ok" ? { ok: true, lease: decode(payload[0]), nowMs: now, expired } : { ok: false, reason: "not_found", nowMs: now, expired };
   }
 
   async release(input: LeaseHolderInput): Promise<LeaseReleaseResult> {
     checkLeaseId(input.leaseId);
     checkTenant(input.tenantId);
-    const [status, now, payload, expired] = await this.call(this.redis.syLease_release(...this.keys, input.leaseId, String(input.tenantId)));
+    const [status, now, payload, expired] = await this.call(() => this.redis.syLease_release(...this.keys, input.leaseId, String(input.tenantId)));
     return status === "ok" ? { ok: true, lease: decode(payload[0]), nowMs: now, expired } : { ok: false, reason: "not_found", nowMs: now, expired };
   }
 
@@ -85,12 +110,47 @@ export class RedisLeaseStore implements LeaseStore {
   static readonly pollCommands = ["syLease_list"] as const;
 
   async list(): Promise<LeaseList> {
-    const [, now, payload, expired] = await this.call(this.redis.syLease_list(...this.keys));
+    const [, now, payload, expired] = await this.call(() => this.redis.syLease_list(...this.keys));
     return { leases: payload.map(decode).sort((a, b) => a.workerId.localeCompare(b.workerId)), nowMs: now, expired };
   }
 
-  private async call(reply: Promise<unknown>): Promise<[string, number, unknown[], Lease[]]> {
-    const [status, now, payload, expired] = (await reply) as Reply;
-    return [String(status), Number(now), payload ?? [], (expired ?? []).map(decode)];
+  /** Runs a script; refused because the store lost its data, restores it and runs it again (its expired include the restore's). */
+  private async call(run: () => Promise<unknown>): Promise<[string, number, unknown[], Lease[]]> {
+    let ended: Lease[] = [];
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const [status, now, payload, expired] = (await run()) as Reply;
+        return [String(status), Number(now), payload ?? [], [...ended, ...(expired ?? []).map(decode)]];
+      } catch (err) {
+        if (!unrestored(err) || attempt === 3) throw err;
+      }
+      ended = ended.concat(await this.restore());
+    }
+  }
+
+  /**
+   * Puts back the audit's live leases, once for every caller waiting on it.
+   * Returns those found ended meanwhile to the caller that ran it only (so
+   * each is audited as expired once); the others get none.
+   */
+  private async restore(): Promise<Lease[]> {
+    if (this.restoring) {
+      await this.restoring.catch(() => {});
+      return [];
+    }
+    this.restoring = (async () => {
+      try {
+        const leases = (await this.opts.restoreFrom?.()) ?? [];
+        const args: string[] = [];
+        for (const l of leases) args.push(l.id, l.workerId, String(l.tenantId), String(l.fencingToken), String(l.grantedAtMs), String(l.expiresAtMs));
+        const [, , payload, expired] = (await this.redis.syLease_restore(...this.keys, ...args)) as Reply;
+        const ended = (expired ?? []).map(decode);
+        this.opts.onRestored?.(Number(payload?.[0] ?? 0), ended.length);
+        return ended;
+      } finally {
+        this.restoring = undefined;
+      }
+    })();
+    return this.restoring;
   }
 }

@@ -1,0 +1,1 @@
+CREATE INDEX "lease_events_expires_at_idx" ON "lease_events" USING btree ("expires_at");
