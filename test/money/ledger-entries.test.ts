@@ -210,14 +210,19 @@ describe("RedisLedgerBuffer entries", () => {
       const t0 = Date.now();
       await buffer.recover();
       expect(Date.now() - t0).toBeLessThan(KEEP_CHECK_MS);
-      // Lost again while Postgres is away: recover() sees it at once and returns when the rows are in Postgres.
+      // Lost again while Postgres is away: recover() (before a budget rebuild) appends the rows again at once,
+      // but cannot drain them, and says so: a rebuild now would read a ledger known to be behind.
       postgresUp = false;
       await Promise.all(Array.from({ length: 4 }, (_, i) => buffer.record(row(60 + i))));
       await r.redis.del(buffer.key, ledgerMarkKey(r.prefix));
-      setTimeout(() => (postgresUp = true), 300);
-      await buffer.recover();
-      expect(written.filter((id) => /^req_batch_6\d$/.test(id)).sort()).toEqual(["req_batch_60", "req_batch_61", "req_batch_62", "req_batch_63"]);
+      await expect(buffer.recover()).rejects.toThrow(/Postgres away/);
       expect(metrics.ledgerRows.get({ outcome: "replayed" })).toBe(16);
+      // Postgres back: recover() returns once the stream is drained, another router's row in it included.
+      postgresUp = true;
+      await r.redis.xadd(buffer.key, "*", "r", encodeLedgerRow(row(70)));
+      await buffer.recover();
+      expect(written.filter((id) => /^req_batch_[67]\d$/.test(id)).sort()).toEqual(["req_batch_60", "req_batch_61", "req_batch_62", "req_batch_63", "req_batch_70"]);
+      await waitUntil(() => buffer.keptCount === 0, "the drained rows let go");
       // Past the most kept, the oldest are let go (counted): Redis' own persistence is all they have.
       buffer.keep("1-0", new Array<string>(LEDGER_KEPT_ROWS_MAX).fill("x"));
       buffer.keep("2-0", ["y"]);

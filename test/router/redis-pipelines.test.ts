@@ -34,14 +34,16 @@ async function counted(opts: Parameters<typeof openRedis>[1]): Promise<{ redis: 
  * Pipelines built by what a router's polls and ledger send, once started: a
  * registry listing, a lease list, an XADD, a drain read and a look at where
  * the stream starts (ledger_watch.lua, every 0.5 s). (A store's first
- * listing also SCANs for older workers' keys, and the drain creates its
- * group once: both before the count.)
+ * listing also SCANs for older workers' keys, the lease store restores
+ * itself once, and the drain creates its group once: all before the count.)
  */
 async function pollsAndLedger(redis: RedisLike, pipelines: () => number): Promise<number> {
   const registry = new RedisRegistryStore(redis, prefix);
   const leases = new RedisLeaseStore(redis, prefix);
   const key = ledgerStreamKey(prefix);
   await registry.listing();
+  // A lease store's first call finds it without its restored mark and restores it (lease_restore.lua): once, before the count.
+  await leases.list();
   await redis.xgroup("CREATE", key, "ledger", "0", "MKSTREAM").catch(() => {});
   ledgerWatchCommands(redis);
   const before = pipelines();

@@ -436,9 +436,11 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     ...(intents ? { intents } : {}),
     // A day the store holds no check of is rebuilt from the ledger before
     // anything is held on it: lost counters never read as an unspent day.
-    // Rows Redis lost with the counters are appended again and drained first, so the rebuild counts them.
+    // The ledger stream is drained first (rows Redis lost appended again), so
+    // the rebuild counts every row settled before it; when it cannot be, the
+    // check fails and the day's paid backends are skipped until it can.
     checkDay: async (tenantId, day) => {
-      await ledgerStream?.recover().catch(() => {});
+      await ledgerStream?.recover();
       return checkBudgetDay(dbHandle.db, store, tenantId, day);
     },
   });
@@ -449,9 +451,16 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   if (store instanceof RedisBudgetStore) {
     const buffer = ledgerStream;
     directory.onLoss(() => {
-      // The ledger rows Redis lost are appended again and drained first: the rebuild counts them.
       void (async () => {
-        await buffer?.recover().catch(() => {});
+        // The ledger stream drained first (the rows Redis lost appended
+        // again): the rebuild counts every row. Undrainable (Postgres away):
+        // no rebuild now; each day is checked before its next hold instead.
+        try {
+          await buffer?.recover();
+        } catch (err) {
+          log.warn("budgets not rebuilt after Redis lost its data: the ledger stream cannot be drained now; each day is rebuilt before its next hold", { error: (err as Error).message });
+          return;
+        }
         await rebuildBudgetsAfterLoss(dbHandle.db, store, { log, metrics });
       })();
     });

@@ -68,6 +68,11 @@ function unreadable(err: unknown): boolean {
   return typeof code === "string" && code.startsWith("22");
 }
 
+/** The stream has no consumer group (Redis lost it with its data). */
+function noGroup(err: unknown): boolean {
+  return String((err as Error)?.message).includes("NOGROUP");
+}
+
 /** The rows an entry holds: its fields are pairs, each "r" one row (an intent's finish writes one). */
 export function entryRows(fields: string[] | null): string[] {
   const out: string[] = [];
@@ -121,14 +126,6 @@ export class RedisLedgerBuffer implements LedgerSink {
   private identity: string | undefined;
   private lastWatch = 0;
   private readonly markKey: string;
-  /**
-   * Rows appended again after a loss and not yet drained: "sent" until
-   * they are all in the stream, then the last kept entry's id (at or past
-   * theirs) until the stream has let it go. Undefined when none.
-   */
-  private replayed: "sent" | { upTo: string } | undefined;
-  /** Callers of recover() waiting for the replayed rows to be drained. */
-  private replayWaiters: Array<() => void> = [];
 
   constructor(
     // One node or a Cluster: the stream, its group and the intents share the
@@ -263,10 +260,8 @@ export class RedisLedgerBuffer implements LedgerSink {
       this.opts.log.warn("Redis may have lost ledger rows (another server answers, or its data is gone): appending again the rows not yet drained", { rows });
       this.opts.metrics?.ledgerRows.inc({ outcome: "replayed" }, rows);
       for (const e of entries) this.retry.push(...e.texts);
-      this.replayed = "sent";
       // Sent at once; the drain step re-sends them too, before anything else, if this fails.
       await this.resend();
-      this.replayed = { upTo: this.kept.at(-1)?.id ?? "0-0" };
       return;
     }
     this.identity = state.identity;
@@ -279,30 +274,35 @@ export class RedisLedgerBuffer implements LedgerSink {
       this.kept = this.kept.slice(n);
       this.keptRows -= rows;
     }
-    // A replay whose re-send failed went out with a later drain step's.
-    if (this.replayed === "sent" && this.retry.length === 0) this.replayed = { upTo: this.kept.at(-1)?.id ?? "0-0" };
-    if (typeof this.replayed === "object" && gone(this.replayed.upTo)) {
-      this.replayed = undefined;
-      for (const w of this.replayWaiters.splice(0)) w();
-    }
   }
 
   /**
-   * Before a budget is rebuilt from the ledger: looks at the stream now
-   * (appending again what Redis lost, if it lost anything) and waits, up to
-   * `timeoutMs`, until the rows appended again are in Postgres, so that the
-   * rebuild counts them. Returns at once when nothing was lost.
+   * Before a budget day is rebuilt from the ledger: every row settled so far
+   * must be in Postgres, or the rebuild undercounts the day. So this looks
+   * at the stream now (appending again what Redis lost, if it lost
+   * anything) and drains what the stream holds (this router's rows and
+   * those appended again included), for up to `timeoutMs`. Throws when it
+   * cannot (Postgres or Redis away): the rebuild would read a ledger known
+   * to be behind. Rows another router has read and is inserting are its own
+   * to finish.
    */
   async recover(timeoutMs = 5_000): Promise<void> {
+    await this.appended();
     await this.exclusive(() => this.watch(true));
-    if (this.replayed === undefined) return;
-    let timer: NodeJS.Timeout | undefined;
-    await new Promise<void>((resolve) => {
-      this.replayWaiters.push(resolve);
-      timer = setTimeout(resolve, timeoutMs);
-      timer.unref();
-    });
-    clearTimeout(timer);
+    const deadline = Date.now() + timeoutMs;
+    let regrouped = false;
+    while (Date.now() < deadline) {
+      let n: number;
+      try {
+        n = await this.exclusive(() => this.step(false));
+      } catch (err) {
+        // Redis came back without the group: the step made it again; once.
+        if (!noGroup(err) || regrouped) throw err;
+        regrouped = true;
+        continue;
+      }
+      if (n === 0 && this.retry.length === 0) return;
+    }
   }
 
   /** Everything recorded so far handed to Redis (or to the retry list). */
@@ -357,6 +357,8 @@ export class RedisLedgerBuffer implements LedgerSink {
     } catch (err) {
       // Whatever it read may be left unacknowledged: the next step reads this consumer's pending first.
       this.ownPending = true;
+      // Redis restarted empty (or failed over without the group): the next step creates it again.
+      if (noGroup(err)) this.groupReady = undefined;
       throw err;
     }
   }
@@ -449,8 +451,6 @@ export class RedisLedgerBuffer implements LedgerSink {
         this.backoffMs = 0;
       } catch (err) {
         if (this.closed) break;
-        // Redis restarted empty (or failed over without the group): create it again.
-        if (String((err as Error)?.message).includes("NOGROUP")) this.groupReady = undefined;
         this.backoffMs = Math.min(Math.max(this.backoffMs * 2, 100), 2_000);
         this.opts.log.warn("ledger drain failed; retrying", { retryInMs: this.backoffMs, error: (err as Error).message });
         await sleep(this.backoffMs);

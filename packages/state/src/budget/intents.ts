@@ -195,7 +195,14 @@ export class RedisIntentJournal {
     const claimed: ClaimedIntent[] = [];
     let cursor = "0-0";
     do {
-      const res = (await this.redis.xautoclaim(this.key, GROUP, this.opts.consumer, this.opts.claimIdleMs, cursor, "COUNT", Math.min(100, max - claimed.length))) as [string, Array<[string, string[] | null]>, string[]?];
+      let res: [string, Array<[string, string[] | null]>, string[]?];
+      try {
+        res = (await this.redis.xautoclaim(this.key, GROUP, this.opts.consumer, this.opts.claimIdleMs, cursor, "COUNT", Math.min(100, max - claimed.length))) as typeof res;
+      } catch (err) {
+        // Redis lost the stream and its group (restarted empty): the next scan makes them again.
+        if (String((err as Error)?.message).includes("NOGROUP")) this.groupReady = undefined;
+        throw err;
+      }
       cursor = String(res[0]);
       for (const [id, fields] of res[1] ?? []) {
         const text = fields?.[1];
