@@ -1,6 +1,6 @@
 -- Shared by every lease_*.lua script (the loader prepends it). All leases of
 -- a fabric share one hash tag ({leases}, one Cluster slot), so a router lists
--- them with one call and every script is atomic over all four keys:
+-- them with one call and every script is atomic over all five keys:
 --   KEYS[1] leases  hash: lease id -> "worker|tenant|token|granted_ms|expires_ms"
 --   KEYS[2] workers hash: worker id -> lease id of its (possibly expired) lease
 --   KEYS[3] expiry  zset: lease id scored by expires_ms
