@@ -393,7 +393,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   let budgetStore = opts.budgets;
   if (redis) {
     const consumer = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
-    ledgerStream = new RedisLedgerBuffer(redis, writeTexts, {
+    const stream = new RedisLedgerBuffer(redis, writeTexts, {
       prefix: config.redis.keyPrefix,
       consumer,
       batch: config.billing.ledgerBatch,
@@ -402,17 +402,16 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       log,
       metrics,
     });
-    ledger = ledgerStream;
+    ledger = ledgerStream = stream;
     // Paid attempts' intents: a router that dies mid-request leaves them for another to finish.
-    const buffer = ledgerStream;
     intents = new RedisIntentJournal(redis, {
       prefix: config.redis.keyPrefix,
-      ledgerKey: ledgerStream.key,
+      ledgerKey: stream.key,
       consumer,
       claimIdleMs: config.billing.ledgerClaimIdleMs,
       // A finish appends its row itself (budget_intent_finish.lua): the buffer keeps it as its own.
       written: (entryId, row, intentLost) => {
-        buffer.keep(entryId, [row]);
+        stream.keep(entryId, [row]);
         if (!intentLost) return;
         metrics.ledgerRows.inc({ outcome: "intent_lost" });
         log.warn("a paid attempt's intent was lost with Redis' data: its row was written by the router serving it", { entryId });
@@ -449,14 +448,13 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   // the ledger at once (what `switchyard budgets reconcile` does), by every
   // router that sees it: the rebuild is a versioned set, so they agree.
   if (store instanceof RedisBudgetStore) {
-    const buffer = ledgerStream;
     directory.onLoss(() => {
       void (async () => {
         // The ledger stream drained first (the rows Redis lost appended
         // again): the rebuild counts every row. Undrainable (Postgres away):
         // no rebuild now; each day is checked before its next hold instead.
         try {
-          await buffer?.recover();
+          await ledgerStream?.recover();
         } catch (err) {
           log.warn("budgets not rebuilt after Redis lost its data: the ledger stream cannot be drained now; each day is rebuilt before its next hold", { error: (err as Error).message });
           return;

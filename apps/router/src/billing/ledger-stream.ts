@@ -224,13 +224,19 @@ export class RedisLedgerBuffer implements LedgerSink {
     this.kept.push({ id, texts });
     this.keptRows += texts.length;
     if (this.keptRows <= LEDGER_KEPT_ROWS_MAX) return;
+    // The oldest entries go, the newest always stays.
+    let n = 0;
     let letGo = 0;
-    while (this.keptRows > LEDGER_KEPT_ROWS_MAX && this.kept.length > 1) {
-      const e = this.kept.shift()!;
-      this.keptRows -= e.texts.length;
-      letGo += e.texts.length;
-    }
+    while (this.keptRows - letGo > LEDGER_KEPT_ROWS_MAX && n < this.kept.length - 1) letGo += this.kept[n++]!.texts.length;
+    this.letGo(n, letGo);
     this.opts.metrics?.ledgerRows.inc({ outcome: "unkept" }, letGo);
+  }
+
+  /** Drops the `n` oldest kept entries, `rows` rows in all. */
+  private letGo(n: number, rows: number): void {
+    if (n === 0) return;
+    this.kept = this.kept.slice(n);
+    this.keptRows -= rows;
   }
 
   /** Rows kept against a loss of Redis' data (for tests). */
@@ -270,10 +276,7 @@ export class RedisLedgerBuffer implements LedgerSink {
     let n = 0;
     let rows = 0;
     while (n < this.kept.length && gone(this.kept[n]!.id)) rows += this.kept[n++]!.texts.length;
-    if (n > 0) {
-      this.kept = this.kept.slice(n);
-      this.keptRows -= rows;
-    }
+    this.letGo(n, rows);
   }
 
   /**

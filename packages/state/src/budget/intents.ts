@@ -9,10 +9,8 @@
 // The keys share the `{ledger}` hash tag with the ledger stream (one Cluster
 // slot), so that script is atomic. Policy (when an orphan is due, what it
 // cost) lives with the caller: this room only moves entries.
-import { readFileSync } from "node:fs";
-import path from "node:path";
+import { luaSource } from "../lua.ts";
 import type { RedisLike } from "../redis.ts";
-import { findLuaDir } from "./scripts.ts";
 
 const scriptNames = ["open", "finish", "prune"] as const;
 type IntentCommands = {
@@ -25,10 +23,9 @@ type IntentCommands = {
 const registered = new WeakSet<RedisLike>();
 function intentCommands(redis: RedisLike): RedisLike & IntentCommands {
   if (!registered.has(redis)) {
-    const dir = findLuaDir();
     const keys: Record<(typeof scriptNames)[number], number> = { open: 1, finish: 4, prune: 1 };
     for (const name of scriptNames) {
-      redis.defineCommand(`syIntent_${name}`, { numberOfKeys: keys[name], lua: readFileSync(path.join(dir, `budget_intent_${name}.lua`), "utf8") });
+      redis.defineCommand(`syIntent_${name}`, { numberOfKeys: keys[name], lua: luaSource(`budget_intent_${name}.lua`) });
     }
     registered.add(redis);
   }

@@ -4,10 +4,8 @@
 // rows it still keeps may be gone and are appended again), and the stream's
 // first entry (every row before it was drained into Postgres).
 import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
-import path from "node:path";
+import { luaSource } from "../lua.ts";
 import type { RedisLike } from "../redis.ts";
-import { findLuaDir } from "./scripts.ts";
 
 /** The ledger's mark (ledger_watch.lua): a random name, gone with the data. Same hash tag as the stream. */
 export function ledgerMarkKey(prefix: string): string {
@@ -36,7 +34,7 @@ const registered = new WeakSet<RedisLike>();
  */
 export function ledgerWatchCommands(redis: RedisLike): RedisLike & WatchCommand {
   if (!registered.has(redis)) {
-    redis.defineCommand("syLedger_watch", { numberOfKeys: 2, lua: readFileSync(path.join(findLuaDir(), "ledger_watch.lua"), "utf8") });
+    redis.defineCommand("syLedger_watch", { numberOfKeys: 2, lua: luaSource("ledger_watch.lua") });
     registered.add(redis);
   }
   return redis as RedisLike & WatchCommand;

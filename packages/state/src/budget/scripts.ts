@@ -1,9 +1,7 @@
 // Loads the budget Lua scripts from packages/state/lua/ and registers them on
 // a Redis connection once, with ioredis defineCommand (EVALSHA, falling back
 // to EVAL after NOSCRIPT). budget_lib.lua is prepended to each script.
-import { existsSync, readFileSync } from "node:fs";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { luaSource } from "../lua.ts";
 import type { RedisLike } from "../redis.ts";
 
 const scriptNames = ["reserve", "settle", "release", "snapshot", "holds", "rebuild"] as const;
@@ -17,26 +15,13 @@ export type BudgetCommands = {
   [K in BudgetScript as `syBudget_${K}`]: (...keysThenArgs: string[]) => Reply;
 };
 
-/** packages/state/lua, found from this module (sources, or a bundle under dist/). */
-export function findLuaDir(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 8; i++) {
-    for (const candidate of [path.join(dir, "lua"), path.join(dir, "packages", "state", "lua")]) {
-      if (existsSync(path.join(candidate, "budget_lib.lua"))) return candidate;
-    }
-    dir = path.dirname(dir);
-  }
-  throw new Error("cannot find packages/state/lua (the Lua scripts)");
-}
-
 let sources: Record<BudgetScript, string> | undefined;
 
 function loadSources(): Record<BudgetScript, string> {
   if (sources) return sources;
-  const dir = findLuaDir();
-  const lib = readFileSync(path.join(dir, "budget_lib.lua"), "utf8");
+  const lib = luaSource("budget_lib.lua");
   const out = {} as Record<BudgetScript, string>;
-  for (const name of scriptNames) out[name] = `${lib}\n${readFileSync(path.join(dir, `budget_${name}.lua`), "utf8")}`;
+  for (const name of scriptNames) out[name] = `${lib}\n${luaSource(`budget_${name}.lua`)}`;
   return (sources = out);
 }
 

@@ -1,9 +1,7 @@
 // Loads the lease Lua scripts from packages/state/lua/ and registers them on
 // a Redis connection once, with ioredis defineCommand (EVALSHA, falling back
 // to EVAL after NOSCRIPT). lease_lib.lua is prepended to each script.
-import { readFileSync } from "node:fs";
-import path from "node:path";
-import { findLuaDir } from "../budget/scripts.ts";
+import { luaSource } from "../lua.ts";
 import type { RedisLike } from "../redis.ts";
 
 const scriptNames = ["acquire", "get", "extend", "release", "list", "restore"] as const;
@@ -20,10 +18,9 @@ let sources: Record<LeaseScript, string> | undefined;
 
 function loadSources(): Record<LeaseScript, string> {
   if (sources) return sources;
-  const dir = findLuaDir();
-  const lib = readFileSync(path.join(dir, "lease_lib.lua"), "utf8");
+  const lib = luaSource("lease_lib.lua");
   const out = {} as Record<LeaseScript, string>;
-  for (const name of scriptNames) out[name] = `${lib}\n${readFileSync(path.join(dir, `lease_${name}.lua`), "utf8")}`;
+  for (const name of scriptNames) out[name] = `${lib}\n${luaSource(`lease_${name}.lua`)}`;
   return (sources = out);
 }
 

@@ -1,25 +1,11 @@
 // Redis RateLimitStore: one script (lua/ratelimit.lua) per take or settle,
 // over each scope's two keys `${prefix}{rl:<tenant>}:<scope>:{log,tok}`.
 // The tenant's hash tag puts its scopes in one Cluster slot.
-import { existsSync, readFileSync } from "node:fs";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { luaSource } from "../lua.ts";
 import type { RedisLike } from "../redis.ts";
 import { checkRateInput, type RateLimitStore, type RateScope, type RateScopeState, type RateSettleInput, type RateTakeInput, type RateTakeResult } from "./store.ts";
 
 type RateCommands = { syRateLimit: (numKeys: number, ...keysThenArgs: Array<string | number>) => Promise<unknown> };
-
-function luaSource(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 8; i++) {
-    for (const candidate of [path.join(dir, "lua"), path.join(dir, "packages", "state", "lua")]) {
-      const f = path.join(candidate, "ratelimit.lua");
-      if (existsSync(f)) return readFileSync(f, "utf8");
-    }
-    dir = path.dirname(dir);
-  }
-  throw new Error("cannot find packages/state/lua/ratelimit.lua");
-}
 
 let source: string | undefined;
 const registered = new WeakSet<RedisLike>();
@@ -27,7 +13,7 @@ const registered = new WeakSet<RedisLike>();
 function commands(redis: RedisLike): RedisLike & RateCommands {
   if (!registered.has(redis)) {
     // The number of keys varies (one or two scopes): given on each call.
-    redis.defineCommand("syRateLimit", { lua: (source ??= luaSource()) });
+    redis.defineCommand("syRateLimit", { lua: (source ??= luaSource("ratelimit.lua")) });
     registered.add(redis);
   }
   return redis as RedisLike & RateCommands;

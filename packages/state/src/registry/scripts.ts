@@ -1,9 +1,7 @@
 // Loads the registry's Lua scripts from packages/state/lua/ and registers them
 // on a Redis connection once, with ioredis defineCommand (EVALSHA, falling
 // back to EVAL after NOSCRIPT).
-import { existsSync, readFileSync } from "node:fs";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { luaSource } from "../lua.ts";
 import type { RedisLike } from "../redis.ts";
 
 export type RegistryCommands = {
@@ -14,17 +12,6 @@ export type RegistryCommands = {
 };
 
 const scripts = { syRegistry_read: "registry_read.lua", syRegistry_ids: "registry_ids.lua" } as const;
-
-function loadSource(file: string): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 8; i++) {
-    for (const candidate of [path.join(dir, "lua"), path.join(dir, "packages", "state", "lua")]) {
-      if (existsSync(path.join(candidate, file))) return readFileSync(path.join(candidate, file), "utf8");
-    }
-    dir = path.dirname(dir);
-  }
-  throw new Error(`cannot find packages/state/lua/${file}`);
-}
 
 const sources = new Map<string, string>();
 const registered = new WeakSet<RedisLike>();
@@ -41,6 +28,6 @@ export function registryCommands(redis: RedisLike): RedisLike & RegistryCommands
 
 function source(name: keyof typeof scripts): string {
   let s = sources.get(name);
-  if (s === undefined) sources.set(name, (s = loadSource(scripts[name])));
+  if (s === undefined) sources.set(name, (s = luaSource(scripts[name])));
   return s;
 }
