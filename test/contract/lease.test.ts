@@ -74,10 +74,23 @@ describe("RedisLeaseStore keys", () => {
       // A token below a restored one is stale on its worker.
       expect(await store.release({ leaseId: a.lease.id, tenantId: 3 })).toMatchObject({ ok: true });
       expect(await store.acquire({ leaseId: newLeaseId(), workerId: "w1", tenantId: 5, durationMs: 1_000, fencingToken: 9 })).toMatchObject({ ok: false, reason: "stale_token", highestToken: 10 });
-      // A source that cannot be read: the call fails (the router answers 503), and the next one asks again.
+      // A source that cannot be read: the call fails (the router answers 503);
+      // calls within restoreRetryMs get that error without asking it again; then it is asked again.
       await r.redis.del(...leaseKeys(r.prefix));
-      const failing = new RedisLeaseStore(r.redis, r.prefix, { restoreFrom: async () => Promise.reject(new Error("Postgres away")) });
-      await expect(failing.list()).rejects.toThrow("Postgres away");
+      let failedAsks = 0;
+      const failing = new RedisLeaseStore(r.redis, r.prefix, {
+        restoreRetryMs: 300,
+        restoreFrom: async () => {
+          failedAsks++;
+          throw new Error(`Postgres away ${failedAsks}`);
+        },
+      });
+      await expect(failing.list()).rejects.toThrow("Postgres away 1");
+      await expect(failing.get(a.lease.id)).rejects.toThrow("Postgres away 1");
+      expect(failedAsks).toBe(1);
+      await new Promise((done) => setTimeout(done, 350));
+      await expect(failing.list()).rejects.toThrow("Postgres away 2");
+      expect(failedAsks).toBe(2);
       source = [a.lease];
       expect((await store.list()).leases.map((l) => l.id)).toEqual([a.lease.id]);
       expect(asked).toBe(3);

@@ -4,7 +4,8 @@
 // checked in the scripts against Redis' own clock. A store that lost its data
 // refuses every script (UNRESTORED) until the live leases are put back from
 // the audit (`restoreFrom`, lease_restore.lua); the store does that itself,
-// once for all the calls waiting on it, then runs them.
+// once for all the calls waiting on it, then runs them. A restore that failed
+// is not tried again for `restoreRetryMs`: calls meanwhile get its error.
 import type { RedisLike } from "../redis.ts";
 import { leaseCommands, type LeaseCommands } from "./scripts.ts";
 import {
@@ -38,7 +39,15 @@ export interface RedisLeaseStoreOptions {
   restoreFrom?: () => Promise<Lease[]>;
   /** Told of each restore that ran: leases put back, and those found ended meanwhile (also in the next call's `expired`). */
   onRestored?: (restored: number, ended: number) => void;
+  /**
+   * After a restore that failed (the audit unreadable), how long calls are
+   * refused with its error before the source is asked again: a Postgres
+   * outage is not met with one query per lease call (default 1000 ms).
+   */
+  restoreRetryMs?: number;
 }
+
+const RESTORE_RETRY_MS = 1000;
 
 type Reply = [status: string, now: number | string, payload: unknown[], expired: unknown[]];
 
@@ -65,6 +74,8 @@ export class RedisLeaseStore implements LeaseStore {
   private readonly keys: string[];
   /** The restore in flight: every call refused meanwhile waits on this one. */
   private restoring: Promise<Lease[]> | undefined;
+  /** The last restore's failure, given to calls until `restoreRetryMs` after it. */
+  private failed: { error: unknown; atMs: number } | undefined;
 
   constructor(
     redis: RedisLike,
@@ -138,6 +149,7 @@ export class RedisLeaseStore implements LeaseStore {
       await this.restoring.catch(() => {});
       return [];
     }
+    if (this.failed && performance.now() - this.failed.atMs < (this.opts.restoreRetryMs ?? RESTORE_RETRY_MS)) throw this.failed.error;
     this.restoring = (async () => {
       try {
         const leases = (await this.opts.restoreFrom?.()) ?? [];
@@ -146,7 +158,11 @@ export class RedisLeaseStore implements LeaseStore {
         const [, , payload, expired] = (await this.redis.syLease_restore(...this.keys, ...args)) as Reply;
         const ended = (expired ?? []).map(decode);
         this.opts.onRestored?.(Number(payload?.[0] ?? 0), ended.length);
+        this.failed = undefined;
         return ended;
+      } catch (error) {
+        this.failed = { error, atMs: performance.now() };
+        throw error;
       } finally {
         this.restoring = undefined;
       }
