@@ -22,7 +22,8 @@ let client: OpenAI;
 const LLM = "smollm2-135m-instruct";
 
 beforeAll(async () => {
-  fx = await startTestRouter({ "workers.token": WORKER_TOKEN });
+  // Aliases to the workers' models (routing.models): the worker knows them by its own name.
+  fx = await startTestRouter({ "workers.token": WORKER_TOKEN, "routing.models": { fast: { worker: LLM }, vectors: { worker: "all-minilm-l6-v2" } } });
   agent = await startTestWorker(fx, { id: "e2e-models" });
   client = new OpenAI({ apiKey: fx.key, baseURL: `${fx.router.url}/v1`, maxRetries: 0 });
 }, 180_000);
@@ -45,9 +46,23 @@ const cosine = (a: number[], b: number[]) => {
 };
 
 describe("SmolLM2 through the router", () => {
-  it("lists the real models", async () => {
+  it("lists the real models, then the aliases that resolve to them", async () => {
     const ids = (await client.models.list()).data.map((m) => m.id);
-    expect(ids).toEqual(["all-minilm-l6-v2", LLM]);
+    expect(ids).toEqual(["all-minilm-l6-v2", LLM, "fast", "vectors"]);
+  });
+
+  it("an alias to a worker's model is served by the worker under the worker's name (whole, streamed, completions)", async () => {
+    const ask = { messages: [{ role: "user" as const, content: "Name a colour." }], temperature: 0, max_tokens: 8 };
+    const direct = await client.chat.completions.create({ model: LLM, ...ask });
+    const { data: aliased, response } = await client.chat.completions.create({ model: "fast", ...ask }).withResponse();
+    expect(response.headers.get("x-switchyard-backend")).toMatch(/^worker:/);
+    expect(aliased.choices[0]!.message.content).toBe(direct.choices[0]!.message.content);
+    expect(aliased.model).toBe(LLM);
+    let text = "";
+    for await (const chunk of await client.chat.completions.create({ model: "fast", ...ask, stream: true })) text += chunk.choices[0]?.delta.content ?? "";
+    expect(text).toBe(direct.choices[0]!.message.content);
+    const completion = await client.completions.create({ model: "fast", prompt: "The sky is", max_tokens: 4, temperature: 0 });
+    expect(completion.choices[0]!.text.length).toBeGreaterThan(0);
   });
 
   it("greedy output agrees with llama.cpp for at least the first 8 tokens", async () => {
@@ -227,6 +242,12 @@ describe("MiniLM embeddings through the router", () => {
     const floats = Array.from(new Float32Array(buf.buffer, buf.byteOffset, buf.byteLength / 4));
     expect(floats).toHaveLength(384);
     expect(cosine(floats, a!)).toBeGreaterThan(0.99999);
+  });
+
+  it("through an alias, the same vectors", async () => {
+    const input = "The cat sits on the mat.";
+    const [direct, aliased] = await Promise.all(["all-minilm-l6-v2", "vectors"].map((model) => client.embeddings.create({ model, input, encoding_format: "float" })));
+    expect(cosine(aliased!.data[0]!.embedding, direct!.data[0]!.embedding)).toBeGreaterThan(0.99999);
   });
 });
 

@@ -299,9 +299,15 @@ export class WorkerBackend implements Backend {
     };
   }
 
-  /** The worker call's undici options: the route under the worker's base path, the attempt's body. */
+  /**
+   * The worker call's undici options: the route under the worker's base path,
+   * the attempt's body. A client that named an alias (`routing.models`) asked
+   * for a model the worker knows by another name: the body names the worker's
+   * (a worker refuses a model it has not loaded).
+   */
   private post(req: BackendRequest, headers: Record<string, string>) {
-    return { path: this.basePath + req.path, method: "POST" as const, headers, body: upstreamJson(req) };
+    const named = this.model === "" || req.body.model === this.model ? req : { body: req.body, fields: { ...req.fields, model: this.model } };
+    return { path: this.basePath + req.path, method: "POST" as const, headers, body: upstreamJson(named) };
   }
 
   /** A streamed request: its answer's events straight from undici's parser into the relay's queue. */
