@@ -125,3 +125,39 @@ describe("the hold is the capped worst case", () => {
     expect(forwardedLimit()).toEqual({ max_completion_tokens: cap() });
   });
 });
+
+// The hold is priced for the model asked for. OpenRouter's own fields could
+// make it bill something else: fallback `models` (or `route`) serve — and
+// bill — another model when the first fails (a prompt past its context does
+// it on purpose), `plugins`/`web_search_options` add per-result fees, and
+// `provider.order`/`only`/`ignore`/`sort` pick a dearer provider of it.
+describe("a client cannot choose what OpenRouter bills past its hold", () => {
+  it("fallback models, routes, plugins, web search and provider picks are refused before anything is sent", async () => {
+    const attacks: Array<[Record<string, unknown>, string]> = [
+      [{ models: ["openai/gpt-4o", "anthropic/claude-3-opus"] }, "models"],
+      [{ route: "fallback" }, "route"],
+      [{ plugins: [{ id: "web", max_results: 25 }] }, "plugins"],
+      [{ web_search_options: { search_context_size: "high" } }, "web_search_options"],
+      [{ provider: { order: ["Azure"], allow_fallbacks: false } }, "provider.order"],
+      [{ provider: { data_collection: "deny", only: ["Azure"] } }, "provider.only"],
+      [{ provider: { sort: "throughput" } }, "provider.sort"],
+    ];
+    for (const path of ["/v1/chat/completions", "/v1/completions"]) {
+      for (const [body, param] of attacks) {
+        const before = openrouter.requests.length;
+        const r = await chat(body, path);
+        const err = ((await r.json()) as { error: { param: string; message: string } }).error;
+        expect([r.status, err.param], `${path} ${JSON.stringify(body)}`).toEqual([400, param]);
+        expect(err.message).toContain("budget");
+        expect(openrouter.requests.length, "nothing went upstream").toBe(before);
+      }
+    }
+  });
+
+  it("provider preferences that only narrow or sort by price go through as sent", async () => {
+    const provider = { data_collection: "deny", zdr: true, require_parameters: true, allow_fallbacks: false, max_price: { prompt: 1, completion: 2 }, sort: "price" };
+    const r = await chat({ provider, max_tokens: 5 });
+    expect(r.status, await r.text()).toBe(200);
+    expect(openrouter.requests.at(-1)!.body.provider).toEqual(provider);
+  });
+});

@@ -34,6 +34,8 @@ export interface RequestField {
   readonly keys?: readonly string[];
   /** The sample where a route spells the field otherwise. */
   readonly samples?: Partial<Record<Route, Json>>;
+  /** Why it is refused, where "cannot be honoured" would mislead. */
+  readonly refusal?: string;
 }
 
 /** The body fragment that asks for `field` on `route`. */
@@ -51,6 +53,25 @@ function part(body: Json, types: readonly string[]): string | undefined {
   for (const [i, m] of body.messages.entries()) {
     if (!isObj(m) || !Array.isArray(m.content)) continue;
     for (const [j, p] of m.content.entries()) if (isObj(p) && types.includes(String(p.type))) return `messages[${i}].content[${j}]`;
+  }
+  return undefined;
+}
+
+const all: readonly Route[] = ["chat", "completions", "embeddings"];
+
+/**
+ * OpenRouter's provider preferences that neither pick another model nor a
+ * dearer provider of it: they only narrow (privacy, parameters, fallbacks,
+ * a price ceiling) or sort by price. Anything else in `provider` (order,
+ * only, ignore, quantizations, sort by throughput) lets a tenant choose what
+ * OpenRouter bills, above the price its hold was taken at. Returns the
+ * first such key as its param path.
+ */
+const cheapOrNarrowing = new Set(["data_collection", "zdr", "require_parameters", "allow_fallbacks", "max_price"]);
+function providerChoice(p: Json): string | undefined {
+  for (const k of Object.keys(p)) {
+    if (cheapOrNarrowing.has(k) || (k === "sort" && p.sort === "price")) continue;
+    return `provider.${k}`;
   }
   return undefined;
 }
@@ -123,6 +144,21 @@ export const requestFields = {
   dimensions: { label: "dimensions", routes: ["embeddings"], asks: (b) => when(num(b.dimensions), "dimensions"), sample: { dimensions: 128 } },
   encoding_format: { label: "encoding_format base64", routes: ["embeddings"], asks: (b) => when(b.encoding_format === "base64", "encoding_format"), sample: { encoding_format: "base64" } },
   input_tokens: { label: "input as token ids", routes: ["embeddings"], asks: (b) => when(isTokenArray(b.input), "input"), sample: { input: [[101, 7592, 2088, 102]] } },
+  provider_preferences: {
+    label: "provider (data_collection, zdr, require_parameters, allow_fallbacks, max_price, sort: price)",
+    routes: all,
+    asks: (b) => when(isObj(b.provider) && providerChoice(b.provider) === undefined, "provider"),
+    sample: { provider: { data_collection: "deny" } },
+    keys: ["provider"],
+  },
+  other_model: {
+    label: "models, route, plugins, web_search_options, provider's other keys (order, only, ignore, sort, …)",
+    routes: all,
+    asks: (b) => (isObj(b.provider) ? providerChoice(b.provider) : undefined) ?? ["models", "route", "plugins", "web_search_options"].find((k) => b[k] != null),
+    sample: { models: ["openai/gpt-4o"] },
+    keys: ["models", "route", "plugins", "web_search_options"],
+    refusal: "refused: it lets the provider bill for another model or added fees, past the price the tenant's budget held",
+  },
   unknown: {
     label: "fields outside this table",
     routes: ["chat", "completions", "embeddings"],
@@ -175,8 +211,10 @@ export function refusedField(kind: string, path: InferencePath, body: Json): { p
   for (const { name, f, route } of checks) {
     const param = f.asks(body, route);
     if (param === undefined) continue;
+    const by = kind === "worker" ? "self-hosted workers" : kind;
+    if (f.refusal) return { param, message: `${param}: ${f.refusal} (${by})` };
     const what = name === "unknown" ? `'${param}' is not a field Switchyard knows; it would be ignored` : `${f.label} cannot be honoured`;
-    return { param, message: `${param}: ${what} by ${kind === "worker" ? "self-hosted workers" : kind}` };
+    return { param, message: `${param}: ${what} by ${by}` };
   }
   return undefined;
 }

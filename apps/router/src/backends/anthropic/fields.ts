@@ -35,5 +35,7 @@ export const anthropicFields: FieldSupport = {
   dimensions: "unserved",
   encoding_format: "unserved",
   input_tokens: "unserved",
+  provider_preferences: "refused",
+  other_model: "refused",
   unknown: "refused",
 };

@@ -2,9 +2,14 @@
 // catalogue): it speaks OpenAI's protocol and passes its sampling fields to
 // the provider, so most go through as they are. Refused: what its API does
 // not offer (one choice per request; no echo, best_of or suffix) and token-id
-// inputs, whose tokenizer depends on the model behind it. Fields outside the
-// catalogue go through too: they are OpenRouter's own (provider, models,
-// transforms, reasoning, usage).
+// inputs, whose tokenizer depends on the model behind it; and OpenRouter's
+// own fields that let the client choose what it is billed for — fallback
+// `models`, `route`, `plugins` (web search is paid per result),
+// `web_search_options`, and `provider` preferences that pick a dearer
+// provider: the budget's hold is priced for the model asked for, so a
+// request could spend past the tenant's budget. `provider` preferences that
+// only narrow or sort by price go through, as do other fields outside the
+// catalogue (transforms, reasoning, usage).
 import type { FieldSupport } from "../fields.ts";
 
 export const openrouterFields: FieldSupport = {
@@ -37,5 +42,7 @@ export const openrouterFields: FieldSupport = {
   dimensions: "honoured",
   encoding_format: "honoured",
   input_tokens: "refused",
+  provider_preferences: "honoured",
+  other_model: "refused",
   unknown: "honoured",
 };

@@ -37,6 +37,8 @@ export const workerFields: FieldSupport = {
   dimensions: "per model",
   encoding_format: "honoured",
   input_tokens: "honoured",
+  provider_preferences: "refused",
+  other_model: "refused",
   unknown: "refused",
 };
 
