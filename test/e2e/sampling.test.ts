@@ -8,7 +8,7 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentHandle } from "@switchyard/agent";
-import { fieldSupport, requestFields, sampleOf, type FieldName } from "../../apps/router/src/backends/fields.ts";
+import { fieldSupport, inert, requestFields, sampleOf, type FieldName } from "../../apps/router/src/backends/fields.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { startTestWorker, WORKER_TOKEN } from "../helpers/worker.ts";
 
@@ -212,6 +212,13 @@ describe("the worker does what the field table declares", () => {
   const rows = (Object.entries(requestFields) as Array<[FieldName, (typeof requestFields)[FieldName]]>).flatMap(([name, f]) =>
     f.routes.map((r) => [name, r as keyof typeof route, fieldSupport.worker[name]] as const),
   );
+  it.each(Object.keys(route) as Array<keyof typeof route>)("the fields the table counts as not changing the answer are taken on %s", async (r) => {
+    const asIs = { user: "u-1", metadata: { team: "a" }, store: false, service_tier: "auto", prompt_cache_key: "k", safety_identifier: "s" };
+    expect(Object.keys(asIs).sort()).toEqual(inert.filter((k) => k !== "model").sort());
+    const res = await post(route[r], { ...base[r], ...asIs });
+    expect(res.status, res.text).toBe(200);
+  }, 60_000);
+
   it.each(rows)("%s on %s: %s", async (name, r, support) => {
     const f = requestFields[name];
     const body = { ...base[r], ...sampleOf(f, r) };

@@ -179,7 +179,7 @@ export type FieldSupport = Record<FieldName, Support>;
  * hints) and the router's own fields to its workers.
  */
 const inputs: Record<Route, readonly string[]> = { chat: ["messages"], completions: ["prompt"], embeddings: ["input"] };
-const inert = ["model", "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"];
+export const inert = ["model", "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"] as const;
 const internal = ["switchyard_prefix", "switchyard_cache_scope", "continue_final_message", "add_generation_prompt"];
 function known(route: Route): Set<string> {
   const covered = Object.values(requestFields as Record<string, RequestField>)

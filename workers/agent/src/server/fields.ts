@@ -16,7 +16,7 @@ const structured = ["response_format", "tools", "tool_choice", "parallel_tool_ca
 const known = {
   chat: new Set([...generation, ...inert, ...router, ...structured, "messages", "modalities", "audio"]),
   completions: new Set([...generation, ...inert, ...router, "prompt", "echo", "best_of", "suffix"]),
-  embeddings: new Set(["model", "input", "encoding_format", "dimensions", "user", ...router]),
+  embeddings: new Set(["model", "input", "encoding_format", "dimensions", ...inert, ...router]),
 };
 
 /** The first field of `body` this route does not know, if any. */
