@@ -6,7 +6,13 @@
 // entry in use is re-read in the background from 3/4 of its ttl on, so a key
 // in steady use never waits for Postgres (with the 2 s default, a request
 // every 2 s per key did, in its time to first token).
-import { hashKey } from "@switchyard/db";
+//
+// Before any of that, a string that is not shaped like a key (sy_<8 hex>_
+// <secret>) is refused without a lookup: bearer garbage costs no query. At
+// the cache's bound the unknown keys' entries go first, then the oldest: a
+// flood of made-up keys cannot push real tenants' keys out (it cleared the
+// whole cache, and every real key then waited for Postgres).
+import { hashKey, prefixOf } from "@switchyard/db";
 import type { KeyOwner, KeyStore } from "./key-store.ts";
 
 /** How long an expired entry waits for Postgres before the last answer is used. */
@@ -48,6 +54,7 @@ export class KeyResolver {
 
   /** A key in the cache is answered as it is, not as a promise (every request asks); a miss or an expired entry waits for Postgres. */
   resolve(key: string): KeyOwner | undefined | Promise<KeyOwner | undefined> {
+    if (prefixOf(key) === null) return undefined;
     const hash = hashKey(key);
     const now = Date.now();
     const hit = this.cache.get(hash);
@@ -84,10 +91,21 @@ export class KeyResolver {
 
   private async refresh(hash: string): Promise<KeyOwner | undefined> {
     const owner = await this.store.lookup(hash);
-    if (this.cache.size >= this.maxEntries) this.cache.clear();
+    if (this.cache.size >= this.maxEntries && !this.cache.has(hash)) this.makeRoom();
     const at = Date.now();
     this.cache.set(hash, { owner, until: at + this.ttlMs, refreshAt: at + this.ttlMs * REFRESH_AHEAD });
     return owner;
+  }
+
+  /** At the bound: every unknown key's entry goes, and then the oldest tenth if that was not enough. */
+  private makeRoom(): void {
+    for (const [hash, entry] of this.cache) if (entry.owner === undefined) this.cache.delete(hash);
+    if (this.cache.size < this.maxEntries) return;
+    let drop = Math.max(1, Math.ceil(this.maxEntries / 10));
+    for (const hash of this.cache.keys()) {
+      if (drop-- <= 0) break;
+      this.cache.delete(hash);
+    }
   }
 
   /** last_used_at is written at most once a minute per key, batched. */
