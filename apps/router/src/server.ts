@@ -50,6 +50,7 @@ import type { AppDeps } from "./deps.ts";
 import { createLogger, type Logger } from "./observability/log.ts";
 import { RouterMetrics } from "./observability/metrics.ts";
 import { RuntimeMetrics } from "./observability/runtime.ts";
+import { sharedCheck } from "./routes/health/readyz.ts";
 import { InviteKeeper } from "./routing/invite-keeper.ts";
 import { WorkerDirectory } from "./routing/directory.ts";
 import { WorkerUrlPolicy } from "./routing/worker-url.ts";
@@ -500,6 +501,11 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   const shutdown = new AbortController();
   // Telemetry: the OpenTelemetry SDK is loaded only when telemetry.otlpEndpoint is set.
   const tracing = await startTracing(config.telemetry, log);
+  // /readyz is public: one ping of each store at a time, its answer reused for half a second.
+  const pings = sharedCheck(500, async () => {
+    const [r, p] = await Promise.all([registry.ping(), keyStore.ping()]);
+    return { redis: r, postgres: p };
+  });
   const deps: AppDeps = {
     config,
     ...(tracing ? { tracing } : {}),
@@ -523,10 +529,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       : {}),
     // Stored /v1/responses answers: in Redis, any router continues them.
     responses: redis ? new RedisResponseStore(redis, config.redis.keyPrefix) : new MemoryResponseStore(),
-    readiness: async () => {
-      const [r, p] = await Promise.all([registry.ping(), keyStore.ping()]);
-      return { redis: r, postgres: p, ...(draining ? { draining: true } : {}) };
-    },
+    readiness: async () => ({ ...(await pings()), ...(draining ? { draining: true } : {}) }),
     shutdown: shutdown.signal,
   };
   const summary = startupSummary(config, {

@@ -2,7 +2,8 @@
 // router is not shutting down; and what kinds of state this router runs on
 // (no addresses: the endpoint is public). A draining router (SIGTERM) answers
 // 503 "draining" at once, so a load balancer stops sending it new requests
-// while its live streams finish.
+// while its live streams finish. Being public, its checks are shared
+// (sharedCheck): a flood of /readyz is not a flood of Redis and Postgres pings.
 import type { AppDeps, AppEnv } from "../../deps.ts";
 import type { RouteTable } from "../../route-table.ts";
 import * as z from "zod";
@@ -34,4 +35,23 @@ export function registerReadyz(app: RouteTable, deps: AppDeps): void {
       ok ? 200 : 503,
     );
   }));
+}
+
+/**
+ * `check` run by one caller at a time, its answer given to every caller for
+ * `freshMs` after it settles (a rejection too): any number of probes cost
+ * at most one run per `freshMs`.
+ */
+export function sharedCheck<T>(freshMs: number, check: () => Promise<T>, now: () => number = performance.now.bind(performance)): () => Promise<T> {
+  let last: { answer: Promise<T>; until: number } | undefined;
+  return () => {
+    if (last && now() < last.until) return last.answer;
+    const entry = { answer: check(), until: Infinity };
+    last = entry;
+    const settled = () => {
+      entry.until = now() + freshMs;
+    };
+    entry.answer.then(settled, settled);
+    return entry.answer;
+  };
 }
