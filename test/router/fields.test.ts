@@ -85,6 +85,27 @@ describe("the field table", () => {
   });
 });
 
+describe("a route the model's backend does not serve", () => {
+  it("is the client's mistake: 400 naming model, no Retry-After, nothing sent upstream", async () => {
+    const before = anthropic.requests.length + openrouter.requests.length;
+    for (const [route, body] of [
+      ["/v1/embeddings", { model: AN_MODEL, input: "hello" }],
+      ["/v1/completions", { model: AN_MODEL, prompt: "hello", max_tokens: 3 }],
+      ["/v1/hidden_states", { model: OR_MODEL, input: "hello" }],
+    ] as const) {
+      const r = await fetch(`${fx.router.url}${route}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      const err = ((await r.json()) as { error: { param: string; message: string } }).error;
+      expect([r.status, err.param, r.headers.get("retry-after")], `${route} ${err.message}`).toEqual([400, "model", null]);
+      expect(err.message).toContain(`not served on ${route}`);
+    }
+    expect(anthropic.requests.length + openrouter.requests.length).toBe(before);
+  });
+});
+
 describe.each([
   ["openrouter", OR_MODEL],
   ["anthropic", AN_MODEL],

@@ -38,10 +38,17 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   // The first field a candidate refuses (backends/fields.ts): the request
   // goes to one that can honour it, or is answered 400 naming it.
   let refused: { param: string; message: string } | undefined;
+  // Candidates without this route (Anthropic serves chat only): when no
+  // candidate has it, the request is the client's mistake (400), not an
+  // outage to retry (503).
+  const unserved: Backend[] = [];
   for (const backend of candidates) {
     if (attempts >= ctx.maxAttempts) break;
     if (ctx.signal.aborted) throw new ApiError("upstream_timeout", "client went away before dispatch");
-    if (!backend.supports(req.path)) continue;
+    if (!backend.supports(req.path)) {
+      unserved.push(backend);
+      continue;
+    }
     const refusal = refusedField(backend.kind, req.path, req.body);
     if (refusal) {
       refused ??= refusal;
@@ -100,6 +107,9 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   if (!last || !lastBackend) {
     // Nothing was tried: say why the paid backends were passed over.
     if (refused) throw new ApiError("invalid_request", refused.message, refused.param);
+    if (unserved.length > 0 && unserved.length === candidates.length) {
+      throw new ApiError("invalid_request", `model ${String(req.body.model)} is not served on ${req.path} (${unserved.map((b) => b.id).join(", ")})`, "model");
+    }
     if (skipped.some((s) => s.reason === "budget_exhausted")) {
       throw new ApiError("budget_exceeded", `the tenant's daily budget cannot cover this request on ${skipped.map((s) => s.backend.id).join(", ")}`, null, { "x-should-retry": "false" });
     }
