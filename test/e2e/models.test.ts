@@ -167,6 +167,14 @@ describe("SmolLM2 through the router", () => {
     });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as { error: { message: string } }).error.message).toContain("top_logprobs");
+    // Legacy completions have no top_logprobs: a 400 naming it, not an answer without logprobs.
+    const chatStyle = await fetch(`${fx.router.url}/v1/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: LLM, prompt: "The capital of France is", max_tokens: 2, top_logprobs: 3 }),
+    });
+    const err = ((await chatStyle.json()) as { error: { message: string; param: string | null } }).error;
+    expect([chatStyle.status, err.message]).toEqual([400, expect.stringContaining("top_logprobs: not a completions field")]);
   });
 
   it("a prompt that starts like an earlier one reuses its computed prefix (usage.prompt_tokens_details.cached_tokens)", async () => {

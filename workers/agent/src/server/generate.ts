@@ -22,6 +22,8 @@ export function logprobsAsk(body: GenerateBody, chat: boolean): LogprobsAsk | st
     if (top > 0 && body.logprobs !== true) return "top_logprobs: needs logprobs: true";
     return body.logprobs === true ? { top } : undefined;
   }
+  // Legacy completions ask with logprobs: N; a chat-style top_logprobs would be ignored.
+  if (body.top_logprobs != null) return "top_logprobs: not a completions field; ask with logprobs: N (0 to 5)";
   if (body.logprobs == null) return undefined;
   if (typeof body.logprobs !== "number" || !Number.isInteger(body.logprobs) || body.logprobs < 0 || body.logprobs > 5) return "logprobs: an integer from 0 to 5";
   return { top: body.logprobs };
