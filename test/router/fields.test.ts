@@ -85,6 +85,18 @@ describe("the field table", () => {
   });
 });
 
+describe("GET /v1/models/{id} for a name a provider takes by its form", () => {
+  it("finds it as chat would route it; a name nothing takes is still 404", async () => {
+    const get = async (id: string) => {
+      const r = await fetch(`${fx.router.url}/v1/models/${encodeURIComponent(id)}`, { headers: { authorization: `Bearer ${fx.key}` } });
+      return { status: r.status, body: (await r.json()) as Record<string, unknown> };
+    };
+    expect(await get(OR_MODEL)).toEqual({ status: 200, body: expect.objectContaining({ id: OR_MODEL, object: "model", backends: [`openrouter:${OR_MODEL}`] }) });
+    expect(await get(AN_MODEL)).toEqual({ status: 200, body: expect.objectContaining({ id: AN_MODEL, object: "model", backends: [`anthropic:${AN_MODEL}`] }) });
+    expect(await get("no-such-model")).toMatchObject({ status: 404, body: { error: { code: "model_not_found" } } });
+  });
+});
+
 describe("a route the model's backend does not serve", () => {
   it("is the client's mistake: 400 naming model, no Retry-After, nothing sent upstream", async () => {
     const before = anthropic.requests.length + openrouter.requests.length;
