@@ -97,6 +97,24 @@ describe("GET /v1/models/{id} for a name a provider takes by its form", () => {
   });
 });
 
+describe("a provider's refusal keeps its status", () => {
+  it("404, 413 and 422 reach the client as such (SDKs raise NotFoundError etc. by status); 400 stays 400", async () => {
+    const cases = [
+      [anthropic, AN_MODEL, 404, "upstream_not_found"],
+      [anthropic, AN_MODEL, 413, "upstream_request_too_large"],
+      [openrouter, OR_MODEL, 413, "upstream_request_too_large"],
+      [openrouter, OR_MODEL, 422, "upstream_unprocessable"],
+      [openrouter, OR_MODEL, 400, "upstream_invalid_request"],
+    ] as const;
+    for (const [fake, model, status, code] of cases) {
+      fake.enqueue({ kind: "status", status, message: `refused with ${status}` });
+      const r = await post("chat", { ...base.chat, model });
+      expect([r.status, (r.json.error as { code?: string } | undefined)?.code], `${model} ${status}: ${r.text}`).toEqual([status, code]);
+      expect(r.text).toContain(`refused with ${status}`);
+    }
+  });
+});
+
 describe("a route the model's backend does not serve", () => {
   it("is the client's mistake: 400 naming model, no Retry-After, nothing sent upstream", async () => {
     const before = anthropic.requests.length + openrouter.requests.length;

@@ -15,6 +15,10 @@ export const errorCodes = {
   payload_too_large: { status: 413, type: "invalid_request_error" },
   unsupported_media_type: { status: 415, type: "invalid_request_error" },
   upstream_invalid_request: { status: 400, type: "invalid_request_error" },
+  /** The upstream's own 404 (Anthropic: a model it does not know), 413 and 422, kept as they were: SDKs raise by status. */
+  upstream_not_found: { status: 404, type: "invalid_request_error" },
+  upstream_request_too_large: { status: 413, type: "invalid_request_error" },
+  upstream_unprocessable: { status: 422, type: "invalid_request_error" },
   internal_error: { status: 500, type: "server_error" },
   bad_upstream: { status: 502, type: "upstream_error" },
   /** A worker or provider answered more than router.maxUpstream*Bytes allow. */

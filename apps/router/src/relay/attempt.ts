@@ -136,7 +136,8 @@ export function failureToApiError(f: UpstreamFailure): ApiError {
     return new ApiError("stale_fencing_token", f.upstreamError.message ?? f.message);
   }
   if (f.kind === "client_error") {
-    return new ApiError("upstream_invalid_request", f.upstreamError?.message ?? f.message, f.upstreamError?.param ?? null);
+    const code = f.status === 404 ? "upstream_not_found" : f.status === 413 ? "upstream_request_too_large" : f.status === 422 ? "upstream_unprocessable" : "upstream_invalid_request";
+    return new ApiError(code, f.upstreamError?.message ?? f.message, f.upstreamError?.param ?? null);
   }
   if (f instanceof UpstreamTooLarge) return new ApiError("upstream_response_too_large", f.message);
   if (f instanceof RouterShuttingDown) return new ApiError("router_shutting_down", f.message, null, { "retry-after": "1" });
