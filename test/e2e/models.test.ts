@@ -188,6 +188,21 @@ describe("SmolLM2 through the router", () => {
     expect(first.usage!.prompt_tokens).toBeGreaterThan(cached);
   });
 
+  it("without max_tokens an answer runs past 256 tokens (to its end or the context's, as OpenAI's do)", async () => {
+    const controller = new AbortController();
+    const stream = await client.completions.create({ model: LLM, prompt: "Chapter 1. The lighthouse keeper counted the ships as they passed:", temperature: 0, stream: true }, { signal: controller.signal });
+    let chunks = 0;
+    let finish: string | null = null;
+    for await (const c of stream) {
+      if (c.choices[0]?.text) chunks++;
+      finish = c.choices[0]?.finish_reason ?? finish;
+      if (chunks > 300) break; // far enough: the old default stopped at 256
+    }
+    controller.abort();
+    expect(finish === null || finish === "stop", `finish_reason ${finish} after ${chunks} chunks`).toBe(true);
+    expect(chunks).toBeGreaterThan(256);
+  });
+
   it("streams the same text it answers without streaming", async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "List three primary colors." }];
     const whole = await client.chat.completions.create({ model: LLM, messages, temperature: 0, max_tokens: 24 });

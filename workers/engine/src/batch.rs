@@ -25,6 +25,12 @@ use crate::sampling::{Sampler, SamplingParams};
 /// Prompt tokens fed per step across all prefilling sequences: long prompts
 /// are chunked so running decodes keep streaming while a prompt is read.
 const PREFILL_TOKENS_PER_STEP: usize = 512;
+
+/// Generated positions a sequence's KV cache has room for when admitted;
+/// past them it doubles, up to prompt + max_tokens (grow_caches). A request
+/// without max_tokens may run to the end of the context, and most stop long
+/// before: its cache is not allocated (and zeroed) for the whole context.
+const FIRST_GENERATED_POSITIONS: usize = 256;
 /// Requests waiting beyond the active batch before new ones are refused.
 pub const MAX_QUEUED: usize = 4096;
 
@@ -396,8 +402,9 @@ impl LlamaRuntime {
             }
             let req = self.queue.pop_front().unwrap();
             let n = req.n.max(1);
-            let capacity = (req.prompt.len() + req.max_tokens).min(self.max_seq_len);
-            let max_new = req.max_tokens.min(capacity - req.prompt.len());
+            let limit = (req.prompt.len() + req.max_tokens).min(self.max_seq_len);
+            let max_new = req.max_tokens.min(limit - req.prompt.len());
+            let capacity = (req.prompt.len() + FIRST_GENERATED_POSITIONS).min(limit);
             let caches: Result<Vec<KvCache>, _> = (0..n).map(|_| self.model.new_cache(capacity)).collect();
             let mut caches = match caches {
                 Ok(c) => c,
@@ -463,6 +470,10 @@ impl LlamaRuntime {
         }
         // Decoding sequences already hold their last sampled token in
         // `feed` (pushed after sampling below).
+        self.grow_caches(emit);
+        if self.active.is_empty() {
+            return Ok(());
+        }
         let model = &self.model;
         let scratch = &mut self.scratch;
         let active = &mut self.active;
@@ -611,6 +622,39 @@ impl LlamaRuntime {
     /// A grammar leaves the sampler only the tokens it allows (masked after
     /// the bias and the penalties); logprobs stay those of the model's own
     /// distribution. A grammar failure marks `s` errored (Cancelled here).
+    /// A sequence whose next tokens would pass its cache's end gets a cache
+    /// twice as large (at most prompt + max_new positions, which admission
+    /// bounded by max_seq_len), its keys and values copied over. One that
+    /// cannot (out of memory) fails alone, with every choice of its request.
+    fn grow_caches(&mut self, emit: &mut dyn FnMut(Event)) {
+        let mut failed: Vec<(String, String)> = Vec::new();
+        let model = &self.model;
+        for s in &mut self.active {
+            let need = s.cache.len + s.feed.len();
+            if need <= s.cache.capacity {
+                continue;
+            }
+            let limit = (s.prompt.len() + s.max_new).max(need);
+            let capacity = (s.cache.capacity * 2).clamp(need, limit);
+            let grown = model.new_cache(capacity).and_then(|mut c| {
+                c.copy_prefix_from(&s.cache, s.cache.len)?;
+                Ok(c)
+            });
+            match grown {
+                Ok(c) => s.cache = c,
+                Err(e) => failed.push((s.request_id.clone(), format!("growing the KV cache to {capacity} positions: {e:#}"))),
+            }
+        }
+        for (id, msg) in failed {
+            if !self.active.iter().any(|s| s.request_id == id) {
+                continue; // another choice of it failed first
+            }
+            self.active.retain(|s| s.request_id != id);
+            self.groups.remove(&id);
+            emit(Event::error(&id, ErrorCode::Internal, msg));
+        }
+    }
+
     fn sample_next(model: &LlamaModel, tokens_generated: &mut u64, s: &mut Sequence, logits: &[f32], emit: &mut dyn FnMut(Event)) -> Option<FinishReason> {
         let tok = match &mut s.grammar {
             None => s.sampler.sample(logits),

@@ -10,7 +10,7 @@ use switchyard_engine::batch::{GenRequest, LlamaRuntime};
 use switchyard_engine::bert::BertEmbedder;
 use switchyard_engine::llama::{Backend, LlamaModel, Scratch, SeqStep};
 use switchyard_engine::parity;
-use switchyard_engine::protocol::{event, Done, Event};
+use switchyard_engine::protocol::{event, Done, Event, FinishReason};
 use switchyard_engine::sampling::{argmax, SamplingParams};
 use switchyard_engine::tokenizer::ChatMessage;
 
@@ -459,6 +459,44 @@ fn batched_greedy_equals_solo_on(backend: Backend) {
         assert!(!toks.is_empty());
         assert_eq!(toks, &solo[i], "sequence {i} differs when batched");
     }
+}
+
+/// A sequence's cache starts with room for 256 generated tokens and doubles
+/// as decoding reaches its end: a long answer (two growths) is the one a
+/// cache sized for all of it gives, for one choice and for two, and ends at
+/// its max_tokens with `length`.
+#[test]
+fn a_growing_cache_generates_what_a_whole_one_does() {
+    a_growing_cache_generates_what_a_whole_one_does_on(Backend::Kernels, 700, 2);
+}
+
+/// The same on the device path (device-to-device copies), one growth: it is slow on a CPU.
+#[test]
+fn candle_device_path_a_growing_cache_generates_what_a_whole_one_does() {
+    a_growing_cache_generates_what_a_whole_one_does_on(Backend::Candle(candle_core::Device::Cpu), 300, 1);
+}
+
+fn a_growing_cache_generates_what_a_whole_one_does_on(backend: Backend, n: usize, growths: usize) {
+    let model = LlamaModel::load_on(&common::smollm_path(), backend).unwrap();
+    let prompt = model.tokenizer.encode("Chapter 1. The lighthouse keeper counted the ships as they passed:", true, true);
+    let (whole, _) = greedy(&model, &prompt, n);
+    // Room for prompt + 256 at first, then twice that, then prompt + n.
+    let first = prompt.len() + 256;
+    let grown = if growths == 1 { first } else { 2 * first };
+    assert!(prompt.len() + whole.len() > grown, "the reference must run past {growths} growth(s), ran {}", whole.len());
+    let mut rt = LlamaRuntime::new(model, 4, 1024).unwrap();
+    let mut two = gen("two", prompt.clone(), n);
+    two.n = 2;
+    let got = run_together(&mut rt, vec![gen("one", prompt.clone(), n), two]);
+    let (toks, done) = &got[0];
+    assert_eq!(toks, &whole, "one choice");
+    if whole.len() == n {
+        assert_eq!(done.finish_reason, FinishReason::Length as i32);
+    }
+    // Both choices of the greedy request, each grown on its own.
+    let (both, done2) = &got[1];
+    assert_eq!(both.len(), 2 * whole.len());
+    assert_eq!(done2.usage.as_ref().unwrap().completion_tokens as usize, 2 * whole.len());
 }
 
 #[test]

@@ -252,7 +252,13 @@ export function contentText(content: unknown): string {
   return "";
 }
 
-export function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsAsk, cacheSalt: string, sampling: SamplingAsk): Generate {
+/**
+ * `contextTokens`: the model's context as loaded (max_seq_len), the output
+ * limit of a request that sets none: it generates until it stops or the
+ * context is full, as OpenAI's models do (the engine caps prompt + max_tokens
+ * at the context and grows the sequence's cache as it goes).
+ */
+export function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsAsk, cacheSalt: string, sampling: SamplingAsk, contextTokens: number): Generate {
   const stop = body.stop == null ? [] : Array.isArray(body.stop) ? body.stop : [body.stop];
   return {
     $typeName: "switchyard.engine.v1.Generate",
@@ -263,7 +269,7 @@ export function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsA
         : input.case === "tokens"
           ? { case: "promptTokens", value: { $typeName: "switchyard.engine.v1.TokenIds", ids: input.value } }
           : { case: "messages", value: chatMessages(input.value, input.continueFinal ?? false, input.structured?.tools ?? []) },
-    maxTokens: body.max_tokens ?? body.max_completion_tokens ?? 256,
+    maxTokens: body.max_tokens ?? body.max_completion_tokens ?? contextTokens,
     temperature: body.temperature ?? 1,
     topP: body.top_p ?? 1,
     topK: body.top_k ?? 0,

@@ -94,7 +94,7 @@ export async function runGenerate(
   const n = sampling.n;
   // best_of ranks choices by their mean logprob: the engine reports them even when the client did not ask.
   const engineAsk = ask ?? (sampling.generate > n ? { top: 0 } : undefined);
-  const generates = inputs.map((input) => toGenerate(body, input, engineAsk, opts.cacheScope ?? "", sampling));
+  const generates = inputs.map((input) => toGenerate(body, input, engineAsk, opts.cacheScope ?? "", sampling, opts.model.maxSeqLen));
   if (engine !== ctx.supervisor.client) {
     const refused = generates.map(pipelineRefusal).find((r) => r !== undefined);
     if (refused) return errorJson(400, `${refused}: not available on a split model (its shards sample one choice with temperature, top_p, top_k and seed)`, "invalid_request", refused);
