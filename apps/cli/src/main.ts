@@ -41,6 +41,8 @@ export async function main(argv: string[]): Promise<number> {
         device: { type: "string" },
         "key-prefix": { type: "string" },
         "max-batch": { type: "string" },
+        "max-seq-len": { type: "string" },
+        "memory-budget-mb": { type: "string" },
         engine: { type: "string" },
         "no-worker": { type: "boolean" },
         "fencing-key": { type: "string" },

@@ -19,11 +19,17 @@ Usage:
                                         a dead one is restarted; the admin port's /metrics adds them all up
                                         (--embedded: in-process state + embedded PostgreSQL, to experiment)
   switchyard worker --redis URL --token SECRET [--config FILE] [--model NAME|PATH|hf://…]… [--advertise URL]
-           [--port 9100] [--device auto|cpu|cuda|metal] [--id ID] [--fencing-key KEY] [--fencing-state FILE]
+           [--port 9100] [--host 0.0.0.0] [--device auto|cpu|cuda|metal] [--id ID] [--key-prefix P]
+           [--max-batch 16] [--max-seq-len 2048] [--memory-budget-mb MIB] [--engine BIN]
+           [--fencing-key KEY] [--fencing-state FILE]
            [--layers START-END [--next URL [--next-token T]] [--shard-keepalive MS]]
                                         join this host as a worker (SIGTERM drains); --layers: one shard of a
                                         split model, blocks [START, END); --next: the shard after it;
                                         --shard-keepalive: a next shard silent this long is lost (5000; 0: off);
+                                        --max-seq-len: the context a sequence may fill (a request without
+                                        max_tokens generates until it stops or fills it); --max-batch: sequences
+                                        decoded together; --memory-budget-mb: what weights + KV may take
+                                        (default: the host's memory or cgroup limit); --engine: the engine binary;
                                         --fencing-state: where the newest lease token seen is kept
                                         (default with --id: ~/.cache/switchyard/workers/ID.fence)
   switchyard workers invite NAME [--model M]… [--advertise URL]

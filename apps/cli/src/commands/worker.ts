@@ -23,6 +23,8 @@ export interface WorkerFlags {
   device?: string;
   "key-prefix"?: string;
   "max-batch"?: string;
+  "max-seq-len"?: string;
+  "memory-budget-mb"?: string;
   engine?: string;
   "fencing-key"?: string;
   "fencing-state"?: string;
@@ -85,6 +87,9 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
     advertise: flags.advertise,
     engineBinary: flags.engine,
     maxBatch: flags["max-batch"] ? Number(flags["max-batch"]) : undefined,
+    // The context each sequence may fill (prompt + answer), and the memory the models and their KV may take.
+    ...(flags["max-seq-len"] !== undefined ? { maxSeqLen: Number(flags["max-seq-len"]) } : {}),
+    ...(flags["memory-budget-mb"] !== undefined ? { memoryBudget: Number(flags["memory-budget-mb"]) * 1024 * 1024 } : {}),
     // A worker with a stable id remembers the newest lease it served across
     // restarts, so a superseded holder cannot slip in after one.
     // (--fencing-state FILE puts it elsewhere.)

@@ -61,7 +61,7 @@ export function checkFits(plans: { name: string; plan: ModelPlan }[], opts: { ma
   if (total > opts.budget) {
     throw new Error(
       `the models need ${mib(total)} but the memory budget is ${mib(opts.budget)} (${parts.join("; ")}); ` +
-        "lower --max-batch or --max-seq-len, serve fewer or smaller models, or raise memoryBudget",
+        "lower --max-batch or --max-seq-len, serve fewer or smaller models, or raise --memory-budget-mb",
     );
   }
 }
