@@ -115,6 +115,21 @@ describe("a provider's refusal keeps its status", () => {
   });
 });
 
+describe("/v1/responses names the field the client sent", () => {
+  it("reasoning.effort refused by a backend is reasoning.effort in the 400, not the chat field it became", async () => {
+    const before = anthropic.requests.length;
+    const r = await fetch(`${fx.router.url}/v1/responses`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: AN_MODEL, input: "hello", reasoning: { effort: "low" } }),
+    });
+    const err = ((await r.json()) as { error: { param: string; message: string } }).error;
+    expect([r.status, err.param]).toEqual([400, "reasoning.effort"]);
+    expect(err.message).toMatch(/^reasoning\.effort: .* by anthropic$/);
+    expect(anthropic.requests.length).toBe(before);
+  });
+});
+
 describe("a route the model's backend does not serve", () => {
   it("is the client's mistake: 400 naming model, no Retry-After, nothing sent upstream", async () => {
     const before = anthropic.requests.length + openrouter.requests.length;

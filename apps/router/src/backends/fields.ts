@@ -136,6 +136,12 @@ export const requestFields = {
     sample: { modalities: ["text", "audio"] },
     keys: ["modalities", "audio"],
   },
+  reasoning_effort: {
+    label: "reasoning_effort (/v1/responses: reasoning.effort)",
+    routes: ["chat"],
+    asks: (b) => when(typeof b.reasoning_effort === "string" && b.reasoning_effort !== "none", "reasoning_effort"),
+    sample: { reasoning_effort: "low" },
+  },
   echo: { label: "echo", routes: ["completions"], asks: (b) => when(b.echo === true, "echo"), sample: { echo: true } },
   best_of: { label: "best_of", routes: ["completions"], asks: (b) => when(num(b.best_of) && b.best_of > 1, "best_of"), sample: { best_of: 2 } },
   suffix: { label: "suffix", routes: ["completions"], asks: (b) => when(typeof b.suffix === "string" && b.suffix !== "", "suffix"), sample: { suffix: " return x" } },

@@ -4,6 +4,7 @@
 // any chat request (admission, chain, leases, budget hold, failover, ledger);
 // the chat answer — one JSON body, or an SSE stream of chunks — is
 // translated back here, event by event, by the route's translator.
+import { ApiError } from "../errors.ts";
 import type { Context } from "hono";
 import type { Backend } from "../backends/types.ts";
 import type { AppDeps, AppEnv } from "../deps.ts";
@@ -54,9 +55,14 @@ export async function runTranslated(
   deps: AppDeps,
   chat: InferenceBody,
   translation: ChatTranslation,
-  opts: { narrow?: (backends: Backend[]) => Backend[]; headers?: Record<string, string> } = {},
+  opts: { narrow?: (backends: Backend[]) => Backend[]; headers?: Record<string, string>; params?: Readonly<Record<string, string>> } = {},
 ): Promise<Response> {
-  const inner = await handleInference(c, deps, "/v1/chat/completions", { body: chat, detached: true, ...(opts.narrow ? { narrow: opts.narrow } : {}) });
+  let inner: Response;
+  try {
+    inner = await handleInference(c, deps, "/v1/chat/completions", { body: chat, detached: true, ...(opts.narrow ? { narrow: opts.narrow } : {}) });
+  } catch (err) {
+    throw clientParam(err, opts.params);
+  }
   const headers = new Headers(inner.headers);
   headers.delete("content-length");
   for (const [k, v] of Object.entries(opts.headers ?? {})) headers.set(k, v);
@@ -66,6 +72,17 @@ export async function runTranslated(
     return new Response(JSON.stringify(await translation.whole(completion)), { status: inner.status, headers });
   }
   return new Response(translateStream(inner.body!, translation.stream(), deps.config.router.maxUpstreamEventBytes), { status: inner.status, headers });
+}
+
+/**
+ * An error naming a chat field the translation made (`reasoning_effort`)
+ * names the field the client sent instead (`reasoning.effort`).
+ */
+function clientParam(err: unknown, params: Readonly<Record<string, string>> | undefined): unknown {
+  if (!(err instanceof ApiError) || err.param === null || !params || !Object.hasOwn(params, err.param)) return err;
+  const sent = params[err.param]!;
+  const message = err.message.startsWith(`${err.param}:`) ? `${sent}:${err.message.slice(err.param.length + 1)}` : err.message;
+  return new ApiError(err.code, message, sent, err.headers);
 }
 
 /**

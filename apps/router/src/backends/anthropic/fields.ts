@@ -27,6 +27,7 @@ export const anthropicFields: FieldSupport = {
   image_parts: "translated",
   audio_parts: "refused",
   modalities: "refused",
+  reasoning_effort: "refused",
   echo: "unserved",
   best_of: "unserved",
   suffix: "unserved",

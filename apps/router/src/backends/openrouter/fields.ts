@@ -34,6 +34,7 @@ export const openrouterFields: FieldSupport = {
   image_parts: "honoured",
   audio_parts: "honoured",
   modalities: "honoured",
+  reasoning_effort: "honoured",
   echo: "refused",
   best_of: "refused",
   suffix: "refused",

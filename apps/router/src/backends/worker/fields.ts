@@ -27,6 +27,7 @@ export const workerFields: FieldSupport = {
   image_parts: "per model",
   audio_parts: "per model",
   modalities: "refused",
+  reasoning_effort: "refused",
   echo: "honoured",
   best_of: "honoured",
   // Needs fill-in-the-middle tokens in the model's vocabulary.

@@ -10,7 +10,7 @@ import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { RouteTable } from "../../../route-table.ts";
 import { ApiError } from "../../../errors.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
-import { runTranslated, type Json } from "../../../translate/boundary.ts";
+import { runTranslated, type ChatTranslation, type Json } from "../../../translate/boundary.ts";
 import { loadResponse, saveResponse } from "../../../translate/responses/conversation.ts";
 import { toChatRequest } from "../../../translate/responses/request.ts";
 import { newResponseId, nowSeconds, outputFromCompletion, responseEnvelope, statusOf } from "../../../translate/responses/response.ts";
@@ -103,7 +103,7 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
   const persist = async (response: Json, turn: Json) => {
     if (keep) await saveResponse(store, tenantId, { response, messages: [...conversation, turn] }, ttlS);
   };
-  return runTranslated(c, deps, chat, {
+  const translation: ChatTranslation = {
     whole: async (completion) => {
       const { output, turn, finish, usage } = outputFromCompletion(completion);
       const response = responseEnvelope(seed, { status: statusOf(finish), output, usage, finish });
@@ -122,8 +122,16 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
           throw new Error("the response could not be stored; retry shortly");
         }
       }),
-  });
+  };
+  return runTranslated(c, deps, chat, translation, { params: chatParamsOfResponses });
 }
+
+/** The chat fields toChatRequest makes, by the Responses field the client sent (errors name the latter). */
+const chatParamsOfResponses: Record<string, string> = {
+  reasoning_effort: "reasoning.effort",
+  max_tokens: "max_output_tokens",
+  response_format: "text.format",
+};
 
 export function registerCreateResponse(app: RouteTable, deps: AppDeps, store: ResponseStore): void {
   app.post(
