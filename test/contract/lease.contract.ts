@@ -93,6 +93,26 @@ export function leaseContract(name: string, make: () => Promise<LeaseHarness>, c
     );
 
     it(
+      "maxPerTenant: a tenant at its cap is refused (others are not); a release or an expiry makes room; 0 is no cap",
+      withStore(async ({ store, elapse }) => {
+        const grant = (tenantId: number, fencingToken: number, maxPerTenant: number, durationMs = HOUR) =>
+          store.acquire({ leaseId: newLeaseId(), workerId: wid(), tenantId, durationMs, fencingToken, maxPerTenant });
+        const a = await grant(1, 1, 2);
+        const short = await grant(1, 2, 2, 300);
+        if (!a.ok || !short.ok) throw new Error("grants under the cap");
+        expect(await grant(1, 3, 2)).toMatchObject({ ok: false, reason: "tenant_limit", held: 2 });
+        expect((await grant(2, 4, 2)).ok).toBe(true);
+        expect((await grant(1, 5, 0)).ok).toBe(true); // no cap
+        expect(await grant(1, 6, 3)).toMatchObject({ ok: false, reason: "tenant_limit", held: 3 });
+        expect((await store.release({ leaseId: a.lease.id, tenantId: 1 })).ok).toBe(true);
+        expect((await grant(1, 7, 3)).ok).toBe(true);
+        expect(await grant(1, 8, 3)).toMatchObject({ ok: false, reason: "tenant_limit", held: 3 });
+        await elapse(400); // the short lease has ended
+        expect((await grant(1, 9, 3)).ok).toBe(true);
+      }),
+    );
+
+    it(
       "a lease expires by itself: the worker frees, exactly one call reports the expiry",
       withStore(async ({ store, elapse }) => {
         const worker = wid();

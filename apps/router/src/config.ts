@@ -381,6 +381,12 @@ export const configSchema = z.object({
       queueDepthPerWorker: z.number().int().min(0).default(16),
       /** How long they wait before falling through the chain (paid backends) or 503. */
       queueWaitMs: z.number().int().min(0).default(2_000),
+      /**
+       * Live leases one tenant may hold at once (0: no cap). Where tenants
+       * share workers, set it: without it one key can lease every worker
+       * and hold them by extending.
+       */
+      maxPerTenant: z.number().int().min(0).default(0),
     })
     .prefault({}),
   admission: admissionSchema.prefault({}),

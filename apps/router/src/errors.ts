@@ -34,6 +34,8 @@ export const errorCodes = {
   worker_not_found: { status: 404, type: "invalid_request_error" },
   lease_expired: { status: 409, type: "conflict_error" },
   lease_conflict: { status: 409, type: "conflict_error" },
+  /** The tenant holds leases.maxPerTenant live leases already: it releases one first. */
+  lease_limit_reached: { status: 409, type: "conflict_error" },
   stale_fencing_token: { status: 409, type: "conflict_error" },
   lease_store_unavailable: { status: 503, type: "service_unavailable" },
   /** Stored /v1/responses answers could not be read or written (Redis unreachable). */

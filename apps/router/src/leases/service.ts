@@ -263,7 +263,8 @@ export class LeaseService {
         this.log.error("fencing token unavailable", { error: (err as Error).message });
         throw new ApiError("lease_store_unavailable", "cannot take a fencing token (Postgres unreachable); retry shortly", null, { "retry-after": String(this.opts.config.router.retryAfterS) });
       }
-      const r = await this.store.acquire({ leaseId: newLeaseId(), workerId, tenantId, durationMs, fencingToken: token.value });
+      const maxPerTenant = this.opts.config.leases.maxPerTenant;
+      const r = await this.store.acquire({ leaseId: newLeaseId(), workerId, tenantId, durationMs, fencingToken: token.value, maxPerTenant });
       this.sawExpired(r.expired, r.nowMs);
       if (r.ok) {
         token.value = undefined;
@@ -279,6 +280,9 @@ export class LeaseService {
         return { lease: r.lease };
       }
       if (r.reason === "held") return { freeInMs: r.holderExpiresAtMs - r.nowMs };
+      if (r.reason === "tenant_limit") {
+        throw new ApiError("lease_limit_reached", `this tenant holds ${r.held} live leases, the most leases.maxPerTenant allows (${maxPerTenant}); release one first`);
+      }
       // stale_token: a newer token was granted on this worker meanwhile.
       token.value = undefined;
     }

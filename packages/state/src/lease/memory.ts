@@ -37,6 +37,11 @@ export class MemoryLeaseStore implements LeaseStore {
     if (holder) return { ok: false, reason: "held", holderExpiresAtMs: holder.expiresAtMs, nowMs: now, expired };
     const highest = this.fence.get(input.workerId);
     if (highest !== undefined && input.fencingToken <= highest) return { ok: false, reason: "stale_token", highestToken: highest, nowMs: now, expired };
+    if (input.maxPerTenant) {
+      let held = 0;
+      for (const l of this.leases.values()) if (l.tenantId === input.tenantId) held++;
+      if (held >= input.maxPerTenant) return { ok: false, reason: "tenant_limit", held, nowMs: now, expired };
+    }
     if (this.leases.has(input.leaseId)) throw new Error("lease id already in use");
     const lease: Lease = {
       id: input.leaseId,

@@ -89,10 +89,11 @@ export class RedisLeaseStore implements LeaseStore {
   async acquire(input: LeaseAcquireInput): Promise<LeaseAcquireResult> {
     checkAcquire(input);
     const [status, now, payload, expired] = await this.call(() =>
-      this.redis.syLease_acquire(...this.keys, input.leaseId, input.workerId, String(input.tenantId), String(input.durationMs), String(input.fencingToken)),
+      this.redis.syLease_acquire(...this.keys, input.leaseId, input.workerId, String(input.tenantId), String(input.durationMs), String(input.fencingToken), String(input.maxPerTenant ?? 0)),
     );
     if (status === "ok") return { ok: true, lease: decode(payload[0]), nowMs: now, expired };
     if (status === "held") return { ok: false, reason: "held", holderExpiresAtMs: Number(payload[0]), nowMs: now, expired };
+    if (status === "tenant_limit") return { ok: false, reason: "tenant_limit", held: Number(payload[0]), nowMs: now, expired };
     return { ok: false, reason: "stale_token", highestToken: Number(payload[0]), nowMs: now, expired };
   }
 

@@ -26,6 +26,8 @@ export interface LeaseAcquireInput {
   durationMs: number;
   /** A fresh token (nextval of the Postgres sequence). */
   fencingToken: number;
+  /** Live leases one tenant may hold at once; this grant is refused at it (0 or absent: no cap). */
+  maxPerTenant?: number;
 }
 
 export type LeaseAcquireResult =
@@ -33,7 +35,9 @@ export type LeaseAcquireResult =
   /** Another live lease holds the worker until holderExpiresAtMs (it may be extended). */
   | { ok: false; reason: "held"; holderExpiresAtMs: number; nowMs: number; expired: Lease[] }
   /** The worker already saw a token ≥ this one: take a fresh token and try again. */
-  | { ok: false; reason: "stale_token"; highestToken: number; nowMs: number; expired: Lease[] };
+  | { ok: false; reason: "stale_token"; highestToken: number; nowMs: number; expired: Lease[] }
+  /** The tenant already holds maxPerTenant live leases (`held` of them). */
+  | { ok: false; reason: "tenant_limit"; held: number; nowMs: number; expired: Lease[] };
 
 export interface LeaseHolderInput {
   leaseId: string;
@@ -104,6 +108,7 @@ export function checkAcquire(input: LeaseAcquireInput): void {
   checkTenant(input.tenantId);
   checkDuration(input.durationMs);
   if (!Number.isSafeInteger(input.fencingToken) || input.fencingToken <= 0) throw new RangeError(`fencingToken must be a positive safe integer, got ${input.fencingToken}`);
+  if (input.maxPerTenant !== undefined && (!Number.isSafeInteger(input.maxPerTenant) || input.maxPerTenant < 0)) throw new RangeError(`maxPerTenant must be a non-negative integer, got ${input.maxPerTenant}`);
 }
 
 export function checkTenant(tenantId: number): void {

@@ -48,7 +48,7 @@ export function registerCreateLease(app: RouteTable, deps: AppDeps): void {
     authenticate(deps),
     jsonBody(deps, schema),
     documented(
-      { summary: "Lease a GPU worker", tag: "leases", operationId: "createLease", responses: { 201: { description: "the lease", json: leaseAnswer } }, errors: ["lease_conflict", "worker_not_found", "model_not_found", "no_healthy_backend", "lease_store_unavailable", "stale_fencing_token"] },
+      { summary: "Lease a GPU worker", tag: "leases", operationId: "createLease", responses: { 201: { description: "the lease", json: leaseAnswer } }, errors: ["lease_conflict", "lease_limit_reached", "worker_not_found", "model_not_found", "no_healthy_backend", "lease_store_unavailable", "stale_fencing_token"] },
       (c) => createLease(c, leases),
     ),
   );
