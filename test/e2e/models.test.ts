@@ -7,6 +7,8 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentHandle } from "@switchyard/agent";
 import { decodeSafetensors, tensorToFloats } from "@switchyard/agent";
+import { createKey, createTenant, setRateLimit } from "@switchyard/db";
+import { sleep } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { startTestWorker, WORKER_TOKEN } from "../helpers/worker.ts";
 
@@ -23,7 +25,7 @@ const LLM = "smollm2-135m-instruct";
 
 beforeAll(async () => {
   // Aliases to the workers' models (routing.models): the worker knows them by its own name.
-  fx = await startTestRouter({ "workers.token": WORKER_TOKEN, "routing.models": { fast: { worker: LLM }, vectors: { worker: "all-minilm-l6-v2" } } });
+  fx = await startTestRouter({ "workers.token": WORKER_TOKEN, "rateLimits.refreshMs": 0, "routing.models": { fast: { worker: LLM }, vectors: { worker: "all-minilm-l6-v2" } } });
   agent = await startTestWorker(fx, { id: "e2e-models" });
   client = new OpenAI({ apiKey: fx.key, baseURL: `${fx.router.url}/v1`, maxRetries: 0 });
 }, 180_000);
@@ -308,6 +310,33 @@ describe("hidden states through the router", () => {
     expect(tensors.layer_30!.shape).toEqual([tokens, 576]);
     expect(rawBytes).toBe(31 * tokens * 576 * 4);
     expect(bytes.byteLength / rawBytes).toBeLessThanOrEqual(1.01);
+  });
+
+  it("count toward the tenant's tokens per minute: the worker's token count is settled, not 0", async () => {
+    const t = await createTenant(fx.db.db, "hidden-tpm");
+    if (!t.ok) throw new Error("tenant");
+    const { key } = await createKey(fx.db.db, t.tenant.id);
+    await setRateLimit(fx.db.db, { tenantId: t.tenant.id, tokensPerMinute: 100_000 });
+    const ask = (body: unknown) =>
+      fetch(`${fx.router.url}/v1/hidden_states`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    const body = { model: LLM, messages: [{ role: "user", content: "word ".repeat(300) }], layers: [30], pooling: "last" };
+    const first = await ask(body);
+    expect(first.status).toBe(200);
+    await first.arrayBuffer();
+    const used = Number(first.headers.get("x-switchyard-tokens"));
+    expect(used).toBeGreaterThan(250);
+    const reserved = 100_000 - Number(first.headers.get("x-ratelimit-remaining-tokens"));
+    // The reservation bounds the messages, not 16 tokens for an input it did not read.
+    expect(reserved).toBeGreaterThanOrEqual(used);
+    await sleep(100);
+    const second = await ask(body);
+    await second.arrayBuffer();
+    // The first request's reservation was corrected to its tokens, not to 0.
+    expect(Number(second.headers.get("x-ratelimit-remaining-tokens"))).toBe(100_000 - used - reserved);
   });
 
   it("pools and converts: mean/last, f16, and JSON on request", async () => {

@@ -34,7 +34,8 @@ function contentTokens(content: unknown): number {
 /** At most this many prompt tokens, whatever the tokenizer. */
 export function promptTokensUpperBound(path: InferencePath, body: Record<string, unknown>): number {
   let n = 16;
-  if (path === "/v1/chat/completions") {
+  // Hidden states take a chat's messages or a text input.
+  if (path === "/v1/chat/completions" || (path === "/v1/hidden_states" && Array.isArray(body.messages))) {
     for (const m of (body.messages as Array<Record<string, unknown>>) ?? []) {
       n += MESSAGE_OVERHEAD + contentTokens(m.content);
       if (m.tool_calls) n += bytes(JSON.stringify(m.tool_calls));
