@@ -64,6 +64,17 @@ describe("config", () => {
     expect(message).toMatch(/routing\.models\.fast\.workr: unknown key .*did you mean routing\.models\.fast\.worker\?/);
   });
 
+  it("an invalid value names where it came from: the variable, or the file", () => {
+    expect(() => loadConfig({ env: { SWITCHYARD_ROUTER__PORT: "abc" } })).toThrow(/router\.port: .*\(from SWITCHYARD_ROUTER__PORT\)$/);
+    expect(() => loadConfig({ env: { SWITCHYARD_ROUTING__CHAIN: '["local", 7]' } })).toThrow(/routing\.chain\.1: .*\(from SWITCHYARD_ROUTING__CHAIN\)$/);
+    const dir = mkdtempSync(path.join(tmpdir(), "sycfg-"));
+    const file = path.join(dir, "value.yaml");
+    writeFileSync(file, "router:\n  port: lots\n");
+    expect(() => loadConfig({ file, env: {} })).toThrow(new RegExp(`router\\.port: .*\\(in ${file.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")}\\)$`));
+    // An override (tests, the CLI's own flags) has no place to name.
+    expect(() => loadConfig({ env: { SWITCHYARD_ROUTER__PORT: "1" }, overrides: { "router.port": "x" } })).toThrow(/router\.port: [^(]*$/);
+  });
+
   it("an unknown key from the environment names the variable and the one it probably meant", () => {
     expect(() => loadConfig({ env: { SWITCHYARD_REDIS__ULR: "redis://x:1" } })).toThrow(/redis\.ulr: unknown key \(from SWITCHYARD_REDIS__ULR\); did you mean SWITCHYARD_REDIS__URL\?/);
     expect(() => loadConfig({ env: { SWITCHYARD_ROUTER__BODY_LIMIT_BYTE: "5" } })).toThrow(/did you mean SWITCHYARD_ROUTER__BODY_LIMIT_BYTES\?/);

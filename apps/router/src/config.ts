@@ -1,5 +1,7 @@
 // Router configuration: a YAML file plus SWITCHYARD_* environment overrides,
-// validated once at boot. Nothing else in the router reads process.env.
+// validated once at boot. Nothing else in the router reads its settings from
+// process.env (processes.ts reads NODE_OPTIONS and what a primary tells the
+// router processes it forks, which are not settings).
 //
 // Env mapping: SWITCHYARD_<SECTION>__<KEY>=value sets section.key (double
 // underscore between levels; keys are camelCase in YAML, SCREAMING_SNAKE in
@@ -549,12 +551,19 @@ export function loadConfig(opts: LoadConfigOptions = {}): Config {
       fromEnv.set(keyPath.join("."), name);
     }
   }
-  for (const [k, v] of Object.entries(opts.overrides ?? {})) setPath(raw, k.split("."), v);
+  for (const [k, v] of Object.entries(opts.overrides ?? {})) {
+    setPath(raw, k.split("."), v);
+    fromEnv.delete(k); // the override is what the value now comes from
+  }
+  /** Where a dotted key's value came from: its variable, else the file (overrides: nowhere to name). */
+  const origin = (dotted: string) => {
+    const env = fromEnv.get(dotted) ?? [...fromEnv].find(([p]) => p.startsWith(`${dotted}.`) || dotted.startsWith(`${p}.`))?.[1];
+    return { env, where: env ? ` (from ${env})` : file && !Object.hasOwn(opts.overrides ?? {}, dotted) ? ` (in ${file})` : "" };
+  };
   const unknown = unknownConfigKeys(configSchema, raw);
   if (unknown.length > 0) {
     const lines = unknown.map((u) => {
-      const env = fromEnv.get(u.path) ?? [...fromEnv].find(([p]) => p.startsWith(`${u.path}.`))?.[1];
-      const where = env ? ` (from ${env})` : file ? ` (in ${file})` : "";
+      const { env, where } = origin(u.path);
       const hint = u.suggestion ? `; did you mean ${env ? envName(u.suggestion) : u.suggestion}?` : "";
       return `  ${u.path}: unknown key${where}${hint}`;
     });
@@ -562,7 +571,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): Config {
   }
   const parsed = configSchema.safeParse(raw);
   if (!parsed.success) {
-    const lines = parsed.error.issues.map((i) => `  ${i.path.join(".") || "(root)"}: ${i.message}`);
+    const lines = parsed.error.issues.map((i) => `  ${i.path.join(".") || "(root)"}: ${i.message}${i.path.length > 0 ? origin(i.path.join(".")).where : ""}`);
     throw new ConfigError(`invalid configuration:\n${lines.join("\n")}`);
   }
   return parsed.data;
