@@ -89,7 +89,7 @@ Usage:
                                         CPU per request, req/s, errors, the answered requests' p50/p99, ΔTTFT p99 and the wait for a core beside the bare proxy (a change's before/after),
                                         what Postgres and Redis spent per request, and the whole box's CPU per request process by
                                         process (the sim worker, the load generator) with its idle share; every target a fresh process per round, warmed first;
-                                        N rounds (default 4, after --warm unmeasured ones, default 0), in how many of them this checkout used less CPU
+                                        N rounds (default 4, 2 with --quick, after --warm unmeasured ones, default 0), in how many of them this checkout used less CPU
                                         (and had the lower ΔTTFT p99), each count with its sign test's p, and
                                         the median of the rounds' ratios (this checkout over REV, each over the bare proxy)
                                         (--levels N: the streaming loop at that stream level, default 100)
