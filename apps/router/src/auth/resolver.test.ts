@@ -78,7 +78,7 @@ describe("KeyResolver", () => {
   it("refuses what is not shaped like a key without a lookup", async () => {
     const db = store();
     const keys = new KeyResolver(db.keys, 2_000);
-    for (const bad of ["x", "sy_test_key", "Bearer", `sy_0123ABCD_${"k".repeat(43)}`, `sy_0123abcd_${"k".repeat(10)}`, `sy_0123abcd_${"k".repeat(42)}!`, `${KEY} `]) {
+    for (const bad of ["x", "sy_test_key", "Bearer", `sy_0123ABCD_${"k".repeat(43)}`, `sy_0123abcd_${"k".repeat(10)}`, `sy_0123abcd_${"k".repeat(42)}!`, `${KEY} `, `sy_0123abcd_${"k".repeat(300)}`]) {
       expect(keys.resolve(bad), bad).toBeUndefined();
     }
     expect(db.lookups.count).toBe(0);

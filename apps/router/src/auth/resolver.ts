@@ -18,6 +18,9 @@ import type { KeyOwner, KeyStore } from "./key-store.ts";
 /** How long an expired entry waits for Postgres before the last answer is used. */
 const STALE_AFTER_MS = 250;
 
+/** Longer than any key generateKey makes (55 characters), with room for other secret lengths prefixOf takes. */
+const MAX_KEY_CHARS = 256;
+
 /** Share of the ttl after which a hit starts a background re-read. */
 const REFRESH_AHEAD = 0.75;
 
@@ -54,7 +57,8 @@ export class KeyResolver {
 
   /** A key in the cache is answered as it is, not as a promise (every request asks); a miss or an expired entry waits for Postgres. */
   resolve(key: string): KeyOwner | undefined | Promise<KeyOwner | undefined> {
-    if (prefixOf(key) === null) return undefined;
+    // Keys are 55 characters: a long bearer is not hashed at all.
+    if (key.length > MAX_KEY_CHARS) return undefined;
     const hash = hashKey(key);
     const now = Date.now();
     const hit = this.cache.get(hash);
@@ -70,6 +74,8 @@ export class KeyResolver {
       if (owner && !owner.revoked) this.noteUse(owner.keyId, now);
       return owner;
     }
+    // Only keys shaped like ours are looked up (a cached entry was: not checked again per request).
+    if (!hit && prefixOf(key) === null) return undefined;
     return this.reread(hash, hit, now);
   }
 
