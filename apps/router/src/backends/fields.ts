@@ -67,6 +67,7 @@ const all: readonly Route[] = ["chat", "completions", "embeddings"];
  * OpenRouter bills, above the price its hold was taken at. Returns the
  * first such key as its param path.
  */
+const otherModelKeys = ["models", "route", "plugins", "web_search_options"] as const;
 const cheapOrNarrowing = new Set(["data_collection", "zdr", "require_parameters", "allow_fallbacks", "max_price"]);
 function providerChoice(p: Json): string | undefined {
   for (const k of Object.keys(p)) {
@@ -160,9 +161,9 @@ export const requestFields = {
   other_model: {
     label: "models, route, plugins, web_search_options, provider's other keys (order, only, ignore, sort, …)",
     routes: all,
-    asks: (b) => (isObj(b.provider) ? providerChoice(b.provider) : undefined) ?? ["models", "route", "plugins", "web_search_options"].find((k) => b[k] != null),
+    asks: (b) => (isObj(b.provider) ? providerChoice(b.provider) : undefined) ?? otherModelKeys.find((k) => b[k] != null),
     sample: { models: ["openai/gpt-4o"] },
-    keys: ["models", "route", "plugins", "web_search_options"],
+    keys: otherModelKeys,
     refusal: "refused: it lets the provider bill for another model or added fees, past the price the tenant's budget held",
   },
   unknown: {

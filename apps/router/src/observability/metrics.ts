@@ -180,7 +180,7 @@ export class RouterMetrics {
   readonly leaseEvents = new Counter("switchyard_lease_events_total", "Lease changes audited by this router, by event (granted|extended|released|expired).");
   readonly leaseRestores = new Counter("switchyard_lease_restores_total", "Leases this router put back from the audit into a lease store that had lost its data (restored), and those found ended by then (ended, audited as expired).");
   readonly workers = new Gauge("switchyard_workers", "Workers in the registry, by state.", "max");
-  readonly registryRefusals = new Counter("switchyard_registry_refusals_total", "Worker records (or advertised models) routers refused, once per worker and reason while it lasts (id_mismatch|too_large|invalid_record|invalid_key|unsafe_url|not_invited|model_not_allowed).");
+  readonly registryRefusals = new Counter("switchyard_registry_refusals_total", "Worker records (or advertised models) routers refused, once per worker and reason while it lasts (id_mismatch|too_large|invalid_record|invalid_key|no_ttl|unsafe_url|not_invited|model_not_allowed).");
   readonly inviteRepairs = new Counter(
     "switchyard_worker_invite_repairs_total",
     "What this router put back in Redis from the invites Postgres records (Redis drops ACL users at every restart), or took away after a revoke, by repair (user_restored: an ACL user, per node | invite_restored | user_removed | invite_removed | adopted: a Redis-only invite recorded in Postgres).",
@@ -211,8 +211,8 @@ export class RouterMetrics {
   readonly eventLoopDelay = new Histogram("switchyard_event_loop_delay_seconds", "Event-loop delay since start: how late each tick of a 10 ms timer ran (perf_hooks.monitorEventLoopDelay).", EVENT_LOOP_BUCKETS);
   readonly eventLoopDelayP99 = new Gauge("switchyard_event_loop_delay_p99_seconds", "Event-loop delay, 99th percentile since start.", "max");
   readonly eventLoopDelayMax = new Gauge("switchyard_event_loop_delay_max_seconds", "Longest event-loop delay since start.", "max");
-  readonly gcPauses = new Counter("switchyard_gc_pauses_total", "Garbage-collection pauses, by kind (minor|major|incremental|weakcb).");
-  readonly gcPause = new Histogram("switchyard_gc_pause_seconds", "Garbage-collection pause durations, by kind.", GC_BUCKETS);
+  readonly gcPauses = new Counter("switchyard_gc_pauses_total", "Garbage-collection pauses, by kind (minor|major|incremental|weakcb|other).");
+  readonly gcPause = new Histogram("switchyard_gc_pause_seconds", "Garbage-collection pause durations, by kind (minor|major|incremental|weakcb|other).", GC_BUCKETS);
   readonly cpuSeconds = new Counter("process_cpu_seconds_total", "User and system CPU time the router process used.");
   readonly cpuPerRequest = new Gauge("switchyard_cpu_seconds_per_request", "Router CPU seconds (user + system) per request answered, since start.", "max");
   readonly listenOverflows = new Counter(

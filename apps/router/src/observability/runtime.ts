@@ -36,6 +36,11 @@ export function loopDelayBuckets(h: Pick<IntervalHistogram, "count" | "percentil
   });
 }
 
+/** Each count held at the highest `seen` so far (updated in place): cumulative buckets that never fall. */
+export function heldHighest(seen: number[], counts: number[]): number[] {
+  return counts.map((c, i) => (seen[i] = Math.max(seen[i] ?? 0, c)));
+}
+
 /**
  * Seconds this process's main thread — the event loop's — has spent
  * runnable on a run queue without a CPU since it started, from
@@ -98,9 +103,14 @@ export class RuntimeMetrics {
       metrics.gcPauses.inc({ kind }, 0);
       metrics.gcPause.touch({ kind });
     }
+    // The buckets are estimates from the percentile table, which can dip as
+    // samples come in; a cumulative bucket must never fall (Prometheus reads
+    // a fall as a reset), so each is held at its highest so far.
+    const seen: number[] = [];
     metrics.eventLoopDelay.source(() => {
       const h = this.loop;
-      return { counts: loopDelayBuckets(h, metrics.eventLoopDelay.buckets, res), count: h.count, sum: h.count ? excess(h.mean) * h.count : 0 };
+      const counts = heldHighest(seen, loopDelayBuckets(h, metrics.eventLoopDelay.buckets, res));
+      return { counts, count: h.count, sum: h.count ? excess(h.mean) * h.count : 0 };
     });
     metrics.eventLoopDelayMax.set({}, () => (this.loop.count ? excess(this.loop.max) : 0));
     metrics.eventLoopDelayP99.set({}, () => (this.loop.count ? excess(this.loop.percentile(99)) : 0));

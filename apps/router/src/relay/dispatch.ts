@@ -41,12 +41,12 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   // Candidates without this route (Anthropic serves chat only): when no
   // candidate has it, the request is the client's mistake (400), not an
   // outage to retry (503).
-  const unserved: Backend[] = [];
+  let unserved = 0;
   for (const backend of candidates) {
     if (attempts >= ctx.maxAttempts) break;
     if (ctx.signal.aborted) throw new ApiError("upstream_timeout", "client went away before dispatch");
     if (!backend.supports(req.path)) {
-      unserved.push(backend);
+      unserved++;
       continue;
     }
     const refusal = refusedField(backend.kind, req.path, req.body);
@@ -112,8 +112,8 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   if (!last || !lastBackend) {
     // Nothing was tried: say why the paid backends were passed over.
     if (refused) throw new ApiError("invalid_request", refused.message, refused.param);
-    if (unserved.length > 0 && unserved.length === candidates.length) {
-      throw new ApiError("invalid_request", `model ${String(req.body.model)} is not served on ${req.path} (${unserved.map((b) => b.id).join(", ")})`, "model");
+    if (unserved > 0 && unserved === candidates.length) {
+      throw new ApiError("invalid_request", `model ${String(req.body.model)} is not served on ${req.path} (${candidates.map((b) => b.id).join(", ")})`, "model");
     }
     if (skipped.some((s) => s.reason === "budget_exhausted")) {
       throw new ApiError("budget_exceeded", `the tenant's daily budget cannot cover this request on ${skipped.map((s) => s.backend.id).join(", ")}`, null, { "x-should-retry": "false" });
