@@ -125,6 +125,17 @@ describe("BudgetGuard holds on a day never checked against the ledger", () => {
     expect(calls).toBe(2);
   });
 
+  it("a budget Postgres cannot give skips the paid backend, counted as unavailable", async () => {
+    const lines: string[] = [];
+    const { guard, metrics } = paidGuard(async () => undefined, lines);
+    guard.deps.budgets.budgetOf = async () => {
+      throw new Error("connect ECONNREFUSED 127.0.0.1:5432");
+    };
+    expect(await tabOf(guard, 30).admit(paid)).toEqual({ ok: false, reason: "budget_unavailable" });
+    expect(metrics.budgetHolds.get({ outcome: "unavailable" })).toBe(1);
+    expect(lines.join("\n")).toContain("budget unknown");
+  });
+
   it("a day another router checked first is held at once (no rebuild here)", async () => {
     let calls = 0;
     const { store, guard, metrics } = paidGuard(async () => (calls++, undefined));

@@ -332,6 +332,7 @@ export class RequestTab {
       budget = await this.tenantBudget();
     } catch (err) {
       deps.log.warn("budget unknown (Postgres unreachable, nothing cached): paid backend skipped", { error: (err as Error).message });
+      deps.metrics.budgetHolds.inc({ outcome: "unavailable" });
       return { ok: false, reason: "budget_unavailable" };
     }
     if (!budget && !deps.intents) {

@@ -180,5 +180,7 @@ export async function rebuildBudgetsAfterLoss(db: Db, store: BudgetStore, out: {
     if (r.failed.length > 0) out.metrics.budgetRebuilds.inc({ outcome: "failed" }, r.failed.length);
   } catch (err) {
     out.log.warn("budgets could not be rebuilt after Redis lost its data: run switchyard budgets reconcile", { error: (err as Error).message });
+    // Which tenant-days it would have rebuilt is unknown: the failed pass counts once.
+    out.metrics.budgetRebuilds.inc({ outcome: "failed" });
   }
 }

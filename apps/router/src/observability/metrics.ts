@@ -172,7 +172,7 @@ export class RouterMetrics {
   readonly tokens = new Counter("switchyard_tokens_total", "Tokens reported by backends, by kind (prompt|completion).");
   readonly errors = new Counter("switchyard_errors_total", "Errors answered, by error code.");
   readonly upstreamAttempts = new Counter("switchyard_upstream_attempts_total", "Backend attempts, by backend and outcome.");
-  readonly budgetHolds = new Counter("switchyard_budget_holds_total", "Budget holds asked for paid backends, by outcome (held|refused|unpriced|unlimited|unchecked: the day could not be checked against the ledger).");
+  readonly budgetHolds = new Counter("switchyard_budget_holds_total", "Budget holds asked for paid backends, by outcome (held|refused|unpriced|unlimited|unchecked: the day could not be checked against the ledger|unavailable: the budget could not be read).");
   readonly budgetAlerts = new Counter("switchyard_budget_alerts_total", "Budget thresholds crossed (once per tenant, day and threshold), by threshold.");
   readonly ledgerRows = new Counter("switchyard_ledger_rows_total", "Ledger rows by outcome: drained into Postgres (committed|duplicate|dropped: a row Postgres could not read, logged); appended again after Redis lost them (replayed); let go unkept past the most a router keeps against such a loss (unkept); a paid attempt's row written by its router with its intent lost (intent_lost).");
   readonly ledgerLag = new Histogram("switchyard_ledger_lag_seconds", "Request end (its row appended to the ledger stream) to its ledger row committed in Postgres.", [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]);
@@ -190,7 +190,7 @@ export class RouterMetrics {
     "switchyard_budget_day_checks_total",
     "Tenant-days a hold found never checked against the ledger (a new day, or counters the store lost: Redis back empty, a key evicted or deleted, a restarted in-process store), by outcome (rebuilt: this router rebuilt it from the ledger | already: checked by then | failed: the ledger could not be read, paid backends skipped).",
   );
-  readonly budgetRebuilds = new Counter("switchyard_budget_rebuilds_total", "Tenant-days whose budget counters a router rebuilt from the ledger by itself after Redis lost its data, by outcome (rebuilt|failed).");
+  readonly budgetRebuilds = new Counter("switchyard_budget_rebuilds_total", "Tenant-days whose budget counters a router rebuilt from the ledger by itself after Redis lost its data, by outcome (rebuilt|failed; a pass that failed as a whole counts once).");
   readonly ejections = new Counter("switchyard_worker_ejections_total", "Workers ejected from rotation after consecutive failures, by reason (failing|unreachable).");
   readonly ejectedWorkers = new Gauge("switchyard_workers_ejected", "Workers this router holds out of rotation now.", "max");
   readonly routeExplorations = new Counter("switchyard_route_explorations_total", "Requests sent to a candidate other than the best-scored one, to keep learning.");
