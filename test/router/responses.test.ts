@@ -251,4 +251,17 @@ describe("POST /v1/responses", () => {
     prev = await client.responses.create({ model: "sim-chat", input: "z".repeat(1500), previous_response_id: prev.id });
     await expect(client.responses.create({ model: "sim-chat", input: "w".repeat(1500), previous_response_id: prev.id })).rejects.toMatchObject({ status: 400, param: "previous_response_id" });
   });
+
+  it("an answer that takes the conversation past the bound is kept for GET, not stored twice, and not continued", async () => {
+    const answer = Array.from({ length: 600 }, (_, i) => `w${i}`).join(" "); // ~3.4 KB of words
+    worker.enqueue({ kind: "ok", text: answer });
+    const long = await client.responses.create({ model: "sim-chat", input: "y".repeat(1500) });
+    expect(long.output_text).toBe(answer);
+    expect((await client.responses.retrieve(long.id)).output_text).toBe(answer);
+    // The stored record holds the answer once (in the response), not again as the conversation.
+    const [key] = await fx.redis.redis.keys(`${fx.redis.prefix}response:*${long.id}*`);
+    const stored = JSON.parse((await fx.redis.redis.get(key!))!) as { messages: unknown };
+    expect(stored.messages).toBeNull();
+    await expect(client.responses.create({ model: "sim-chat", input: "more", previous_response_id: long.id })).rejects.toMatchObject({ status: 400, param: "previous_response_id" });
+  });
 });

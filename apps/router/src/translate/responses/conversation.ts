@@ -8,8 +8,13 @@ import { isObject, type Json } from "../boundary.ts";
 
 export interface StoredResponse {
   response: Json;
-  /** The conversation up to and including this response's output, as chat messages. */
-  messages: Json[];
+  /**
+   * The conversation up to and including this response's output, as chat
+   * messages; null when it passed responses.maxConversationBytes with this
+   * answer (kept for GET, not to be continued: a continuation would be
+   * refused anyway, and an upstream's long answer is not stored twice).
+   */
+  messages: Json[] | null;
 }
 
 const notFound = (id: string, param: string | null) => new ApiError("not_found", `Response with id '${id}' not found.`, param);
@@ -25,7 +30,7 @@ export async function loadResponse(store: ResponseStore, tenantId: number, id: s
   }
   if (text === undefined) throw notFound(id, param);
   const stored = JSON.parse(text) as StoredResponse;
-  if (!isObject(stored.response) || !Array.isArray(stored.messages)) throw notFound(id, param);
+  if (!isObject(stored.response) || !(Array.isArray(stored.messages) || stored.messages === null)) throw notFound(id, param);
   return stored;
 }
 

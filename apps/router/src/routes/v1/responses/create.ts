@@ -91,6 +91,9 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
   const tenantId = c.get("tenant").tenantId;
   const { ttlS, maxConversationBytes } = deps.config.responses;
   const previous = body.previous_response_id ? await loadResponse(store, tenantId, body.previous_response_id, "previous_response_id") : undefined;
+  if (previous && previous.messages === null) {
+    throw new ApiError("invalid_request", `the conversation exceeds ${maxConversationBytes} bytes; start a new one`, "previous_response_id");
+  }
   const history = previous?.messages ?? [];
   const { chat, input } = toChatRequest(body, history);
   const conversation = [...history, ...input];
@@ -101,7 +104,9 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
   const keep = body.store !== false;
   /** Stored before the client hears it is done: its next request may continue it on another router at once. */
   const persist = async (response: Json, turn: Json) => {
-    if (keep) await saveResponse(store, tenantId, { response, messages: [...conversation, turn] }, ttlS);
+    if (!keep) return;
+    const messages = [...conversation, turn];
+    await saveResponse(store, tenantId, { response, messages: JSON.stringify(messages).length <= maxConversationBytes ? messages : null }, ttlS);
   };
   const translation: ChatTranslation = {
     whole: async (completion) => {
