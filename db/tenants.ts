@@ -58,14 +58,16 @@ export async function listKeys(db: Db, tenantId: number) {
     .orderBy(asc(apiKeys.createdAt));
 }
 
-export async function revokeKey(db: Db, prefix: string): Promise<"revoked" | "not_found" | "already_revoked"> {
+/** Revokes the key with this prefix; with `tenantId`, only if it is that tenant's (another tenant's is "not_found"). */
+export async function revokeKey(db: Db, prefix: string, tenantId?: number): Promise<"revoked" | "not_found" | "already_revoked"> {
+  const ours = tenantId === undefined ? eq(apiKeys.prefix, prefix) : and(eq(apiKeys.prefix, prefix), eq(apiKeys.tenantId, tenantId));
   const rows = await db
     .update(apiKeys)
     .set({ revokedAt: new Date() })
-    .where(and(eq(apiKeys.prefix, prefix), isNull(apiKeys.revokedAt)))
+    .where(and(ours, isNull(apiKeys.revokedAt)))
     .returning({ id: apiKeys.id });
   if (rows.length > 0) return "revoked";
-  const exists = await db.select({ id: apiKeys.id }).from(apiKeys).where(eq(apiKeys.prefix, prefix)).limit(1);
+  const exists = await db.select({ id: apiKeys.id }).from(apiKeys).where(ours).limit(1);
   return exists.length > 0 ? "already_revoked" : "not_found";
 }
 

@@ -42,7 +42,13 @@ describe("switchyard CLI", () => {
     expect(list.stdout).not.toContain(full); // shown once, never again
     expect(list.stdout).toMatch(/active/);
     expect((await sy(["tenants", "list"])).stdout).toMatch(/initech\s+\d+\s+1/);
-    expect((await sy(["keys", "revoke", prefix])).stdout).toMatch(/revoked/);
+    // --tenant names whose key it must be: another tenant's prefix is refused, not revoked.
+    expect((await sy(["tenants", "create", "globex"])).code).toBe(0);
+    const wrong = await sy(["keys", "revoke", prefix, "--tenant", "globex"]);
+    expect([wrong.code, wrong.stderr]).toEqual([1, expect.stringMatching(/no key with prefix 'sy_[0-9a-f]{8}' for tenant globex/)]);
+    expect((await sy(["keys", "list", "--tenant", "initech"])).stdout).toMatch(/active/);
+    expect((await sy(["keys", "revoke", prefix, "--tenant", "initech"])).stdout).toMatch(/revoked/);
+    expect((await sy(["keys", "revoke", prefix])).stdout).toMatch(/already revoked/);
     expect((await sy(["keys", "list", "--tenant", "initech"])).stdout).toMatch(/revoked/);
     expect((await sy(["keys", "revoke", "sy_ffffffff"])).code).toBe(1);
   });
@@ -75,12 +81,25 @@ describe("switchyard CLI", () => {
       [["keys", "revoke"], /missing PREFIX/],
       [["keys", "list", "--tenant"], /--tenant/],
       [["--bogus"], /Unknown option/],
+      // A flag another command reads is refused, never ignored; so is a stray word.
+      [["tenants", "create", "x", "--daily-cents", "5"], /--daily-cents does not apply to 'tenants'/],
+      [["spend", "--day", "2026-01-01"], /--day does not apply to 'spend'/],
+      [["up", "--port", "8080"], /--port does not apply to 'up' \(the router's port is router\.port/],
+      [["up", "--model", "smollm2-135m-instruct", "all-minilm-l6-v2"], /'up' takes no arguments, got 'all-minilm-l6-v2' \(one --model per model\)/],
+      [["router", "prod.yaml"], /a config file goes after --config/],
+      [["bench", "engine", "--levels", "1"], /--levels does not apply to 'bench engine'/],
+      [["keys", "list", "--tenant", "x", "--name", "y"], /--name goes with 'keys create'/],
     ];
     for (const [args, msg] of cases) {
       const r = await sy(args);
       expect(r.code, args.join(" ")).toBe(2);
       expect(r.stderr).toMatch(msg);
+      expect(r.stderr.split("\n").length, "one line and a pointer to --help, not the whole usage").toBeLessThan(5);
     }
+    // A failure names its cause, not only drizzle's wrapper around it.
+    const down = await run(process.execPath, [bin, "tenants", "list"], { env: { ...process.env, DATABASE_URL: "postgres://postgres@127.0.0.1:1/nowhere" } }).catch((e) => e);
+    expect(down.code).toBe(1);
+    expect(down.stderr).toMatch(/ECONNREFUSED 127\.0\.0\.1:1/);
     const noTenant = await sy(["keys", "create", "--tenant", "nobody"]);
     expect(noTenant.code).toBe(1);
     expect(noTenant.stderr).toMatch(/no tenant named 'nobody'/);

@@ -4,6 +4,63 @@ import { parseArgs } from "node:util";
 import { ConfigError } from "@switchyard/router/config";
 import { UsageError, usage } from "./usage.ts";
 
+/**
+ * The flags each command reads, besides --config and --help. The parser
+ * knows every command's flags at once; one given to a command that does not
+ * read it is refused, never ignored (`keys revoke P --tenant T` revoked P
+ * whatever tenant it was; `up --port` served on the configured port).
+ */
+const commandFlags: Record<string, readonly string[]> = {
+  up: ["model", "device", "no-worker", "split", "processes"],
+  router: ["embedded", "processes"],
+  worker: ["redis", "model", "advertise", "token", "id", "port", "host", "device", "key-prefix", "max-batch", "max-seq-len", "memory-budget-mb", "engine", "fencing-key", "fencing-state", "layers", "next", "next-token", "shard-keepalive"],
+  spend: ["from", "to", "tenant", "by", "format"],
+  workers: ["model", "advertise"],
+  db: [],
+  migrate: [],
+  tenants: [],
+  keys: ["tenant", "name"],
+  budgets: ["redis", "key-prefix", "daily-cents", "daily-usd", "time-zone", "alerts", "day"],
+  limits: ["rpm", "tpm", "key"],
+  prices: ["input", "output", "cached-input", "cache-write", "effective-from", "backend", "model"],
+  ledger: ["keep-months", "archive-dir", "months-ahead", "drop"],
+  bench: ["quick", "levels", "threads", "cut", "only", "cluster", "model", "processes", "profile", "against", "rounds", "warm", "rate-limits", "rate", "against-node-flags", "against-env", "body-kb", "reference"],
+};
+
+/** …and each bench suite's own (a flag another suite reads would start a long run without it). */
+const benchFlags: Record<string, readonly string[]> = {
+  router: ["quick", "levels", "only", "cluster", "processes", "profile", "against", "rounds", "warm", "rate-limits", "rate", "against-node-flags", "against-env", "body-kb"],
+  engine: ["quick", "model", "reference"],
+  split: ["quick", "levels", "threads", "cut"],
+  admission: ["quick"],
+  routing: ["quick"],
+  registry: ["quick"],
+};
+
+/** Commands whose whole command line is flags: a word after them is a mistake (a second model without its --model, a config file without --config). */
+const takesNoArguments = new Set(["up", "router", "worker", "spend", "migrate"]);
+
+/** Where a setting a command does not take as a flag is set instead. */
+const settingHints: Record<string, string> = {
+  port: " (the router's port is router.port: --config FILE or SWITCHYARD_ROUTER__PORT)",
+  host: " (the router's address is router.host: --config FILE or SWITCHYARD_ROUTER__HOST)",
+  redis: " (redis.url: --config FILE or REDIS_URL)",
+};
+
+function checkCommandLine(command: string, rest: string[], values: Record<string, unknown>): void {
+  const allowed = (command === "bench" && rest[0] !== undefined ? benchFlags[rest[0]] : undefined) ?? commandFlags[command];
+  const name = command === "bench" && rest[0] !== undefined && benchFlags[rest[0]] ? `bench ${rest[0]}` : command;
+  if (!allowed) return;
+  for (const flag of Object.keys(values)) {
+    if (flag === "config" || flag === "help" || allowed.includes(flag)) continue;
+    throw new UsageError(`--${flag} does not apply to '${name}'${settingHints[flag] ?? ""}`);
+  }
+  if (takesNoArguments.has(command) && rest.length > 0) {
+    throw new UsageError(`'${command}' takes no arguments, got '${rest[0]}'${command === "up" || command === "worker" ? " (one --model per model)" : command === "router" ? " (a config file goes after --config)" : ""}`);
+  }
+  if (command === "bench" && rest.length > 1) throw new UsageError(`bench ${rest[0]}: unexpected argument '${rest[1]}'`);
+}
+
 export async function main(argv: string[]): Promise<number> {
   try {
     // psql's own flags (-c, -At, …) pass through untouched: only a leading --config is ours.
@@ -89,10 +146,11 @@ export async function main(argv: string[]): Promise<number> {
       },
     });
     const [command, ...rest] = positionals;
-    if (values.help || !command) {
+    if (values.help || !command || (command === "help" && rest.length === 0)) {
       process.stdout.write(usage + "\n");
       return command || values.help ? 0 : 2;
     }
+    checkCommandLine(command, rest, values);
     switch (command) {
       // Each command is loaded on demand: a router should not parse the
       // worker agent, and the CLI bundle is split along these lines.
@@ -135,14 +193,29 @@ export async function main(argv: string[]): Promise<number> {
     }
   } catch (err) {
     if (err instanceof UsageError || (err as { code?: string } | undefined)?.code?.startsWith("ERR_PARSE_ARGS")) {
-      process.stderr.write(`error: ${(err as Error).message}\n\n${usage}\n`);
+      process.stderr.write(`error: ${(err as Error).message}\n(switchyard --help lists every command and its flags)\n`);
       return 2;
     }
     if (err instanceof ConfigError) {
       process.stderr.write(`error: ${err.message}\n`);
       return 2;
     }
-    process.stderr.write(`error: ${(err as Error)?.message ?? String(err)}\n`);
+    process.stderr.write(`error: ${describeFailure(err)}\n`);
     return 1;
   }
+}
+
+/**
+ * A failure's message with its causes: drizzle wraps a Postgres error as
+ * "Failed query: CREATE SCHEMA …", the refused connection or the missing
+ * database only in its cause.
+ */
+export function describeFailure(err: unknown): string {
+  const parts: string[] = [];
+  for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 4; depth++) {
+    const message = e instanceof Error ? e.message.split("\nparams:")[0]!.trim() : String(e);
+    if (message && !parts.includes(message)) parts.push(message);
+    e = e instanceof Error ? (e as Error & { cause?: unknown }).cause : undefined;
+  }
+  return parts.join(": ") || String(err);
 }

@@ -13,12 +13,19 @@ export async function keysCommand(args: string[], flags: { config?: string; tena
   if ((verb === "create" || verb === "list") && !flags.tenant) throw new UsageError(`keys ${verb}: --tenant NAME is required`);
   if ((verb === "create" || verb === "list") && arg) throw new UsageError(`keys ${verb}: unexpected argument '${arg}'`);
   if (verb === "revoke" && !arg) throw new UsageError("keys revoke: missing PREFIX (the sy_xxxxxxxx shown by 'keys list')");
+  if (verb !== "create" && flags.name !== undefined) throw new UsageError(`keys ${verb}: --name goes with 'keys create'`);
   const db = await openDb(configFrom(flags), { migrate: true, quiet: true });
   try {
     if (verb === "revoke") {
-      const r = await revokeKey(db.db, arg!);
+      // With --tenant, only that tenant's key: a prefix copied from another tenant's list is refused, not revoked.
+      const owner = flags.tenant === undefined ? undefined : await findTenant(db.db, flags.tenant);
+      if (flags.tenant !== undefined && !owner) {
+        process.stderr.write(`error: no tenant named '${flags.tenant}' (see 'switchyard tenants list')\n`);
+        return 1;
+      }
+      const r = await revokeKey(db.db, arg!, owner?.id);
       if (r === "not_found") {
-        process.stderr.write(`error: no key with prefix '${arg}'\n`);
+        process.stderr.write(`error: no key with prefix '${arg}'${owner ? ` for tenant ${owner.name}` : ""}\n`);
         return 1;
       }
       process.stdout.write(r === "revoked" ? `revoked ${arg}\n` : `${arg} was already revoked\n`);
