@@ -202,6 +202,36 @@ describe("sampling fields on the real worker", () => {
   });
 });
 
+describe("what reaches the engine", () => {
+  /** Sequences the engine is decoding now. */
+  const active = async () => {
+    const ev = await agent.supervisor.client!.once({ case: "stats", value: { $typeName: "switchyard.engine.v1.StatsRequest" } });
+    if (ev.kind.case !== "stats") throw new Error("no stats");
+    return ev.kind.value.activeSequences;
+  };
+
+  it("one prompt of a list failing stops the others: nothing decodes on for an answer nobody gets", async () => {
+    // No max_tokens: the short prompt would run to the end of the context.
+    // (greedy, this prompt runs past 700 tokens: tests/model.rs a_growing_cache_…)
+    const r = await completion({ prompt: ["Chapter 1. The lighthouse keeper counted the ships as they passed:", "word ".repeat(2000)] });
+    expect(r.status).toBe(400);
+    let left = await active();
+    for (let i = 0; i < 20 && left > 0; i++) {
+      await new Promise((done) => setTimeout(done, 50));
+      left = await active();
+    }
+    expect(left).toBe(0);
+  });
+
+  it("developer (and function) messages reach the template as system (and tool) messages", async () => {
+    const messages = (role: string) => [{ role, content: "Answer in one word." }, { role: "user", content: "Name a colour." }];
+    const [dev, sys] = await Promise.all(["developer", "system"].map((role) => post("chat/completions", { model: LLM, messages: messages(role), temperature: 0, max_tokens: 4 })));
+    expect([dev!.status, sys!.status]).toEqual([200, 200]);
+    expect(dev!.json.usage.prompt_tokens).toBe(sys!.json.usage.prompt_tokens);
+    expect(dev!.json.choices[0].message.content).toBe(sys!.json.choices[0].message.content);
+  });
+});
+
 describe("the worker does what the field table declares", () => {
   const base: Record<string, Json> = {
     chat: { model: LLM, messages: [{ role: "user", content: "hello" }], max_tokens: 3 },

@@ -395,11 +395,20 @@ export function chatMessages(messages: OpenAIMessage[], continueFinal = false, t
   };
 }
 
+/**
+ * OpenAI's newer and older names for roles chat templates know by others:
+ * `developer` is what o-series clients send for `system`; `function` is the
+ * deprecated `tool`. A template rendering them as they come would show the
+ * model a role it was never trained on (ChatML) or refuse (Gemma's).
+ */
+const templateRoles: Record<string, string> = { developer: "system", function: "tool" };
+
 function chatMessage(m: OpenAIMessage): ChatMessage {
   const calls = Array.isArray(m.tool_calls) ? m.tool_calls.filter(isObject) : [];
+  const role = String(m.role ?? "user");
   return {
     $typeName: "switchyard.engine.v1.ChatMessage",
-    role: String(m.role ?? "user"),
+    role: Object.hasOwn(templateRoles, role) ? templateRoles[role]! : role,
     content: contentText(m.content),
     toolCalls: calls.map((c) => {
       const fn = isObject(c.function) ? c.function : {};
@@ -444,6 +453,9 @@ export function toHiddenStates(body: Record<string, unknown>): HiddenStates | { 
   if (dtype === undefined) return { param: "dtype", message: "dtype: one of f32, f16" };
   const layers = body.layers === undefined || body.layers === "all" ? [] : body.layers;
   if (!Array.isArray(layers) || !layers.every((l) => Number.isInteger(l) && l >= 0)) return { param: "layers", message: "layers: 'all' or an array of layer indices" };
+  // Each index names one tensor of the answer: a repeat would copy the same
+  // layer again at every stage (engine, frames, safetensors), 1024 times over.
+  if (new Set(layers).size !== layers.length) return { param: "layers", message: "layers: each layer index at most once" };
   let input: HiddenStates["input"];
   if (typeof body.input === "string") input = { case: "prompt", value: body.input };
   else if (Array.isArray(body.messages) && body.messages.length > 0) input = { case: "messages", value: chatMessages(body.messages as { role?: unknown; content?: unknown }[]) };

@@ -43,18 +43,32 @@ export function routerCacheScope(body: Record<string, unknown>): string {
   return typeof scope === "string" && CACHE_SCOPE.test(scope) ? scope : "";
 }
 
-/** Yields each generator's values, tagged with its index, as they come. */
+/**
+ * Yields each generator's values, tagged with its index, as they come. Left
+ * early (one failed, or the caller stopped), it ends the others: an engine
+ * call's generator forgets its job only when it ends.
+ */
 async function* merged<T>(gens: AsyncGenerator<T>[]): AsyncGenerator<[number, T]> {
   const pull = (i: number) => gens[i]!.next().then((r) => ({ i, r }));
   const live = new Map(gens.map((_, i) => [i, pull(i)] as const));
-  while (live.size > 0) {
-    const { i, r } = await Promise.race(live.values());
-    if (r.done) {
-      live.delete(i);
-      continue;
+  try {
+    while (live.size > 0) {
+      const { i, r } = await Promise.race(live.values());
+      if (r.done) {
+        live.delete(i);
+        continue;
+      }
+      live.set(i, pull(i));
+      yield [i, r.value];
     }
-    live.set(i, pull(i));
-    yield [i, r.value];
+  } finally {
+    for (const i of live.keys()) {
+      // A generator paused at a yield ends here; one whose next() is in flight ends when it settles.
+      void live.get(i)!.then(
+        () => gens[i]!.return(undefined),
+        () => {},
+      );
+    }
   }
 }
 
@@ -197,6 +211,8 @@ export async function runGenerate(
       });
       return Response.json({ id, object: opts.chat ? "chat.completion" : "text_completion", created, model: body.model, choices, usage: usage() });
     } catch (err) {
+      // One prompt (or choice) failed: the others' jobs stop too, not run on for an answer nobody gets.
+      cancelAll();
       const e = engineErrorStatus(err);
       return errorJson(e.status, e.message, e.code, e.param);
     } finally {
@@ -244,6 +260,8 @@ export async function runGenerate(
     sentRole.add(index);
     return JSON.stringify({ id, object: "chat.completion.chunk", created, model: body.model, choices: [{ index, delta, finish_reason: null, logprobs: lp }] });
   };
+  /** The client went away (cancel): what fails after that is its leaving, not the engine. */
+  let gone = false;
   const stream = new ReadableStream<Uint8Array>({
     async start(controller) {
       let current = first;
@@ -300,6 +318,7 @@ export async function runGenerate(
       } catch (err) {
         // After the first byte: exactly one error event, then close.
         cancelAll();
+        if (gone) return;
         const e = engineErrorStatus(err);
         ctx.log("stream failed", { request_id: opts.requestId, error: e.message });
         try {
@@ -317,6 +336,7 @@ export async function runGenerate(
       }
     },
     cancel() {
+      gone = true;
       cancelAll();
       void events.return(undefined);
       release();
