@@ -193,7 +193,9 @@ export async function main(argv: string[]): Promise<number> {
     }
   } catch (err) {
     if (err instanceof UsageError || (err as { code?: string } | undefined)?.code?.startsWith("ERR_PARSE_ARGS")) {
-      process.stderr.write(`error: ${(err as Error).message}\n(switchyard --help lists every command and its flags)\n`);
+      // The parser's own messages do not say which command they are about.
+      const command = err instanceof UsageError ? undefined : argv.find((a) => Object.hasOwn(commandFlags, a));
+      process.stderr.write(`error: ${command ? `${command}: ` : ""}${(err as Error).message}\n(switchyard --help lists every command and its flags)\n`);
       return 2;
     }
     if (err instanceof ConfigError) {
