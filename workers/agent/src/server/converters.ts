@@ -453,12 +453,12 @@ export function toHiddenStates(body: Record<string, unknown>): HiddenStates | { 
   if (dtype === undefined) return { param: "dtype", message: "dtype: one of f32, f16" };
   const layers = body.layers === undefined || body.layers === "all" ? [] : body.layers;
   if (!Array.isArray(layers) || !layers.every((l) => Number.isInteger(l) && l >= 0)) return { param: "layers", message: "layers: 'all' or an array of layer indices" };
-  // Each index names one tensor of the answer: a repeat would copy the same
-  // layer again at every stage (engine, frames, safetensors), 1024 times over.
-  if (new Set(layers).size !== layers.length) return { param: "layers", message: "layers: each layer index at most once" };
+  // Each index names one tensor of the answer, so a repeat adds nothing to it;
+  // sent on, it would be copied again at every stage (engine, frames), up to
+  // 1024 times over. Asked for once each, in the order first asked.
   let input: HiddenStates["input"];
   if (typeof body.input === "string") input = { case: "prompt", value: body.input };
   else if (Array.isArray(body.messages) && body.messages.length > 0) input = { case: "messages", value: chatMessages(body.messages as { role?: unknown; content?: unknown }[]) };
   else return { param: "input", message: "input (a string) or messages is required" };
-  return { $typeName: "switchyard.engine.v1.HiddenStates", model: String(body.model), input, layers: layers as number[], pooling, dtype, passOn: false };
+  return { $typeName: "switchyard.engine.v1.HiddenStates", model: String(body.model), input, layers: [...new Set(layers as number[])], pooling, dtype, passOn: false };
 }
