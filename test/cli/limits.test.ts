@@ -4,7 +4,7 @@ import { execFile } from "node:child_process";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createKey, createTenant, tenantRateLimits } from "@switchyard/db";
+import { createKey, createTenant, revokeKey, tenantRateLimits } from "@switchyard/db";
 import { createTestDb, type TestDb } from "../helpers/env.ts";
 
 const run = promisify(execFile);
@@ -75,6 +75,10 @@ describe("switchyard limits", () => {
     const unknownKey = await sy(["limits", "set", "limited", "--rpm", "5", "--key", "sy_00000000"]);
     expect(unknownKey.code).toBe(1);
     expect(unknownKey.stderr).toContain("has no key sy_00000000");
+    const { row: gone } = await createKey(db.db, t.tenant.id);
+    await revokeKey(db.db, gone.prefix);
+    const revoked = await sy(["limits", "set", "limited", "--rpm", "5", "--key", gone.prefix]);
+    expect([revoked.code, revoked.stderr]).toEqual([1, expect.stringContaining(`key ${gone.prefix} of limited is revoked`)]);
     expect((await sy(["limits", "set", "nobody", "--rpm", "5"])).code).toBe(1);
     // Nothing refused was stored.
     expect((await tenantRateLimits(db.db, t.tenant.id)).map((r) => r.requestsPerMinute)).toEqual([120, null]);

@@ -217,6 +217,8 @@ describe("switchyard prices set|list", () => {
       [["set", "openrouter", "m", "--input", "1e-3", "--output", "1"], /non-negative decimal/],
       [["set", "openrouter", "m", "--input", "abc", "--output", "1"], /non-negative decimal/],
       [["set", "openai", "m", "--input", "1", "--output", "1"], /BACKEND must be one of openrouter, anthropic, worker/],
+      [["set", "openrouter", " ", "--input", "1", "--output", "1"], /MODEL ' ' has whitespace in it/],
+      [["set", "openrouter", "openai/gpt-4o ", "--input", "1", "--output", "1"], /has whitespace in it/],
       [["set", "openrouter", "m", "--input", "1"], /--input and --output .* are required/],
       [["set", "openrouter", "--input", "1", "--output", "1"], /expected BACKEND MODEL/],
       [["set", "openrouter", "m", "--input", "1", "--output", "1", "--effective-from", "2026-02-30"], /--effective-from takes/],

@@ -53,7 +53,12 @@ export async function limitsCommand(args: string[], flags: LimitsFlags): Promise
       return 1;
     }
     const what = flags.key ? `key ${flags.key} of ${tenant.name}` : tenant.name;
-    if (flags.key && verb === "set" && !(await listKeys(db.db, tenant.id)).some((k) => k.prefix === flags.key)) {
+    const key = flags.key && verb === "set" ? (await listKeys(db.db, tenant.id)).find((k) => k.prefix === flags.key) : undefined;
+    if (flags.key && verb === "set" && key?.revokedAt) {
+      process.stderr.write(`error: key ${flags.key} of ${tenant.name} is revoked: it serves nothing a limit could bound\n`);
+      return 1;
+    }
+    if (flags.key && verb === "set" && !key) {
       process.stderr.write(`error: tenant '${tenant.name}' has no key ${flags.key} (see 'switchyard keys list --tenant ${tenant.name}')\n`);
       return 1;
     }

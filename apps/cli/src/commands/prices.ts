@@ -33,6 +33,8 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
     const [backend, model, ...extra] = rest;
     if (!backend || !model) throw new UsageError("prices set: expected BACKEND MODEL (e.g. prices set openrouter openai/gpt-4o-mini --input 0.15 --output 0.6)");
     if (extra.length > 0) throw new UsageError(`prices set: unexpected argument '${extra[0]}'`);
+    // The price is found by the model's exact name: a space would price a model nothing is called.
+    if (model.trim() !== model || /\s/.test(model)) throw new UsageError(`prices set: MODEL '${model}' has whitespace in it; model names have none`);
     checkBackend("prices set", backend);
     if (flags.input === undefined || flags.output === undefined) throw new UsageError("prices set: --input and --output (USD per million tokens) are required");
     const input = {
