@@ -403,7 +403,7 @@ impl LlamaRuntime {
             let req = self.queue.pop_front().unwrap();
             let n = req.n.max(1);
             let limit = (req.prompt.len() + req.max_tokens).min(self.max_seq_len);
-            let max_new = req.max_tokens.min(limit - req.prompt.len());
+            let max_new = limit - req.prompt.len();
             let capacity = (req.prompt.len() + FIRST_GENERATED_POSITIONS).min(limit);
             let caches: Result<Vec<KvCache>, _> = (0..n).map(|_| self.model.new_cache(capacity)).collect();
             let mut caches = match caches {

@@ -59,6 +59,9 @@ function part(body: Json, types: readonly string[]): string | undefined {
 
 const all: readonly Route[] = ["chat", "completions", "embeddings"];
 
+/** OpenRouter's own fields that choose another model or add fees. */
+const otherModelKeys = ["models", "route", "plugins", "web_search_options"] as const;
+const cheapOrNarrowing = new Set(["data_collection", "zdr", "require_parameters", "allow_fallbacks", "max_price"]);
 /**
  * OpenRouter's provider preferences that neither pick another model nor a
  * dearer provider of it: they only narrow (privacy, parameters, fallbacks,
@@ -67,8 +70,6 @@ const all: readonly Route[] = ["chat", "completions", "embeddings"];
  * OpenRouter bills, above the price its hold was taken at. Returns the
  * first such key as its param path.
  */
-const otherModelKeys = ["models", "route", "plugins", "web_search_options"] as const;
-const cheapOrNarrowing = new Set(["data_collection", "zdr", "require_parameters", "allow_fallbacks", "max_price"]);
 function providerChoice(p: Json): string | undefined {
   for (const k of Object.keys(p)) {
     if (cheapOrNarrowing.has(k) || (k === "sort" && p.sort === "price")) continue;
@@ -168,7 +169,7 @@ export const requestFields = {
   },
   unknown: {
     label: "fields outside this table",
-    routes: ["chat", "completions", "embeddings"],
+    routes: all,
     asks: (b, route) => Object.keys(b).find((k) => !knownKeys(route).has(k)),
     sample: { best_answer_only: true },
     keys: [],

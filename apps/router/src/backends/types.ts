@@ -5,6 +5,7 @@
 import type { AbortLike } from "../abort.ts";
 import type { SseBatch } from "../relay/sse.ts";
 import type { ProviderKey } from "./registry.ts";
+import type { Usage } from "./usage.ts";
 import { takeBodyText, withFields } from "../body-text.ts";
 
 export type InferencePath = "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/hidden_states";
@@ -64,8 +65,8 @@ export interface UpstreamResponse {
    * Optional: the paid adapters check or translate their text first.
    */
   bytes?(): Promise<Buffer>;
-  /** The body as bytes plus the headers worth relaying (raw requests). */
-  raw(): { headers: Record<string, string>; body: AsyncIterable<Uint8Array> };
+  /** The body as bytes plus the headers worth relaying (raw requests), and its usage where the upstream said it. */
+  raw(): { headers: Record<string, string>; body: AsyncIterable<Uint8Array>; usage?: Usage };
   /**
    * SSE payloads one by one (streaming requests), OpenAI chunk JSON and the
    * final "[DONE]". Comments/keep-alives are not yielded (they are not

@@ -77,12 +77,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       if (req.raw) {
         const raw = up.raw();
         metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
-        // Hidden states: the worker says how many prompt tokens it computed
-        // (the header is checked as it is relayed); they count toward the
-        // tenant's tokens per minute and land on the ledger row.
-        const tokens = Number(raw.headers["x-switchyard-tokens"] ?? NaN);
-        const usage = Number.isSafeInteger(tokens) ? { prompt: tokens, completion: 0, cached: 0, cacheWrite: 0 } : undefined;
-        ctx.settle?.({ backend, status: "ok", ...(usage ? { usage } : {}) });
+        ctx.settle?.({ backend, status: "ok", ...(raw.usage ? { usage: raw.usage } : {}) });
         return { response: relayRaw(backend, raw, a, ctx), backendId: backend.id, attempts };
       }
       if (!req.stream) return { response: await relayWhole(backend, up, a, ctx), backendId: backend.id, attempts };

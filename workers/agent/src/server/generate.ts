@@ -62,13 +62,8 @@ async function* merged<T>(gens: AsyncGenerator<T>[]): AsyncGenerator<[number, T]
       yield [i, r.value];
     }
   } finally {
-    for (const i of live.keys()) {
-      // A generator paused at a yield ends here; one whose next() is in flight ends when it settles.
-      void live.get(i)!.then(
-        () => gens[i]!.return(undefined),
-        () => {},
-      );
-    }
+    // Each one left has a next() in flight: it ends once that settles (one that failed has ended).
+    for (const [i, next] of live) void next.then(() => gens[i]!.return(undefined), () => {});
   }
 }
 

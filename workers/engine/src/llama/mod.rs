@@ -232,9 +232,10 @@ pub struct LlamaModel {
     pub weight_bytes: u64,
 }
 
-/// One sequence's keys and values, allocated once for the longest the
-/// sequence may get (prompt + max_tokens, capped by max_seq_len) so decode
-/// appends in place and never reallocates. Lives where the executor computes.
+/// One sequence's keys and values for up to `capacity` positions; decode
+/// appends in place. The scheduler sizes it for the prompt and the first
+/// generated tokens and replaces it with a larger copy when decoding reaches
+/// its end (batch.rs grow_caches). Lives where the executor computes.
 pub struct KvCache {
     pub len: usize,
     pub capacity: usize,

@@ -280,9 +280,14 @@ export class WorkerBackend implements Backend {
     const what = `${label}'s answer`;
     checkDeclaredLength(body, res.headers["content-length"], limits.maxRawBodyBytes, what);
     const notRaw = notReadAs(label, "raw bytes");
+    const relayed = rawRelayHeaders(res.headers);
+    // Hidden states: the prompt tokens the worker computed (the checked
+    // header), counted toward the tenant's tokens per minute and on its ledger row.
+    const tokens = relayed["x-switchyard-tokens"];
     return {
       raw: () => ({
-        headers: rawRelayHeaders(res.headers),
+        headers: relayed,
+        ...(tokens !== undefined ? { usage: { prompt: Number(tokens), completion: 0, cached: 0, cacheWrite: 0 } } : {}),
         body: (async function* () {
           try {
             yield* boundedBody(body, limits.maxRawBodyBytes, what);

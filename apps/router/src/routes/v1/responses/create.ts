@@ -90,23 +90,22 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
   const body = c.get("body") as CreateResponseBody & Json;
   const tenantId = c.get("tenant").tenantId;
   const { ttlS, maxConversationBytes } = deps.config.responses;
+  const tooLong = (param: string) => new ApiError("invalid_request", `the conversation exceeds ${maxConversationBytes} bytes; start a new one`, param);
   const previous = body.previous_response_id ? await loadResponse(store, tenantId, body.previous_response_id, "previous_response_id") : undefined;
-  if (previous && previous.messages === null) {
-    throw new ApiError("invalid_request", `the conversation exceeds ${maxConversationBytes} bytes; start a new one`, "previous_response_id");
-  }
+  if (previous && previous.messages === null) throw tooLong("previous_response_id");
   const history = previous?.messages ?? [];
   const { chat, input } = toChatRequest(body, history);
   const conversation = [...history, ...input];
-  if (JSON.stringify(conversation).length > maxConversationBytes) {
-    throw new ApiError("invalid_request", `the conversation exceeds ${maxConversationBytes} bytes; start a new one`, body.previous_response_id ? "previous_response_id" : "input");
-  }
+  const conversationBytes = JSON.stringify(conversation).length;
+  if (conversationBytes > maxConversationBytes) throw tooLong(body.previous_response_id ? "previous_response_id" : "input");
   const seed = { id: newResponseId(), createdAt: nowSeconds(), body };
   const keep = body.store !== false;
   /** Stored before the client hears it is done: its next request may continue it on another router at once. */
   const persist = async (response: Json, turn: Json) => {
     if (!keep) return;
-    const messages = [...conversation, turn];
-    await saveResponse(store, tenantId, { response, messages: JSON.stringify(messages).length <= maxConversationBytes ? messages : null }, ttlS);
+    // The conversation's JSON with the turn appended: its length without serializing it all again.
+    const bytes = conversationBytes + JSON.stringify(turn).length + (conversation.length > 0 ? 1 : 0);
+    await saveResponse(store, tenantId, { response, messages: bytes <= maxConversationBytes ? [...conversation, turn] : null }, ttlS);
   };
   const translation: ChatTranslation = {
     whole: async (completion) => {
