@@ -94,6 +94,26 @@ describe("numbers are bounded by the engine's protobuf field types", () => {
   });
 });
 
+describe("stream_options without stream", () => {
+  it("is OpenAI's 400 naming stream_options on chat and completions, and no worker sees it", async () => {
+    const served = total(worker);
+    for (const stream of [undefined, false, null]) {
+      const r = await chat({ stream, stream_options: { include_usage: true } });
+      expect(r.status).toBe(400);
+      expect(r.body.error.param).toBe("stream_options");
+    }
+    const c = await post("/v1/completions", JSON.stringify({ model: "m", prompt: "hi", stream_options: { include_usage: true } }));
+    expect(c.status).toBe(400);
+    expect(c.body.error.param).toBe("stream_options");
+    expect(total(worker)).toBe(served);
+    // null is "not given"; with stream: true the usage chunk arrives.
+    expect((await chat({ stream_options: null })).status).toBe(200);
+    const s = await post("/v1/chat/completions", JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }], stream: true, stream_options: { include_usage: true } }));
+    expect(s.status).toBe(200);
+    expect(String(s.body)).toMatch(/"usage":\{"prompt_tokens":\d+/);
+  });
+});
+
 describe("JSON nesting depth", () => {
   it("500,000-deep nesting is a 400 invalid_json, and the router keeps answering", async () => {
     const depth = 500_000;

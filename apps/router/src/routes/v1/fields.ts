@@ -22,7 +22,7 @@ export const generationFields = {
   /** OpenAI's newer name for max_tokens; the two become one value (normalizeMaxOutput). */
   max_completion_tokens: z.number().int().positive().max(UINT32_MAX).nullish(),
   temperature: z.number().min(0).max(2).nullish(),
-  top_p: z.number().gt(0).max(1).nullish(),
+  top_p: z.number().min(0).max(1).nullish(),
   top_k: z.number().int().nonnegative().max(UINT32_MAX).nullish(),
   /** Choices per prompt; a worker decodes them together, sharing the prompt's computed keys and values. */
   n: z.number().int().min(1).max(MAX_CHOICES).nullish(),
@@ -42,6 +42,17 @@ export const generationFields = {
   user: z.string().nullish(),
 };
 
+
+/**
+ * OpenAI's rule: stream_options only with stream: true (its 400 names
+ * stream_options). Ignoring it would leave a client that forgot `stream`
+ * waiting for a usage chunk that never comes.
+ */
+export function streamOptionsNeedStream(body: { stream?: boolean | null; stream_options?: unknown }, ctx: z.RefinementCtx): void {
+  if (body.stream_options != null && body.stream !== true) {
+    ctx.addIssue({ code: "custom", path: ["stream_options"], message: "is only allowed when 'stream' is true" });
+  }
+}
 
 /** A list of token ids (completions' prompt, embeddings' input as LangChain sends them). */
 export const tokenIds = z.array(z.number().int().nonnegative().max(UINT32_MAX)).min(1);

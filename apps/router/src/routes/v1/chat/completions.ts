@@ -4,7 +4,7 @@ import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { RouteTable } from "../../../route-table.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { handleInference } from "../../../pipeline/inference.ts";
-import { generationFields } from "../fields.ts";
+import { generationFields, streamOptionsNeedStream } from "../fields.ts";
 import { documented } from "../../../openapi/marks.ts";
 import { completionAnswer, inferenceErrors } from "../../../openapi/common.ts";
 
@@ -74,6 +74,7 @@ export const chatCompletionSchema = z
     messages: z.array(chatMessageSchema).min(1),
   })
   .superRefine((body, ctx) => {
+    streamOptionsNeedStream(body, ctx);
     const choice = body.tool_choice;
     if (choice == null || choice === "none") return;
     const names = (body.tools ?? []).map((t) => t.function.name);

@@ -43,7 +43,7 @@ export const createMessageSchema = z.looseObject({
   stop_sequences: z.array(z.string()).optional(),
   stream: z.boolean().optional(),
   temperature: z.number().min(0).max(1).optional(),
-  top_p: z.number().gt(0).max(1).optional(),
+  top_p: z.number().min(0).max(1).optional(),
   top_k: z.number().int().nonnegative().max(UINT32_MAX).optional(),
   metadata: z.looseObject({ user_id: z.string().max(256).nullish() }).optional(),
   tools: z.array(z.looseObject({ name: z.string().min(1), type: z.string().nullish(), description: z.string().optional(), input_schema: z.record(z.string(), z.unknown()).optional() })).optional(),

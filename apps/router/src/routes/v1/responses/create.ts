@@ -56,7 +56,7 @@ export const createResponseSchema = z.looseObject({
   stream_options: z.looseObject({ include_obfuscation: z.boolean().optional() }).nullish(),
   max_output_tokens: z.number().int().positive().max(UINT32_MAX).nullish(),
   temperature: z.number().min(0).max(2).nullish(),
-  top_p: z.number().gt(0).max(1).nullish(),
+  top_p: z.number().min(0).max(1).nullish(),
   top_logprobs: z.number().int().min(0).max(20).nullish(),
   include: z.array(z.string()).nullish(),
   tools: z.array(functionTool).nullish(),
