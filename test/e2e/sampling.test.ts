@@ -99,6 +99,19 @@ describe("sampling fields on the real worker", () => {
     }
   });
 
+  it("top_p 0 keeps only the likeliest token: hot sampling with any seed answers what greedy does", async () => {
+    const greedy = await completion({ prompt: "Once upon a time", max_tokens: 12 });
+    expect(greedy.status).toBe(200);
+    for (const seed of [1, 2, 3]) {
+      const r = await completion({ prompt: "Once upon a time", max_tokens: 12, temperature: 2, top_p: 0, seed });
+      expect(r.status).toBe(200);
+      expect(r.json.choices[0].text).toBe(greedy.json.choices[0].text);
+    }
+    // Without it the same seeds wander off (else the assertion above proves nothing).
+    const hot = await Promise.all([1, 2, 3].map((seed) => completion({ prompt: "Once upon a time", max_tokens: 12, temperature: 2, seed })));
+    expect(hot.some((r) => r.json.choices[0].text !== greedy.json.choices[0].text)).toBe(true);
+  });
+
   it("n=3 with temperature gives 3 choices; usage counts every choice's tokens", async () => {
     const r = await client.chat.completions.create({ model: LLM, messages: [{ role: "user", content: "Name an animal." }], n: 3, temperature: 1, seed: 3, max_tokens: 12, logprobs: true });
     expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2]);

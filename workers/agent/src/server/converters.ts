@@ -271,8 +271,10 @@ export function toGenerate(body: GenerateBody, input: Input, logprobs: LogprobsA
           : { case: "messages", value: chatMessages(input.value, input.continueFinal ?? false, input.structured?.tools ?? []) },
     maxTokens: body.max_tokens ?? body.max_completion_tokens ?? contextTokens,
     temperature: body.temperature ?? 1,
-    topP: body.top_p ?? 1,
-    topK: body.top_k ?? 0,
+    // OpenAI's top_p 0 keeps only the likeliest token; the engine reads 0 as
+    // "off", so it is asked as top_k 1 (the same single candidate).
+    topP: body.top_p === 0 ? 1 : (body.top_p ?? 1),
+    topK: body.top_p === 0 ? 1 : (body.top_k ?? 0),
     seed: body.seed == null ? undefined : BigInt(Math.abs(Math.trunc(body.seed))),
     stop,
     logprobs: logprobs !== undefined,
