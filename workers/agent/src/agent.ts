@@ -102,13 +102,25 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
     models,
     maxBatch,
     maxSeqLen: opts.maxSeqLen,
+    stallMs: opts.engineStallMs,
     ...(opts.layers ? { layers: opts.layers } : {}),
     ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
     log,
   });
 
   let inFlight = 0;
+  let arriving = 0;
   const idleWaiters: (() => void)[] = [];
+  /** One counter's release: idempotent, and wakes the drain when both reach zero. */
+  const counted = (dec: () => void) => {
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      dec();
+      if (inFlight === 0 && arriving === 0) for (const fn of idleWaiters.splice(0)) fn();
+    };
+  };
   // Prompt prefixes the engine computed lately, oldest first (Map order), for
   // the heartbeat: routers send requests with these prefixes here.
   const prefixes = new Map<string, true>();
@@ -124,15 +136,13 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
     },
     begin() {
       inFlight++;
-      let ended = false;
-      return () => {
-        if (ended) return;
-        ended = true;
-        // Wake drain waiters when the last request ends.
-        if (--inFlight === 0) for (const fn of idleWaiters.splice(0)) fn();
-      };
+      return counted(() => inFlight--);
     },
-    idle: () => (inFlight === 0 ? Promise.resolve() : new Promise((r) => idleWaiters.push(r))),
+    arrive() {
+      arriving++;
+      return counted(() => arriving--);
+    },
+    idle: () => (inFlight === 0 && arriving === 0 ? Promise.resolve() : new Promise((r) => idleWaiters.push(r))),
     fencing,
     notePrefix(key) {
       prefixes.delete(key);

@@ -31,7 +31,15 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
     if (ctx.draining) return errorJson(503, "worker is draining", "worker_draining");
     const engine = ctx.supervisor.client;
     if (ctx.supervisor.state === "warming" || !engine?.alive) return errorJson(503, "worker is warming up", "worker_warming");
-    await next();
+    // Counted from arrival, not from when the handler has read the body: a
+    // drain that began while a request was still uploading waits for it
+    // (the handler's own count, for the engine's work, takes over before this ends).
+    const arrived = ctx.arrive();
+    try {
+      await next();
+    } finally {
+      arrived();
+    }
   });
 
   // Lease fencing: refuse a dispatch whose token is older than one already seen.

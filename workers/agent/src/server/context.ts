@@ -13,8 +13,14 @@ export interface WorkerContext {
   readonly inFlight: number;
   /** Count one request in; call the returned function (idempotent) when it ends. */
   begin(): () => void;
+  /**
+   * Count one HTTP request in from its arrival until its handler has
+   * answered (a body still uploading included): only the drain waits on
+   * these; inFlight, which routers see, counts the engine's work alone.
+   */
+  arrive(): () => void;
   draining: boolean;
-  /** Resolves when in-flight reaches zero (used by drain). */
+  /** Resolves when nothing is in flight or arriving (used by drain). */
   idle(): Promise<void>;
   log: (msg: string, fields?: Record<string, unknown>) => void;
   /**

@@ -55,6 +55,7 @@ describe("worker HTTP API fencing", () => {
     token: TOKEN,
     inFlight: 0,
     begin: () => () => {},
+    arrive: () => () => {},
     draining: false,
     idle: async () => {},
     log: () => {},
@@ -119,7 +120,7 @@ describe("signed fencing tokens (invited workers)", () => {
   it("over HTTP: an authenticated caller without the router's signature cannot move the highest token", async () => {
     const TOKEN = "worker-secret-456";
     const supervisor = { state: "ready", client: { alive: true }, loaded: new Map() } as unknown as EngineSupervisor;
-    const app = createWorkerApp({ supervisor, token: TOKEN, inFlight: 0, begin: () => () => {}, draining: false, idle: async () => {}, log: () => {}, notePrefix: () => {}, fencing: new FencingGuard(undefined, { workerId: "w9", publicKey }) });
+    const app = createWorkerApp({ supervisor, token: TOKEN, inFlight: 0, begin: () => () => {}, arrive: () => () => {}, draining: false, idle: async () => {}, log: () => {}, notePrefix: () => {}, fencing: new FencingGuard(undefined, { workerId: "w9", publicKey }) });
     const post = (fence: string, sig?: string) =>
       app.request("/v1/embeddings", {
         method: "POST",
@@ -142,7 +143,7 @@ describe("a head shard and the leases on the shards after it", () => {
     const TOKEN = "worker-secret-789";
     const supervisor = { state: "ready", client: { alive: true }, loaded: new Map() } as unknown as EngineSupervisor;
     const fencing = new FencingGuard(undefined, { workerId: "head", publicKey });
-    const base = { supervisor, token: TOKEN, inFlight: 0, begin: () => () => {}, draining: false, idle: async () => {}, log: () => {}, notePrefix: () => {}, fencing };
+    const base = { supervisor, token: TOKEN, inFlight: 0, begin: () => () => {}, arrive: () => () => {}, draining: false, idle: async () => {}, log: () => {}, notePrefix: () => {}, fencing };
     const head = createWorkerApp({ ...base, shardHead: { pipeline: {} as PipelineHead, shard: () => undefined, digest: "d".repeat(64) } });
     const route = encodeShardRoute(signShardRoute({ model: "m", digest: "d".repeat(64), stages: [{ start: 15, end: 30, hops: [{ id: "t1", url: "http://10.0.0.2:9100" }, { id: "t2", url: "http://10.0.0.3:9100" }] }] }, () => "cred", Date.now() + 60_000)!);
     const post = (app: ReturnType<typeof createWorkerApp>, fence: string, sig: string, worker?: string) =>
