@@ -1,7 +1,8 @@
 // `switchyard worker`'s sizing flags reach the agent: --max-seq-len bounds
 // the context a sequence may fill (a prompt past it is a 400, an answer
 // without max_tokens stops at it), --memory-budget-mb is what the plan check
-// holds the models to, and a malformed value is a usage error (exit 2).
+// holds the models to, --engine-stall-ms is checked like the config's
+// engineStallMs, and a malformed value is a usage error (exit 2).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -61,5 +62,10 @@ describe("switchyard worker sizing flags", () => {
   it("a malformed value is a usage error", () => {
     const r = spawnSync(process.execPath, args("--max-seq-len", "lots"), { encoding: "utf8", timeout: 60_000 });
     expect([r.status, r.stderr]).toEqual([2, expect.stringMatching(/maxSeqLen|max-seq-len/)]);
+  }, 90_000);
+
+  it("--engine-stall-ms reaches the config: below 1 s (other than 0) is a usage error naming it", () => {
+    const r = spawnSync(process.execPath, args("--engine-stall-ms", "5"), { encoding: "utf8", timeout: 60_000 });
+    expect([r.status, r.stderr]).toEqual([2, expect.stringMatching(/engineStallMs.*1000 to 3600000/)]);
   }, 90_000);
 });

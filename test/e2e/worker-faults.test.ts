@@ -1,8 +1,10 @@
 // Worker faults with the real engine: cancel frees the slot, kill -9 of the
 // engine mid-stream gives one error event and the worker recovers (or, with
-// resume opted in, the stream finishes on another worker), SIGTERM drains a
-// worker process without losing its in-flight stream.
+// resume opted in, the stream finishes on another worker), an engine that
+// stops answering is killed and restarted, SIGTERM drains a worker process
+// without losing its in-flight stream or a request still uploading.
 import { spawn } from "node:child_process";
+import http from "node:http";
 import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -121,6 +123,46 @@ describe("worker faults (real engine)", () => {
       const next = await chat({ max_tokens: 4 });
       expect(next.status).toBe(200);
       expect(((await next.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content.length).toBeGreaterThan(0);
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  it("an engine that stops answering (SIGSTOP) is killed after engineStallMs: its stream fails then, not at its deadline, and a new engine serves", async () => {
+    const logged: string[] = [];
+    const agent = await startTestWorker(fx, { id: "stall-w", models: [LLM], engineStallMs: 1500, log: (msg) => logged.push(msg) });
+    try {
+      // Idle for longer than the stall bound: an engine owing nothing is never "stalled".
+      await new Promise((r) => setTimeout(r, 2500));
+      expect(agent.supervisor.restarts).toBe(0);
+      const res = await chat({ stream: true, max_tokens: 400 });
+      const reader = res.body!.getReader();
+      const dec = new TextDecoder();
+      let text = dec.decode((await reader.read()).value);
+      const pid = agent.supervisor.client!.pid!;
+      process.kill(pid, "SIGSTOP");
+      const t0 = performance.now();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        text += dec.decode(value);
+      }
+      const waited = performance.now() - t0;
+      // Silent 1.5 s (checked every 375 ms), then killed: the deadline is minutes away.
+      expect(waited).toBeGreaterThan(1400);
+      expect(waited).toBeLessThan(5000);
+      const events = payloads(text);
+      const errors = events.filter((e) => e.startsWith('{"error"'));
+      expect(errors).toHaveLength(1);
+      expect(events).not.toContain("[DONE]");
+      expect(logged).toContain("engine stalled");
+      // The stopped process is gone (killed, not left stopped), and a new one serves.
+      await waitFor(() => agent.supervisor.state === "ready" && agent.supervisor.client?.pid !== pid, { timeoutMs: 15_000, what: "engine restarted" });
+      expect(() => process.kill(pid, 0)).toThrow();
+      expect(agent.supervisor.restarts).toBe(1);
+      await waitFor(() => fx.router.deps.directory.candidates(LLM).some((w) => w.id === "stall-w"), { timeoutMs: 5000 });
+      const next = await chat({ max_tokens: 4 });
+      expect(next.status).toBe(200);
     } finally {
       await agent.stop();
     }
@@ -273,6 +315,37 @@ describe("worker faults (real engine)", () => {
     expect((await fx.registry.list()).find((w) => w.id === "late-beat")).toBeUndefined();
     await new Promise((r) => setTimeout(r, 600)); // nothing lands later either
     expect((await fx.registry.list()).find((w) => w.id === "late-beat")).toBeUndefined();
+  });
+
+  it("a drain waits for a request still uploading its body when it began, and answers it", async () => {
+    const agent = await startTestWorker(fx, { id: "upload-w", models: [LLM] });
+    let stopped: Promise<void> | undefined;
+    try {
+      const body = JSON.stringify({ model: LLM, messages: [{ role: "user", content: "Say hi." }], max_tokens: 4, temperature: 0 });
+      const url = new URL(`${agent.url}/v1/chat/completions`);
+      const answer = new Promise<{ status: number; text: string }>((resolve, reject) => {
+        const req = http.request({ host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json", "content-length": Buffer.byteLength(body) } }, (res) => {
+          let text = "";
+          res.setEncoding("utf8");
+          res.on("data", (d: string) => (text += d));
+          res.on("end", () => resolve({ status: res.statusCode!, text }));
+        });
+        req.on("error", reject);
+        // Half the body now: the request has passed the gates and its handler waits for the rest.
+        req.write(body.slice(0, 20));
+        setTimeout(() => {
+          stopped = agent.stop();
+          // The rest after the drain began.
+          setTimeout(() => req.end(body.slice(20)), 300);
+        }, 200);
+      });
+      const r = await answer;
+      expect(r.status).toBe(200);
+      expect((JSON.parse(r.text) as { choices: unknown[] }).choices).toHaveLength(1);
+      await stopped;
+    } finally {
+      await (stopped ?? agent.stop());
+    }
   });
 
   it("SIGTERM drains: the in-flight stream finishes, the record goes, the process exits 0", async () => {

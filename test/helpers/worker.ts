@@ -13,7 +13,7 @@ export function engineBinary(): string {
   return bin;
 }
 
-export async function startTestWorker(fx: RouterFixture, opts: { id: string; models?: string[]; maxBatch?: number; drainGraceMs?: number } = { id: "w1" }): Promise<AgentHandle> {
+export async function startTestWorker(fx: RouterFixture, opts: { id: string; models?: string[]; maxBatch?: number; drainGraceMs?: number; engineStallMs?: number; log?: (msg: string, fields?: Record<string, unknown>) => void } = { id: "w1" }): Promise<AgentHandle> {
   const agent = await startAgent({
     registry: fx.registry,
     models: opts.models ?? ["smollm2-135m-instruct", "all-minilm-l6-v2"],
@@ -24,7 +24,8 @@ export async function startTestWorker(fx: RouterFixture, opts: { id: string; mod
     maxBatch: opts.maxBatch ?? 8,
     maxSeqLen: 1024,
     drainGraceMs: opts.drainGraceMs,
-    log: () => {},
+    ...(opts.engineStallMs !== undefined ? { engineStallMs: opts.engineStallMs } : {}),
+    log: opts.log ?? (() => {}),
   });
   await agent.supervisor.whenReady();
   await waitFor(() => fx.router.deps.directory.candidates(agent.models[0]!.name).some((w) => w.id === agent.id), { timeoutMs: 5000, what: "worker ready in router" });

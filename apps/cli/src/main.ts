@@ -13,7 +13,7 @@ import { UsageError, usage } from "./usage.ts";
 const commandFlags: Record<string, readonly string[]> = {
   up: ["model", "device", "no-worker", "split", "processes"],
   router: ["embedded", "processes"],
-  worker: ["redis", "model", "advertise", "token", "id", "port", "host", "device", "key-prefix", "max-batch", "max-seq-len", "memory-budget-mb", "engine", "fencing-key", "fencing-state", "layers", "next", "next-token", "shard-keepalive"],
+  worker: ["redis", "model", "advertise", "token", "id", "port", "host", "device", "key-prefix", "max-batch", "max-seq-len", "memory-budget-mb", "engine", "engine-stall-ms", "fencing-key", "fencing-state", "layers", "next", "next-token", "shard-keepalive"],
   spend: ["from", "to", "tenant", "by", "format"],
   workers: ["model", "advertise"],
   db: [],
@@ -103,6 +103,7 @@ export async function main(argv: string[]): Promise<number> {
         "max-seq-len": { type: "string" },
         "memory-budget-mb": { type: "string" },
         engine: { type: "string" },
+        "engine-stall-ms": { type: "string" },
         "no-worker": { type: "boolean" },
         "fencing-key": { type: "string" },
         "fencing-state": { type: "string" },

@@ -20,7 +20,7 @@ Usage:
                                         (--embedded: in-process state + embedded PostgreSQL, to experiment)
   switchyard worker --redis URL --token SECRET [--config FILE] [--model NAME|PATH|hf://…]… [--advertise URL]
            [--port 9100] [--host 0.0.0.0] [--device auto|cpu|cuda|metal] [--id ID] [--key-prefix P]
-           [--max-batch 16] [--max-seq-len 2048] [--memory-budget-mb MIB] [--engine BIN]
+           [--max-batch 16] [--max-seq-len 2048] [--memory-budget-mb MIB] [--engine BIN] [--engine-stall-ms 60000]
            [--fencing-key KEY] [--fencing-state FILE]
            [--layers START-END [--next URL [--next-token T]] [--shard-keepalive MS]]
                                         join this host as a worker (SIGTERM drains); --layers: one shard of a
@@ -30,6 +30,8 @@ Usage:
                                         max_tokens generates until it stops or fills it); --max-batch: sequences
                                         decoded together; --memory-budget-mb: what weights + KV may take
                                         (default: the host's memory or cgroup limit); --engine: the engine binary;
+                                        --engine-stall-ms: an engine owing an answer and silent this long is
+                                        killed and restarted (60000; 0: off);
                                         --fencing-state: where the newest lease token seen is kept
                                         (default with --id: ~/.cache/switchyard/workers/ID.fence)
   switchyard workers invite NAME [--model M]… [--advertise URL]

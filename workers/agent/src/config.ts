@@ -65,6 +65,16 @@ export const WorkerConfigSchema = z
     /** How long a record outlives its last heartbeat. */
     ttlMs: z.number().int().min(50).default(DEFAULT_WORKER_TTL_MS),
     drainGraceMs: z.number().int().min(0).default(30_000),
+    /**
+     * An engine that owes an answer and sends nothing for this long (ms) is
+     * wedged (a hung device, a deadlock): it is killed and restarted, and its
+     * requests fail at once instead of at their deadlines. 0 turns it off.
+     */
+    engineStallMs: z
+      .number()
+      .int()
+      .refine((ms) => ms === 0 || (ms >= 1000 && ms <= 3_600_000), "must be 0 (off) or 1000 to 3600000 ms")
+      .default(60_000),
     /** File that keeps the highest lease fencing token across restarts (none: in memory only). */
     fencingStatePath: z.string().min(1).optional(),
     /** The routers' public fencing key (the join command's --fencing-key): only router-signed fencing tokens count. */

@@ -26,6 +26,7 @@ export interface WorkerFlags {
   "max-seq-len"?: string;
   "memory-budget-mb"?: string;
   engine?: string;
+  "engine-stall-ms"?: string;
   "fencing-key"?: string;
   "fencing-state"?: string;
   layers?: string;
@@ -90,6 +91,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<number> {
     // The context each sequence may fill (prompt + answer), and the memory the models and their KV may take.
     ...(flags["max-seq-len"] !== undefined ? { maxSeqLen: Number(flags["max-seq-len"]) } : {}),
     ...(flags["memory-budget-mb"] !== undefined ? { memoryBudget: Number(flags["memory-budget-mb"]) * 1024 * 1024 } : {}),
+    ...(flags["engine-stall-ms"] !== undefined ? { engineStallMs: Number(flags["engine-stall-ms"]) } : {}),
     // A worker with a stable id remembers the newest lease it served across
     // restarts, so a superseded holder cannot slip in after one.
     // (--fencing-state FILE puts it elsewhere.)

@@ -46,6 +46,11 @@ export class EngineClient {
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; stderrTail: string }>;
   private dead: Error | undefined;
   private stderrTail = "";
+  /** When the engine last sent a frame, or began to owe one (performance.now()). */
+  private quietSince = performance.now();
+  /** Set when the watchdog killed the engine: why, for every request that fails with it. */
+  private stalled: string | undefined;
+  private watchdog: NodeJS.Timeout | undefined;
 
   constructor(opts: EngineProcessOptions) {
     const args = ["--device", opts.device, ...(opts.threads ? ["--threads", String(opts.threads)] : [])];
@@ -75,7 +80,8 @@ export class EngineClient {
     this.ready.catch(() => {});
     this.exited = new Promise((resolve) => {
       this.child.once("exit", (code, signal) => {
-        this.dead = new EngineError(ErrorCode.INTERNAL, `engine exited (${signal ?? `code ${code}`})`);
+        clearInterval(this.watchdog);
+        this.dead = new EngineError(ErrorCode.INTERNAL, this.stalled ?? `engine exited (${signal ?? `code ${code}`})`);
         rejectReady(new Error(`engine exited before it was ready (${signal ?? `code ${code}`}): ${this.stderrTail.trim().split("\n").slice(-3).join(" | ")}`));
         for (const p of this.pending.values()) p.fail(this.dead);
         this.pending.clear();
@@ -86,6 +92,7 @@ export class EngineClient {
     void (async () => {
       try {
         for await (const ev of sizeDelimitedDecodeStream(EventSchema, child.stdout)) {
+          this.quietSince = performance.now();
           if (ev.kind.case === "ready") {
             resolveReady({ device: ev.kind.value.device, version: ev.kind.value.version });
             continue;
@@ -108,6 +115,32 @@ export class EngineClient {
     return this.dead === undefined;
   }
 
+  /** Why the watchdog killed this engine, if it did. */
+  get stallReason(): string | undefined {
+    return this.stalled;
+  }
+
+  /**
+   * Kills the engine once it has owed an answer for `stallMs` without
+   * sending a single frame: a wedged device or a deadlock answers nothing,
+   * not even the heartbeat's stats, and stays "ready" to every router while
+   * each request sent to it waits out its deadline. Its death is an exit
+   * like any other: open requests fail (with the stall as their error) and
+   * the supervisor restarts it. A busy engine is never silent this long:
+   * it streams tokens, chunks long prompts and answers stats between steps.
+   */
+  watch(stallMs: number, onStall: (silentMs: number) => void): void {
+    clearInterval(this.watchdog);
+    this.watchdog = setInterval(() => {
+      const silent = performance.now() - this.quietSince;
+      if (this.dead || this.stalled || this.pending.size === 0 || silent < stallMs) return;
+      this.stalled = `engine stalled: no answer in ${Math.round(silent / 1000)} s; restarting it`;
+      onStall(silent);
+      this.kill();
+    }, Math.max(50, Math.floor(stallMs / 4)));
+    this.watchdog.unref();
+  }
+
   nextId(prefix = "r"): string {
     return `${prefix}-${++this.seq}`;
   }
@@ -126,6 +159,8 @@ export class EngineClient {
     const queue: Event[] = [];
     let failure: Error | undefined;
     let wake: (() => void) | undefined;
+    // An idle engine owes nothing: its silence counts from this first ask.
+    if (this.pending.size === 0) this.quietSince = performance.now();
     this.pending.set(requestId, {
       push: (ev) => {
         queue.push(ev);

@@ -26,6 +26,8 @@ export interface SupervisorOptions {
   layers?: LayerRange;
   threads?: number;
   log: (msg: string, fields?: Record<string, unknown>) => void;
+  /** An engine owing an answer this long (ms) with no frame sent is killed and restarted; 0: never. */
+  stallMs?: number;
   /** Backoff bounds for restarts. */
   minBackoffMs?: number;
   maxBackoffMs?: number;
@@ -130,11 +132,15 @@ export class EngineSupervisor {
       this.opts.log("model loaded", { model: m.name, ms: Number(ev.kind.value.loadMs), bytes: Number(ev.kind.value.weightBytes) });
     }
     await this.warmup(client);
+    // Watched from here on: loading and the first pass (a GPU compiling its
+    // kernels) may take long and are not a stall.
+    const stallMs = this.opts.stallMs ?? 60_000;
+    if (stallMs > 0) client.watch(stallMs, (silentMs) => this.opts.log("engine stalled", { silent_ms: Math.round(silentMs), pid: client.pid, killing: true }));
     const started = Date.now();
     void client.exited.then(({ code, signal, stderrTail }) => {
       if (this.stopping || this.client !== client) return;
       const deviceError = /CUDA|Metal|device/i.test(stderrTail) && device !== "cpu";
-      this.opts.log("engine died", { code, signal, restarting: true });
+      this.opts.log("engine died", { code, signal, restarting: true, ...(client.stallReason ? { stalled: true } : {}) });
       this.restarts++;
       if (Date.now() - started > 60_000) this.backoff = this.opts.minBackoffMs ?? 250;
       if (deviceError || code === 3) this.onCpuFallback = true;
