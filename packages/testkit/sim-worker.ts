@@ -287,6 +287,10 @@ export class SimWorker {
     this.served.set(path, (this.served.get(path) ?? 0) + 1);
     const traceparent = req.headers.traceparent;
     if (typeof traceparent === "string") this.traceparents.push(traceparent);
+    // As a real worker (workers/agent/src/server/request.ts): only the models
+    // it advertises, by their own names (a router's alias never reaches it).
+    if (typeof body.model !== "string" || !body.model) return this.error(res, 400, "model: required", "invalid_request");
+    if (!this.models.includes(body.model)) return this.error(res, 404, `model '${body.model}' is not loaded on this worker`, "model_not_found");
     this.inFlight++;
     let closed = false;
     res.on("close", () => {
@@ -311,7 +315,7 @@ export class SimWorker {
       return;
     }
     if (b.failStatus) return this.error(res, b.failStatus, b.failMessage ?? `sim failure ${b.failStatus}`);
-    const model = String(body.model ?? "sim-model");
+    const model = body.model;
     if (path === "/v1/embeddings") return this.embeddings(res, body, model);
     const chat = path === "/v1/chat/completions";
     if (body.stream === true) return this.stream(res, body, model, chat, () => closed, b);
