@@ -31,6 +31,11 @@ describe("config", () => {
     expect(() => loadConfig({ env: { SWITCHYARD_DEADLINES__IDLE_MS: "-5" } })).toThrow(/deadlines\.idleMs/);
   });
 
+  it("redis.keyPrefix may not hold braces: they would replace the keys' own Cluster hash tags", () => {
+    expect(() => loadConfig({ env: { SWITCHYARD_REDIS__KEY_PREFIX: "sy:{prod}:" } })).toThrow(/redis\.keyPrefix.*hash tags/);
+    expect(loadConfig({ env: { SWITCHYARD_REDIS__KEY_PREFIX: "prod:sy:" } }).redis.keyPrefix).toBe("prod:sy:");
+  });
+
   it("router.processes: a whole number from 1, unset by default (one per core), a misspelling named", () => {
     expect(loadConfig({ env: {} }).router.processes).toBeUndefined();
     expect(loadConfig({ env: { SWITCHYARD_ROUTER__PROCESSES: "4" } }).router.processes).toBe(4);

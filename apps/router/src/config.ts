@@ -17,8 +17,15 @@ import { checkRedisTarget, DEFAULT_REGISTRY_SWEEP_MS, type RedisTarget } from "@
 const deadlinesSchema = z.object({
   /** TCP connect to the backend. */
   connectMs: z.number().int().positive().default(2_000),
-  /** Request sent → response headers received. */
+  /** Request sent → response headers received (streams: a stream's headers come before its first token). */
   headersMs: z.number().int().positive().default(10_000),
+  /**
+   * Request sent → a whole (non-streamed) answer received, headers and
+   * body: a backend sends those headers only once it has generated the
+   * whole answer, so a long answer would fail `headersMs` while still being
+   * written (and a paid one be billed for nothing delivered).
+   */
+  answerMs: z.number().int().positive().default(600_000),
   /** Response headers → first SSE event (streams only). */
   firstTokenMs: z.number().int().positive().default(30_000),
   /** Longest silence between two SSE events. */
@@ -194,7 +201,10 @@ export const configSchema = z.object({
       /** The Sentinels' own credentials, when they have any. */
       sentinelUsername: z.string().optional(),
       sentinelPassword: z.string().optional(),
-      keyPrefix: z.string().default("sy:"),
+      // Keys carry their own hash tags ({leases}, {tenant:N}…): braces in the
+      // prefix would replace them, and every multi-key script fail CROSSSLOT
+      // on a Cluster (or all state sit in one slot).
+      keyPrefix: z.string().regex(/^[^{}]*$/, "must not contain { or }: the keys' own hash tags place them on a Redis Cluster").default("sy:"),
     })
     .superRefine((r, ctx) => {
       try {
