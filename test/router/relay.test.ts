@@ -14,6 +14,7 @@ beforeAll(async () => {
   fx = await startTestRouter({
     "deadlines.connectMs": 300,
     "deadlines.headersMs": 400,
+    "deadlines.answerMs": 1_500,
     "deadlines.firstTokenMs": 400,
     "deadlines.idleMs": 400,
     "deadlines.totalMs": 5_000,
@@ -95,14 +96,27 @@ describe("deadlines", () => {
     }
   });
 
-  it("headers: no response headers within headersMs → 504", async () => {
+  it("headers: a stream's headers not within headersMs → 504; a whole answer's not within answerMs → 504", async () => {
     await sim("slow-headers", { stallBeforeHeaders: true });
     await waitForWorkers(1);
-    const t0 = performance.now();
-    const res = await post(chat(false));
-    expect(res.status).toBe(504);
-    expect((await json(res)).error).toMatchObject({ code: "upstream_timeout", type: "timeout_error" });
+    let t0 = performance.now();
+    const streamed = await post(chat(true));
+    expect(streamed.status).toBe(504);
+    expect((await json(streamed)).error).toMatchObject({ code: "upstream_timeout", type: "timeout_error", message: expect.stringMatching(/headers deadline of 400 ms/) });
     expect(performance.now() - t0).toBeGreaterThanOrEqual(380);
+    t0 = performance.now();
+    const whole = await post(chat(false));
+    expect(whole.status).toBe(504);
+    expect((await json(whole)).error).toMatchObject({ code: "upstream_timeout", message: expect.stringMatching(/answer deadline of 1500 ms/) });
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(1_480);
+  });
+
+  it("a whole answer may take longer than headersMs: its headers come only once it is generated", async () => {
+    await sim("slow-whole", { headersDelayMs: 800 });
+    await waitForWorkers(1);
+    const res = await post(chat(false));
+    expect(res.status).toBe(200);
+    expect((await json(res)).choices[0].message.content.length).toBeGreaterThan(0);
   });
 
   it("first token: headers but no event within firstTokenMs → 504 (nothing was sent yet)", async () => {

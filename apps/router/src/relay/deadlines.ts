@@ -4,7 +4,7 @@
 // total deadline rides on the same timer: each arm waits for whichever of
 // the phase's limit and the time left in the total comes first — one timer
 // per attempt, not two.
-export type DeadlinePhase = "connect" | "headers" | "first_token" | "idle" | "total";
+export type DeadlinePhase = "connect" | "headers" | "answer" | "first_token" | "idle" | "total";
 
 export class DeadlineExceeded extends Error {
   override name = "DeadlineExceeded";

@@ -70,7 +70,9 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
     attempts++;
     tried.add(backend);
     const a = startAttempt(ctx, backend);
-    a.timer.arm("headers", deadlines.headersMs);
+    // A whole answer's headers come when it is done: its phase is the answer's, not a stream's headers'.
+    if (req.stream) a.timer.arm("headers", deadlines.headersMs);
+    else a.timer.arm("answer", deadlines.answerMs);
     let up: UpstreamResponse | undefined;
     try {
       up = await backend.open(attemptReq, ctx, a.controller);

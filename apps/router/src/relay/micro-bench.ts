@@ -64,7 +64,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, perChunk: number
   req.resume();
   const ctx: RelayContext = {
     requestId: "r",
-    deadlines: { connectMs: 10_000, headersMs: 10_000, firstTokenMs: 10_000, idleMs: 10_000, totalMs: 60_000 },
+    deadlines: { connectMs: 10_000, headersMs: 10_000, answerMs: 10_000, firstTokenMs: 10_000, idleMs: 10_000, totalMs: 60_000 },
     signal: new AbortController().signal,
     startedAt: performance.now(),
     log,

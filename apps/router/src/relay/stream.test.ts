@@ -94,7 +94,7 @@ function backend(id: string, up: () => UpstreamResponse): Backend {
 function context(out: Socketish, settled: unknown[], extra: Partial<RelayContext> = {}): RelayContext {
   return {
     requestId: "req-1",
-    deadlines: { connectMs: 1_000, headersMs: 1_000, firstTokenMs: 1_000, idleMs: 1_000, totalMs: 10_000 },
+    deadlines: { connectMs: 1_000, headersMs: 1_000, answerMs: 1_000, firstTokenMs: 1_000, idleMs: 1_000, totalMs: 10_000 },
     signal: new AbortController().signal,
     startedAt: performance.now(),
     log: createLogger("error", {}, () => {}),
