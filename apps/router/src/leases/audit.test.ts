@@ -18,6 +18,13 @@ describe("the leases the audit knows as live (what a lease store that lost its d
     expect(leases).toEqual([{ id: "a", workerId: "w-a", tenantId: 2, fencingToken: 7, grantedAtMs: 1_000, expiresAtMs: 9_000 }]);
   });
 
+  it("newest token first: of two leases the audit shows live on one worker, the restore keeps the one the worker accepts", () => {
+    const lease = (id: string, token: number): LeaseAuditEvent => ({ ...ev(id, "granted", 1_000, 9_000, token), worker: "w" });
+    // Lease ids are random: the older lease sorts first by id here.
+    const leases = leasesFromEvents([lease("a-old", 5), lease("b-new", 7), lease("c-other", 6)]);
+    expect(leases.map((l) => [l.id, l.fencingToken])).toEqual([["b-new", 7], ["c-other", 6], ["a-old", 5]]);
+  });
+
   it("the in-process audit answers the same, for leases whose expiry is within a minute of now or later", async () => {
     const audit = new MemoryLeaseAudit();
     const now = Date.now();

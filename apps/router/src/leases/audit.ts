@@ -44,7 +44,10 @@ export function leasesFromEvents(events: readonly LeaseAuditEvent[]): Lease[] {
   }
   const out: Lease[] = [];
   for (const { lease, ended } of byId.values()) if (lease && !ended) out.push(lease);
-  return out;
+  // Newest token first: where the audit shows two leases live on one worker
+  // (a release whose audit row failed), the restore keeps the first it is
+  // given, and it must be the one the worker now accepts.
+  return out.sort((a, b) => b.fencingToken - a.fencingToken);
 }
 
 export class PostgresLeaseAudit implements LeaseAudit {

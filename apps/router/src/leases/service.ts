@@ -102,6 +102,10 @@ export class LeaseService {
         const inS = Math.max(1, Math.ceil((earliestMs ?? 1000) / 1000));
         throw new ApiError("lease_conflict", `every ready worker for ${what} is leased; the first frees up in about ${inS} s`, null, { "retry-after": String(inS) });
       }
+      // A token is reused within a pass only: while this one waited, a newer
+      // grant on a worker may have been lost with Redis' data, and the
+      // restore knows only the live leases' tokens (the worker knows more).
+      token.value = undefined;
       // Wake when a lease ends, and look at the registry again at least every second.
       await this.directory.waitForChange(Math.min(left, 1_000), req.signal);
     }
