@@ -22,6 +22,22 @@ export function leaseContract(name: string, make: () => Promise<LeaseHarness>, c
     };
 
     it(
+      "the same grant asked again (ioredis resends a command whose reply a dropped connection lost) answers that grant, not 'held'",
+      withStore(async ({ store }) => {
+        const worker = wid();
+        const ask = { leaseId: newLeaseId(), workerId: worker, tenantId: 7, durationMs: HOUR, fencingToken: 10 };
+        const first = await store.acquire(ask);
+        const again = await store.acquire(ask);
+        expect(again.ok).toBe(true);
+        if (!first.ok || !again.ok) return;
+        expect(again.lease).toEqual(first.lease);
+        // Another lease id on the same worker is still refused.
+        expect(await store.acquire({ ...ask, leaseId: newLeaseId(), fencingToken: 11 })).toMatchObject({ ok: false, reason: "held" });
+        expect((await store.list()).leases).toHaveLength(1);
+      }),
+    );
+
+    it(
       "grants a free worker, and get/list show the lease",
       withStore(async ({ store, now }) => {
         const worker = wid();

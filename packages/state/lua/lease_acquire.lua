@@ -11,6 +11,9 @@ local expired = prune(now)
 local current = redis.call('HGET', K_WORKERS, worker)
 if current then
   local l = live(current)
+  -- This very grant, asked again (a client resends a command whose reply a
+  -- dropped connection lost): answer it, or its lease would outlive its holder.
+  if l and current == id and l.tenant == tenant and l.token == token then return {'ok', now, {id .. '|' .. encode(l)}, expired} end
   if l then return {'held', now, {l.expires}, expired} end
   redis.call('HDEL', K_WORKERS, worker)
 end

@@ -34,6 +34,8 @@ export class MemoryLeaseStore implements LeaseStore {
     const expired = this.prune(now);
     const current = this.byWorker.get(input.workerId);
     const holder = current ? this.leases.get(current) : undefined;
+    // This very grant asked again (a command resent after a lost reply): answered as granted.
+    if (holder && holder.id === input.leaseId && holder.tenantId === input.tenantId && holder.fencingToken === input.fencingToken) return { ok: true, lease: { ...holder }, nowMs: now, expired };
     if (holder) return { ok: false, reason: "held", holderExpiresAtMs: holder.expiresAtMs, nowMs: now, expired };
     const highest = this.fence.get(input.workerId);
     if (highest !== undefined && input.fencingToken <= highest) return { ok: false, reason: "stale_token", highestToken: highest, nowMs: now, expired };
