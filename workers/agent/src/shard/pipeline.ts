@@ -101,6 +101,13 @@ export function pipelineRefusal(g: Generate): string | undefined {
 
 export class PipelineHead implements GenerateEngine {
   private readonly seqs = new Map<string, Seq>();
+  /**
+   * Requests between their start and their sequence joining `seqs`
+   * (tokenizing, opening down the pipeline: up to several connection tries),
+   * true once cancelled meanwhile: a cancel then is applied when it joins,
+   * not lost while the sequence decodes on to its max_tokens.
+   */
+  private readonly starting = new Map<string, boolean>();
   /** Sequences whose step is in flight, or that are being rebuilt. */
   private readonly busy = new Set<string>();
   private inFlight = 0;
@@ -157,6 +164,15 @@ export class PipelineHead implements GenerateEngine {
   }
 
   private async *run(kind: RequestKind, requestId: string, route: ShardRoute | undefined, fence?: ShardFence): AsyncGenerator<Event> {
+    this.starting.set(requestId, false);
+    try {
+      yield* this.runStarted(kind, requestId, route, fence);
+    } finally {
+      this.starting.delete(requestId);
+    }
+  }
+
+  private async *runStarted(kind: RequestKind, requestId: string, route: ShardRoute | undefined, fence?: ShardFence): AsyncGenerator<Event> {
     if (kind.case !== "generate") throw new EngineError(ErrorCode.INVALID_REQUEST, "a pipeline head serves generations only");
     const g: Generate = kind.value;
     const refused = pipelineRefusal(g);
@@ -199,7 +215,7 @@ export class PipelineHead implements GenerateEngine {
       generated: [],
       feed: [...ids],
       completion: 0,
-      cancelled: false,
+      cancelled: this.starting.get(requestId) === true,
       open,
       path,
       ...(route ? { route } : {}),
@@ -268,6 +284,7 @@ export class PipelineHead implements GenerateEngine {
   }
 
   cancel(requestId: string): void {
+    if (this.starting.has(requestId)) this.starting.set(requestId, true);
     for (const s of this.seqs.values()) if (s.requestId === requestId) s.cancelled = true;
   }
 
