@@ -163,6 +163,35 @@ describe("a 2-shard pipeline of real engines", () => {
     expect(mid.stepFrameBytes / mid.rowBytes).toBeLessThan(1.05);
   }, 120_000);
 
+  it("a tail shard that drains (SIGTERM's stop) lets the stream through it finish, and shows it as in flight meanwhile", async () => {
+    const t5 = await agent("t5", TAIL_TOKEN, { layers: { start: 15, end: 30 }, drainGraceMs: 60_000 });
+    const h5 = await agent("h5", WORKER_TOKEN, { layers: { start: 0, end: 15 }, next: { url: t5.url, token: TAIL_TOKEN } });
+    await Promise.all([t5, h5].map((a) => a.supervisor.whenReady()));
+    const res = await fetch(`${h5.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${WORKER_TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: LLM, messages: [{ role: "user", content: "Tell me a long story about a lighthouse." }], temperature: 0, max_tokens: 40, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    let text = new TextDecoder().decode((await reader.read()).value);
+    // The tail's heartbeat counts the sequence it serves (routers place by it).
+    expect((await t5.record()).inFlight).toBe(1);
+    const stopped = t5.stop();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    const ended = performance.now();
+    expect(text).not.toContain('"error"');
+    expect(text).toContain("[DONE]");
+    // The drain ends when the head closes the sequence, not at its 60 s grace.
+    await stopped;
+    expect(performance.now() - ended).toBeLessThan(5_000);
+    expect(t5.ctx.inFlight).toBe(0);
+  }, 120_000);
+
   it("a shard lost mid-stream ends the stream with one SSE error event; the next request is refused clearly", async () => {
     const t4 = await agent("t4", TAIL_TOKEN, { layers: { start: 15, end: 30 } });
     const h4 = await agent("h4", WORKER_TOKEN, { layers: { start: 0, end: 15 }, next: { url: t4.url, token: TAIL_TOKEN } });

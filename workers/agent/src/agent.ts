@@ -190,7 +190,7 @@ export async function startAgent({ registry, log: logTo, ...options }: AgentOpti
   });
   // Rows this shard forwards for an earlier one (a middle shard); the head counts its own.
   const forwarded = { frameBytes: 0, rowBytes: 0 };
-  const shardServer = attachShardServer(server, { token: opts.token, workerId: id, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log, wire: forwarded, keepaliveMs: opts.shardKeepaliveMs, fencing });
+  const shardServer = attachShardServer(server, { token: opts.token, workerId: id, engine: () => supervisor.client, shard: shardModel, ...(next ? { next } : {}), ...(digest ? { digest } : {}), log, wire: forwarded, keepaliveMs: opts.shardKeepaliveMs, fencing, hold: () => ctx.begin() });
   const shardWire = (): ShardWire => {
     const head = ctx.pipeline instanceof PipelineHead ? ctx.pipeline.wire : { frameBytes: 0, rowBytes: 0 };
     const link = next?.bytes() ?? { sent: 0, received: 0 };

@@ -42,6 +42,38 @@ export interface ShardServerOptions {
   keepaliveMs?: number;
   /** This worker's lease fencing (the one its HTTP API checks): fences naming this worker are admitted by it. */
   fencing?: FencingGuard;
+  /**
+   * Counts one open sequence in the worker's work (its drain waits for it,
+   * its heartbeat's inFlight shows it); the release when it is closed.
+   */
+  hold?: () => () => void;
+}
+
+/**
+ * The sequences opened over one connection and not closed yet, each held in
+ * the worker's count: a shard draining for a restart lets the streams
+ * through it finish (it cut them before: its sequences come over shard
+ * connections, which no HTTP request counted).
+ */
+class OpenedSeqs {
+  private readonly seqs = new Map<string, { model: string; release: () => void }>();
+  constructor(private readonly hold: (() => () => void) | undefined) {}
+
+  add(seqId: string, model: string): void {
+    if (!this.seqs.has(seqId)) this.seqs.set(seqId, { model, release: this.hold?.() ?? (() => {}) });
+  }
+
+  delete(seqId: string): void {
+    const s = this.seqs.get(seqId);
+    if (!s) return;
+    this.seqs.delete(seqId);
+    s.release();
+  }
+
+  /** seq id → model, of every sequence still open. */
+  entries(): Array<[string, string]> {
+    return [...this.seqs].map(([id, s]) => [id, s.model]);
+  }
 }
 
 /**
@@ -169,16 +201,16 @@ function serveConnection(socket: Duplex, head: Buffer, opts: ShardServerOptions,
   // Sequences opened over this connection and not closed yet (seq id → model):
   // when the connection goes (the previous shard died or gave up), their KV
   // caches are freed here and down the pipeline instead of leaking.
-  const opened = new Map<string, string>();
+  const opened = new OpenedSeqs(opts.hold);
   socket.on("close", () => {
     chain = chain.then(async () => {
-      for (const [seqId, model] of opened) {
+      for (const [seqId, model] of opened.entries()) {
         const body = toBinary(ShardCloseSchema, create(ShardCloseSchema, { model, seqId }));
         await opts.engine()?.once({ case: "shardClose", value: create(ShardCloseSchema, { model, seqId }) }).catch(() => {});
         // Only over a live link: a next shard whose connection went (lost to a keepalive, closed) freed them itself.
         if (opts.next) await (await opts.next.existing())?.request(FrameKind.CLOSE, body).catch(() => {});
+        opened.delete(seqId);
       }
-      opened.clear();
       afterClose?.();
     });
   });
@@ -233,7 +265,7 @@ function errorFrame(tag: number, err: unknown): Frame {
  * for a step forwarded down the pipeline, the next shard's reply, awaited
  * outside the order so later frames need not wait for it.
  */
-async function handle(f: Frame, opts: ShardServerOptions, opened: Map<string, string>): Promise<{ reply: Promise<Frame> }> {
+async function handle(f: Frame, opts: ShardServerOptions, opened: OpenedSeqs): Promise<{ reply: Promise<Frame> }> {
   const engine = opts.engine();
   const shard = opts.shard();
   if (!engine?.alive || !shard) throw new Error("this worker's shard is not loaded (warming or restarting)");
@@ -252,7 +284,7 @@ async function handle(f: Frame, opts: ShardServerOptions, opened: Map<string, st
           throw err;
         }
       }
-      opened.set(open.seqId, open.model);
+      opened.add(open.seqId, open.model);
       return { reply: Promise.resolve(ok) };
     }
     case FrameKind.CLOSE: {
