@@ -200,6 +200,35 @@ describe("paid backends on the request path", () => {
   });
 });
 
+describe("a non-streamed paid answer whose client leaves", () => {
+  it("is billed as the provider bills it: whole, the output the hold assumed (1 token before)", async () => {
+    const cancelled = async () => fx.db.sql`select * from spend_ledger where tenant_id = ${fx.tenantId} and status = 'client_cancelled' and model = ${OR_MODEL} order by started_at desc`;
+    await fx.router.deps.guard.flush();
+    const before = (await cancelled()).length;
+    const generated = openrouter.generations.size;
+    openrouter.enqueue({ kind: "slow", interTokenMs: 5, completionTokens: 120 });
+    const ac = new AbortController();
+    const r = chat({ model: OR_MODEL, max_tokens: 120 }, ac.signal).catch(() => undefined);
+    await waitFor(() => openrouter.requests.length > 0 && openrouter.requests.at(-1)!.body !== undefined, { what: "the request upstream" });
+    await new Promise((res) => setTimeout(res, 100));
+    ac.abort();
+    await r;
+    await waitFor(async () => {
+      await fx.router.deps.guard.flush();
+      return (await cancelled()).length === before + 1;
+    }, { what: "the cancelled request's row" });
+    const [row] = await cancelled();
+    expect(row!.cost_source).toBe("estimate");
+    // The provider generated (and charged) all 120 tokens for nobody.
+    await waitFor(() => openrouter.generations.size === generated + 1, { what: "the provider's charge" });
+    const charged = [...openrouter.generations.values()].at(-1)!;
+    expect(charged.cancelled).toBe(true);
+    expect(row!.completion_tokens).toBe(charged.completion);
+    // Our price for them: $0.60 / Mtok of output at least.
+    expect(BigInt(row!.cost_micro)).toBeGreaterThanOrEqual(120n * 60n);
+  });
+});
+
 describe("budgets", () => {
   it("402 budget_exceeded with x-should-retry: false when no paid backend can be held", async () => {
     await setBudget(fx.db.db, { tenantId: fx.tenantId, dailyLimitCents: 0n });

@@ -103,12 +103,14 @@ export interface BodyFacts {
   limitField: "max_tokens" | "max_completion_tokens";
   /** … and whether it has the other one too (a paid upstream is told to leave it out). */
   bothLimits: boolean;
+  /** Whether the answer is streamed: a non-streamed one is generated whole even when its client leaves. */
+  stream: boolean;
 }
 
 /** The facts of a body a tab keeps (promptTokens: pass the request class's to save the walk). */
 export function bodyFacts(path: InferencePath, body: Record<string, unknown>, promptTokens = promptTokensUpperBound(path, body)): BodyFacts {
   const limitField = outputLimitField(path, body);
-  return { promptTokens, askedOutput: requestedMaxOutput(path, body), limitField, bothLimits: body[limitField === "max_tokens" ? "max_completion_tokens" : "max_tokens"] !== undefined };
+  return { promptTokens, askedOutput: requestedMaxOutput(path, body), limitField, bothLimits: body[limitField === "max_tokens" ? "max_completion_tokens" : "max_tokens"] !== undefined, stream: body.stream === true };
 }
 
 /** Typical bytes per token, for estimates when a provider reports no usage (the upper bound uses 1). */
@@ -500,9 +502,16 @@ export class RequestTab {
     return { micro: micro > 0n ? micro : 1n, source: "estimate", usage: estimated };
   }
 
-  /** Usage when none was reported: prompt ≈ its byte bound ÷ 3, completion = events relayed (≥ 1). */
+  /**
+   * Usage when none was reported: prompt ≈ its byte bound ÷ 3; completion =
+   * events relayed (≥ 1), or for a paid answer that was not streamed and
+   * whose client left before it came, all the output its hold assumed (and
+   * the provider was told): providers generate and bill a non-streamed
+   * answer whole whether or not its client stayed for it.
+   */
   private estimatedUsage(o: SettleOutcome): Usage {
-    return { prompt: Math.ceil(this.input.facts.promptTokens / ESTIMATE_BYTES_PER_TOKEN), completion: Math.max(1, o.chunks ?? 0), cached: 0, cacheWrite: 0 };
+    const whole = o.status === "client_cancelled" && o.backend.paid && !this.input.facts.stream && o.chunks === undefined;
+    return { prompt: Math.ceil(this.input.facts.promptTokens / ESTIMATE_BYTES_PER_TOKEN), completion: whole ? Math.max(1, this.maxOutput) : Math.max(1, o.chunks ?? 0), cached: 0, cacheWrite: 0 };
   }
 
   /**
