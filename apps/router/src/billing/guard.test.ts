@@ -136,6 +136,23 @@ describe("BudgetGuard holds on a day never checked against the ledger", () => {
     expect(lines.join("\n")).toContain("budget unknown");
   });
 
+  it("a budget settle that fails (a Redis failover) is tried again: the day's spend counts the request once, nothing held", async () => {
+    const { store, guard, metrics } = paidGuard(async () => undefined);
+    await store.rebuild({ tenantId: 1, day: DAY, spentMicro: 0n, holds: [] });
+    const tab = tabOf(guard, 40);
+    expect((await tab.admit(paid)).ok).toBe(true);
+    const settle = store.settle.bind(store);
+    let failures = 2;
+    store.settle = (input) => (failures-- > 0 ? Promise.reject(new Error("READONLY failing over")) : settle(input));
+    tab.settle({ backend: paid, status: "ok", usage: { prompt: 1_000, completion: 1_000, cached: 0, cacheWrite: 0 } });
+    await guard.drain();
+    const snap = await store.snapshot(1, DAY);
+    // 2,000 tokens at 1,000,000 micro per Mtok each way: 2,000 micro, counted once.
+    expect(snap.spentMicro).toBe(2_000n);
+    expect(snap.heldMicro).toBe(0n);
+    expect(metrics.billingFailures.get({ step: "settle" })).toBe(0);
+  });
+
   it("a day another router checked first is held at once (no rebuild here)", async () => {
     let calls = 0;
     const { store, guard, metrics } = paidGuard(async () => (calls++, undefined));

@@ -116,6 +116,9 @@ export function bodyFacts(path: InferencePath, body: Record<string, unknown>, pr
 /** Typical bytes per token, for estimates when a provider reports no usage (the upper bound uses 1). */
 const ESTIMATE_BYTES_PER_TOKEN = 3;
 
+/** Pauses before a failed budget settle is tried again (about 5 s in all: a Redis failover's span). */
+const SETTLE_RETRY_MS = [250, 1_000, 4_000];
+
 /** After a day's check failed (Postgres away), its paid attempts are skipped this long before the ledger is asked again. */
 const CHECK_RETRY_MS = 1_000;
 
@@ -583,13 +586,22 @@ export class RequestTab {
       budget = null;
     }
     const ref = { tenantId: this.input.tenant.tenantId, day: this.day, requestId: this.input.requestId };
-    let spent: bigint;
-    try {
-      spent = (await deps.store.settle({ ...ref, actualMicro: row.costMicro as bigint })).spentMicro;
-    } catch (err) {
-      deps.metrics.billingFailures.inc({ step: "settle" });
-      deps.log.warn("budget settle failed; the hold expires and reconcile restores the spend from the ledger", { requestId: ref.requestId, error: (err as Error).message });
-      return;
+    let spent: bigint | undefined;
+    // Tried again (it is idempotent per request id) across a failover's
+    // few seconds: a settle lost leaves the day's spend short by this cost
+    // until someone reconciles, while its hold expires on its own.
+    for (let attempt = 0; spent === undefined; attempt++) {
+      try {
+        spent = (await deps.store.settle({ ...ref, actualMicro: row.costMicro as bigint })).spentMicro;
+      } catch (err) {
+        const wait = SETTLE_RETRY_MS[attempt];
+        if (wait === undefined) {
+          deps.metrics.billingFailures.inc({ step: "settle" });
+          deps.log.warn("budget settle failed; the hold expires and `budgets reconcile` restores the spend from the ledger", { requestId: ref.requestId, error: (err as Error).message });
+          return;
+        }
+        await new Promise((r) => setTimeout(r, wait));
+      }
     }
     this.holder = undefined;
     if (budget) await this.guard.checkThresholds(ref.tenantId, this.day, budget, spent);
