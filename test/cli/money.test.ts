@@ -373,6 +373,28 @@ describe("reconcileBudgetDay", () => {
     ]);
   });
 
+  it("drains the ledger stream after its snapshot: a row settled before it, still a flush behind in Redis, is counted", async () => {
+    const tenantId = await tenant("cyberdyne");
+    const ref = { tenantId, day: DAY };
+    const redisStore = new RedisBudgetStore(r.redis, r.prefix);
+    await insertLedgerRows(db.db, [ledgerRow(tenantId, "c-a", 1_000n)]);
+    await redisStore.settle({ ...ref, requestId: "c-a", actualMicro: 1_000n });
+    // Settled (the version moved before any snapshot), its row still in the stream.
+    await redisStore.settle({ ...ref, requestId: "c-late", actualMicro: 400n });
+    const order: string[] = [];
+    const store = new InterposedStore(redisStore, async () => {});
+    store.snapshot = (t: number, d: string) => (order.push("snapshot"), redisStore.snapshot(t, d));
+    const res = await reconcileBudgetDay(db.db, store, tenantId, DAY, {
+      drainLedger: async () => {
+        order.push("drain");
+        await insertLedgerRows(db.db, [ledgerRow(tenantId, "c-late", 400n)]);
+      },
+    });
+    expect(order).toEqual(["snapshot", "drain"]);
+    expect(res).toMatchObject({ attempts: 1, spentMicro: 1_400n });
+    expect((await redisStore.snapshot(tenantId, DAY)).spentMicro).toBe(1_400n);
+  });
+
   it("gives up with a clear error when the day keeps changing", async () => {
     const tenantId = await tenant("umbrella");
     const redisStore = new RedisBudgetStore(r.redis, r.prefix);
@@ -393,7 +415,7 @@ describe("reconcileBudgetDay", () => {
 
 describe("reconcileAllBudgets (what a router runs when Redis came back empty)", () => {
   it("rebuilds every budgeted tenant's today from the ledger, and tries a day that kept changing again in a later round", async () => {
-    const tenantId = await tenant("soylent");
+    const tenantId = await tenant("tyrell");
     await setBudget(db.db, { tenantId, dailyLimitCents: 100n, timeZone: "UTC" });
     const redisStore = new RedisBudgetStore(r.redis, r.prefix);
     await insertLedgerRows(db.db, [ledgerRow(tenantId, "s-a", 4_000n)]);

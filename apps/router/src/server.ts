@@ -436,13 +436,11 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
     ...(intents ? { intents } : {}),
     // A day the store holds no check of is rebuilt from the ledger before
     // anything is held on it: lost counters never read as an unspent day.
-    // The ledger stream is drained first (rows Redis lost appended again), so
-    // the rebuild counts every row settled before it; when it cannot be, the
-    // check fails and the day's paid backends are skipped until it can.
-    checkDay: async (tenantId, day) => {
-      await ledgerStream?.recover();
-      return checkBudgetDay(dbHandle.db, store, tenantId, day);
-    },
+    // The ledger stream is drained after the day's snapshot (rows Redis lost
+    // appended again), so the rebuild counts every row settled before it;
+    // when it cannot be, the check fails and the day's paid backends are
+    // skipped until it can.
+    checkDay: (tenantId, day) => checkBudgetDay(dbHandle.db, store, tenantId, day, ledgerStream ? { drainLedger: () => ledgerStream.recover() } : {}),
   });
   // Redis back empty: every tenant's counters for today are gone, and a day
   // that reads as unspent would admit its whole budget again. Rebuilt from

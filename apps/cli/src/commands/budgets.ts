@@ -291,13 +291,14 @@ async function reconcile(db: Db, name: string | undefined, dayFlag: string | und
       process.stderr.write(`error: cannot reach Redis: ${redis.failure(err)}\n`);
       return 1;
     }
-    await drainLedgerBuffer(redis, target.prefix, db);
     const store = new RedisBudgetStore(redis, target.prefix);
+    // Drained after each day's snapshot, not once before them all: a row settled meanwhile counts.
+    const drainLedger = () => drainLedgerBuffer(redis, target.prefix, db);
     let failed = 0;
     for (const t of targets) {
       const day = dayFlag ?? budgetDay(Date.now(), t.timeZone);
       try {
-        const r = await reconcileBudgetDay(db, store, t.tenantId, day);
+        const r = await reconcileBudgetDay(db, store, t.tenantId, day, { drainLedger });
         process.stdout.write(
           `${t.tenantName} ${day}: spent $${formatMicroAsUsd(r.before.spentMicro)} → $${formatMicroAsUsd(r.spentMicro)}, ` +
             `held $${formatMicroAsUsd(r.before.heldMicro)} → $${formatMicroAsUsd(r.heldMicro)} (${r.holds} live ${r.holds === 1 ? "hold" : "holds"})\n`,

@@ -9,6 +9,13 @@ import type { RouterMetrics } from "../observability/metrics.ts";
 export interface ReconcileOptions {
   /** Reads-and-rebuilds tried before giving up on a busy day (default 5). */
   maxAttempts?: number;
+  /**
+   * Brings every ledger row still in the Redis stream into Postgres. Run
+   * after each snapshot, before the ledger is read: a settle that landed
+   * before the snapshot (so the version does not move) may have its row in
+   * the stream still, a flush interval behind, and the sum would miss it.
+   */
+  drainLedger?: () => Promise<unknown>;
 }
 
 export interface ReconcileResult {
@@ -39,7 +46,8 @@ export class ReconcileConflictError extends Error {
  * (a reserve, a settle, a release) changed the day since. Then everything is
  * read again. So a settle racing with reconcile is never lost or counted
  * twice: either it landed before our read (and its ledger row, written
- * first, is in our sum) or it bumps the version and we start over.
+ * first and drained into Postgres by `drainLedger` after the snapshot, is
+ * in our sum) or it bumps the version and we start over.
  */
 export async function reconcileBudgetDay(db: Db, store: BudgetStore, tenantId: number, day: string, opts: ReconcileOptions = {}): Promise<ReconcileResult> {
   return (await rebuildDay(db, store, tenantId, day, opts, false))!;
@@ -66,6 +74,7 @@ async function rebuildDay(db: Db, store: BudgetStore, tenantId: number, day: str
     // Snapshot first: its version guards everything read after it.
     const snap = await store.snapshot(tenantId, day);
     if (unlessChecked && snap.checked) return undefined;
+    await opts.drainLedger?.();
     const live = await store.holds(tenantId, day);
     const ledger = await tenantDaySpend(
       db,
