@@ -491,7 +491,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
   };
   const leaseStore = opts.leases ?? (redis ? new RedisLeaseStore(redis, config.redis.keyPrefix, restoreLeases) : new MemoryLeaseStore());
   const leaseDirectory = new LeaseDirectory(leaseStore, config.leases.pollMs, log, (expired, seenAtMs) => leaseService.sawExpired(expired, seenAtMs));
-  const chain = new BackendChain(config.routing, directory, workerOrPipeline(directory, connections), providers);
+  const chain = new BackendChain(config.routing, directory, workerOrPipeline(directory, connections, config.deadlines.totalMs), providers);
   // Leases ask the chain which worker name a model means (its aliases), as admission does.
   const leaseService: LeaseService = new LeaseService({ store: leaseStore, audit: leaseAudit, directory: leaseDirectory, workers: directory, workerName: (model) => chain.upstreamName(model, "worker"), config, log, metrics });
   // Draining (close()): /readyz says so at once; `shutdown` ends the requests still running once router.drainMs has passed.

@@ -1,17 +1,29 @@
 // A split model's pipeline as a backend: requests go to its head shard like
 // to any worker (same connections, credential, fencing, relaying, failover),
 // with the route of the shards after it in x-switchyard-shard-route — each
-// replica with a ticket under its own credential, good for ROUTE_TICKET_MS.
+// replica with a ticket under its own credential, good for as long as a
+// request using it may last (routeTicketMs).
 import { encodeShardRoute, SHARD_ROUTE_HEADER, signShardRoute, type WorkerRecord } from "@switchyard/state";
 import type { Backend } from "../backends/types.ts";
 import { WorkerBackend, type WorkerConnections } from "../backends/worker/client.ts";
 import type { WorkerDirectory } from "../routing/directory.ts";
 import { describePipeline, pipelineWithout, pipelineWorkers, routePlanOf, type PipelinePlan } from "./placement.ts";
 
-/** How long a route's tickets let the head open connections along it (a connection made in time lives on). */
-export const ROUTE_TICKET_MS = 10 * 60_000;
 /** A signed route is reused this long (tickets are HMACs: cheap, but not free on every request). */
 const REUSE_MS = 60_000;
+
+/**
+ * How long a route's tickets let the head open connections along it: a
+ * head rebuilds a stream around a lost shard with the route its request
+ * came with, so the tickets must outlive the longest request that may
+ * carry them — signed, reused for REUSE_MS, then running up to
+ * `deadlines.totalMs` — plus a minute of clock skew between router and
+ * shards. (Fixed at 10 minutes before, a stream past that could not be
+ * rebuilt, and each healthy replica it tried was taken for lost.)
+ */
+export function routeTicketMs(totalMs: number): number {
+  return REUSE_MS + totalMs + 60_000;
+}
 
 const signed = new WeakMap<PipelinePlan, { header: string; until: number }>();
 
@@ -23,6 +35,7 @@ export class PipelineBackend extends WorkerBackend {
     plan: PipelinePlan,
     private readonly conns: WorkerConnections,
     model = "",
+    private readonly ticketMs = routeTicketMs(600_000),
   ) {
     super(plan.record, conns, model);
     this.current = plan;
@@ -54,7 +67,7 @@ export class PipelineBackend extends WorkerBackend {
     const now = Date.now();
     let s = signed.get(this.current);
     if (!s || s.until < now) {
-      const route = signShardRoute(routePlanOf(this.current), (id) => this.conns.tokenFor(id), now + ROUTE_TICKET_MS);
+      const route = signShardRoute(routePlanOf(this.current), (id) => this.conns.tokenFor(id), now + this.ticketMs);
       // Without credentials for a stage's replicas the head gets no route and refuses clearly.
       s = { header: route ? encodeShardRoute(route) : "", until: now + REUSE_MS };
       signed.set(this.current, s);
@@ -64,9 +77,10 @@ export class PipelineBackend extends WorkerBackend {
 }
 
 /** The chain's worker backend factory: a pipeline's record gets a PipelineBackend, any other a WorkerBackend. */
-export function workerOrPipeline(directory: WorkerDirectory, connections: WorkerConnections): (w: WorkerRecord, model: string) => Backend {
+export function workerOrPipeline(directory: WorkerDirectory, connections: WorkerConnections, totalMs: number): (w: WorkerRecord, model: string) => Backend {
+  const ticketMs = routeTicketMs(totalMs);
   return (w, model) => {
     const plan = directory.pipelineOf(w);
-    return plan ? new PipelineBackend(plan, connections, model) : new WorkerBackend(w, connections, model);
+    return plan ? new PipelineBackend(plan, connections, model, ticketMs) : new WorkerBackend(w, connections, model);
   };
 }
