@@ -7,6 +7,8 @@ import { SimWorker, type SimBehavior } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { waitFor } from "../helpers/env.ts";
 
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 let fx: RouterFixture;
 const workers: SimWorker[] = [];
 
@@ -109,6 +111,22 @@ describe("deadlines", () => {
     expect(whole.status).toBe(504);
     expect((await json(whole)).error).toMatchObject({ code: "upstream_timeout", message: expect.stringMatching(/answer deadline of 1500 ms/) });
     expect(performance.now() - t0).toBeGreaterThanOrEqual(1_480);
+  });
+
+  it("a whole answer's worker that leaves the registry (its heartbeats stop: a cut cable) is given up within a headersMs step, not at answerMs", async () => {
+    const gone = await sim("goes-silent", { stallBeforeHeaders: true });
+    await waitForWorkers(1);
+    const t0 = performance.now();
+    const res = post(chat(false));
+    // While it waits, its record goes (dispatch then fails over to any other candidate: "fails over before the first byte").
+    await sleep(100);
+    gone.stopHeartbeats();
+    await fx.registry.remove("goes-silent");
+    const r = await res;
+    expect(r.status).toBe(504);
+    expect((await json(r)).error.message).toMatch(/headers deadline of 400 ms/);
+    // Given up at a step (400 ms or 800 ms), not at answerMs (1500 ms).
+    expect(performance.now() - t0).toBeLessThan(1_400);
   });
 
   it("a whole answer may take longer than headersMs: its headers come only once it is generated", async () => {

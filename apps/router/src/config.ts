@@ -17,7 +17,11 @@ import { checkRedisTarget, DEFAULT_REGISTRY_SWEEP_MS, type RedisTarget } from "@
 const deadlinesSchema = z.object({
   /** TCP connect to the backend. */
   connectMs: z.number().int().positive().default(2_000),
-  /** Request sent → response headers received (streams: a stream's headers come before its first token). */
+  /**
+   * Request sent → a stream's response headers received; for a whole answer
+   * from a worker, how often the registry is asked whether it still lists
+   * that worker while its answer is awaited (answerMs bounds the wait).
+   */
   headersMs: z.number().int().positive().default(10_000),
   /**
    * Request sent → a whole (non-streamed) answer received, headers and

@@ -244,6 +244,7 @@ export class InferencePipeline {
         route: c.get("route"),
         ...(detached ? {} : { outgoing: c.env?.outgoing }),
         stripUsage,
+        workers: deps.directory,
         ...this.routingContext(resolution),
         admit: (b) => {
           place?.attempt(b);

@@ -47,4 +47,6 @@ export interface RelayContext {
   headers?: Record<string, string>;
   /** Continue a stream that broke mid-way on another free backend (opt-in). */
   resume?: { maxResumes: number };
+  /** The registry routed from: a whole answer is waited for from a worker while the registry lists it (dispatch). */
+  workers?: { listed(workerId: string): boolean };
 }

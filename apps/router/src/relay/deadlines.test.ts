@@ -36,6 +36,30 @@ describe("PhaseTimer", () => {
     expect(afterMs).toBeLessThan(1_000);
   });
 
+  it("armWhile: armed again while the backend is alive, then ends as the answer's limit", async () => {
+    let asked = 0;
+    const { err, afterMs } = await expiry(5_000, (t) => t.armWhile("headers", 30, 100, () => (asked++, true)));
+    expect(err.phase).toBe("answer");
+    expect(err.message).toBe("answer deadline of 100 ms exceeded");
+    expect(afterMs).toBeGreaterThanOrEqual(99);
+    expect(afterMs).toBeLessThan(1_000);
+    expect(asked).toBeGreaterThanOrEqual(3);
+  });
+
+  it("armWhile: a backend no longer alive ends the phase at its step", async () => {
+    let alive = true;
+    setTimeout(() => (alive = false), 45);
+    const { err, afterMs } = await expiry(5_000, (t) => t.armWhile("headers", 30, 1_000, () => alive));
+    expect(err.message).toBe("headers deadline of 30 ms exceeded");
+    expect(afterMs).toBeGreaterThanOrEqual(59);
+    expect(afterMs).toBeLessThan(500);
+  });
+
+  it("armWhile never passes the total deadline", async () => {
+    const { err } = await expiry(50, (t) => t.armWhile("headers", 30, 1_000, () => true));
+    expect(err.phase).toBe("total");
+  });
+
   it("clear stops it", async () => {
     let fired = false;
     const t = new PhaseTimer(() => (fired = true), performance.now() + 40, 40);

@@ -21,6 +21,8 @@ export class PhaseTimer {
   private byTotal = false;
   /** The running timer's own duration: what Timeout.refresh() restarts. */
   private wait = -1;
+  /** armWhile's: the phase is armed again while its backend is alive, until this limit. */
+  private extend: { alive: () => boolean; until: number; limitMs: number } | undefined;
 
   /**
    * @param totalAt performance.now() at which the request's total deadline
@@ -33,6 +35,24 @@ export class PhaseTimer {
   ) {}
 
   arm(phase: DeadlinePhase, ms: number): void {
+    this.extend = undefined;
+    this.armArmed(phase, ms);
+  }
+
+  /**
+   * `phase` for `stepMs`, armed again each time it passes while `alive()`
+   * says the backend is still there, for `limitMs` in all (then it expires
+   * as phase "answer"). A whole answer's headers come only once it is
+   * generated, so their wait is long for a long answer; a backend gone
+   * silent (a cut cable: its heartbeats stop too) is still found within a
+   * step, not at the limit.
+   */
+  armWhile(phase: DeadlinePhase, stepMs: number, limitMs: number, alive: () => boolean): void {
+    this.armArmed(phase, Math.min(stepMs, limitMs));
+    this.extend = { alive, until: performance.now() + limitMs, limitMs };
+  }
+
+  private armArmed(phase: DeadlinePhase, ms: number): void {
     this.armed = { phase, ms };
     const left = this.totalAt - performance.now();
     this.byTotal = left <= ms;
@@ -50,7 +70,7 @@ export class PhaseTimer {
   refresh(): void {
     const { timer, armed } = this;
     if (!timer || !armed || this.byTotal) return;
-    if (this.totalAt - performance.now() <= armed.ms) this.arm(armed.phase, armed.ms);
+    if (this.totalAt - performance.now() <= armed.ms) this.armArmed(armed.phase, armed.ms);
     else timer.refresh();
   }
 
@@ -60,11 +80,18 @@ export class PhaseTimer {
     this.armed = undefined;
     this.byTotal = false;
     this.wait = -1;
+    this.extend = undefined;
   }
 
   private readonly expire = (): void => {
-    const { armed } = this;
+    const { armed, extend } = this;
     if (!armed) return;
-    this.onExpire(this.byTotal ? new DeadlineExceeded("total", this.totalMs) : new DeadlineExceeded(armed.phase, armed.ms));
+    if (this.byTotal) return this.onExpire(new DeadlineExceeded("total", this.totalMs));
+    if (extend) {
+      const left = extend.until - performance.now();
+      if (left <= 0) return this.onExpire(new DeadlineExceeded("answer", extend.limitMs));
+      if (extend.alive()) return this.armArmed(armed.phase, Math.min(armed.ms, Math.ceil(left)));
+    }
+    this.onExpire(new DeadlineExceeded(armed.phase, armed.ms));
   };
 }

@@ -70,9 +70,15 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
     attempts++;
     tried.add(backend);
     const a = startAttempt(ctx, backend);
-    // A whole answer's headers come when it is done: its phase is the answer's, not a stream's headers'.
+    // A whole answer's headers come only once it is generated: it may take
+    // up to answerMs. A worker's is waited for in headersMs steps while the
+    // registry lists it (a cut cable stops its heartbeats too, so it fails
+    // over within a step); a provider's, the whole answerMs.
+    const workerId = backend.workerId;
+    const workers = ctx.workers;
     if (req.stream) a.timer.arm("headers", deadlines.headersMs);
-    else a.timer.arm("answer", deadlines.answerMs);
+    else if (backend.paid || !workerId || !workers) a.timer.arm("answer", deadlines.answerMs);
+    else a.timer.armWhile("headers", deadlines.headersMs, deadlines.answerMs, () => workers.listed(workerId));
     let up: UpstreamResponse | undefined;
     try {
       up = await backend.open(attemptReq, ctx, a.controller);

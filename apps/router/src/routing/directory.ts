@@ -217,6 +217,16 @@ export class WorkerDirectory {
     return this.snapshot;
   }
 
+  /**
+   * Whether the registry still lists this worker (or keeps it while the
+   * registry is unreachable): a worker that stopped heartbeating (a cut
+   * cable, a dead host) is gone from it within its TTL and a poll. Asked
+   * rarely (a whole answer's headers deadline passing), so a scan.
+   */
+  listed(workerId: string): boolean {
+    return this.snapshot.some((w) => w.id === workerId);
+  }
+
   /** The pipeline behind a record of models() / rank(), when it is one (a split model). */
   pipelineOf(w: WorkerRecord): PipelinePlan | undefined {
     return this.planOf.get(w);
