@@ -22,6 +22,26 @@ export function leaseContract(name: string, make: () => Promise<LeaseHarness>, c
     };
 
     it(
+      "more leases expiring at once than one prune takes (1000): none of them reads as live, none holds its worker or counts for its tenant",
+      withStore(async ({ store, elapse }) => {
+        const workers = Array.from({ length: 1_005 }, () => wid("many"));
+        let token = 100;
+        for (const w of workers) {
+          const r = await store.acquire({ leaseId: newLeaseId(), workerId: w, tenantId: 9, durationMs: 5_000, fencingToken: ++token });
+          expect(r.ok).toBe(true);
+        }
+        // All of them still live now (none pruned while the others were granted), all expired after this.
+        expect((await store.list()).leases).toHaveLength(workers.length);
+        await elapse(5_100);
+        // One call prunes (and reports) at most 1000; the rest are ended all the same.
+        expect((await store.list()).leases).toEqual([]);
+        const again = await store.acquire({ leaseId: newLeaseId(), workerId: workers.at(-1)!, tenantId: 9, durationMs: HOUR, fencingToken: ++token, maxPerTenant: 1 });
+        expect(again.ok).toBe(true);
+      }),
+      60_000,
+    );
+
+    it(
       "the same grant asked again (ioredis resends a command whose reply a dropped connection lost) answers that grant, not 'held'",
       withStore(async ({ store }) => {
         const worker = wid();

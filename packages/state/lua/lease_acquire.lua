@@ -20,10 +20,10 @@ end
 local highest = redis.call('HGET', K_FENCE, worker)
 if highest and tonumber(token) <= tonumber(highest) then return {'stale_token', now, {highest}, expired} end
 if cap > 0 then
-  -- Expired leases were pruned above: every record left is live.
   local held = 0
   for _, rec in ipairs(redis.call('HVALS', K_LEASES)) do
-    if decode(rec).tenant == tenant then held = held + 1 end
+    local l = decode(rec)
+    if l.tenant == tenant and alive(l) then held = held + 1 end
   end
   if held >= cap then return {'tenant_limit', now, {held}, expired} end
 end

@@ -2,6 +2,6 @@
 local id = ARGV[1]
 local now = now_ms()
 local expired = prune(now)
-local rec = redis.call('HGET', K_LEASES, id)
-if not rec then return {'ok', now, {}, expired} end
-return {'ok', now, {id .. '|' .. rec}, expired}
+local l = live(id)
+if not l then return {'ok', now, {}, expired} end
+return {'ok', now, {id .. '|' .. encode(l)}, expired}

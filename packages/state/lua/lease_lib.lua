@@ -55,14 +55,27 @@ end
 -- without it, flushed): it would read every lease as ended and every worker
 -- as free. So it answers nothing and changes nothing (UNRESTORED) until a
 -- router has put back the live leases from the audit (lease_restore.lua).
+-- Redis' clock as this script's prune read it: a prune takes at most 1000
+-- expired leases (its reply lists each for the audit), so more may remain
+-- after it, and liveness is still judged on expiry.
+local NOW = 0
+
 local function prune(now)
   if redis.call('EXISTS', K_RESTORED) == 0 then error({err = 'UNRESTORED the lease store lost its data: restore it from the audit'}) end
+  NOW = now
   return prune_expired(now)
 end
 
--- The live lease with this id (after prune, every lease present is live).
+-- Whether a lease record is live at the prune's time.
+local function alive(l)
+  return tonumber(l.expires) > NOW
+end
+
+-- The live lease with this id.
 local function live(id)
   local rec = redis.call('HGET', K_LEASES, id)
   if not rec then return nil end
-  return decode(rec)
+  local l = decode(rec)
+  if not alive(l) then return nil end
+  return l
 end

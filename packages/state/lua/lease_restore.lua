@@ -8,6 +8,7 @@
 -- Another router that restored first leaves nothing to do.
 -- Payload: {leases put back}.
 local now = now_ms()
+NOW = now
 if redis.call('EXISTS', K_RESTORED) == 1 then return {'ok', now, {'0'}, {}} end
 -- A store restored before this mark existed may hold leases: those ended go first.
 local expired = prune_expired(now)
