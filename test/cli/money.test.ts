@@ -26,8 +26,8 @@ interface Result {
 }
 
 /** Runs the real CLI; with `redis`, pointed at this file's Redis key prefix. */
-async function sy(args: string[], opts: { redis?: boolean } = {}): Promise<Result> {
-  const env: Record<string, string | undefined> = { ...process.env, DATABASE_URL: db.url };
+async function sy(args: string[], opts: { redis?: boolean; env?: Record<string, string> } = {}): Promise<Result> {
+  const env: Record<string, string | undefined> = { ...process.env, DATABASE_URL: db.url, ...opts.env };
   for (const k of ["REDIS_URL", "SWITCHYARD_REDIS__URL", "SWITCHYARD_REDIS__KEY_PREFIX", "SWITCHYARD_CONFIG"]) delete env[k];
   if (opts.redis) {
     env.REDIS_URL = process.env.TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
@@ -320,6 +320,30 @@ describe("switchyard budgets reconcile", () => {
     const unknown = await sy(["budgets", "reconcile", "nobody"], { redis: true });
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/no tenant named 'nobody'/);
+  });
+});
+
+describe("switchyard budgets set --time-zone", () => {
+  it("another zone rebuilds the tenant's day in it from the ledger: a date of the same name may hold the old zone's counters", { timeout: 60_000 }, async () => {
+    const wayne = await tenant("wayne");
+    expect((await sy(["budgets", "set", "wayne", "--daily-cents", "1000"])).code).toBe(0);
+    const zone = "America/New_York";
+    const nyDay = budgetDay(Date.now(), zone);
+    // The UTC day's counters under the date New York is on now (UTC → New York at 02:00 UTC: yesterday's date), checked.
+    const store = new RedisBudgetStore(r.redis, r.prefix);
+    await store.rebuild({ tenantId: wayne, day: nyDay, spentMicro: 5_000n, holds: [] });
+    await insertLedgerRows(db.db, [ledgerRow(wayne, "w-now", 42n, new Date().toISOString())]);
+    const res = await sy(["budgets", "set", "wayne", "--daily-cents", "1000", "--time-zone", zone], { redis: true, env: { SWITCHYARD_BILLING__REFRESH_MS: "0" } });
+    expect(res.code, res.stderr).toBe(0);
+    expect(res.stderr).toMatch(/the day now starts at midnight America\/New_York: rebuilding today's counters/);
+    expect(res.stdout).toContain(`wayne ${nyDay}: spent $0.00005 → $0.00000042`);
+    expect((await store.snapshot(wayne, nyDay)).spentMicro).toBe(42n);
+    // The same zone again changes no day: nothing rebuilt.
+    const same = await sy(["budgets", "set", "wayne", "--daily-cents", "1000", "--time-zone", zone], { redis: true });
+    expect(same.stdout).not.toContain("spent");
+    // Without Redis, the note says what to run.
+    const noRedis = await sy(["budgets", "set", "wayne", "--daily-cents", "1000", "--time-zone", "UTC"]);
+    expect(noRedis.stderr).toMatch(/run 'switchyard budgets reconcile wayne'/);
   });
 });
 

@@ -72,7 +72,7 @@ export async function budgetsCommand(args: string[], flags: BudgetsFlags): Promi
   try {
     switch (verb) {
       case "set":
-        return await set(db.db, name!, input!);
+        return await set(db.db, name!, input!, redisTarget, config.billing.refreshMs);
       case "show":
         return await show(db.db, name!, flags.day, redisTarget);
       case "list":
@@ -145,9 +145,10 @@ function parseAlerts(text: string): number[] {
   return out;
 }
 
-async function set(db: Db, name: string, input: SetInput): Promise<number> {
+async function set(db: Db, name: string, input: SetInput, target: RedisTarget | undefined, refreshMs: number): Promise<number> {
   const tenant = await findTenant(db, name);
   if (!tenant) return noTenant(name);
+  const before = await getBudget(db, tenant.id);
   let timeZone: string | undefined;
   if (input.timeZone) {
     // The ledger's days are cut by Postgres, the router's by Intl: both must know the zone.
@@ -166,7 +167,19 @@ async function set(db: Db, name: string, input: SetInput): Promise<number> {
   process.stdout.write(
     `budget of ${tenant.name}: ${limitText(b.dailyLimitCents)} per day, day starts at midnight ${b.timeZone}, alerts ${alertsText(b.alertThresholds)}\n`,
   );
-  return 0;
+  if (!before || before.timeZone === b.timeZone) return 0;
+  // Another zone names another day: its live counters in Redis may be the
+  // old zone's for a date of the same name (UTC → New York at 02:00 UTC is
+  // yesterday's date), marked checked, and would be used as they are. So
+  // the day is rebuilt from the ledger, once the routers have picked the
+  // zone up (they re-read budgets every billing.refreshMs).
+  if (!target) {
+    process.stderr.write(`note: the day now starts at midnight ${b.timeZone}: once the routers have picked it up (billing.refreshMs), run 'switchyard budgets reconcile ${tenant.name}' so its live counters are this zone's day\n`);
+    return 0;
+  }
+  process.stderr.write(`the day now starts at midnight ${b.timeZone}: rebuilding today's counters from the ledger in ${refreshMs + 1_000} ms, once the routers have picked it up\n`);
+  await new Promise((r) => setTimeout(r, refreshMs + 1_000));
+  return reconcile(db, tenant.name, undefined, target);
 }
 
 /** The zone as Postgres spells it ("europe/paris" → "Europe/Paris"), or undefined when it has no such zone. */
