@@ -39,6 +39,17 @@ async function activeSequences(agent: AgentHandle): Promise<number> {
   return ev.kind.case === "stats" ? ev.kind.value.activeSequences : -1;
 }
 
+/** What is left of a body, read to its end. */
+async function readRest(reader: ReadableStreamDefaultReader<Uint8Array>): Promise<string> {
+  const dec = new TextDecoder();
+  let text = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return text + dec.decode();
+    text += dec.decode(value, { stream: true });
+  }
+}
+
 const payloads = (text: string) =>
   text
     .split("\n\n")
@@ -105,11 +116,7 @@ describe("worker faults (real engine)", () => {
       let text = dec.decode((await reader.read()).value);
       const pid = agent.supervisor.client!.pid!;
       process.kill(pid, "SIGKILL");
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        text += dec.decode(value);
-      }
+      text += await readRest(reader);
       const events = payloads(text);
       const errors = events.filter((e) => e.startsWith('{"error"'));
       expect(errors).toHaveLength(1);
@@ -142,11 +149,7 @@ describe("worker faults (real engine)", () => {
       const pid = agent.supervisor.client!.pid!;
       process.kill(pid, "SIGSTOP");
       const t0 = performance.now();
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        text += dec.decode(value);
-      }
+      text += await readRest(reader);
       const waited = performance.now() - t0;
       // Silent 1.5 s (checked every 375 ms), then killed: the deadline is minutes away.
       expect(waited).toBeGreaterThan(1400);
@@ -188,11 +191,7 @@ describe("worker faults (real engine)", () => {
       while (payloads(text).length < 8) text += dec.decode((await reader.read()).value);
       const before = payloads(text).map((e) => (JSON.parse(e) as { choices: { text: string }[] }).choices[0]!.text).join("");
       process.kill(serving.supervisor.client!.pid!, "SIGKILL");
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        text += dec.decode(value);
-      }
+      text += await readRest(reader);
       const events = payloads(text);
       expect(events.filter((e) => e.startsWith('{"error"'))).toHaveLength(0);
       expect(events.at(-1)).toBe("[DONE]");
@@ -374,11 +373,7 @@ describe("worker faults (real engine)", () => {
       expect((await chat({ max_tokens: 2 })).status).toBe(503);
       const drainingReadyz = await fetch(`${workerUrl}/readyz`);
       expect([drainingReadyz.status, await drainingReadyz.json()]).toEqual([503, { ready: false, state: "draining" }]);
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        text += dec.decode(value);
-      }
+      text += await readRest(reader);
       const events = payloads(text);
       expect(events.at(-1)).toBe("[DONE]");
       expect(events.filter((e) => e.startsWith('{"error"'))).toHaveLength(0);

@@ -34,8 +34,9 @@ export class PipelineBackend extends WorkerBackend {
   constructor(
     plan: PipelinePlan,
     private readonly conns: WorkerConnections,
-    model = "",
-    private readonly ticketMs = routeTicketMs(600_000),
+    model: string,
+    /** How long its route's tickets are good for (routeTicketMs). */
+    private readonly ticketMs: number,
   ) {
     super(plan.record, conns, model);
     this.current = plan;
