@@ -411,7 +411,7 @@ describe("split models placed by the router from heartbeats", () => {
     expect(Date.now() - killedAt).toBeLessThan(TTL_MS + 2000);
   }, 120_000);
 
-  it("three shards: a last shard lost behind a middle one is reported LOST up the chain and replaced the same way", async () => {
+  it("three shards: a last shard lost behind a middle one is reported LOST up the chain, and every stream over that path is rebuilt around it (never the healthy middle blamed)", async () => {
     // A second pipeline of the same file: 0-10 > 10-20 > 20-30 ×2 (the 0-15 head has no 15-30 tail left).
     const [h3, m3] = await Promise.all([
       startAgent({ ...agentOpts, registry: fx.registry, workerId: "h3", layers: { start: 0, end: 10 } }),
@@ -421,21 +421,34 @@ describe("split models placed by the router from heartbeats", () => {
       spawnTail("t3-a", "20-30");
       spawnTail("t3-b", "20-30");
       await waitFor(() => fx.router.deps.directory.pipelines(LLM).find((p) => p.head.id === "h3")?.stages[1]?.replicas.length === 2, { timeoutMs: 90_000, what: "the 3-shard pipeline with both last shards" });
-      const want = await reference(64);
+      const maxTokens = 200;
+      const want = await reference(maxTokens);
       const pipeline = h3.ctx.shardHead!.pipeline as PipelineHead;
-      let killed = "";
-      const { text, events } = await streamChat(64, (route) => {
-        const last = /> ([^ ]+) 20-30\]/.exec(route)?.[1]?.split("|") ?? [];
-        killed = last[0]!;
-        tails.get(killed)!.child.kill("SIGKILL");
-      });
+      // Four streams on one path, so one connection from the head to the
+      // middle shard: when the last shard dies, some are mid-step and some
+      // wait for their next one. Before, the first loss retired that shared
+      // connection and the waiting ones stepped on a new connection where
+      // they were never opened (an error event), or blamed the middle shard.
+      const streams = 4;
+      let route = "";
+      const running = Promise.all(Array.from({ length: streams }, () => streamChat(maxTokens, (r) => void (route ||= r))));
+      await waitFor(() => pipeline.sequences === streams && route !== "", { timeoutMs: 60_000, intervalMs: 5, what: "four streams decoding through the head at once" });
+      const killed = /> ([^ ]+) 20-30\]/.exec(route)?.[1]?.split("|")[0] ?? "";
+      tails.get(killed)?.child.kill("SIGKILL");
+      const results = await running;
       expect(killed).toMatch(/^t3-[ab]$/);
-      expect(events.filter((e) => e.startsWith('{"error"'))).toEqual([]);
-      expect(events.at(-1)).toBe("[DONE]");
-      expect(text).toBe(want);
-      expect(pipeline.rebuilt.sequences).toBe(1);
+      for (const { text, events } of results) {
+        expect(events.filter((e) => e.startsWith('{"error"'))).toEqual([]);
+        expect(events.at(-1)).toBe("[DONE]");
+        expect(text).toBe(want);
+      }
+      // Each stream was rebuilt once, around the lost shard only.
+      expect(pipeline.rebuilt.sequences).toBe(streams);
       expect(pipeline.rebuilt.lastMs).toBeGreaterThan(0);
       expect(pipeline.rebuilt.lastMs).toBeLessThan(10_000);
+      // The middle shard was never taken for lost: a new stream goes through it.
+      const after = await streamChat(16, () => {});
+      expect(after.events.at(-1)).toBe("[DONE]");
     } finally {
       await Promise.all([h3.stop(), m3.stop()]);
     }

@@ -73,6 +73,22 @@ export class ShardLostError extends ShardLinkError {
 }
 
 /**
+ * A connection the head retired because a shard on its path was lost (found
+ * by another sequence over it): no verdict on the peer at its other end —
+ * the sequences over it are rebuilt around the loss already named, without
+ * taking the healthy shards before it for lost too.
+ */
+export class ShardRetiredError extends ShardLinkError {
+  override name = "ShardRetiredError";
+  constructor(
+    readonly peer: string,
+    readonly lost: string,
+  ) {
+    super(`the connection to shard ${peer} was retired: shard ${lost} on its path was lost`);
+  }
+}
+
+/**
  * A shard down the pipeline refused a frame the way a whole worker refuses a
  * request (a 4xx with its code, as errorJson answers): not a lost shard —
  * the head passes it on to the client instead of rebuilding around it.
@@ -287,6 +303,17 @@ export class ShardLink {
     if (this.pending.size === 0) this.close();
   }
 
+  /**
+   * A shard on this link's path was lost (`lost` names it): new frames are
+   * refused with ShardRetiredError at once, the replies in flight still come
+   * in (or fail with that error if the connection goes first), then it
+   * closes — which frees, on every shard after, what was opened over it.
+   */
+  retire(lost: string): void {
+    this.closed ??= new ShardRetiredError(this.peerName, lost);
+    this.closeWhenIdle();
+  }
+
   get inFlight(): number {
     return this.pending.size;
   }
@@ -335,6 +362,11 @@ export class LazyShardLink {
    * freed what was opened over it, so reconnecting to tell it (to a host
    * that may be unreachable: the connect timeout) is wasted.
    */
+  /** Whether `link` is this one's current connection (not one it replaced). */
+  holds(link: ShardLink): boolean {
+    return this.current === link;
+  }
+
   async existing(): Promise<ShardLink | undefined> {
     const l = await this.link?.catch(() => undefined);
     return l?.alive ? l : undefined;

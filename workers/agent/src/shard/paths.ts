@@ -82,12 +82,19 @@ export class ShardPaths {
     };
   }
 
-  /** Drops a path's connection (one of its replicas was lost): new sequences make a new one. */
-  retire(key: string): void {
+  /**
+   * Drops a path's connection (`lost`, one of its replicas, is gone): new
+   * sequences make a new one. `link`: the connection the loss was found on —
+   * the path's entry is dropped only while it still holds that one (a newer
+   * connection for the same replicas is not someone else's loss). Retiring
+   * never connects: a connection not open is not opened to be closed.
+   */
+  retire(key: string, lost: string, link?: ShardLink): void {
     const entry = this.links.get(key);
-    if (!entry) return;
+    if (link) link.retire(lost);
+    if (!entry || (link && !entry.link.holds(link))) return;
     this.links.delete(key);
-    void entry.link.get().then((l) => l.closeWhenIdle(), () => {});
+    if (!link) void entry.link.existing().then((l) => l?.retire(lost), () => {});
   }
 
   private sweep(): void {

@@ -14,6 +14,9 @@
 // around it: closed everywhere, reopened with the tokens it generated so far,
 // and re-prefilled with prompt + those tokens, so its stream continues with
 // the very next token — no error event, nothing repeated or missing.
+// Every sequence over the connection the loss was found on is rebuilt (the
+// loss is theirs too), each under a fresh id: the healthy shards before the
+// lost one may still hold the old one until the retired connection closes.
 import { randomBytes } from "node:crypto";
 import { create, toBinary, fromBinary } from "@bufbuild/protobuf";
 import {
@@ -37,7 +40,7 @@ import {
 import { EngineError, type EngineClient, type RequestKind } from "../engine/client.ts";
 import type { ShardRoute } from "@switchyard/state";
 import { DTYPE_F16, DTYPE_F32, encodeStep, FrameKind } from "./frame.ts";
-import { ShardLostError, ShardRefusedError, type LazyShardLink } from "./link.ts";
+import { ShardLostError, ShardRefusedError, ShardRetiredError, type LazyShardLink, type ShardLink } from "./link.ts";
 import { staticPath, type PipelinePath, type ShardPaths } from "./paths.ts";
 import { pipelineHiddenStates } from "./hidden.ts";
 
@@ -56,7 +59,8 @@ interface Seq {
   /**
    * The sequence's id on the pipeline (every shard's engine and every STEP
    * frame): 64 random bits, 11 bytes, instead of the request id — each
-   * decode row carries it, so it is the frame's per-row overhead.
+   * decode row carries it, so it is the frame's per-row overhead. A rebuild
+   * gets a new one.
    */
   id: string;
   /** The generation's request id (its events carry it). */
@@ -69,6 +73,13 @@ interface Seq {
   cancelled: boolean;
   open: ShardOpen;
   path: PipelinePath;
+  /**
+   * The connection it was opened on: its steps go over this one only (the
+   * path's connection, once replaced, is one where it was never opened).
+   */
+  link: ShardLink;
+  /** A shard on its connection's path was found lost (by any sequence over it): rebuilt before its next step. */
+  lost?: { at: number; worker: string };
   /** Routed sequences: the route, and the replicas this sequence lost. */
   route?: ShardRoute;
   avoid: Set<string>;
@@ -109,7 +120,7 @@ export class PipelineHead implements GenerateEngine {
    */
   private readonly starting = new Map<string, boolean>();
   /** Sequences whose step is in flight, or that are being rebuilt. */
-  private readonly busy = new Set<string>();
+  private readonly busy = new Set<Seq>();
   private inFlight = 0;
   /** Steps in flight at most, if set (micro-batches along the pipeline; 1 = one step at a time). */
   private readonly fixedDepth: number | undefined;
@@ -139,6 +150,11 @@ export class PipelineHead implements GenerateEngine {
     const l = this.model();
     const own = l ? l.layerEnd - l.layerStart : 0;
     return own > 0 ? Math.max(2, Math.min(8, Math.ceil(l!.nLayers / own))) : 2;
+  }
+
+  /** Sequences open down the pipeline now (decoding, or being rebuilt). */
+  get sequences(): number {
+    return this.seqs.size;
   }
 
   /** Whether generations without a router's route can run (a static `--next`). */
@@ -204,7 +220,7 @@ export class PipelineHead implements GenerateEngine {
       ...(fence ? { fence } : {}),
     });
     const avoid = new Set<string>();
-    const path = await this.openAlong(open, route, avoid);
+    const { path, link } = await this.openAlong(open, route, avoid);
     const queue: Event[] = [];
     let failure: Error | undefined;
     let wake: (() => void) | undefined;
@@ -218,6 +234,7 @@ export class PipelineHead implements GenerateEngine {
       cancelled: this.starting.get(requestId) === true,
       open,
       path,
+      link,
       ...(route ? { route } : {}),
       avoid,
       rebuilds: 0,
@@ -247,9 +264,9 @@ export class PipelineHead implements GenerateEngine {
   /**
    * Opens a sequence here and down a path (the static one, or one through the
    * route avoiding `avoid`, which grows by each replica found lost on the
-   * way); the path it is open on.
+   * way); the path it is open on, and the connection.
    */
-  private async openAlong(open: ShardOpen, route: ShardRoute | undefined, avoid: Set<string>): Promise<PipelinePath> {
+  private async openAlong(open: ShardOpen, route: ShardRoute | undefined, avoid: Set<string>): Promise<{ path: PipelinePath; link: ShardLink }> {
     const engine = this.engine();
     if (!engine?.alive) throw new EngineError(ErrorCode.MODEL_NOT_LOADED, "the head shard's engine is gone");
     await engine.once({ case: "shardOpen", value: open });
@@ -260,12 +277,19 @@ export class PipelineHead implements GenerateEngine {
         const gone = [...avoid].join(", ");
         throw new EngineError(ErrorCode.INTERNAL, `opening the sequence down the pipeline: ${gone ? `shard ${gone} lost and ` : ""}no live replica left for some stage of the route`);
       }
+      let link: ShardLink | undefined;
       try {
-        await (await path.link()).request(FrameKind.OPEN, toBinary(ShardOpenSchema, open));
-        return path;
+        link = await path.link();
+        await link.request(FrameKind.OPEN, toBinary(ShardOpenSchema, open));
+        return { path, link };
       } catch (err) {
         if (route && err instanceof ShardLostError && tries < MAX_REBUILDS && !avoid.has(err.worker)) {
-          this.lose(path, err.worker, avoid);
+          this.lose(path, link, err.worker, avoid);
+          continue;
+        }
+        // Another sequence's loss retired the connection just as this one opened on it: try a fresh one.
+        if (route && err instanceof ShardRetiredError && tries < MAX_REBUILDS) {
+          avoid.add(err.lost);
           continue;
         }
         await this.closeLocal(open.seqId);
@@ -276,11 +300,24 @@ export class PipelineHead implements GenerateEngine {
     }
   }
 
-  /** A replica of `path` is gone: avoided by this sequence, passed over by new ones, and the path's connection closed (its shards then free what was opened over it). */
-  private lose(path: PipelinePath, worker: string, avoid: Set<string>): void {
+  /**
+   * A replica of `path` is gone: avoided by this sequence, passed over by new
+   * ones, and the connection it was found on retired (its shards then free
+   * what was opened over it). Every other sequence over that connection lost
+   * it too: each is rebuilt around it before its next step — stepping on
+   * would reach a dead shard, or a new connection where it was never opened.
+   */
+  private lose(path: PipelinePath, link: ShardLink | undefined, worker: string, avoid: Set<string>): void {
     avoid.add(worker);
     this.opts.paths?.noteLost(worker);
-    this.opts.paths?.retire(path.key);
+    this.opts.paths?.retire(path.key, worker, link);
+    if (!link) return;
+    const at = Date.now();
+    for (const o of this.seqs.values()) {
+      if (o.link !== link || !o.route) continue;
+      o.avoid.add(worker);
+      o.lost ??= { at, worker };
+    }
   }
 
   cancel(requestId: string): void {
@@ -310,10 +347,11 @@ export class PipelineHead implements GenerateEngine {
       .catch(() => {});
   }
 
-  private async closeEverywhere(s: Pick<Seq, "id" | "path">): Promise<void> {
+  private async closeEverywhere(s: Pick<Seq, "id" | "link">): Promise<void> {
     await this.closeLocal(s.id);
     const body = toBinary(ShardCloseSchema, create(ShardCloseSchema, { model: this.model()?.model ?? "", seqId: s.id }));
-    await (await s.path.existing())?.request(FrameKind.CLOSE, body).catch(() => {});
+    // Over the connection it was opened on, never a new one: a closed one freed it on every shard already.
+    await s.link.request(FrameKind.CLOSE, body).catch(() => {});
   }
 
   private done(s: Seq, reason: FinishReason): void {
@@ -335,8 +373,20 @@ export class PipelineHead implements GenerateEngine {
   private async rebuild(s: Seq, lostAt: number): Promise<void> {
     // What is left of the old path frees the sequence when its connection closes (lose() retired it).
     await this.closeLocal(s.id);
-    const open = create(ShardOpenSchema, { ...s.open, generated: s.generated });
-    s.path = await this.openAlong(open, s.route, s.avoid);
+    // A fresh id: a healthy shard before the lost one may hold the old one until that connection closes.
+    const id = randomBytes(8).toString("base64url");
+    const open = create(ShardOpenSchema, { ...s.open, seqId: id, generated: s.generated });
+    const { path, link } = await this.openAlong(open, s.route, s.avoid);
+    if (this.seqs.get(s.id) !== s) {
+      // Ended meanwhile: what was just opened goes too.
+      await this.closeEverywhere({ id, link });
+      return;
+    }
+    this.seqs.delete(s.id);
+    this.seqs.set(id, s);
+    s.id = id;
+    s.path = path;
+    s.link = link;
     s.feed = [...s.promptIds, ...s.generated];
     this.rebuilt.sequences++;
     this.rebuilt.lastMs = Date.now() - lostAt;
@@ -360,28 +410,28 @@ export class PipelineHead implements GenerateEngine {
    */
   private schedule(): void {
     for (const s of [...this.seqs.values()]) {
-      if (s.cancelled && !this.busy.has(s.id)) {
+      if (this.busy.has(s)) continue;
+      if (s.cancelled) {
         this.done(s, FinishReason.CANCELLED);
         void this.closeEverywhere(s);
-      }
+      } else if (s.lost) this.startRebuild(s, s.lost);
     }
     while (this.inFlight < this.depth) {
-      const ready = [...this.seqs.values()].filter((s) => !this.busy.has(s.id)).sort((a, b) => a.readyAt - b.readyAt);
+      const ready = [...this.seqs.values()].filter((s) => !this.busy.has(s)).sort((a, b) => a.readyAt - b.readyAt);
       if (ready.length === 0) return;
-      const key = ready[0]!.path.key;
-      const onPath = ready.filter((s) => s.path.key === key);
+      const link = ready[0]!.link;
+      const onLink = ready.filter((s) => s.link === link);
       // Groups of about equal size: a group re-forms from whoever is ready
       // when its step comes back, so one that started lopsided (streams
       // arriving one by one: 1 + 7, or 6 + 2) would stay so, and a pipeline
       // runs at its largest group's pace. So no group takes more than its
-      // share of the path's sequences; the rest wait for the next slot.
-      const all = [...this.seqs.values()].filter((s) => s.path.key === key).length;
+      // share of the connection's sequences; the rest wait for the next slot.
+      const all = [...this.seqs.values()].filter((s) => s.link === link).length;
       const share = Math.ceil(all / this.depth);
-      const group = onPath.slice(0, Math.min(share, Math.ceil(onPath.length / (this.depth - this.inFlight))));
-      for (const s of group) this.busy.add(s.id);
+      const group = onLink.slice(0, Math.min(share, Math.ceil(onLink.length / (this.depth - this.inFlight))));
+      for (const s of group) this.busy.add(s);
       this.inFlight++;
       this.wire.maxStepsInFlight = Math.max(this.wire.maxStepsInFlight, this.inFlight);
-      const rebuilding: Promise<void>[] = [];
       let deliver: (() => void) | undefined;
       void this.step(group)
         .then((d) => {
@@ -389,35 +439,53 @@ export class PipelineHead implements GenerateEngine {
         })
         .catch((err: unknown) => {
           const e = err instanceof EngineError ? err : new EngineError(ErrorCode.INTERNAL, `pipeline step failed: ${(err as Error).message}`);
-          const lostAt = Date.now();
           for (const s of group) {
             if (!this.seqs.has(s.id)) continue;
-            if (err instanceof ShardLostError && s.route && s.rebuilds < MAX_REBUILDS && !s.cancelled) {
-              s.rebuilds++;
-              this.lose(s.path, err.worker, s.avoid);
-              rebuilding.push(
-                this.rebuild(s, lostAt).catch((re: unknown) => this.failSeq(s, re instanceof EngineError || re instanceof ShardRefusedError ? re : new EngineError(ErrorCode.INTERNAL, (re as Error).message))),
-              );
-            } else {
-              this.opts.log("pipeline step failed", { error: e.message, seq: s.id });
-              this.failSeq(s, e);
+            if (s.route && err instanceof ShardLostError) {
+              // A loss marks every sequence over the connection (this group's too) for a rebuild.
+              this.lose(s.path, s.link, err.worker, s.avoid);
+              continue;
             }
+            if (s.route && err instanceof ShardRetiredError) {
+              // Retired by another's loss (marked then, or just after it opened here): rebuilt next, nobody more to blame.
+              s.avoid.add(err.lost);
+              s.lost ??= { at: Date.now(), worker: err.lost };
+              continue;
+            }
+            this.opts.log("pipeline step failed", { error: e.message, seq: s.id });
+            this.failSeq(s, e);
           }
         })
         .finally(() => {
           this.inFlight--;
-          void Promise.all(rebuilding).then(() => {
-            const now = performance.now();
-            for (const s of group) {
-              this.busy.delete(s.id);
-              s.readyAt = now;
-            }
-            this.schedule();
-            // The group's next step is on its way to the engine first; the streams' SSE work after it.
-            if (deliver) setImmediate(deliver);
-          });
+          const now = performance.now();
+          for (const s of group) {
+            this.busy.delete(s);
+            s.readyAt = now;
+          }
+          this.schedule();
+          // The group's next step is on its way to the engine first; the streams' SSE work after it.
+          if (deliver) setImmediate(deliver);
         });
     }
+  }
+
+  /** Rebuilds a sequence marked lost (it sits out of the steps meanwhile), or ends it with the loss when it may not be rebuilt again. */
+  private startRebuild(s: Seq, lost: { at: number; worker: string }): void {
+    s.lost = undefined;
+    if (s.rebuilds >= MAX_REBUILDS) {
+      this.failSeq(s, new EngineError(ErrorCode.INTERNAL, `shard ${lost.worker} lost, and the sequence was rebuilt ${MAX_REBUILDS} times already`));
+      return;
+    }
+    s.rebuilds++;
+    this.busy.add(s);
+    void this.rebuild(s, lost.at)
+      .catch((re: unknown) => this.failSeq(s, re instanceof EngineError || re instanceof ShardRefusedError ? re : new EngineError(ErrorCode.INTERNAL, (re as Error).message)))
+      .finally(() => {
+        this.busy.delete(s);
+        s.readyAt = performance.now();
+        this.schedule();
+      });
   }
 
   /** One step of `step`'s sequences down the pipeline; what it returns hands their new text (and Done) to their streams. */
@@ -426,7 +494,7 @@ export class PipelineHead implements GenerateEngine {
     const loaded = this.model();
     if (!engine?.alive || !loaded) throw new EngineError(ErrorCode.INTERNAL, "the head shard's engine is gone");
     const dtype = this.opts.f16 ? DTYPE_F16 : DTYPE_F32;
-    const link = await step[0]!.path.link();
+    const link = step[0]!.link;
     const ev = await engine.once({
       case: "shardStep",
       value: {
