@@ -64,6 +64,7 @@ export interface PriceInput {
   outputMicroPerMtok: bigint;
   cachedInputMicroPerMtok?: bigint | null;
   cacheWriteMicroPerMtok?: bigint | null;
+  cacheWrite1hMicroPerMtok?: bigint | null;
   effectiveFrom?: Date;
 }
 
@@ -78,6 +79,7 @@ export async function setPrice(db: Db, input: PriceInput): Promise<Price> {
       outputMicroPerMtok: input.outputMicroPerMtok,
       cachedInputMicroPerMtok: input.cachedInputMicroPerMtok ?? null,
       cacheWriteMicroPerMtok: input.cacheWriteMicroPerMtok ?? null,
+      cacheWrite1hMicroPerMtok: input.cacheWrite1hMicroPerMtok ?? null,
       effectiveFrom: input.effectiveFrom ?? new Date(),
     })
     .onConflictDoUpdate({
@@ -88,6 +90,7 @@ export async function setPrice(db: Db, input: PriceInput): Promise<Price> {
         outputMicroPerMtok: input.outputMicroPerMtok,
         cachedInputMicroPerMtok: input.cachedInputMicroPerMtok ?? null,
         cacheWriteMicroPerMtok: input.cacheWriteMicroPerMtok ?? null,
+        cacheWrite1hMicroPerMtok: input.cacheWrite1hMicroPerMtok ?? null,
       },
     })
     .returning();

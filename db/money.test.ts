@@ -92,9 +92,31 @@ describe("money", () => {
     expect(() => usageCostMicro({ promptTokens: 1, completionTokens: 0, cachedTokens: 2 }, price)).toThrow(RangeError);
   });
 
-  it("worst case: all input plus the full completion allowance", () => {
+  it("usage cost: 5-minute cache writes at the cache-write price, 1-hour ones at theirs (2× input unset)", () => {
+    // Anthropic Sonnet: input $3, cache read $0.30, 5-minute write $3.75, 1-hour write $6, output $15 per Mtok.
+    const price = { inputMicroPerMtok: 300_000_000n, outputMicroPerMtok: 1_500_000_000n, cachedInputMicroPerMtok: 30_000_000n, cacheWriteMicroPerMtok: 375_000_000n };
+    const usage = { promptTokens: 310, completionTokens: 50, cachedTokens: 0, cacheWriteTokens: 300, cacheWrite1hTokens: 200 };
+    // Micro-cents per token: input 300, 5-minute write 375, 1-hour write 600 (2× input), output 1500:
+    // 10 × 300 + 100 × 375 + 200 × 600 + 50 × 1500 = 3,000 + 37,500 + 120,000 + 75,000.
+    expect(usageCostMicro(usage, price)).toBe(235_500n);
+    // Its own 1-hour price when set: 200 × 500 instead.
+    expect(usageCostMicro(usage, { ...price, cacheWrite1hMicroPerMtok: 500_000_000n })).toBe(215_500n);
+    // No 1-hour writes: all 300 at the 5-minute price, as before.
+    expect(usageCostMicro({ ...usage, cacheWrite1hTokens: 0 }, price)).toBe(3_000n + 112_500n + 75_000n);
+    // One ceiling over the sum: one 1-hour token at 2 × 300.000001 micro-cents.
+    expect(usageCostMicro({ promptTokens: 1, completionTokens: 0, cacheWriteTokens: 1, cacheWrite1hTokens: 1 }, { inputMicroPerMtok: 300_000_001n, outputMicroPerMtok: 0n })).toBe(601n);
+    // More 1-hour writes than writes is refused, not priced.
+    expect(() => usageCostMicro({ promptTokens: 10, completionTokens: 0, cacheWriteTokens: 2, cacheWrite1hTokens: 3 }, price)).toThrow(RangeError);
+  });
+
+  it("worst case: every prompt token at its dearest price (a 1-hour cache write, 2× input unset) plus the full completion allowance", () => {
     const price = { inputMicroPerMtok: 300_000_000n, outputMicroPerMtok: 1_500_000_000n };
-    expect(worstCaseMicro(1000, 4096, price)).toBe(300_000n + 6_144_000n);
+    expect(worstCaseMicro(1000, 4096, price)).toBe(600_000n + 6_144_000n);
+    // A 1-hour price set at (or under) the input price: input.
+    expect(worstCaseMicro(1000, 4096, { ...price, cacheWrite1hMicroPerMtok: 300_000_000n })).toBe(300_000n + 6_144_000n);
+    // The dearer of the two write prices.
+    expect(worstCaseMicro(1000, 0, { ...price, cacheWriteMicroPerMtok: 375_000_000n, cacheWrite1hMicroPerMtok: 350_000_000n })).toBe(375_000n);
+    expect(worstCaseMicro(1000, 0, { ...price, cacheWriteMicroPerMtok: 375_000_000n })).toBe(600_000n);
   });
 
   it("formats exactly and parses integer text", () => {

@@ -54,8 +54,15 @@ export interface TokenPrice {
   outputMicroPerMtok: bigint;
   /** null/undefined: cached prompt tokens are priced like ordinary input. */
   cachedInputMicroPerMtok?: bigint | null;
-  /** null/undefined: prompt tokens written to a provider cache are priced like ordinary input. */
+  /** Prompt tokens written to a provider cache for its default lifetime (Anthropic: 5 minutes); null/undefined: priced like ordinary input. */
   cacheWriteMicroPerMtok?: bigint | null;
+  /** Prompt tokens written to a provider cache for one hour (Anthropic `ttl: "1h"`); null/undefined: twice the input price (Anthropic's multiplier). */
+  cacheWrite1hMicroPerMtok?: bigint | null;
+}
+
+/** The price of a one-hour cache write: its own, or twice the input price when none is set. */
+export function cacheWrite1hPrice(price: TokenPrice): bigint {
+  return price.cacheWrite1hMicroPerMtok ?? 2n * price.inputMicroPerMtok;
 }
 
 export interface TokenUsage {
@@ -65,6 +72,8 @@ export interface TokenUsage {
   cachedTokens?: number;
   /** Prompt tokens written to a provider cache, also counted inside promptTokens. */
   cacheWriteTokens?: number;
+  /** Of cacheWriteTokens, those written for one hour (priced at cacheWrite1hPrice; the rest at the cache-write price). */
+  cacheWrite1hTokens?: number;
 }
 
 /** Cost of one request's usage: one ceiling over the exact sum, not one per part. */
@@ -73,24 +82,30 @@ export function usageCostMicro(usage: TokenUsage, price: TokenPrice): Micro {
   const completion = toBigInt(usage.completionTokens, "completionTokens");
   const cached = toBigInt(usage.cachedTokens ?? 0, "cachedTokens");
   const written = toBigInt(usage.cacheWriteTokens ?? 0, "cacheWriteTokens");
-  if (prompt < 0n || completion < 0n || cached < 0n || written < 0n || cached + written > prompt) {
-    throw new RangeError("token counts must satisfy 0 ≤ cached + cache-written ≤ prompt, completion ≥ 0");
+  const written1h = toBigInt(usage.cacheWrite1hTokens ?? 0, "cacheWrite1hTokens");
+  if (prompt < 0n || completion < 0n || cached < 0n || written < 0n || written1h < 0n || cached + written > prompt || written1h > written) {
+    throw new RangeError("token counts must satisfy 0 ≤ cached + cache-written ≤ prompt, 0 ≤ written for 1 h ≤ cache-written, completion ≥ 0");
   }
   const cachedPrice = price.cachedInputMicroPerMtok ?? price.inputMicroPerMtok;
   const writePrice = price.cacheWriteMicroPerMtok ?? price.inputMicroPerMtok;
   const numerator =
-    (prompt - cached - written) * price.inputMicroPerMtok + cached * cachedPrice + written * writePrice + completion * price.outputMicroPerMtok;
+    (prompt - cached - written) * price.inputMicroPerMtok +
+    cached * cachedPrice +
+    (written - written1h) * writePrice +
+    written1h * cacheWrite1hPrice(price) +
+    completion * price.outputMicroPerMtok;
   return divCeil(numerator, TOKENS_PER_MTOK);
 }
 
 /**
- * The most a request can cost: every prompt token at the input price plus
+ * The most a request can cost: every prompt token at the dearest price a
+ * prompt token can have (input, or a cache write of either lifetime) plus
  * the largest completion it may produce at the output price. The budget hold.
  */
 export function worstCaseMicro(inputTokens: number, maxOutputTokens: number, price: TokenPrice): Micro {
-  // Every prompt token might be written to a cache, if that costs more.
-  const write = price.cacheWriteMicroPerMtok ?? 0n;
-  const input = write > price.inputMicroPerMtok ? write : price.inputMicroPerMtok;
+  // Every prompt token might be written to a cache, for an hour at that.
+  let input = price.inputMicroPerMtok;
+  for (const p of [price.cacheWriteMicroPerMtok ?? 0n, cacheWrite1hPrice(price)]) if (p > input) input = p;
   return usageCostMicro({ promptTokens: inputTokens, completionTokens: maxOutputTokens }, { ...price, inputMicroPerMtok: input });
 }
 

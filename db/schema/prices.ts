@@ -16,6 +16,8 @@ export const prices = pgTable(
     cachedInputMicroPerMtok: bigint("cached_input_micro_per_mtok", { mode: "bigint" }),
     /** Prompt tokens written to a provider cache (Anthropic: 1.25× input); null means "priced like input". */
     cacheWriteMicroPerMtok: bigint("cache_write_micro_per_mtok", { mode: "bigint" }),
+    /** Prompt tokens written to a provider cache for one hour (Anthropic `ttl: "1h"`: 2× input); null means "twice the input price". */
+    cacheWrite1hMicroPerMtok: bigint("cache_write_1h_micro_per_mtok", { mode: "bigint" }),
     effectiveFrom: tstz("effective_from").notNull(),
     createdAt: createdAt(),
   },
@@ -23,7 +25,7 @@ export const prices = pgTable(
     primaryKey({ columns: [t.backend, t.model, t.effectiveFrom] }),
     check(
       "prices_nonnegative",
-      sql`${t.inputMicroPerMtok} >= 0 and ${t.outputMicroPerMtok} >= 0 and coalesce(${t.cachedInputMicroPerMtok}, 0) >= 0 and coalesce(${t.cacheWriteMicroPerMtok}, 0) >= 0`,
+      sql`${t.inputMicroPerMtok} >= 0 and ${t.outputMicroPerMtok} >= 0 and coalesce(${t.cachedInputMicroPerMtok}, 0) >= 0 and coalesce(${t.cacheWriteMicroPerMtok}, 0) >= 0 and coalesce(${t.cacheWrite1hMicroPerMtok}, 0) >= 0`,
     ),
   ],
 );

@@ -197,6 +197,19 @@ describe("fromMessagesResponse", () => {
     expect(fromMessagesResponse(msg({}), "claude-haiku").model).toBe("claude-haiku");
   });
 
+  it("counts one-hour cache writes apart (cache_creation), inside the same cache_write_tokens total", () => {
+    const usage = { input_tokens: 10, cache_creation_input_tokens: 300, cache_read_input_tokens: 0, cache_creation: { ephemeral_5m_input_tokens: 100, ephemeral_1h_input_tokens: 200 }, output_tokens: 50 };
+    const out = fromMessagesResponse(msg({ usage }));
+    expect(out.usage).toEqual({ prompt_tokens: 310, completion_tokens: 50, total_tokens: 360, prompt_tokens_details: { cached_tokens: 0, cache_write_tokens: 300, cache_write_1h_tokens: 200 } });
+    expect(usageFrom(out)).toEqual({ prompt: 310, completion: 50, cached: 0, cacheWrite: 300, cacheWrite1h: 200, generationId: "chatcmpl-msg_01abc" });
+    // Five-minute writes only: the OpenAI block is as it always was.
+    const fiveMinutes = fromMessagesResponse(msg({ usage: { ...usage, cache_creation: { ephemeral_5m_input_tokens: 300, ephemeral_1h_input_tokens: 0 } } }));
+    expect(fiveMinutes.usage).toEqual({ prompt_tokens: 310, completion_tokens: 50, total_tokens: 360, prompt_tokens_details: { cached_tokens: 0, cache_write_tokens: 300 } });
+    // A split without its total (or larger than it) is billed by the split, never short.
+    const noTotal = fromMessagesResponse(msg({ usage: { input_tokens: 10, cache_creation: { ephemeral_5m_input_tokens: 100, ephemeral_1h_input_tokens: 200 }, output_tokens: 50 } }));
+    expect(usageFrom(noTotal)).toMatchObject({ prompt: 310, cacheWrite: 300, cacheWrite1h: 200 });
+  });
+
   it("turns tool_use into tool_calls with JSON-string arguments", () => {
     const out = fromMessagesResponse(
       msg({ content: [{ type: "tool_use", id: "toolu_01", name: "get_weather", input: { city: "Paris" } }], stop_reason: "tool_use" }),
@@ -224,7 +237,7 @@ describe("MessagesStreamTranslator", () => {
     const t = new MessagesStreamTranslator({ includeUsage });
     return events.flatMap((e) => t.feed(JSON.stringify(e)));
   };
-  const start = (usage?: Record<string, number>) => ({
+  const start = (usage?: Record<string, unknown>) => ({
     type: "message_start",
     message: { id: "msg_01s", type: "message", role: "assistant", model: "claude-x", content: [], stop_reason: null, stop_sequence: null, ...(usage ? { usage } : {}) },
   });
@@ -252,6 +265,26 @@ describe("MessagesStreamTranslator", () => {
     expect(out.some((s) => s.includes("ping"))).toBe(false);
     // Nothing reaches the relay before there is content to show.
     expect(run([start(), { type: "ping" }, { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } }])).toEqual([]);
+  });
+
+  it("reads one-hour cache writes from message_start and, cumulative, from message_delta", () => {
+    const delta = (usage: Record<string, unknown>) => ({ type: "message_delta", delta: { stop_reason: "end_turn", stop_sequence: null }, usage });
+    const finalUsage = (events: unknown[]) => usageFrom(JSON.parse(run(events).at(-2)!));
+    const text = { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "x" } };
+    const split = (m5: number, h1: number) => ({ ephemeral_5m_input_tokens: m5, ephemeral_1h_input_tokens: h1 });
+    // From message_start, kept through a delta that reports output only.
+    expect(
+      finalUsage([start({ input_tokens: 10, cache_creation_input_tokens: 300, cache_read_input_tokens: 0, cache_creation: split(100, 200), output_tokens: 1 }), text, delta({ output_tokens: 50 }), { type: "message_stop" }]),
+    ).toEqual({ prompt: 310, completion: 50, cached: 0, cacheWrite: 300, cacheWrite1h: 200, generationId: "chatcmpl-msg_01s" });
+    // A later message_delta's counts replace the start's, the split included.
+    expect(
+      finalUsage([
+        start({ input_tokens: 10, cache_creation_input_tokens: 0, output_tokens: 1 }),
+        text,
+        delta({ input_tokens: 10, cache_creation_input_tokens: 300, cache_read_input_tokens: 0, cache_creation: split(120, 180), output_tokens: 50 }),
+        { type: "message_stop" },
+      ]),
+    ).toMatchObject({ prompt: 310, completion: 50, cacheWrite: 300, cacheWrite1h: 180 });
   });
 
   it("leaves the usage chunk out unless asked, or when Anthropic reported none", () => {

@@ -80,5 +80,10 @@ describe("Anthropic crash cost", () => {
     // 500 × 80 + 200 × 8 + 300 × 100 + 500 × 400 = 271,600.
     expect(await lookup.cost({ model: "claude-3-5-haiku-latest", usage, price, signal: signal() })).toMatchObject({ micro: 271_600n, source: "usage_on_crash" });
     expect(await lookup.cost({ model: "claude-3-5-haiku-latest", price, signal: signal() })).toBeUndefined();
+    // 200 of the 300 writes were for one hour: 160 each (2 × input, no 1-hour price set), the other 100 at 100.
+    // 500 × 80 + 200 × 8 + 100 × 100 + 200 × 160 + 500 × 400 = 283,600; at a set 1-hour price of 120: 275,600.
+    const hour = { ...usage, cacheWrite1h: 200 };
+    expect(await lookup.cost({ model: "claude-3-5-haiku-latest", usage: hour, price, signal: signal() })).toMatchObject({ micro: 283_600n, source: "usage_on_crash", usage: hour });
+    expect(await lookup.cost({ model: "claude-3-5-haiku-latest", usage: hour, price: { ...price, cacheWrite1hMicroPerMtok: 120_000_000n }, signal: signal() })).toMatchObject({ micro: 275_600n });
   });
 });

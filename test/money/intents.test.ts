@@ -112,6 +112,8 @@ describe("intents beside paid holds", () => {
     admission.progress({ usage });
     const id = (await redis.redis.xrange(dead.intents.key, "-", "+"))[0]?.[0];
     await waitFor(async () => ((await redis.redis.get(intentProgressKey(redis.prefix, id!))) ?? "").includes('"completion":37'), { what: "the usage note" });
+    // A note as routers wrote them before one-hour writes were counted apart: it is read as none.
+    expect(await redis.redis.get(intentProgressKey(redis.prefix, id!))).not.toContain("cacheWrite1h");
     // The router dies here, before its settle.
     const alive = setup("anthropic-alive", 10n ** 12n);
     const finisher = new OrphanFinisher(alive.intents, alive.guard, { anthropic: new AnthropicCostLookup() }, { scanMs: 60_000, concurrency: 2 });
@@ -127,6 +129,30 @@ describe("intents beside paid holds", () => {
     const snap = await alive.store.snapshot(owner.tenantId, budgetDay(i.arrivedAtMs, "UTC"));
     expect(snap.heldMicro).toBe(0n);
     expect(await redis.redis.exists(intentProgressKey(redis.prefix, id!))).toBe(0);
+    await Promise.all([finisher.close(), dead.ledger.close(), alive.ledger.close()]);
+  });
+
+  it("an Anthropic orphan's one-hour cache writes are noted with its usage and priced apart when it is finished", async () => {
+    const dead = setup("anthropic-1h-dead", 10n ** 12n);
+    const i = input(owner, AN_MODEL);
+    const tab = dead.guard.open(i);
+    const admission = await tab.admit(anthropic);
+    if (!admission.ok || !admission.progress) throw new Error("paid attempt with an intent");
+    admission.progress({ generationId: "chatcmpl-msg_1h" });
+    admission.progress({ usage: { prompt: 1_000, completion: 37, cached: 200, cacheWrite: 300, cacheWrite1h: 200 } });
+    const id = (await redis.redis.xrange(dead.intents.key, "-", "+"))[0]?.[0];
+    await waitFor(async () => ((await redis.redis.get(intentProgressKey(redis.prefix, id!))) ?? "").includes('"cacheWrite1h":200'), { what: "the usage note with its 1-hour writes" });
+    const alive = setup("anthropic-1h-alive", 10n ** 12n);
+    const finisher = new OrphanFinisher(alive.intents, alive.guard, { anthropic: new AnthropicCostLookup() }, { scanMs: 60_000, concurrency: 2 });
+    await sleep(CLAIM_IDLE_MS + 50);
+    await finisher.scan();
+    await sleep(Math.max(0, i.arrivedAtMs + HOLD_TTL_MS + 50 - Date.now()));
+    expect((await finisher.scan()).finished).toBe(1);
+    await alive.ledger.flush();
+    // Micro-cents per token: 500 input × 80 + 200 read × 8 + 100 5-minute writes × 100 + 200 1-hour writes × 160 (2 × input) + 37 output × 400.
+    expect(await db.sql`select cost_micro::text, cost_source, cache_write_tokens from spend_ledger where request_id = ${i.requestId}`).toEqual([
+      { cost_micro: String(500 * 80 + 200 * 8 + 100 * 100 + 200 * 160 + 37 * 400), cost_source: "usage_on_crash", cache_write_tokens: 300 },
+    ]);
     await Promise.all([finisher.close(), dead.ledger.close(), alive.ledger.close()]);
   });
 });

@@ -155,6 +155,34 @@ describe("paid backends on the request path", () => {
     expect(row!.provider_generation_id).toMatch(/msg_/);
   });
 
+  it("Anthropic's one-hour cache writes are priced at the 1-hour price (2× input unset), streamed and not, on the row and the day", async () => {
+    const before = (await snapshot()).spentMicro;
+    // 1000 prompt tokens: 500 fresh, 200 read from cache, 300 written (100 for 5 minutes, 200 for 1 hour).
+    const answer = { kind: "ok", promptTokens: 1000, cachedTokens: 200, cacheWriteTokens: 300, cacheWrite1hTokens: 200, completionTokens: 50 } as const;
+    anthropic.enqueue(answer, answer);
+    const streamed = await chat({ model: AN_MODEL, stream: true, stream_options: { include_usage: true } });
+    expect(streamed.status).toBe(200);
+    // The client sees the writes' total as before, and the 1-hour part.
+    expect(await streamed.text()).toContain('"prompt_tokens_details":{"cached_tokens":200,"cache_write_tokens":300,"cache_write_1h_tokens":200}');
+    const whole = await chat({ model: AN_MODEL });
+    expect(whole.status).toBe(200);
+    expect(((await whole.json()) as { usage: unknown }).usage).toMatchObject({ prompt_tokens: 1000, prompt_tokens_details: { cache_write_tokens: 300, cache_write_1h_tokens: 200 } });
+    const got = await rows([streamed.headers.get("x-request-id")!, whole.headers.get("x-request-id")!]);
+    expect(got).toHaveLength(2);
+    // Micro-cents per token: 500 input × 80 + 200 cache reads × 8 + 100 5-minute writes × 100
+    // + 200 1-hour writes × 160 (2 × 80) + 50 output × 400.
+    const expected = 500n * 80n + 200n * 8n + 100n * 100n + 200n * 160n + 50n * 400n;
+    expect(expected).toBe(103_600n);
+    for (const row of got) {
+      expect(row).toMatchObject({ backend: "anthropic", prompt_tokens: 1000, cached_tokens: 200, cache_write_tokens: 300, completion_tokens: 50, cost_source: "price_table", status: "ok" });
+      expect(BigInt(row.cost_micro)).toBe(expected);
+    }
+    // The day is charged exactly that, twice; no hold is left.
+    const after = await snapshot();
+    expect(after.spentMicro - before).toBe(2n * expected);
+    expect(after.heldMicro).toBe(0n);
+  });
+
   it("a paid backend without a price is never tried: its cost could not be bounded", async () => {
     const seen = openrouter.requests.length;
     const r = await chat({ model: "vendor/unpriced-model" });

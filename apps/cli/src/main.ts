@@ -22,7 +22,7 @@ const commandFlags: Record<string, readonly string[]> = {
   keys: ["tenant", "name"],
   budgets: ["redis", "key-prefix", "daily-cents", "daily-usd", "time-zone", "alerts", "day"],
   limits: ["rpm", "tpm", "key"],
-  prices: ["input", "output", "cached-input", "cache-write", "effective-from", "backend", "model"],
+  prices: ["input", "output", "cached-input", "cache-write", "cache-write-1h", "effective-from", "backend", "model"],
   ledger: ["keep-months", "archive-dir", "months-ahead", "drop"],
 };
 
@@ -134,6 +134,7 @@ export async function main(argv: string[]): Promise<number> {
         output: { type: "string" },
         "cached-input": { type: "string" },
         "cache-write": { type: "string" },
+        "cache-write-1h": { type: "string" },
         "effective-from": { type: "string" },
         backend: { type: "string" },
         // limits

@@ -64,8 +64,9 @@ Usage:
                                         remove a tenant's (or a key's) rate limit
   switchyard limits list                every rate limit
   switchyard prices set openrouter|anthropic|worker MODEL --input USD --output USD [--cached-input USD]
-           [--cache-write USD] [--effective-from YYYY-MM-DD|ISO-INSTANT]
-                                        add a price, in USD per million tokens (stored exactly in micro-cents)
+           [--cache-write USD] [--cache-write-1h USD] [--effective-from YYYY-MM-DD|ISO-INSTANT]
+                                        add a price, in USD per million tokens (stored exactly in micro-cents);
+                                        cache writes: 5-minute (unset: as input) and 1-hour (unset: 2× input)
   switchyard prices list [--backend B] [--model M]…
                                         every price row, marking the one in force now
   switchyard ledger retention --keep-months N [--archive-dir DIR] [--drop]

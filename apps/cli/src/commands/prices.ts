@@ -2,7 +2,7 @@
 // Prices are typed in USD per Mtok and stored as integer micro-cents per Mtok
 // (1 USD = 10^8 micro-cents), parsed from the digits, never through a float.
 // A new price is a new row; routers pick it up within billing.refreshMs.
-import { formatMicroAsUsd, listPrices, setPrice, usdToMicro } from "@switchyard/db";
+import { cacheWrite1hPrice, formatMicroAsUsd, listPrices, setPrice, usdToMicro } from "@switchyard/db";
 import { configFrom, openDb } from "../context.ts";
 import { UsageError } from "../usage.ts";
 
@@ -12,6 +12,7 @@ export interface PricesFlags {
   output?: string;
   "cached-input"?: string;
   "cache-write"?: string;
+  "cache-write-1h"?: string;
   "effective-from"?: string;
   backend?: string;
   model?: string[];
@@ -19,7 +20,7 @@ export interface PricesFlags {
 
 /** Backend kinds a price applies to (Backend.kind in the router). */
 const backends = ["openrouter", "anthropic", "worker"] as const;
-const setFlags = ["input", "output", "cached-input", "cache-write", "effective-from"] as const;
+const setFlags = ["input", "output", "cached-input", "cache-write", "cache-write-1h", "effective-from"] as const;
 const listFlags = ["backend", "model"] as const;
 const BIGINT_MAX = 2n ** 63n - 1n;
 type Price = Awaited<ReturnType<typeof listPrices>>[number];
@@ -44,6 +45,7 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
       outputMicroPerMtok: parsePerMtok("output", flags.output),
       cachedInputMicroPerMtok: flags["cached-input"] === undefined ? null : parsePerMtok("cached-input", flags["cached-input"]),
       cacheWriteMicroPerMtok: flags["cache-write"] === undefined ? null : parsePerMtok("cache-write", flags["cache-write"]),
+      cacheWrite1hMicroPerMtok: flags["cache-write-1h"] === undefined ? null : parsePerMtok("cache-write-1h", flags["cache-write-1h"]),
       effectiveFrom: flags["effective-from"] === undefined ? new Date() : parseInstant(flags["effective-from"]),
     };
     const db = await openDb(configFrom(flags), { migrate: true, quiet: true });
@@ -54,7 +56,8 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
         `price of ${p.backend} ${p.model} ${when} ${p.effectiveFrom.toISOString()}: ` +
           `input ${perMtok(p.inputMicroPerMtok)}, output ${perMtok(p.outputMicroPerMtok)}, ` +
           `cached input ${p.cachedInputMicroPerMtok === null ? "as input" : perMtok(p.cachedInputMicroPerMtok)}, ` +
-          `cache write ${p.cacheWriteMicroPerMtok === null ? "as input" : perMtok(p.cacheWriteMicroPerMtok)}\n`,
+          `cache write ${p.cacheWriteMicroPerMtok === null ? "as input" : perMtok(p.cacheWriteMicroPerMtok)}, ` +
+          `1-hour cache write ${p.cacheWrite1hMicroPerMtok === null ? `2× input (${perMtok(cacheWrite1hPrice(p))})` : perMtok(p.cacheWrite1hMicroPerMtok)}\n`,
       );
       if (backend === "worker") process.stderr.write("note: self-hosted workers are never charged; a worker price is informational\n");
       return 0;
@@ -70,7 +73,7 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
     const models = flags.model?.length ? new Set(flags.model) : undefined;
     const rows = (await listPrices(db.db)).filter((p) => (flags.backend === undefined || p.backend === flags.backend) && (!models || models.has(p.model)));
     const status = statusOf(rows, new Date());
-    const header = ["BACKEND", "MODEL", "EFFECTIVE_FROM", "STATUS", "INPUT_USD_MTOK", "OUTPUT_USD_MTOK", "CACHED_INPUT_USD_MTOK", "CACHE_WRITE_USD_MTOK"];
+    const header = ["BACKEND", "MODEL", "EFFECTIVE_FROM", "STATUS", "INPUT_USD_MTOK", "OUTPUT_USD_MTOK", "CACHED_INPUT_USD_MTOK", "CACHE_WRITE_USD_MTOK", "CACHE_WRITE_1H_USD_MTOK"];
     const usd = (v: bigint | null) => (v === null ? "-" : formatMicroAsUsd(v));
     const lines = rows.map((p, i) => [
       p.backend,
@@ -81,6 +84,7 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
       usd(p.outputMicroPerMtok),
       usd(p.cachedInputMicroPerMtok),
       usd(p.cacheWriteMicroPerMtok),
+      usd(p.cacheWrite1hMicroPerMtok),
     ]);
     const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
     const fmt = (l: string[]) =>

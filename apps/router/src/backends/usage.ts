@@ -1,7 +1,8 @@
 // One reader of OpenAI-shaped `usage` blocks for every backend: workers send
 // plain OpenAI usage, OpenRouter adds `cost` (USD, its own credits) and the
 // generation id, the Anthropic adapter maps cache read/write tokens into
-// `prompt_tokens_details`. Billing reads only this.
+// `prompt_tokens_details` (one-hour writes, priced apart, also as
+// `cache_write_1h_tokens`). Billing reads only this.
 import { usdToMicro } from "@switchyard/db";
 
 export interface Usage {
@@ -12,6 +13,8 @@ export interface Usage {
   cached: number;
   /** Prompt tokens written to the provider's cache (Anthropic prices them higher). */
   cacheWrite: number;
+  /** Of cacheWrite, those written for one hour (Anthropic `ttl: "1h"`, dearer still); absent: none. */
+  cacheWrite1h?: number;
   /** The provider's own charge, when it reports one (OpenRouter `usage.cost`). */
   providerCostMicro?: bigint;
   /** The response's id (OpenRouter `gen-…`): for a paid backend, the line on its invoice; kept on the ledger row. */
@@ -40,6 +43,8 @@ export function usageFrom(payload: unknown, text?: string): Usage | undefined {
     cached: count(details.cached_tokens),
     cacheWrite: count(details.cache_write_tokens),
   };
+  const written1h = Math.min(count(details.cache_write_1h_tokens), usage.cacheWrite);
+  if (written1h > 0) usage.cacheWrite1h = written1h;
   if (u.cost !== undefined && u.cost !== null) {
     // The usage block is the last object holding "cost": search from "usage".
     const at = text?.indexOf('"usage"') ?? -1;

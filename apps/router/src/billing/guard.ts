@@ -492,7 +492,10 @@ export class RequestTab {
     if (!price) return { micro: 0n, source: "estimate", usage }; // cannot happen: unpriced backends are never admitted
     if (o.usage) {
       return {
-        micro: usageCostMicro({ promptTokens: usage.prompt, completionTokens: usage.completion, cachedTokens: usage.cached, cacheWriteTokens: usage.cacheWrite }, price),
+        micro: usageCostMicro(
+          { promptTokens: usage.prompt, completionTokens: usage.completion, cachedTokens: usage.cached, cacheWriteTokens: usage.cacheWrite, cacheWrite1hTokens: usage.cacheWrite1h ?? 0 },
+          price,
+        ),
         source: "price_table",
         usage,
       };

@@ -44,7 +44,7 @@ export interface IntentProgress {
   generationId?: string;
   firstTokenAtMs?: number;
   /** The last usage block seen (OpenRouter's and Anthropic's come with the final chunk). */
-  usage?: { prompt: number; completion: number; cached: number; cacheWrite: number; providerCostMicro?: string };
+  usage?: { prompt: number; completion: number; cached: number; cacheWrite: number; cacheWrite1h?: number; providerCostMicro?: string };
 }
 
 /** Progress a relay reports for an attempt (dispatch calls it; see BudgetVerdict.progress). */
@@ -85,6 +85,7 @@ export function encodeProgressUsage(u: Usage): NonNullable<IntentProgress["usage
     completion: u.completion,
     cached: u.cached,
     cacheWrite: u.cacheWrite,
+    ...(u.cacheWrite1h ? { cacheWrite1h: u.cacheWrite1h } : {}),
     ...(u.providerCostMicro !== undefined ? { providerCostMicro: u.providerCostMicro.toString() } : {}),
   };
 }
@@ -93,6 +94,9 @@ function decodeProgressUsage(u: IntentProgress["usage"]): Usage | undefined {
   if (!u) return undefined;
   const n = (v: unknown) => (Number.isSafeInteger(v) && (v as number) >= 0 ? (v as number) : 0);
   const usage: Usage = { prompt: n(u.prompt), completion: n(u.completion), cached: n(u.cached), cacheWrite: n(u.cacheWrite) };
+  // Notes written before one-hour writes were counted apart have none: 0.
+  const written1h = Math.min(n(u.cacheWrite1h), usage.cacheWrite);
+  if (written1h > 0) usage.cacheWrite1h = written1h;
   if (typeof u.providerCostMicro === "string" && /^\d{1,16}$/.test(u.providerCostMicro)) usage.providerCostMicro = BigInt(u.providerCostMicro);
   return usage;
 }

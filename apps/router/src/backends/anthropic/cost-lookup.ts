@@ -1,8 +1,8 @@
 // What an orphaned Anthropic attempt cost. Anthropic has no per-message cost
 // lookup, so it is its price table × the last usage seen (the message's
-// input, cache-read and cache-write tokens and output so far, as the final
-// usage chunk reported them); without one, nothing (the finisher charges
-// the hold).
+// input, cache-read and cache-write tokens — one-hour writes apart — and
+// output so far, as the final usage chunk reported them); without one,
+// nothing (the finisher charges the hold).
 import { usageCostMicro } from "@switchyard/db";
 import type { CrashCost, CrashCostInput, CrashCostLookup } from "../../billing/orphans.ts";
 
@@ -11,7 +11,11 @@ export class AnthropicCostLookup implements CrashCostLookup {
     const u = input.usage;
     if (!u || !input.price) return undefined;
     const cached = Math.min(u.cached, u.prompt);
-    const micro = usageCostMicro({ promptTokens: u.prompt, completionTokens: u.completion, cachedTokens: cached, cacheWriteTokens: Math.min(u.cacheWrite, u.prompt - cached) }, input.price);
+    const written = Math.min(u.cacheWrite, u.prompt - cached);
+    const micro = usageCostMicro(
+      { promptTokens: u.prompt, completionTokens: u.completion, cachedTokens: cached, cacheWriteTokens: written, cacheWrite1hTokens: Math.min(u.cacheWrite1h ?? 0, written) },
+      input.price,
+    );
     return { micro, source: "usage_on_crash", usage: u, ...(input.generationId ? { generationId: input.generationId } : {}) };
   }
 }

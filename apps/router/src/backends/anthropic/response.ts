@@ -19,18 +19,25 @@ function count(v: unknown): number {
   return typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0;
 }
 
-/** OpenAI usage from Anthropic's: prompt_tokens counts cached and cache-written tokens too. */
+/**
+ * OpenAI usage from Anthropic's: prompt_tokens counts cached and
+ * cache-written tokens too; the one-hour writes (`cache_creation`), priced
+ * apart, go in `cache_write_1h_tokens`. A split larger than the total is
+ * taken over the total (never billed short).
+ */
 export function openaiUsage(u: AnthropicUsage | undefined): OpenAIUsage | undefined {
   if (!u) return undefined;
   const cached = count(u.cache_read_input_tokens);
-  const cacheWrite = count(u.cache_creation_input_tokens);
+  const written5m = count(u.cache_creation?.ephemeral_5m_input_tokens);
+  const written1h = count(u.cache_creation?.ephemeral_1h_input_tokens);
+  const cacheWrite = Math.max(count(u.cache_creation_input_tokens), written5m + written1h);
   const prompt = count(u.input_tokens) + cached + cacheWrite;
   const completion = count(u.output_tokens);
   return {
     prompt_tokens: prompt,
     completion_tokens: completion,
     total_tokens: prompt + completion,
-    prompt_tokens_details: { cached_tokens: cached, cache_write_tokens: cacheWrite },
+    prompt_tokens_details: { cached_tokens: cached, cache_write_tokens: cacheWrite, ...(written1h > 0 ? { cache_write_1h_tokens: written1h } : {}) },
   };
 }
 

@@ -90,12 +90,20 @@ export class MessagesStreamTranslator {
     }
   }
 
-  /** Usage counts in message_delta are cumulative: the last value wins, never a sum. */
+  /** Usage counts in message_delta are cumulative: the last value wins, never a sum (the cache writes' split too, count by count). */
   private mergeUsage(u: AnthropicUsage | undefined): void {
     if (!u) return;
     const next: AnthropicUsage = { ...this.usage };
     for (const k of ["input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"] as const) {
       if (typeof u[k] === "number") next[k] = u[k];
+    }
+    const split = u.cache_creation;
+    if (split && typeof split === "object") {
+      const byTtl = { ...next.cache_creation };
+      for (const k of ["ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"] as const) {
+        if (typeof split[k] === "number") byTtl[k] = split[k];
+      }
+      next.cache_creation = byTtl;
     }
     this.usage = next;
   }

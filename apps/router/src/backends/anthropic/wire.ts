@@ -71,6 +71,8 @@ export interface AnthropicUsage {
   output_tokens?: number | null;
   cache_read_input_tokens?: number | null;
   cache_creation_input_tokens?: number | null;
+  /** The cache writes by lifetime (5-minute and 1-hour writes are priced apart); their sum is cache_creation_input_tokens. */
+  cache_creation?: { ephemeral_5m_input_tokens?: number | null; ephemeral_1h_input_tokens?: number | null } | null;
 }
 
 export interface MessagesResponse {
@@ -84,12 +86,16 @@ export interface MessagesResponse {
   usage?: AnthropicUsage;
 }
 
-/** OpenAI's usage block, with cache reads/writes where the router's usageFrom looks for them. */
+/**
+ * OpenAI's usage block, with cache reads/writes where the router's usageFrom
+ * looks for them; `cache_write_1h_tokens` (of cache_write_tokens, those
+ * written for one hour) only when there are some.
+ */
 export interface OpenAIUsage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
-  prompt_tokens_details: { cached_tokens: number; cache_write_tokens: number };
+  prompt_tokens_details: { cached_tokens: number; cache_write_tokens: number; cache_write_1h_tokens?: number };
 }
 
 export type Json = Record<string, unknown>;
