@@ -109,14 +109,16 @@ describe("money", () => {
     expect(() => usageCostMicro({ promptTokens: 10, completionTokens: 0, cacheWriteTokens: 2, cacheWrite1hTokens: 3 }, price)).toThrow(RangeError);
   });
 
-  it("worst case: every prompt token at its dearest price (a 1-hour cache write, 2× input unset) plus the full completion allowance", () => {
+  it("worst case: every prompt token at its dearest price plus the full completion allowance; a 1-hour cache write (2× input unset) only where the request asks for one", () => {
     const price = { inputMicroPerMtok: 300_000_000n, outputMicroPerMtok: 1_500_000_000n };
-    expect(worstCaseMicro(1000, 4096, price)).toBe(600_000n + 6_144_000n);
+    expect(worstCaseMicro(1000, 4096, price)).toBe(300_000n + 6_144_000n);
+    expect(worstCaseMicro(1000, 4096, price, { hourCache: true })).toBe(600_000n + 6_144_000n);
     // A 1-hour price set at (or under) the input price: input.
-    expect(worstCaseMicro(1000, 4096, { ...price, cacheWrite1hMicroPerMtok: 300_000_000n })).toBe(300_000n + 6_144_000n);
+    expect(worstCaseMicro(1000, 4096, { ...price, cacheWrite1hMicroPerMtok: 300_000_000n }, { hourCache: true })).toBe(300_000n + 6_144_000n);
     // The dearer of the two write prices.
-    expect(worstCaseMicro(1000, 0, { ...price, cacheWriteMicroPerMtok: 375_000_000n, cacheWrite1hMicroPerMtok: 350_000_000n })).toBe(375_000n);
-    expect(worstCaseMicro(1000, 0, { ...price, cacheWriteMicroPerMtok: 375_000_000n })).toBe(600_000n);
+    expect(worstCaseMicro(1000, 0, { ...price, cacheWriteMicroPerMtok: 375_000_000n, cacheWrite1hMicroPerMtok: 350_000_000n }, { hourCache: true })).toBe(375_000n);
+    expect(worstCaseMicro(1000, 0, { ...price, cacheWriteMicroPerMtok: 375_000_000n }, { hourCache: true })).toBe(600_000n);
+    expect(worstCaseMicro(1000, 0, { ...price, cacheWriteMicroPerMtok: 375_000_000n })).toBe(375_000n);
   });
 
   it("formats exactly and parses integer text", () => {

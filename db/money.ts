@@ -99,13 +99,15 @@ export function usageCostMicro(usage: TokenUsage, price: TokenPrice): Micro {
 
 /**
  * The most a request can cost: every prompt token at the dearest price a
- * prompt token can have (input, or a cache write of either lifetime) plus
- * the largest completion it may produce at the output price. The budget hold.
+ * prompt token can have (input, or a cache write) plus the largest
+ * completion it may produce at the output price. The budget hold. A one-hour
+ * cache write counts only where the request asks for one (`hourCache`): it
+ * is the dearest (2× input by default), and a hold priced at it for every
+ * request would halve what a day's budget admits on models that never cache.
  */
-export function worstCaseMicro(inputTokens: number, maxOutputTokens: number, price: TokenPrice): Micro {
-  // Every prompt token might be written to a cache, for an hour at that.
+export function worstCaseMicro(inputTokens: number, maxOutputTokens: number, price: TokenPrice, opts: { hourCache?: boolean } = {}): Micro {
   let input = price.inputMicroPerMtok;
-  for (const p of [price.cacheWriteMicroPerMtok ?? 0n, cacheWrite1hPrice(price)]) if (p > input) input = p;
+  for (const p of [price.cacheWriteMicroPerMtok ?? 0n, opts.hourCache ? cacheWrite1hPrice(price) : 0n]) if (p > input) input = p;
   return usageCostMicro({ promptTokens: inputTokens, completionTokens: maxOutputTokens }, { ...price, inputMicroPerMtok: input });
 }
 

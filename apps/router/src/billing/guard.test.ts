@@ -163,3 +163,53 @@ describe("BudgetGuard holds on a day never checked against the ledger", () => {
     expect((await store.holds(1, DAY)).length).toBe(1);
   });
 });
+
+describe("the hold of a request that asks for a one-hour prompt cache", () => {
+  const paid = { id: "anthropic:m", kind: "anthropic", model: "m", paid: true } as unknown as Backend;
+  const DAY = new Date().toISOString().slice(0, 10);
+  const tenant = { tenantId: 1, tenantName: "t", keyId: 1, prefix: "sy_x", revoked: false };
+  const chat = (messages: unknown[], extra: Record<string, unknown> = {}) => ({ model: "m", max_tokens: 100, messages, ...extra });
+  const text = (t: string, cache?: Record<string, unknown>) => ({ type: "text", text: t, ...(cache ? { cache_control: cache } : {}) });
+
+  it("is found wherever Anthropic's cache_control may sit: a content part, a system part, a tool; a 5-minute or unmarked one is not", () => {
+    const hour = { type: "ephemeral", ttl: "1h" };
+    expect(bodyFacts("/v1/chat/completions", chat([{ role: "user", content: [text("a"), text("b", hour)] }])).hourCache).toBe(true);
+    // A /v1/messages body reaches the guard translated: its system blocks as a system message's parts.
+    expect(bodyFacts("/v1/chat/completions", chat([{ role: "system", content: [text("sys", hour)] }, { role: "user", content: "a" }])).hourCache).toBe(true);
+    expect(bodyFacts("/v1/chat/completions", chat([{ role: "user", content: "a" }], { tools: [{ type: "function", function: { name: "t", parameters: { type: "object" } }, cache_control: hour }] })).hourCache).toBe(true);
+    expect(bodyFacts("/v1/chat/completions", chat([{ role: "user", content: [text("a", { type: "ephemeral" })] }])).hourCache).toBe(false);
+    expect(bodyFacts("/v1/chat/completions", chat([{ role: "user", content: [text("a", { type: "ephemeral", ttl: "5m" })] }])).hourCache).toBe(false);
+    expect(bodyFacts("/v1/chat/completions", chat([{ role: "user", content: "ttl 1h" }])).hourCache).toBe(false);
+  });
+
+  it("holds the prompt at the one-hour write price (2× input unset); any other request at the input price", async () => {
+    const store = new MemoryBudgetStore();
+    const budgets = new StaticBudgets();
+    budgets.budgets.set(1, { limitMicro: 10n ** 9n, timeZone: "UTC", thresholds: [] });
+    const guard = new BudgetGuard({
+      store,
+      budgets,
+      prices: new StaticPriceBook([{ backend: "anthropic", model: "m", inputMicroPerMtok: 3_000_000_000n, outputMicroPerMtok: 15_000_000_000n }]),
+      ledger: { record: async () => {}, flush: async () => {}, close: async () => {} },
+      alerts: async () => true,
+      billing: loadConfig({ env: {} }).billing,
+      log: createLogger("error", {}, () => {}),
+      metrics: new RouterMetrics(),
+      checkDay: async () => undefined,
+    });
+    // The day is checked already (as another router would have).
+    await store.rebuild({ tenantId: 1, day: DAY, spentMicro: 0n, holds: [] });
+    const hold = async (id: string, body: Record<string, unknown>) => {
+      const tab = guard.open({ requestId: id, tenant, path: "/v1/chat/completions", facts: bodyFacts("/v1/chat/completions", body), model: "m", arrivedAtMs: Date.now(), startedAtPerf: performance.now() });
+      expect(await tab.admit(paid)).toMatchObject({ ok: true });
+      return (await store.holds(1, DAY)).find((h) => h.requestId === id)!.amountMicro;
+    };
+    const prompt = "x".repeat(300);
+    const plain = await hold("plain", chat([{ role: "user", content: [text(prompt)] }]));
+    const hour = await hold("hour", chat([{ role: "user", content: [text(prompt, { type: "ephemeral", ttl: "1h" })] }]));
+    const output = 100n * 15_000n;
+    // The same prompt bound, at 3,000 micro-cents a token, then at 6,000.
+    expect(hour - output).toBe(2n * (plain - output));
+    expect(plain - output).toBeGreaterThan(0n);
+  });
+});

@@ -105,12 +105,36 @@ export interface BodyFacts {
   bothLimits: boolean;
   /** Whether the answer is streamed: a non-streamed one is generated whole even when its client leaves. */
   stream: boolean;
+  /** Whether it asks a provider for a one-hour cache write anywhere (the hold then prices the prompt at that rate). */
+  hourCache: boolean;
+}
+
+/**
+ * Whether a body asks for a one-hour prompt cache anywhere: a
+ * `cache_control` with `ttl: "1h"` on a system block, a message, a content
+ * part or a tool (Anthropic's places, which OpenRouter passes on). Walked a
+ * few levels deep only: that is where they sit.
+ */
+export function asksHourCache(v: unknown, depth = 0): boolean {
+  if (depth > 5 || v === null || typeof v !== "object") return false;
+  if (Array.isArray(v)) {
+    for (const x of v) if (typeof x === "object" && asksHourCache(x, depth + 1)) return true;
+    return false;
+  }
+  const o = v as Record<string, unknown>;
+  const cc = o.cache_control;
+  if (cc !== null && typeof cc === "object" && (cc as Record<string, unknown>).ttl === "1h") return true;
+  for (const k in o) {
+    const x = o[k];
+    if (k !== "cache_control" && typeof x === "object" && asksHourCache(x, depth + 1)) return true;
+  }
+  return false;
 }
 
 /** The facts of a body a tab keeps (promptTokens: pass the request class's to save the walk). */
 export function bodyFacts(path: InferencePath, body: Record<string, unknown>, promptTokens = promptTokensUpperBound(path, body)): BodyFacts {
   const limitField = outputLimitField(path, body);
-  return { promptTokens, askedOutput: requestedMaxOutput(path, body), limitField, bothLimits: body[limitField === "max_tokens" ? "max_completion_tokens" : "max_tokens"] !== undefined, stream: body.stream === true };
+  return { promptTokens, askedOutput: requestedMaxOutput(path, body), limitField, bothLimits: body[limitField === "max_tokens" ? "max_completion_tokens" : "max_tokens"] !== undefined, stream: body.stream === true, hourCache: asksHourCache(body) };
 }
 
 /** Typical bytes per token, for estimates when a provider reports no usage (the upper bound uses 1). */
@@ -344,7 +368,7 @@ export class RequestTab {
       deps.metrics.budgetHolds.inc({ outcome: "unlimited" });
       return { ok: true, ...(patch ? { patch } : {}) };
     }
-    const worst = worstCaseMicro(this.input.facts.promptTokens, this.maxOutput, price);
+    const worst = worstCaseMicro(this.input.facts.promptTokens, this.maxOutput, price, { hourCache: this.input.facts.hourCache });
     // Written before the reserve is sent, in the same tick: auto-pipelining
     // puts both in one round trip, and the intent is in Redis before the hold.
     const intent = this.openIntent(backend, worst, budget !== null);
