@@ -327,10 +327,14 @@ export async function ensurePartitions(db: Db, from: Date, to: Date): Promise<st
 export type SpendGrouping = "day" | "backend" | "model";
 
 export interface SpendQuery {
-  /** First day, YYYY-MM-DD, in each tenant's budget time zone (UTC without a budget). */
-  from: string;
+  /**
+   * First day, YYYY-MM-DD, in each tenant's budget time zone (UTC without a
+   * budget). Neither this nor `to`: each tenant's own today (tenants in
+   * different zones are on different dates at once).
+   */
+  from?: string;
   /** Last day, included. */
-  to: string;
+  to?: string;
   tenantId?: number;
   /** day: per tenant × day; backend: … × backend; model: … × backend × model. */
   by?: SpendGrouping;
@@ -363,18 +367,26 @@ const bigintOf = (v: unknown) => BigInt(v as string);
  * model; what `switchyard spend` prints. Sums are exact bigint micro-cents.
  */
 export async function spendByDay(db: Db, q: SpendQuery): Promise<SpendRow[]> {
-  if (!dayPattern.test(q.from) || !dayPattern.test(q.to)) throw new RangeError("from/to must be YYYY-MM-DD");
+  const today = q.from === undefined && q.to === undefined;
+  if (!today && (!dayPattern.test(q.from ?? "") || !dayPattern.test(q.to ?? ""))) throw new RangeError("from/to must be YYYY-MM-DD (or neither: each tenant's today)");
   const by = q.by ?? "day";
-  const day = sql<string>`((${spendLedger.startedAt} at time zone coalesce(${budgets.timeZone}, 'UTC'))::date)::text`;
+  const zone = sql`coalesce(${budgets.timeZone}, 'UTC')`;
+  const day = sql<string>`((${spendLedger.startedAt} at time zone ${zone})::date)::text`;
   const backend = by === "day" ? sql<string | null>`null::text` : sql<string | null>`${spendLedger.backend}`;
   const model = by === "model" ? sql<string | null>`${spendLedger.model}` : sql<string | null>`null::text`;
-  const conditions: SQL[] = [
-    // Any zone's day D lies within UTC [D-1, D+2): this bound lets Postgres
-    // prune partitions before the exact per-tenant day test.
-    sql`${spendLedger.startedAt} >= (${q.from}::date - 1)::timestamp at time zone 'UTC'`,
-    sql`${spendLedger.startedAt} < (${q.to}::date + 2)::timestamp at time zone 'UTC'`,
-    sql`${day}::date between ${q.from}::date and ${q.to}::date`,
-  ];
+  const conditions: SQL[] = today
+    ? [
+        // Any zone's today began at most a day (25 hours across a DST change) ago.
+        sql`${spendLedger.startedAt} >= now() - interval '2 days'`,
+        sql`${day}::date = (now() at time zone ${zone})::date`,
+      ]
+    : [
+        // Any zone's day D lies within UTC [D-1, D+2): this bound lets Postgres
+        // prune partitions before the exact per-tenant day test.
+        sql`${spendLedger.startedAt} >= (${q.from}::date - 1)::timestamp at time zone 'UTC'`,
+        sql`${spendLedger.startedAt} < (${q.to}::date + 2)::timestamp at time zone 'UTC'`,
+        sql`${day}::date between ${q.from}::date and ${q.to}::date`,
+      ];
   if (q.tenantId !== undefined) conditions.push(eq(spendLedger.tenantId, q.tenantId));
   const rows = await db
     .select({

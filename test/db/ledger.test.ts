@@ -151,6 +151,32 @@ describe("spend ledger", () => {
     await expect(t.sql`delete from spend_ledger where request_id = ${r.requestId}`).rejects.toThrow(/append-only/);
   });
 
+  it("no dates: each tenant's own today, which is not the UTC date for a tenant far from UTC", async () => {
+    // At any UTC hour one of these two zones is on another date than UTC:
+    // UTC+14 from 10:00 UTC on (already tomorrow), UTC−11 before 11:00 (still yesterday).
+    const zone = new Date().getUTCHours() >= 10 ? "Pacific/Kiritimati" : "Pacific/Pago_Pago";
+    const far = await newTenant({ dailyLimitCents: 100n, timeZone: zone });
+    const near = await newTenant({ dailyLimitCents: 100n, timeZone: "UTC" });
+    const now = new Date();
+    const utcToday = now.toISOString().slice(0, 10);
+    const farToday = new Intl.DateTimeFormat("en-CA", { timeZone: zone, year: "numeric", month: "2-digit", day: "2-digit" }).format(now);
+    expect(farToday).not.toBe(utcToday);
+    await insertLedgerRows(t.db, [
+      row(far.id, { startedAt: now, costMicro: 7n }),
+      row(near.id, { startedAt: now, costMicro: 11n }),
+      // Two days back: no tenant's today.
+      row(far.id, { startedAt: new Date(now.getTime() - 2 * 86_400_000), costMicro: 1000n }),
+    ]);
+    const today = (await spendByDay(t.db, {})).filter((r) => r.tenantId === far.id || r.tenantId === near.id);
+    expect(today.map((r) => [r.tenantId, r.day, r.costMicro])).toEqual(
+      [
+        [far.id, farToday, 7n],
+        [near.id, utcToday, 11n],
+      ].sort((a, b) => String(a[1]).localeCompare(String(b[1])) || Number(a[0]) - Number(b[0])),
+    );
+    expect(await spendByDay(t.db, { tenantId: far.id })).toMatchObject([{ day: farToday, costMicro: 7n }]);
+  });
+
   it("days follow the tenant's time zone; spend_vs_budget compares with the limit", async () => {
     const tokyo = await newTenant({ dailyLimitCents: 100n, timeZone: "Asia/Tokyo" });
     // 16:00Z on Nov 30 is 01:00 on Dec 1 in Tokyo.
