@@ -55,6 +55,8 @@ interface StandIn {
   open: Set<string>;
   /** Runs before each step this engine takes (a test holds a step here). */
   beforeStep?: (seqIds: string[]) => Promise<void>;
+  /** Runs before each sequence this engine opens. */
+  beforeOpen?: (seqId: string) => Promise<void>;
 }
 
 /**
@@ -76,6 +78,7 @@ function standIn(loaded: Loaded): StandIn {
           case "tokenize":
             return { kind: { case: "tokenIds", value: { ids: PROMPT } } };
           case "shardOpen":
+            await self.beforeOpen?.(v.seqId);
             if (seqs.has(v.seqId)) throw new Error(`sequence "${v.seqId}" is already open on this shard`);
             seqs.set(v.seqId, { pos: 0, produced: v.generated?.length ?? 0, max: v.maxTokens });
             self.open.add(v.seqId);
@@ -229,5 +232,43 @@ describe("a head shard's streams over one path, when a shard after the middle on
     expect(rb).toEqual({ ids: expected(5), finish: FinishReason.LENGTH });
     expect(p.head.rebuilt.sequences).toBe(2);
     await until(() => p.mid.open.size === 0 && p.tailB.open.size === 0 && p.headEngine.open.size === 0, "every shard to free the sequences");
+  });
+
+  it("a loss reported again while a stream is being rebuilt (another step over the old connection) does not rebuild it twice", async () => {
+    // As above, and the first stream's reopening is held at tail-b until the
+    // second stream's step, released at the middle shard, has come back LOST
+    // over the old connection too.
+    const p = await pipeline(2);
+    const atTail = gate();
+    const atMid = gate();
+    const reopening = gate();
+    let first: string | undefined;
+    p.tailA.beforeStep = () => atTail.wait();
+    p.mid.beforeStep = async (ids) => {
+      first ??= ids[0];
+      if (ids[0] !== first) await atMid.wait();
+    };
+    let reopens = 0; // reopenings that reached tail-b
+    p.tailB.beforeOpen = () => {
+      reopens++;
+      return reopening.wait();
+    };
+    const a = collect(p.routed.call(generate(5), "a"));
+    const b = collect(p.routed.call(generate(5), "b"));
+    await Promise.all([atTail.hit, atMid.hit]);
+    const old = [...p.mid.open];
+    p.tailA.kill();
+    await reopening.hit;
+    atMid.open();
+    // The second stream's step came back LOST: the retired connection had
+    // nothing more in flight and closed, and the middle shard freed both old ids.
+    await until(() => old.every((id) => !p.mid.open.has(id)), "the old connection to close");
+    expect(reopens).toBe(1);
+    expect(p.head.rebuilt.sequences).toBe(0);
+    reopening.open();
+    const [ra, rb] = await Promise.all([a, b]);
+    expect(ra).toEqual({ ids: expected(5), finish: FinishReason.LENGTH });
+    expect(rb).toEqual({ ids: expected(5), finish: FinishReason.LENGTH });
+    expect(p.head.rebuilt.sequences).toBe(2);
   });
 });

@@ -78,8 +78,12 @@ interface Seq {
    * path's connection, once replaced, is one where it was never opened).
    */
   link: ShardLink;
-  /** A shard on its connection's path was found lost (by any sequence over it): rebuilt before its next step. */
-  lost?: { at: number; worker: string };
+  /**
+   * A shard on the path of `link` (its connection then) was found lost, by
+   * any sequence over it: rebuilt before its next step — unless it is on
+   * another connection by then (a rebuild already under way moved it).
+   */
+  lost?: { at: number; worker: string; link: ShardLink };
   /** Routed sequences: the route, and the replicas this sequence lost. */
   route?: ShardRoute;
   avoid: Set<string>;
@@ -316,7 +320,7 @@ export class PipelineHead implements GenerateEngine {
     for (const o of this.seqs.values()) {
       if (o.link !== link || !o.route) continue;
       o.avoid.add(worker);
-      o.lost ??= { at, worker };
+      o.lost ??= { at, worker, link };
     }
   }
 
@@ -406,7 +410,7 @@ export class PipelineHead implements GenerateEngine {
    * this shard computes the next group's, so with many streams every shard
    * works at once. A sequence is in at most one step at a time, so its
    * tokens stay in order; a group re-forms from whoever is ready, and holds
-   * sequences of one path only (they share the connection).
+   * sequences opened over one connection only (its STEP goes over that one).
    */
   private schedule(): void {
     for (const s of [...this.seqs.values()]) {
@@ -414,7 +418,8 @@ export class PipelineHead implements GenerateEngine {
       if (s.cancelled) {
         this.done(s, FinishReason.CANCELLED);
         void this.closeEverywhere(s);
-      } else if (s.lost) this.startRebuild(s, s.lost);
+      } else if (s.lost && s.lost.link !== s.link) s.lost = undefined;
+      else if (s.lost) this.startRebuild(s, s.lost);
     }
     while (this.inFlight < this.depth) {
       const ready = [...this.seqs.values()].filter((s) => !this.busy.has(s)).sort((a, b) => a.readyAt - b.readyAt);
@@ -449,7 +454,7 @@ export class PipelineHead implements GenerateEngine {
             if (s.route && err instanceof ShardRetiredError) {
               // Retired by another's loss (marked then, or just after it opened here): rebuilt next, nobody more to blame.
               s.avoid.add(err.lost);
-              s.lost ??= { at: Date.now(), worker: err.lost };
+              s.lost ??= { at: Date.now(), worker: err.lost, link: s.link };
               continue;
             }
             this.opts.log("pipeline step failed", { error: e.message, seq: s.id });
