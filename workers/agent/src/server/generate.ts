@@ -257,6 +257,11 @@ export async function runGenerate(
   };
   /** The client went away (cancel): what fails after that is its leaving, not the engine. */
   let gone = false;
+  // Pushed as the engine makes tokens, without waiting for a slow reader
+  // (no backpressure, on purpose): the sequence's batch slot is the scarce
+  // thing, and holding it for a reader would slow every stream batched with
+  // it. What waits here is bounded by the sequence's own max_tokens (text,
+  // a few hundred bytes an event), and a reader that leaves cancels it.
   const stream = new ReadableStream<Uint8Array>({
     async start(controller) {
       let current = first;
