@@ -2,7 +2,7 @@
 // counters and ledger stream, real Postgres) with the OpenRouter and
 // Anthropic fakes as paid backends and a sim worker as the free one.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { setBudget, setPrice, usdToMicro, deleteBudget } from "@switchyard/db";
+import { setBudget, setPrice, usdToMicro, deleteBudget, worstCaseMicro } from "@switchyard/db";
 import { budgetDay } from "@switchyard/state";
 import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
@@ -10,6 +10,7 @@ import { SimWorker } from "#testkit/sim-worker";
 import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { bodyFacts } from "../../apps/router/src/billing/guard.ts";
+import { promptTokensUpperBound } from "../../apps/router/src/billing/estimate.ts";
 
 let fx: RouterFixture;
 let openrouter: FakeOpenRouter;
@@ -310,6 +311,47 @@ describe("budgets", () => {
     const s = await fx.router.deps.guard.deps.store.snapshot(t.tenant.id, today());
     expect(s.spentMicro).toBe(1_000_000n);
     expect(s.heldMicro).toBe(0n);
+  });
+
+  it("big data: URL images are held at what their size can cost, not 2,000 tokens each: refused where that admitted them", async () => {
+    const { createTenant, createKey } = await import("@switchyard/db");
+    const t = await createTenant(fx.db.db, "imaged");
+    if (!t.ok) throw new Error("tenant");
+    const { key } = await createKey(fx.db.db, t.tenant.id);
+    await setBudget(fx.db.db, { tenantId: t.tenant.id, dailyLimitCents: 1n });
+    const post = (body: Record<string, unknown>) =>
+      fetch(`${fx.router.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    // An 8000×8000 PNG's header (Anthropic's largest accepted size): 11 × 11 Gemini tiles of 258 tokens, 31,218 at most.
+    const ihdr = Buffer.alloc(33);
+    ihdr.set([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+    ihdr.writeUInt32BE(13, 8);
+    ihdr.write("IHDR", 12, "latin1");
+    ihdr.writeUInt32BE(8000, 16);
+    ihdr.writeUInt32BE(8000, 20);
+    ihdr.set([8, 2, 0, 0, 0], 24);
+    const picture = { type: "image_url", image_url: { url: `data:image/png;base64,${ihdr.toString("base64")}` } };
+    const text = { type: "text", text: "Which of these differ?" };
+    const body = { model: OR_MODEL, max_tokens: 5, messages: [{ role: "user", content: [text, picture, picture, picture] }] };
+    const price = { inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n };
+    // The old bound, 2,000 a picture, held well under the day's cent; the pictures' sizes can cost more than the cent.
+    const textOnly = promptTokensUpperBound("/v1/chat/completions", { messages: [{ role: "user", content: [text] }] });
+    expect(worstCaseMicro(textOnly + 3 * 2_000, 5, price)).toBeLessThan(1_000_000n);
+    expect(worstCaseMicro(bodyFacts("/v1/chat/completions", body).promptTokens, 5, price)).toBeGreaterThan(1_000_000n);
+    const seen = openrouter.requests.length;
+    const r = await post(body);
+    expect(r.status).toBe(402);
+    expect(((await r.json()) as { error: { code: string } }).error.code).toBe("budget_exceeded");
+    expect(openrouter.requests.length).toBe(seen);
+    // The same words without the pictures fit the cent, and nothing stays held.
+    const ok = await post({ model: OR_MODEL, max_tokens: 5, messages: [{ role: "user", content: [text] }] });
+    expect(ok.status).toBe(200);
+    await ok.text();
+    await fx.router.deps.guard.flush();
+    expect((await fx.router.deps.guard.deps.store.snapshot(t.tenant.id, today())).heldMicro).toBe(0n);
   });
 
   it("a settle retried 5 times leaves one ledger row and counts the spend once", async () => {

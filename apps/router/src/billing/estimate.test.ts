@@ -1,5 +1,7 @@
 import { describe, expect, it } from "vitest";
+import { toChatRequest } from "../translate/messages/request.ts";
 import { promptTokensUpperBound } from "./estimate.ts";
+import { anthropicTokens, base64Bytes, IMAGE_TOKENS_UNKNOWN_SIZE, imageSize, imageTokensUpperBound, openaiPatchTokens, openaiTileTokens } from "./media.ts";
 
 describe("a prompt's token bound", () => {
   // Byte-level BPE makes at most one token per UTF-8 byte: the bound counts the bytes a worker or provider is sent.
@@ -22,5 +24,126 @@ describe("a prompt's token bound", () => {
   it("counts every message and its framing", () => {
     const two = promptTokensUpperBound("/v1/chat/completions", { messages: [{ role: "user", content: "é" }, { role: "assistant", content: [{ type: "text", text: "€" }] }] });
     expect(two - promptTokensUpperBound("/v1/chat/completions", { messages: [{ role: "user", content: "" }, { role: "assistant", content: [{ type: "text", text: "" }] }] })).toBe(2 + 3);
+  });
+});
+
+describe("an image's and an audio clip's token bound", () => {
+  const chatParts = (...parts: unknown[]) => promptTokensUpperBound("/v1/chat/completions", { messages: [{ role: "user", content: parts }] });
+  const partTokens = (part: unknown) => chatParts(part) - chatParts();
+  const image = (bytes: Buffer, type = "image/png") => ({ type: "image_url", image_url: { url: `data:${type};base64,${bytes.toString("base64")}` } });
+  /** The old flat count per image or clip, which these must go above. */
+  const OLD_FLAT = 2_000;
+
+  // Headers built by hand, as the formats lay them out (the rest of the file is never read).
+  const u16be = (n: number) => Buffer.from([n >> 8, n & 0xff]);
+  const u16le = (n: number) => Buffer.from([n & 0xff, n >> 8]);
+  const u24le = (n: number) => Buffer.from([n & 0xff, (n >> 8) & 0xff, n >> 16]);
+  const u32le = (n: number) => {
+    const b = Buffer.alloc(4);
+    b.writeUInt32LE(n);
+    return b;
+  };
+  const png = (w: number, h: number) => {
+    const ihdr = Buffer.alloc(25);
+    ihdr.writeUInt32BE(13, 0);
+    ihdr.write("IHDR", 4, "latin1");
+    ihdr.writeUInt32BE(w, 8);
+    ihdr.writeUInt32BE(h, 12);
+    ihdr.set([8, 6, 0, 0, 0], 16); // 8-bit RGBA; CRC left zero
+    return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), ihdr, Buffer.alloc(64)]);
+  };
+  const segment = (marker: number, body: Buffer) => Buffer.concat([Buffer.from([0xff, marker]), u16be(body.length + 2), body]);
+  /** SOI, a JFIF APP0, an EXIF APP1 of `exifBytes` (pushes the frame header far past the first bytes decoded), a DQT, then SOFn. */
+  const jpeg = (w: number, h: number, sof = 0xc0, exifBytes = 40_000) =>
+    Buffer.concat([
+      Buffer.from([0xff, 0xd8]),
+      segment(0xe0, Buffer.from("JFIF\0\x01\x01\0\0\x01\0\x01\0\0", "latin1")),
+      segment(0xe1, Buffer.concat([Buffer.from("Exif\0\0", "latin1"), Buffer.alloc(exifBytes - 6, 0x2a)])),
+      segment(0xdb, Buffer.alloc(65)),
+      segment(sof, Buffer.concat([Buffer.from([8]), u16be(h), u16be(w), Buffer.from([3, 1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1])])),
+      Buffer.from([0xff, 0xda]),
+    ]);
+  const gif = (w: number, h: number) => Buffer.concat([Buffer.from("GIF89a", "latin1"), u16le(w), u16le(h), Buffer.from([0xf7, 0, 0]), Buffer.alloc(32)]);
+  const riff = (kind: string, chunk: Buffer) => Buffer.concat([Buffer.from("RIFF", "latin1"), u32le(4 + chunk.length), Buffer.from(kind, "latin1"), chunk]);
+  const webpLossy = (w: number, h: number) =>
+    riff("WEBP", Buffer.concat([Buffer.from("VP8 ", "latin1"), u32le(30), Buffer.from([0x50, 0x02, 0x00, 0x9d, 0x01, 0x2a]), u16le(w), u16le(h), Buffer.alloc(20)]));
+  const webpLossless = (w: number, h: number) =>
+    riff("WEBP", Buffer.concat([Buffer.from("VP8L", "latin1"), u32le(20), Buffer.from([0x2f]), u32le((w - 1) | ((h - 1) << 14)), Buffer.alloc(15)]));
+  const webpExtended = (w: number, h: number) =>
+    riff("WEBP", Buffer.concat([Buffer.from("VP8X", "latin1"), u32le(10), Buffer.from([0x10, 0, 0, 0]), u24le(w - 1), u24le(h - 1), Buffer.alloc(16)]));
+
+  it("reads the pixel size of PNG, JPEG (baseline and progressive, behind a 40 kB EXIF segment), GIF and WebP (VP8, VP8L, VP8X) headers", () => {
+    const want = { width: 3000, height: 2000 };
+    for (const bytes of [png(3000, 2000), jpeg(3000, 2000), jpeg(3000, 2000, 0xc2), gif(3000, 2000), webpLossy(3000, 2000), webpLossless(3000, 2000), webpExtended(3000, 2000)]) {
+      expect(imageSize(bytes.toString("base64"))).toEqual(want);
+    }
+    // Cut off before the frame header: unknown, never a small guess.
+    expect(imageSize(jpeg(3000, 2000).subarray(0, 30_000).toString("base64"))).toBeUndefined();
+  });
+
+  it("bounds a large image by the dearest provider formula, far above the old flat 2,000", () => {
+    // 4000×3000 on OpenAI's tiles: 2048×1536 → 1024×768 → 2×2 tiles; gpt-4o-mini 2,833 + 4 × 5,667.
+    for (const bytes of [png(4000, 3000), jpeg(4000, 3000), gif(4000, 3000), webpLossy(4000, 3000), webpExtended(4000, 3000)]) {
+      expect(partTokens(image(bytes))).toBe(2_833 + 4 * 5_667);
+    }
+    // A very wide image is 2 × 4 tiles once it fits 2048 px.
+    expect(partTokens(image(png(6000, 2000)))).toBe(2_833 + 8 * 5_667);
+    // 12,000 × 12,000 on Gemini: 16 × 16 tiles of 258, the most of all formulas at that size.
+    expect(partTokens(image(png(12_000, 12_000)))).toBe(256 * 258);
+    expect(partTokens(image(png(4000, 3000)))).toBeGreaterThan(OLD_FLAT);
+  });
+
+  it("small images cost what the formulas say for them (a 1×1 PNG: gpt-4o-mini's one tile)", () => {
+    expect(partTokens(image(png(1, 1)))).toBe(2_833 + 5_667);
+    expect(imageTokensUpperBound({ width: 1, height: 1 })).toBe(2_833 + 5_667);
+  });
+
+  it("an image it cannot size (an http URL, an unknown header, a data: URL not in base64) counts the most any size can after the providers' downscaling", () => {
+    expect(IMAGE_TOKENS_UNKNOWN_SIZE).toBe(2_833 + 8 * 5_667);
+    for (const url of ["https://example.com/cat.png", "data:image/bmp;base64,Qk0AAAAA", "data:image/svg+xml,<svg/>"]) {
+      expect(partTokens({ type: "image_url", image_url: { url } })).toBe(IMAGE_TOKENS_UNKNOWN_SIZE);
+    }
+    // That bound is above every capped formula at every size (Gemini's uncapped tiles aside).
+    for (let w = 1; w <= 9000; w += 97) {
+      for (let h = 1; h <= 9000; h += 89) {
+        const size = { width: w, height: h };
+        expect(Math.max(openaiTileTokens(size), openaiPatchTokens(size), anthropicTokens(size))).toBeLessThanOrEqual(IMAGE_TOKENS_UNKNOWN_SIZE);
+      }
+    }
+  });
+
+  it("counts an Anthropic image block (translated to a data: URL) the same way", () => {
+    const data = png(4000, 3000).toString("base64");
+    const { chat } = toChatRequest({ model: "m", max_tokens: 10, messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data } }] }] });
+    expect(promptTokensUpperBound("/v1/chat/completions", chat)).toBeGreaterThanOrEqual(2_833 + 4 * 5_667);
+  });
+
+  /** A WAV header (PCM) and `seconds` of silence. */
+  const wav = (sampleRate: number, bytesPerSample: number, seconds: number, byteRate = sampleRate * bytesPerSample) => {
+    const data = Buffer.alloc(sampleRate * bytesPerSample * seconds, 0x80);
+    const fmt = Buffer.concat([Buffer.from("fmt ", "latin1"), u32le(16), u16le(1), u16le(1), u32le(sampleRate), u32le(byteRate), u16le(bytesPerSample), u16le(bytesPerSample * 8)]);
+    return riff("WAVE", Buffer.concat([fmt, Buffer.from("data", "latin1"), u32le(data.length), data]));
+  };
+  const audio = (bytes: Buffer, format: string) => ({ type: "input_audio", input_audio: { data: bytes.toString("base64"), format } });
+
+  it("bounds a WAV clip by its header's byte rate: two minutes of 8 kHz 8-bit audio at 32 tokens a second", () => {
+    const clip = wav(8_000, 1, 120);
+    const tokens = partTokens(audio(clip, "wav"));
+    expect(tokens).toBe(Math.ceil((clip.length / 8_000) * 32)); // the header's 44 bytes count as audio: a bound
+    expect(tokens).toBeGreaterThan(120 * 32);
+    expect(tokens).toBeGreaterThan(OLD_FLAT);
+    // A byte rate claiming more than the samples make is not believed (PCM plays by sample rate × block size).
+    expect(partTokens(audio(wav(8_000, 1, 120, 1_000_000), "wav"))).toBe(tokens);
+  });
+
+  it("bounds an MP3 at its lowest frame bitrate (8 kbps) and other formats at a 1 kbps floor, from the base64 length alone", () => {
+    const bytes = Buffer.alloc(100_000, 0x55);
+    expect(partTokens(audio(bytes, "mp3"))).toBe(100 * 32);
+    expect(partTokens(audio(bytes, "ogg"))).toBe(800 * 32);
+    // A "wav" that is not RIFF: the floor, not a guess.
+    expect(partTokens(audio(bytes, "wav"))).toBe(800 * 32);
+    expect(base64Bytes(bytes.toString("base64"))).toBe(100_000);
+    expect(base64Bytes(Buffer.alloc(100_001).toString("base64"))).toBe(100_001);
+    expect(base64Bytes(Buffer.alloc(100_002).toString("base64").replace(/=+$/, ""))).toBe(100_002);
   });
 });

@@ -1,14 +1,14 @@
 // Upper bounds for a request's tokens before it runs, for the budget hold.
 // No provider tokenizer is at hand for every paid model, but byte-level BPE
 // never makes more tokens than UTF-8 bytes, so bytes (+ per-message framing)
-// bound the prompt from above. Images are counted at a fixed generous size.
+// bound the prompt from above. Images and audio are bounded by the providers'
+// own formulas, from the size their headers give (media.ts).
 import type { InferencePath } from "../backends/types.ts";
 import { bodyEdited } from "../body-text.ts";
+import { audioTokensUpperBound, IMAGE_TOKENS_UNKNOWN_SIZE, imageUrlTokens } from "./media.ts";
 
 /** Per-message framing tokens (role markers, separators) — generous for every chat template. */
 const MESSAGE_OVERHEAD = 8;
-/** Tokens charged for one image at most (Anthropic ≈ 1,600 at its max size; OpenAI high detail less). */
-const IMAGE_TOKENS = 2_000;
 /**
  * A string's UTF-8 length (a lone surrogate counts as the 3 bytes of the
  * U+FFFD it is sent as), counted natively without encoding it: an ASCII
@@ -18,13 +18,33 @@ function bytes(s: string): number {
   return Buffer.byteLength(s, "utf8");
 }
 
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null;
+
+/**
+ * One content part. Images and audio by media.ts; any other part (text, a
+ * `file` part's base64 PDF, …) by the bytes of its text or JSON.
+ */
+function partTokens(part: Record<string, unknown> | null | undefined): number {
+  switch (part?.type) {
+    case "image_url":
+      return imageUrlTokens(isRecord(part.image_url) ? part.image_url.url : part.image_url);
+    case "image":
+      return IMAGE_TOKENS_UNKNOWN_SIZE;
+    case "input_audio": {
+      const audio = isRecord(part.input_audio) ? part.input_audio : {};
+      return audioTokensUpperBound(audio.data, audio.format);
+    }
+    default:
+      return bytes(typeof part?.text === "string" ? part.text : JSON.stringify(part ?? ""));
+  }
+}
+
 function contentTokens(content: unknown): number {
   if (typeof content === "string") return bytes(content);
   if (Array.isArray(content)) {
     let n = 0;
     for (const part of content as Array<Record<string, unknown>>) {
-      if (part?.type === "image_url" || part?.type === "image" || part?.type === "input_audio") n += IMAGE_TOKENS;
-      else n += bytes(typeof part?.text === "string" ? part.text : JSON.stringify(part ?? ""));
+      n += partTokens(part);
     }
     return n;
   }

@@ -1,0 +1,259 @@
+// The most prompt tokens an image or an audio clip can cost, from what the
+// request carries: an image's pixel size read from its header, a clip's
+// length from its byte count. For the budget hold (estimate.ts): the max over
+// every provider formula we route to, never a guess. Only the first bytes of
+// a base64 payload are decoded; its length comes from the string's.
+
+/** Bytes of a payload decoded at most to find an image's size (a JPEG's frame header follows its EXIF/ICC segments). */
+const HEAD_MAX = 512 * 1024;
+
+/** The bytes a base64 payload decodes to, at most (whitespace is counted as data: longer, so still a bound). */
+export function base64Bytes(b64: string): number {
+  const n = b64.length;
+  let pad = 0;
+  if (n > 0 && b64.charCodeAt(n - 1) === 61) pad++;
+  if (n > 1 && b64.charCodeAt(n - 2) === 61) pad++;
+  return Math.max(0, Math.floor((n * 3) / 4) - pad);
+}
+
+/** A base64 payload's first bytes, decoding more of it only when asked (from its start: whitespace inside is skipped as a decoder would). */
+class Head {
+  bytes: Buffer;
+  constructor(private readonly b64: string) {
+    this.bytes = this.decode(64);
+  }
+
+  private decode(n: number): Buffer {
+    return Buffer.from(this.b64.length <= Math.ceil(n / 3) * 4 + 16 ? this.b64 : this.b64.slice(0, Math.ceil(n / 3) * 4 + 16), "base64");
+  }
+
+  /** Whether bytes [0, end) are there, decoding further (doubling, up to HEAD_MAX) when they are not yet. */
+  has(end: number): boolean {
+    if (end <= this.bytes.length) return true;
+    if (end > HEAD_MAX || this.bytes.length >= base64Bytes(this.b64)) return false;
+    this.bytes = this.decode(Math.min(HEAD_MAX, Math.max(end + 1024, this.bytes.length * 2)));
+    return end <= this.bytes.length;
+  }
+}
+
+/** The base64 payload of a `data:…;base64,` URL, or undefined (an http(s) URL, or data not in base64). */
+export function dataUrlBase64(url: string): string | undefined {
+  if (url.length < 5 || url.slice(0, 5).toLowerCase() !== "data:") return undefined;
+  // The media type is short: never scan a long payload for a comma that is not there.
+  const comma = url.lastIndexOf(",", 256);
+  if (comma < 0 || !/;base64$/i.test(url.slice(5, comma))) return undefined;
+  return url.slice(comma + 1);
+}
+
+export interface PixelSize {
+  width: number;
+  height: number;
+}
+
+const be16 = (b: Buffer, i: number) => (b[i]! << 8) | b[i + 1]!;
+const le16 = (b: Buffer, i: number) => b[i]! | (b[i + 1]! << 8);
+const le24 = (b: Buffer, i: number) => b[i]! | (b[i + 1]! << 8) | (b[i + 2]! << 16);
+const ascii = (b: Buffer, i: number, s: string) => b.length >= i + s.length && b.toString("latin1", i, i + s.length) === s;
+
+/** A JPEG's frame size: the first SOFn marker's, walking the segments before it (their lengths skip EXIF, ICC, …). */
+function jpegSize(head: Head): PixelSize | undefined {
+  let i = 2;
+  for (let segments = 0; segments < 1024; segments++) {
+    if (!head.has(i + 4)) return undefined;
+    const b = head.bytes;
+    if (b[i] !== 0xff) return undefined;
+    const marker = b[i + 1]!;
+    if (marker === 0xff) {
+      i++; // fill byte
+      continue;
+    }
+    // Markers without a length: TEM, RST0-7, SOI.
+    if (marker === 0x01 || (marker >= 0xd0 && marker <= 0xd8)) {
+      i += 2;
+      continue;
+    }
+    // SOF0-15, except DHT (C4), JPG (C8) and DAC (CC): precision, height, width.
+    if (marker >= 0xc0 && marker <= 0xcf && marker !== 0xc4 && marker !== 0xc8 && marker !== 0xcc) {
+      if (!head.has(i + 9)) return undefined;
+      return { height: be16(head.bytes, i + 5), width: be16(head.bytes, i + 7) };
+    }
+    // Image data or its end before any frame header: not a JPEG we can read.
+    if (marker === 0xda || marker === 0xd9) return undefined;
+    i += 2 + be16(b, i + 2);
+  }
+  return undefined;
+}
+
+/**
+ * The pixel size in a PNG (IHDR), JPEG (SOFn), GIF (logical screen) or WebP
+ * (VP8, VP8L, VP8X) header, or undefined when it is none of those or cut short.
+ */
+export function imageSize(b64: string): PixelSize | undefined {
+  const head = new Head(b64);
+  const b = head.bytes;
+  if (b.length >= 24 && b[0] === 0x89 && ascii(b, 1, "PNG") && ascii(b, 12, "IHDR")) {
+    return { width: b.readUInt32BE(16), height: b.readUInt32BE(20) };
+  }
+  if (b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff) return jpegSize(head);
+  if (b.length >= 10 && (ascii(b, 0, "GIF87a") || ascii(b, 0, "GIF89a"))) return { width: le16(b, 6), height: le16(b, 8) };
+  if (b.length >= 30 && ascii(b, 0, "RIFF") && ascii(b, 8, "WEBP")) {
+    // Lossy: a frame tag (3 bytes), the start code 9d 01 2a, then 14-bit width and height.
+    if (ascii(b, 12, "VP8 ") && b[23] === 0x9d && b[24] === 0x01 && b[25] === 0x2a) return { width: le16(b, 26) & 0x3fff, height: le16(b, 28) & 0x3fff };
+    // Lossless: the signature 0x2f, then width − 1 and height − 1 in 14 bits each.
+    if (ascii(b, 12, "VP8L") && b[20] === 0x2f) {
+      const bits = b.readUInt32LE(21);
+      return { width: (bits & 0x3fff) + 1, height: ((bits >>> 14) & 0x3fff) + 1 };
+    }
+    // Extended: flags (4 bytes), then canvas width − 1 and height − 1 in 24 bits each.
+    if (ascii(b, 12, "VP8X")) return { width: le24(b, 24) + 1, height: le24(b, 27) + 1 };
+  }
+  return undefined;
+}
+
+// ---- Image token formulas, one per provider family we route to. Each is an
+// upper bound of what that family bills for an image of the given size.
+
+/**
+ * OpenAI's tile models (GPT-4o, GPT-4.1, o1/o3, GPT-5 — platform.openai.com/docs/guides/images-vision,
+ * "Calculating costs"): the image is scaled to fit 2048×2048, then down so its
+ * shortest side is 768 px, and each 512-px tile costs a fixed count plus a
+ * base. The dearest in tokens is gpt-4o-mini: 2,833 base + 5,667 per tile
+ * (its text is cheap; an image costs what it costs on gpt-4o). Scaled sizes
+ * are not rounded down before the tiles are counted: never fewer tiles.
+ */
+export function openaiTileTokens({ width, height }: PixelSize): number {
+  let w = width;
+  let h = height;
+  const fit = Math.min(1, 2048 / Math.max(w, h, 1));
+  // Clamped as well as scaled: a float a hair over 2048 (or 768) must not count one tile more than any size can.
+  w = Math.min(2048, w * fit);
+  h = Math.min(2048, h * fit);
+  const shortest = Math.min(w, h);
+  if (shortest > 768) {
+    w = Math.min(w === shortest ? 768 : 2048, (w * 768) / shortest);
+    h = Math.min(h === shortest ? 768 : 2048, (h * 768) / shortest);
+  }
+  return 2_833 + 5_667 * Math.ceil(w / 512) * Math.ceil(h / 512);
+}
+
+/**
+ * OpenAI's patch models (gpt-4.1-mini/nano, o4-mini, gpt-5-mini/nano; same
+ * guide): one token per 32×32 patch, at most 1,536 (larger images are scaled
+ * down to fit), times the model's multiplier — the largest, 2.46, is gpt-4.1-nano's and gpt-5-nano's.
+ */
+export function openaiPatchTokens({ width, height }: PixelSize): number {
+  return Math.ceil(Math.min(1_536, Math.ceil(width / 32) * Math.ceil(height / 32)) * 2.46);
+}
+
+/**
+ * Anthropic (docs.anthropic.com/en/docs/build-with-claude/vision): about
+ * width × height / 750 tokens, an image over 1,568 px on its long edge or
+ * ~1,600 tokens scaled down first. Newer models read up to 2,576 px, at
+ * ⌈w/28⌉ × ⌈h/28⌉ tokens, at most 4,784. Unscaled, the larger of the two
+ * counts, capped at 4,784, is above either.
+ */
+export function anthropicTokens({ width, height }: PixelSize): number {
+  return Math.min(4_784, Math.max(Math.ceil((width * height) / 750), Math.ceil(width / 28) * Math.ceil(height / 28)));
+}
+
+/**
+ * Gemini 2.x, through OpenRouter (ai.google.dev/gemini-api/docs/tokens): an
+ * image with both sides ≤ 384 px is 258 tokens; a larger one is cut into
+ * 768×768 tiles of 258 tokens each. No downscaling is documented, so this one
+ * grows with the size.
+ */
+export function geminiTokens({ width, height }: PixelSize): number {
+  if (width <= 384 && height <= 384) return 258;
+  return 258 * Math.ceil(width / 768) * Math.ceil(height / 768);
+}
+
+/**
+ * No model we route to takes a prompt this long (the longest context windows
+ * are a few million tokens), so no provider bills more for one part; it keeps
+ * a header claiming 4-billion-pixel sides a safe integer.
+ */
+export const PART_TOKENS_MAX = 100_000_000;
+
+/** The most an image of this size costs on any provider we route to. */
+export function imageTokensUpperBound(size: PixelSize): number {
+  return Math.min(PART_TOKENS_MAX, Math.max(openaiTileTokens(size), openaiPatchTokens(size), anthropicTokens(size), geminiTokens(size)));
+}
+
+/**
+ * An image whose size we cannot read (an http(s) URL: the provider fetches
+ * it; a header we do not parse). The largest the capped formulas give at any
+ * size, after the providers' own downscaling: OpenAI's tiles — at most 2 × 4
+ * tiles once the image fits 2048 px with its shortest side at 768 — on
+ * gpt-4o-mini, 2,833 + 8 × 5,667 = 48,169, above Anthropic's 4,784 and the
+ * patch models' 1,536 × 2.46 ≈ 3,779. Gemini's tiles are the exception: a
+ * fetched image over 9,984 px a side (14 × 14 tiles of 258) exceeds it there.
+ */
+export const IMAGE_TOKENS_UNKNOWN_SIZE = openaiTileTokens({ width: 768, height: 2048 });
+
+/** The most an image content part's URL can cost: by its header's size for a data: URL, else the unknown-size bound. */
+export function imageUrlTokens(url: unknown): number {
+  if (typeof url !== "string") return IMAGE_TOKENS_UNKNOWN_SIZE;
+  const b64 = dataUrlBase64(url);
+  const size = b64 === undefined ? undefined : imageSize(b64);
+  return size ? imageTokensUpperBound(size) : IMAGE_TOKENS_UNKNOWN_SIZE;
+}
+
+// ---- Audio.
+
+/**
+ * Audio tokens per second of input, the most any provider we route to
+ * counts: Gemini represents a second of audio as 32 tokens
+ * (ai.google.dev/gemini-api/docs/tokens); OpenAI's gpt-4o audio counts 1
+ * token per 100 ms of user audio (10 a second, its Realtime cost guide).
+ */
+export const AUDIO_TOKENS_PER_SECOND = 32;
+
+/**
+ * Bytes per second at least, where the header says nothing we read. MP3: the
+ * smallest bitrate a frame can declare is 8 kbps (MPEG-2.5 Layer III), and a
+ * frame's size follows from its bitrate (free-format streams aside). Raw
+ * pcm16/pcm24: 8 kHz mono, the lowest rate telephony audio uses. Any other
+ * format (aac, ogg, flac, m4a, aiff, a wav we cannot read): 1 kbps, below the
+ * bitrate any codec codes speech or music at — a conservative floor, not a
+ * proof (coded silence can go lower).
+ */
+const MIN_BYTES_PER_SECOND: Record<string, number> = { mp3: 1_000, pcm16: 16_000, pcm24: 24_000 };
+const FLOOR_BYTES_PER_SECOND = 125;
+
+/**
+ * A WAV's bytes per second from its `fmt ` chunk: the header's byte rate, or
+ * for PCM the rate its samples make if that is lower (decoders play PCM by
+ * sample rate × block size, not by the byte-rate field).
+ */
+function wavBytesPerSecond(b64: string): number | undefined {
+  const head = new Head(b64);
+  const b = head.bytes;
+  if (!(ascii(b, 0, "RIFF") && ascii(b, 8, "WAVE"))) return undefined;
+  let i = 12;
+  for (let chunks = 0; chunks < 16; chunks++) {
+    if (!head.has(i + 8)) return undefined;
+    const size = head.bytes.readUInt32LE(i + 4);
+    if (ascii(head.bytes, i, "fmt ")) {
+      if (!head.has(i + 24)) return undefined;
+      const f = head.bytes;
+      const format = le16(f, i + 8);
+      const byteRate = f.readUInt32LE(i + 16);
+      const sampled = f.readUInt32LE(i + 12) * le16(f, i + 20);
+      const pcm = format === 1 || format === 3 || format === 6 || format === 7 || format === 0xfffe;
+      const rate = pcm && sampled > 0 ? Math.min(byteRate, sampled) : byteRate;
+      return rate > 0 ? rate : undefined;
+    }
+    i += 8 + size + (size & 1);
+  }
+  return undefined;
+}
+
+/** The most an `input_audio` part (base64 `data`, `format`) can cost: its longest duration × the dearest token rate. */
+export function audioTokensUpperBound(data: unknown, format: unknown): number {
+  if (typeof data !== "string") return 0;
+  const bytes = base64Bytes(data);
+  if (bytes === 0) return 0;
+  const fmt = typeof format === "string" ? format.toLowerCase() : "";
+  const rate = (fmt === "wav" || fmt === "" ? wavBytesPerSecond(data) : undefined) ?? MIN_BYTES_PER_SECOND[fmt] ?? FLOOR_BYTES_PER_SECOND;
+  return Math.min(PART_TOKENS_MAX, Math.ceil((bytes / rate) * AUDIO_TOKENS_PER_SECOND));
+}
