@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { toChatRequest } from "../translate/messages/request.ts";
-import { promptTokensUpperBound } from "./estimate.ts";
-import { anthropicTokens, base64Bytes, IMAGE_TOKENS_UNKNOWN_SIZE, imageSize, imageTokensUpperBound, openaiPatchTokens, openaiTileTokens } from "./media.ts";
+import { miniImageExtraTokens, promptTokensUpperBound } from "./estimate.ts";
+import { anthropicTokens, base64Bytes, IMAGE_TOKENS_UNKNOWN_SIZE, IMAGE_TOKENS_UNKNOWN_SIZE_MINI, imageSize, imageTokensUpperBound, openaiMiniTileTokens, openaiPatchTokens, openaiTileTokens, tokenHeavyImages } from "./media.ts";
 
 describe("a prompt's token bound", () => {
   // Byte-level BPE makes at most one token per UTF-8 byte: the bound counts the bytes a worker or provider is sent.
@@ -82,24 +82,41 @@ describe("an image's and an audio clip's token bound", () => {
   });
 
   it("bounds a large image by the dearest provider formula, far above the old flat 2,000", () => {
-    // 4000×3000 on OpenAI's tiles: 2048×1536 → 1024×768 → 2×2 tiles; gpt-4o-mini 2,833 + 4 × 5,667.
+    // 4000×3000: Gemini's 6 × 4 tiles of 258 (6,192), above Anthropic's cap (4,784),
+    // OpenAI's patches (3,779) and its tiles (2048×1536 → 1024×768: 2 × 2, 85 + 4 × 170).
     for (const bytes of [png(4000, 3000), jpeg(4000, 3000), gif(4000, 3000), webpLossy(4000, 3000), webpExtended(4000, 3000)]) {
-      expect(partTokens(image(bytes))).toBe(2_833 + 4 * 5_667);
+      expect(partTokens(image(bytes))).toBe(24 * 258);
     }
-    // A very wide image is 2 × 4 tiles once it fits 2048 px.
-    expect(partTokens(image(png(6000, 2000)))).toBe(2_833 + 8 * 5_667);
+    expect(openaiTileTokens({ width: 4000, height: 3000 })).toBe(85 + 4 * 170);
+    // A very wide image is 2 × 4 OpenAI tiles once it fits 2048 px; Gemini's 8 × 3 are more.
+    expect(openaiTileTokens({ width: 6000, height: 2000 })).toBe(85 + 8 * 170);
+    expect(partTokens(image(png(6000, 2000)))).toBe(24 * 258);
     // 12,000 × 12,000 on Gemini: 16 × 16 tiles of 258, the most of all formulas at that size.
     expect(partTokens(image(png(12_000, 12_000)))).toBe(256 * 258);
     expect(partTokens(image(png(4000, 3000)))).toBeGreaterThan(OLD_FLAT);
   });
 
-  it("small images cost what the formulas say for them (a 1×1 PNG: gpt-4o-mini's one tile)", () => {
-    expect(partTokens(image(png(1, 1)))).toBe(2_833 + 5_667);
-    expect(imageTokensUpperBound({ width: 1, height: 1 })).toBe(2_833 + 5_667);
+  it("small images cost what the formulas say for them (a 1×1 PNG: Gemini's 258)", () => {
+    expect(partTokens(image(png(1, 1)))).toBe(258);
+    expect(imageTokensUpperBound({ width: 1, height: 1 })).toBe(258);
+  });
+
+  it("gpt-4o-mini's images (33× the tokens at 1/33 the price) are held apart: only a hold for that model adds them", () => {
+    expect(tokenHeavyImages("openai/gpt-4o-mini")).toBe(true);
+    expect(tokenHeavyImages("gpt-4o-mini-2024-07-18")).toBe(true);
+    expect(tokenHeavyImages("openai/gpt-4o")).toBe(false);
+    const body = { messages: [{ role: "user", content: [{ type: "text", text: "hi" }, image(png(4000, 3000)), { type: "image_url", image_url: { url: "https://example.com/a.png" } }] }] };
+    // 4000×3000: 2,833 + 4 × 5,667 on the mini, above the others' 6,192; an http image 48,169 against 4,784.
+    expect(openaiMiniTileTokens({ width: 4000, height: 3000 })).toBe(2_833 + 4 * 5_667);
+    expect(miniImageExtraTokens("/v1/chat/completions", body)).toBe(2_833 + 4 * 5_667 - 24 * 258 + (IMAGE_TOKENS_UNKNOWN_SIZE_MINI - IMAGE_TOKENS_UNKNOWN_SIZE));
+    expect(IMAGE_TOKENS_UNKNOWN_SIZE_MINI).toBe(2_833 + 8 * 5_667);
+    // A huge image Gemini counts more for than the mini: nothing extra.
+    expect(miniImageExtraTokens("/v1/chat/completions", { messages: [{ role: "user", content: [image(png(12_000, 12_000))] }] })).toBe(0);
+    expect(miniImageExtraTokens("/v1/chat/completions", { messages: [{ role: "user", content: "no images" }] })).toBe(0);
   });
 
   it("an image it cannot size (an http URL, an unknown header, a data: URL not in base64) counts the most any size can after the providers' downscaling", () => {
-    expect(IMAGE_TOKENS_UNKNOWN_SIZE).toBe(2_833 + 8 * 5_667);
+    expect(IMAGE_TOKENS_UNKNOWN_SIZE).toBe(4_784);
     for (const url of ["https://example.com/cat.png", "data:image/bmp;base64,Qk0AAAAA", "data:image/svg+xml,<svg/>"]) {
       expect(partTokens({ type: "image_url", image_url: { url } })).toBe(IMAGE_TOKENS_UNKNOWN_SIZE);
     }
@@ -115,7 +132,7 @@ describe("an image's and an audio clip's token bound", () => {
   it("counts an Anthropic image block (translated to a data: URL) the same way", () => {
     const data = png(4000, 3000).toString("base64");
     const { chat } = toChatRequest({ model: "m", max_tokens: 10, messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data } }] }] });
-    expect(promptTokensUpperBound("/v1/chat/completions", chat)).toBeGreaterThanOrEqual(2_833 + 4 * 5_667);
+    expect(promptTokensUpperBound("/v1/chat/completions", chat)).toBeGreaterThanOrEqual(24 * 258);
   });
 
   /** A WAV header (PCM) and `seconds` of silence. */

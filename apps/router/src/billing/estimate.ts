@@ -5,7 +5,7 @@
 // own formulas, from the size their headers give (media.ts).
 import type { InferencePath } from "../backends/types.ts";
 import { bodyEdited } from "../body-text.ts";
-import { audioTokensUpperBound, IMAGE_TOKENS_UNKNOWN_SIZE, imageUrlTokens } from "./media.ts";
+import { audioTokensUpperBound, IMAGE_TOKENS_UNKNOWN_SIZE, IMAGE_TOKENS_UNKNOWN_SIZE_MINI, imageUrlMiniExtra, imageUrlTokens } from "./media.ts";
 
 /** Per-message framing tokens (role markers, separators) — generous for every chat template. */
 const MESSAGE_OVERHEAD = 8;
@@ -66,6 +66,26 @@ export function promptTokensUpperBound(path: InferencePath, body: Record<string,
     const input = path === "/v1/completions" ? body.prompt : body.input;
     if (Array.isArray(input)) for (const x of input) n += MESSAGE_OVERHEAD + contentTokens(typeof x === "string" ? x : JSON.stringify(x));
     else n += contentTokens(input);
+  }
+  return n;
+}
+
+/**
+ * The tokens a chat's images can cost on gpt-4o-mini above what
+ * promptTokensUpperBound counted for them (media.ts: that model counts an
+ * image at 33× the others, at 1/33 of their price); 0 without images. Added
+ * to the bound only when a hold is priced for such a model.
+ */
+export function miniImageExtraTokens(path: InferencePath, body: Record<string, unknown>): number {
+  if (path !== "/v1/chat/completions" || !Array.isArray(body.messages)) return 0;
+  let n = 0;
+  for (const m of body.messages as Array<Record<string, unknown> | null>) {
+    const content = m?.content;
+    if (!Array.isArray(content)) continue;
+    for (const part of content as Array<Record<string, unknown> | null>) {
+      if (part?.type === "image_url") n += imageUrlMiniExtra(isRecord(part.image_url) ? part.image_url.url : part.image_url);
+      else if (part?.type === "image") n += IMAGE_TOKENS_UNKNOWN_SIZE_MINI - IMAGE_TOKENS_UNKNOWN_SIZE;
+    }
   }
   return n;
 }

@@ -164,6 +164,42 @@ describe("BudgetGuard holds on a day never checked against the ledger", () => {
   });
 });
 
+describe("the hold of a request with an image, on gpt-4o-mini and on other models", () => {
+  it("adds the mini's image count (33× the others' tokens) only to a hold priced for gpt-4o-mini", async () => {
+    const DAY = new Date().toISOString().slice(0, 10);
+    const store = new MemoryBudgetStore();
+    const budgets = new StaticBudgets();
+    budgets.budgets.set(1, { limitMicro: 10n ** 12n, timeZone: "UTC", thresholds: [] });
+    const price = { inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 0n };
+    const guard = new BudgetGuard({
+      store,
+      budgets,
+      prices: new StaticPriceBook([
+        { backend: "openrouter", model: "openai/gpt-4o-mini", ...price },
+        { backend: "openrouter", model: "openai/gpt-4o", ...price },
+      ]),
+      ledger: { record: async () => {}, flush: async () => {}, close: async () => {} },
+      alerts: async () => true,
+      billing: loadConfig({ env: {} }).billing,
+      log: createLogger("error", {}, () => {}),
+      metrics: new RouterMetrics(),
+      checkDay: async () => undefined,
+    });
+    await store.rebuild({ tenantId: 1, day: DAY, spentMicro: 0n, holds: [] });
+    const body = { model: "m", max_tokens: 0, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "https://example.com/cat.png" } }] }] };
+    const facts = bodyFacts("/v1/chat/completions", body);
+    expect(facts.miniImageExtra).toBe(48_169 - 4_784);
+    const hold = async (id: string, model: string) => {
+      const tab = guard.open({ requestId: id, tenant: { tenantId: 1, tenantName: "t", keyId: 1, prefix: "sy_x", revoked: false }, path: "/v1/chat/completions", facts, model, arrivedAtMs: Date.now(), startedAtPerf: performance.now() });
+      expect(await tab.admit({ id: `openrouter:${model}`, kind: "openrouter", model, paid: true } as unknown as Backend)).toMatchObject({ ok: true });
+      return (await store.holds(1, DAY)).find((h) => h.requestId === id)!.amountMicro;
+    };
+    // One micro-cent a token: the hold is the prompt bound in tokens.
+    expect(await hold("plain", "openai/gpt-4o")).toBe(BigInt(facts.promptTokens));
+    expect(await hold("mini", "openai/gpt-4o-mini")).toBe(BigInt(facts.promptTokens + facts.miniImageExtra));
+  });
+});
+
 describe("the hold of a request that asks for a one-hour prompt cache", () => {
   const paid = { id: "anthropic:m", kind: "anthropic", model: "m", paid: true } as unknown as Backend;
   const DAY = new Date().toISOString().slice(0, 10);

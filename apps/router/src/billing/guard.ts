@@ -23,7 +23,8 @@ import type { Config } from "../config.ts";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 import type { BudgetDirectory, TenantBudget } from "./budgets.ts";
-import { outputLimitField, promptTokensUpperBound, requestedMaxOutput } from "./estimate.ts";
+import { miniImageExtraTokens, outputLimitField, promptTokensUpperBound, requestedMaxOutput } from "./estimate.ts";
+import { tokenHeavyImages } from "./media.ts";
 import type { LedgerSink } from "./ledger.ts";
 import { encodeLedgerRow } from "./ledger-stream.ts";
 import { encodeProgressUsage, type AttemptProgress, type IntentJournal, type IntentProgress, type PaidIntent } from "./orphans.ts";
@@ -105,6 +106,8 @@ export interface BodyFacts {
   bothLimits: boolean;
   /** Whether the answer is streamed: a non-streamed one is generated whole even when its client leaves. */
   stream: boolean;
+  /** What its images can cost on gpt-4o-mini above promptTokens (miniImageExtraTokens): held for that model only. */
+  miniImageExtra: number;
   /** Whether it asks a provider for a one-hour cache write anywhere (the hold then prices the prompt at that rate). */
   hourCache: boolean;
 }
@@ -134,7 +137,7 @@ export function asksHourCache(v: unknown, depth = 0): boolean {
 /** The facts of a body a tab keeps (promptTokens: pass the request class's to save the walk). */
 export function bodyFacts(path: InferencePath, body: Record<string, unknown>, promptTokens = promptTokensUpperBound(path, body)): BodyFacts {
   const limitField = outputLimitField(path, body);
-  return { promptTokens, askedOutput: requestedMaxOutput(path, body), limitField, bothLimits: body[limitField === "max_tokens" ? "max_completion_tokens" : "max_tokens"] !== undefined, stream: body.stream === true, hourCache: asksHourCache(body) };
+  return { promptTokens, askedOutput: requestedMaxOutput(path, body), limitField, bothLimits: body[limitField === "max_tokens" ? "max_completion_tokens" : "max_tokens"] !== undefined, stream: body.stream === true, miniImageExtra: miniImageExtraTokens(path, body), hourCache: asksHourCache(body) };
 }
 
 /** Typical bytes per token, for estimates when a provider reports no usage (the upper bound uses 1). */
@@ -368,7 +371,9 @@ export class RequestTab {
       deps.metrics.budgetHolds.inc({ outcome: "unlimited" });
       return { ok: true, ...(patch ? { patch } : {}) };
     }
-    const worst = worstCaseMicro(this.input.facts.promptTokens, this.maxOutput, price, { hourCache: this.input.facts.hourCache });
+    const { facts } = this.input;
+    const prompt = facts.promptTokens + (facts.miniImageExtra > 0 && tokenHeavyImages(backend.model) ? facts.miniImageExtra : 0);
+    const worst = worstCaseMicro(prompt, this.maxOutput, price, { hourCache: facts.hourCache });
     // Written before the reserve is sent, in the same tick: auto-pipelining
     // puts both in one round trip, and the intent is in Redis before the hold.
     const intent = this.openIntent(backend, worst, budget !== null);

@@ -116,12 +116,31 @@ export function imageSize(b64: string): PixelSize | undefined {
 /**
  * OpenAI's tile models (GPT-4o, GPT-4.1, o1/o3, GPT-5 — platform.openai.com/docs/guides/images-vision,
  * "Calculating costs"): the image is scaled to fit 2048×2048, then down so its
- * shortest side is 768 px, and each 512-px tile costs a fixed count plus a
- * base. The dearest in tokens is gpt-4o-mini: 2,833 base + 5,667 per tile
- * (its text is cheap; an image costs what it costs on gpt-4o). Scaled sizes
- * are not rounded down before the tiles are counted: never fewer tiles.
+ * shortest side is 768 px, and each 512-px tile costs 170 tokens plus a base
+ * of 85. Scaled sizes are not rounded down before the tiles are counted:
+ * never fewer tiles.
  */
-export function openaiTileTokens({ width, height }: PixelSize): number {
+export function openaiTileTokens(size: PixelSize): number {
+  return 85 + 170 * openaiTiles(size);
+}
+
+/**
+ * gpt-4o-mini counts an image at 2,833 + 5,667 per tile (same guide), 33×
+ * gpt-4o's count at 1/33 of its price: the same cost, but as tokens held at
+ * the mini's own price, 33× the others'. Held for that model alone
+ * (tokenHeavyImages): as every request's bound it made one 1×1 image 8,500
+ * tokens, for rate limits and holds on every model.
+ */
+export function openaiMiniTileTokens(size: PixelSize): number {
+  return 2_833 + 5_667 * openaiTiles(size);
+}
+
+/** Models that count an image's tokens at gpt-4o-mini's rate (OpenRouter names it `openai/gpt-4o-mini…`). */
+export function tokenHeavyImages(model: string): boolean {
+  return model.includes("gpt-4o-mini");
+}
+
+function openaiTiles({ width, height }: PixelSize): number {
   let w = width;
   let h = height;
   const fit = Math.min(1, 2048 / Math.max(w, h, 1));
@@ -133,7 +152,7 @@ export function openaiTileTokens({ width, height }: PixelSize): number {
     w = Math.min(w === shortest ? 768 : 2048, (w * 768) / shortest);
     h = Math.min(h === shortest ? 768 : 2048, (h * 768) / shortest);
   }
-  return 2_833 + 5_667 * Math.ceil(w / 512) * Math.ceil(h / 512);
+  return Math.ceil(w / 512) * Math.ceil(h / 512);
 }
 
 /**
@@ -174,7 +193,7 @@ export function geminiTokens({ width, height }: PixelSize): number {
  */
 export const PART_TOKENS_MAX = 100_000_000;
 
-/** The most an image of this size costs on any provider we route to. */
+/** The most an image of this size costs on any provider we route to (gpt-4o-mini's count aside: openaiMiniTileTokens). */
 export function imageTokensUpperBound(size: PixelSize): number {
   return Math.min(PART_TOKENS_MAX, Math.max(openaiTileTokens(size), openaiPatchTokens(size), anthropicTokens(size), geminiTokens(size)));
 }
@@ -182,20 +201,34 @@ export function imageTokensUpperBound(size: PixelSize): number {
 /**
  * An image whose size we cannot read (an http(s) URL: the provider fetches
  * it; a header we do not parse). The largest the capped formulas give at any
- * size, after the providers' own downscaling: OpenAI's tiles — at most 2 × 4
- * tiles once the image fits 2048 px with its shortest side at 768 — on
- * gpt-4o-mini, 2,833 + 8 × 5,667 = 48,169, above Anthropic's 4,784 and the
- * patch models' 1,536 × 2.46 ≈ 3,779. Gemini's tiles are the exception: a
- * fetched image over 9,984 px a side (14 × 14 tiles of 258) exceeds it there.
+ * size, after the providers' own downscaling: Anthropic's 4,784, above
+ * OpenAI's tiles (at most 2 × 4 once the image fits 2048 px with its
+ * shortest side at 768: 85 + 8 × 170 = 1,445) and the patch models'
+ * 1,536 × 2.46 ≈ 3,779. Gemini's tiles are the exception (no downscaling
+ * documented): a fetched image of more than 18 of its 768-px tiles (3,072 ×
+ * 3,840 px is 20, 5,160 tokens) exceeds it there.
  */
-export const IMAGE_TOKENS_UNKNOWN_SIZE = openaiTileTokens({ width: 768, height: 2048 });
+export const IMAGE_TOKENS_UNKNOWN_SIZE = Math.max(openaiTileTokens({ width: 768, height: 2048 }), openaiPatchTokens({ width: 2048, height: 2048 }), anthropicTokens({ width: 8000, height: 8000 }));
+
+/** The same on gpt-4o-mini: 2,833 + 8 × 5,667 = 48,169. */
+export const IMAGE_TOKENS_UNKNOWN_SIZE_MINI = openaiMiniTileTokens({ width: 768, height: 2048 });
+
+function urlSize(url: unknown): PixelSize | undefined {
+  if (typeof url !== "string") return undefined;
+  const b64 = dataUrlBase64(url);
+  return b64 === undefined ? undefined : imageSize(b64);
+}
 
 /** The most an image content part's URL can cost: by its header's size for a data: URL, else the unknown-size bound. */
 export function imageUrlTokens(url: unknown): number {
-  if (typeof url !== "string") return IMAGE_TOKENS_UNKNOWN_SIZE;
-  const b64 = dataUrlBase64(url);
-  const size = b64 === undefined ? undefined : imageSize(b64);
+  const size = urlSize(url);
   return size ? imageTokensUpperBound(size) : IMAGE_TOKENS_UNKNOWN_SIZE;
+}
+
+/** What an image part's URL can cost on gpt-4o-mini above imageUrlTokens (0 where the others' bound is higher). */
+export function imageUrlMiniExtra(url: unknown): number {
+  const size = urlSize(url);
+  return size ? Math.max(0, openaiMiniTileTokens(size) - imageTokensUpperBound(size)) : IMAGE_TOKENS_UNKNOWN_SIZE_MINI - IMAGE_TOKENS_UNKNOWN_SIZE;
 }
 
 // ---- Audio.
