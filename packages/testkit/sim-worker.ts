@@ -107,6 +107,8 @@ export function behaviorFor(s: Scenario): Partial<SimBehavior> {
       return { text: s.text, tokens: s.completionTokens ?? (s.text === undefined ? defaults.tokens : wordCount(s.text)), omitUsage: true };
     case "slow":
       return { interTokenMs: s.interTokenMs, tokens: s.completionTokens };
+    case "stall":
+      return { ttftMs: s.stallMs };
   }
 }
 

@@ -200,6 +200,62 @@ describe("the hold of a request with an image, on gpt-4o-mini and on other model
   });
 });
 
+describe("a paid attempt its provider accepted, then failed over from", () => {
+  const paid = { id: "openrouter:m", kind: "openrouter", model: "m", paid: true } as unknown as Backend;
+  const DAY = new Date().toISOString().slice(0, 10);
+  const body = { model: "m", stream: true, messages: [{ role: "user", content: "x".repeat(300) }] };
+
+  async function setup() {
+    const rows: NewLedgerRow[] = [];
+    const store = new MemoryBudgetStore();
+    const budgets = new StaticBudgets();
+    budgets.budgets.set(1, { limitMicro: 10n ** 9n, timeZone: "UTC", thresholds: [] });
+    const guard = new BudgetGuard({
+      store,
+      budgets,
+      prices: new StaticPriceBook([{ backend: "openrouter", model: "m", inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 1_000_000n }]),
+      ledger: { record: async (r) => void rows.push(r), flush: async () => {}, close: async () => {} },
+      alerts: async () => true,
+      billing: loadConfig({ env: {} }).billing,
+      log: createLogger("error", {}),
+      metrics: new RouterMetrics(),
+    });
+    await store.rebuild({ tenantId: 1, day: DAY, spentMicro: 0n, holds: [] });
+    const facts = bodyFacts("/v1/chat/completions", body);
+    const tab = guard.open({ requestId: "req_fo", tenant: { tenantId: 1, tenantName: "t", keyId: 1, prefix: "sy_x", revoked: false }, path: "/v1/chat/completions", facts, model: "m", arrivedAtMs: Date.now(), startedAtPerf: performance.now() });
+    // The prompt's estimate at 1 micro-cent per token: what the provider is owed for the prompt it processed.
+    const owed = BigInt(Math.ceil(facts.promptTokens / 3));
+    return { rows, store, guard, tab, owed };
+  }
+
+  it("ended on a free worker: the request's one row and the day carry the paid prompt's estimate; the hold is gone", async () => {
+    const { rows, store, guard, tab, owed } = await setup();
+    expect((await tab.admit(paid)).ok).toBe(true);
+    tab.release(paid, true);
+    // The hold stays until the request settles: the day keeps counting that money.
+    expect((await store.snapshot(1, DAY)).heldMicro).toBeGreaterThan(0n);
+    tab.settle({ backend: worker, status: "ok", usage: { prompt: 3, completion: 2, cached: 0, cacheWrite: 0 }, firstTokenAt: performance.now() });
+    await guard.drain();
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ backend: "worker", costMicro: owed, costSource: "estimate", promptTokens: 3, completionTokens: 2 });
+    const snap = await store.snapshot(1, DAY);
+    expect(snap.spentMicro).toBe(owed);
+    expect(snap.heldMicro).toBe(0n);
+  });
+
+  it("refused before any response (not accepted): its hold goes, the worker's row costs nothing", async () => {
+    const { rows, store, guard, tab } = await setup();
+    expect((await tab.admit(paid)).ok).toBe(true);
+    tab.release(paid, false);
+    tab.settle({ backend: worker, status: "ok", usage: { prompt: 3, completion: 2, cached: 0, cacheWrite: 0 } });
+    await guard.drain();
+    expect(rows[0]).toMatchObject({ costMicro: 0n, costSource: "price_table" });
+    const snap = await store.snapshot(1, DAY);
+    expect(snap.spentMicro).toBe(0n);
+    expect(snap.heldMicro).toBe(0n);
+  });
+});
+
 describe("the hold of a request that asks for a one-hour prompt cache", () => {
   const paid = { id: "anthropic:m", kind: "anthropic", model: "m", paid: true } as unknown as Backend;
   const DAY = new Date().toISOString().slice(0, 10);

@@ -3,7 +3,10 @@
 //                   tenant's day for the worst case (prompt upper bound ×
 //                   input price + max output × output price), or skipped;
 //   release(backend) when that attempt failed before its first byte (no
-//                   provider charges for a refused call);
+//                   provider charges for a refused call) — unless the
+//                   provider had accepted it (2xx headers): then it bills the
+//                   prompt it processed, and the request's row carries an
+//                   estimate of that (abandoned attempts, below);
 //   settle(outcome) once, when the request ended — the ledger row first
 //                   (durable, idempotent), then the hold turns into spend
 //                   (idempotent), then alert thresholds.
@@ -51,6 +54,13 @@ export interface SettleOutcome {
   firstTokenAt?: number;
   /** Stream events relayed (a usage estimate when the provider reports none). */
   chunks?: number;
+  /**
+   * The upstream accepted the attempt (2xx headers came) but it ended before
+   * anything reached the client (first-token deadline, client gone, router
+   * shutdown). A paid provider has been processing the prompt since, and
+   * bills it for an aborted stream: it is charged an estimate, not $0.
+   */
+  accepted?: boolean;
 }
 
 /** Records an alert row; true only for the one caller that inserted it (once per tenant × day × threshold). */
@@ -303,6 +313,14 @@ export class RequestTab {
   private settled = false;
   /** The paid attempt's intent: its id once written (undefined if the write failed), what it revealed so far. */
   private intent: { backend: Backend; id: Promise<string | undefined>; progress: IntentProgress } | undefined;
+  /**
+   * Paid attempts the provider accepted (2xx headers) that ended before any
+   * token reached the client, and the estimate of the prompt it billed for
+   * each. One ledger row per request: an attempt failed over from is charged
+   * on the request's row (cost()), and while there is one, the hold and the
+   * intent stay until the request settles (release()).
+   */
+  private readonly abandoned: Array<{ backend: Backend; micro: bigint }> = [];
 
   constructor(
     private readonly guard: BudgetGuard,
@@ -373,14 +391,21 @@ export class RequestTab {
     }
     const { facts } = this.input;
     const prompt = facts.promptTokens + (facts.miniImageExtra > 0 && tokenHeavyImages(backend.model) ? facts.miniImageExtra : 0);
-    const worst = worstCaseMicro(prompt, this.maxOutput, price, { hourCache: facts.hourCache });
+    // An earlier attempt failed over from after its provider accepted it is
+    // owed too: this attempt's hold (which replaces the request's hold) and
+    // intent cover both, so the budget and a crash-finish still count it.
+    const carried = this.carriedMicro(backend);
+    const worst = worstCaseMicro(prompt, this.maxOutput, price, { hourCache: facts.hourCache }) + carried;
+    // That earlier attempt's intent is retired once this one, which carries its cost, stands.
+    const previous = this.intent;
     // Written before the reserve is sent, in the same tick: auto-pipelining
     // puts both in one round trip, and the intent is in Redis before the hold.
-    const intent = this.openIntent(backend, worst, budget !== null);
+    const intent = this.openIntent(backend, worst, carried, budget !== null);
     const progress = intent && ((p: AttemptProgress) => this.progress(backend, p));
     if (!budget) {
       deps.metrics.budgetHolds.inc({ outcome: "unlimited" });
       await intent?.id;
+      this.retireIntentOf(previous);
       return { ok: true, ...(patch ? { patch } : {}), ...(progress ? { progress } : {}) };
     }
     let r: ReserveResult;
@@ -390,16 +415,16 @@ export class RequestTab {
       // The ledger tells which; until it has, nothing is held.
       if (!r.ok && r.reason === "day_unchecked" && (await this.guard.checkDay(this.input.tenant.tenantId, this.day))) r = await this.reserve(worst, budget.limitMicro);
     } catch (err) {
-      this.retireIntent();
+      this.retireIntent(previous);
       throw err;
     }
     if (!r.ok && r.reason === "day_unchecked") {
-      this.retireIntent();
+      this.retireIntent(previous);
       deps.metrics.budgetHolds.inc({ outcome: "unchecked" });
       return { ok: false, reason: "budget_unavailable" };
     }
     if (!r.ok) {
-      this.retireIntent();
+      this.retireIntent(previous);
       deps.metrics.budgetHolds.inc({ outcome: "refused" });
       deps.log.info("paid backend skipped: budget would be exceeded", {
         backend: backend.id,
@@ -411,6 +436,7 @@ export class RequestTab {
     deps.metrics.budgetHolds.inc({ outcome: "held" });
     this.holder = backend;
     await intent?.id;
+    this.retireIntentOf(previous);
     return { ok: true, ...(patch ? { patch } : {}), ...(progress ? { progress } : {}) };
   }
 
@@ -427,8 +453,8 @@ export class RequestTab {
     });
   }
 
-  /** Starts writing the attempt's intent (with Redis); its id resolves undefined if Redis refused it. */
-  private openIntent(backend: Backend, worst: bigint, held: boolean): RequestTab["intent"] {
+  /** Starts writing the attempt's intent (with Redis); its id resolves undefined if Redis refused it. `carried`: of `worst`, what abandoned attempts owe. */
+  private openIntent(backend: Backend, worst: bigint, carried: bigint, held: boolean): RequestTab["intent"] {
     const { deps } = this.guard;
     if (!deps.intents) return undefined;
     const { input } = this;
@@ -440,6 +466,7 @@ export class RequestTab {
       backend: backend.kind,
       model: backend.model,
       holdMicro: worst.toString(),
+      ...(carried > 0n ? { abandonedMicro: carried.toString() } : {}),
       held,
       startedAtMs: input.arrivedAtMs,
       attemptAtMs: Date.now(),
@@ -454,11 +481,19 @@ export class RequestTab {
     return this.intent;
   }
 
-  /** The attempt ended without charge (refused, failed before its first byte): its intent goes, off the request path. */
-  private retireIntent(): void {
+  /**
+   * The attempt ended without charge (refused, failed before its first byte):
+   * its intent goes, off the request path. `restore`: the intent to keep in
+   * its place (an abandoned attempt's, which still carries a cost).
+   */
+  private retireIntent(restore?: RequestTab["intent"]): void {
     const intent = this.intent;
+    this.intent = restore;
+    this.retireIntentOf(intent);
+  }
+
+  private retireIntentOf(intent: RequestTab["intent"]): void {
     const journal = this.guard.deps.intents;
-    this.intent = undefined;
     if (!intent || !journal) return;
     this.guard.track(
       intent.id.then(async (id) => {
@@ -490,8 +525,17 @@ export class RequestTab {
       .catch((err: unknown) => this.guard.deps.log.warn("intent progress not noted", { requestId: this.input.requestId, error: (err as Error).message }));
   }
 
-  /** The attempt on `backend` failed before its first byte: give its hold back. */
-  release(backend: Backend): void {
+  /**
+   * The attempt on `backend` failed before its first byte reached the
+   * client: give its hold back — unless its provider had accepted it
+   * (`accepted`: 2xx headers came), which bills the prompt it processed. Then
+   * its estimate is owed by the request (cost()), and from then on the hold
+   * and the intent stay until the request settles: the day keeps counting
+   * that money, and a router dying later still leaves an intent covering it.
+   */
+  release(backend: Backend, accepted = false): void {
+    if (accepted && backend.paid) this.abandon(backend);
+    if (this.abandoned.length > 0) return;
     if (this.intent?.backend === backend) this.retireIntent();
     if (this.holder !== backend) return;
     this.holder = undefined;
@@ -507,8 +551,37 @@ export class RequestTab {
     );
   }
 
-  /** What the request cost and how we know it. */
+  /** Books an accepted paid attempt's estimate (the prompt, nothing generated reached anyone) on the request. */
+  private abandon(backend: Backend): void {
+    if (this.abandoned.some((a) => a.backend === backend)) return;
+    const price = this.priceOf(backend);
+    if (!price) return; // cannot happen: unpriced backends are never admitted
+    const u = this.estimatedUsage({ backend, status: "error", accepted: true });
+    const micro = usageCostMicro({ promptTokens: u.prompt, completionTokens: u.completion }, price);
+    this.abandoned.push({ backend, micro: micro > 0n ? micro : 1n });
+  }
+
+  /** What attempts abandoned after their provider accepted them owe, apart from the one on `backend` (its own outcome prices it). */
+  private carriedMicro(backend: Backend): bigint {
+    let sum = 0n;
+    for (const a of this.abandoned) if (a.backend !== backend) sum += a.micro;
+    return sum;
+  }
+
+  /**
+   * What the request cost and how we know it: its last attempt's cost, plus
+   * the estimate of each paid attempt failed over from after its provider
+   * accepted it (the row is then an `estimate`: not the provider's figure).
+   */
   cost(backend: Backend, o: SettleOutcome): { micro: bigint; source: CostSource; usage: Usage } {
+    const own = this.attemptCost(backend, o);
+    const carried = this.carriedMicro(backend);
+    if (carried === 0n) return own;
+    return { micro: own.micro + carried, source: "estimate", usage: own.usage };
+  }
+
+  /** What the attempt the request ended on cost. */
+  private attemptCost(backend: Backend, o: SettleOutcome): { micro: bigint; source: CostSource; usage: Usage } {
     const usage: Usage = o.usage ?? { prompt: 0, completion: 0, cached: 0, cacheWrite: 0 };
     if (!backend.paid) {
       // A worker stream cut short (failed or cancelled) reports no usage: the
@@ -529,8 +602,11 @@ export class RequestTab {
         usage,
       };
     }
-    // No usage reported. If the upstream produced anything, it charged: estimate, never $0.
-    const consumed = o.status === "ok" || o.firstTokenAt !== undefined || o.status === "client_cancelled";
+    // No usage reported. If the upstream produced anything, or accepted the
+    // request (it processed and bills the prompt even when the stream is cut
+    // before its first token), it charged: estimate, never $0. Refused
+    // before any response (connect error, 5xx/429, headers deadline): $0.
+    const consumed = o.status === "ok" || o.firstTokenAt !== undefined || o.status === "client_cancelled" || o.accepted === true;
     if (!consumed) return { micro: 0n, source: "price_table", usage };
     const estimated = this.estimatedUsage(o);
     const micro = usageCostMicro({ promptTokens: estimated.prompt, completionTokens: estimated.completion }, price);
@@ -540,13 +616,19 @@ export class RequestTab {
   /**
    * Usage when none was reported: prompt ≈ its byte bound ÷ 3; completion =
    * events relayed (≥ 1), or for a paid answer that was not streamed and
-   * whose client left before it came, all the output its hold assumed (and
-   * the provider was told): providers generate and bill a non-streamed
-   * answer whole whether or not its client stayed for it.
+   * whose client left before it came (or whose body, once generated, never
+   * reached the client), all the output its hold assumed (and the provider
+   * was told): providers generate and bill a non-streamed answer whole
+   * whether or not its client stayed for it. A stream accepted but cut
+   * before its first token: the prompt alone (nothing generated reached
+   * anyone).
    */
   private estimatedUsage(o: SettleOutcome): Usage {
-    const whole = o.status === "client_cancelled" && o.backend.paid && !this.input.facts.stream && o.chunks === undefined;
-    return { prompt: Math.ceil(this.input.facts.promptTokens / ESTIMATE_BYTES_PER_TOKEN), completion: whole ? Math.max(1, this.maxOutput) : Math.max(1, o.chunks ?? 0), cached: 0, cacheWrite: 0 };
+    const { stream } = this.input.facts;
+    const whole = (o.status === "client_cancelled" || o.accepted === true) && o.backend.paid && !stream && o.chunks === undefined;
+    const untouched = o.accepted === true && stream && o.firstTokenAt === undefined;
+    const completion = whole ? Math.max(1, this.maxOutput) : untouched ? 0 : Math.max(1, o.chunks ?? 0);
+    return { prompt: Math.ceil(this.input.facts.promptTokens / ESTIMATE_BYTES_PER_TOKEN), completion, cached: 0, cacheWrite: 0 };
   }
 
   /**
@@ -593,15 +675,15 @@ export class RequestTab {
 
   /** Ledger row first, then spend, then alerts. Idempotent: safe to run again with the same outcome. */
   settleNow(o: SettleOutcome, finishedAtPerf = performance.now()): Promise<void> {
-    // A free backend with no hold and no intent left: its settle is its ledger row and nothing after it.
-    if (!o.backend.paid && !this.holder && !this.intent) return this.guard.deps.ledger.record(this.row(o, finishedAtPerf));
+    // A free backend with no hold, no intent and no abandoned paid attempt left: its settle is its ledger row and nothing after it.
+    if (!o.backend.paid && !this.holder && !this.intent && this.abandoned.length === 0) return this.guard.deps.ledger.record(this.row(o, finishedAtPerf));
     return this.settleHeld(o, finishedAtPerf);
   }
 
   private async settleHeld(o: SettleOutcome, finishedAtPerf: number): Promise<void> {
     const { deps } = this.guard;
     const row = this.row(o, finishedAtPerf);
-    if (!(await this.recordRow(row, o.backend))) {
+    if (!(await this.recordRow(row))) {
       // Another router finished this request from its intent while this one
       // was silent past the hold's TTL (paused, partitioned): its row and
       // settle stand; this one adds nothing.
@@ -609,8 +691,8 @@ export class RequestTab {
       deps.log.warn("request already finished by another router (this one was silent past its hold's TTL); nothing recorded or settled here", { requestId: this.input.requestId, backend: o.backend.id });
       return;
     }
-    // Free backends touch no budget unless a paid attempt's hold is still live.
-    if (!o.backend.paid && !this.holder) return;
+    // Free backends touch no budget unless a paid attempt's hold is still live, or one is owed.
+    if (!o.backend.paid && !this.holder && this.abandoned.length === 0) return;
     let budget: TenantBudget | null = null;
     try {
       budget = await this.tenantBudget();
@@ -644,13 +726,16 @@ export class RequestTab {
    * with retiring the intent. False when the intent was already gone — the
    * request was finished by another router — and nothing was written.
    */
-  private async recordRow(row: NewLedgerRow, backend: Backend): Promise<boolean> {
+  private async recordRow(row: NewLedgerRow): Promise<boolean> {
     const { deps } = this.guard;
     const intent = this.intent;
     if (intent) this.intent = undefined;
     const id = intent && deps.intents ? await intent.id : undefined;
-    if (!id || intent?.backend !== backend) {
-      if (id) void deps.intents!.retire(id).catch(() => {}); // cannot happen: paid attempts do not resume elsewhere
+    // The intent may be an earlier attempt's on another backend: one the
+    // provider accepted and the request failed over from (release kept it,
+    // its cost is on this row). It is this request's all the same: retired
+    // with the row, once, like any other.
+    if (!id) {
       await deps.ledger.record(row);
       return true;
     }

@@ -28,6 +28,13 @@ export interface PaidIntent {
   model: string;
   /** The hold's amount (the worst case), micro-cents as a decimal string. */
   holdMicro: string;
+  /**
+   * Of holdMicro, the estimate owed by earlier attempts of the request that
+   * a provider accepted and the router failed over from (RequestTab.release):
+   * added to a looked-up cost, which names this attempt's generation only.
+   * Absent: none (and in intents written before it existed).
+   */
+  abandonedMicro?: string;
   /** Whether a hold was taken (false: the tenant has no limit; the amount is still the worst case). */
   held: boolean;
   /** The request's arrival, epoch ms: the ledger row's started_at (its key, with the request id). */
@@ -233,7 +240,9 @@ export class OrphanFinisher {
       }
     }
     const usage: Usage = cost?.usage ?? lastUsage ?? { prompt: 0, completion: 0, cached: 0, cacheWrite: 0 };
-    const micro = cost?.micro ?? BigInt(intent.holdMicro);
+    // A looked-up cost is this attempt's generation alone: the attempts failed over from are owed too.
+    const abandoned = typeof intent.abandonedMicro === "string" && /^\d+$/.test(intent.abandonedMicro) ? BigInt(intent.abandonedMicro) : 0n;
+    const micro = cost ? cost.micro + abandoned : BigInt(intent.holdMicro);
     const now = Date.now();
     const row: NewLedgerRow = {
       requestId: intent.requestId,

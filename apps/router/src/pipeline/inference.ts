@@ -251,7 +251,7 @@ export class InferencePipeline {
           const verdict = tab.admit(b);
           return verdict instanceof Promise ? verdict.then((a) => withPrefixName(a, b, cls)) : withPrefixName(verdict, b, cls);
         },
-        release: (b) => tab.release(b),
+        release: (b, accepted) => tab.release(b, accepted),
         settle: (o) => {
           place?.release();
           rate?.settle(o.usage, o.firstTokenAt !== undefined || (o.chunks ?? 0) > 0);

@@ -36,8 +36,12 @@ export interface RelayContext {
    */
   /** A verdict at once when there is nothing to wait for (a free backend), else its promise. */
   admit?: (backend: Backend) => BudgetVerdict | Promise<BudgetVerdict>;
-  /** An admitted attempt failed before its first byte: nothing was charged. */
-  release?: (backend: Backend) => void;
+  /**
+   * An admitted attempt failed before its first byte reached the client:
+   * nothing was charged — unless the upstream had `accepted` it (2xx
+   * headers), which a paid provider bills (its prompt) even so.
+   */
+  release?: (backend: Backend, accepted: boolean) => void;
   /**
    * Routing feedback: called as an attempt on `backend` starts; the reporter
    * it returns is called once when that attempt ends (latency, ok/failed).

@@ -30,9 +30,11 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   const { metrics, deadlines } = ctx;
   let last: UpstreamFailure | undefined;
   let lastBackend: Backend | undefined;
+  let lastAccepted = false;
   let attempts = 0;
-  const settleFailure = (backend: Backend, f: UpstreamFailure) =>
-    ctx.settle?.({ backend, status: f.kind === "timeout" ? "timeout" : f.kind === "aborted" ? "client_cancelled" : "error" });
+  // `accepted`: the upstream had answered 2xx headers (a paid provider bills the prompt from then on, even for a stream cut before its first token).
+  const settleFailure = (backend: Backend, f: UpstreamFailure, accepted: boolean) =>
+    ctx.settle?.({ backend, status: f.kind === "timeout" ? "timeout" : f.kind === "aborted" ? "client_cancelled" : "error", ...(accepted ? { accepted } : {}) });
   const skipped: Array<{ backend: Backend; reason: string }> = [];
   const tried = new Set<Backend>();
   // The first field a candidate refuses (backends/fields.ts): the request
@@ -101,15 +103,19 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       const resume = state && { state, open: (failed: Backend) => openContinuation(state, candidates, tried, failed, req.path, ctx) };
       return { response: relayStream(leg, first, ctx, performance.now(), resume), backendId: backend.id, attempts };
     } catch (err) {
+      // `up` is set once the upstream answered 2xx headers: it accepted the
+      // request (first-token deadline, client gone or shutdown came after).
+      const accepted = up !== undefined;
       const failure = endFailedAttempt(err, a, up, backend, ctx);
-      ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, error: failure.message });
-      ctx.release?.(backend);
+      ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, accepted, error: failure.message });
+      ctx.release?.(backend, accepted);
       if (!failure.retryable) {
-        settleFailure(backend, failure);
+        settleFailure(backend, failure, accepted);
         throw failureToApiError(failure);
       }
       last = failure;
       lastBackend = backend;
+      lastAccepted = accepted;
     }
   }
   if (!last || !lastBackend) {
@@ -124,6 +130,6 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
     const why = skipped.length > 0 ? ` (${skipped.map((s) => `${s.backend.id}: ${skipReasons[s.reason] ?? s.reason}`).join("; ")})` : "";
     throw new ApiError("no_healthy_backend", `no healthy backend serves model ${String(req.body.model)}${why}`);
   }
-  settleFailure(lastBackend, last);
+  settleFailure(lastBackend, last, lastAccepted);
   throw failureToApiError(last);
 }
