@@ -114,6 +114,21 @@ describe("stream_options without stream", () => {
   });
 });
 
+describe("content part types", () => {
+  it("a type OpenAI does not list (a video, a typo) is its 400 naming the part, and no worker sees it; the listed ones pass", async () => {
+    const served = total(worker);
+    for (const type of ["video_url", "image", "txt"]) {
+      const r = await chat({ messages: [{ role: "user", content: [{ type: "text", text: "hi" }, { type }] }] });
+      expect(r.status).toBe(400);
+      expect(r.body.error.code).toBe("invalid_request");
+      expect(r.body.error.param).toBe("messages[0].content[1].type");
+      expect(r.body.error.message).toContain(`Invalid value: '${type}'. Supported values are: 'text', 'image_url', 'input_audio', 'refusal', and 'file'.`);
+    }
+    expect(total(worker)).toBe(served);
+    expect((await chat({ messages: [{ role: "user", content: [{ type: "text", text: "hi" }] }] })).status).toBe(200);
+  });
+});
+
 describe("JSON nesting depth", () => {
   it("500,000-deep nesting is a 400 invalid_json, and the router keeps answering", async () => {
     const depth = 500_000;

@@ -8,7 +8,24 @@ import { generationFields, streamOptionsNeedStream } from "../fields.ts";
 import { documented } from "../../../openapi/marks.ts";
 import { completionAnswer, inferenceErrors } from "../../../openapi/common.ts";
 
-const contentPart = z.looseObject({ type: z.string() });
+/**
+ * OpenAI's content part types, as it lists them in its own 400. Any other
+ * (a `video_url`, a typo) is refused here rather than passed on: a paid
+ * upstream may bill it by a size nothing here can bound before it runs, and
+ * a worker would ignore it silently.
+ */
+const CONTENT_PART_TYPES = ["text", "image_url", "input_audio", "refusal", "file"] as const;
+const contentPart = z.looseObject({
+  // A refinement, not z.enum: inside the content union an enum's miss reads as
+  // "no option matched" on `content`; this one names the part's `type`.
+  type: z
+    .string()
+    .refine((t) => (CONTENT_PART_TYPES as readonly string[]).includes(t), {
+      error: (issue) => `Invalid value: '${String(issue.input).slice(0, 64)}'. Supported values are: 'text', 'image_url', 'input_audio', 'refusal', and 'file'.`,
+    })
+    // The same, said in JSON Schema for the OpenAPI document.
+    .meta({ enum: [...CONTENT_PART_TYPES] }),
+});
 
 /** An assistant message's call, as OpenAI sends it back in the conversation. */
 const toolCall = z.looseObject({
