@@ -103,10 +103,13 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       const resume = state && { state, open: (failed: Backend) => openContinuation(state, candidates, tried, failed, req.path, ctx) };
       return { response: relayStream(leg, first, ctx, performance.now(), resume), backendId: backend.id, attempts };
     } catch (err) {
-      // `up` is set once the upstream answered 2xx headers: it accepted the
-      // request (first-token deadline, client gone or shutdown came after).
-      const accepted = up !== undefined;
       const failure = endFailedAttempt(err, a, up, backend, ctx);
+      // Accepted: the upstream answered 2xx headers (`up` is set then), and
+      // this side cut it afterwards — a deadline, the client gone, a
+      // shutdown. The provider was processing the prompt and bills it. One
+      // that reported its own failure (an error event before the first
+      // token, a stream it closed) bills nothing for it: not accepted.
+      const accepted = up !== undefined && (failure.kind === "timeout" || failure.kind === "aborted");
       ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, accepted, error: failure.message });
       ctx.release?.(backend, accepted);
       if (!failure.retryable) {
