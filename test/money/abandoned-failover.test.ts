@@ -1,0 +1,204 @@
+// A failover from a paid attempt its provider accepted (2xx headers, then no
+// token past the first-token deadline) to a next paid attempt that goes
+// wrong itself, through a real router (Redis budget counters, ledger stream
+// and intent journal, Postgres) with the OpenRouter and Anthropic fakes and a
+// sim worker. The next attempt refused (429, 5xx) with nothing after it, or
+// with a free worker answering after it, or its hold refused by the budget,
+// or accepted and stalled as well: the request's one row carries the first
+// attempt's estimate exactly once (plus the stalled second's own), the day's
+// spend rises by exactly the row, and no hold and no intent is left behind.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { budgetDay, intentStreamKey } from "@switchyard/state";
+import { createKey, createTenant, setBudget, setPrice, usageCostMicro, type TokenPrice } from "@switchyard/db";
+import { SimWorker } from "#testkit/sim-worker";
+import { promptTokensUpperBound } from "../../apps/router/src/billing/estimate.ts";
+import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
+import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
+import { waitFor } from "../helpers/env.ts";
+import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+
+const OR_MODEL = "openai/gpt-4o-mini";
+const AN_MODEL = "claude-3-5-haiku-latest";
+const OR_PRICE: TokenPrice = { inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n };
+const AN_PRICE: TokenPrice = { inputMicroPerMtok: 80_000_000n, outputMicroPerMtok: 400_000_000n };
+/** Long enough for a loaded 2-core machine to relay a normal first token, short enough to wait out. */
+const FIRST_TOKEN_MS = 1_500;
+/** The fakes stall well past it: the router's deadline, not the fake, ends the attempt. */
+const STALL_MS = FIRST_TOKEN_MS + 2_500;
+
+let fx: RouterFixture;
+let openrouter: FakeOpenRouter;
+let anthropic: FakeAnthropic;
+let worker: SimWorker;
+
+beforeAll(async () => {
+  openrouter = await new FakeOpenRouter({ apiKey: "sk-or-test" }).start();
+  anthropic = await new FakeAnthropic("sk-ant-test").start();
+  fx = await startTestRouter({
+    "providers.openrouter": { apiKey: "sk-or-test", baseUrl: openrouter.url },
+    "providers.anthropic": { apiKey: "sk-ant-test", baseUrl: anthropic.url },
+    "billing.refreshMs": 100,
+    "deadlines.firstTokenMs": FIRST_TOKEN_MS,
+    // Paid first, OpenRouter then Anthropic, workers last: a free worker is the third attempt of `paid-then-free`.
+    "routing.chain": ["openrouter", "anthropic", "local", "remote"],
+    // The chain's order as it stands: scoring would put an idle free worker ahead of the paid steps.
+    "routing.scorer.mode": "round_robin",
+    "routing.models": {
+      paid: { openrouter: OR_MODEL, anthropic: AN_MODEL },
+      "paid-then-free": { openrouter: OR_MODEL, anthropic: AN_MODEL, worker: "sim-chat" },
+    },
+  });
+  await setPrice(fx.db.db, { backend: "openrouter", model: OR_MODEL, ...OR_PRICE });
+  await setPrice(fx.db.db, { backend: "anthropic", model: AN_MODEL, ...AN_PRICE });
+  // A limit, so every paid attempt is held: "no hold left" means something.
+  await setBudget(fx.db.db, { tenantId: fx.tenantId, dailyLimitCents: 100n });
+  worker = await new SimWorker({ id: "failover-w1", models: ["sim-chat"], registry: fx.registry, behavior: { tokens: 3 } }).start();
+  await waitFor(() => fx.router.deps.directory.all().length === 1, { what: "the worker registered" });
+  await waitFor(() => fx.router.deps.guard.deps.prices.price("anthropic", AN_MODEL) && fx.router.deps.guard.deps.prices.price("openrouter", OR_MODEL), { what: "the prices" });
+  await waitFor(async () => (await fx.router.deps.guard.deps.budgets.budgetOf(fx.tenantId)) !== null, { what: "the budget" });
+});
+
+afterAll(async () => {
+  await worker?.stop();
+  await fx?.close();
+  await openrouter?.stop();
+  await anthropic?.stop();
+});
+
+/** Each request's own prompt: its estimate is worked out from it below, independently of the router. */
+function bodyOf(model: string, content: string): Record<string, unknown> {
+  return { model, stream: true, max_tokens: 50, messages: [{ role: "user", content }] };
+}
+
+const chat = (body: Record<string, unknown>, key = fx.key) =>
+  fetch(`${fx.router.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+
+/**
+ * What a paid attempt accepted and cut before its first token owes, as
+ * FINANCE.md defines it: the prompt's byte bound ÷ 3 rounded up, at the
+ * table's input price, nothing generated (at least 1 micro-cent).
+ */
+function promptEstimate(body: Record<string, unknown>, price: TokenPrice): bigint {
+  const promptTokens = Math.ceil(promptTokensUpperBound("/v1/chat/completions", body) / 3);
+  const micro = usageCostMicro({ promptTokens, completionTokens: 0 }, price);
+  return micro > 0n ? micro : 1n;
+}
+
+async function rowsOf(id: string) {
+  await waitFor(
+    async () => {
+      await fx.router.deps.guard.flush();
+      return (await fx.db.sql`select 1 from spend_ledger where request_id = ${id}`).length > 0;
+    },
+    { what: `the ledger row of ${id}` },
+  );
+  // Settles run off the request path: give a second row (there must be none) the time to land too.
+  await fx.router.deps.guard.drain();
+  await fx.router.deps.guard.flush();
+  return fx.db.sql`select * from spend_ledger where request_id = ${id}`;
+}
+
+const today = () => budgetDay(Date.now(), "UTC");
+const snapshot = () => fx.router.deps.guard.deps.store.snapshot(fx.tenantId, today());
+/** Intents still in the journal (retired and finished ones are deleted from it): a request settled leaves none. */
+const intentsLeft = () => fx.redis.redis.xlen(intentStreamKey(fx.redis.prefix));
+
+/** The request is settled: one row, the day up by exactly it, no hold, no intent. Returns the row. */
+async function expectSettledOnce(id: string, before: bigint, cost: bigint) {
+  const rows = await rowsOf(id);
+  expect(rows).toHaveLength(1);
+  const row = rows[0]!;
+  expect(BigInt(row.cost_micro as string)).toBe(cost);
+  await waitFor(async () => (await snapshot()).heldMicro === 0n, { what: "no hold left" });
+  expect((await snapshot()).spentMicro - before).toBe(cost);
+  await waitFor(async () => (await intentsLeft()) === 0, { what: "no intent left" });
+  return row;
+}
+
+describe("failed over from an accepted paid attempt, the next paid attempt is refused before any response", () => {
+  it.each([429, 503])("Anthropic answers %i and nothing follows: the row is OpenRouter's prompt estimate, once; no hold left", async (status) => {
+    const before = (await snapshot()).spentMicro;
+    const body = bodyOf("paid", `refused ${status} after an accepted stall`);
+    const seen = { or: openrouter.requests.length, an: anthropic.requests.length };
+    openrouter.enqueue({ kind: "stall", stallMs: STALL_MS });
+    anthropic.enqueue({ kind: "status", status });
+    const r = await chat(body);
+    // The last attempt's failure is the answer; the request is not a success.
+    expect(r.ok).toBe(false);
+    await r.text();
+    // Both providers were tried, once each.
+    expect([openrouter.requests.length - seen.or, anthropic.requests.length - seen.an]).toEqual([1, 1]);
+    const owed = promptEstimate(body, OR_PRICE);
+    const row = await expectSettledOnce(r.headers.get("x-request-id")!, before, owed);
+    // The row names the attempt the request ended on; the refused attempt itself costs $0.
+    expect(row).toMatchObject({ backend: "anthropic", model: AN_MODEL, status: "error", cost_source: "estimate", completion_tokens: 0 });
+  });
+
+  it("Anthropic answers 429, then a free worker answers: the worker's row carries OpenRouter's prompt estimate, once; no hold left", async () => {
+    const before = (await snapshot()).spentMicro;
+    const body = bodyOf("paid-then-free", "a worker answers after a refusal after an accepted stall");
+    const seen = { or: openrouter.requests.length, an: anthropic.requests.length };
+    openrouter.enqueue({ kind: "stall", stallMs: STALL_MS });
+    anthropic.enqueue({ kind: "status", status: 429 });
+    const r = await chat(body);
+    expect(r.status).toBe(200);
+    expect(r.headers.get("x-switchyard-backend")).toBe("worker:failover-w1");
+    expect(await r.text()).toContain("data: [DONE]");
+    expect([openrouter.requests.length - seen.or, anthropic.requests.length - seen.an]).toEqual([1, 1]);
+    const owed = promptEstimate(body, OR_PRICE);
+    const row = await expectSettledOnce(r.headers.get("x-request-id")!, before, owed);
+    expect(row).toMatchObject({ backend: "worker", status: "ok", cost_source: "estimate" });
+  });
+});
+
+describe("failed over from an accepted paid attempt, the next paid attempt is refused by the budget", () => {
+  it("Anthropic's hold (its worst case plus what OpenRouter is owed) does not fit: OpenRouter's row is its prompt estimate, once; its hold and intent are not left behind", async () => {
+    // 1 cent a day: OpenRouter's worst case for 4,000 output tokens fits (~240,000 micro-cents), Anthropic's (~1,600,000) does not.
+    const t = await createTenant(fx.db.db, "tight");
+    if (!t.ok) throw new Error("tenant");
+    await setBudget(fx.db.db, { tenantId: t.tenant.id, dailyLimitCents: 1n });
+    const { key } = await createKey(fx.db.db, t.tenant.id);
+    await waitFor(async () => (await fx.router.deps.guard.deps.budgets.budgetOf(t.tenant.id)) !== null, { what: "the budget" });
+    const tight = () => fx.router.deps.guard.deps.store.snapshot(t.tenant.id, today());
+    const before = (await tight()).spentMicro;
+    const body = { ...bodyOf("paid", "a stall, then a hold the budget refuses"), max_tokens: 4_000 };
+    const seen = { or: openrouter.requests.length, an: anthropic.requests.length };
+    openrouter.enqueue({ kind: "stall", stallMs: STALL_MS });
+    const r = await chat(body, key);
+    expect(r.ok).toBe(false);
+    await r.text();
+    // Anthropic was never asked: the budget refused its hold.
+    expect([openrouter.requests.length - seen.or, anthropic.requests.length - seen.an]).toEqual([1, 0]);
+    const owed = promptEstimate(body, OR_PRICE);
+    const rows = await rowsOf(r.headers.get("x-request-id")!);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ backend: "openrouter", model: OR_MODEL, status: "timeout", cost_source: "estimate", completion_tokens: 0 });
+    expect(BigInt(rows[0]!.cost_micro as string)).toBe(owed);
+    await waitFor(async () => (await tight()).heldMicro === 0n, { what: "no hold left" });
+    expect((await tight()).spentMicro - before).toBe(owed);
+    await waitFor(async () => (await intentsLeft()) === 0, { what: "no intent left" });
+  });
+});
+
+describe("failed over from an accepted paid attempt, the next paid attempt is accepted and stalls too", () => {
+  it("both prompts are owed: the row is the sum of the two estimates, each once; no hold left", async () => {
+    const before = (await snapshot()).spentMicro;
+    const body = bodyOf("paid", "two accepted stalls in a row");
+    const seen = { or: openrouter.requests.length, an: anthropic.requests.length };
+    openrouter.enqueue({ kind: "stall", stallMs: STALL_MS });
+    anthropic.enqueue({ kind: "stall", stallMs: STALL_MS });
+    const r = await chat(body);
+    expect(r.status).toBe(504);
+    await r.text();
+    expect([openrouter.requests.length - seen.or, anthropic.requests.length - seen.an]).toEqual([1, 1]);
+    const owed = promptEstimate(body, OR_PRICE) + promptEstimate(body, AN_PRICE);
+    const row = await expectSettledOnce(r.headers.get("x-request-id")!, before, owed);
+    expect(row).toMatchObject({ backend: "anthropic", status: "timeout", cost_source: "estimate", completion_tokens: 0 });
+    // The row's tokens are the last attempt's estimate, not the two summed.
+    expect(row.prompt_tokens).toBe(Math.ceil(promptTokensUpperBound("/v1/chat/completions", body) / 3));
+  });
+});
