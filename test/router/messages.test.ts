@@ -213,6 +213,26 @@ describe("POST /v1/messages with @anthropic-ai/sdk", () => {
     expect(BigInt(rows[0]!.cost_micro as string)).toBeGreaterThan(0n);
   });
 
+  it("a paid answer's cache reads and writes reach the client in Anthropic's usage, the writes split by lifetime, whole and streamed", async () => {
+    const image = { type: "image", source: { type: "base64", media_type: "image/png", data: PIXEL } };
+    const body = { model: "vision", max_tokens: 64, messages: [{ role: "user", content: [{ type: "text", text: "what is this?" }, image] }] };
+    // 1000 prompt tokens: 500 fresh, 200 read, 300 written (100 for 5 minutes, 200 for an hour).
+    const answer = { kind: "ok", promptTokens: 1000, cachedTokens: 200, cacheWriteTokens: 300, cacheWrite1hTokens: 200, completionTokens: 5 } as const;
+    const want = { input_tokens: 500, cache_read_input_tokens: 200, cache_creation_input_tokens: 300, cache_creation: { ephemeral_5m_input_tokens: 100, ephemeral_1h_input_tokens: 200 }, output_tokens: 5 };
+    upstream.enqueue(answer);
+    const whole = await post(body);
+    expect(whole.headers.get("x-switchyard-backend")).toBe(`anthropic:${AN_MODEL}`);
+    expect(((await whole.json()) as { usage: unknown }).usage).toMatchObject(want);
+    // Streamed, the counts are known only from the usage at the end: message_delta carries them.
+    upstream.enqueue(answer);
+    const text = await (await post({ ...body, stream: true })).text();
+    const delta = text
+      .split("\n\n")
+      .map((f) => f.split("\n"))
+      .find(([ev]) => ev === "event: message_delta")!;
+    expect((JSON.parse(delta[1]!.slice("data: ".length)) as { usage: unknown }).usage).toMatchObject(want);
+  });
+
   it("errors leave in Anthropic's shape with the SDK's error classes", async () => {
     await expect(client.messages.create({ model: "no-such-model", max_tokens: 5, messages: [{ role: "user", content: "x" }] })).rejects.toBeInstanceOf(Anthropic.NotFoundError);
     const missing = await post({ max_tokens: undefined });

@@ -23,17 +23,26 @@ export function stopReason(finish: unknown): string {
 
 const count = (v: unknown) => (typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0);
 
-/** OpenAI usage → Anthropic's: input_tokens excludes what was read from or written to the cache. */
-export function anthropicUsage(u: unknown): Required<Pick<AnthropicUsage, "input_tokens" | "output_tokens" | "cache_read_input_tokens" | "cache_creation_input_tokens">> {
+/**
+ * OpenAI usage → Anthropic's: input_tokens excludes what was read from or
+ * written to the cache; the writes split by lifetime as Anthropic reports
+ * them (`cache_creation`: 1-hour writes are priced apart, and a client
+ * reconciling its bill needs the split).
+ */
+export function anthropicUsage(u: unknown): Required<Pick<AnthropicUsage, "input_tokens" | "output_tokens" | "cache_read_input_tokens" | "cache_creation_input_tokens">> & {
+  cache_creation: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number };
+} {
   const usage = isObject(u) ? u : {};
   const details = isObject(usage.prompt_tokens_details) ? usage.prompt_tokens_details : {};
   const cached = count(details.cached_tokens);
   const written = count(details.cache_write_tokens);
+  const written1h = Math.min(written, count(details.cache_write_1h_tokens));
   return {
     input_tokens: Math.max(0, count(usage.prompt_tokens) - cached - written),
     output_tokens: count(usage.completion_tokens),
     cache_read_input_tokens: cached,
     cache_creation_input_tokens: written,
+    cache_creation: { ephemeral_5m_input_tokens: written - written1h, ephemeral_1h_input_tokens: written1h },
   };
 }
 
