@@ -184,28 +184,16 @@ describe("a paid attempt refused before any response stays $0", () => {
     expect((await snapshot()).spentMicro).toBe(before.spentMicro);
   });
 
-  it("an error event after 200 headers, before any token (the provider's own failure), failed over from: the row is the answer's own cost", async () => {
+  it.each([
+    ["a 429", { kind: "status", status: 429 }],
+    ["an error event after 200 headers, before any token (the provider's own failure)", { kind: "midstream_error", afterTokens: 0 }],
+  ] as const)("%s failed over from: the row is the answer's own cost, as the provider reported it", async (_, failure) => {
     const before = await snapshot();
-    openrouter.enqueue({ kind: "midstream_error", afterTokens: 0 });
+    openrouter.enqueue(failure);
     anthropic.enqueue({ kind: "ok", promptTokens: 100, completionTokens: 5 });
     const r = await chat({ model: "paid" });
     expect(r.status).toBe(200);
     expect(r.headers.get("x-switchyard-backend")).toBe(`anthropic:${AN_MODEL}`);
-    await r.text();
-    const row = await rowOf(fx, r.headers.get("x-request-id")!);
-    expect(row).toMatchObject({ backend: "anthropic", cost_source: "price_table" });
-    const answered = usageCostMicro({ promptTokens: 100, completionTokens: 5 }, AN_PRICE);
-    expect(BigInt(row.cost_micro as string)).toBe(answered);
-    await waitFor(async () => (await snapshot()).heldMicro === 0n, { what: "no hold left" });
-    expect((await snapshot()).spentMicro - before.spentMicro).toBe(answered);
-  });
-
-  it("a 429 failed over from: the row is the answer's own cost, as the provider reported it", async () => {
-    const before = await snapshot();
-    openrouter.enqueue({ kind: "status", status: 429 });
-    anthropic.enqueue({ kind: "ok", promptTokens: 100, completionTokens: 5 });
-    const r = await chat({ model: "paid" });
-    expect(r.status).toBe(200);
     await r.text();
     const row = await rowOf(fx, r.headers.get("x-request-id")!);
     expect(row).toMatchObject({ backend: "anthropic", cost_source: "price_table" });

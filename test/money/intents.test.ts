@@ -8,6 +8,7 @@ import { usageCostMicro, type KeyOwner } from "@switchyard/db";
 import { budgetDay, intentProgressKey, RedisBudgetStore } from "@switchyard/state";
 import { AnthropicCostLookup } from "../../apps/router/src/backends/anthropic/cost-lookup.ts";
 import type { Backend } from "../../apps/router/src/backends/types.ts";
+import type { Usage } from "../../apps/router/src/backends/usage.ts";
 import { StaticBudgets } from "../../apps/router/src/billing/budgets.ts";
 import { bodyFacts, type TabInput } from "../../apps/router/src/billing/guard.ts";
 import { OrphanFinisher } from "../../apps/router/src/billing/orphans.ts";
@@ -65,6 +66,32 @@ const input = (tenant: KeyOwner, model: string, content = "hello"): TabInput => 
   startedAtPerf: performance.now(),
 });
 
+/**
+ * An Anthropic attempt whose router noted its generation and `usage`, then
+ * died before its settle, finished by another router once the hold's TTL
+ * passed: the intent's id, the note as it stood, both routers and the finisher.
+ */
+async function anthropicOrphan(name: string, generationId: string, usage: Usage, noted: string) {
+  const dead = setup(`${name}-dead`, 10n ** 12n);
+  const i = input(owner, AN_MODEL);
+  const admission = await dead.guard.open(i).admit(anthropic);
+  if (!admission.ok || !admission.progress) throw new Error("paid attempt with an intent");
+  admission.progress({ generationId });
+  admission.progress({ usage });
+  const id = (await redis.redis.xrange(dead.intents.key, "-", "+"))[0]?.[0];
+  await waitFor(async () => ((await redis.redis.get(intentProgressKey(redis.prefix, id!))) ?? "").includes(noted), { what: "the usage note" });
+  const note = await redis.redis.get(intentProgressKey(redis.prefix, id!));
+  // The router dies here, before its settle.
+  const alive = setup(`${name}-alive`, 10n ** 12n);
+  const finisher = new OrphanFinisher(alive.intents, alive.guard, { anthropic: new AnthropicCostLookup() }, { scanMs: 60_000, concurrency: 2 });
+  await sleep(CLAIM_IDLE_MS + 50);
+  await finisher.scan();
+  await sleep(Math.max(0, i.arrivedAtMs + HOLD_TTL_MS + 50 - Date.now()));
+  expect((await finisher.scan()).finished).toBe(1);
+  await alive.ledger.flush();
+  return { i, id, note, dead, alive, finisher };
+}
+
 describe("intents beside paid holds", () => {
   it("a refused hold and an attempt failed before its first byte leave no intent and no row", async () => {
     const { intents, guard, ledger } = setup("refusals", 1n); // nothing fits
@@ -102,26 +129,9 @@ describe("intents beside paid holds", () => {
   });
 
   it("an Anthropic orphan whose final usage had arrived is finished at price × that usage", async () => {
-    const dead = setup("anthropic-dead", 10n ** 12n);
-    const i = input(owner, AN_MODEL);
-    const tab = dead.guard.open(i);
-    const admission = await tab.admit(anthropic);
-    if (!admission.ok || !admission.progress) throw new Error("paid attempt with an intent");
-    const usage = { prompt: 1_000, completion: 37, cached: 200, cacheWrite: 300 };
-    admission.progress({ generationId: "chatcmpl-msg_01" });
-    admission.progress({ usage });
-    const id = (await redis.redis.xrange(dead.intents.key, "-", "+"))[0]?.[0];
-    await waitFor(async () => ((await redis.redis.get(intentProgressKey(redis.prefix, id!))) ?? "").includes('"completion":37'), { what: "the usage note" });
+    const { i, id, dead, alive, finisher, note } = await anthropicOrphan("anthropic", "chatcmpl-msg_01", { prompt: 1_000, completion: 37, cached: 200, cacheWrite: 300 }, '"completion":37');
     // A note as routers wrote them before one-hour writes were counted apart: it is read as none.
-    expect(await redis.redis.get(intentProgressKey(redis.prefix, id!))).not.toContain("cacheWrite1h");
-    // The router dies here, before its settle.
-    const alive = setup("anthropic-alive", 10n ** 12n);
-    const finisher = new OrphanFinisher(alive.intents, alive.guard, { anthropic: new AnthropicCostLookup() }, { scanMs: 60_000, concurrency: 2 });
-    await sleep(CLAIM_IDLE_MS + 50);
-    await finisher.scan();
-    await sleep(Math.max(0, i.arrivedAtMs + HOLD_TTL_MS + 50 - Date.now()));
-    expect((await finisher.scan()).finished).toBe(1);
-    await alive.ledger.flush();
+    expect(note).not.toContain("cacheWrite1h");
     const expected = usageCostMicro({ promptTokens: 1_000, completionTokens: 37, cachedTokens: 200, cacheWriteTokens: 300 }, AN_PRICE);
     expect(await db.sql`select cost_micro::text, cost_source, prompt_tokens, completion_tokens, provider_generation_id from spend_ledger where request_id = ${i.requestId}`).toEqual([
       { cost_micro: expected.toString(), cost_source: "usage_on_crash", prompt_tokens: 1_000, completion_tokens: 37, provider_generation_id: "chatcmpl-msg_01" },
@@ -133,22 +143,7 @@ describe("intents beside paid holds", () => {
   });
 
   it("an Anthropic orphan's one-hour cache writes are noted with its usage and priced apart when it is finished", async () => {
-    const dead = setup("anthropic-1h-dead", 10n ** 12n);
-    const i = input(owner, AN_MODEL);
-    const tab = dead.guard.open(i);
-    const admission = await tab.admit(anthropic);
-    if (!admission.ok || !admission.progress) throw new Error("paid attempt with an intent");
-    admission.progress({ generationId: "chatcmpl-msg_1h" });
-    admission.progress({ usage: { prompt: 1_000, completion: 37, cached: 200, cacheWrite: 300, cacheWrite1h: 200 } });
-    const id = (await redis.redis.xrange(dead.intents.key, "-", "+"))[0]?.[0];
-    await waitFor(async () => ((await redis.redis.get(intentProgressKey(redis.prefix, id!))) ?? "").includes('"cacheWrite1h":200'), { what: "the usage note with its 1-hour writes" });
-    const alive = setup("anthropic-1h-alive", 10n ** 12n);
-    const finisher = new OrphanFinisher(alive.intents, alive.guard, { anthropic: new AnthropicCostLookup() }, { scanMs: 60_000, concurrency: 2 });
-    await sleep(CLAIM_IDLE_MS + 50);
-    await finisher.scan();
-    await sleep(Math.max(0, i.arrivedAtMs + HOLD_TTL_MS + 50 - Date.now()));
-    expect((await finisher.scan()).finished).toBe(1);
-    await alive.ledger.flush();
+    const { i, dead, alive, finisher } = await anthropicOrphan("anthropic-1h", "chatcmpl-msg_1h", { prompt: 1_000, completion: 37, cached: 200, cacheWrite: 300, cacheWrite1h: 200 }, '"cacheWrite1h":200');
     // Micro-cents per token: 500 input × 80 + 200 read × 8 + 100 5-minute writes × 100 + 200 1-hour writes × 160 (2 × input) + 37 output × 400.
     expect(await db.sql`select cost_micro::text, cost_source, cache_write_tokens from spend_ledger where request_id = ${i.requestId}`).toEqual([
       { cost_micro: String(500 * 80 + 200 * 8 + 100 * 100 + 200 * 160 + 37 * 400), cost_source: "usage_on_crash", cache_write_tokens: 300 },

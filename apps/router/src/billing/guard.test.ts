@@ -8,7 +8,7 @@ import type { Backend } from "../backends/types.ts";
 import { createLogger } from "../observability/log.ts";
 import { RouterMetrics } from "../observability/metrics.ts";
 import { StaticBudgets } from "./budgets.ts";
-import { BudgetGuard, bodyFacts } from "./guard.ts";
+import { BudgetGuard, bodyFacts, type BodyFacts } from "./guard.ts";
 import type { LedgerSink } from "./ledger.ts";
 import { StaticPriceBook } from "./prices.ts";
 import type { ReconcileResult } from "./reconcile.ts";
@@ -164,36 +164,52 @@ describe("BudgetGuard holds on a day never checked against the ledger", () => {
   });
 });
 
+/**
+ * A guard for tenant 1 (a limit of `limitMicro`) on a day already checked,
+ * as another router would have left it, with these prices; the rows it
+ * writes, and a tab opened for a chat body.
+ */
+async function checkedGuard(prices: ConstructorParameters<typeof StaticPriceBook>[0], limitMicro = 10n ** 12n) {
+  const DAY = new Date().toISOString().slice(0, 10);
+  const rows: NewLedgerRow[] = [];
+  const store = new MemoryBudgetStore();
+  const budgets = new StaticBudgets();
+  budgets.budgets.set(1, { limitMicro, timeZone: "UTC", thresholds: [] });
+  const guard = new BudgetGuard({
+    store,
+    budgets,
+    prices: new StaticPriceBook(prices),
+    ledger: { record: async (r) => void rows.push(r), flush: async () => {}, close: async () => {} },
+    alerts: async () => true,
+    billing: loadConfig({ env: {} }).billing,
+    log: createLogger("error", {}, () => {}),
+    metrics: new RouterMetrics(),
+    checkDay: async () => undefined,
+  });
+  await store.rebuild({ tenantId: 1, day: DAY, spentMicro: 0n, holds: [] });
+  const open = (requestId: string, facts: BodyFacts, model = "m") =>
+    guard.open({ requestId, tenant: { tenantId: 1, tenantName: "t", keyId: 1, prefix: "sy_x", revoked: false }, path: "/v1/chat/completions", facts, model, arrivedAtMs: Date.now(), startedAtPerf: performance.now() });
+  /** The hold a paid attempt on `backend` takes for `facts` (admitted, or the test fails). */
+  const holdOf = async (requestId: string, backend: Backend, facts: BodyFacts) => {
+    expect(await open(requestId, facts, backend.model).admit(backend)).toMatchObject({ ok: true });
+    return (await store.holds(1, DAY)).find((h) => h.requestId === requestId)!.amountMicro;
+  };
+  return { DAY, rows, store, guard, open, holdOf };
+}
+
+const paidOn = (kind: string, model: string) => ({ id: `${kind}:${model}`, kind, model, paid: true }) as unknown as Backend;
+
 describe("the hold of a request with an image, on gpt-4o-mini and on other models", () => {
   it("adds the mini's image count (33× the others' tokens) only to a hold priced for gpt-4o-mini", async () => {
-    const DAY = new Date().toISOString().slice(0, 10);
-    const store = new MemoryBudgetStore();
-    const budgets = new StaticBudgets();
-    budgets.budgets.set(1, { limitMicro: 10n ** 12n, timeZone: "UTC", thresholds: [] });
     const price = { inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 0n };
-    const guard = new BudgetGuard({
-      store,
-      budgets,
-      prices: new StaticPriceBook([
-        { backend: "openrouter", model: "openai/gpt-4o-mini", ...price },
-        { backend: "openrouter", model: "openai/gpt-4o", ...price },
-      ]),
-      ledger: { record: async () => {}, flush: async () => {}, close: async () => {} },
-      alerts: async () => true,
-      billing: loadConfig({ env: {} }).billing,
-      log: createLogger("error", {}, () => {}),
-      metrics: new RouterMetrics(),
-      checkDay: async () => undefined,
-    });
-    await store.rebuild({ tenantId: 1, day: DAY, spentMicro: 0n, holds: [] });
+    const { holdOf } = await checkedGuard([
+      { backend: "openrouter", model: "openai/gpt-4o-mini", ...price },
+      { backend: "openrouter", model: "openai/gpt-4o", ...price },
+    ]);
     const body = { model: "m", max_tokens: 0, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "https://example.com/cat.png" } }] }] };
     const facts = bodyFacts("/v1/chat/completions", body);
     expect(facts.miniImageExtra).toBe(48_169 - 4_784);
-    const hold = async (id: string, model: string) => {
-      const tab = guard.open({ requestId: id, tenant: { tenantId: 1, tenantName: "t", keyId: 1, prefix: "sy_x", revoked: false }, path: "/v1/chat/completions", facts, model, arrivedAtMs: Date.now(), startedAtPerf: performance.now() });
-      expect(await tab.admit({ id: `openrouter:${model}`, kind: "openrouter", model, paid: true } as unknown as Backend)).toMatchObject({ ok: true });
-      return (await store.holds(1, DAY)).find((h) => h.requestId === id)!.amountMicro;
-    };
+    const hold = (id: string, model: string) => holdOf(id, paidOn("openrouter", model), facts);
     // One micro-cent a token: the hold is the prompt bound in tokens.
     expect(await hold("plain", "openai/gpt-4o")).toBe(BigInt(facts.promptTokens));
     expect(await hold("mini", "openai/gpt-4o-mini")).toBe(BigInt(facts.promptTokens + facts.miniImageExtra));
@@ -206,23 +222,9 @@ describe("a paid attempt its provider accepted, then failed over from", () => {
   const body = { model: "m", stream: true, messages: [{ role: "user", content: "x".repeat(300) }] };
 
   async function setup() {
-    const rows: NewLedgerRow[] = [];
-    const store = new MemoryBudgetStore();
-    const budgets = new StaticBudgets();
-    budgets.budgets.set(1, { limitMicro: 10n ** 9n, timeZone: "UTC", thresholds: [] });
-    const guard = new BudgetGuard({
-      store,
-      budgets,
-      prices: new StaticPriceBook([{ backend: "openrouter", model: "m", inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 1_000_000n }]),
-      ledger: { record: async (r) => void rows.push(r), flush: async () => {}, close: async () => {} },
-      alerts: async () => true,
-      billing: loadConfig({ env: {} }).billing,
-      log: createLogger("error", {}),
-      metrics: new RouterMetrics(),
-    });
-    await store.rebuild({ tenantId: 1, day: DAY, spentMicro: 0n, holds: [] });
+    const { rows, store, guard, open } = await checkedGuard([{ backend: "openrouter", model: "m", inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 1_000_000n }], 10n ** 9n);
     const facts = bodyFacts("/v1/chat/completions", body);
-    const tab = guard.open({ requestId: "req_fo", tenant: { tenantId: 1, tenantName: "t", keyId: 1, prefix: "sy_x", revoked: false }, path: "/v1/chat/completions", facts, model: "m", arrivedAtMs: Date.now(), startedAtPerf: performance.now() });
+    const tab = open("req_fo", facts);
     // The prompt's estimate at 1 micro-cent per token: what the provider is owed for the prompt it processed.
     const owed = BigInt(Math.ceil(facts.promptTokens / 3));
     return { rows, store, guard, tab, owed };
@@ -257,9 +259,7 @@ describe("a paid attempt its provider accepted, then failed over from", () => {
 });
 
 describe("the hold of a request that asks for a one-hour prompt cache", () => {
-  const paid = { id: "anthropic:m", kind: "anthropic", model: "m", paid: true } as unknown as Backend;
-  const DAY = new Date().toISOString().slice(0, 10);
-  const tenant = { tenantId: 1, tenantName: "t", keyId: 1, prefix: "sy_x", revoked: false };
+  const paid = paidOn("anthropic", "m");
   const chat = (messages: unknown[], extra: Record<string, unknown> = {}) => ({ model: "m", max_tokens: 100, messages, ...extra });
   const text = (t: string, cache?: Record<string, unknown>) => ({ type: "text", text: t, ...(cache ? { cache_control: cache } : {}) });
 
@@ -275,27 +275,8 @@ describe("the hold of a request that asks for a one-hour prompt cache", () => {
   });
 
   it("holds the prompt at the one-hour write price (2× input unset); any other request at the input price", async () => {
-    const store = new MemoryBudgetStore();
-    const budgets = new StaticBudgets();
-    budgets.budgets.set(1, { limitMicro: 10n ** 9n, timeZone: "UTC", thresholds: [] });
-    const guard = new BudgetGuard({
-      store,
-      budgets,
-      prices: new StaticPriceBook([{ backend: "anthropic", model: "m", inputMicroPerMtok: 3_000_000_000n, outputMicroPerMtok: 15_000_000_000n }]),
-      ledger: { record: async () => {}, flush: async () => {}, close: async () => {} },
-      alerts: async () => true,
-      billing: loadConfig({ env: {} }).billing,
-      log: createLogger("error", {}, () => {}),
-      metrics: new RouterMetrics(),
-      checkDay: async () => undefined,
-    });
-    // The day is checked already (as another router would have).
-    await store.rebuild({ tenantId: 1, day: DAY, spentMicro: 0n, holds: [] });
-    const hold = async (id: string, body: Record<string, unknown>) => {
-      const tab = guard.open({ requestId: id, tenant, path: "/v1/chat/completions", facts: bodyFacts("/v1/chat/completions", body), model: "m", arrivedAtMs: Date.now(), startedAtPerf: performance.now() });
-      expect(await tab.admit(paid)).toMatchObject({ ok: true });
-      return (await store.holds(1, DAY)).find((h) => h.requestId === id)!.amountMicro;
-    };
+    const { holdOf } = await checkedGuard([{ backend: "anthropic", model: "m", inputMicroPerMtok: 3_000_000_000n, outputMicroPerMtok: 15_000_000_000n }]);
+    const hold = (id: string, body: Record<string, unknown>) => holdOf(id, paid, bodyFacts("/v1/chat/completions", body));
     const prompt = "x".repeat(300);
     const plain = await hold("plain", chat([{ role: "user", content: [text(prompt)] }]));
     const hour = await hold("hour", chat([{ role: "user", content: [text(prompt, { type: "ephemeral", ttl: "1h" })] }]));

@@ -185,6 +185,29 @@ async function until(pred: () => boolean, what: string): Promise<void> {
   }
 }
 
+/**
+ * Two streams, two steps in flight (one each): the first reaches tail-a and
+ * is held there, the second is held in the middle shard (`atMid`), so the
+ * connection they share keeps a reply pending. `more` adds holds before
+ * the streams start.
+ */
+async function twoStepsHeld(more?: (p: Awaited<ReturnType<typeof pipeline>>) => void) {
+  const p = await pipeline(2);
+  const atTail = gate();
+  const atMid = gate();
+  let first: string | undefined;
+  p.tailA.beforeStep = () => atTail.wait();
+  p.mid.beforeStep = async (ids) => {
+    first ??= ids[0];
+    if (ids[0] !== first) await atMid.wait();
+  };
+  more?.(p);
+  const a = collect(p.routed.call(generate(5), "a"));
+  const b = collect(p.routed.call(generate(5), "b"));
+  await Promise.all([atTail.hit, atMid.hit]);
+  return { p, atMid, a, b };
+}
+
 describe("a head shard's streams over one path, when a shard after the middle one is lost", () => {
   it("a stream waiting for its next step is rebuilt too, not stepped over a connection where it was never opened", async () => {
     // One step in flight at a time: while the first stream's step is held at
@@ -209,18 +232,7 @@ describe("a head shard's streams over one path, when a shard after the middle on
     // Two steps in flight, one stream each. The first reaches the tail and is
     // held there; the second is held in the middle shard, so the retired
     // connection stays open (a reply pending) while the first is rebuilt.
-    const p = await pipeline(2);
-    const atTail = gate();
-    const atMid = gate();
-    let first: string | undefined;
-    p.tailA.beforeStep = () => atTail.wait();
-    p.mid.beforeStep = async (ids) => {
-      first ??= ids[0];
-      if (ids[0] !== first) await atMid.wait();
-    };
-    const a = collect(p.routed.call(generate(5), "a"));
-    const b = collect(p.routed.call(generate(5), "b"));
-    await Promise.all([atTail.hit, atMid.hit]);
+    const { p, atMid, a, b } = await twoStepsHeld();
     const heldOnMid = [...p.mid.open];
     p.tailA.kill();
     // The first stream is rebuilt through tail-b while the middle shard still holds both old ids.
@@ -238,24 +250,14 @@ describe("a head shard's streams over one path, when a shard after the middle on
     // As above, and the first stream's reopening is held at tail-b until the
     // second stream's step, released at the middle shard, has come back LOST
     // over the old connection too.
-    const p = await pipeline(2);
-    const atTail = gate();
-    const atMid = gate();
     const reopening = gate();
-    let first: string | undefined;
-    p.tailA.beforeStep = () => atTail.wait();
-    p.mid.beforeStep = async (ids) => {
-      first ??= ids[0];
-      if (ids[0] !== first) await atMid.wait();
-    };
     let reopens = 0; // reopenings that reached tail-b
-    p.tailB.beforeOpen = () => {
-      reopens++;
-      return reopening.wait();
-    };
-    const a = collect(p.routed.call(generate(5), "a"));
-    const b = collect(p.routed.call(generate(5), "b"));
-    await Promise.all([atTail.hit, atMid.hit]);
+    const { p, atMid, a, b } = await twoStepsHeld((p) => {
+      p.tailB.beforeOpen = () => {
+        reopens++;
+        return reopening.wait();
+      };
+    });
     const old = [...p.mid.open];
     p.tailA.kill();
     await reopening.hit;
