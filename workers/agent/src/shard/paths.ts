@@ -15,11 +15,13 @@ export interface PipelinePath {
   link(): Promise<ShardLink>;
   /** Its connection if it is still kept (closing a sequence never reconnects a retired path). */
   existing(): Promise<ShardLink | undefined>;
+  /** A step went over its connection: in use, not idle (the sweep closes connections idle for a minute). */
+  touch(): void;
 }
 
 /** The one path of a static `--next` pipeline. */
 export function staticPath(next: LazyShardLink): PipelinePath {
-  return { key: `static ${next.peer.url}`, hops: [next.peer.url], link: () => next.get(), existing: () => next.existing() };
+  return { key: `static ${next.peer.url}`, hops: [next.peer.url], link: () => next.get(), existing: () => next.existing(), touch: () => {} };
 }
 
 /** How long a lost replica is passed over by new sequences when another serves its stage. */
@@ -78,6 +80,10 @@ export class ShardPaths {
       },
       existing: async () => {
         return this.links.get(key)?.link.existing();
+      },
+      touch: () => {
+        const entry = this.links.get(key);
+        if (entry) entry.usedAt = Date.now();
       },
     };
   }

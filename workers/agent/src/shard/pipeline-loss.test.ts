@@ -18,7 +18,7 @@ import { createServer, type Server } from "node:http";
 import { create } from "@bufbuild/protobuf";
 import { FinishReason, GenerateSchema, ShardOutputSchema, type Event, type Loaded } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { signShardRoute, type ShardRoute } from "@switchyard/state";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import type { EngineClient } from "../engine/client.ts";
 import { ShardPaths } from "./paths.ts";
 import { PipelineHead } from "./pipeline.ts";
@@ -156,7 +156,7 @@ async function pipeline(depth: number) {
   const paths = new ShardPaths(() => ({ model: "m", digest: DIGEST, layerStart: 10 }), 0);
   closers.push(() => paths.close());
   const head = new PipelineHead(() => headEngine.engine, () => own, undefined, { depth, paths, log: () => {} });
-  return { head, routed: head.routed(route), mid, tailA, tailB, headEngine };
+  return { head, routed: head.routed(route), mid, tailA, tailB, headEngine, paths };
 }
 
 /** A generation's token ids, or the error it ended with. */
@@ -272,5 +272,25 @@ describe("a head shard's streams over one path, when a shard after the middle on
     expect(ra).toEqual({ ids: expected(5), finish: FinishReason.LENGTH });
     expect(rb).toEqual({ ids: expected(5), finish: FinishReason.LENGTH });
     expect(p.head.rebuilt.sequences).toBe(2);
+  });
+
+  it("a connection carrying a stream's steps is not swept as idle a minute after it was opened", async () => {
+    const p = await pipeline(1);
+    let steps = 0;
+    p.tailA.beforeStep = async () => void steps++;
+    const a = collect(p.routed.call(generate(200), "a"));
+    await until(() => steps >= 3, "the stream's first steps");
+    // A minute on, as the path's sweep sees it, with the stream still stepping.
+    const later = Date.now() + 61_000;
+    const now = vi.spyOn(Date, "now").mockImplementation(() => later);
+    try {
+      const seen = steps;
+      await until(() => steps >= seen + 2, "more steps");
+      (p.paths as unknown as { sweep(): void }).sweep();
+    } finally {
+      now.mockRestore();
+    }
+    expect(await a).toEqual({ ids: expected(200), finish: FinishReason.LENGTH });
+    expect(p.head.rebuilt.sequences).toBe(0);
   });
 });

@@ -500,6 +500,8 @@ export class PipelineHead implements GenerateEngine {
     if (!engine?.alive || !loaded) throw new EngineError(ErrorCode.INTERNAL, "the head shard's engine is gone");
     const dtype = this.opts.f16 ? DTYPE_F16 : DTYPE_F32;
     const link = step[0]!.link;
+    // Its steps go over the connection itself, not through the path: the path is told, or its sweep takes a busy connection for idle.
+    step[0]!.path.touch();
     const ev = await engine.once({
       case: "shardStep",
       value: {
