@@ -119,6 +119,31 @@ async function expectSettledOnce(id: string, before: bigint, cost: bigint) {
   return row;
 }
 
+describe("failed over from an accepted paid attempt, the next attempt's admission fails (the budget store throws)", () => {
+  it("the request still settles: one row, OpenRouter's prompt estimate, the day up by it, no hold or intent left", async () => {
+    const before = (await snapshot()).spentMicro;
+    const body = bodyOf("paid", "an accepted stall, then a budget store that fails");
+    openrouter.enqueue({ kind: "stall", stallMs: STALL_MS });
+    const store = fx.router.deps.guard.deps.store;
+    const reserve = store.reserve.bind(store);
+    const seen = openrouter.requests.length;
+    let failed = 0;
+    // OpenRouter's hold goes through (its request reaches the fake after it); Anthropic's meets a Redis that fails.
+    store.reserve = (input) => (openrouter.requests.length > seen ? (failed++, Promise.reject(new Error("connect ECONNREFUSED (the test's)"))) : reserve(input));
+    let id: string;
+    try {
+      const r = await chat(body);
+      expect(r.status).toBe(500);
+      await r.text();
+      id = r.headers.get("x-request-id")!;
+    } finally {
+      store.reserve = reserve;
+    }
+    expect(failed).toBe(1);
+    await expectSettledOnce(id, before, promptEstimate(body, OR_PRICE));
+  });
+});
+
 describe("failed over from an accepted paid attempt, the next paid attempt is refused before any response", () => {
   it.each([429, 503])("Anthropic answers %i and nothing follows: the row is OpenRouter's prompt estimate, once; no hold left", async (status) => {
     const before = (await snapshot()).spentMicro;

@@ -5,7 +5,8 @@
 // attempt's intent: the one row charges the abandoned attempt's estimate
 // (`abandonedMicro`) on top of the second attempt's cost — its hold when its
 // provider cannot say (Anthropic, nothing streamed yet), its looked-up cost
-// when it can (OpenRouter's generation) — and the day counts exactly the row.
+// when it can (OpenRouter's generation; the row is then an `estimate`, no
+// longer the provider's figure alone) — and the day counts exactly the row.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { usageCostMicro, worstCaseMicro, type TokenPrice } from "@switchyard/db";
 import { budgetDay, intentProgressKey, intentStreamKey, RedisBudgetStore } from "@switchyard/state";
@@ -200,7 +201,7 @@ describe("kill -9 after failing over from an accepted paid attempt", () => {
 
     const rows = await rowsOf(live.intent.requestId, tenantId);
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ request_id: live.intent.requestId, backend: "openrouter", model: OR_MODEL, status: "error", cost_source: "provider_lookup", provider_generation_id: live.generationId });
+    expect(rows[0]).toMatchObject({ request_id: live.intent.requestId, backend: "openrouter", model: OR_MODEL, status: "error", cost_source: "estimate", provider_generation_id: live.generationId });
     // The generation's own cost names this attempt alone: the abandoned Anthropic prompt is added, once.
     expect(BigInt(rows[0]!.cost_micro)).toBe(charged + abandoned);
     await waitFor(async () => (await store.snapshot(tenantId, today())).heldMicro === 0n, { what: "no hold left" });

@@ -256,7 +256,10 @@ export class OrphanFinisher {
       cachedTokens: Math.min(usage.cached, usage.prompt),
       cacheWriteTokens: Math.min(usage.cacheWrite, usage.prompt),
       costMicro: micro,
-      costSource: cost?.source ?? "hold_on_crash",
+      // A looked-up cost with an abandoned attempt's estimate on top is no
+      // longer the provider's figure for the invoice line: an estimate, as
+      // the live path books it (RequestTab.cost). The hold stays the hold.
+      costSource: cost ? (abandoned > 0n ? "estimate" : cost.source) : "hold_on_crash",
       // The client saw its connection drop with the router.
       status: "error",
       startedAt: new Date(intent.startedAtMs),

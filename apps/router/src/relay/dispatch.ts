@@ -31,10 +31,19 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   let last: UpstreamFailure | undefined;
   let lastBackend: Backend | undefined;
   let lastAccepted = false;
+  /** A paid attempt its provider accepted was failed over from: the request owes it (RequestTab.release). */
+  let owed = false;
   let attempts = 0;
   // `accepted`: the upstream had answered 2xx headers (a paid provider bills the prompt from then on, even for a stream cut before its first token).
   const settleFailure = (backend: Backend, f: UpstreamFailure, accepted: boolean) =>
     ctx.settle?.({ backend, status: f.kind === "timeout" ? "timeout" : f.kind === "aborted" ? "client_cancelled" : "error", ...(accepted ? { accepted } : {}) });
+  // A request that leaves the loop by a throw of its own (the client gone
+  // between attempts, an admission that failed) after a paid attempt its
+  // provider accepted still owes that attempt: settled first, or the tab
+  // keeps its hold and intent and no row is written.
+  const settleAbandoned = () => {
+    if (owed && lastBackend && last) settleFailure(lastBackend, last, lastAccepted);
+  };
   const skipped: Array<{ backend: Backend; reason: string }> = [];
   const tried = new Set<Backend>();
   // The first field a candidate refuses (backends/fields.ts): the request
@@ -46,7 +55,10 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   let unserved = 0;
   for (const backend of candidates) {
     if (attempts >= ctx.maxAttempts) break;
-    if (ctx.signal.aborted) throw new ApiError("upstream_timeout", "client went away before dispatch");
+    if (ctx.signal.aborted) {
+      settleAbandoned();
+      throw new ApiError("upstream_timeout", "client went away before dispatch");
+    }
     if (!backend.supports(req.path)) {
       unserved++;
       continue;
@@ -60,7 +72,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
     let progress: Leg["progress"];
     if (ctx.admit) {
       const verdict = ctx.admit(backend);
-      const admission = verdict instanceof Promise ? await verdict : verdict;
+      const admission = verdict instanceof Promise ? await verdict.catch((err: unknown) => (settleAbandoned(), Promise.reject(err))) : verdict;
       if (!admission.ok) {
         skipped.push({ backend, reason: admission.reason });
         continue;
@@ -119,6 +131,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       last = failure;
       lastBackend = backend;
       lastAccepted = accepted;
+      owed ||= accepted && backend.paid;
     }
   }
   if (!last || !lastBackend) {

@@ -382,8 +382,10 @@ export class PipelineHead implements GenerateEngine {
     const open = create(ShardOpenSchema, { ...s.open, seqId: id, generated: s.generated });
     const { path, link } = await this.openAlong(open, s.route, s.avoid);
     if (this.seqs.get(s.id) !== s) {
-      // Ended meanwhile: what was just opened goes too.
+      // Ended meanwhile (no path does so today): what was just opened goes
+      // too, and its stream is told, never left waiting.
       await this.closeEverywhere({ id, link });
+      s.fail(new EngineError(ErrorCode.INTERNAL, "the sequence ended while it was being rebuilt"));
       return;
     }
     this.seqs.delete(s.id);
