@@ -136,9 +136,9 @@ describe("an image's and an audio clip's token bound", () => {
   });
 
   /** A WAV header (PCM) and `seconds` of silence. */
-  const wav = (sampleRate: number, bytesPerSample: number, seconds: number, byteRate = sampleRate * bytesPerSample) => {
+  const wav = (sampleRate: number, bytesPerSample: number, seconds: number, byteRate = sampleRate * bytesPerSample, format = 1) => {
     const data = Buffer.alloc(sampleRate * bytesPerSample * seconds, 0x80);
-    const fmt = Buffer.concat([Buffer.from("fmt ", "latin1"), u32le(16), u16le(1), u16le(1), u32le(sampleRate), u32le(byteRate), u16le(bytesPerSample), u16le(bytesPerSample * 8)]);
+    const fmt = Buffer.concat([Buffer.from("fmt ", "latin1"), u32le(16), u16le(format), u16le(1), u32le(sampleRate), u32le(byteRate), u16le(bytesPerSample), u16le(bytesPerSample * 8)]);
     return riff("WAVE", Buffer.concat([fmt, Buffer.from("data", "latin1"), u32le(data.length), data]));
   };
   const audio = (bytes: Buffer, format: string) => ({ type: "input_audio", input_audio: { data: bytes.toString("base64"), format } });
@@ -151,6 +151,9 @@ describe("an image's and an audio clip's token bound", () => {
     expect(tokens).toBeGreaterThan(OLD_FLAT);
     // A byte rate claiming more than the samples make is not believed (PCM plays by sample rate × block size).
     expect(partTokens(audio(wav(8_000, 1, 120, 1_000_000), "wav"))).toBe(tokens);
+    // A coded format (0x55, MP3 in a WAV) claiming a huge byte rate is held at the MP3 floor, 1,000 bytes a second.
+    const coded = wav(8_000, 1, 120, 1_000_000, 0x55);
+    expect(partTokens(audio(coded, "wav"))).toBe(Math.ceil((coded.length / 1_000) * 32));
   });
 
   it("bounds an MP3 at its lowest frame bitrate (8 kbps) and other formats at a 1 kbps floor, from the base64 length alone", () => {

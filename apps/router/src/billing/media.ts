@@ -273,7 +273,10 @@ function wavBytesPerSecond(b64: string): number | undefined {
       const byteRate = f.readUInt32LE(i + 16);
       const sampled = f.readUInt32LE(i + 12) * le16(f, i + 20);
       const pcm = format === 1 || format === 3 || format === 6 || format === 7 || format === 0xfffe;
-      const rate = pcm && sampled > 0 ? Math.min(byteRate, sampled) : byteRate;
+      // A coded format (MP3 or ADPCM in a WAV) plays at whatever rate its
+      // frames say, not the header's field, which a client could set to
+      // anything: its rate is held at most at the MP3 floor (8 kbps).
+      const rate = pcm && sampled > 0 ? Math.min(byteRate, sampled) : pcm ? byteRate : Math.min(byteRate, MIN_BYTES_PER_SECOND.mp3!);
       return rate > 0 ? rate : undefined;
     }
     i += 8 + size + (size & 1);
