@@ -404,8 +404,7 @@ export class RequestTab {
     const progress = intent && ((p: AttemptProgress) => this.progress(backend, p));
     if (!budget) {
       deps.metrics.budgetHolds.inc({ outcome: "unlimited" });
-      await intent?.id;
-      this.retireIntentOf(previous);
+      await this.retirePreviousOnce(intent, previous);
       return { ok: true, ...(patch ? { patch } : {}), ...(progress ? { progress } : {}) };
     }
     let r: ReserveResult;
@@ -435,8 +434,7 @@ export class RequestTab {
     }
     deps.metrics.budgetHolds.inc({ outcome: "held" });
     this.holder = backend;
-    await intent?.id;
-    this.retireIntentOf(previous);
+    await this.retirePreviousOnce(intent, previous);
     return { ok: true, ...(patch ? { patch } : {}), ...(progress ? { progress } : {}) };
   }
 
@@ -451,6 +449,17 @@ export class RequestTab {
       ttlMs: deps.billing.holdTtlMs,
       requireChecked: deps.checkDay !== undefined,
     });
+  }
+
+  /**
+   * The earlier attempt's intent goes once this attempt's, which carries its
+   * cost, is written — not when that write failed: then the earlier one is
+   * the only crash record of what is owed (a stray one left over is finished
+   * to no effect: rows and settles are idempotent per request).
+   */
+  private async retirePreviousOnce(intent: RequestTab["intent"], previous: RequestTab["intent"]): Promise<void> {
+    const written = await intent?.id;
+    if (!intent || written !== undefined) this.retireIntentOf(previous);
   }
 
   /** Starts writing the attempt's intent (with Redis); its id resolves undefined if Redis refused it. `carried`: of `worst`, what abandoned attempts owe. */
