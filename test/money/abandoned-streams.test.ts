@@ -170,6 +170,28 @@ describe("a paid stream accepted and ended before its first token is charged its
   });
 });
 
+describe("a whole paid answer (not streamed) cut by the answer deadline before its headers", () => {
+  it("was being generated: charged its prompt and the whole output its hold assumed, on the row and the day, no hold left", async () => {
+    const f = await pricedRouter({ "deadlines.answerMs": 1_500 });
+    try {
+      const snap = () => f.router.deps.guard.deps.store.snapshot(f.tenantId, today());
+      const before = await snap();
+      openrouter.enqueue({ kind: "stall", stallMs: 4_000 });
+      const r = await chatOn(f, { model: OR_MODEL, stream: false, max_tokens: 20 });
+      expect(r.status).toBe(504);
+      await r.text();
+      const row = await rowOf(f, r.headers.get("x-request-id")!);
+      expect(row).toMatchObject({ backend: "openrouter", status: "timeout", cost_source: "estimate", completion_tokens: 20 });
+      const cost = BigInt(row.cost_micro as string);
+      expect(cost).toBe(usageCostMicro({ promptTokens: row.prompt_tokens as number, completionTokens: 20 }, OR_PRICE));
+      await waitFor(async () => (await snap()).heldMicro === 0n, { what: "no hold left" });
+      expect((await snap()).spentMicro - before.spentMicro).toBe(cost);
+    } finally {
+      await f.close();
+    }
+  });
+});
+
 describe("a paid attempt refused before any response stays $0", () => {
   it("a 5xx from the only provider: the row costs nothing, the day is unchanged", async () => {
     const before = await snapshot();

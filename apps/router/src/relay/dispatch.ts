@@ -120,8 +120,12 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       // this side cut it afterwards — a deadline, the client gone, a
       // shutdown. The provider was processing the prompt and bills it. One
       // that reported its own failure (an error event before the first
-      // token, a stream it closed) bills nothing for it: not accepted.
-      const accepted = up !== undefined && (failure.kind === "timeout" || failure.kind === "aborted");
+      // token, a stream it closed) bills nothing for it: not accepted. A
+      // whole answer's headers come only once it is generated: a paid one
+      // cut by this side's deadline before them was being generated, and
+      // is billed whole (a refused connection fails as `connect` instead).
+      const cut = failure.kind === "timeout" || failure.kind === "aborted";
+      const accepted = cut && (up !== undefined || (!req.stream && backend.paid && failure.kind === "timeout"));
       ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, accepted, error: failure.message });
       ctx.release?.(backend, accepted);
       if (!failure.retryable) {
