@@ -23,11 +23,10 @@ function csvField(v: string): string {
 export async function spendCommand(flags: { config?: string; from?: string; to?: string; tenant?: string; by?: string; format?: string }): Promise<number> {
   // No dates: each tenant's own today, in its budget's time zone (the UTC
   // date is yesterday or tomorrow for a tenant far from UTC).
-  const today = flags.from === undefined && flags.to === undefined;
-  const from = flags.from ?? flags.to;
-  const to = flags.to ?? from;
-  if (!today && (!isDay(from!) || !isDay(to!))) throw new UsageError("spend: --from and --to take real YYYY-MM-DD dates");
-  if (!today && from! > to!) throw new UsageError(`spend: --from ${from} is after --to ${to}`);
+  const first = flags.from ?? flags.to;
+  const range = first === undefined ? undefined : { from: first, to: flags.to ?? first };
+  if (range && (!isDay(range.from) || !isDay(range.to))) throw new UsageError("spend: --from and --to take real YYYY-MM-DD dates");
+  if (range && range.from > range.to) throw new UsageError(`spend: --from ${range.from} is after --to ${range.to}`);
   const by = (flags.by ?? "day") as "day" | "backend" | "model";
   if (!["day", "backend", "model"].includes(by)) throw new UsageError(`spend: --by must be day, backend or model (got '${flags.by}')`);
   const format = flags.format ?? "table";
@@ -43,7 +42,7 @@ export async function spendCommand(flags: { config?: string; from?: string; to?:
       }
       tenantId = t.id;
     }
-    const rows: SpendRow[] = await spendByDay(db.db, today ? { tenantId, by } : { from: from!, to: to!, tenantId, by });
+    const rows: SpendRow[] = await spendByDay(db.db, { ...range, tenantId, by });
     const header = ["day", "tenant", ...(by !== "day" ? ["backend"] : []), ...(by === "model" ? ["model"] : []), "requests", "prompt_tokens", "completion_tokens", "cost_micro_cents", "cost_usd", "crash_finished", "crash_finished_micro_cents"];
     const lines = rows.map((r) => [
       r.day,
@@ -65,7 +64,7 @@ export async function spendCommand(flags: { config?: string; from?: string; to?:
       const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
       const fmt = (l: string[]) => l.map((v, i) => (i >= header.length - 7 ? v.padStart(widths[i]!) : v.padEnd(widths[i]!))).join("  ");
       process.stdout.write([fmt(header), ...lines.map(fmt)].join("\n") + "\n");
-      if (lines.length === 0) process.stderr.write(today ? "no spend today (each tenant's day in its time zone)\n" : `no spend between ${from} and ${to}\n`);
+      if (lines.length === 0) process.stderr.write(range ? `no spend between ${range.from} and ${range.to}\n` : "no spend today (each tenant's day in its time zone)\n");
     }
     return 0;
   } finally {

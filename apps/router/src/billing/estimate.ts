@@ -5,7 +5,7 @@
 // own formulas, from the size their headers give (media.ts).
 import type { InferencePath } from "../backends/types.ts";
 import { bodyEdited } from "../body-text.ts";
-import { audioTokensUpperBound, IMAGE_TOKENS_UNKNOWN_SIZE, IMAGE_TOKENS_UNKNOWN_SIZE_MINI, imageUrlMiniExtra, imageUrlTokens } from "./media.ts";
+import { audioTokensUpperBound, imageUrlMiniExtra, imageUrlTokens } from "./media.ts";
 
 /** Per-message framing tokens (role markers, separators) — generous for every chat template. */
 const MESSAGE_OVERHEAD = 8;
@@ -28,8 +28,6 @@ function partTokens(part: Record<string, unknown> | null | undefined): number {
   switch (part?.type) {
     case "image_url":
       return imageUrlTokens(isRecord(part.image_url) ? part.image_url.url : part.image_url);
-    case "image":
-      return IMAGE_TOKENS_UNKNOWN_SIZE;
     case "input_audio": {
       const audio = isRecord(part.input_audio) ? part.input_audio : {};
       return audioTokensUpperBound(audio.data, audio.format);
@@ -84,7 +82,6 @@ export function miniImageExtraTokens(path: InferencePath, body: Record<string, u
     if (!Array.isArray(content)) continue;
     for (const part of content as Array<Record<string, unknown> | null>) {
       if (part?.type === "image_url") n += imageUrlMiniExtra(isRecord(part.image_url) ? part.image_url.url : part.image_url);
-      else if (part?.type === "image") n += IMAGE_TOKENS_UNKNOWN_SIZE_MINI - IMAGE_TOKENS_UNKNOWN_SIZE;
     }
   }
   return n;

@@ -23,8 +23,9 @@ class Head {
     this.bytes = this.decode(64);
   }
 
+  /** The first `n` bytes or more (a few characters over, for whitespace): slice() copies nothing past the string's end. */
   private decode(n: number): Buffer {
-    return Buffer.from(this.b64.length <= Math.ceil(n / 3) * 4 + 16 ? this.b64 : this.b64.slice(0, Math.ceil(n / 3) * 4 + 16), "base64");
+    return Buffer.from(this.b64.slice(0, Math.ceil(n / 3) * 4 + 16), "base64");
   }
 
   /** Whether bytes [0, end) are there, decoding further (doubling, up to HEAD_MAX) when they are not yet. */
