@@ -430,10 +430,16 @@ describe("split models placed by the router from heartbeats", () => {
       // connection and the waiting ones stepped on a new connection where
       // they were never opened (an error event), or blamed the middle shard.
       const streams = 4;
-      let route = "";
-      const running = Promise.all(Array.from({ length: streams }, () => streamChat(maxTokens, (r) => void (route ||= r))));
-      await waitFor(() => pipeline.sequences === streams && route !== "", { timeoutMs: 60_000, intervalMs: 5, what: "four streams decoding through the head at once" });
-      const killed = /> ([^ ]+) 20-30\]/.exec(route)?.[1]?.split("|")[0] ?? "";
+      const routes: string[] = [];
+      const running = Promise.all(Array.from({ length: streams }, () => streamChat(maxTokens, (r) => void routes.push(r))));
+      await waitFor(() => pipeline.sequences === streams && routes.length === streams, { timeoutMs: 60_000, intervalMs: 5, what: "four streams decoding through the head at once" });
+      // The router may order the two last shards differently per stream: the
+      // one most streams run through dies (at least two of the four).
+      const lastOf = (route: string) => /> ([^ ]+) 20-30\]/.exec(route)?.[1]?.split("|")[0] ?? "";
+      const onIt = (tail: string) => routes.filter((r) => lastOf(r) === tail).length;
+      const killed = onIt("t3-a") >= onIt("t3-b") ? "t3-a" : "t3-b";
+      const lost = onIt(killed);
+      expect(lost).toBeGreaterThanOrEqual(2);
       tails.get(killed)?.child.kill("SIGKILL");
       const results = await running;
       expect(killed).toMatch(/^t3-[ab]$/);
@@ -442,8 +448,8 @@ describe("split models placed by the router from heartbeats", () => {
         expect(events.at(-1)).toBe("[DONE]");
         expect(text).toBe(want);
       }
-      // Each stream was rebuilt once, around the lost shard only.
-      expect(pipeline.rebuilt.sequences).toBe(streams);
+      // Each stream through the lost shard was rebuilt once, around it only.
+      expect(pipeline.rebuilt.sequences).toBe(lost);
       expect(pipeline.rebuilt.lastMs).toBeGreaterThan(0);
       expect(pipeline.rebuilt.lastMs).toBeLessThan(10_000);
       // The middle shard was never taken for lost: a new stream goes through it.
