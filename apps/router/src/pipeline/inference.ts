@@ -95,7 +95,8 @@ export class InferencePipeline {
       const stripUsage = this.askForUsage();
       const tab = this.hold(cls);
       const result = await this.attempt(leased, resolution, cls, tab, stripUsage);
-      if (this.body.stream === true) this.c.set("streaming", true);
+      // A stream's or raw bytes' duration is observed at their last byte (relay/stream.ts, raw.ts), not here.
+      if (this.body.stream === true || this.opts.raw) this.c.set("streaming", true);
       return result.response;
     } catch (err) {
       this.place?.release();

@@ -99,7 +99,6 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       if (req.raw) {
         const raw = up.raw();
         metrics.upstreamAttempts.inc({ backend: backend.kind, outcome: "ok" });
-        ctx.settle?.({ backend, status: "ok", ...(raw.usage ? { usage: raw.usage } : {}) });
         return { response: relayRaw(backend, raw, a, ctx), backendId: backend.id, attempts };
       }
       if (!req.stream) return { response: await relayWhole(backend, up, a, ctx), backendId: backend.id, attempts };
