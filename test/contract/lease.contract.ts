@@ -6,6 +6,9 @@ import type { ClockedHarness } from "./twins.ts";
 
 export type LeaseHarness = ClockedHarness<LeaseStore>;
 
+/** The fenceIdleMs every twin under this contract is built with: short, since the Redis twins wait it out for real. */
+export const CONTRACT_FENCE_IDLE_MS = 1_000;
+
 const HOUR = 3_600_000;
 let n = 0;
 const wid = (what = "gpu") => `${what}-${++n}-${Math.random().toString(36).slice(2, 8)}`;
@@ -252,6 +255,74 @@ export function leaseContract(name: string, make: () => Promise<LeaseHarness>, c
           for (let i = 1; i < mine.length; i++) expect(mine[i]!.from).toBeGreaterThanOrEqual(mine[i - 1]!.to);
         }
       }),
+    );
+
+    it(
+      "the poll (list) forgets the fence of workers idle longer than fenceIdleMs; a live, extended or recently leased worker's is kept",
+      withStore(async ({ store, elapse }) => {
+        let token = 1_000;
+        const grant = (workerId: string, durationMs: number, tenantId = 1) => store.acquire({ leaseId: newLeaseId(), workerId, tenantId, durationMs, fencingToken: ++token });
+        const live = wid("live");
+        const held = await grant(live, HOUR);
+        const extended = wid("ext");
+        const ext = await grant(extended, 200);
+        if (!held.ok || !ext.ok) throw new Error("grants");
+        expect((await store.extend({ leaseId: ext.lease.id, tenantId: 1, durationMs: HOUR })).ok).toBe(true);
+        // Many workers leased once: half released at once, half left to expire.
+        const idle = Array.from({ length: 40 }, () => wid("idle"));
+        for (const [i, w] of idle.entries()) {
+          const r = await grant(w, 100);
+          if (!r.ok) throw new Error("grant");
+          if (i % 2 === 0) expect((await store.release({ leaseId: r.lease.id, tenantId: 1 })).ok).toBe(true);
+        }
+        const recent = wid("recent");
+        expect((await grant(recent, 100)).ok).toBe(true);
+        await elapse(CONTRACT_FENCE_IDLE_MS + 300);
+        // Leased again just now: its last lease ended less than fenceIdleMs ago.
+        const again = await grant(recent, 50);
+        if (!again.ok) throw new Error("grant");
+        await elapse(60);
+        expect((await store.list()).leases.map((l) => l.id).sort()).toEqual([held.lease.id, ext.lease.id].sort());
+        // Forgotten: a token below the one each had is no longer refused.
+        for (const w of idle) expect(await store.acquire({ leaseId: newLeaseId(), workerId: w, tenantId: 2, durationMs: HOUR, fencingToken: 1 })).toMatchObject({ ok: true });
+        // Kept: the live (granted longer than fenceIdleMs ago), the extended and the recent ones.
+        expect((await store.release({ leaseId: held.lease.id, tenantId: 1 })).ok).toBe(true);
+        expect((await store.release({ leaseId: ext.lease.id, tenantId: 1 })).ok).toBe(true);
+        for (const [w, highest] of [
+          [live, held.lease.fencingToken],
+          [extended, ext.lease.fencingToken],
+          [recent, again.lease.fencingToken],
+        ] as const) {
+          expect(await store.acquire({ leaseId: newLeaseId(), workerId: w, tenantId: 2, durationMs: HOUR, fencingToken: 1 })).toMatchObject({ ok: false, reason: "stale_token", highestToken: highest });
+        }
+      }),
+      30_000,
+    );
+
+    it(
+      "after a worker's fence is forgotten, its next grant fences it again: the superseded holders' tokens are refused, their leases stay ended",
+      withStore(async ({ store, elapse }) => {
+        const worker = wid();
+        const a = await store.acquire({ leaseId: newLeaseId(), workerId: worker, tenantId: 1, durationMs: 100, fencingToken: 10 });
+        await elapse(150);
+        const b = await store.acquire({ leaseId: newLeaseId(), workerId: worker, tenantId: 2, durationMs: HOUR, fencingToken: 20 });
+        if (!a.ok || !b.ok) throw new Error("grants");
+        expect((await store.release({ leaseId: b.lease.id, tenantId: 2 })).ok).toBe(true);
+        await elapse(CONTRACT_FENCE_IDLE_MS + 300);
+        await store.list();
+        // The superseded holder cannot bring its lease back.
+        expect(await store.extend({ leaseId: a.lease.id, tenantId: 1, durationMs: HOUR })).toMatchObject({ ok: false, reason: "not_found" });
+        expect((await store.get(a.lease.id)).lease).toBeUndefined();
+        // The next grant (a fresh token from the sequence) fences the worker again.
+        const c = await store.acquire({ leaseId: newLeaseId(), workerId: worker, tenantId: 3, durationMs: HOUR, fencingToken: 30 });
+        if (!c.ok) throw new Error("grant after the prune");
+        expect(await store.acquire({ leaseId: newLeaseId(), workerId: worker, tenantId: 1, durationMs: HOUR, fencingToken: 10 })).toMatchObject({ ok: false, reason: "held" });
+        expect((await store.release({ leaseId: c.lease.id, tenantId: 3 })).ok).toBe(true);
+        for (const token of [10, 20, 29, 30]) {
+          expect(await store.acquire({ leaseId: newLeaseId(), workerId: worker, tenantId: 1, durationMs: HOUR, fencingToken: token })).toMatchObject({ ok: false, reason: "stale_token", highestToken: 30 });
+        }
+      }),
+      30_000,
     );
 
     it(

@@ -1,16 +1,16 @@
 import { describe, expect, it } from "vitest";
 import { leaseKeys, MemoryLeaseStore, newLeaseId, RedisLeaseStore, type Lease } from "@switchyard/state";
-import { createTestRedis } from "../helpers/env.ts";
-import { leaseContract } from "./lease.contract.ts";
+import { createTestRedis, sleep } from "../helpers/env.ts";
+import { CONTRACT_FENCE_IDLE_MS, leaseContract } from "./lease.contract.ts";
 import { runOnBothTwins } from "./twins.ts";
 
 runOnBothTwins(leaseContract, {
-  redis: (r) => new RedisLeaseStore(r.redis, r.prefix),
-  memory: (clock) => new MemoryLeaseStore(clock),
+  redis: (r) => new RedisLeaseStore(r.redis, r.prefix, { fenceIdleMs: CONTRACT_FENCE_IDLE_MS }),
+  memory: (clock) => new MemoryLeaseStore(clock, { fenceIdleMs: CONTRACT_FENCE_IDLE_MS }),
 });
 
 describe("RedisLeaseStore keys", () => {
-  it("every lease key carries the {leases} hash tag; an empty store leaves only the fence and the restored mark", async () => {
+  it("every lease key carries the {leases} hash tag; an empty store leaves only the fence (and its index) and the restored mark", async () => {
     const r = await createTestRedis();
     try {
       const store = new RedisLeaseStore(r.redis, r.prefix);
@@ -20,10 +20,37 @@ describe("RedisLeaseStore keys", () => {
       expect(keys).toEqual(leaseKeys(r.prefix).sort());
       for (const k of keys) expect(k.startsWith(`${r.prefix}{leases}:`)).toBe(true);
       if (a.ok) await store.release({ leaseId: a.lease.id, tenantId: 3 });
-      expect((await r.redis.keys(`${r.prefix}*`)).sort()).toEqual([leaseKeys(r.prefix)[3], leaseKeys(r.prefix)[4]].sort());
+      expect((await r.redis.keys(`${r.prefix}*`)).sort()).toEqual([leaseKeys(r.prefix)[3], leaseKeys(r.prefix)[4], leaseKeys(r.prefix)[5]].sort());
       // Two stores on one connection share the script registration.
       const again = new RedisLeaseStore(r.redis, r.prefix);
       expect((await again.list()).leases).toEqual([]);
+    } finally {
+      await r.cleanup();
+    }
+  });
+
+  it("the fence hash shrinks: many worker ids leased once are forgotten by the poll once idle past fenceIdleMs, fields from before the index included; a live worker's stays", async () => {
+    const r = await createTestRedis();
+    try {
+      const store = new RedisLeaseStore(r.redis, r.prefix, { fenceIdleMs: 500 });
+      const [, , , fence, , fenced] = leaseKeys(r.prefix);
+      const held = await store.acquire({ leaseId: newLeaseId(), workerId: "kept", tenantId: 1, durationMs: 60_000, fencingToken: 1 });
+      expect(held.ok).toBe(true);
+      for (let i = 0; i < 300; i++) {
+        const l = await store.acquire({ leaseId: newLeaseId(), workerId: `once-${i}`, tenantId: 1, durationMs: 50, fencingToken: 10 + i });
+        if (l.ok && i % 2 === 0) await store.release({ leaseId: l.lease.id, tenantId: 1 });
+      }
+      // A field written before the index existed (an older router).
+      await r.redis.hset(fence, "legacy", "5");
+      expect(await r.redis.hlen(fence)).toBe(302);
+      await store.list();
+      expect(await r.redis.hlen(fence)).toBe(302);
+      expect(await r.redis.zcard(fenced)).toBe(302);
+      // (The legacy field was indexed by that poll: it ages from then.)
+      await sleep(600);
+      await store.list();
+      expect(await r.redis.hgetall(fence)).toEqual({ kept: "1" });
+      expect(await r.redis.zrange(fenced, "0", "-1")).toEqual(["kept"]);
     } finally {
       await r.cleanup();
     }

@@ -44,6 +44,13 @@ describe("config", () => {
     expect(() => loadConfig({ env: { SWITCHYARD_ROUTER__PROCESSSES: "2" } })).toThrow(/did you mean SWITCHYARD_ROUTER__PROCESSES\?/);
   });
 
+  it("leases.fenceIdleS: a week by default, refused below twice the longest lease and wait", () => {
+    expect(loadConfig({ env: {} }).leases.fenceIdleS).toBe(7 * 86_400);
+    expect(loadConfig({ env: { SWITCHYARD_LEASES__FENCE_IDLE_S: "7800" } }).leases.fenceIdleS).toBe(7_800);
+    expect(() => loadConfig({ env: { SWITCHYARD_LEASES__FENCE_IDLE_S: "7799" } })).toThrow(/leases\.fenceIdleS.*7800/);
+    expect(loadConfig({ env: { SWITCHYARD_LEASES__FENCE_IDLE_S: "4", SWITCHYARD_LEASES__MAX_DURATION_S: "2", SWITCHYARD_LEASES__MAX_WAIT_S: "0" } }).leases.fenceIdleS).toBe(4);
+  });
+
   it("a missing or broken file is a clear error", () => {
     expect(() => loadConfig({ file: "/nonexistent.yaml", env: {} })).toThrow(/does not exist/);
     const dir = mkdtempSync(path.join(tmpdir(), "sycfg-"));

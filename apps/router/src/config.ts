@@ -403,6 +403,19 @@ export const configSchema = z.object({
        * and hold them by extending.
        */
       maxPerTenant: z.number().int().min(0).default(0),
+      /**
+       * A worker's fencing record in Redis (the highest token granted on
+       * it) is forgotten this long after its last lease ended, so the
+       * record does not keep one entry per worker id ever leased. At least
+       * 2 × (maxDurationS + maxWaitS): far above how long a router holds a
+       * token before granting with it (docs/LEASES.md, Redis layout).
+       */
+      fenceIdleS: z.number().int().positive().default(7 * 86_400),
+    })
+    .superRefine((l, ctx) => {
+      if (l.fenceIdleS < 2 * (l.maxDurationS + l.maxWaitS)) {
+        ctx.addIssue({ code: "custom", path: ["fenceIdleS"], message: `must be at least 2 × (maxDurationS + maxWaitS) = ${2 * (l.maxDurationS + l.maxWaitS)}` });
+      }
     })
     .prefault({}),
   admission: admissionSchema.prefault({}),

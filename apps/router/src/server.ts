@@ -489,7 +489,8 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       log.info("lease store restored from the audit (Redis had lost its data, or never had the mark)", { restored, ended });
     },
   };
-  const leaseStore = opts.leases ?? (redis ? new RedisLeaseStore(redis, config.redis.keyPrefix, restoreLeases) : new MemoryLeaseStore());
+  const fenceIdleMs = config.leases.fenceIdleS * 1000;
+  const leaseStore = opts.leases ?? (redis ? new RedisLeaseStore(redis, config.redis.keyPrefix, { ...restoreLeases, fenceIdleMs }) : new MemoryLeaseStore(undefined, { fenceIdleMs }));
   const leaseDirectory = new LeaseDirectory(leaseStore, config.leases.pollMs, log, (expired, seenAtMs) => leaseService.sawExpired(expired, seenAtMs));
   const chain = new BackendChain(config.routing, directory, workerOrPipeline(directory, connections, config.deadlines.totalMs), providers);
   // Leases ask the chain which worker name a model means (its aliases), as admission does.

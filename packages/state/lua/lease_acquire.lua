@@ -32,5 +32,5 @@ local rec = encode({ worker = worker, tenant = tenant, token = token, granted = 
 redis.call('HSET', K_LEASES, id, rec)
 redis.call('HSET', K_WORKERS, worker, id)
 redis.call('ZADD', K_EXPIRY, now + duration, id)
-redis.call('HSET', K_FENCE, worker, token)
+fence(worker, token, now + duration)
 return {'ok', now, {id .. '|' .. rec}, expired}

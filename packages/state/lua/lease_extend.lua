@@ -10,4 +10,5 @@ l.expires = tostring(expires)
 local rec = encode(l)
 redis.call('HSET', K_LEASES, id, rec)
 redis.call('ZADD', K_EXPIRY, expires, id)
+redis.call('ZADD', K_FENCED, expires, l.worker)
 return {'ok', now, {id .. '|' .. rec}, expired}

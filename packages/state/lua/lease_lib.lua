@@ -1,16 +1,18 @@
 -- Shared by every lease_*.lua script (the loader prepends it). All leases of
 -- a fabric share one hash tag ({leases}, one Cluster slot), so a router lists
--- them with one call and every script is atomic over all five keys:
+-- them with one call and every script is atomic over all six keys:
 --   KEYS[1] leases  hash: lease id -> "worker|tenant|token|granted_ms|expires_ms"
 --   KEYS[2] workers hash: worker id -> lease id of its (possibly expired) lease
 --   KEYS[3] expiry  zset: lease id scored by expires_ms
 --   KEYS[4] fence   hash: worker id -> highest fencing token granted on it
 --   KEYS[5] restored string: set once the live leases are known complete
+--   KEYS[6] fenced  zset: worker id -> expires_ms of the last lease granted
+--           or extended on it (when its fence field may be pruned: lease_list.lua)
 -- Times are Redis' clock (TIME), one for every router. A lease is live while
 -- expires_ms > now. Every script first prunes expired leases and returns them
 -- (the caller audits each expiry once). Replies: {status, now, payload, expired}.
 redis.replicate_commands()
-local K_LEASES, K_WORKERS, K_EXPIRY, K_FENCE, K_RESTORED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_LEASES, K_WORKERS, K_EXPIRY, K_FENCE, K_RESTORED, K_FENCED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -78,4 +80,11 @@ local function live(id)
   local l = decode(rec)
   if not alive(l) then return nil end
   return l
+end
+
+-- Token `token` is now the highest granted on `worker`, whose lease runs to
+-- `expires` (ms): the fence field and when it was last in use, together.
+local function fence(worker, token, expires)
+  redis.call('HSET', K_FENCE, worker, token)
+  redis.call('ZADD', K_FENCED, expires, worker)
 end

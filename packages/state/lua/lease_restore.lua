@@ -25,7 +25,7 @@ for i = 1, #ARGV, 6 do
       redis.call('HSET', K_LEASES, id, encode(l))
       redis.call('HSET', K_WORKERS, worker, id)
       redis.call('ZADD', K_EXPIRY, l.expires, id)
-      redis.call('HSET', K_FENCE, worker, l.token)
+      fence(worker, l.token, l.expires)
       restored = restored + 1
     end
   end

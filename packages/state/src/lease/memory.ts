@@ -3,7 +3,9 @@
 // concurrent calls are as atomic here as a Lua script is in Redis.
 import { systemClock, type Clock } from "../clock.ts";
 import {
+  DEFAULT_FENCE_IDLE_MS,
   checkAcquire,
+  checkFenceIdle,
   checkDuration,
   checkLeaseId,
   checkTenant,
@@ -25,8 +27,18 @@ export class MemoryLeaseStore implements LeaseStore {
   private readonly byWorker = new Map<string, string>();
   /** worker id → highest token granted on it */
   private readonly fence = new Map<string, number>();
+  /** worker id → expiry of the last lease granted or extended on it (its fence field goes fenceIdleMs after) */
+  private readonly fencedUntil = new Map<string, number>();
+  /** No fence field is due to be forgotten before this: list() skips the scan until then. */
+  private nextFencePruneMs = Infinity;
+  private readonly fenceIdleMs: number;
 
-  constructor(private readonly clock: Clock = systemClock) {}
+  constructor(
+    private readonly clock: Clock = systemClock,
+    opts: { fenceIdleMs?: number } = {},
+  ) {
+    this.fenceIdleMs = checkFenceIdle(opts.fenceIdleMs ?? DEFAULT_FENCE_IDLE_MS);
+  }
 
   async acquire(input: LeaseAcquireInput): Promise<LeaseAcquireResult> {
     checkAcquire(input);
@@ -56,6 +68,7 @@ export class MemoryLeaseStore implements LeaseStore {
     this.leases.set(lease.id, lease);
     this.byWorker.set(lease.workerId, lease.id);
     this.fence.set(lease.workerId, lease.fencingToken);
+    this.fenceUntil(lease);
     return { ok: true, lease: { ...lease }, nowMs: now, expired };
   }
 
@@ -76,6 +89,7 @@ export class MemoryLeaseStore implements LeaseStore {
     const lease = this.leases.get(input.leaseId);
     if (!lease || lease.tenantId !== input.tenantId) return { ok: false, reason: "not_found", nowMs: now, expired };
     lease.expiresAtMs = Math.max(lease.expiresAtMs, now + input.durationMs);
+    this.fenceUntil(lease);
     return { ok: true, lease: { ...lease }, nowMs: now, expired };
   }
 
@@ -93,8 +107,29 @@ export class MemoryLeaseStore implements LeaseStore {
   async list(): Promise<LeaseList> {
     const now = this.clock.now();
     const expired = this.prune(now);
+    this.pruneFence(now);
     const leases = [...this.leases.values()].map((l) => ({ ...l })).sort((a, b) => a.workerId.localeCompare(b.workerId));
     return { leases, nowMs: now, expired };
+  }
+
+  private fenceUntil(lease: Lease): void {
+    this.fencedUntil.set(lease.workerId, lease.expiresAtMs);
+    this.nextFencePruneMs = Math.min(this.nextFencePruneMs, lease.expiresAtMs + this.fenceIdleMs);
+  }
+
+  /** Forgets the fence of workers whose last lease ended more than fenceIdleMs ago (as lease_list.lua does). */
+  private pruneFence(now: number): void {
+    if (now < this.nextFencePruneMs) return;
+    this.nextFencePruneMs = Infinity;
+    for (const [worker, until] of this.fencedUntil) {
+      const current = this.byWorker.get(worker);
+      if (until + this.fenceIdleMs <= now && !(current && this.leases.has(current))) {
+        this.fence.delete(worker);
+        this.fencedUntil.delete(worker);
+      } else {
+        this.nextFencePruneMs = Math.min(this.nextFencePruneMs, Math.max(until, now) + this.fenceIdleMs);
+      }
+    }
   }
 
   private drop(lease: Lease): void {

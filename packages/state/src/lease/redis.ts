@@ -1,5 +1,5 @@
-// Redis LeaseStore: each operation is one Lua script over the five lease keys
-// `${prefix}{leases}:{records,workers,expiry,fence,restored}` (one hash tag,
+// Redis LeaseStore: each operation is one Lua script over the six lease keys
+// `${prefix}{leases}:{records,workers,expiry,fence,restored,fenced}` (one hash tag,
 // one Cluster slot: atomic across workers, listed in one call). Expiry is
 // checked in the scripts against Redis' own clock. A store that lost its data
 // refuses every script (UNRESTORED) until the live leases are put back from
@@ -9,7 +9,9 @@
 import type { RedisLike } from "../redis.ts";
 import { leaseCommands, type LeaseCommands } from "./scripts.ts";
 import {
+  DEFAULT_FENCE_IDLE_MS,
   checkAcquire,
+  checkFenceIdle,
   checkDuration,
   checkLeaseId,
   checkTenant,
@@ -25,9 +27,9 @@ import {
   type LeaseReleaseResult,
 } from "./store.ts";
 
-export function leaseKeys(prefix: string): [records: string, workers: string, expiry: string, fence: string, restored: string] {
+export function leaseKeys(prefix: string): [records: string, workers: string, expiry: string, fence: string, restored: string, fenced: string] {
   const base = `${prefix}{leases}`;
-  return [`${base}:records`, `${base}:workers`, `${base}:expiry`, `${base}:fence`, `${base}:restored`];
+  return [`${base}:records`, `${base}:workers`, `${base}:expiry`, `${base}:fence`, `${base}:restored`, `${base}:fenced`];
 }
 
 export interface RedisLeaseStoreOptions {
@@ -45,6 +47,12 @@ export interface RedisLeaseStoreOptions {
    * outage is not met with one query per lease call (default 1000 ms).
    */
   restoreRetryMs?: number;
+  /**
+   * A worker's fence field (the highest token granted on it) is forgotten
+   * by the poll (list) once its last lease has ended this long ago
+   * (default DEFAULT_FENCE_IDLE_MS; the router: leases.fenceIdleS).
+   */
+  fenceIdleMs?: number;
 }
 
 const RESTORE_RETRY_MS = 1000;
@@ -76,6 +84,8 @@ export class RedisLeaseStore implements LeaseStore {
   private restoring: Promise<Lease[]> | undefined;
   /** The last restore's failure, given to calls until `restoreRetryMs` after it. */
   private failed: { error: unknown; atMs: number } | undefined;
+  /** lease_list.lua's ARGV[1], formatted once. */
+  private readonly fenceIdleMs: string;
 
   constructor(
     redis: RedisLike,
@@ -84,6 +94,7 @@ export class RedisLeaseStore implements LeaseStore {
   ) {
     this.redis = leaseCommands(redis);
     this.keys = leaseKeys(prefix);
+    this.fenceIdleMs = String(checkFenceIdle(opts.fenceIdleMs ?? DEFAULT_FENCE_IDLE_MS));
   }
 
   async acquire(input: LeaseAcquireInput): Promise<LeaseAcquireResult> {
@@ -121,8 +132,9 @@ export class RedisLeaseStore implements LeaseStore {
   /** The commands a list() sends (a router polls it): one per call, nothing for an auto-pipeline to batch. */
   static readonly pollCommands = ["syLease_list"] as const;
 
+  /** Also prunes the fence fields of workers idle longer than fenceIdleMs (lease_list.lua): every router polls this. */
   async list(): Promise<LeaseList> {
-    const [, now, payload, expired] = await this.call(() => this.redis.syLease_list(...this.keys));
+    const [, now, payload, expired] = await this.call(() => this.redis.syLease_list(...this.keys, this.fenceIdleMs));
     return { leases: payload.map(decode).sort((a, b) => a.workerId.localeCompare(b.workerId)), nowMs: now, expired };
   }
 

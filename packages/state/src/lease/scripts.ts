@@ -7,8 +7,8 @@ import type { RedisLike } from "../redis.ts";
 const scriptNames = ["acquire", "get", "extend", "release", "list", "restore"] as const;
 export type LeaseScript = (typeof scriptNames)[number];
 
-/** Every lease script takes the same five keys; see lease_lib.lua. */
-export const LEASE_SCRIPT_KEYS = 5;
+/** Every lease script takes the same six keys; see lease_lib.lua. */
+export const LEASE_SCRIPT_KEYS = 6;
 
 export type LeaseCommands = {
   [K in LeaseScript as `syLease_${K}`]: (...keysThenArgs: string[]) => Promise<unknown>;

@@ -82,8 +82,25 @@ export interface LeaseStore {
   extend(input: LeaseExtendInput): Promise<LeaseExtendResult>;
   /** Only the holder; the worker is free at once. */
   release(input: LeaseHolderInput): Promise<LeaseReleaseResult>;
-  /** Live leases (a router's snapshot). */
+  /**
+   * Live leases (a router's snapshot). Every router polls it, so it also
+   * forgets the fence (highest token) of workers whose last lease ended
+   * longer than the store's fenceIdleMs ago.
+   */
   list(): Promise<LeaseList>;
+}
+
+/**
+ * How long a worker's fence field (the highest token granted on it) outlives
+ * its last lease: a week. Far above any lease a client can ask for or any
+ * wait for one, so no router still holds a token from before it; below the
+ * life of a fabric whose workers come and go under new ids.
+ */
+export const DEFAULT_FENCE_IDLE_MS = 7 * 24 * 3_600_000;
+
+export function checkFenceIdle(ms: number): number {
+  if (!Number.isSafeInteger(ms) || ms <= 0) throw new RangeError(`fenceIdleMs must be a positive integer, got ${ms}`);
+  return ms;
 }
 
 /** 24 random bytes, url-safe: unguessable, so an id alone never reveals another tenant's lease. */
