@@ -597,8 +597,7 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       clearInterval(partitionUpkeep);
       directory.stop();
       leaseDirectory.stop();
-      inviteKeeper?.stop();
-      await inviteKeeper?.idle();
+      await inviteKeeper?.close();
       await deps.keys.flush();
       prices.stop();
       await guard.drain();

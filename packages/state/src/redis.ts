@@ -346,36 +346,22 @@ export function evicting(p: EvictionPolicy): boolean {
 }
 
 /**
- * Runs `fn` on every data node that must know an ACL user (ACLs are neither
- * replicated nor spread by a Cluster, and a replica becomes the primary on
- * failover): every node of a Cluster; else the node itself and the replicas
- * its ROLE lists (a Sentinel setup's replicas), reached with the same
- * credentials.
+ * Connections to the replicas `onEveryDataNode` reaches, kept from one call
+ * to the next: a caller that runs every few seconds (the routers' invite
+ * keeper) would otherwise open, authenticate and close one per replica each
+ * time. A connection is dropped when its replica leaves the topology, when
+ * it is no longer ready (the replica restarted: the next call connects
+ * again) or when a command on it fails; `close()` drops them all.
  */
-export async function onEveryDataNode<T>(r: RedisLike, fn: (node: Redis) => Promise<T>): Promise<T[]> {
-  // A Cluster client pools only masters (scaleReads "master"): its replicas
-  // come from CLUSTER NODES; a single node's (Sentinel) replicas from ROLE.
-  const first = r instanceof Cluster ? r.nodes("master")[0] : r;
-  if (!first) throw new RedisTargetError("redis cluster: no master connected");
-  const cred = r instanceof Cluster ? (r.options.redisOptions ?? {}) : r.options;
-  const primaries = r instanceof Cluster ? r.nodes("master") : [r];
-  const out = await Promise.all(primaries.map(fn));
-  let replicas: Array<{ host: string; port: number }> = [];
-  if (r instanceof Cluster) {
-    replicas = String(await first.call("CLUSTER", "NODES"))
-      .split("\n")
-      .map((l) => l.split(" "))
-      .filter((f) => f.length > 2 && /\b(slave|replica)\b/.test(f[2]!) && !/\b(fail|noaddr|handshake)\b/.test(f[2]!))
-      .map((f) => {
-        const addr = f[1]!.split("@")[0]!;
-        const i = addr.lastIndexOf(":");
-        return { host: addr.slice(0, i).replace(/^\[|\]$/g, ""), port: Number(addr.slice(i + 1)) };
-      });
-  } else {
-    const role = (await r.call("ROLE")) as [string, unknown, Array<[string, string, string]>?];
-    if (role[0] === "master") replicas = (role[2] ?? []).map(([host, port]) => ({ host, port: Number(port) }));
-  }
-  for (const { host, port } of replicas) {
+export class ReplicaConnections {
+  private readonly open = new Map<string, Redis>();
+
+  /** The ready connection to host:port, made now if there is none. */
+  async get(host: string, port: number, cred: Pick<RedisOptions, "username" | "password" | "tls">): Promise<Redis> {
+    const key = `${host}:${port}`;
+    const kept = this.open.get(key);
+    if (kept?.status === "ready") return kept;
+    this.drop(key);
     const replica = new Redis({
       host,
       port,
@@ -386,15 +372,87 @@ export async function onEveryDataNode<T>(r: RedisLike, fn: (node: Redis) => Prom
       enableReadyCheck: false,
       maxRetriesPerRequest: 1,
       connectTimeout: 2000,
+      // No reconnecting in the background: a replica that went away is
+      // connected to again by the next call that still finds it listed.
       retryStrategy: () => null,
     });
     replica.on("error", () => {});
+    this.open.set(key, replica);
     try {
       await replica.connect();
-      out.push(await fn(replica));
-    } finally {
-      replica.disconnect();
+    } catch (err) {
+      this.drop(key);
+      throw err;
     }
+    return replica;
+  }
+
+  /** Closes the connections to replicas not in `keep` ("host:port"). */
+  retain(keep: Set<string>): void {
+    for (const key of [...this.open.keys()]) if (!keep.has(key)) this.drop(key);
+  }
+
+  drop(key: string): void {
+    this.open.get(key)?.disconnect();
+    this.open.delete(key);
+  }
+
+  /** Open connections, by "host:port". */
+  get size(): number {
+    return this.open.size;
+  }
+
+  close(): void {
+    for (const key of [...this.open.keys()]) this.drop(key);
+  }
+}
+
+/**
+ * Runs `fn` on every data node that must know an ACL user (ACLs are neither
+ * replicated nor spread by a Cluster, and a replica becomes the primary on
+ * failover): every node of a Cluster; else the node itself and the replicas
+ * its ROLE lists (a Sentinel setup's replicas), reached with the same
+ * credentials. With `replicas`, the connections to them are kept there for
+ * the next call (closed by its owner); without, opened and closed here.
+ */
+export async function onEveryDataNode<T>(r: RedisLike, fn: (node: Redis) => Promise<T>, replicas?: ReplicaConnections): Promise<T[]> {
+  // A Cluster client pools only masters (scaleReads "master"): its replicas
+  // come from CLUSTER NODES; a single node's (Sentinel) replicas from ROLE.
+  const first = r instanceof Cluster ? r.nodes("master")[0] : r;
+  if (!first) throw new RedisTargetError("redis cluster: no master connected");
+  const cred = r instanceof Cluster ? (r.options.redisOptions ?? {}) : r.options;
+  const primaries = r instanceof Cluster ? r.nodes("master") : [r];
+  const out = await Promise.all(primaries.map(fn));
+  let listed: Array<{ host: string; port: number }> = [];
+  if (r instanceof Cluster) {
+    listed = String(await first.call("CLUSTER", "NODES"))
+      .split("\n")
+      .map((l) => l.split(" "))
+      .filter((f) => f.length > 2 && /\b(slave|replica)\b/.test(f[2]!) && !/\b(fail|noaddr|handshake)\b/.test(f[2]!))
+      .map((f) => {
+        const addr = f[1]!.split("@")[0]!;
+        const i = addr.lastIndexOf(":");
+        return { host: addr.slice(0, i).replace(/^\[|\]$/g, ""), port: Number(addr.slice(i + 1)) };
+      });
+  } else {
+    const role = (await r.call("ROLE")) as [string, unknown, Array<[string, string, string]>?];
+    if (role[0] === "master") listed = (role[2] ?? []).map(([host, port]) => ({ host, port: Number(port) }));
+  }
+  const pool = replicas ?? new ReplicaConnections();
+  try {
+    pool.retain(new Set(listed.map(({ host, port }) => `${host}:${port}`)));
+    for (const { host, port } of listed) {
+      const replica = await pool.get(host, port, cred);
+      try {
+        out.push(await fn(replica));
+      } catch (err) {
+        // Perhaps a connection the replica dropped unseen: a fresh one next time.
+        pool.drop(`${host}:${port}`);
+        throw err;
+      }
+    }
+  } finally {
+    if (!replicas) pool.close();
   }
   return out;
 }

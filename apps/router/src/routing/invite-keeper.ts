@@ -15,7 +15,7 @@
 // password hash is read back with ACL GETUSER and recorded, unless Postgres
 // has any row for the worker (a revoke's tombstone included).
 import { adoptWorkerInvite, listWorkerInvites, liveWorkerIds, type Db, type WorkerInviteRow } from "@switchyard/db";
-import { inviteKey, invitedIndexKey, isPasswordSha256, onEveryDataNode, redisMasters, setWorkerUser, workerAclUser, workerUserPasswords, writeInviteGrant, type RedisLike } from "@switchyard/state";
+import { inviteKey, invitedIndexKey, isPasswordSha256, onEveryDataNode, redisMasters, ReplicaConnections, setWorkerUser, workerAclUser, workerUserPasswords, writeInviteGrant, type RedisLike } from "@switchyard/state";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 
@@ -46,6 +46,9 @@ export class InviteKeeper {
   private running: Promise<void> | undefined;
   private again = false;
   private failing = false;
+  private closed = false;
+  /** Its connections to the replicas (ACL users are per node), kept across passes; closed by close(). */
+  private readonly replicas = new ReplicaConnections();
 
   constructor(private readonly deps: InviteKeeperDeps) {}
 
@@ -60,6 +63,7 @@ export class InviteKeeper {
 
   /** Runs a pass soon: one at a time, and one more after it when kicked meanwhile. */
   kick(): void {
+    if (this.closed) return;
     if (this.running) {
       this.again = true;
       return;
@@ -81,6 +85,14 @@ export class InviteKeeper {
   stop(): void {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
+  }
+
+  /** Stops, waits for the pass in flight, and closes the connections to the replicas (shutdown). */
+  async close(): Promise<void> {
+    this.closed = true;
+    this.stop();
+    await this.idle();
+    this.replicas.close();
   }
 
   private async pass(): Promise<void> {
@@ -150,7 +162,7 @@ export class InviteKeeper {
         await node.call("ACL", "DELUSER", workerAclUser(r.workerId));
         out.usersRemoved++;
       }
-    });
+    }, this.replicas);
     out.workers = [...put];
     return out;
   }
