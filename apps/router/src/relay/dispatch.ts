@@ -119,12 +119,16 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       // this side cut it afterwards — a deadline, the client gone, a
       // shutdown. The provider was processing the prompt and bills it. One
       // that reported its own failure (an error event before the first
-      // token, a stream it closed) bills nothing for it: not accepted. A
-      // whole answer's headers come only once it is generated: a paid one
-      // cut by this side's deadline before them was being generated, and
-      // is billed whole (a refused connection fails as `connect` instead).
+      // token, a stream it closed, OpenRouter's error in a 200 body) bills
+      // nothing for it: not accepted. A whole answer's headers come only
+      // once it is generated: a paid one cut by this side's deadline before
+      // them was being generated, and is billed whole (a refused connection
+      // fails as `connect` instead); one whose 2xx body came and could not
+      // be read as an answer (not JSON, cut short, over the size limit: a
+      // `protocol` failure) was generated and billed whole all the same.
       const cut = failure.kind === "timeout" || failure.kind === "aborted";
-      const accepted = cut && (up !== undefined || (!req.stream && backend.paid && failure.kind === "timeout"));
+      const whole = !req.stream && !req.raw && backend.paid;
+      const accepted = (cut && (up !== undefined || (whole && failure.kind === "timeout"))) || (whole && up !== undefined && failure.kind === "protocol");
       ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, accepted, error: failure.message });
       ctx.release?.(backend, accepted);
       if (!failure.retryable) {
