@@ -153,7 +153,7 @@ export async function benchMoney(opts: { quick: boolean; log: (s: string) => voi
     const intentPair = async (tenantId: number) => {
       const requestId = `req_bench_${(rid++).toString(36)}`;
       const intent = JSON.stringify({ requestId, tenantId, keyId: 1, day, backend: "openrouter", model: "openai/gpt-4o-mini", holdMicro: String(holdMicro), held: true, startedAtMs: Date.now(), attemptAtMs: Date.now(), holdTtlMs: 660_000 });
-      const [id, r] = await Promise.all([journal.open(intent), pstore.reserve({ tenantId, day, requestId, amountMicro: holdMicro, limitMicro: roomy, ttlMs: 660_000 })]);
+      const [id, r] = await Promise.all([journal.open(intent, `${requestId}:1`, 660_000), pstore.reserve({ tenantId, day, requestId, amountMicro: holdMicro, limitMicro: roomy, ttlMs: 660_000 })]);
       if (!r.ok) throw new Error("reserve refused under a roomy limit");
       if (!(await journal.finish(id, rowText))) throw new Error("intent already finished");
       await pstore.settle({ tenantId, day, requestId, actualMicro });

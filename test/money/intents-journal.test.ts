@@ -10,6 +10,8 @@ import { createTestRedis, sleep } from "../helpers/env.ts";
 import { createClusterRedis } from "../contract/twins.ts";
 
 const CLAIM_IDLE_MS = 150;
+/** How long an attempt's opened mark lives (a hold's TTL, in the router). */
+const OPENED_TTL_MS = 60_000;
 
 const twins: Array<[string, () => Promise<{ redis: RedisLike; prefix: string; cleanup(): Promise<void> }>]> = [
   ["single-node Redis", createTestRedis],
@@ -25,7 +27,7 @@ describe.each(twins)("RedisIntentJournal on %s", (_, make) => {
       const a = journal("a");
       const b = journal("b");
       // No group yet: the open script makes it.
-      const id = await a.open('{"requestId":"req_1"}');
+      const id = await a.open('{"requestId":"req_1"}', "req_1:1", OPENED_TTL_MS);
       expect(a.isMine(id)).toBe(true);
       expect(await a.depth()).toBe(1);
       await a.note(id, '{"generationId":"gen-1"}');
@@ -54,7 +56,7 @@ describe.each(twins)("RedisIntentJournal on %s", (_, make) => {
       expect(b.held).toBe(0);
 
       // Retired without a row: gone, note included; nothing left to take over.
-      const id2 = await a.open('{"requestId":"req_2"}');
+      const id2 = await a.open('{"requestId":"req_2"}', "req_2:1", OPENED_TTL_MS);
       await a.note(id2, "{}");
       await a.retire(id2);
       expect(await a.depth()).toBe(0);
@@ -65,17 +67,17 @@ describe.each(twins)("RedisIntentJournal on %s", (_, make) => {
 
       // Redis lost the stream (restart, failover): the next intent makes the group again and is still pending.
       await r.redis.del(a.key);
-      const id3 = await a.open('{"requestId":"req_3"}');
+      const id3 = await a.open('{"requestId":"req_3"}', "req_3:1", OPENED_TTL_MS);
       await sleep(CLAIM_IDLE_MS + 50);
       expect((await b.claimSilent()).claimed.map((c) => c.id)).toEqual([id3]);
       // Dead routers' consumers go once silent and empty; those holding an intent stay.
       const dead = journal("dead");
-      await dead.retire(await dead.open('{"requestId":"req_4"}'));
-      const id5 = await journal("dead-with-intent").open('{"requestId":"req_5"}');
+      await dead.retire(await dead.open('{"requestId":"req_4"}', "req_4:1", OPENED_TTL_MS));
+      const id5 = await journal("dead-with-intent").open('{"requestId":"req_5"}', "req_5:1", OPENED_TTL_MS);
       await sleep(CLAIM_IDLE_MS + 50);
       await b.claimSilent(); // b now holds req_3 and req_5: dead-with-intent is empty
       const c = journal("c");
-      const id6 = await c.open('{"requestId":"req_6"}');
+      const id6 = await c.open('{"requestId":"req_6"}', "req_6:1", OPENED_TTL_MS);
       expect(await c.pruneConsumers(CLAIM_IDLE_MS)).toBe(3); // a, dead, dead-with-intent
       const names = ((await r.redis.xinfo("CONSUMERS", a.key, "intents")) as unknown[][]).map((f) => String(f[1])).sort();
       expect(names).toEqual(["b", "c"]);
@@ -84,6 +86,28 @@ describe.each(twins)("RedisIntentJournal on %s", (_, make) => {
       expect((await c.claimSilent()).claimed.map((x) => x.id).sort()).toEqual([id3, id5, id6].sort());
       await a.close();
       await b.close();
+    } finally {
+      await r.cleanup();
+    }
+  }, 90_000);
+
+  it("the open script sent twice for one attempt (a resend after a reconnect) writes one intent; the request's next attempt gets its own", async () => {
+    const r = await make();
+    try {
+      const a = new RedisIntentJournal(r.redis, { prefix: r.prefix, ledgerKey: `${r.prefix}{ledger}:stream`, consumer: "a", claimIdleMs: CLAIM_IDLE_MS });
+      const first = await a.open('{"requestId":"req_twice"}', "req_twice:1", OPENED_TTL_MS);
+      const again = await a.open('{"requestId":"req_twice"}', "req_twice:1", OPENED_TTL_MS);
+      expect(again).toBe(first);
+      expect(await a.depth()).toBe(1);
+      // The intent it names is the one pending on this router: retiring it leaves nothing behind.
+      const next = await a.open('{"requestId":"req_twice"}', "req_twice:2", OPENED_TTL_MS);
+      expect(next).not.toBe(first);
+      expect(await a.depth()).toBe(2);
+      await a.retire(first);
+      await a.retire(next);
+      expect(await a.depth()).toBe(0);
+      await sleep(CLAIM_IDLE_MS + 50);
+      expect((await new RedisIntentJournal(r.redis, { prefix: r.prefix, ledgerKey: `${r.prefix}{ledger}:stream`, consumer: "b", claimIdleMs: CLAIM_IDLE_MS }).claimSilent()).claimed).toEqual([]);
     } finally {
       await r.cleanup();
     }
@@ -98,7 +122,7 @@ describe.each(twins)("RedisIntentJournal on %s", (_, make) => {
       const a = journal("a");
       const b = journal("b");
       // Redis lost the intent (the stream gone with it) while its request ran: the owner still writes the row.
-      const lost = await a.open('{"requestId":"req_lost"}');
+      const lost = await a.open('{"requestId":"req_lost"}', "req_lost:1", OPENED_TTL_MS);
       await r.redis.del(a.key);
       expect(await a.finish(lost, '{"row":"lost"}')).toBe(true);
       const entries = (await r.redis.xrange(ledgerKey, "-", "+")) as Array<[string, string[]]>;
@@ -107,14 +131,14 @@ describe.each(twins)("RedisIntentJournal on %s", (_, make) => {
       // Finished once: a second finish of the same id writes nothing.
       expect(await a.finish(lost, '{"row":"again"}')).toBe(false);
       // Another router takes a silent intent over and finishes it first: the owner's late finish writes nothing.
-      const taken = await a.open('{"requestId":"req_taken"}');
+      const taken = await a.open('{"requestId":"req_taken"}', "req_taken:1", OPENED_TTL_MS);
       await sleep(CLAIM_IDLE_MS + 50);
       expect((await b.claimSilent()).claimed.map((c) => c.id)).toEqual([taken]);
       expect(await b.finish(taken, '{"row":"orphan"}')).toBe(true);
       expect(await r.redis.exists(intentFinishedKey(r.prefix, taken))).toBe(1);
       expect(await a.finish(taken, '{"row":"owner late"}')).toBe(false);
       // A router finishing an orphan that is gone writes nothing either, mark or not.
-      const gone = await a.open('{"requestId":"req_gone"}');
+      const gone = await a.open('{"requestId":"req_gone"}', "req_gone:1", OPENED_TTL_MS);
       await sleep(CLAIM_IDLE_MS + 50);
       await b.claimSilent();
       await r.redis.del(a.key);

@@ -321,6 +321,8 @@ export class RequestTab {
    * intent stay until the request settles (release()).
    */
   private readonly abandoned: Array<{ backend: Backend; micro: bigint }> = [];
+  /** Paid attempts that wrote (or tried to write) an intent: each intent is opened once per attempt number. */
+  private paidAttempts = 0;
 
   constructor(
     private readonly guard: BudgetGuard,
@@ -481,7 +483,8 @@ export class RequestTab {
       attemptAtMs: Date.now(),
       holdTtlMs: deps.billing.holdTtlMs,
     };
-    const id = deps.intents.open(JSON.stringify(record)).catch((err: unknown) => {
+    // Keyed by the attempt: the script resent after a lost reply (ioredis, on reconnecting) writes no second intent.
+    const id = deps.intents.open(JSON.stringify(record), `${input.requestId}:${++this.paidAttempts}`, deps.billing.holdTtlMs).catch((err: unknown) => {
       deps.metrics.billingFailures.inc({ step: "intent" });
       deps.log.warn("intent not written; if this router dies mid-request, the request has no ledger row", { requestId: input.requestId, error: (err as Error).message });
       return undefined;

@@ -14,7 +14,7 @@ import type { RedisLike } from "../redis.ts";
 
 const scriptNames = ["open", "finish", "prune"] as const;
 type IntentCommands = {
-  syIntent_open(stream: string, group: string, consumer: string, intent: string): Promise<string>;
+  syIntent_open(stream: string, opened: string, group: string, consumer: string, intent: string, openedTtlMs: string): Promise<string>;
   syIntent_finish(stream: string, ledger: string, progress: string, finished: string, group: string, id: string, row: string, as: "owner" | "orphan", markTtlMs: string): Promise<[string, number] | number>;
   syIntent_prune(stream: string, self: string, minIdleMs: string, group: string): Promise<number>;
 };
@@ -23,7 +23,7 @@ type IntentCommands = {
 const registered = new WeakSet<RedisLike>();
 function intentCommands(redis: RedisLike): RedisLike & IntentCommands {
   if (!registered.has(redis)) {
-    const keys: Record<(typeof scriptNames)[number], number> = { open: 1, finish: 4, prune: 1 };
+    const keys: Record<(typeof scriptNames)[number], number> = { open: 2, finish: 4, prune: 1 };
     for (const name of scriptNames) {
       redis.defineCommand(`syIntent_${name}`, { numberOfKeys: keys[name], lua: luaSource(`budget_intent_${name}.lua`) });
     }
@@ -40,6 +40,16 @@ export function intentStreamKey(prefix: string): string {
 /** The mark a router finishing another's orphan leaves (budget_intent_finish.lua): the owner then writes nothing. */
 export function intentFinishedKey(prefix: string, id: string): string {
   return `${prefix}{ledger}:finished:${id}`;
+}
+
+/**
+ * The mark of one paid attempt's intent (`attempt`: its request id and
+ * number), holding the intent's id: the open script, sent again (ioredis
+ * resends a command whose reply a broken connection lost), finds it and
+ * writes no second intent.
+ */
+export function intentOpenedKey(prefix: string, attempt: string): string {
+  return `${prefix}{ledger}:opened:${attempt}`;
 }
 
 /** Where an intent's progress (generation id, last usage seen) is kept. */
@@ -110,9 +120,15 @@ export class RedisIntentJournal {
     return this.groupReady;
   }
 
-  /** Appends an intent, pending on this router; resolves to its id. */
-  async open(intent: string): Promise<string> {
-    const id = String(await this.redis.syIntent_open(this.key, GROUP, this.opts.consumer, intent));
+  /**
+   * Appends an intent, pending on this router; resolves to its id. Once per
+   * `attempt` (the request id and the attempt's number, never reused): the
+   * same call again within `ttlMs` — the script resent after a reconnect —
+   * resolves to the same intent instead of writing a second one.
+   */
+  async open(intent: string, attempt: string, ttlMs: number): Promise<string> {
+    const opened = intentOpenedKey(this.opts.prefix, attempt);
+    const id = String(await this.redis.syIntent_open(this.key, opened, GROUP, this.opts.consumer, intent, String(Math.max(1, Math.ceil(ttlMs)))));
     this.mine.add(id);
     return id;
   }
