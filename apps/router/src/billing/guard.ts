@@ -456,12 +456,14 @@ export class RequestTab {
   /**
    * The earlier attempt's intent goes once this attempt's, which carries its
    * cost, is written — not when that write failed: then the earlier one is
-   * the only crash record of what is owed (a stray one left over is finished
-   * to no effect: rows and settles are idempotent per request).
+   * the only crash record of what is owed, and stays the request's intent,
+   * retired with its row (left aside, it would stay pending on this router,
+   * touched for as long as it lives, and be finished as an orphan after).
    */
   private async retirePreviousOnce(intent: RequestTab["intent"], previous: RequestTab["intent"]): Promise<void> {
     const written = await intent?.id;
     if (!intent || written !== undefined) this.retireIntentOf(previous);
+    else if (previous && this.intent === intent) this.intent = previous;
   }
 
   /** Starts writing the attempt's intent (with Redis); its id resolves undefined if Redis refused it. `carried`: of `worst`, what abandoned attempts owe. */
