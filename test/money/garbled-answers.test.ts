@@ -5,7 +5,8 @@
 // it and bills it: the request is charged the estimate of a whole answer
 // (the prompt's bound ÷ 3 and all the output its hold assumed), whether it
 // ends there or fails over — the client's answer is what it was (502, or the
-// next candidate's). A provider's refusal (5xx) is still $0.
+// next candidate's). So is one whose connection is reset mid-body. A
+// provider's refusal (5xx) is still $0.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { budgetDay, intentStreamKey } from "@switchyard/state";
 import { setBudget, setPrice, usageCostMicro, type TokenPrice } from "@switchyard/db";
@@ -125,6 +126,21 @@ describe("a paid provider answers 200 with a body that is not JSON (its first ha
     const row = await settledRow(r.headers.get("x-request-id")!, before);
     expect(row).toMatchObject({ backend: "anthropic", status: "ok", cost_source: "estimate", prompt_tokens: 10, completion_tokens: 3 });
     expect(BigInt(row.cost_micro as string)).toBe(usageCostMicro({ promptTokens: 10, completionTokens: 3 }, AN_PRICE) + wholeEstimate(body, OR_PRICE));
+  });
+
+  it.each([
+    ["OpenRouter", "or-only", OR_PRICE, () => openrouter],
+    ["Anthropic", "an-only", AN_PRICE, () => anthropic],
+  ] as const)("%s's connection reset mid-body (a 200 and half its JSON): 502, and the row is the whole answer's estimate, not $0", async (_name, model, price, fake) => {
+    const before = (await snapshot()).spentMicro;
+    const body = bodyOf(model, `a reset answer from ${model}`);
+    fake().garbleNext(1, "reset");
+    const r = await chat(body);
+    expect(r.status).toBe(502);
+    await r.text();
+    const row = await settledRow(r.headers.get("x-request-id")!, before);
+    expect(row).toMatchObject({ status: "error", cost_source: "estimate", completion_tokens: MAX_TOKENS });
+    expect(BigInt(row.cost_micro as string)).toBe(wholeEstimate(body, price));
   });
 
   it("a 503 from OpenRouter, not a body that failed to parse: still $0", async () => {

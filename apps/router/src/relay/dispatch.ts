@@ -125,10 +125,11 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       // them was being generated, and is billed whole (a refused connection
       // fails as `connect` instead); one whose 2xx body came and could not
       // be read as an answer (not JSON, cut short, over the size limit: a
-      // `protocol` failure) was generated and billed whole all the same.
+      // `protocol` failure; or its connection reset mid-body: `connect`)
+      // was generated and billed whole all the same.
       const cut = failure.kind === "timeout" || failure.kind === "aborted";
       const whole = !req.stream && !req.raw && backend.paid;
-      const accepted = (cut && (up !== undefined || (whole && failure.kind === "timeout"))) || (whole && up !== undefined && failure.kind === "protocol");
+      const accepted = (cut && (up !== undefined || (whole && failure.kind === "timeout"))) || (whole && up !== undefined && (failure.kind === "protocol" || failure.kind === "connect"));
       ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, accepted, error: failure.message });
       ctx.release?.(backend, accepted);
       if (!failure.retryable) {
