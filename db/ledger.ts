@@ -6,7 +6,28 @@ import type { Sql } from "postgres";
 import type { Db } from "./client.ts";
 import { budgets, crashCostSources, prices, spendLedger, tenants, type NewLedgerRow, type Price } from "./schema/index.ts";
 
-/** Rows per INSERT: 19 columns × 1000 stays far below Postgres' 65,535 parameters. */
+/**
+ * The row of a paid attempt the request failed over from after its provider
+ * accepted it (guard.ts, orphans.ts) is keyed `<request id>/a<n>`, n its
+ * place (from 1) among the request's abandoned attempts: a key of its own,
+ * the same whoever writes it (the router serving the request or one
+ * finishing its orphan), so it is written once like the request's row. A
+ * minted request id never holds a '/': the views and `spend` count as
+ * requests only the rows without one.
+ *
+ * A row rather than columns on the request's row (carried_micro and its
+ * backend): every reader groups rows by their backend and model (the views,
+ * `spend`, invoice queries), and each would have to split such a row in two
+ * to book the money where it belongs; a row of its own is attributed right
+ * by all of them as they are, and sums into the tenant's day unchanged.
+ * No new column marks it: a router from before this that drains it inserts
+ * it whole, and the key says what it is.
+ */
+export function attemptRowId(requestId: string, n: number): string {
+  return `${requestId}/a${n}`;
+}
+
+/** Rows per INSERT: 20 columns × 1000 stays far below Postgres' 65,535 parameters. */
 export const LEDGER_BATCH_ROWS = 1000;
 
 // Months whose partition this process has already ensured, per database handle.
@@ -62,7 +83,7 @@ function encodeLedgerJson(row: NewLedgerRow): string {
     `,"promptTokens":${jsonInt(row.promptTokens ?? 0)},"completionTokens":${jsonInt(row.completionTokens ?? 0)},"cachedTokens":${jsonInt(row.cachedTokens ?? 0)},"cacheWriteTokens":${jsonInt(row.cacheWriteTokens ?? 0)}` +
     `,"costMicro":"${String(row.costMicro)}","costSource":${jsonText(row.costSource)},"status":${jsonText(row.status)}` +
     `,"firstTokenAt":${jsonTime(row.firstTokenAt)},"finishedAt":${jsonTime(row.finishedAt)},"ttftMs":${jsonInt(row.ttftMs)},"durationMs":${jsonInt(row.durationMs)}` +
-    `,"providerGenerationId":${jsonText(row.providerGenerationId)}}`
+    `,"providerGenerationId":${jsonText(row.providerGenerationId)},"cacheWrite1hTokens":${jsonInt(row.cacheWrite1hTokens ?? 0)}}`
   );
 }
 
@@ -90,7 +111,7 @@ export function encodeLedgerRow(row: NewLedgerRow): string {
     `(${recTime(row.startedAt)},${recText(row.requestId)},${recInt(row.tenantId)},${recInt(row.keyId)},${recText(row.backend)},${recText(row.model)},${recText(row.worker)}` +
     `,${recInt(row.promptTokens ?? 0)},${recInt(row.completionTokens ?? 0)},${recInt(row.cachedTokens ?? 0)},${recInt(row.cacheWriteTokens ?? 0)}` +
     `,${String(row.costMicro)},${recText(row.costSource)},${recText(row.status)},${recTime(row.firstTokenAt)},${recTime(row.finishedAt)},${recInt(row.ttftMs)},${recInt(row.durationMs)}` +
-    `,${recText(row.providerGenerationId)})`
+    `,${recText(row.providerGenerationId)},${recInt(row.cacheWrite1hTokens ?? 0)})`
   );
 }
 
@@ -153,11 +174,14 @@ export function decodeLedgerRow(text: string): NewLedgerRow {
       ttftMs: int(f[16]!),
       durationMs: int(f[17]!)!,
       providerGenerationId: f[18]!,
+      // A literal written before migration 0013 has no 20th field.
+      cacheWrite1hTokens: int(f[19] ?? null) ?? 0,
     };
   }
   const o = JSON.parse(text) as Record<string, unknown>;
   for (const f of dateFields) if (o[f] != null) o[f] = new Date(o[f] as string);
   o.costMicro = BigInt(o.costMicro as string);
+  o.cacheWrite1hTokens ??= 0;
   delete o.createdAt;
   return o as unknown as NewLedgerRow;
 }
@@ -213,6 +237,40 @@ export async function insertLedgerTexts(db: Db, texts: readonly string[]): Promi
     else jsons.push(t);
   }
   await ensureMonths(db, months);
+  try {
+    return await insertTexts(db, records, jsons);
+  } catch (err) {
+    // A row literal written before migration 0013 is one field short of
+    // spend_ledger_text, and record_in refuses it (22P02): its batch is sent
+    // again with such literals padded (the new field NULL, read as 0). Only
+    // on this failure path: a batch of current literals is never parsed.
+    const padded = (err as { code?: unknown })?.code === "22P02" ? padLegacyRecords(records) : undefined;
+    if (!padded) throw err;
+    return await insertTexts(db, padded, jsons);
+  }
+}
+
+/** Fields of a row literal before migration 0013 added cache_write_1h_tokens. */
+const LEGACY_RECORD_FIELDS = 19;
+
+/** `records` with the literals written before migration 0013 padded to the current type; undefined when none is. */
+function padLegacyRecords(records: readonly string[]): string[] | undefined {
+  let changed = false;
+  const out = records.map((t) => {
+    let n: number;
+    try {
+      n = recordFields(t).length;
+    } catch {
+      return t; // not a literal at all: Postgres refuses it again, and the caller drops it
+    }
+    if (n !== LEGACY_RECORD_FIELDS) return t;
+    changed = true;
+    return t.slice(0, -1) + ",)";
+  });
+  return changed ? out : undefined;
+}
+
+async function insertTexts(db: Db, records: readonly string[], jsons: readonly string[]): Promise<{ inserted: number }> {
   const client = (db as unknown as { $client: Sql }).$client;
   const statements: Array<(sql: Sql) => Promise<number>> = [];
   for (const batch of batchesOf(records)) statements.push((sql) => insertRecordLines(sql, batch.join("\n")));
@@ -229,9 +287,9 @@ export async function insertLedgerTexts(db: Db, texts: readonly string[]): Promi
 }
 
 /** `texts` in INSERTs of LEDGER_BATCH_ROWS rows at most (the usual batch, under that, as it is). */
-function batchesOf(texts: string[]): string[][] {
+function batchesOf(texts: readonly string[]): string[][] {
   if (texts.length === 0) return [];
-  if (texts.length <= LEDGER_BATCH_ROWS) return [texts];
+  if (texts.length <= LEDGER_BATCH_ROWS) return [texts as string[]];
   const out: string[][] = [];
   for (let i = 0; i < texts.length; i += LEDGER_BATCH_ROWS) out.push(texts.slice(i, i + LEDGER_BATCH_ROWS));
   return out;
@@ -245,10 +303,10 @@ async function insertRecordLines(sql: Sql, lines: string): Promise<number> {
   const done = await sql`
     insert into spend_ledger (request_id, tenant_id, key_id, backend, model, worker, prompt_tokens, completion_tokens,
       cached_tokens, cache_write_tokens, cost_micro, cost_source, status, started_at, first_token_at, finished_at,
-      ttft_ms, duration_ms, provider_generation_id)
+      ttft_ms, duration_ms, provider_generation_id, cache_write_1h_tokens)
     select (r).request_id, (r).tenant_id, (r).key_id, (r).backend, (r).model, (r).worker, (r).prompt_tokens, (r).completion_tokens,
       (r).cached_tokens, (r).cache_write_tokens, (r).cost_micro, (r).cost_source, (r).status, (r).started_at, (r).first_token_at, (r).finished_at,
-      (r).ttft_ms, (r).duration_ms, (r).provider_generation_id
+      (r).ttft_ms, (r).duration_ms, (r).provider_generation_id, coalesce((r).cache_write_1h_tokens, 0)
     from (select line::spend_ledger_text as r from string_to_table(${lines}::text, E'\n') as line offset 0) as rows
     on conflict (request_id, started_at) do nothing`;
   return done.count;
@@ -259,14 +317,14 @@ async function insertJsonArray(sql: Sql, array: string): Promise<number> {
   const done = await sql`
     insert into spend_ledger (request_id, tenant_id, key_id, backend, model, worker, prompt_tokens, completion_tokens,
       cached_tokens, cache_write_tokens, cost_micro, cost_source, status, started_at, first_token_at, finished_at,
-      ttft_ms, duration_ms, provider_generation_id)
+      ttft_ms, duration_ms, provider_generation_id, cache_write_1h_tokens)
     select "requestId", "tenantId", "keyId", backend, model, worker, coalesce("promptTokens", 0), coalesce("completionTokens", 0),
       coalesce("cachedTokens", 0), coalesce("cacheWriteTokens", 0), "costMicro", "costSource", status, "startedAt", "firstTokenAt", "finishedAt",
-      "ttftMs", "durationMs", "providerGenerationId"
+      "ttftMs", "durationMs", "providerGenerationId", coalesce("cacheWrite1hTokens", 0)
     from json_to_recordset(${array}::json) as r("requestId" text, "tenantId" bigint, "keyId" bigint,
       backend text, model text, worker text, "promptTokens" int, "completionTokens" int, "cachedTokens" int, "cacheWriteTokens" int,
       "costMicro" bigint, "costSource" cost_source, status request_status, "startedAt" timestamptz, "firstTokenAt" timestamptz,
-      "finishedAt" timestamptz, "ttftMs" int, "durationMs" int, "providerGenerationId" text)
+      "finishedAt" timestamptz, "ttftMs" int, "durationMs" int, "providerGenerationId" text, "cacheWrite1hTokens" int)
     on conflict (request_id, started_at) do nothing`;
   return done.count;
 }
@@ -284,7 +342,7 @@ export async function insertLedgerRows(db: Db, rows: readonly NewLedgerRow[]): P
   if (rows.length === 0) return { inserted: 0 };
   await ensureMonths(db, new Set(rows.map((r) => utcMonth(r.startedAt))));
   // One statement per batch with one array parameter per column (unnest):
-  // 19 parameters instead of 19 per row, and no per-row query building —
+  // 20 parameters instead of 20 per row, and no per-row query building —
   // the drain's cost per row is the rows' bytes, not the SQL around them.
   const client = (db as unknown as { $client: Sql }).$client;
   let inserted = 0;
@@ -295,7 +353,7 @@ export async function insertLedgerRows(db: Db, rows: readonly NewLedgerRow[]): P
     const done = await client`
       insert into spend_ledger (request_id, tenant_id, key_id, backend, model, worker, prompt_tokens, completion_tokens,
         cached_tokens, cache_write_tokens, cost_micro, cost_source, status, started_at, first_token_at, finished_at,
-        ttft_ms, duration_ms, provider_generation_id)
+        ttft_ms, duration_ms, provider_generation_id, cache_write_1h_tokens)
       select * from unnest(
         ${col((r) => r.requestId)}::text[], ${col((r) => r.tenantId)}::bigint[], ${col((r) => r.keyId ?? null)}::bigint[],
         ${col((r) => r.backend)}::text[], ${col((r) => r.model)}::text[], ${col((r) => r.worker ?? null)}::text[],
@@ -303,7 +361,8 @@ export async function insertLedgerRows(db: Db, rows: readonly NewLedgerRow[]): P
         ${col((r) => r.cachedTokens ?? 0)}::int[], ${col((r) => r.cacheWriteTokens ?? 0)}::int[],
         ${col((r) => String(r.costMicro))}::bigint[], ${col((r) => r.costSource)}::cost_source[], ${col((r) => r.status)}::request_status[],
         ${col((r) => iso(r.startedAt))}::timestamptz[], ${col((r) => iso(r.firstTokenAt))}::timestamptz[], ${col((r) => iso(r.finishedAt))}::timestamptz[],
-        ${col((r) => r.ttftMs ?? null)}::int[], ${col((r) => r.durationMs)}::int[], ${col((r) => r.providerGenerationId ?? null)}::text[]
+        ${col((r) => r.ttftMs ?? null)}::int[], ${col((r) => r.durationMs)}::int[], ${col((r) => r.providerGenerationId ?? null)}::text[],
+        ${col((r) => r.cacheWrite1hTokens ?? 0)}::int[]
       )
       on conflict (request_id, started_at) do nothing
       returning request_id`;
@@ -346,7 +405,10 @@ export interface SpendRow {
   day: string;
   backend: string | null;
   model: string | null;
+  /** Requests (their own rows): the rows of attempts they failed over from are not counted here … */
   requests: number;
+  /** … but here (migration 0013): on the backend and model of the attempt, their cost in costMicro. */
+  abandonedAttempts: number;
   promptTokens: number;
   completionTokens: number;
   cachedTokens: number;
@@ -361,6 +423,8 @@ const dayPattern = /^\d{4}-\d{2}-\d{2}$/;
 /** Rows finished by another router after the serving one died. */
 const crashFinished = sql`${spendLedger.costSource} in (${sql.join(crashCostSources.map((s) => sql`${s}`), sql`, `)})`;
 const bigintOf = (v: unknown) => BigInt(v as string);
+/** The row of an attempt a request failed over from (attemptRowId): not a request of its own. */
+const attemptRow = sql`strpos(${spendLedger.requestId}, '/') > 0`;
 
 /**
  * Spend per tenant and day (the tenant's day), optionally split by backend or
@@ -395,7 +459,8 @@ export async function spendByDay(db: Db, q: SpendQuery): Promise<SpendRow[]> {
       day,
       backend,
       model,
-      requests: sql<number>`count(*)`.mapWith(Number),
+      requests: sql<number>`count(*) filter (where not ${attemptRow})`.mapWith(Number),
+      abandonedAttempts: sql<number>`count(*) filter (where ${attemptRow})`.mapWith(Number),
       promptTokens: sql<number>`sum(${spendLedger.promptTokens})`.mapWith(Number),
       completionTokens: sql<number>`sum(${spendLedger.completionTokens})`.mapWith(Number),
       cachedTokens: sql<number>`sum(${spendLedger.cachedTokens})`.mapWith(Number),

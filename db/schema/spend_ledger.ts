@@ -47,6 +47,8 @@ export const spendLedger = pgTable(
     cachedTokens: integer("cached_tokens").notNull().default(0),
     /** Prompt tokens written to a provider cache (included in prompt_tokens). */
     cacheWriteTokens: integer("cache_write_tokens").notNull().default(0),
+    /** Of cache_write_tokens, those written to Anthropic's 1-hour cache (`ttl: "1h"`), priced apart (migration 0013). */
+    cacheWrite1hTokens: integer("cache_write_1h_tokens").notNull().default(0),
     /** Micro-cents (10⁻⁶ cent); free backends record 0. */
     costMicro: bigint("cost_micro", { mode: "bigint" }).notNull(),
     costSource: costSource("cost_source").notNull(),
@@ -95,6 +97,12 @@ export const spendDaily = pgView("spend_daily", {
   crashFinishedCostMicro: bigint("crash_finished_cost_micro", { mode: "bigint" }).notNull(),
   /** Of those, rows at the hold (nothing was known about the cost). */
   holdOnCrashRequests: bigint("hold_on_crash_requests", { mode: "number" }).notNull(),
+  /**
+   * Rows of paid attempts a provider accepted and the request failed over
+   * from (migration 0013): their cost is in costMicro, they are not counted
+   * in `requests` (the request's own row is, on the backend it ended on).
+   */
+  abandonedAttempts: bigint("abandoned_attempts", { mode: "number" }).notNull(),
 }).existing();
 
 /** Spend per tenant × day against the tenant's daily limit. */

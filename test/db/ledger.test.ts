@@ -240,12 +240,12 @@ describe("spend ledger", () => {
   });
   it("a row as text: every column round-trips, nulls and escapes included; its month is read from its first bytes", () => {
     // A row literal: quotes, backslashes, commas, parentheses, spaces and an empty text are all plain inside its quotes.
-    const full = { ...row(7), keyId: 42, worker: 'w"1\\x, (y) ', cacheWriteTokens: 3, costMicro: 2n ** 63n - 1n, model: "m/é", providerGenerationId: "" };
+    const full = { ...row(7), keyId: 42, worker: 'w"1\\x, (y) ', cacheWriteTokens: 3, cacheWrite1hTokens: 2, costMicro: 2n ** 63n - 1n, model: "m/é", providerGenerationId: "" };
     const text = encodeLedgerRow(full);
     expect(text.startsWith("(2026-11-15T12:00:00.000Z,")).toBe(true);
     expect(decodeLedgerRow(text)).toEqual(full);
     const nulls = row(7, { firstTokenAt: null, ttftMs: null, providerGenerationId: null, keyId: null, worker: null });
-    expect(decodeLedgerRow(encodeLedgerRow(nulls))).toEqual({ ...nulls, cacheWriteTokens: 0 });
+    expect(decodeLedgerRow(encodeLedgerRow(nulls))).toEqual({ ...nulls, cacheWriteTokens: 0, cacheWrite1hTokens: 0 });
     expect(ledgerTextMonth(text)).toBe("2026-11");
     // A line break in a value: row literals travel one per line, so that row is written as JSON.
     const broken = { ...full, model: "m/é\n", providerGenerationId: "gen\r\n1" };
@@ -300,6 +300,59 @@ describe("spend ledger", () => {
     expect(viaText[0]!.cost_micro).toBe(String(2n ** 60n + 7n));
     // A month not seen before got its partition.
     expect(await partitionOf(b.requestId!)).toEqual(["spend_ledger_p2027_03"]);
+  });
+
+  it("the 1-hour cache writes are kept on the row, through both text forms and the row path; a literal written before the column (one field short) still lands, as 0", async () => {
+    const tenant = await newTenant();
+    const withHour = (over: Partial<schema.NewLedgerRow> = {}) => row(tenant.id, { backend: "anthropic", promptTokens: 1_000, cacheWriteTokens: 300, cacheWrite1hTokens: 200, ...over });
+    const literal = withHour();
+    const json = withHour({ providerGenerationId: "msg\n1" });
+    const direct = withHour();
+    // A literal as a router from before migration 0013 wrote it: the same, without its last field.
+    const current = encodeLedgerRow(row(tenant.id, { cacheWriteTokens: 7 }));
+    const before0013 = current.replace(/,[^,]*\)$/, ")");
+    expect(before0013.length).toBeLessThan(current.length);
+    const legacyId = decodeLedgerRow(before0013).requestId;
+    // In one batch with current literals (as a stream holds them while routers upgrade), then alone.
+    expect(await insertLedgerTexts(t.db, [encodeLedgerRow(literal), before0013, encodeLedgerRow(json)])).toEqual({ inserted: 3 });
+    expect(await insertLedgerTexts(t.db, [before0013])).toEqual({ inserted: 0 });
+    expect(await insertLedgerRows(t.db, [direct])).toEqual({ inserted: 1 });
+    const got = await t.sql<{ request_id: string; cache_write_tokens: number; cache_write_1h_tokens: number }[]>`
+      select request_id, cache_write_tokens, cache_write_1h_tokens from spend_ledger where tenant_id = ${tenant.id}`;
+    const by = new Map(got.map((r) => [r.request_id, [r.cache_write_tokens, r.cache_write_1h_tokens]]));
+    for (const r of [literal, json, direct]) expect(by.get(r.requestId!)).toEqual([300, 200]);
+    expect(by.get(legacyId!)).toEqual([7, 0]);
+  });
+
+  it("an abandoned attempt's row (`<id>/a<n>`) counts its cost on its own backend and model, not as a request: spend_daily, spend_vs_budget and spendByDay", async () => {
+    const tenant = await newTenant({ dailyLimitCents: 1n });
+    const at = new Date("2026-11-20T10:00:00Z");
+    const request = row(tenant.id, { requestId: "req_abandoned_1", backend: "worker", model: "smol", costMicro: 0n, costSource: "price_table", startedAt: at });
+    const attempts = [
+      row(tenant.id, { requestId: "req_abandoned_1/a1", backend: "openrouter", model: "openai/gpt-4o-mini", costMicro: 300n, costSource: "estimate", status: "timeout", startedAt: at }),
+      row(tenant.id, { requestId: "req_abandoned_1/a2", backend: "anthropic", model: "claude-3-5-haiku-latest", costMicro: 1_400n, costSource: "estimate", status: "timeout", startedAt: at }),
+    ];
+    const other = row(tenant.id, { requestId: "req_abandoned_2", backend: "openrouter", model: "openai/gpt-4o-mini", costMicro: 1_000n, startedAt: at });
+    expect(await insertLedgerRows(t.db, [request, ...attempts, other])).toEqual({ inserted: 4 });
+    const daily = await t.sql<{ backend: string; requests: string; abandoned_attempts: string; cost_micro: string }[]>`
+      select backend, requests::text, abandoned_attempts::text, cost_micro::text from spend_daily where tenant_id = ${tenant.id} order by backend`;
+    expect(daily).toEqual([
+      { backend: "anthropic", requests: "0", abandoned_attempts: "1", cost_micro: "1400" },
+      { backend: "openrouter", requests: "1", abandoned_attempts: "1", cost_micro: "1300" },
+      { backend: "worker", requests: "1", abandoned_attempts: "0", cost_micro: "0" },
+    ]);
+    const [vs] = await t.sql<{ requests: string; cost_micro: string }[]>`select requests::text, cost_micro::text from spend_vs_budget where tenant_id = ${tenant.id}`;
+    expect(vs).toEqual({ requests: "2", cost_micro: "2700" });
+    const [perDay] = await spendByDay(t.db, { from: "2026-11-20", to: "2026-11-20", tenantId: tenant.id, by: "day" });
+    expect(perDay).toMatchObject({ requests: 2, abandonedAttempts: 2, costMicro: 2_700n });
+    const byModel = await spendByDay(t.db, { from: "2026-11-20", to: "2026-11-20", tenantId: tenant.id, by: "model" });
+    expect(byModel.map((r) => [r.backend, r.requests, r.abandonedAttempts, r.costMicro])).toEqual([
+      ["anthropic", 0, 1, 1_400n],
+      ["openrouter", 1, 1, 1_300n],
+      ["worker", 1, 0, 0n],
+    ]);
+    // The day's spend (what reconcile rebuilds the counters from) is the whole request's.
+    expect((await tenantDaySpend(t.db, tenant.id, "2026-11-20", ["req_abandoned_1"])).spentMicro).toBe(2_700n);
   });
 
   it("a batch with a text Postgres cannot read fails with a data exception (SQLSTATE 22…)", async () => {

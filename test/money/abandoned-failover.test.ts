@@ -4,12 +4,15 @@
 // and intent journal, Postgres) with the OpenRouter and Anthropic fakes and a
 // sim worker. The next attempt refused (429, 5xx) with nothing after it, or
 // with a free worker answering after it, or its hold refused by the budget,
-// or accepted and stalled as well: the request's one row carries the first
-// attempt's estimate exactly once (plus the stalled second's own), the day's
-// spend rises by exactly the row, and no hold and no intent is left behind.
+// or accepted and stalled as well: the first attempt's estimate is booked
+// exactly once, on a row of its own under OpenRouter (`<id>/a1`), beside the
+// request's row under the backend it ended on (the stalled second's own
+// estimate on that one); the day's spend rises by exactly the two, the
+// views count one request, and no hold and no intent is left behind.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { budgetDay, intentStreamKey } from "@switchyard/state";
-import { createKey, createTenant, setBudget, setPrice, usageCostMicro, type TokenPrice } from "@switchyard/db";
+import { createKey, createTenant, schema, setBudget, setPrice, spendByDay, usageCostMicro, type TokenPrice } from "@switchyard/db";
+import { eq } from "drizzle-orm";
 import { SimWorker } from "#testkit/sim-worker";
 import { promptTokensUpperBound } from "../../apps/router/src/billing/estimate.ts";
 import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
@@ -88,6 +91,7 @@ function promptEstimate(body: Record<string, unknown>, price: TokenPrice): bigin
   return micro > 0n ? micro : 1n;
 }
 
+/** The request's rows: its own, then its abandoned attempts' (`<id>/a<n>`). */
 async function rowsOf(id: string) {
   await waitFor(
     async () => {
@@ -99,7 +103,7 @@ async function rowsOf(id: string) {
   // Settles run off the request path: give a second row (there must be none) the time to land too.
   await fx.router.deps.guard.drain();
   await fx.router.deps.guard.flush();
-  return fx.db.sql`select * from spend_ledger where request_id = ${id}`;
+  return fx.db.sql`select * from spend_ledger where request_id = ${id} or request_id like ${id + "/%"} order by request_id`;
 }
 
 const today = () => budgetDay(Date.now(), "UTC");
@@ -107,16 +111,21 @@ const snapshot = () => fx.router.deps.guard.deps.store.snapshot(fx.tenantId, tod
 /** Intents still in the journal (retired and finished ones are deleted from it): a request settled leaves none. */
 const intentsLeft = () => fx.redis.redis.xlen(intentStreamKey(fx.redis.prefix));
 
-/** The request is settled: one row, the day up by exactly it, no hold, no intent. Returns the row. */
-async function expectSettledOnce(id: string, before: bigint, cost: bigint) {
+/**
+ * The request is settled: its row costs `own`, and each abandoned attempt's
+ * row (`<id>/a<n>`, in order) the estimate given; the day up by exactly
+ * their sum, no hold, no intent. Returns the rows, the request's first.
+ */
+async function expectSettledOnce(id: string, before: bigint, own: bigint, attempts: bigint[] = []) {
   const rows = await rowsOf(id);
-  expect(rows).toHaveLength(1);
-  const row = rows[0]!;
-  expect(BigInt(row.cost_micro as string)).toBe(cost);
+  expect(rows.map((r) => r.request_id)).toEqual([id, ...attempts.map((_, i) => `${id}/a${i + 1}`)]);
+  expect(rows.map((r) => BigInt(r.cost_micro as string))).toEqual([own, ...attempts]);
+  // Every row of the request is on its day: the same started_at.
+  for (const r of rows) expect(r.started_at).toEqual(rows[0]!.started_at);
   await waitFor(async () => (await snapshot()).heldMicro === 0n, { what: "no hold left" });
-  expect((await snapshot()).spentMicro - before).toBe(cost);
+  expect((await snapshot()).spentMicro - before).toBe(attempts.reduce((a, b) => a + b, own));
   await waitFor(async () => (await intentsLeft()) === 0, { what: "no intent left" });
-  return row;
+  return rows;
 }
 
 describe("failed over from an accepted paid attempt, the next attempt's admission fails (the budget store throws)", () => {
@@ -145,7 +154,7 @@ describe("failed over from an accepted paid attempt, the next attempt's admissio
 });
 
 describe("failed over from an accepted paid attempt, the next paid attempt is refused before any response", () => {
-  it.each([429, 503])("Anthropic answers %i and nothing follows: the row is OpenRouter's prompt estimate, once; no hold left", async (status) => {
+  it.each([429, 503])("Anthropic answers %i and nothing follows: the request's row is Anthropic's, at nothing; OpenRouter's prompt estimate has a row of its own under OpenRouter, once; no hold left", async (status) => {
     const before = (await snapshot()).spentMicro;
     const body = bodyOf("paid", `refused ${status} after an accepted stall`);
     const seen = { or: openrouter.requests.length, an: anthropic.requests.length };
@@ -158,12 +167,14 @@ describe("failed over from an accepted paid attempt, the next paid attempt is re
     // Both providers were tried, once each.
     expect([openrouter.requests.length - seen.or, anthropic.requests.length - seen.an]).toEqual([1, 1]);
     const owed = promptEstimate(body, OR_PRICE);
-    const row = await expectSettledOnce(r.headers.get("x-request-id")!, before, owed);
-    // The row names the attempt the request ended on; the refused attempt itself costs $0.
-    expect(row).toMatchObject({ backend: "anthropic", model: AN_MODEL, status: "error", cost_source: "estimate", completion_tokens: 0 });
+    const [row, attempt] = await expectSettledOnce(r.headers.get("x-request-id")!, before, 0n, [owed]);
+    // The request's row names the attempt it ended on, which, refused, costs $0 …
+    expect(row).toMatchObject({ backend: "anthropic", model: AN_MODEL, status: "error", cost_source: "price_table", completion_tokens: 0 });
+    // … and OpenRouter's estimate is booked under OpenRouter, as it ended (its first-token deadline).
+    expect(attempt).toMatchObject({ backend: "openrouter", model: OR_MODEL, status: "timeout", cost_source: "estimate", completion_tokens: 0, prompt_tokens: Math.ceil(promptTokensUpperBound("/v1/chat/completions", body) / 3), provider_generation_id: null });
   });
 
-  it("Anthropic answers 429, then a free worker answers: the worker's row carries OpenRouter's prompt estimate, once; no hold left", async () => {
+  it("Anthropic answers 429, then a free worker answers: the worker's row costs $0, OpenRouter's prompt estimate has a row of its own under OpenRouter, once; no hold left", async () => {
     const before = (await snapshot()).spentMicro;
     const body = bodyOf("paid-then-free", "a worker answers after a refusal after an accepted stall");
     const seen = { or: openrouter.requests.length, an: anthropic.requests.length };
@@ -175,8 +186,9 @@ describe("failed over from an accepted paid attempt, the next paid attempt is re
     expect(await r.text()).toContain("data: [DONE]");
     expect([openrouter.requests.length - seen.or, anthropic.requests.length - seen.an]).toEqual([1, 1]);
     const owed = promptEstimate(body, OR_PRICE);
-    const row = await expectSettledOnce(r.headers.get("x-request-id")!, before, owed);
-    expect(row).toMatchObject({ backend: "worker", status: "ok", cost_source: "estimate" });
+    const [row, attempt] = await expectSettledOnce(r.headers.get("x-request-id")!, before, 0n, [owed]);
+    expect(row).toMatchObject({ backend: "worker", status: "ok", cost_source: "price_table" });
+    expect(attempt).toMatchObject({ backend: "openrouter", model: OR_MODEL, status: "timeout", cost_source: "estimate" });
   });
 });
 
@@ -210,7 +222,7 @@ describe("failed over from an accepted paid attempt, the next paid attempt is re
 });
 
 describe("failed over from an accepted paid attempt, the next paid attempt is accepted and stalls too", () => {
-  it("both prompts are owed: the row is the sum of the two estimates, each once; no hold left", async () => {
+  it("both prompts are owed, each under its own backend, once; no hold left", async () => {
     const before = (await snapshot()).spentMicro;
     const body = bodyOf("paid", "two accepted stalls in a row");
     const seen = { or: openrouter.requests.length, an: anthropic.requests.length };
@@ -220,10 +232,50 @@ describe("failed over from an accepted paid attempt, the next paid attempt is ac
     expect(r.status).toBe(504);
     await r.text();
     expect([openrouter.requests.length - seen.or, anthropic.requests.length - seen.an]).toEqual([1, 1]);
-    const owed = promptEstimate(body, OR_PRICE) + promptEstimate(body, AN_PRICE);
-    const row = await expectSettledOnce(r.headers.get("x-request-id")!, before, owed);
-    expect(row).toMatchObject({ backend: "anthropic", status: "timeout", cost_source: "estimate", completion_tokens: 0 });
-    // The row's tokens are the last attempt's estimate, not the two summed.
-    expect(row.prompt_tokens).toBe(Math.ceil(promptTokensUpperBound("/v1/chat/completions", body) / 3));
+    const [row, attempt] = await expectSettledOnce(r.headers.get("x-request-id")!, before, promptEstimate(body, AN_PRICE), [promptEstimate(body, OR_PRICE)]);
+    expect(row).toMatchObject({ backend: "anthropic", model: AN_MODEL, status: "timeout", cost_source: "estimate", completion_tokens: 0 });
+    expect(attempt).toMatchObject({ backend: "openrouter", model: OR_MODEL, status: "timeout", cost_source: "estimate", completion_tokens: 0 });
+    // Each row's tokens are its own attempt's estimate, not the two summed.
+    expect(row!.prompt_tokens).toBe(Math.ceil(promptTokensUpperBound("/v1/chat/completions", body) / 3));
+    expect(attempt!.prompt_tokens).toBe(row!.prompt_tokens);
+  });
+});
+
+describe("spend per backend after a failover from an accepted OpenRouter attempt to a free worker", () => {
+  it("OpenRouter's line carries its estimate and no request, the worker's line the request at $0; the tenant's totals count one request and the estimate once", async () => {
+    const t = await createTenant(fx.db.db, "by-backend");
+    if (!t.ok) throw new Error("tenant");
+    const tenantId = t.tenant.id;
+    await setBudget(fx.db.db, { tenantId, dailyLimitCents: 100n });
+    const { key } = await createKey(fx.db.db, tenantId);
+    await waitFor(async () => (await fx.router.deps.guard.deps.budgets.budgetOf(tenantId)) !== null, { what: "the budget" });
+    const body = bodyOf("paid-then-free", "what each backend is owed, by backend");
+    openrouter.enqueue({ kind: "stall", stallMs: STALL_MS });
+    anthropic.enqueue({ kind: "status", status: 429 });
+    const r = await chat(body, key);
+    expect(r.status).toBe(200);
+    await r.text();
+    const owed = promptEstimate(body, OR_PRICE);
+    await rowsOf(r.headers.get("x-request-id")!);
+    const day = today();
+
+    const daily = await fx.db.db.select().from(schema.spendDaily).where(eq(schema.spendDaily.tenantId, tenantId)).orderBy(schema.spendDaily.backend);
+    // Anthropic refused its attempt (429): no line. OpenRouter accepted its own and bills its prompt.
+    expect(daily.map((d) => ({ backend: d.backend, model: d.model, requests: d.requests, abandonedAttempts: d.abandonedAttempts, costMicro: d.costMicro }))).toEqual([
+      { backend: "openrouter", model: OR_MODEL, requests: 0, abandonedAttempts: 1, costMicro: owed },
+      { backend: "worker", model: "paid-then-free", requests: 1, abandonedAttempts: 0, costMicro: 0n },
+    ]);
+    const [vs] = await fx.db.db.select().from(schema.spendVsBudget).where(eq(schema.spendVsBudget.tenantId, tenantId));
+    expect(vs).toMatchObject({ day, requests: 1, costMicro: owed });
+
+    const byBackend = await spendByDay(fx.db.db, { from: day, to: day, tenantId, by: "backend" });
+    expect(byBackend.map((b) => ({ backend: b.backend, requests: b.requests, abandonedAttempts: b.abandonedAttempts, costMicro: b.costMicro }))).toEqual([
+      { backend: "openrouter", requests: 0, abandonedAttempts: 1, costMicro: owed },
+      { backend: "worker", requests: 1, abandonedAttempts: 0, costMicro: 0n },
+    ]);
+    const [perDay] = await spendByDay(fx.db.db, { from: day, to: day, tenantId, by: "day" });
+    expect(perDay).toMatchObject({ requests: 1, abandonedAttempts: 1, costMicro: owed });
+    // The day's counters equal the ledger: the estimate counted once.
+    expect((await fx.router.deps.guard.deps.store.snapshot(tenantId, day)).spentMicro).toBe(owed);
   });
 });

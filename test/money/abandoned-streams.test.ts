@@ -146,7 +146,7 @@ describe("a paid stream accepted and ended before its first token is charged its
     expect(Number(charged.costText)).toBeGreaterThan(0);
   });
 
-  it("failed over from after its headers: the request's one row carries the abandoned attempt's estimate beside the answer's cost", async () => {
+  it("failed over from after its headers: the answer's row is its own cost, the abandoned attempt's estimate a row of its own under OpenRouter", async () => {
     const before = await snapshot();
     openrouter.enqueue({ kind: "stall", stallMs: FIRST_TOKEN_MS + 2_500 });
     anthropic.enqueue({ kind: "ok", promptTokens: 100, completionTokens: 5 });
@@ -157,16 +157,21 @@ describe("a paid stream accepted and ended before its first token is charged its
     const id = r.headers.get("x-request-id")!;
     const row = await rowOf(fx, id);
     expect(await fx.db.sql`select 1 from spend_ledger where request_id = ${id}`).toHaveLength(1);
-    // The answer's own usage, Anthropic's 100 + 5 tokens …
-    expect(row).toMatchObject({ backend: "anthropic", status: "ok", prompt_tokens: 100, completion_tokens: 5, cost_source: "estimate" });
+    // The answer's own usage and cost, Anthropic's 100 + 5 tokens at its prices: what Anthropic bills for it …
+    expect(row).toMatchObject({ backend: "anthropic", status: "ok", prompt_tokens: 100, completion_tokens: 5, cost_source: "price_table" });
     const answered = usageCostMicro({ promptTokens: 100, completionTokens: 5 }, AN_PRICE);
-    // … plus OpenRouter's accepted prompt, estimated as a lone timeout's is (the first test's figure).
-    const abandoned = BigInt(row.cost_micro as string) - answered;
+    expect(BigInt(row.cost_micro as string)).toBe(answered);
+    // … and OpenRouter's accepted prompt on OpenRouter's line, estimated as a lone timeout's is (the first test's figure).
+    const [attempt, ...more] = await fx.db.sql`select * from spend_ledger where request_id like ${id + "/%"}`;
+    expect(more).toHaveLength(0);
+    expect(attempt).toMatchObject({ request_id: `${id}/a1`, backend: "openrouter", model: OR_MODEL, status: "timeout", cost_source: "estimate", completion_tokens: 0, started_at: row.started_at });
+    const abandoned = BigInt(attempt!.cost_micro as string);
     expect(abandoned).toBeGreaterThan(0n);
     const [lone] = await fx.db.sql`select cost_micro from spend_ledger where tenant_id = ${fx.tenantId} and backend = 'openrouter' and status = 'timeout' order by started_at limit 1`;
     expect(abandoned).toBe(BigInt(lone!.cost_micro as string));
     await waitFor(async () => (await snapshot()).heldMicro === 0n, { what: "no hold left" });
-    expect((await snapshot()).spentMicro - before.spentMicro).toBe(BigInt(row.cost_micro as string));
+    // The day counts both, once.
+    expect((await snapshot()).spentMicro - before.spentMicro).toBe(answered + abandoned);
   });
 });
 

@@ -117,8 +117,8 @@ describe.each(twins)("RedisIntentJournal on %s", (_, make) => {
     const r = await make();
     try {
       const ledgerKey = `${r.prefix}{ledger}:stream`;
-      const rows: Array<[string, string, boolean]> = [];
-      const journal = (consumer: string) => new RedisIntentJournal(r.redis, { prefix: r.prefix, ledgerKey, consumer, claimIdleMs: CLAIM_IDLE_MS, written: (entry, row, lost) => rows.push([entry, row, lost]) });
+      const rows: Array<[string, string[], boolean]> = [];
+      const journal = (consumer: string) => new RedisIntentJournal(r.redis, { prefix: r.prefix, ledgerKey, consumer, claimIdleMs: CLAIM_IDLE_MS, written: (entry, texts, lost) => rows.push([entry, texts, lost]) });
       const a = journal("a");
       const b = journal("b");
       // Redis lost the intent (the stream gone with it) while its request ran: the owner still writes the row.
@@ -127,14 +127,15 @@ describe.each(twins)("RedisIntentJournal on %s", (_, make) => {
       expect(await a.finish(lost, '{"row":"lost"}')).toBe(true);
       const entries = (await r.redis.xrange(ledgerKey, "-", "+")) as Array<[string, string[]]>;
       expect(entries.map(([, f]) => f[1])).toEqual(['{"row":"lost"}']);
-      expect(rows).toEqual([[entries[0]![0], '{"row":"lost"}', true]]);
+      expect(rows).toEqual([[entries[0]![0], ['{"row":"lost"}'], true]]);
       // Finished once: a second finish of the same id writes nothing.
       expect(await a.finish(lost, '{"row":"again"}')).toBe(false);
       // Another router takes a silent intent over and finishes it first: the owner's late finish writes nothing.
       const taken = await a.open('{"requestId":"req_taken"}', "req_taken:1", OPENED_TTL_MS);
       await sleep(CLAIM_IDLE_MS + 50);
       expect((await b.claimSilent()).claimed.map((c) => c.id)).toEqual([taken]);
-      expect(await b.finish(taken, '{"row":"orphan"}')).toBe(true);
+      // With the rows of the attempts the request failed over from: one entry, the request's row first.
+      expect(await b.finish(taken, '{"row":"orphan"}', ['{"row":"orphan/a1"}', '{"row":"orphan/a2"}'])).toBe(true);
       expect(await r.redis.exists(intentFinishedKey(r.prefix, taken))).toBe(1);
       expect(await a.finish(taken, '{"row":"owner late"}')).toBe(false);
       // A router finishing an orphan that is gone writes nothing either, mark or not.
@@ -143,10 +144,13 @@ describe.each(twins)("RedisIntentJournal on %s", (_, make) => {
       await b.claimSilent();
       await r.redis.del(a.key);
       expect(await b.finish(gone, '{"row":"orphan of nothing"}')).toBe(false);
-      expect(((await r.redis.xrange(ledgerKey, "-", "+")) as Array<[string, string[]]>).map(([, f]) => f[1])).toEqual(['{"row":"lost"}', '{"row":"orphan"}']);
-      expect(rows.map(([, row, l]) => [row, l])).toEqual([
-        ['{"row":"lost"}', true],
-        ['{"row":"orphan"}', false],
+      expect((await r.redis.xrange(ledgerKey, "-", "+")) as Array<[string, string[]]>).toEqual([
+        [expect.any(String), ["r", '{"row":"lost"}']],
+        [expect.any(String), ["r", '{"row":"orphan"}', "r", '{"row":"orphan/a1"}', "r", '{"row":"orphan/a2"}']],
+      ]);
+      expect(rows.map(([, texts, l]) => [texts, l])).toEqual([
+        [['{"row":"lost"}'], true],
+        [['{"row":"orphan"}', '{"row":"orphan/a1"}', '{"row":"orphan/a2"}'], false],
       ]);
       // The orphan scan after the stream (and its group) went: refused once, then the group is made again.
       await expect(b.claimSilent()).rejects.toThrow(/NOGROUP/);

@@ -11,7 +11,7 @@ import type { Backend } from "../../apps/router/src/backends/types.ts";
 import type { Usage } from "../../apps/router/src/backends/usage.ts";
 import { StaticBudgets } from "../../apps/router/src/billing/budgets.ts";
 import { bodyFacts, type TabInput } from "../../apps/router/src/billing/guard.ts";
-import { OrphanFinisher } from "../../apps/router/src/billing/orphans.ts";
+import { OrphanFinisher, type PaidIntent } from "../../apps/router/src/billing/orphans.ts";
 import { StaticPriceBook } from "../../apps/router/src/billing/prices.ts";
 import { createTestDb, createTestRedis, sleep, waitFor, type TestDb, type TestRedis } from "../helpers/env.ts";
 import { journalGuard, ledgerBuffer, seedOwner } from "../helpers/journal-guard.ts";
@@ -133,8 +133,8 @@ describe("intents beside paid holds", () => {
     // A note as routers wrote them before one-hour writes were counted apart: it is read as none.
     expect(note).not.toContain("cacheWrite1h");
     const expected = usageCostMicro({ promptTokens: 1_000, completionTokens: 37, cachedTokens: 200, cacheWriteTokens: 300 }, AN_PRICE);
-    expect(await db.sql`select cost_micro::text, cost_source, prompt_tokens, completion_tokens, provider_generation_id from spend_ledger where request_id = ${i.requestId}`).toEqual([
-      { cost_micro: expected.toString(), cost_source: "usage_on_crash", prompt_tokens: 1_000, completion_tokens: 37, provider_generation_id: "chatcmpl-msg_01" },
+    expect(await db.sql`select cost_micro::text, cost_source, prompt_tokens, completion_tokens, cache_write_1h_tokens, provider_generation_id from spend_ledger where request_id = ${i.requestId}`).toEqual([
+      { cost_micro: expected.toString(), cost_source: "usage_on_crash", prompt_tokens: 1_000, completion_tokens: 37, cache_write_1h_tokens: 0, provider_generation_id: "chatcmpl-msg_01" },
     ]);
     const snap = await alive.store.snapshot(owner.tenantId, budgetDay(i.arrivedAtMs, "UTC"));
     expect(snap.heldMicro).toBe(0n);
@@ -142,11 +142,35 @@ describe("intents beside paid holds", () => {
     await Promise.all([finisher.close(), dead.ledger.close(), alive.ledger.close()]);
   });
 
+  it("an orphan's intent written before abandoned attempts were listed (their sum alone) is finished as it was: one row, the sum added to its cost", async () => {
+    const dead = setup("pre-list-dead", 10n ** 12n);
+    const requestId = `req_intents_prelist_${n++}`;
+    const startedAtMs = Date.now();
+    const usage = { prompt: 1_000, completion: 37, cached: 0, cacheWrite: 0 };
+    const intent: PaidIntent = { requestId, tenantId: owner.tenantId, keyId: owner.keyId ?? null, day: budgetDay(startedAtMs, "UTC"), backend: "anthropic", model: AN_MODEL, holdMicro: "9000000", abandonedMicro: "270", held: false, startedAtMs, attemptAtMs: startedAtMs, holdTtlMs: HOLD_TTL_MS };
+    const id = await dead.intents.open(JSON.stringify(intent));
+    await dead.intents.note(id, JSON.stringify({ generationId: "chatcmpl-msg_pre", usage }));
+    const alive = setup("pre-list-alive", 10n ** 12n);
+    const finisher = new OrphanFinisher(alive.intents, alive.guard, { anthropic: new AnthropicCostLookup() }, { scanMs: 60_000, concurrency: 2 });
+    await sleep(CLAIM_IDLE_MS + 50);
+    await finisher.scan();
+    await sleep(Math.max(0, startedAtMs + HOLD_TTL_MS + 50 - Date.now()));
+    expect((await finisher.scan()).finished).toBe(1);
+    await alive.ledger.flush();
+    const expected = usageCostMicro({ promptTokens: 1_000, completionTokens: 37 }, AN_PRICE) + 270n;
+    // Nothing says which backend the 270 is owed to: it stays on the request's row, an estimate.
+    expect(await db.sql`select request_id, backend, cost_micro::text, cost_source from spend_ledger where request_id like ${requestId + "%"}`).toEqual([
+      { request_id: requestId, backend: "anthropic", cost_micro: expected.toString(), cost_source: "estimate" },
+    ]);
+    await Promise.all([finisher.close(), dead.ledger.close(), alive.ledger.close()]);
+  });
+
   it("an Anthropic orphan's one-hour cache writes are noted with its usage and priced apart when it is finished", async () => {
     const { i, dead, alive, finisher } = await anthropicOrphan("anthropic-1h", "chatcmpl-msg_1h", { prompt: 1_000, completion: 37, cached: 200, cacheWrite: 300, cacheWrite1h: 200 }, '"cacheWrite1h":200');
     // Micro-cents per token: 500 input × 80 + 200 read × 8 + 100 5-minute writes × 100 + 200 1-hour writes × 160 (2 × input) + 37 output × 400.
-    expect(await db.sql`select cost_micro::text, cost_source, cache_write_tokens from spend_ledger where request_id = ${i.requestId}`).toEqual([
-      { cost_micro: String(500 * 80 + 200 * 8 + 100 * 100 + 200 * 160 + 37 * 400), cost_source: "usage_on_crash", cache_write_tokens: 300 },
+    // The row keeps the split: 300 writes in all, 200 of them for one hour.
+    expect(await db.sql`select cost_micro::text, cost_source, cache_write_tokens, cache_write_1h_tokens from spend_ledger where request_id = ${i.requestId}`).toEqual([
+      { cost_micro: String(500 * 80 + 200 * 8 + 100 * 100 + 200 * 160 + 37 * 400), cost_source: "usage_on_crash", cache_write_tokens: 300, cache_write_1h_tokens: 200 },
     ]);
     await Promise.all([finisher.close(), dead.ledger.close(), alive.ledger.close()]);
   });

@@ -2,11 +2,12 @@
 // accepted (2xx headers) and stalled past the first-token deadline, so the
 // router failed over to the next paid backend — and died there, before
 // settling. The surviving router finishes the request from the second
-// attempt's intent: the one row charges the abandoned attempt's estimate
-// (`abandonedMicro`) on top of the second attempt's cost — its hold when its
-// provider cannot say (Anthropic, nothing streamed yet), its looked-up cost
-// when it can (OpenRouter's generation; the row is then an `estimate`, no
-// longer the provider's figure alone) — and the day counts exactly the row.
+// attempt's intent: the request's row is the second attempt's cost — its
+// hold when its provider cannot say (Anthropic, nothing streamed yet), its
+// looked-up cost when it can (OpenRouter's generation, the provider's own
+// figure) — and the abandoned attempt's estimate (the intent's `abandoned`)
+// has a row of its own under its backend and model (`<id>/a1`), as the live
+// settle books it; the day counts exactly the two rows.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { usageCostMicro, worstCaseMicro, type TokenPrice } from "@switchyard/db";
 import { budgetDay, intentProgressKey, intentStreamKey, RedisBudgetStore } from "@switchyard/state";
@@ -107,6 +108,7 @@ async function liveIntents(): Promise<Array<{ id: string; intent: PaidIntent }>>
 
 const today = () => budgetDay(Date.now(), "UTC");
 
+/** The tenant's rows, the request's own first (its abandoned attempts' are `<id>/a<n>`). */
 async function rowsOf(requestId: string, tenantId: number) {
   await waitFor(async () => (await db.sql`select 1 from spend_ledger where request_id = ${requestId}`).length > 0, {
     // The hold's TTL from the second attempt's start, the take-over idle time, a scan, slack for a loaded box.
@@ -114,12 +116,12 @@ async function rowsOf(requestId: string, tenantId: number) {
     intervalMs: 100,
     what: `the killed request's row (${requestId})`,
   });
-  return db.sql<{ request_id: string; backend: string; model: string; status: string; cost_micro: string; cost_source: string; provider_generation_id: string | null }[]>`
-    select request_id, backend, model, status, cost_micro::text, cost_source, provider_generation_id from spend_ledger where tenant_id = ${tenantId}`;
+  return db.sql<{ request_id: string; backend: string; model: string; status: string; cost_micro: string; cost_source: string; provider_generation_id: string | null; completion_tokens: number; prompt_tokens: number; started_at: Date }[]>`
+    select request_id, backend, model, status, cost_micro::text, cost_source, provider_generation_id, completion_tokens, prompt_tokens, started_at from spend_ledger where tenant_id = ${tenantId} order by request_id`;
 }
 
 describe("kill -9 after failing over from an accepted paid attempt", () => {
-  it("to Anthropic, stalled too: the orphan is finished at Anthropic's hold, which carries OpenRouter's prompt estimate; the day counts it once", async () => {
+  it("to Anthropic, stalled too: the orphan is finished at Anthropic's own hold, and OpenRouter's prompt estimate on a row of its own under OpenRouter; the day counts both once", async () => {
     const { tenantId, key } = tenants.orFirst;
     const store = new RedisBudgetStore(redis.redis, redis.prefix);
     const victim = await spawnRouter(env, "victim-or-first");
@@ -140,22 +142,26 @@ describe("kill -9 after failing over from an accepted paid attempt", () => {
     const abandoned = promptEstimate(body, OR_PRICE);
     const hold = worstOf(body, AN_PRICE) + abandoned;
     expect(live.intent).toMatchObject({ tenantId, backend: "anthropic", model: AN_MODEL, abandonedMicro: abandoned.toString(), holdMicro: hold.toString(), held: true });
+    expect(live.intent.abandoned).toEqual([{ n: 1, backend: "openrouter", model: OR_MODEL, micro: abandoned.toString(), prompt: Math.ceil(promptTokensUpperBound("/v1/chat/completions", body) / 3), completion: 0, status: "timeout", endedAtMs: expect.any(Number) }]);
     // The request's one hold is the second attempt's worst case plus what the first owes, not the two holds stacked.
     expect((await store.snapshot(tenantId, today())).heldMicro).toBe(hold);
     await victim.kill9();
     await answered;
 
     const rows = await rowsOf(live.intent.requestId, tenantId);
-    expect(rows).toHaveLength(1);
-    // Anthropic cannot say what an attempt cost before its usage arrives: its hold, which includes the abandoned estimate.
+    expect(rows).toHaveLength(2);
+    // Anthropic cannot say what an attempt cost before its usage arrives: its own hold, its worst case …
     expect(rows[0]).toMatchObject({ request_id: live.intent.requestId, backend: "anthropic", model: AN_MODEL, status: "error", cost_source: "hold_on_crash" });
-    expect(BigInt(rows[0]!.cost_micro)).toBe(hold);
+    expect(BigInt(rows[0]!.cost_micro)).toBe(worstOf(body, AN_PRICE));
+    // … and what OpenRouter is owed stays OpenRouter's, on the request's day.
+    expect(rows[1]).toMatchObject({ request_id: `${live.intent.requestId}/a1`, backend: "openrouter", model: OR_MODEL, status: "timeout", cost_source: "estimate", completion_tokens: 0, provider_generation_id: null, started_at: rows[0]!.started_at });
+    expect(BigInt(rows[1]!.cost_micro)).toBe(abandoned);
     await waitFor(async () => (await store.snapshot(tenantId, today())).heldMicro === 0n, { what: "no hold left" });
     expect(await store.snapshot(tenantId, today())).toMatchObject({ spentMicro: hold, heldMicro: 0n });
     expect(await redis.redis.xlen(intentStreamKey(redis.prefix))).toBe(0);
   }, 90_000);
 
-  it("to OpenRouter, mid-stream: the orphan is finished at OpenRouter's looked-up cost plus Anthropic's prompt estimate; the day counts it once", async () => {
+  it("to OpenRouter, mid-stream: the orphan is finished at OpenRouter's looked-up cost, and Anthropic's prompt estimate on a row of its own under Anthropic; the day counts both once", async () => {
     const { tenantId, key } = tenants.anFirst;
     const store = new RedisBudgetStore(redis.redis, redis.prefix);
     const victim = await spawnRouter(env, "victim-an-first");
@@ -200,10 +206,20 @@ describe("kill -9 after failing over from an accepted paid attempt", () => {
     expect(charged).toBeGreaterThan(0n);
 
     const rows = await rowsOf(live.intent.requestId, tenantId);
-    expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ request_id: live.intent.requestId, backend: "openrouter", model: OR_MODEL, status: "error", cost_source: "estimate", provider_generation_id: live.generationId });
-    // The generation's own cost names this attempt alone: the abandoned Anthropic prompt is added, once.
-    expect(BigInt(rows[0]!.cost_micro)).toBe(charged + abandoned);
+    expect(rows).toHaveLength(2);
+    // OpenRouter's row is the generation's own looked-up cost: equal to its invoice line.
+    expect(rows[0]).toMatchObject({ request_id: live.intent.requestId, backend: "openrouter", model: OR_MODEL, status: "error", cost_source: "provider_lookup", provider_generation_id: live.generationId });
+    expect(BigInt(rows[0]!.cost_micro)).toBe(charged);
+    // The abandoned Anthropic prompt is Anthropic's, once.
+    expect(rows[1]).toMatchObject({ request_id: `${live.intent.requestId}/a1`, backend: "anthropic", model: AN_MODEL, status: "timeout", cost_source: "estimate", completion_tokens: 0, started_at: rows[0]!.started_at });
+    expect(BigInt(rows[1]!.cost_micro)).toBe(abandoned);
+    // Per backend, as finance reads it: OpenRouter's line has the request and the invoice's amount; Anthropic's the estimate and no request.
+    const daily = await db.sql<{ backend: string; requests: string; abandoned_attempts: string; cost_micro: string }[]>`
+      select backend, requests::text, abandoned_attempts::text, cost_micro::text from spend_daily where tenant_id = ${tenantId} order by backend`;
+    expect(daily).toEqual([
+      { backend: "anthropic", requests: "0", abandoned_attempts: "1", cost_micro: abandoned.toString() },
+      { backend: "openrouter", requests: "1", abandoned_attempts: "0", cost_micro: charged.toString() },
+    ]);
     await waitFor(async () => (await store.snapshot(tenantId, today())).heldMicro === 0n, { what: "no hold left" });
     expect(await store.snapshot(tenantId, today())).toMatchObject({ spentMicro: charged + abandoned, heldMicro: 0n });
     expect(await redis.redis.xlen(intentStreamKey(redis.prefix))).toBe(0);

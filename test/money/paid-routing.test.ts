@@ -148,6 +148,8 @@ describe("paid backends on the request path", () => {
     expect(row!.prompt_tokens).toBe(1000);
     expect(row!.cached_tokens).toBe(200);
     expect(row!.cache_write_tokens).toBe(300);
+    // All of them 5-minute writes: none for one hour.
+    expect(row!.cache_write_1h_tokens).toBe(0);
     expect(row!.completion_tokens).toBe(50);
     // 500 input × $0.80 + 200 cached × $0.08 + 300 written × $1.00 + 50 output × $4, per million.
     expect(BigInt(row!.cost_micro)).toBe((500n * 80_000_000n + 200n * 8_000_000n + 300n * 100_000_000n + 50n * 400_000_000n) / 1_000_000n);
@@ -175,7 +177,8 @@ describe("paid backends on the request path", () => {
     const expected = 500n * 80n + 200n * 8n + 100n * 100n + 200n * 160n + 50n * 400n;
     expect(expected).toBe(103_600n);
     for (const row of got) {
-      expect(row).toMatchObject({ backend: "anthropic", prompt_tokens: 1000, cached_tokens: 200, cache_write_tokens: 300, completion_tokens: 50, cost_source: "price_table", status: "ok" });
+      // The writes' total, and of them the 1-hour ones, each kept on the row (streamed and not).
+      expect(row).toMatchObject({ backend: "anthropic", prompt_tokens: 1000, cached_tokens: 200, cache_write_tokens: 300, cache_write_1h_tokens: 200, completion_tokens: 50, cost_source: "price_table", status: "ok" });
       expect(BigInt(row.cost_micro)).toBe(expected);
     }
     // The day is charged exactly that, twice; no hold is left.

@@ -410,9 +410,9 @@ export async function startRouter(config: Config, opts: StartRouterOptions = {})
       ledgerKey: stream.key,
       consumer,
       claimIdleMs: config.billing.ledgerClaimIdleMs,
-      // A finish appends its row itself (budget_intent_finish.lua): the buffer keeps it as its own.
-      written: (entryId, row, intentLost) => {
-        stream.keep(entryId, [row]);
+      // A finish appends its rows itself (budget_intent_finish.lua): the buffer keeps them as its own.
+      written: (entryId, rows, intentLost) => {
+        stream.keep(entryId, rows);
         if (!intentLost) return;
         metrics.ledgerRows.inc({ outcome: "intent_lost" });
         log.warn("a paid attempt's intent was lost with Redis' data: its row was written by the router serving it", { entryId });

@@ -179,7 +179,7 @@ async function checkedGuard(prices: ConstructorParameters<typeof StaticPriceBook
     store,
     budgets,
     prices: new StaticPriceBook(prices),
-    ledger: { record: async (r) => void rows.push(r), flush: async () => {}, close: async () => {} },
+    ledger: { record: async (r, attempts) => void rows.push(r, ...(attempts ?? [])), flush: async () => {}, close: async () => {} },
     alerts: async () => true,
     billing: loadConfig({ env: {} }).billing,
     log: createLogger("error", {}, () => {}),
@@ -230,16 +230,17 @@ describe("a paid attempt its provider accepted, then failed over from", () => {
     return { rows, store, guard, tab, owed };
   }
 
-  it("ended on a free worker: the request's one row and the day carry the paid prompt's estimate; the hold is gone", async () => {
+  it("ended on a free worker: the worker's row costs nothing, the paid prompt's estimate has its own row under OpenRouter; the day carries it; the hold is gone", async () => {
     const { rows, store, guard, tab, owed } = await setup();
     expect((await tab.admit(paid)).ok).toBe(true);
-    tab.release(paid, true);
+    tab.release(paid, true, "timeout");
     // The hold stays until the request settles: the day keeps counting that money.
     expect((await store.snapshot(1, DAY)).heldMicro).toBeGreaterThan(0n);
     tab.settle({ backend: worker, status: "ok", usage: { prompt: 3, completion: 2, cached: 0, cacheWrite: 0 }, firstTokenAt: performance.now() });
     await guard.drain();
-    expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ backend: "worker", costMicro: owed, costSource: "estimate", promptTokens: 3, completionTokens: 2 });
+    expect(rows).toHaveLength(2);
+    expect(rows[0]).toMatchObject({ requestId: "req_fo", backend: "worker", costMicro: 0n, costSource: "price_table", promptTokens: 3, completionTokens: 2 });
+    expect(rows[1]).toMatchObject({ requestId: "req_fo/a1", backend: "openrouter", model: "m", costMicro: owed, costSource: "estimate", status: "timeout", completionTokens: 0, startedAt: rows[0]!.startedAt });
     const snap = await store.snapshot(1, DAY);
     expect(snap.spentMicro).toBe(owed);
     expect(snap.heldMicro).toBe(0n);

@@ -5,8 +5,9 @@
 //   release(backend) when that attempt failed before its first byte (no
 //                   provider charges for a refused call) — unless the
 //                   provider had accepted it (2xx headers): then it bills the
-//                   prompt it processed, and the request's row carries an
-//                   estimate of that (abandoned attempts, below);
+//                   prompt it processed, and the request owes an estimate of
+//                   that, booked on a row of its own under that backend
+//                   (abandoned attempts, below);
 //   settle(outcome) once, when the request ended — the ledger row first
 //                   (durable, idempotent), then the hold turns into spend
 //                   (idempotent), then alert thresholds.
@@ -30,7 +31,7 @@ import { miniImageExtraTokens, outputLimitField, promptTokensUpperBound, request
 import { tokenHeavyImages } from "./media.ts";
 import type { LedgerSink } from "./ledger.ts";
 import { encodeLedgerRow } from "./ledger-stream.ts";
-import { encodeProgressUsage, type AttemptProgress, type IntentJournal, type IntentProgress, type PaidIntent } from "./orphans.ts";
+import { abandonedAttemptRow, encodeProgressUsage, type AbandonedAttempt, type AttemptProgress, type IntentJournal, type IntentProgress, type PaidIntent } from "./orphans.ts";
 import type { PriceBook } from "./prices.ts";
 import type { ReconcileResult } from "./reconcile.ts";
 
@@ -316,11 +317,13 @@ export class RequestTab {
   /**
    * Paid attempts the provider accepted (2xx headers) that ended before any
    * token reached the client, and the estimate of the prompt it billed for
-   * each. One ledger row per request: an attempt failed over from is charged
-   * on the request's row (cost()), and while there is one, the hold and the
-   * intent stay until the request settles (release()).
+   * each. The request owes them: each one the request failed over from gets
+   * a row of its own under its backend and model (attemptRows), written with
+   * the request's row in one step; the day is settled with the total. While
+   * there is one, the hold and the intent stay until the request settles
+   * (release()).
    */
-  private readonly abandoned: Array<{ backend: Backend; micro: bigint }> = [];
+  private readonly abandoned: Array<{ backend: Backend; micro: bigint; usage: Usage; status: AbandonedAttempt["status"]; endedAtPerf: number }> = [];
   /** Paid attempts that wrote (or tried to write) an intent: each intent is opened once per attempt number. */
   private paidAttempts = 0;
 
@@ -479,7 +482,8 @@ export class RequestTab {
       backend: backend.kind,
       model: backend.model,
       holdMicro: worst.toString(),
-      ...(carried > 0n ? { abandonedMicro: carried.toString() } : {}),
+      // The sum (what a router from before the list reads), and each attempt, so a crash-finish books them apart.
+      ...(carried > 0n ? { abandonedMicro: carried.toString(), abandoned: this.abandonedOf(backend) } : {}),
       held,
       startedAtMs: input.arrivedAtMs,
       attemptAtMs: Date.now(),
@@ -547,8 +551,8 @@ export class RequestTab {
    * and the intent stay until the request settles: the day keeps counting
    * that money, and a router dying later still leaves an intent covering it.
    */
-  release(backend: Backend, accepted = false): void {
-    if (accepted && backend.paid) this.abandon(backend);
+  release(backend: Backend, accepted = false, status: AbandonedAttempt["status"] = "error"): void {
+    if (accepted && backend.paid) this.abandon(backend, status);
     if (this.abandoned.length > 0) return;
     if (this.intent?.backend === backend) this.retireIntent();
     if (this.holder !== backend) return;
@@ -565,14 +569,14 @@ export class RequestTab {
     );
   }
 
-  /** Books an accepted paid attempt's estimate (the prompt, nothing generated reached anyone) on the request. */
-  private abandon(backend: Backend): void {
+  /** Books an accepted paid attempt's estimate (the prompt, nothing generated reached anyone) as owed by the request. */
+  private abandon(backend: Backend, status: AbandonedAttempt["status"]): void {
     if (this.abandoned.some((a) => a.backend === backend)) return;
     const price = this.priceOf(backend);
     if (!price) return; // cannot happen: unpriced backends are never admitted
-    const u = this.estimatedUsage({ backend, status: "error", accepted: true });
-    const micro = usageCostMicro({ promptTokens: u.prompt, completionTokens: u.completion }, price);
-    this.abandoned.push({ backend, micro: micro > 0n ? micro : 1n });
+    const usage = this.estimatedUsage({ backend, status: "error", accepted: true });
+    const micro = usageCostMicro({ promptTokens: usage.prompt, completionTokens: usage.completion }, price);
+    this.abandoned.push({ backend, micro: micro > 0n ? micro : 1n, usage, status, endedAtPerf: performance.now() });
   }
 
   /** What attempts abandoned after their provider accepted them owe, apart from the one on `backend` (its own outcome prices it). */
@@ -582,20 +586,39 @@ export class RequestTab {
     return sum;
   }
 
-  /**
-   * What the request cost and how we know it: its last attempt's cost, plus
-   * the estimate of each paid attempt failed over from after its provider
-   * accepted it (the row is then an `estimate`: not the provider's figure).
-   */
-  cost(backend: Backend, o: SettleOutcome): { micro: bigint; source: CostSource; usage: Usage } {
-    const own = this.attemptCost(backend, o);
-    const carried = this.carriedMicro(backend);
-    if (carried === 0n) return own;
-    return { micro: own.micro + carried, source: "estimate", usage: own.usage };
+  /** The abandoned attempts apart from the one on `backend`, as an intent carries them (n: the place of the row, attemptRowId). */
+  private abandonedOf(backend: Backend): AbandonedAttempt[] {
+    const out: AbandonedAttempt[] = [];
+    this.abandoned.forEach((a, i) => {
+      if (a.backend === backend) return;
+      out.push({ n: i + 1, backend: a.backend.kind, model: a.backend.model, micro: a.micro.toString(), prompt: a.usage.prompt, completion: a.usage.completion, status: a.status, endedAtMs: Math.round(this.input.arrivedAtMs + (a.endedAtPerf - this.input.startedAtPerf)) });
+    });
+    return out;
   }
 
-  /** What the attempt the request ended on cost. */
-  private attemptCost(backend: Backend, o: SettleOutcome): { micro: bigint; source: CostSource; usage: Usage } {
+  /**
+   * The rows of the paid attempts the request failed over from after their
+   * provider accepted them (all but one on `ended`, the backend it ended on,
+   * whose own outcome is the request's row): each under its own backend and
+   * model, keyed `<request id>/a<n>` (attemptRowId), an `estimate`, on the
+   * request's started_at (its day, its partition). Written with the
+   * request's row, in one step; orphans.ts writes the same rows from the
+   * intent when another router finishes the request.
+   */
+  attemptRows(ended: Backend): NewLedgerRow[] {
+    const rows: NewLedgerRow[] = [];
+    for (const a of this.abandonedOf(ended)) rows.push(abandonedAttemptRow(this.input.requestId, this.input.tenant.tenantId, this.input.tenant.keyId ?? null, this.input.arrivedAtMs, a));
+    return rows;
+  }
+
+  /**
+   * What the attempt the request ended on cost and how we know it (its row).
+   * The paid attempts failed over from after their provider accepted them
+   * are not in it: each has its own row (attemptRows), so that spend per
+   * backend and model is what each provider bills, and this row keeps the
+   * provider's own figure when it has one.
+   */
+  cost(backend: Backend, o: SettleOutcome): { micro: bigint; source: CostSource; usage: Usage } {
     const usage: Usage = o.usage ?? { prompt: 0, completion: 0, cached: 0, cacheWrite: 0 };
     if (!backend.paid) {
       // A worker stream cut short (failed or cancelled) reports no usage: the
@@ -674,6 +697,7 @@ export class RequestTab {
       completionTokens: c.usage.completion,
       cachedTokens: Math.min(c.usage.cached, c.usage.prompt),
       cacheWriteTokens: Math.min(c.usage.cacheWrite, c.usage.prompt),
+      cacheWrite1hTokens: Math.min(c.usage.cacheWrite1h ?? 0, c.usage.cacheWrite, c.usage.prompt),
       costMicro: c.micro,
       costSource: c.source,
       status: o.status,
@@ -697,7 +721,8 @@ export class RequestTab {
   private async settleHeld(o: SettleOutcome, finishedAtPerf: number): Promise<void> {
     const { deps } = this.guard;
     const row = this.row(o, finishedAtPerf);
-    if (!(await this.recordRow(row))) {
+    const attempts = this.abandoned.length > 0 ? this.attemptRows(o.backend) : [];
+    if (!(await this.recordRow(row, attempts))) {
       // Another router finished this request from its intent while this one
       // was silent past the hold's TTL (paused, partitioned): its row and
       // settle stand; this one adds nothing.
@@ -714,13 +739,16 @@ export class RequestTab {
       budget = null;
     }
     const ref = { tenantId: this.input.tenant.tenantId, day: this.day, requestId: this.input.requestId };
+    // The day is settled once, with all the request cost: its row and its abandoned attempts' rows.
+    let actualMicro = row.costMicro as bigint;
+    for (const a of attempts) actualMicro += a.costMicro as bigint;
     let spent: bigint | undefined;
     // Tried again (it is idempotent per request id) across a failover's
     // few seconds: a settle lost leaves the day's spend short by this cost
     // until someone reconciles, while its hold expires on its own.
     for (let attempt = 0; spent === undefined; attempt++) {
       try {
-        spent = (await deps.store.settle({ ...ref, actualMicro: row.costMicro as bigint })).spentMicro;
+        spent = (await deps.store.settle({ ...ref, actualMicro })).spentMicro;
       } catch (err) {
         const wait = SETTLE_RETRY_MS[attempt];
         if (wait === undefined) {
@@ -736,33 +764,35 @@ export class RequestTab {
   }
 
   /**
-   * Writes the request's row: for a paid attempt with an intent, atomically
-   * with retiring the intent. False when the intent was already gone — the
-   * request was finished by another router — and nothing was written.
+   * Writes the request's row and its abandoned attempts' rows, in one step:
+   * for a paid attempt with an intent, atomically with retiring the intent.
+   * False when the intent was already gone — the request was finished by
+   * another router — and nothing was written.
    */
-  private async recordRow(row: NewLedgerRow): Promise<boolean> {
+  private async recordRow(row: NewLedgerRow, attempts: NewLedgerRow[]): Promise<boolean> {
     const { deps } = this.guard;
     const intent = this.intent;
     if (intent) this.intent = undefined;
     const id = intent && deps.intents ? await intent.id : undefined;
     // The intent may be an earlier attempt's on another backend: one the
     // provider accepted and the request failed over from (release kept it,
-    // its cost is on this row). It is this request's all the same: retired
-    // with the row, once, like any other.
+    // its cost is on its attempt row). It is this request's all the same:
+    // retired with the rows, once, like any other.
     if (!id) {
-      await deps.ledger.record(row);
+      await deps.ledger.record(row, attempts);
       return true;
     }
     try {
-      return await deps.intents!.finish(id, encodeLedgerRow(row));
+      return await deps.intents!.finish(id, encodeLedgerRow(row), attempts.map(encodeLedgerRow));
     } catch (err) {
       // Redis away: the row goes through the sink's own retry; the intent
       // stays this router's (touched) until Redis answers again.
       deps.metrics.billingFailures.inc({ step: "intent" });
       deps.log.warn("intent not retired; row written without it", { requestId: row.requestId, error: (err as Error).message });
-      await deps.ledger.record(row);
+      await deps.ledger.record(row, attempts);
       void deps.intents!.retire(id).catch(() => {});
       return true;
     }
   }
 }
+

@@ -172,9 +172,14 @@ export class RedisLedgerBuffer implements LedgerSink {
    * re-sending). The rows gathered in one turn share one entry and one
    * promise: nothing is allocated per row but its text.
    */
-  record(row: NewLedgerRow): Promise<void> {
+  record(row: NewLedgerRow, attempts?: readonly NewLedgerRow[]): Promise<void> {
     const text = encodeLedgerRow(row);
     let g = this.gathering;
+    // A request's rows go in one entry: a gathering they would push past the cap goes first.
+    if (g && attempts && attempts.length > 0 && g.texts.length + 1 + attempts.length > LEDGER_ROWS_PER_ENTRY) {
+      this.append(g);
+      g = undefined;
+    }
     if (!g) {
       let resolve!: () => void;
       const done = new Promise<void>((r) => (resolve = r));
@@ -183,6 +188,7 @@ export class RedisLedgerBuffer implements LedgerSink {
       setImmediate(() => this.append(gathering));
     }
     g.texts.push(text);
+    if (attempts) for (const a of attempts) g.texts.push(encodeLedgerRow(a));
     const { done } = g;
     if (g.texts.length >= LEDGER_ROWS_PER_ENTRY) this.append(g);
     return done;

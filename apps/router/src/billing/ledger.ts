@@ -9,8 +9,13 @@ import type { NewLedgerRow } from "@switchyard/db";
 import type { Logger } from "../observability/log.ts";
 
 export interface LedgerSink {
-  /** Resolves once the row is as durable as this sink makes it (Redis stream: appended). */
-  record(row: NewLedgerRow): Promise<void>;
+  /**
+   * Resolves once the row is as durable as this sink makes it (Redis stream:
+   * appended). `attempts`: the rows of the paid attempts the request failed
+   * over from (RequestTab.rows), written in the same step as its own (one
+   * stream entry, one buffer push): never one without the other.
+   */
+  record(row: NewLedgerRow, attempts?: readonly NewLedgerRow[]): Promise<void>;
   /** Write everything buffered now. */
   flush(): Promise<void>;
   close(): Promise<void>;
@@ -36,15 +41,17 @@ export class BatchingLedgerWriter implements LedgerSink {
     private readonly opts: BatchingLedgerOptions,
   ) {}
 
-  async record(row: NewLedgerRow): Promise<void> {
+  async record(row: NewLedgerRow, attempts?: readonly NewLedgerRow[]): Promise<void> {
     const max = this.opts.maxBuffered ?? 100_000;
-    if (this.buffer.length >= max) {
+    const n = 1 + (attempts?.length ?? 0);
+    if (this.buffer.length + n > max) {
       // Bounded memory: the oldest rows go first, loudly.
-      const dropped = this.buffer.splice(0, this.buffer.length - max + 1);
+      const dropped = this.buffer.splice(0, Math.max(0, this.buffer.length - max + n));
       this.opts.onDrop?.(dropped.length);
       this.opts.log.error("ledger buffer full: rows dropped", { dropped: dropped.length });
     }
     this.buffer.push(row);
+    if (attempts) this.buffer.push(...attempts);
     if (this.buffer.length >= (this.opts.maxBatch ?? 500)) void this.flush();
     else this.schedule();
   }
@@ -98,8 +105,9 @@ export class BatchingLedgerWriter implements LedgerSink {
 /** In-memory twin for in-process use and tests. */
 export class MemoryLedgerSink implements LedgerSink {
   readonly rows: NewLedgerRow[] = [];
-  async record(row: NewLedgerRow): Promise<void> {
+  async record(row: NewLedgerRow, attempts?: readonly NewLedgerRow[]): Promise<void> {
     this.rows.push(row);
+    if (attempts) this.rows.push(...attempts);
   }
   async flush(): Promise<void> {}
   async close(): Promise<void> {}

@@ -6,8 +6,9 @@
 // live router can still be serving the request then, since the hold outlives
 // deadlines.totalMs — finishes each one: the provider's own cost where it can
 // say (CrashCostLookup, in each provider's folder), else the hold (the worst
-// case, never $0); one ledger row, one settle of the tenant's day.
-import type { NewLedgerRow, TokenPrice } from "@switchyard/db";
+// case, never $0); one ledger row (plus one per attempt the request failed
+// over from after its provider accepted it), one settle of the tenant's day.
+import { attemptRowId, type NewLedgerRow, type TokenPrice } from "@switchyard/db";
 import type { ClaimedIntent, RedisIntentJournal } from "@switchyard/state";
 import type { Usage } from "../backends/usage.ts";
 import type { BudgetGuard } from "./guard.ts";
@@ -35,6 +36,13 @@ export interface PaidIntent {
    * Absent: none (and in intents written before it existed).
    */
   abandonedMicro?: string;
+  /**
+   * The same attempts one by one (their sum is abandonedMicro): each gets a
+   * row of its own under its backend and model, as the live settle writes
+   * it. Absent in intents written before it: abandonedMicro is then added
+   * to this attempt's row, as it was.
+   */
+  abandoned?: AbandonedAttempt[];
   /** Whether a hold was taken (false: the tenant has no limit; the amount is still the worst case). */
   held: boolean;
   /** The request's arrival, epoch ms: the ledger row's started_at (its key, with the request id). */
@@ -43,6 +51,65 @@ export interface PaidIntent {
   attemptAtMs: number;
   /** The hold's TTL: the orphan is finished only once it has passed. */
   holdTtlMs: number;
+}
+
+/** A paid attempt its provider accepted and the request failed over from, as an intent carries it (its ledger row: abandonedAttemptRow). */
+export interface AbandonedAttempt {
+  /** Its place among the request's abandoned attempts, from 1: its row's key is `<request id>/a<n>`. */
+  n: number;
+  backend: string;
+  model: string;
+  /** Its estimate, micro-cents as a decimal string. */
+  micro: string;
+  /** The estimate's tokens. */
+  prompt: number;
+  completion: number;
+  /** How it ended. */
+  status: "timeout" | "client_cancelled" | "error";
+  /** When it ended, epoch ms. */
+  endedAtMs: number;
+}
+
+/** The row of an abandoned attempt (see RequestTab.attemptRows), as the serving router and an orphan's finisher both write it. */
+export function abandonedAttemptRow(requestId: string, tenantId: number, keyId: number | null, startedAtMs: number, a: AbandonedAttempt): NewLedgerRow {
+  return {
+    requestId: attemptRowId(requestId, a.n),
+    tenantId,
+    keyId,
+    backend: a.backend,
+    model: a.model,
+    worker: null,
+    promptTokens: a.prompt,
+    completionTokens: a.completion,
+    cachedTokens: 0,
+    cacheWriteTokens: 0,
+    cacheWrite1hTokens: 0,
+    costMicro: BigInt(a.micro),
+    costSource: "estimate",
+    status: a.status,
+    // The request's: the same day (the budget's) and partition, and the same key whoever writes it.
+    startedAt: new Date(startedAtMs),
+    firstTokenAt: null,
+    finishedAt: new Date(Math.max(startedAtMs, a.endedAtMs)),
+    ttftMs: null,
+    durationMs: Math.max(0, Math.round(a.endedAtMs - startedAtMs)),
+    // Cut before its first chunk: the generation's id was never seen.
+    providerGenerationId: null,
+  };
+}
+
+/** The abandoned attempts of an intent, each checked (an intent is read back from Redis); undefined when it has none or one is unreadable. */
+function abandonedOf(intent: PaidIntent): AbandonedAttempt[] | undefined {
+  const list = intent.abandoned;
+  if (!Array.isArray(list) || list.length === 0) return undefined;
+  const count = (v: unknown) => Number.isSafeInteger(v) && (v as number) >= 0;
+  for (const a of list) {
+    if (typeof a !== "object" || a === null) return undefined;
+    if (!(Number.isSafeInteger(a.n) && a.n >= 1) || typeof a.backend !== "string" || typeof a.model !== "string") return undefined;
+    if (typeof a.micro !== "string" || !/^\d{1,16}$/.test(a.micro) || !count(a.prompt) || !count(a.completion) || !count(a.endedAtMs)) return undefined;
+    if (a.status !== "timeout" && a.status !== "client_cancelled" && a.status !== "error") return undefined;
+  }
+  return list;
 }
 
 /** What the attempt revealed as it went (a progress note beside the intent). */
@@ -241,8 +308,18 @@ export class OrphanFinisher {
     }
     const usage: Usage = cost?.usage ?? lastUsage ?? { prompt: 0, completion: 0, cached: 0, cacheWrite: 0 };
     // A looked-up cost is this attempt's generation alone: the attempts failed over from are owed too.
-    const abandoned = typeof intent.abandonedMicro === "string" && /^\d+$/.test(intent.abandonedMicro) ? BigInt(intent.abandonedMicro) : 0n;
-    const micro = cost ? cost.micro + abandoned : BigInt(intent.holdMicro);
+    const abandonedMicro = typeof intent.abandonedMicro === "string" && /^\d+$/.test(intent.abandonedMicro) ? BigInt(intent.abandonedMicro) : 0n;
+    // Each on a row of its own, under its backend (as the live settle books
+    // them), when the intent lists them; an intent from before the list
+    // has only their sum, added to this row as it was then.
+    const attempts = abandonedOf(intent) ?? [];
+    let listed = 0n;
+    for (const a of attempts) listed += BigInt(a.micro);
+    const apart = attempts.length > 0 && listed === abandonedMicro;
+    if (!apart) attempts.length = 0;
+    const carried = apart ? 0n : abandonedMicro;
+    // The hold covers this attempt's worst case and what the others owe: this row keeps the former.
+    const micro = cost ? cost.micro + carried : BigInt(intent.holdMicro) - (apart ? listed : 0n);
     const now = Date.now();
     const row: NewLedgerRow = {
       requestId: intent.requestId,
@@ -255,11 +332,12 @@ export class OrphanFinisher {
       completionTokens: usage.completion,
       cachedTokens: Math.min(usage.cached, usage.prompt),
       cacheWriteTokens: Math.min(usage.cacheWrite, usage.prompt),
+      cacheWrite1hTokens: Math.min(usage.cacheWrite1h ?? 0, usage.cacheWrite, usage.prompt),
       costMicro: micro,
-      // A looked-up cost with an abandoned attempt's estimate on top is no
-      // longer the provider's figure for the invoice line: an estimate, as
-      // the live path books it (RequestTab.cost). The hold stays the hold.
-      costSource: cost ? (abandoned > 0n ? "estimate" : cost.source) : "hold_on_crash",
+      // A looked-up cost with an abandoned attempt's estimate on top (an
+      // intent from before the list) is no longer the provider's figure for
+      // the invoice line: an estimate. The hold stays the hold.
+      costSource: cost ? (carried > 0n ? "estimate" : cost.source) : "hold_on_crash",
       // The client saw its connection drop with the router.
       status: "error",
       startedAt: new Date(intent.startedAtMs),
@@ -270,16 +348,19 @@ export class OrphanFinisher {
       durationMs: Math.max(0, Math.round(now - intent.startedAtMs)),
       providerGenerationId: cost?.generationId ?? progress.generationId ?? null,
     };
-    const won = await this.journal.finish(claimed.id, encodeLedgerRow(row));
+    const attemptRows = attempts.map((a) => abandonedAttemptRow(intent.requestId, intent.tenantId, intent.keyId, intent.startedAtMs, a));
+    const total = attemptRows.reduce((sum, r) => sum + (r.costMicro as bigint), micro);
+    const won = await this.journal.finish(claimed.id, encodeLedgerRow(row), attemptRows.map(encodeLedgerRow));
     this.waiting.delete(claimed.id);
     if (!won) {
       deps.log.info("orphaned paid attempt already finished elsewhere", { requestId: intent.requestId });
       return false;
     }
-    deps.log.warn("paid attempt of a dead router finished", { requestId: intent.requestId, backend: intent.backend, costSource: row.costSource, costMicro: micro.toString(), holdMicro: intent.holdMicro });
+    deps.log.warn("paid attempt of a dead router finished", { requestId: intent.requestId, backend: intent.backend, costSource: row.costSource, costMicro: micro.toString(), abandonedAttempts: attemptRows.length, totalMicro: total.toString(), holdMicro: intent.holdMicro });
     let spent: bigint;
     try {
-      spent = (await deps.store.settle({ tenantId: intent.tenantId, day: intent.day, requestId: intent.requestId, actualMicro: micro })).spentMicro;
+      // Once, with all the request cost (its row and its abandoned attempts' rows).
+      spent = (await deps.store.settle({ tenantId: intent.tenantId, day: intent.day, requestId: intent.requestId, actualMicro: total })).spentMicro;
     } catch (err) {
       deps.metrics.billingFailures.inc({ step: "settle" });
       deps.log.warn("budget settle of a finished orphan failed; reconcile restores the spend from the ledger", { requestId: intent.requestId, error: (err as Error).message });

@@ -252,7 +252,7 @@ export class InferencePipeline {
           const verdict = tab.admit(b);
           return verdict instanceof Promise ? verdict.then((a) => withPrefixName(a, b, cls)) : withPrefixName(verdict, b, cls);
         },
-        release: (b, accepted) => tab.release(b, accepted),
+        release: (b, accepted, status) => tab.release(b, accepted, status),
         settle: (o) => {
           place?.release();
           rate?.settle(o.usage, o.firstTokenAt !== undefined || (o.chunks ?? 0) > 0);

@@ -39,9 +39,10 @@ export interface RelayContext {
   /**
    * An admitted attempt failed before its first byte reached the client:
    * nothing was charged — unless the upstream had `accepted` it (2xx
-   * headers), which a paid provider bills (its prompt) even so.
+   * headers), which a paid provider bills (its prompt) even so. `status`:
+   * how the attempt ended (an accepted one's ledger row keeps it).
    */
-  release?: (backend: Backend, accepted: boolean) => void;
+  release?: (backend: Backend, accepted: boolean, status: "timeout" | "client_cancelled" | "error") => void;
   /**
    * Routing feedback: called as an attempt on `backend` starts; the reporter
    * it returns is called once when that attempt ends (latency, ok/failed).

@@ -35,8 +35,8 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   let owed = false;
   let attempts = 0;
   // `accepted`: the upstream had answered 2xx headers (a paid provider bills the prompt from then on, even for a stream cut before its first token).
-  const settleFailure = (backend: Backend, f: UpstreamFailure, accepted: boolean) =>
-    ctx.settle?.({ backend, status: f.kind === "timeout" ? "timeout" : f.kind === "aborted" ? "client_cancelled" : "error", ...(accepted ? { accepted } : {}) });
+  const statusOf = (f: UpstreamFailure) => (f.kind === "timeout" ? "timeout" : f.kind === "aborted" ? "client_cancelled" : "error");
+  const settleFailure = (backend: Backend, f: UpstreamFailure, accepted: boolean) => ctx.settle?.({ backend, status: statusOf(f), ...(accepted ? { accepted } : {}) });
   // A request that leaves the loop by a throw of its own (the client gone
   // between attempts, an admission that failed) after a paid attempt its
   // provider accepted still owes that attempt: settled first, or the tab
@@ -131,7 +131,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       const whole = !req.stream && !req.raw && backend.paid;
       const accepted = (cut && (up !== undefined || (whole && failure.kind === "timeout"))) || (whole && up !== undefined && (failure.kind === "protocol" || failure.kind === "connect"));
       ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, accepted, error: failure.message });
-      ctx.release?.(backend, accepted);
+      ctx.release?.(backend, accepted, statusOf(failure));
       if (!failure.retryable) {
         settleFailure(backend, failure, accepted);
         throw failureToApiError(failure);

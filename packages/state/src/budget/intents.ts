@@ -15,7 +15,7 @@ import type { RedisLike } from "../redis.ts";
 const scriptNames = ["open", "finish", "prune"] as const;
 type IntentCommands = {
   syIntent_open(stream: string, opened: string, group: string, consumer: string, intent: string, openedTtlMs: string): Promise<string>;
-  syIntent_finish(stream: string, ledger: string, progress: string, finished: string, group: string, id: string, row: string, as: "owner" | "orphan", markTtlMs: string): Promise<[string, number] | number>;
+  syIntent_finish(stream: string, ledger: string, progress: string, finished: string, group: string, id: string, as: "owner" | "orphan", markTtlMs: string, ...rows: string[]): Promise<[string, number] | number>;
   syIntent_prune(stream: string, self: string, minIdleMs: string, group: string): Promise<number>;
 };
 
@@ -68,11 +68,12 @@ export interface IntentJournalOptions {
   /** How long progress notes live without a finish, and an orphan's finished mark (default one day). */
   progressTtlMs?: number;
   /**
-   * Called with each row a finish wrote and its ledger entry id (the ledger
-   * buffer keeps it until drained, to append it again if Redis loses it);
-   * `intentLost` when its owner wrote it with the intent gone from Redis.
+   * Called with the rows a finish wrote (one entry) and its ledger entry id
+   * (the ledger buffer keeps them until drained, to append them again if
+   * Redis loses them); `intentLost` when its owner wrote them with the
+   * intent gone from Redis.
    */
-  written?: (entryId: string, row: string, intentLost: boolean) => void;
+  written?: (entryId: string, rows: string[], intentLost: boolean) => void;
 }
 
 /** An intent taken over from a silent router. */
@@ -139,21 +140,23 @@ export class RedisIntentJournal {
   }
 
   /**
-   * Finishes the attempt: its intent goes and its ledger row enters the
-   * ledger stream, atomically. False when it was already finished (by
+   * Finishes the attempt: its intent goes and its ledger rows (the
+   * request's, then those of the attempts it failed over from) enter the
+   * ledger stream as one entry, atomically. False when it was already finished (by
    * another router that took it over): then nothing was written. The
    * router that opened the intent writes its row even when the intent is
    * gone without a finisher's mark: Redis lost it (budget_intent_finish.lua).
    */
-  async finish(id: string, row: string): Promise<boolean> {
+  async finish(id: string, row: string, attempts: readonly string[] = []): Promise<boolean> {
     const prefix = this.opts.prefix;
     const as = this.mine.has(id) ? "owner" : "orphan";
     const ttl = String(this.opts.progressTtlMs ?? 86_400_000);
-    const out = await this.redis.syIntent_finish(this.key, this.opts.ledgerKey, intentProgressKey(prefix, id), intentFinishedKey(prefix, id), GROUP, id, row, as, ttl);
+    const rows = [row, ...attempts];
+    const out = await this.redis.syIntent_finish(this.key, this.opts.ledgerKey, intentProgressKey(prefix, id), intentFinishedKey(prefix, id), GROUP, id, as, ttl, ...rows);
     this.mine.delete(id);
     this.adopted.delete(id);
     if (!Array.isArray(out)) return false;
-    this.opts.written?.(String(out[0]), row, Number(out[1]) === 0);
+    this.opts.written?.(String(out[0]), rows, Number(out[1]) === 0);
     return true;
   }
 
