@@ -74,8 +74,8 @@ const today = () => budgetDay(Date.now(), "UTC");
 const snapshot = () => fx.router.deps.guard.deps.store.snapshot(fx.tenantId, today());
 const intentsLeft = () => fx.redis.redis.xlen(intentStreamKey(fx.redis.prefix));
 
-/** The request's one row, once the day counts it and no hold or intent is left. */
-async function settledRow(id: string, before: bigint) {
+/** The request's own row, once the day counts it (with its `attempts` abandoned attempts' rows) and no hold or intent is left. */
+async function settledRow(id: string, before: bigint, attempts = 0) {
   await waitFor(
     async () => {
       await fx.router.deps.guard.flush();
@@ -88,8 +88,10 @@ async function settledRow(id: string, before: bigint) {
   const rows = await fx.db.sql`select * from spend_ledger where request_id = ${id}`;
   expect(rows).toHaveLength(1);
   const row = rows[0]!;
+  const others = await fx.db.sql`select cost_micro from spend_ledger where request_id like ${id + "/a%"}`;
+  expect(others).toHaveLength(attempts);
   await waitFor(async () => (await snapshot()).heldMicro === 0n, { what: "no hold left" });
-  expect((await snapshot()).spentMicro - before).toBe(BigInt(row.cost_micro as string));
+  expect((await snapshot()).spentMicro - before).toBe(others.reduce((sum, o) => sum + BigInt(o.cost_micro as string), BigInt(row.cost_micro as string)));
   await waitFor(async () => (await intentsLeft()) === 0, { what: "no intent left" });
   return row;
 }
@@ -111,7 +113,7 @@ describe("a paid provider answers 200 with a body that is not JSON (its first ha
     expect(wholeEstimate(body, price)).toBeGreaterThan(0n);
   });
 
-  it("OpenRouter's, failed over to Anthropic, which answers: the client gets Anthropic's answer; the row adds OpenRouter's whole estimate to Anthropic's cost", async () => {
+  it("OpenRouter's, failed over to Anthropic, which answers: the client gets Anthropic's answer; OpenRouter's whole estimate is a row of its own under OpenRouter", async () => {
     const before = (await snapshot()).spentMicro;
     const body = bodyOf("paid", "a garbled answer, then a good one");
     const charged = openrouter.generations.size;
@@ -123,9 +125,13 @@ describe("a paid provider answers 200 with a body that is not JSON (its first ha
     expect(((await r.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content).toBe("one two three");
     // OpenRouter generated (and charged) the answer the router could not read.
     expect(openrouter.generations.size - charged).toBe(1);
-    const row = await settledRow(r.headers.get("x-request-id")!, before);
-    expect(row).toMatchObject({ backend: "anthropic", status: "ok", cost_source: "estimate", prompt_tokens: 10, completion_tokens: 3 });
-    expect(BigInt(row.cost_micro as string)).toBe(usageCostMicro({ promptTokens: 10, completionTokens: 3 }, AN_PRICE) + wholeEstimate(body, OR_PRICE));
+    const id = r.headers.get("x-request-id")!;
+    const row = await settledRow(id, before, 1);
+    expect(row).toMatchObject({ backend: "anthropic", status: "ok", cost_source: "price_table", prompt_tokens: 10, completion_tokens: 3 });
+    expect(BigInt(row.cost_micro as string)).toBe(usageCostMicro({ promptTokens: 10, completionTokens: 3 }, AN_PRICE));
+    const [attempt] = await fx.db.sql`select * from spend_ledger where request_id = ${id + "/a1"}`;
+    expect(attempt).toMatchObject({ backend: "openrouter", model: OR_MODEL, status: "error", cost_source: "estimate", completion_tokens: MAX_TOKENS });
+    expect(BigInt(attempt!.cost_micro as string)).toBe(wholeEstimate(body, OR_PRICE));
   });
 
   it.each([

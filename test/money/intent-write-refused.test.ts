@@ -120,7 +120,7 @@ async function intentsOf(requestId: string, intentsKey: string): Promise<string[
 const promptEstimate = (content: string, price: typeof OR_PRICE) => usageCostMicro({ promptTokens: Math.ceil(promptTokensUpperBound("/v1/chat/completions", body(content)) / 3), completionTokens: 0 }, price);
 
 describe("the failed-over attempt's intent is refused by Redis", () => {
-  it("the earlier attempt's intent stays, and the request's row retires it: one row, both attempts' costs, no intent left", async () => {
+  it("the earlier attempt's intent stays, and the request's rows retire it: each attempt's cost under its backend, no intent left", async () => {
     const r = setup("settles", routerRedis);
     const content = "an accepted stall, then an attempt whose intent Redis refuses";
     const i = input(content);
@@ -131,8 +131,11 @@ describe("the failed-over attempt's intent is refused by Redis", () => {
 
     tab.settle({ backend: anthropic, status: "ok", usage: { prompt: 10, completion: 3, cached: 0, cacheWrite: 0 } });
     await r.guard.flush();
-    const rows = await db.sql`select backend, cost_micro::text, cost_source from spend_ledger where request_id = ${i.requestId}`;
-    expect(rows).toEqual([{ backend: "anthropic", cost_micro: String(usageCostMicro({ promptTokens: 10, completionTokens: 3 }, AN_PRICE) + promptEstimate(content, OR_PRICE)), cost_source: "estimate" }]);
+    const rows = await db.sql`select request_id, backend, cost_micro::text, cost_source from spend_ledger where request_id in (${i.requestId}, ${i.requestId + "/a1"}) order by request_id`;
+    expect(rows).toEqual([
+      { request_id: i.requestId, backend: "anthropic", cost_micro: String(usageCostMicro({ promptTokens: 10, completionTokens: 3 }, AN_PRICE)), cost_source: "price_table" },
+      { request_id: `${i.requestId}/a1`, backend: "openrouter", cost_micro: String(promptEstimate(content, OR_PRICE)), cost_source: "estimate" },
+    ]);
     // Retired with the row (not left pending on this router, touched by it for as long as it lives).
     expect(await intentsOf(i.requestId, r.intents.key)).toEqual([]);
     await r.ledger.close();

@@ -148,7 +148,7 @@ describe("intents beside paid holds", () => {
     const startedAtMs = Date.now();
     const usage = { prompt: 1_000, completion: 37, cached: 0, cacheWrite: 0 };
     const intent: PaidIntent = { requestId, tenantId: owner.tenantId, keyId: owner.keyId ?? null, day: budgetDay(startedAtMs, "UTC"), backend: "anthropic", model: AN_MODEL, holdMicro: "9000000", abandonedMicro: "270", held: false, startedAtMs, attemptAtMs: startedAtMs, holdTtlMs: HOLD_TTL_MS };
-    const id = await dead.intents.open(JSON.stringify(intent));
+    const id = await dead.intents.open(JSON.stringify(intent), `${requestId}:1`, HOLD_TTL_MS);
     await dead.intents.note(id, JSON.stringify({ generationId: "chatcmpl-msg_pre", usage }));
     const alive = setup("pre-list-alive", 10n ** 12n);
     const finisher = new OrphanFinisher(alive.intents, alive.guard, { anthropic: new AnthropicCostLookup() }, { scanMs: 60_000, concurrency: 2 });
