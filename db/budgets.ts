@@ -65,6 +65,8 @@ export interface PriceInput {
   cachedInputMicroPerMtok?: bigint | null;
   cacheWriteMicroPerMtok?: bigint | null;
   cacheWrite1hMicroPerMtok?: bigint | null;
+  audioInputMicroPerMtok?: bigint | null;
+  imageTokenMultiplierPermille?: number | null;
   effectiveFrom?: Date;
 }
 
@@ -80,6 +82,8 @@ export async function setPrice(db: Db, input: PriceInput): Promise<Price> {
       cachedInputMicroPerMtok: input.cachedInputMicroPerMtok ?? null,
       cacheWriteMicroPerMtok: input.cacheWriteMicroPerMtok ?? null,
       cacheWrite1hMicroPerMtok: input.cacheWrite1hMicroPerMtok ?? null,
+      audioInputMicroPerMtok: input.audioInputMicroPerMtok ?? null,
+      imageTokenMultiplierPermille: input.imageTokenMultiplierPermille ?? null,
       effectiveFrom: input.effectiveFrom ?? new Date(),
     })
     .onConflictDoUpdate({
@@ -91,6 +95,8 @@ export async function setPrice(db: Db, input: PriceInput): Promise<Price> {
         cachedInputMicroPerMtok: input.cachedInputMicroPerMtok ?? null,
         cacheWriteMicroPerMtok: input.cacheWriteMicroPerMtok ?? null,
         cacheWrite1hMicroPerMtok: input.cacheWrite1hMicroPerMtok ?? null,
+        audioInputMicroPerMtok: input.audioInputMicroPerMtok ?? null,
+        imageTokenMultiplierPermille: input.imageTokenMultiplierPermille ?? null,
       },
     })
     .returning();

@@ -121,6 +121,23 @@ describe("money", () => {
     expect(worstCaseMicro(1000, 0, { ...price, cacheWriteMicroPerMtok: 375_000_000n })).toBe(375_000n);
   });
 
+  it("worst case with media: image tokens × the row's multiplier (thousandths, rounded up), audio at the audio price where dearer", () => {
+    const price = { inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 2_000_000n };
+    // 1 micro-cent a prompt token: 100 text + 1,000 image + 50 audio tokens, 10 output tokens at 2.
+    expect(worstCaseMicro(1_150, 10, price, { imageTokens: 1_000, audioTokens: 50 })).toBe(1_150n + 20n);
+    // gpt-4o-mini's 33.336×: 1,000 image tokens count 33,336.
+    expect(worstCaseMicro(1_150, 10, { ...price, imageTokenMultiplierPermille: 33_336 }, { imageTokens: 1_000, audioTokens: 50 })).toBe(100n + 33_336n + 50n + 20n);
+    // Rounded up per token: 1 image token at 1.001× is 2 tokens.
+    expect(worstCaseMicro(1, 0, { ...price, imageTokenMultiplierPermille: 1_001 }, { imageTokens: 1 })).toBe(2n);
+    // Audio at 16× input (gpt-4o-audio-preview): only the audio tokens.
+    expect(worstCaseMicro(1_150, 10, { ...price, audioInputMicroPerMtok: 16_000_000n }, { imageTokens: 1_000, audioTokens: 50 })).toBe(1_100n + 800n + 20n);
+    // An audio price under the dearest prompt price (a one-hour cache write) is held at that one: audio can be cached too.
+    expect(worstCaseMicro(100, 0, { ...price, audioInputMicroPerMtok: 500_000n }, { audioTokens: 100, hourCache: true })).toBe(200n);
+    // Without media the multiplier and the audio price change nothing.
+    expect(worstCaseMicro(1_150, 10, { ...price, imageTokenMultiplierPermille: 33_336, audioInputMicroPerMtok: 16_000_000n })).toBe(1_150n + 20n);
+    expect(() => worstCaseMicro(10, 0, price, { imageTokens: 8, audioTokens: 3 })).toThrow(RangeError);
+  });
+
   it("formats exactly and parses integer text", () => {
     expect(formatMicroAsCents(1_234_567n)).toBe("1.234567");
     expect(formatMicroAsCents(5_000_000n)).toBe("5");

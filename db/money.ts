@@ -58,6 +58,10 @@ export interface TokenPrice {
   cacheWriteMicroPerMtok?: bigint | null;
   /** Prompt tokens written to a provider cache for one hour (Anthropic `ttl: "1h"`); null/undefined: twice the input price (Anthropic's multiplier). */
   cacheWrite1hMicroPerMtok?: bigint | null;
+  /** Audio prompt tokens; null/undefined: priced like ordinary input. Only the hold prices them apart (worstCaseMicro). */
+  audioInputMicroPerMtok?: bigint | null;
+  /** How many times the cross-provider image bound this model counts an image's tokens, in thousandths; null/undefined: 1×. */
+  imageTokenMultiplierPermille?: number | null;
 }
 
 /** The price of a one-hour cache write: its own, or twice the input price when none is set. */
@@ -97,6 +101,13 @@ export function usageCostMicro(usage: TokenUsage, price: TokenPrice): Micro {
   return divCeil(numerator, TOKENS_PER_MTOK);
 }
 
+/** Of a prompt's tokens, those its images and its audio count (the prompt bound keeps them apart: some models bill them apart). */
+export interface PromptMedia {
+  hourCache?: boolean;
+  imageTokens?: number;
+  audioTokens?: number;
+}
+
 /**
  * The most a request can cost: every prompt token at the dearest price a
  * prompt token can have (input, or a cache write) plus the largest
@@ -104,11 +115,25 @@ export function usageCostMicro(usage: TokenUsage, price: TokenPrice): Micro {
  * cache write counts only where the request asks for one (`hourCache`): it
  * is the dearest (2× input by default), and a hold priced at it for every
  * request would halve what a day's budget admits on models that never cache.
+ * Of `inputTokens`, `imageTokens` count times the price's image multiplier
+ * (rounded up) and `audioTokens` at the audio price where that is dearer.
  */
-export function worstCaseMicro(inputTokens: number, maxOutputTokens: number, price: TokenPrice, opts: { hourCache?: boolean } = {}): Micro {
+export function worstCaseMicro(inputTokens: number, maxOutputTokens: number, price: TokenPrice, opts: PromptMedia = {}): Micro {
   let input = price.inputMicroPerMtok;
   for (const p of [price.cacheWriteMicroPerMtok ?? 0n, opts.hourCache ? cacheWrite1hPrice(price) : 0n]) if (p > input) input = p;
-  return usageCostMicro({ promptTokens: inputTokens, completionTokens: maxOutputTokens }, { ...price, inputMicroPerMtok: input });
+  const image = toBigInt(opts.imageTokens ?? 0, "imageTokens");
+  const audio = toBigInt(opts.audioTokens ?? 0, "audioTokens");
+  const prompt = toBigInt(inputTokens, "inputTokens");
+  const output = toBigInt(maxOutputTokens, "maxOutputTokens");
+  if (output < 0n || image < 0n || audio < 0n || image + audio > prompt) throw new RangeError("token counts must satisfy 0 ≤ image + audio ≤ prompt, output ≥ 0");
+  const permille = price.imageTokenMultiplierPermille;
+  if (permille != null && (!Number.isSafeInteger(permille) || permille <= 0)) throw new RangeError(`image token multiplier must be a positive integer of thousandths, got ${permille}`);
+  // A model that counts an image's tokens at k× the bound: those tokens are k× as many, at its own input price.
+  const images = permille == null ? image : divCeil(image * BigInt(permille), 1_000n);
+  // Audio may be cached or written to a cache like text: at the dearer of the two.
+  const audioPrice = price.audioInputMicroPerMtok != null && price.audioInputMicroPerMtok > input ? price.audioInputMicroPerMtok : input;
+  const numerator = (prompt - image - audio + images) * input + audio * audioPrice + output * price.outputMicroPerMtok;
+  return divCeil(numerator, TOKENS_PER_MTOK);
 }
 
 /** Exact decimal text of micro-cents in cents, e.g. 1_234_567n → "1.234567". */

@@ -2,7 +2,7 @@
 // new price is a new row with a later effective_from; old rows stay so past
 // requests can be re-priced exactly.
 import { sql } from "drizzle-orm";
-import { bigint, check, pgTable, primaryKey, text } from "drizzle-orm/pg-core";
+import { bigint, check, integer, pgTable, primaryKey, text } from "drizzle-orm/pg-core";
 import { createdAt, tstz } from "./columns.ts";
 
 export const prices = pgTable(
@@ -18,6 +18,19 @@ export const prices = pgTable(
     cacheWriteMicroPerMtok: bigint("cache_write_micro_per_mtok", { mode: "bigint" }),
     /** Prompt tokens written to a provider cache for one hour (Anthropic `ttl: "1h"`: 2× input); null means "twice the input price". */
     cacheWrite1hMicroPerMtok: bigint("cache_write_1h_micro_per_mtok", { mode: "bigint" }),
+    /**
+     * Audio prompt tokens (gpt-4o-audio-preview bills them at 16× its text
+     * input); null means "priced like input". The hold prices a prompt's
+     * audio at it.
+     */
+    audioInputMicroPerMtok: bigint("audio_input_micro_per_mtok", { mode: "bigint" }),
+    /**
+     * How many times the cross-provider image bound this model counts an
+     * image's tokens, in thousandths (gpt-4o-mini: 33,336, i.e. 33.336×: it
+     * counts 2,833 + 5,667 a tile against gpt-4o's 85 + 170); null means 1×.
+     * An integer so the hold stays exact.
+     */
+    imageTokenMultiplierPermille: integer("image_token_multiplier_permille"),
     effectiveFrom: tstz("effective_from").notNull(),
     createdAt: createdAt(),
   },
@@ -25,7 +38,7 @@ export const prices = pgTable(
     primaryKey({ columns: [t.backend, t.model, t.effectiveFrom] }),
     check(
       "prices_nonnegative",
-      sql`${t.inputMicroPerMtok} >= 0 and ${t.outputMicroPerMtok} >= 0 and coalesce(${t.cachedInputMicroPerMtok}, 0) >= 0 and coalesce(${t.cacheWriteMicroPerMtok}, 0) >= 0 and coalesce(${t.cacheWrite1hMicroPerMtok}, 0) >= 0`,
+      sql`${t.inputMicroPerMtok} >= 0 and ${t.outputMicroPerMtok} >= 0 and coalesce(${t.cachedInputMicroPerMtok}, 0) >= 0 and coalesce(${t.cacheWriteMicroPerMtok}, 0) >= 0 and coalesce(${t.cacheWrite1hMicroPerMtok}, 0) >= 0 and coalesce(${t.audioInputMicroPerMtok}, 0) >= 0 and coalesce(${t.imageTokenMultiplierPermille}, 1000) > 0`,
     ),
   ],
 );
