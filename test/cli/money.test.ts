@@ -200,14 +200,14 @@ describe("switchyard prices set|list", () => {
     const list = await sy(["prices", "list", "--backend", "openrouter", "--model", "openai/gpt-4o-mini"]);
     expect(list.code, list.stderr).toBe(0);
     const lines = list.stdout.trim().split("\n");
-    expect(lines[0]).toMatch(/^BACKEND\s+MODEL\s+EFFECTIVE_FROM\s+STATUS\s+INPUT_USD_MTOK\s+OUTPUT_USD_MTOK\s+CACHED_INPUT_USD_MTOK\s+CACHE_WRITE_USD_MTOK\s+CACHE_WRITE_1H_USD_MTOK$/);
+    expect(lines[0]).toMatch(/^BACKEND\s+MODEL\s+EFFECTIVE_FROM\s+STATUS\s+INPUT_USD_MTOK\s+OUTPUT_USD_MTOK\s+CACHED_INPUT_USD_MTOK\s+CACHE_WRITE_USD_MTOK\s+CACHE_WRITE_1H_USD_MTOK\s+AUDIO_INPUT_USD_MTOK\s+IMAGE_TOKEN_MULTIPLIER$/);
     expect(lines.slice(1)).toHaveLength(3);
-    expect(lines[1]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+2099-01-01T00:00:00\.000Z\s+scheduled\s+0\.2\s+0\.8\s+-\s+-\s+-$/);
-    expect(lines[2]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+\S+Z\s+in force\s+0\.1\s+0\.4\s+-\s+-\s+-$/);
-    expect(lines[3]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+2020-01-01T00:00:00\.000Z\s+superseded\s+0\.15\s+0\.6\s+0\.075\s+-\s+-$/);
+    expect(lines[1]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+2099-01-01T00:00:00\.000Z\s+scheduled\s+0\.2\s+0\.8\s+-\s+-\s+-\s+-\s+-$/);
+    expect(lines[2]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+\S+Z\s+in force\s+0\.1\s+0\.4\s+-\s+-\s+-\s+-\s+-$/);
+    expect(lines[3]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+2020-01-01T00:00:00\.000Z\s+superseded\s+0\.15\s+0\.6\s+0\.075\s+-\s+-\s+-\s+-$/);
 
     const anthropic = await sy(["prices", "list", "--backend", "anthropic"]);
-    expect(anthropic.stdout).toMatch(/\nanthropic\s+claude-sonnet-4-5\s+\S+\s+in force\s+3\s+15\s+0\.3\s+3\.75\s+-\n/);
+    expect(anthropic.stdout).toMatch(/\nanthropic\s+claude-sonnet-4-5\s+\S+\s+in force\s+3\s+15\s+0\.3\s+3\.75\s+-\s+-\s+-\n/);
     expect(anthropic.stdout).not.toMatch(/openrouter/);
     expect((await sy(["prices", "list"])).stdout).toMatch(/tiny\/model\s+2026-01-01T08:30:00\.000Z\s+in force\s+0\.00000001\s+0\.12345678/);
 
@@ -239,19 +239,61 @@ describe("switchyard prices set|list", () => {
   it("--cache-write-1h sets the one-hour cache-write price; unset, it is 2× input", { timeout: 180_000 }, async () => {
     const set = await sy(["prices", "set", "anthropic", "claude-opus-4-1", "--input", "15", "--output", "75", "--cached-input", "1.5", "--cache-write", "18.75", "--cache-write-1h", "30"]);
     expect(set.code, set.stderr).toBe(0);
-    expect(set.stdout).toMatch(/cache write \$18\.75\/Mtok \(1875000000 micro-cents\), 1-hour cache write \$30\/Mtok \(3000000000 micro-cents\)\n$/);
+    expect(set.stdout).toMatch(/cache write \$18\.75\/Mtok \(1875000000 micro-cents\), 1-hour cache write \$30\/Mtok \(3000000000 micro-cents\), /);
     expect(await priceRows("anthropic", "claude-opus-4-1")).toEqual([expect.objectContaining({ inputMicroPerMtok: 1_500_000_000n, cacheWriteMicroPerMtok: 1_875_000_000n, cacheWrite1hMicroPerMtok: 3_000_000_000n })]);
     const unset = await sy(["prices", "set", "anthropic", "claude-haiku-4-5", "--input", "1", "--output", "5"]);
     expect(unset.code, unset.stderr).toBe(0);
-    expect(unset.stdout).toMatch(/1-hour cache write 2× input \(\$2\/Mtok \(200000000 micro-cents\)\)\n$/);
+    expect(unset.stdout).toMatch(/1-hour cache write 2× input \(\$2\/Mtok \(200000000 micro-cents\)\), /);
     expect(await priceRows("anthropic", "claude-haiku-4-5")).toEqual([expect.objectContaining({ cacheWrite1hMicroPerMtok: null })]);
     const list = await sy(["prices", "list", "--backend", "anthropic", "--model", "claude-opus-4-1", "--model", "claude-haiku-4-5"]);
-    expect(list.stdout).toMatch(/\nanthropic\s+claude-opus-4-1\s+\S+\s+in force\s+15\s+75\s+1\.5\s+18\.75\s+30\n/);
-    expect(list.stdout).toMatch(/\nanthropic\s+claude-haiku-4-5\s+\S+\s+in force\s+1\s+5\s+-\s+-\s+-\n/);
+    expect(list.stdout).toMatch(/\nanthropic\s+claude-opus-4-1\s+\S+\s+in force\s+15\s+75\s+1\.5\s+18\.75\s+30\s+-\s+-\n/);
+    expect(list.stdout).toMatch(/\nanthropic\s+claude-haiku-4-5\s+\S+\s+in force\s+1\s+5\s+-\s+-\s+-\s+-\s+-\n/);
     const bad = await sy(["prices", "set", "anthropic", "m", "--input", "1", "--output", "1", "--cache-write-1h=-2"]);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/--cache-write-1h takes USD per million tokens/);
     expect((await sy(["prices", "list", "--cache-write-1h", "1"])).stderr).toMatch(/--cache-write-1h does not apply here/);
+  });
+});
+
+describe("switchyard prices set: media rates", () => {
+  const priceRows = (backend: string, model: string) =>
+    db.db
+      .select()
+      .from(schema.prices)
+      .where(and(eq(schema.prices.backend, backend), eq(schema.prices.model, model)))
+      .orderBy(schema.prices.effectiveFrom);
+
+  it("--audio-input sets the audio input price and --image-token-multiplier the image multiplier (thousandths, exact); unset, as input and 1×", { timeout: 180_000 }, async () => {
+    const set = await sy(["prices", "set", "openrouter", "openai/gpt-4o-audio-preview", "--input", "2.5", "--output", "10", "--audio-input", "40", "--image-token-multiplier", "33.336"]);
+    expect(set.code, set.stderr).toBe(0);
+    expect(set.stdout).toMatch(/audio input \$40\/Mtok \(4000000000 micro-cents\), image tokens 33\.336×\n$/);
+    expect(await priceRows("openrouter", "openai/gpt-4o-audio-preview")).toEqual([expect.objectContaining({ inputMicroPerMtok: 250_000_000n, audioInputMicroPerMtok: 4_000_000_000n, imageTokenMultiplierPermille: 33_336 })]);
+    const unset = await sy(["prices", "set", "openrouter", "openai/gpt-4o", "--input", "2.5", "--output", "10"]);
+    expect(unset.code, unset.stderr).toBe(0);
+    expect(unset.stdout).toMatch(/audio input as input, image tokens 1×\n$/);
+    expect(await priceRows("openrouter", "openai/gpt-4o")).toEqual([expect.objectContaining({ audioInputMicroPerMtok: null, imageTokenMultiplierPermille: null })]);
+    // Trailing zeros are fine; a whole number too.
+    expect((await sy(["prices", "set", "openrouter", "x/two", "--input", "1", "--output", "1", "--image-token-multiplier", "2.500"])).code).toBe(0);
+    expect(await priceRows("openrouter", "x/two")).toEqual([expect.objectContaining({ imageTokenMultiplierPermille: 2_500 })]);
+    const list = await sy(["prices", "list", "--backend", "openrouter", "--model", "openai/gpt-4o-audio-preview", "--model", "x/two"]);
+    expect(list.stdout).toMatch(/\nopenrouter\s+openai\/gpt-4o-audio-preview\s+\S+\s+in force\s+2\.5\s+10\s+-\s+-\s+-\s+40\s+33\.336\n/);
+    expect(list.stdout).toMatch(/\nopenrouter\s+x\/two\s+\S+\s+in force\s+1\s+1\s+-\s+-\s+-\s+-\s+2\.5\n/);
+
+    const bad: [string[], RegExp][] = [
+      [["--image-token-multiplier", "0"], /--image-token-multiplier must be above 0/],
+      [["--image-token-multiplier", "1.0001"], /more than 3 decimal places/],
+      [["--image-token-multiplier=-2"], /--image-token-multiplier takes a positive decimal/],
+      [["--image-token-multiplier", "3e1"], /--image-token-multiplier takes a positive decimal/],
+      [["--image-token-multiplier", "9999999"], /--image-token-multiplier is too large/],
+      [["--audio-input=-1"], /--audio-input takes USD per million tokens/],
+    ];
+    for (const [args, msg] of bad) {
+      const res = await sy(["prices", "set", "openrouter", "bad/m", "--input", "1", "--output", "1", ...args]);
+      expect(res.code, args.join(" ")).toBe(2);
+      expect(res.stderr, args.join(" ")).toMatch(msg);
+    }
+    expect(await priceRows("openrouter", "bad/m")).toEqual([]);
+    expect((await sy(["prices", "list", "--audio-input", "1"])).stderr).toMatch(/--audio-input does not apply here/);
   });
 });
 

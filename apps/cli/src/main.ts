@@ -22,7 +22,7 @@ const commandFlags: Record<string, readonly string[]> = {
   keys: ["tenant", "name"],
   budgets: ["redis", "key-prefix", "daily-cents", "daily-usd", "time-zone", "alerts", "day"],
   limits: ["rpm", "tpm", "key"],
-  prices: ["input", "output", "cached-input", "cache-write", "cache-write-1h", "effective-from", "backend", "model"],
+  prices: ["input", "output", "cached-input", "cache-write", "cache-write-1h", "audio-input", "image-token-multiplier", "effective-from", "backend", "model"],
   ledger: ["keep-months", "archive-dir", "months-ahead", "drop"],
 };
 
@@ -135,6 +135,8 @@ export async function main(argv: string[]): Promise<number> {
         "cached-input": { type: "string" },
         "cache-write": { type: "string" },
         "cache-write-1h": { type: "string" },
+        "audio-input": { type: "string" },
+        "image-token-multiplier": { type: "string" },
         "effective-from": { type: "string" },
         backend: { type: "string" },
         // limits

@@ -13,6 +13,8 @@ export interface PricesFlags {
   "cached-input"?: string;
   "cache-write"?: string;
   "cache-write-1h"?: string;
+  "audio-input"?: string;
+  "image-token-multiplier"?: string;
   "effective-from"?: string;
   backend?: string;
   model?: string[];
@@ -20,7 +22,7 @@ export interface PricesFlags {
 
 /** Backend kinds a price applies to (Backend.kind in the router). */
 const backends = ["openrouter", "anthropic", "worker"] as const;
-const setFlags = ["input", "output", "cached-input", "cache-write", "cache-write-1h", "effective-from"] as const;
+const setFlags = ["input", "output", "cached-input", "cache-write", "cache-write-1h", "audio-input", "image-token-multiplier", "effective-from"] as const;
 const listFlags = ["backend", "model"] as const;
 const BIGINT_MAX = 2n ** 63n - 1n;
 type Price = Awaited<ReturnType<typeof listPrices>>[number];
@@ -46,6 +48,8 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
       cachedInputMicroPerMtok: flags["cached-input"] === undefined ? null : parsePerMtok("cached-input", flags["cached-input"]),
       cacheWriteMicroPerMtok: flags["cache-write"] === undefined ? null : parsePerMtok("cache-write", flags["cache-write"]),
       cacheWrite1hMicroPerMtok: flags["cache-write-1h"] === undefined ? null : parsePerMtok("cache-write-1h", flags["cache-write-1h"]),
+      audioInputMicroPerMtok: flags["audio-input"] === undefined ? null : parsePerMtok("audio-input", flags["audio-input"]),
+      imageTokenMultiplierPermille: flags["image-token-multiplier"] === undefined ? null : parsePermille("image-token-multiplier", flags["image-token-multiplier"]),
       effectiveFrom: flags["effective-from"] === undefined ? new Date() : parseInstant(flags["effective-from"]),
     };
     const db = await openDb(configFrom(flags), { migrate: true, quiet: true });
@@ -57,7 +61,9 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
           `input ${perMtok(p.inputMicroPerMtok)}, output ${perMtok(p.outputMicroPerMtok)}, ` +
           `cached input ${p.cachedInputMicroPerMtok === null ? "as input" : perMtok(p.cachedInputMicroPerMtok)}, ` +
           `cache write ${p.cacheWriteMicroPerMtok === null ? "as input" : perMtok(p.cacheWriteMicroPerMtok)}, ` +
-          `1-hour cache write ${p.cacheWrite1hMicroPerMtok === null ? `2× input (${perMtok(cacheWrite1hPrice(p))})` : perMtok(p.cacheWrite1hMicroPerMtok)}\n`,
+          `1-hour cache write ${p.cacheWrite1hMicroPerMtok === null ? `2× input (${perMtok(cacheWrite1hPrice(p))})` : perMtok(p.cacheWrite1hMicroPerMtok)}, ` +
+          `audio input ${p.audioInputMicroPerMtok === null ? "as input" : perMtok(p.audioInputMicroPerMtok)}, ` +
+          `image tokens ${p.imageTokenMultiplierPermille === null ? "1×" : `${formatPermille(p.imageTokenMultiplierPermille)}×`}\n`,
       );
       if (backend === "worker") process.stderr.write("note: self-hosted workers are never charged; a worker price is informational\n");
       return 0;
@@ -73,7 +79,7 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
     const models = flags.model?.length ? new Set(flags.model) : undefined;
     const rows = (await listPrices(db.db)).filter((p) => (flags.backend === undefined || p.backend === flags.backend) && (!models || models.has(p.model)));
     const status = statusOf(rows, new Date());
-    const header = ["BACKEND", "MODEL", "EFFECTIVE_FROM", "STATUS", "INPUT_USD_MTOK", "OUTPUT_USD_MTOK", "CACHED_INPUT_USD_MTOK", "CACHE_WRITE_USD_MTOK", "CACHE_WRITE_1H_USD_MTOK"];
+    const header = ["BACKEND", "MODEL", "EFFECTIVE_FROM", "STATUS", "INPUT_USD_MTOK", "OUTPUT_USD_MTOK", "CACHED_INPUT_USD_MTOK", "CACHE_WRITE_USD_MTOK", "CACHE_WRITE_1H_USD_MTOK", "AUDIO_INPUT_USD_MTOK", "IMAGE_TOKEN_MULTIPLIER"];
     const usd = (v: bigint | null) => (v === null ? "-" : formatMicroAsUsd(v));
     const lines = rows.map((p, i) => [
       p.backend,
@@ -85,6 +91,8 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
       usd(p.cachedInputMicroPerMtok),
       usd(p.cacheWriteMicroPerMtok),
       usd(p.cacheWrite1hMicroPerMtok),
+      usd(p.audioInputMicroPerMtok),
+      p.imageTokenMultiplierPermille === null ? "-" : formatPermille(p.imageTokenMultiplierPermille),
     ]);
     const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
     const fmt = (l: string[]) =>
@@ -117,6 +125,30 @@ function parsePerMtok(flag: string, text: string): bigint {
   const micro = usdToMicro(t);
   if (micro > BIGINT_MAX) throw new UsageError(`prices set: --${flag} is too large`);
   return micro;
+}
+
+/** The largest multiplier stored (an int4 of thousandths): far above any model's, but no wrap. */
+const PERMILLE_MAX = 2 ** 31 - 1;
+
+/**
+ * A multiplier as a plain decimal with up to 3 places → thousandths, an
+ * exact integer (the hold multiplies by it without a float). Positive: a
+ * multiplier of 0 would hold a model's images as free.
+ */
+function parsePermille(flag: string, text: string): number {
+  const m = /^(\d+)(?:\.(\d+))?$/.exec(text.trim());
+  if (!m) throw new UsageError(`prices set: --${flag} takes a positive decimal, e.g. 33.336 (got '${text}')`);
+  const frac = (m[2] ?? "").replace(/0+$/, "");
+  if (frac.length > 3) throw new UsageError(`prices set: --${flag} has more than 3 decimal places (it is stored in thousandths)`);
+  const permille = BigInt(m[1]!) * 1000n + BigInt(frac.padEnd(3, "0"));
+  if (permille === 0n) throw new UsageError(`prices set: --${flag} must be above 0`);
+  if (permille > BigInt(PERMILLE_MAX)) throw new UsageError(`prices set: --${flag} is too large`);
+  return Number(permille);
+}
+
+function formatPermille(permille: number): string {
+  const frac = String(permille % 1000).padStart(3, "0").replace(/0+$/, "");
+  return `${Math.floor(permille / 1000)}${frac ? `.${frac}` : ""}`;
 }
 
 /** YYYY-MM-DD (midnight UTC) or an ISO 8601 instant with Z or an offset; never the machine's local time. */
