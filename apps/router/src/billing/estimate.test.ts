@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { toChatRequest } from "../translate/messages/request.ts";
-import { miniImageExtraTokens, promptTokensUpperBound } from "./estimate.ts";
-import { anthropicTokens, base64Bytes, IMAGE_TOKENS_UNKNOWN_SIZE, IMAGE_TOKENS_UNKNOWN_SIZE_MINI, imageSize, imageTokensUpperBound, openaiMiniTileTokens, openaiPatchTokens, openaiTileTokens, tokenHeavyImages } from "./media.ts";
+import { promptBound, promptTokensUpperBound } from "./estimate.ts";
+import { anthropicTokens, base64Bytes, IMAGE_TOKENS_UNKNOWN_SIZE, imageSize, imageTokensUpperBound, openaiPatchTokens, openaiTileTokens } from "./media.ts";
 
 describe("a prompt's token bound", () => {
   // Byte-level BPE makes at most one token per UTF-8 byte: the bound counts the bytes a worker or provider is sent.
@@ -101,18 +101,17 @@ describe("an image's and an audio clip's token bound", () => {
     expect(imageTokensUpperBound({ width: 1, height: 1 })).toBe(258);
   });
 
-  it("gpt-4o-mini's images (33× the tokens at 1/33 the price) are held apart: only a hold for that model adds them", () => {
-    expect(tokenHeavyImages("openai/gpt-4o-mini")).toBe(true);
-    expect(tokenHeavyImages("gpt-4o-mini-2024-07-18")).toBe(true);
-    expect(tokenHeavyImages("openai/gpt-4o")).toBe(false);
-    const body = { messages: [{ role: "user", content: [{ type: "text", text: "hi" }, image(png(4000, 3000)), { type: "image_url", image_url: { url: "https://example.com/a.png" } }] }] };
-    // 4000×3000: 2,833 + 4 × 5,667 on the mini, above the others' 6,192; an http image 48,169 against 4,784.
-    expect(openaiMiniTileTokens({ width: 4000, height: 3000 })).toBe(2_833 + 4 * 5_667);
-    expect(miniImageExtraTokens("/v1/chat/completions", body)).toBe(2_833 + 4 * 5_667 - 24 * 258 + (IMAGE_TOKENS_UNKNOWN_SIZE_MINI - IMAGE_TOKENS_UNKNOWN_SIZE));
-    expect(IMAGE_TOKENS_UNKNOWN_SIZE_MINI).toBe(2_833 + 8 * 5_667);
-    // A huge image Gemini counts more for than the mini: nothing extra.
-    expect(miniImageExtraTokens("/v1/chat/completions", { messages: [{ role: "user", content: [image(png(12_000, 12_000))] }] })).toBe(0);
-    expect(miniImageExtraTokens("/v1/chat/completions", { messages: [{ role: "user", content: "no images" }] })).toBe(0);
+  it("keeps the images' and the audio's share of the bound apart, in the same walk (a price row may count them apart)", () => {
+    const clip = { type: "input_audio", input_audio: { data: Buffer.alloc(100_000).toString("base64"), format: "mp3" } };
+    const body = { messages: [{ role: "user", content: [{ type: "text", text: "hi" }, image(png(4000, 3000)), { type: "image_url", image_url: { url: "https://example.com/a.png" } }, clip] }] };
+    const bound = promptBound("/v1/chat/completions", body);
+    expect(bound.imageTokens).toBe(24 * 258 + IMAGE_TOKENS_UNKNOWN_SIZE);
+    expect(bound.audioTokens).toBe(100 * 32);
+    // The total is the model-independent bound (rate limits reserve it), text and framing included.
+    expect(bound.promptTokens).toBe(promptTokensUpperBound("/v1/chat/completions", body));
+    expect(bound.promptTokens - bound.imageTokens - bound.audioTokens).toBe(chatParts({ type: "text", text: "hi" }));
+    // Without media: nothing apart, and nothing left over from the walk before.
+    expect(promptBound("/v1/chat/completions", { messages: [{ role: "user", content: "no media" }] })).toMatchObject({ imageTokens: 0, audioTokens: 0 });
   });
 
   it("an image it cannot size (an http URL, an unknown header, a data: URL not in base64) counts the most any size can after the providers' downscaling", () => {
@@ -166,4 +165,5 @@ describe("an image's and an audio clip's token bound", () => {
     expect(base64Bytes(Buffer.alloc(100_001).toString("base64"))).toBe(100_001);
     expect(base64Bytes(Buffer.alloc(100_002).toString("base64").replace(/=+$/, ""))).toBe(100_002);
   });
+
 });

@@ -2,10 +2,11 @@
 // No provider tokenizer is at hand for every paid model, but byte-level BPE
 // never makes more tokens than UTF-8 bytes, so bytes (+ per-message framing)
 // bound the prompt from above. Images and audio are bounded by the providers'
-// own formulas, from the size their headers give (media.ts).
+// own formulas, from the size their headers give (media.ts); the bound keeps
+// their share apart (promptBound), for models that bill them apart.
 import type { InferencePath } from "../backends/types.ts";
 import { bodyEdited } from "../body-text.ts";
-import { audioTokensUpperBound, imageUrlMiniExtra, imageUrlTokens } from "./media.ts";
+import { audioTokensUpperBound, imageUrlTokens } from "./media.ts";
 
 /** Per-message framing tokens (role markers, separators) — generous for every chat template. */
 const MESSAGE_OVERHEAD = 8;
@@ -20,17 +21,35 @@ function bytes(s: string): number {
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null;
 
+/** A prompt's token bound and, of it, what its images and its audio count. */
+export interface PromptBound {
+  promptTokens: number;
+  imageTokens: number;
+  audioTokens: number;
+}
+
+// The image and audio tokens of the walk in progress: a walk is synchronous,
+// so one pair serves every walk, and a prompt without media pays for nothing
+// but setting them to 0.
+let imageTokens = 0;
+let audioTokens = 0;
+
 /**
  * One content part. Images and audio by media.ts; any other part (text, a
  * `file` part's base64 PDF, …) by the bytes of its text or JSON.
  */
 function partTokens(part: Record<string, unknown> | null | undefined): number {
   switch (part?.type) {
-    case "image_url":
-      return imageUrlTokens(isRecord(part.image_url) ? part.image_url.url : part.image_url);
+    case "image_url": {
+      const n = imageUrlTokens(isRecord(part.image_url) ? part.image_url.url : part.image_url);
+      imageTokens += n;
+      return n;
+    }
     case "input_audio": {
       const audio = isRecord(part.input_audio) ? part.input_audio : {};
-      return audioTokensUpperBound(audio.data, audio.format);
+      const n = audioTokensUpperBound(audio.data, audio.format);
+      audioTokens += n;
+      return n;
     }
     default:
       return bytes(typeof part?.text === "string" ? part.text : JSON.stringify(part ?? ""));
@@ -49,8 +68,13 @@ function contentTokens(content: unknown): number {
   return content == null ? 0 : bytes(JSON.stringify(content));
 }
 
-/** At most this many prompt tokens, whatever the tokenizer. */
+/**
+ * At most this many prompt tokens, whatever the tokenizer and the model: the
+ * bound rate limits reserve, and the request class's size.
+ */
 export function promptTokensUpperBound(path: InferencePath, body: Record<string, unknown>): number {
+  imageTokens = 0;
+  audioTokens = 0;
   let n = 16;
   // Hidden states take a chat's messages or a text input.
   if (path === "/v1/chat/completions" || (path === "/v1/hidden_states" && Array.isArray(body.messages))) {
@@ -69,22 +93,13 @@ export function promptTokensUpperBound(path: InferencePath, body: Record<string,
 }
 
 /**
- * The tokens a chat's images can cost on gpt-4o-mini above what
- * promptTokensUpperBound counted for them (media.ts: that model counts an
- * image at 33× the others, at 1/33 of their price); 0 without images. Added
- * to the bound only when a hold is priced for such a model.
+ * promptTokensUpperBound, with its images' and audio's share of it: one walk
+ * of the body. A hold prices those shares by the model's price row (an image
+ * multiplier, an audio price); the total is the model-independent bound.
  */
-export function miniImageExtraTokens(path: InferencePath, body: Record<string, unknown>): number {
-  if (path !== "/v1/chat/completions" || !Array.isArray(body.messages)) return 0;
-  let n = 0;
-  for (const m of body.messages as Array<Record<string, unknown> | null>) {
-    const content = m?.content;
-    if (!Array.isArray(content)) continue;
-    for (const part of content as Array<Record<string, unknown> | null>) {
-      if (part?.type === "image_url") n += imageUrlMiniExtra(isRecord(part.image_url) ? part.image_url.url : part.image_url);
-    }
-  }
-  return n;
+export function promptBound(path: InferencePath, body: Record<string, unknown>): PromptBound {
+  const promptTokens = promptTokensUpperBound(path, body);
+  return { promptTokens, imageTokens, audioTokens };
 }
 
 const limitOf = (v: unknown): number | undefined => (typeof v === "number" && Number.isFinite(v) && v >= 0 ? Math.floor(v) : undefined);

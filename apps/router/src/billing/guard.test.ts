@@ -199,20 +199,40 @@ async function checkedGuard(prices: ConstructorParameters<typeof StaticPriceBook
 
 const paidOn = (kind: string, model: string) => ({ id: `${kind}:${model}`, kind, model, paid: true }) as unknown as Backend;
 
-describe("the hold of a request with an image, on gpt-4o-mini and on other models", () => {
-  it("adds the mini's image count (33× the others' tokens) only to a hold priced for gpt-4o-mini", async () => {
-    const price = { inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 0n };
+describe("the hold of a request with an image or audio, on models whose price rows count them apart", () => {
+  const price = { inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 0n };
+  const image = { type: "image_url", image_url: { url: "https://example.com/cat.png" } };
+  const clip = { type: "input_audio", input_audio: { data: Buffer.alloc(10_000).toString("base64"), format: "mp3" } };
+  const chat = (...content: unknown[]) => bodyFacts("/v1/chat/completions", { model: "m", max_tokens: 0, messages: [{ role: "user", content }] });
+
+  it("multiplies the image part of the bound by the row's multiplier (gpt-4o-mini's 33.336×), and nothing else; a row without one holds the bound", async () => {
     const { holdOf } = await checkedGuard([
-      { backend: "openrouter", model: "openai/gpt-4o-mini", ...price },
+      { backend: "openrouter", model: "openai/gpt-4o-mini", ...price, imageTokenMultiplierPermille: 33_336 },
       { backend: "openrouter", model: "openai/gpt-4o", ...price },
     ]);
-    const body = { model: "m", max_tokens: 0, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "https://example.com/cat.png" } }] }] };
-    const facts = bodyFacts("/v1/chat/completions", body);
-    expect(facts.miniImageExtra).toBe(48_169 - 4_784);
-    const hold = (id: string, model: string) => holdOf(id, paidOn("openrouter", model), facts);
+    const facts = chat({ type: "text", text: "what is this?" }, image);
+    expect(facts.imageTokens).toBe(4_784);
+    const hold = (id: string, model: string, f = facts) => holdOf(id, paidOn("openrouter", model), f);
     // One micro-cent a token: the hold is the prompt bound in tokens.
     expect(await hold("plain", "openai/gpt-4o")).toBe(BigInt(facts.promptTokens));
-    expect(await hold("mini", "openai/gpt-4o-mini")).toBe(BigInt(facts.promptTokens + facts.miniImageExtra));
+    // 4,784 × 33.336 = 159,479.424 → 159,480: above the mini's own count for any image (48,169 at most).
+    expect(await hold("mini", "openai/gpt-4o-mini")).toBe(BigInt(facts.promptTokens - 4_784 + 159_480));
+    // Text alone: the multiplier changes nothing.
+    const text = chat({ type: "text", text: "what is this?" });
+    expect(await hold("mini-text", "openai/gpt-4o-mini", text)).toBe(BigInt(text.promptTokens));
+  });
+
+  it("holds the audio part at the row's audio price (gpt-4o-audio-preview's 16× input); a row without one at the input price", async () => {
+    const { holdOf } = await checkedGuard([
+      { backend: "openrouter", model: "openai/gpt-4o-audio-preview", ...price, audioInputMicroPerMtok: 16_000_000n },
+      { backend: "openrouter", model: "openai/gpt-4o", ...price },
+    ]);
+    const facts = chat({ type: "text", text: "transcribe" }, clip);
+    // 10,000 bytes of MP3 at 8 kbps at least: 10 s, 320 tokens.
+    expect(facts.audioTokens).toBe(320);
+    const hold = (id: string, model: string) => holdOf(id, paidOn("openrouter", model), facts);
+    expect(await hold("plain", "openai/gpt-4o")).toBe(BigInt(facts.promptTokens));
+    expect(await hold("audio", "openai/gpt-4o-audio-preview")).toBe(BigInt(facts.promptTokens - 320 + 16 * 320));
   });
 });
 

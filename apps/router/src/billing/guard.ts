@@ -27,8 +27,7 @@ import type { Config } from "../config.ts";
 import type { Logger } from "../observability/log.ts";
 import type { RouterMetrics } from "../observability/metrics.ts";
 import type { BudgetDirectory, TenantBudget } from "./budgets.ts";
-import { miniImageExtraTokens, outputLimitField, promptTokensUpperBound, requestedMaxOutput } from "./estimate.ts";
-import { tokenHeavyImages } from "./media.ts";
+import { outputLimitField, promptBound, requestedMaxOutput, type PromptBound } from "./estimate.ts";
 import type { LedgerSink } from "./ledger.ts";
 import { encodeLedgerRow } from "./ledger-stream.ts";
 import { abandonedAttemptRow, encodeProgressUsage, type AbandonedAttempt, type AttemptProgress, type IntentJournal, type IntentProgress, type PaidIntent } from "./orphans.ts";
@@ -105,10 +104,12 @@ export interface TabInput {
   facts: BodyFacts;
 }
 
-/** What a request's tab needs of its body: the prompt's token bound and the output limit as the client set it. */
-export interface BodyFacts {
-  /** promptTokensUpperBound of the body (the request class has worked it out already). */
-  promptTokens: number;
+/**
+ * What a request's tab needs of its body: the prompt's token bound (with its
+ * images' and audio's share: promptBound; the request class has worked it
+ * out already) and the output limit as the client set it.
+ */
+export interface BodyFacts extends PromptBound {
   /** The client's output limit (requestedMaxOutput): undefined when it set none, 0 for embeddings. */
   askedOutput: number | undefined;
   /** The one field the body carries its output limit in (outputLimitField) … */
@@ -117,8 +118,6 @@ export interface BodyFacts {
   bothLimits: boolean;
   /** Whether the answer is streamed: a non-streamed one is generated whole even when its client leaves. */
   stream: boolean;
-  /** What its images can cost on gpt-4o-mini above promptTokens (miniImageExtraTokens): held for that model only. */
-  miniImageExtra: number;
   /** Whether it asks a provider for a one-hour cache write anywhere (the hold then prices the prompt at that rate). */
   hourCache: boolean;
 }
@@ -145,10 +144,19 @@ export function asksHourCache(v: unknown, depth = 0): boolean {
   return false;
 }
 
-/** The facts of a body a tab keeps (promptTokens: pass the request class's to save the walk). */
-export function bodyFacts(path: InferencePath, body: Record<string, unknown>, promptTokens = promptTokensUpperBound(path, body)): BodyFacts {
+/** The facts of a body a tab keeps (bound: pass the request class's to save the walk). */
+export function bodyFacts(path: InferencePath, body: Record<string, unknown>, bound: PromptBound = promptBound(path, body)): BodyFacts {
   const limitField = outputLimitField(path, body);
-  return { promptTokens, askedOutput: requestedMaxOutput(path, body), limitField, bothLimits: body[limitField === "max_tokens" ? "max_completion_tokens" : "max_tokens"] !== undefined, stream: body.stream === true, miniImageExtra: miniImageExtraTokens(path, body), hourCache: asksHourCache(body) };
+  return {
+    promptTokens: bound.promptTokens,
+    imageTokens: bound.imageTokens,
+    audioTokens: bound.audioTokens,
+    askedOutput: requestedMaxOutput(path, body),
+    limitField,
+    bothLimits: body[limitField === "max_tokens" ? "max_completion_tokens" : "max_tokens"] !== undefined,
+    stream: body.stream === true,
+    hourCache: asksHourCache(body),
+  };
 }
 
 /** Typical bytes per token, for estimates when a provider reports no usage (the upper bound uses 1). */
@@ -395,12 +403,12 @@ export class RequestTab {
       return { ok: true, ...(patch ? { patch } : {}) };
     }
     const { facts } = this.input;
-    const prompt = facts.promptTokens + (facts.miniImageExtra > 0 && tokenHeavyImages(backend.model) ? facts.miniImageExtra : 0);
     // An earlier attempt failed over from after its provider accepted it is
     // owed too: this attempt's hold (which replaces the request's hold) and
     // intent cover both, so the budget and a crash-finish still count it.
     const carried = this.carriedMicro(backend);
-    const worst = worstCaseMicro(prompt, this.maxOutput, price, { hourCache: facts.hourCache }) + carried;
+    // The prompt's images and audio at this model's rates for them (its price row's image multiplier and audio price).
+    const worst = worstCaseMicro(facts.promptTokens, this.maxOutput, price, facts) + carried;
     // That earlier attempt's intent is retired once this one, which carries its cost, stands.
     const previous = this.intent;
     // Written before the reserve is sent, in the same tick: auto-pipelining

@@ -125,22 +125,6 @@ export function openaiTileTokens(size: PixelSize): number {
   return 85 + 170 * openaiTiles(size);
 }
 
-/**
- * gpt-4o-mini counts an image at 2,833 + 5,667 per tile (same guide), 33×
- * gpt-4o's count at 1/33 of its price: the same cost, but as tokens held at
- * the mini's own price, 33× the others'. Held for that model alone
- * (tokenHeavyImages): as every request's bound it made one 1×1 image 8,500
- * tokens, for rate limits and holds on every model.
- */
-export function openaiMiniTileTokens(size: PixelSize): number {
-  return 2_833 + 5_667 * openaiTiles(size);
-}
-
-/** Models that count an image's tokens at gpt-4o-mini's rate (OpenRouter names it `openai/gpt-4o-mini…`). */
-export function tokenHeavyImages(model: string): boolean {
-  return model.includes("gpt-4o-mini");
-}
-
 function openaiTiles({ width, height }: PixelSize): number {
   let w = width;
   let h = height;
@@ -194,7 +178,13 @@ export function geminiTokens({ width, height }: PixelSize): number {
  */
 export const PART_TOKENS_MAX = 100_000_000;
 
-/** The most an image of this size costs on any provider we route to (gpt-4o-mini's count aside: openaiMiniTileTokens). */
+/**
+ * The most an image of this size costs on any provider we route to. A model
+ * that counts images at many times these (gpt-4o-mini: 2,833 + 5,667 a tile,
+ * 33× gpt-4o's, at 1/33 of its price) says so on its price row
+ * (image_token_multiplier_permille), and only its hold is multiplied: the
+ * bound here is every request's, rate limits' included.
+ */
 export function imageTokensUpperBound(size: PixelSize): number {
   return Math.min(PART_TOKENS_MAX, Math.max(openaiTileTokens(size), openaiPatchTokens(size), anthropicTokens(size), geminiTokens(size)));
 }
@@ -211,9 +201,6 @@ export function imageTokensUpperBound(size: PixelSize): number {
  */
 export const IMAGE_TOKENS_UNKNOWN_SIZE = Math.max(openaiTileTokens({ width: 768, height: 2048 }), openaiPatchTokens({ width: 2048, height: 2048 }), anthropicTokens({ width: 8000, height: 8000 }));
 
-/** The same on gpt-4o-mini: 2,833 + 8 × 5,667 = 48,169. */
-export const IMAGE_TOKENS_UNKNOWN_SIZE_MINI = openaiMiniTileTokens({ width: 768, height: 2048 });
-
 function urlSize(url: unknown): PixelSize | undefined {
   if (typeof url !== "string") return undefined;
   const b64 = dataUrlBase64(url);
@@ -224,12 +211,6 @@ function urlSize(url: unknown): PixelSize | undefined {
 export function imageUrlTokens(url: unknown): number {
   const size = urlSize(url);
   return size ? imageTokensUpperBound(size) : IMAGE_TOKENS_UNKNOWN_SIZE;
-}
-
-/** What an image part's URL can cost on gpt-4o-mini above imageUrlTokens (0 where the others' bound is higher). */
-export function imageUrlMiniExtra(url: unknown): number {
-  const size = urlSize(url);
-  return size ? Math.max(0, openaiMiniTileTokens(size) - imageTokensUpperBound(size)) : IMAGE_TOKENS_UNKNOWN_SIZE_MINI - IMAGE_TOKENS_UNKNOWN_SIZE;
 }
 
 // ---- Audio.
@@ -294,3 +275,4 @@ export function audioTokensUpperBound(data: unknown, format: unknown): number {
   const rate = (fmt === "wav" || fmt === "" ? wavBytesPerSecond(data) : undefined) ?? MIN_BYTES_PER_SECOND[fmt] ?? FLOOR_BYTES_PER_SECOND;
   return Math.min(PART_TOKENS_MAX, Math.ceil((bytes / rate) * AUDIO_TOKENS_PER_SECOND));
 }
+

@@ -213,7 +213,7 @@ export class InferencePipeline {
       requestId: this.c.get("requestId"),
       tenant: this.tenant,
       path: this.path,
-      facts: bodyFacts(this.path, this.body, cls.promptTokens),
+      facts: bodyFacts(this.path, this.body, cls),
       model: this.body.model,
       arrivedAtMs: Date.now() - (performance.now() - startedAt),
       startedAtPerf: startedAt,

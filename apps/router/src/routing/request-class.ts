@@ -4,15 +4,15 @@
 import { createHash } from "node:crypto";
 import { prefixKey } from "@switchyard/state";
 import type { InferencePath } from "../backends/types.ts";
-import { promptTokensUpperBound, requestedMaxOutput } from "../billing/estimate.ts";
+import { promptBound, requestedMaxOutput, type PromptBound } from "../billing/estimate.ts";
 
 /** What kind of request this is, for latency statistics. */
-export interface RequestClass {
+export interface RequestClass extends PromptBound {
   /** route × stream × prompt-size bucket, e.g. "chat|stream|s". */
   key: string;
   path: InferencePath;
   stream: boolean;
-  /** Upper bound of prompt tokens (billing/estimate.ts). */
+  /** Upper bound of prompt tokens (billing/estimate.ts), and of them imageTokens and audioTokens (for the budget hold). */
   promptTokens: number;
   /** max_tokens the client asked for, if any. */
   maxOutput?: number;
@@ -68,7 +68,7 @@ function sizeBucket(tokens: number): string {
  */
 export function requestClass(path: InferencePath, body: Record<string, unknown>, tenant?: string): RequestClass {
   const stream = body.stream === true;
-  const promptTokens = promptTokensUpperBound(path, body);
+  const { promptTokens, imageTokens, audioTokens } = promptBound(path, body);
   const maxOutput = requestedMaxOutput(path, body);
   const prefix = tenant === undefined ? undefined : prefixKey(path, body, tenant);
   const scope = tenant === undefined ? undefined : cacheScope(tenant);
@@ -77,6 +77,8 @@ export function requestClass(path: InferencePath, body: Record<string, unknown>,
     path,
     stream,
     promptTokens,
+    imageTokens,
+    audioTokens,
     ...(maxOutput ? { maxOutput } : {}),
     ...(prefix ? { prefixKey: prefix } : {}),
     ...(scope ? { cacheScope: scope } : {}),

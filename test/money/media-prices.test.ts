@@ -1,0 +1,121 @@
+// A price row's media rates on the request path, through a real router (real
+// Redis budget counters, real Postgres prices) with the fake OpenRouter: a
+// model whose row counts images at k× the usual tokens, or audio at its own
+// price, is held (and refused) at that, and the same request on a model
+// without them is not.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { setPrice } from "@switchyard/db";
+import { budgetDay } from "@switchyard/state";
+import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
+import { budgetedTenant } from "../helpers/paid.ts";
+import { waitFor } from "../helpers/env.ts";
+import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+import { promptTokensUpperBound } from "../../apps/router/src/billing/estimate.ts";
+
+let fx: RouterFixture;
+let openrouter: FakeOpenRouter;
+
+/** Counts an image at 33.336× the usual tokens (gpt-4o-mini's rate, under another name: the row says so, not the name). */
+const IMAGE_HEAVY = "vendor/image-heavy";
+/** Bills audio input at 16× its text input (gpt-4o-audio-preview's rates). */
+const AUDIO = "openai/gpt-4o-audio-preview";
+/** Neither. */
+const PLAIN = "openai/gpt-4o";
+
+/** 20 micro-cents a prompt token ($0.20 per Mtok), nothing for output: a hold is 20 × its prompt tokens. */
+const INPUT = 20_000_000n;
+
+beforeAll(async () => {
+  openrouter = await new FakeOpenRouter({ apiKey: "sk-or-test" }).start();
+  fx = await startTestRouter({
+    "providers.openrouter": { apiKey: "sk-or-test", baseUrl: openrouter.url },
+    "billing.refreshMs": 100,
+  });
+  await setPrice(fx.db.db, { backend: "openrouter", model: IMAGE_HEAVY, inputMicroPerMtok: INPUT, outputMicroPerMtok: 0n, imageTokenMultiplierPermille: 33_336 });
+  await setPrice(fx.db.db, { backend: "openrouter", model: AUDIO, inputMicroPerMtok: INPUT, outputMicroPerMtok: 0n, audioInputMicroPerMtok: 16n * INPUT });
+  await setPrice(fx.db.db, { backend: "openrouter", model: PLAIN, inputMicroPerMtok: INPUT, outputMicroPerMtok: 0n });
+  await waitFor(() => fx.router.deps.guard.deps.prices.price("openrouter", PLAIN));
+});
+
+afterAll(async () => {
+  await fx?.close();
+  await openrouter?.stop();
+});
+
+const today = () => budgetDay(Date.now(), "UTC");
+const post = (key: string, body: Record<string, unknown>) =>
+  fetch(`${fx.router.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+
+const text = { type: "text", text: "What is in this?" };
+/** An image the router cannot size (the provider fetches it): 4,784 tokens on any provider's formula. */
+const image = { type: "image_url", image_url: { url: "https://example.com/cat.png" } };
+/** 100,000 bytes of MP3: at most 100 s at its lowest bitrate (8 kbps), 3,200 tokens at 32 a second. */
+const clip = { type: "input_audio", input_audio: { data: Buffer.alloc(100_000, 0x55).toString("base64"), format: "mp3" } };
+const body = (model: string, media: unknown) => ({ model, max_tokens: 5, messages: [{ role: "user", content: [text, media] }] });
+/** The prompt bound's text part: the same message with the media part left out. */
+const textTokens = promptTokensUpperBound("/v1/chat/completions", { messages: [{ role: "user", content: [text] }] });
+
+/** The hold a request takes while it runs: streamed slowly, read from the store mid-stream. */
+async function holdWhileRunning(key: string, tenantId: number, b: Record<string, unknown>): Promise<bigint> {
+  openrouter.enqueue({ kind: "slow", interTokenMs: 150, completionTokens: 4 });
+  const r = await post(key, { ...b, stream: true });
+  expect(r.status).toBe(200);
+  const reader = r.body!.getReader();
+  await reader.read(); // the stream has started: the hold is live
+  const holds = await fx.router.deps.guard.deps.store.holds(tenantId, today());
+  expect(holds).toHaveLength(1);
+  while (!(await reader.read()).done);
+  await fx.router.deps.guard.flush();
+  return holds[0]!.amountMicro;
+}
+
+describe("a price row's image multiplier", () => {
+  it("holds the image part at the multiplied tokens on that model only", async () => {
+    const t = await budgetedTenant(fx.db, "images-roomy", 100n);
+    expect(await holdWhileRunning(t.key, t.tenantId, body(PLAIN, image))).toBe(20n * BigInt(textTokens + 4_784));
+    // 4,784 × 33.336 = 159,479.424 → 159,480 tokens.
+    expect(await holdWhileRunning(t.key, t.tenantId, body(IMAGE_HEAVY, image))).toBe(20n * BigInt(textTokens + 159_480));
+    // Text alone: the multiplier changes nothing.
+    const words = { model: IMAGE_HEAVY, max_tokens: 5, messages: [{ role: "user", content: [text] }] };
+    expect(await holdWhileRunning(t.key, t.tenantId, words)).toBe(20n * BigInt(textTokens));
+  });
+
+  it("refuses (402, nothing sent) where the multiplied image does not fit the day; the same request on a model without it is served", async () => {
+    // One cent: 50,000 tokens at 20 micro-cents. 4,784 fit; 159,480 do not.
+    const t = await budgetedTenant(fx.db, "images-tight", 1n);
+    const seen = openrouter.requests.length;
+    const refused = await post(t.key, body(IMAGE_HEAVY, image));
+    expect(refused.status).toBe(402);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("budget_exceeded");
+    expect(openrouter.requests.length).toBe(seen);
+    const served = await post(t.key, body(PLAIN, image));
+    expect(served.status).toBe(200);
+    await served.text();
+    expect(openrouter.requests.length).toBe(seen + 1);
+  });
+});
+
+describe("a price row's audio input price", () => {
+  it("holds the audio part at the audio price on that model only", async () => {
+    const t = await budgetedTenant(fx.db, "audio-roomy", 100n);
+    expect(await holdWhileRunning(t.key, t.tenantId, body(PLAIN, clip))).toBe(20n * BigInt(textTokens + 3_200));
+    expect(await holdWhileRunning(t.key, t.tenantId, body(AUDIO, clip))).toBe(20n * BigInt(textTokens) + 320n * 3_200n);
+  });
+
+  it("refuses (402, nothing sent) where the audio at its price does not fit the day; the same request on a model without one is served", async () => {
+    // One cent: 3,200 audio tokens at 320 micro-cents are 1,024,000.
+    const t = await budgetedTenant(fx.db, "audio-tight", 1n);
+    const seen = openrouter.requests.length;
+    const refused = await post(t.key, body(AUDIO, clip));
+    expect(refused.status).toBe(402);
+    expect(openrouter.requests.length).toBe(seen);
+    const served = await post(t.key, body(PLAIN, clip));
+    expect(served.status).toBe(200);
+    await served.text();
+    expect(openrouter.requests.length).toBe(seen + 1);
+  });
+});
