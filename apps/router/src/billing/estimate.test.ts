@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { toChatRequest } from "../translate/messages/request.ts";
+import { deflateSync } from "node:zlib";
 import { promptBound, promptTokensUpperBound } from "./estimate.ts";
-import { anthropicTokens, base64Bytes, IMAGE_TOKENS_UNKNOWN_SIZE, imageSize, imageTokensUpperBound, openaiPatchTokens, openaiTileTokens } from "./media.ts";
+import { anthropicTokens, base64Bytes, IMAGE_TOKENS_UNKNOWN_SIZE, imageSize, imageTokensUpperBound, openaiPatchTokens, openaiTileTokens, PDF_INFLATE_PER_PROMPT, PDF_PAGE_IMAGE_TOKENS, PDF_PAGE_TEXT_TOKENS, PDF_PAGES_UNKNOWN, pdfPages } from "./media.ts";
 
 describe("a prompt's token bound", () => {
   // Byte-level BPE makes at most one token per UTF-8 byte: the bound counts the bytes a worker or provider is sent.
@@ -166,4 +167,79 @@ describe("an image's and an audio clip's token bound", () => {
     expect(base64Bytes(Buffer.alloc(100_002).toString("base64").replace(/=+$/, ""))).toBe(100_002);
   });
 
+  /** A PDF with `pages` page objects (each written as `style` writes `/Type /Page`), a page tree and a font: bytes as a writer lays them out. */
+  const pdf = (pages: number, style = "/Type /Page") => {
+    const objs = [`<< /Type /Catalog /Pages 2 0 R /PageLabels << /Nums [0 << /Type /PageLabel /S /D >>] >> >>`, `<< /Type /Pages /Kids [] /Count ${pages} >>`];
+    for (let i = 0; i < pages; i++) objs.push(`<< ${style} /Parent 2 0 R /MediaBox [0 0 612 792] /Contents ${i + 10} 0 R >>`);
+    return Buffer.from(`%PDF-1.4\n${objs.map((o, i) => `${i + 1} 0 obj\n${o}\nendobj\n`).join("")}trailer\n<< /Root 1 0 R >>\n%%EOF\n`, "latin1");
+  };
+  /** A PDF 1.5 whose page objects sit only in a Flate-coded object stream (the raw bytes show none), after `padding` spaces in it. */
+  const pdfObjStm = (pages: number, data?: Buffer, padding = 0) => {
+    const inner = Buffer.from(" ".repeat(padding) + Array.from({ length: pages }, (_, i) => `<</Type/Page/Parent 2 0 R/Contents ${i + 10} 0 R>>`).join("\n"), "latin1");
+    const z = data ?? deflateSync(inner);
+    return Buffer.concat([
+      Buffer.from(`%PDF-1.5\n%\xe2\xe3\n1 0 obj\n<</Type/Catalog/Pages 2 0 R>>\nendobj\n2 0 obj\n<</Type/Pages/Count ${pages}>>\nendobj\n3 0 obj\n<</Type/ObjStm/N ${pages}/First 0/Filter/FlateDecode/Length ${z.length}>>stream\r\n`, "latin1"),
+      z,
+      Buffer.from("\r\nendstream\nendobj\n%%EOF\n", "latin1"),
+    ]);
+  };
+  const file = (bytes: Buffer, type = "application/pdf") => ({ type: "file", file: { filename: "doc.pdf", file_data: `data:${type};base64,${bytes.toString("base64")}` } });
+  const PER_PAGE = PDF_PAGE_TEXT_TOKENS + PDF_PAGE_IMAGE_TOKENS;
+
+  it("counts a PDF's pages by its page objects — not the page tree (/Pages) nor page labels (/PageLabel) — however the name is spaced", () => {
+    expect(pdfPages(pdf(7))).toBe(7);
+    expect(pdfPages(pdf(3, "/Type/Page"))).toBe(3);
+    expect(pdfPages(pdf(2, "/Type\n/Page"))).toBe(2);
+    // Page objects inside a compressed object stream are counted too.
+    expect(pdfPages(pdfObjStm(12))).toBe(12);
+    // Unknown rather than short: no page objects, an object stream it cannot inflate, not a PDF at all.
+    expect(pdfPages(pdf(0))).toBeUndefined();
+    expect(pdfPages(pdfObjStm(12, Buffer.from("not zlib data at all")))).toBeUndefined();
+    expect(pdfPages(Buffer.from("hello, plain text /Type /Page"))).toBeUndefined();
+  });
+
+  it("reads each object stream once, however many markers precede it: one pass over the file, not one per marker", () => {
+    // 100,000 markers, then a single stream: read per marker, it would be inflated (and its pages counted) 100,001 times.
+    const stream = pdfObjStm(1);
+    const hostile = Buffer.concat([Buffer.from("%PDF-1.5\n" + "/Type/ObjStm ".repeat(100_000), "latin1"), stream.subarray(stream.indexOf("1 0 obj"))]);
+    expect(pdfPages(hostile)).toBe(1);
+  });
+
+  it("bounds a PDF by its pages × (text + page image), never under its bytes; its page images count as images", () => {
+    const doc = pdf(7);
+    // The part's bytes, which bounded it before: far less than 7 pages.
+    const bytesBound = Buffer.byteLength(JSON.stringify(file(doc)));
+    expect(partTokens(file(doc))).toBe(7 * PER_PAGE);
+    expect(partTokens(file(doc))).toBeGreaterThan(bytesBound);
+    expect(promptBound("/v1/chat/completions", { messages: [{ role: "user", content: [file(doc)] }] }).imageTokens).toBe(7 * PDF_PAGE_IMAGE_TOKENS);
+    // One page padded with a megabyte (an embedded font, say): its bytes bound it, above a page's worth.
+    const padded = Buffer.concat([pdf(1), Buffer.alloc(1_000_000, 0x20)]);
+    const bytesOfPart = Buffer.byteLength(JSON.stringify(file(padded)));
+    expect(partTokens(file(padded))).toBe(bytesOfPart);
+    expect(bytesOfPart).toBeGreaterThan(PER_PAGE);
+    // Pages only in an object stream: counted once inflated.
+    expect(partTokens(file(pdfObjStm(40)))).toBe(40 * PER_PAGE);
+  });
+
+  it("a PDF whose pages it cannot count, or one the provider fetches (URL, file id), is held at the most pages any provider takes", () => {
+    const unknown = PDF_PAGES_UNKNOWN * PER_PAGE;
+    expect(partTokens(file(pdf(0)))).toBe(unknown);
+    expect(partTokens(file(pdfObjStm(5, Buffer.from("garbage"))))).toBe(unknown);
+    expect(partTokens({ type: "file", file: { filename: "a.pdf", file_data: "https://example.com/a.pdf" } })).toBe(unknown);
+    expect(partTokens({ type: "file", file: { file_id: "file-abc" } })).toBe(unknown);
+    // A file that is not a PDF (plain text): its bytes, as before.
+    const txt = { type: "file", file: { filename: "a.txt", file_data: `data:text/plain;base64,${Buffer.from("hello world").toString("base64")}` } };
+    expect(partTokens(txt)).toBe(Buffer.byteLength(JSON.stringify(txt)));
+  });
+
+  it("inflates at most PDF_INFLATE_PER_PROMPT of a prompt's object streams, all its PDFs together: past it, pages count as unknown", () => {
+    // Two PDFs of 2 pages behind 10 MiB of inflated padding each (a few kB coded): each alone fits, both do not.
+    const padded = pdfObjStm(2, undefined, 10 * 1024 * 1024);
+    expect(padded.length).toBeLessThan(64 * 1024);
+    expect(2 * 10 * 1024 * 1024).toBeGreaterThan(PDF_INFLATE_PER_PROMPT);
+    expect(partTokens(file(padded))).toBe(2 * PER_PAGE);
+    expect(chatParts(file(padded), file(padded)) - chatParts()).toBe(2 * PER_PAGE + PDF_PAGES_UNKNOWN * PER_PAGE);
+    // The next prompt starts with the whole allowance again.
+    expect(partTokens(file(padded))).toBe(2 * PER_PAGE);
+  });
 });

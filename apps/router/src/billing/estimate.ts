@@ -1,12 +1,12 @@
 // Upper bounds for a request's tokens before it runs, for the budget hold.
 // No provider tokenizer is at hand for every paid model, but byte-level BPE
 // never makes more tokens than UTF-8 bytes, so bytes (+ per-message framing)
-// bound the prompt from above. Images and audio are bounded by the providers'
-// own formulas, from the size their headers give (media.ts); the bound keeps
-// their share apart (promptBound), for models that bill them apart.
+// bound the prompt from above. Images, audio and PDFs are bounded by the
+// providers' own formulas, from the size their headers give (media.ts); the
+// bound keeps their share apart (promptBound), for models that bill them apart.
 import type { InferencePath } from "../backends/types.ts";
 import { bodyEdited } from "../body-text.ts";
-import { audioTokensUpperBound, imageUrlTokens } from "./media.ts";
+import { audioTokensUpperBound, fileTokensUpperBound, imageUrlTokens, PDF_INFLATE_PER_PROMPT, type InflateBudget } from "./media.ts";
 
 /** Per-message framing tokens (role markers, separators) — generous for every chat template. */
 const MESSAGE_OVERHEAD = 8;
@@ -21,7 +21,7 @@ function bytes(s: string): number {
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null;
 
-/** A prompt's token bound and, of it, what its images and its audio count. */
+/** A prompt's token bound and, of it, what its images (PDF pages' images included) and its audio count. */
 export interface PromptBound {
   promptTokens: number;
   imageTokens: number;
@@ -33,10 +33,12 @@ export interface PromptBound {
 // but setting them to 0.
 let imageTokens = 0;
 let audioTokens = 0;
+/** What the walk in progress may still inflate of its PDFs' object streams, all together. */
+const inflate: InflateBudget = { bytes: 0 };
 
 /**
- * One content part. Images and audio by media.ts; any other part (text, a
- * `file` part's base64 PDF, …) by the bytes of its text or JSON.
+ * One content part. Images, audio and `file` parts (PDFs) by media.ts; any
+ * other part (text, …) by the bytes of its text or JSON.
  */
 function partTokens(part: Record<string, unknown> | null | undefined): number {
   switch (part?.type) {
@@ -50,6 +52,11 @@ function partTokens(part: Record<string, unknown> | null | undefined): number {
       const n = audioTokensUpperBound(audio.data, audio.format);
       audioTokens += n;
       return n;
+    }
+    case "file": {
+      const f = fileTokensUpperBound(part, bytes(JSON.stringify(part)), inflate);
+      imageTokens += f.image;
+      return f.text + f.image;
     }
     default:
       return bytes(typeof part?.text === "string" ? part.text : JSON.stringify(part ?? ""));
@@ -75,6 +82,7 @@ function contentTokens(content: unknown): number {
 export function promptTokensUpperBound(path: InferencePath, body: Record<string, unknown>): number {
   imageTokens = 0;
   audioTokens = 0;
+  inflate.bytes = PDF_INFLATE_PER_PROMPT;
   let n = 16;
   // Hidden states take a chat's messages or a text input.
   if (path === "/v1/chat/completions" || (path === "/v1/hidden_states" && Array.isArray(body.messages))) {

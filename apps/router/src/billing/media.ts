@@ -1,8 +1,11 @@
-// The most prompt tokens an image or an audio clip can cost, from what the
-// request carries: an image's pixel size read from its header, a clip's
-// length from its byte count. For the budget hold (estimate.ts): the max over
-// every provider formula we route to, never a guess. Only the first bytes of
-// a base64 payload are decoded; its length comes from the string's.
+// The most prompt tokens an image, an audio clip or a PDF can cost, from what
+// the request carries: an image's pixel size read from its header, a clip's
+// length from its byte count, a PDF's page count from its page objects. For
+// the budget hold (estimate.ts): the max over every provider formula we route
+// to, never a guess. Only the first bytes of an image's or a clip's base64
+// payload are decoded; its length comes from the string's. A PDF is decoded
+// whole (its pages are anywhere in it), only when a request carries one.
+import { inflateSync } from "node:zlib";
 
 /** Bytes of a payload decoded at most to find an image's size (a JPEG's frame header follows its EXIF/ICC segments). */
 const HEAD_MAX = 512 * 1024;
@@ -276,3 +279,129 @@ export function audioTokensUpperBound(data: unknown, format: unknown): number {
   return Math.min(PART_TOKENS_MAX, Math.ceil((bytes / rate) * AUDIO_TOKENS_PER_SECOND));
 }
 
+// ---- PDFs (`file` parts).
+
+/**
+ * Text tokens held per PDF page. Anthropic puts each page in the context as
+ * its extracted text plus an image of the page: "typically 1,500-3,000
+ * tokens per page" of text, plus the image's tokens
+ * (docs.anthropic.com/en/docs/build-with-claude/pdf-support, "Estimate your
+ * costs"). OpenAI does the same, each page's text and an image of it
+ * (platform.openai.com/docs/guides/pdf-files); Gemini counts a page as 258
+ * tokens in all (ai.google.dev/gemini-api/docs/document-processing). The top
+ * of Anthropic's range: a documented figure, not a proof (a page of tiny type
+ * holds more), which the part's byte bound backs where the text is not
+ * compressed.
+ */
+export const PDF_PAGE_TEXT_TOKENS = 3_000;
+
+/** The image of a page: the most an image of a size we do not know costs (above Gemini's 258 for a whole page). */
+export const PDF_PAGE_IMAGE_TOKENS = IMAGE_TOKENS_UNKNOWN_SIZE;
+
+/**
+ * Pages held for a PDF whose pages we cannot count (a URL or file id the
+ * provider fetches itself; page objects only in object streams we cannot
+ * read — encrypted, another filter, cut short): the most pages any provider
+ * we route to takes in one document, Gemini's 1,000 (Anthropic's and
+ * OpenAI's limit is 100). Large, and meant to be: a smaller guess would let
+ * a long document through on a hold it overruns.
+ */
+export const PDF_PAGES_UNKNOWN = 1_000;
+
+/**
+ * Bytes inflated at most from the object streams of all of a prompt's PDFs
+ * together (page dictionaries are ~100 bytes: this is 100,000s of objects).
+ * Past it a PDF's pages count as unknown: held high, never short, and a body
+ * of zip bombs costs one prompt at most this much inflating.
+ */
+export const PDF_INFLATE_PER_PROMPT = 16 * 1024 * 1024;
+
+/** What a prompt's walk may still inflate (PDF_INFLATE_PER_PROMPT at its start): shared by all its PDFs. */
+export interface InflateBudget {
+  bytes: number;
+}
+
+/** `/Type /Page` (any whitespace, none too), not `/Pages` or `/PageLabel`: the name must end at a delimiter. */
+const PAGE_OBJECT = /\/Type\s*\/Page(?![^\s()<>[\]{}/%])/g;
+const OBJECT_STREAM = /\/Type\s*\/ObjStm(?![^\s()<>[\]{}/%])/g;
+
+function countMatches(text: string, re: RegExp): number {
+  re.lastIndex = 0;
+  let n = 0;
+  while (re.exec(text) !== null) n++;
+  return n;
+}
+
+/** Whether bytes are a PDF: its header may follow a little junk (readers look in the first 1,024 bytes). */
+function isPdf(bytes: Buffer): boolean {
+  return bytes.subarray(0, 1024).indexOf("%PDF-", 0, "latin1") >= 0;
+}
+
+/**
+ * The pages of a PDF: its page objects (`/Type /Page`), in the file and in
+ * its Flate-coded object streams (PDF 1.5+ keeps page dictionaries there,
+ * where the raw bytes do not show them). Undefined when it is not a PDF, has
+ * no page object we can see, or has an object stream we cannot read: a
+ * count missing pages must not pass for the page count. Pages left over from
+ * earlier revisions (incremental updates) count too: more, so still a bound.
+ */
+export function pdfPages(pdf: Buffer, budget: InflateBudget = { bytes: PDF_INFLATE_PER_PROMPT }): number | undefined {
+  if (!isPdf(pdf)) return undefined;
+  const text = pdf.toString("latin1");
+  let pages = countMatches(text, PAGE_OBJECT);
+  OBJECT_STREAM.lastIndex = 0;
+  for (let m = OBJECT_STREAM.exec(text); m !== null; m = OBJECT_STREAM.exec(text)) {
+    // The stream's data follows the first `stream` keyword after its dictionary (EOL: CRLF or LF).
+    const kw = text.indexOf("stream", m.index);
+    if (kw < 0) return undefined;
+    let start = kw + 6;
+    if (text.charCodeAt(start) === 13) start++;
+    if (text.charCodeAt(start) === 10) start++;
+    const end = text.indexOf("endstream", start);
+    let inflated: Buffer;
+    try {
+      // Bytes after the zlib stream's end (the EOL before `endstream`) are ignored.
+      inflated = inflateSync(pdf.subarray(start, end < 0 ? pdf.length : end), { maxOutputLength: Math.max(1, budget.bytes) });
+    } catch {
+      return undefined;
+    }
+    budget.bytes -= inflated.length;
+    pages += countMatches(inflated.toString("latin1"), PAGE_OBJECT);
+    // The next object stream starts after this one's data: each byte is scanned once, however many markers a file holds.
+    if (end < 0) break;
+    OBJECT_STREAM.lastIndex = end + 9;
+  }
+  return pages > 0 ? pages : undefined;
+}
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null;
+
+/**
+ * The most a `file` part can cost, split into its text and its page images
+ * (a model may count images apart: its price row's multiplier), from its
+ * `file.file_data`: a base64 PDF by its pages × (PDF_PAGE_TEXT_TOKENS +
+ * PDF_PAGE_IMAGE_TOKENS), never less than `byteBound` (the part's bytes,
+ * which is all any other base64 file is bounded by); a PDF we cannot count
+ * the pages of, or a file the provider fetches (a URL, a file id), by
+ * PDF_PAGES_UNKNOWN pages. `budget`: what the prompt's walk may still inflate.
+ */
+export function fileTokensUpperBound(part: Record<string, unknown>, byteBound: number, budget: InflateBudget): { text: number; image: number } {
+  const file = isRecord(part.file) ? part.file : {};
+  const data = file.file_data;
+  const b64 = typeof data === "string" ? dataUrlBase64(data) : undefined;
+  let pages: number;
+  if (b64 !== undefined) {
+    // Not a PDF (a text file, say): its bytes bound it, as they bound any text. Only its head is decoded to tell.
+    if (!isPdf(Buffer.from(b64.slice(0, 1_400), "base64"))) return { text: byteBound, image: 0 };
+    pages = pdfPages(Buffer.from(b64, "base64"), budget) ?? PDF_PAGES_UNKNOWN;
+  } else if ((typeof data === "string" && data.slice(0, 5).toLowerCase() !== "data:") || (data === undefined && file.file_id !== undefined)) {
+    // A URL or an uploaded file's id: the provider reads a document we cannot see.
+    pages = PDF_PAGES_UNKNOWN;
+  } else {
+    return { text: byteBound, image: 0 };
+  }
+  const perPage = PDF_PAGE_TEXT_TOKENS + PDF_PAGE_IMAGE_TOKENS;
+  pages = Math.min(pages, Math.floor(PART_TOKENS_MAX / perPage));
+  const image = pages * PDF_PAGE_IMAGE_TOKENS;
+  return { text: Math.max(pages * PDF_PAGE_TEXT_TOKENS, byteBound - image), image };
+}
