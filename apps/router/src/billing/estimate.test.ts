@@ -233,10 +233,10 @@ describe("an image's and an audio clip's token bound", () => {
   });
 
   it("inflates at most PDF_INFLATE_PER_PROMPT of a prompt's object streams, all its PDFs together: past it, pages count as unknown", () => {
-    // Two PDFs of 2 pages behind 10 MiB of inflated padding each (a few kB coded): each alone fits, both do not.
-    const padded = pdfObjStm(2, undefined, 10 * 1024 * 1024);
+    // Two PDFs of 2 pages behind 3 MiB of inflated padding each (a few kB coded): each alone fits, both do not.
+    const padded = pdfObjStm(2, undefined, 3 * 1024 * 1024);
     expect(padded.length).toBeLessThan(64 * 1024);
-    expect(2 * 10 * 1024 * 1024).toBeGreaterThan(PDF_INFLATE_PER_PROMPT);
+    expect(2 * 3 * 1024 * 1024).toBeGreaterThan(PDF_INFLATE_PER_PROMPT);
     expect(partTokens(file(padded))).toBe(2 * PER_PAGE);
     expect(chatParts(file(padded), file(padded)) - chatParts()).toBe(2 * PER_PAGE + PDF_PAGES_UNKNOWN * PER_PAGE);
     // The next prompt starts with the whole allowance again.
