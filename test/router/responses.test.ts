@@ -212,6 +212,25 @@ describe("POST /v1/responses", () => {
     }
   });
 
+  it("a backend that reports no usage still answers a usage object, whole and streamed", async () => {
+    // OpenAI's finished responses always carry usage, and strict clients
+    // validate it: the Vercel AI SDK's schema takes `usage` as optional (not
+    // null) on a whole response and requires it on response.completed.
+    const zero = { input_tokens: 0, input_tokens_details: { cached_tokens: 0 }, output_tokens: 0, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 0 };
+    worker.enqueue({ kind: "no_usage" });
+    const whole = await client.responses.create({ model: "sim-chat", input: "quiet" });
+    expect(whole.usage).toMatchObject(zero);
+    worker.enqueue({ kind: "no_usage" });
+    const stream = await client.responses.create({ model: "sim-chat", input: "quiet", stream: true });
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const ev of stream) events.push(ev);
+    const last = events.at(-1)!;
+    expect(last.type).toBe("response.completed");
+    if (last.type === "response.completed") expect(last.response.usage).toMatchObject(zero);
+    // Stored as answered.
+    expect((await client.responses.retrieve(whole.id)).usage).toMatchObject(zero);
+  });
+
   it("a stream that breaks after its first byte ends with response.failed", async () => {
     worker.enqueue({ kind: "midstream_error", afterTokens: 2, message: "engine fell over" });
     const stream = await client.responses.create({ model: "sim-chat", input: "break", stream: true });

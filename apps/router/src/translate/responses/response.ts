@@ -59,9 +59,14 @@ export function responseEnvelope(seed: ResponseSeed, state: { status: ResponseSt
 
 const count = (v: unknown) => (typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0);
 
-/** OpenAI chat usage → Responses usage. */
-export function responsesUsage(u: unknown): Json | null {
-  if (!isObject(u)) return null;
+/**
+ * OpenAI chat usage → Responses usage. A finished response always has one,
+ * as OpenAI's do: a backend that reported none reads as zeros (its ledger row
+ * is billed an estimate and says so), since strict clients reject a null
+ * (the Vercel AI SDK's schemas require usage on response.completed).
+ */
+export function responsesUsage(reported: unknown): Json {
+  const u = isObject(reported) ? reported : {};
   const details = isObject(u.prompt_tokens_details) ? u.prompt_tokens_details : {};
   const out = isObject(u.completion_tokens_details) ? u.completion_tokens_details : {};
   const input = count(u.prompt_tokens);
@@ -102,7 +107,7 @@ export function historyTurn(text: string, calls: Array<{ call_id: string; name: 
 }
 
 /** Output items for a whole chat.completion; `turn` is its assistant message in chat shape. */
-export function outputFromCompletion(completion: Json): { output: Json[]; turn: Json; finish: string | null; usage: Json | null } {
+export function outputFromCompletion(completion: Json): { output: Json[]; turn: Json; finish: string | null; usage: Json } {
   const choice = Array.isArray(completion.choices) && isObject(completion.choices[0]) ? completion.choices[0] : {};
   const message = isObject(choice.message) ? choice.message : {};
   const finish = typeof choice.finish_reason === "string" ? choice.finish_reason : null;

@@ -171,7 +171,7 @@ export class ResponsesStreamTranslator implements StreamTranslator {
       this.part(out, m, "output_text");
       this.close(out, status === "completed" ? "completed" : "incomplete");
     }
-    const response = this.envelope(status, { usage: this.usage });
+    const response = this.envelope(status, { usage: this.usage ?? responsesUsage(undefined) });
     try {
       await this.onFinished({ response, turn: historyTurn(this.text, this.calls) });
     } catch (err) {
