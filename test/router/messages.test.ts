@@ -233,6 +233,29 @@ describe("POST /v1/messages with @anthropic-ai/sdk", () => {
     expect((JSON.parse(delta[1]!.slice("data: ".length)) as { usage: unknown }).usage).toMatchObject(want);
   });
 
+  it("a stop sequence that ended a paid answer is Anthropic's stop_reason stop_sequence, naming it, whole and streamed", async () => {
+    // The chat hop between (backends/anthropic → translate/messages) carries the match as vLLM's choices[].stop_reason.
+    const params = { model: AN_MODEL, max_tokens: 50, stop_sequences: ["END", "STOP"], messages: [{ role: "user" as const, content: "count" }] };
+    upstream.enqueue({ kind: "ok", text: "one two END three" });
+    const whole = await client.messages.create(params);
+    expect(whole.content).toEqual([{ type: "text", text: "one two " }]);
+    expect(whole).toMatchObject({ stop_reason: "stop_sequence", stop_sequence: "END" });
+    upstream.enqueue({ kind: "ok", text: "one two END three" });
+    const streamed = await client.messages.stream(params).finalMessage();
+    expect(streamed).toMatchObject({ stop_reason: "stop_sequence", stop_sequence: "END" });
+    // No stop sequence matched: end_turn, stop_sequence null.
+    upstream.enqueue({ kind: "ok", text: "one two three" });
+    expect(await client.messages.create(params)).toMatchObject({ stop_reason: "end_turn", stop_sequence: null });
+    // Chat clients of the same backend see the match too, as vLLM reports it.
+    upstream.enqueue({ kind: "ok", text: "one two END three" });
+    const chat = await fetch(`${fx.router.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: AN_MODEL, max_tokens: 50, stop: ["END"], messages: [{ role: "user", content: "count" }] }),
+    });
+    expect(((await chat.json()) as { choices: unknown[] }).choices[0]).toMatchObject({ finish_reason: "stop", stop_reason: "END" });
+  });
+
   it("errors leave in Anthropic's shape with the SDK's error classes", async () => {
     await expect(client.messages.create({ model: "no-such-model", max_tokens: 5, messages: [{ role: "user", content: "x" }] })).rejects.toBeInstanceOf(Anthropic.NotFoundError);
     const missing = await post({ max_tokens: undefined });

@@ -15,6 +15,16 @@ export function finishReason(stopReason: string | null | undefined): string {
   return (stopReason && Object.hasOwn(finishReasons, stopReason) && finishReasons[stopReason]) || "stop";
 }
 
+/**
+ * The stop sequence that ended the answer, as vLLM reports it on a chat
+ * choice (`stop_reason`): chat's finish_reason "stop" does not say, and the
+ * Messages API inbound (translate/messages) answers it as Anthropic's
+ * `stop_sequence`. Nothing when no stop sequence matched.
+ */
+export function stopSequenceField(stopReason: string | null | undefined, stopSequence: string | null | undefined): { stop_reason?: string } {
+  return stopReason === "stop_sequence" && typeof stopSequence === "string" ? { stop_reason: stopSequence } : {};
+}
+
 function count(v: unknown): number {
   return typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0;
 }
@@ -59,7 +69,7 @@ export function fromMessagesResponse(msg: MessagesResponse, requestedModel?: str
     object: "chat.completion",
     created: nowSeconds(),
     model: requestedModel ?? msg.model,
-    choices: [{ index: 0, message, finish_reason: finishReason(msg.stop_reason), logprobs: null }],
+    choices: [{ index: 0, message, finish_reason: finishReason(msg.stop_reason), ...stopSequenceField(msg.stop_reason, msg.stop_sequence), logprobs: null }],
   };
   const usage = openaiUsage(msg.usage);
   if (usage) out.usage = usage;

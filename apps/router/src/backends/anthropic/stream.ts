@@ -1,13 +1,13 @@
 // Anthropic Messages stream events → OpenAI chat completion chunks (see wire.ts).
 import { AnthropicStreamError, type AnthropicUsage, type OpenAIUsage, type Json } from "./wire.ts";
-import { finishReason, openaiUsage, nowSeconds } from "./response.ts";
+import { finishReason, openaiUsage, nowSeconds, stopSequenceField } from "./response.ts";
 
 export interface MessagesStreamEvent {
   type: string;
   index?: number;
   message?: { id?: string; model?: string; usage?: AnthropicUsage };
   content_block?: { type: string; id?: string; name?: string };
-  delta?: { type?: string; text?: string; partial_json?: string; stop_reason?: string | null };
+  delta?: { type?: string; text?: string; partial_json?: string; stop_reason?: string | null; stop_sequence?: string | null };
   usage?: AnthropicUsage;
   error?: { type?: string; message?: string };
 }
@@ -25,6 +25,7 @@ export class MessagesStreamTranslator {
   private started = false;
   private finished = false;
   private stopReason: string | null = null;
+  private stopSequence: string | null = null;
   private usage: AnthropicUsage | undefined;
   /** Anthropic content-block index → OpenAI tool_calls index, and whether any arguments went out. */
   private readonly tools = new Map<number, { index: number; sentArgs: boolean }>();
@@ -73,11 +74,12 @@ export class MessagesStreamTranslator {
       }
       case "message_delta":
         if (ev.delta?.stop_reason !== undefined) this.stopReason = ev.delta.stop_reason;
+        if (ev.delta?.stop_sequence !== undefined) this.stopSequence = ev.delta.stop_sequence;
         this.mergeUsage(ev.usage);
         return [];
       case "message_stop": {
         this.finished = true;
-        const out = this.emit({}, finishReason(this.stopReason));
+        const out = this.emit({}, finishReason(this.stopReason), stopSequenceField(this.stopReason, this.stopSequence));
         const usage = openaiUsage(this.usage);
         if (this.opts.includeUsage && usage) out.push(this.chunk([], usage));
         out.push("[DONE]");
@@ -109,13 +111,13 @@ export class MessagesStreamTranslator {
   }
 
   /** The chunk for this delta, preceded by the role chunk the first time. */
-  private emit(delta: Json, finish: string | null = null): string[] {
+  private emit(delta: Json, finish: string | null = null, extra: Json = {}): string[] {
     const out: string[] = [];
     if (!this.started) {
       this.started = true;
       out.push(this.chunk([{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null, logprobs: null }]));
     }
-    out.push(this.chunk([{ index: 0, delta, finish_reason: finish, logprobs: null }]));
+    out.push(this.chunk([{ index: 0, delta, finish_reason: finish, ...extra, logprobs: null }]));
     return out;
   }
 

@@ -21,6 +21,18 @@ export function stopReason(finish: unknown): string {
   return (typeof finish === "string" && Object.hasOwn(stopReasons, finish) && stopReasons[finish]) || "end_turn";
 }
 
+/**
+ * Anthropic's stop_reason and stop_sequence for a chat choice. Chat's "stop"
+ * does not say whether a stop sequence ended it; a backend that knows says
+ * which in vLLM's `stop_reason` on the choice (backends/anthropic does), and
+ * only a string naming one the client sent counts (vLLM also puts a stop
+ * token's id there).
+ */
+export function stopOf(finish: unknown, matched: unknown, sent: readonly string[]): { stop_reason: string; stop_sequence: string | null } {
+  if (finish === "stop" && typeof matched === "string" && sent.includes(matched)) return { stop_reason: "stop_sequence", stop_sequence: matched };
+  return { stop_reason: stopReason(finish), stop_sequence: null };
+}
+
 const count = (v: unknown) => (typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0);
 
 /**
@@ -58,8 +70,8 @@ export function toolInput(args: unknown): Json {
   }
 }
 
-/** The `message` object for a whole chat.completion, named as the client named the model. */
-export function messageFromCompletion(completion: Json, model: string): MessagesResponse & Json {
+/** The `message` object for a whole chat.completion, named as the client named the model; `stops` are the request's stop_sequences. */
+export function messageFromCompletion(completion: Json, model: string, stops: readonly string[] = []): MessagesResponse & Json {
   const choice = Array.isArray(completion.choices) && isObject(completion.choices[0]) ? completion.choices[0] : {};
   const message = isObject(choice.message) ? choice.message : {};
   const content: MessagesResponse["content"] = [];
@@ -75,8 +87,7 @@ export function messageFromCompletion(completion: Json, model: string): Messages
     role: "assistant",
     model,
     content,
-    stop_reason: stopReason(choice.finish_reason),
-    stop_sequence: null,
+    ...stopOf(choice.finish_reason, choice.stop_reason, stops),
     usage: { ...anthropicUsage(completion.usage), service_tier: "standard" } as AnthropicUsage,
   };
 }

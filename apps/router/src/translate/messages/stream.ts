@@ -5,7 +5,7 @@
 // usage) and message_stop; a failure after the first byte is one
 // `event: error`.
 import { isObject, sseFrame, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
-import { anthropicErrorType, anthropicUsage, newMessageId, stopReason } from "./response.ts";
+import { anthropicErrorType, anthropicUsage, newMessageId, stopOf } from "./response.ts";
 
 /** Router error codes → the HTTP status they stand for (for Anthropic's error type). */
 const failureStatus: Record<string, number> = { upstream_timeout: 504, router_shutting_down: 503, no_healthy_backend: 503 };
@@ -17,9 +17,15 @@ export class MessagesStreamTranslator implements StreamTranslator {
   private open: { index: number; kind: "text" | "tool_use"; chatIndex?: number } | undefined;
   private blocks = 0;
   private finish: unknown = null;
+  /** The finishing choice's stop_reason: which stop sequence ended it, when the backend says (response.ts stopOf). */
+  private matched: unknown = null;
   private usage: unknown;
 
-  constructor(private readonly model: string) {}
+  constructor(
+    private readonly model: string,
+    /** The request's stop_sequences. */
+    private readonly stops: readonly string[] = [],
+  ) {}
 
   private begin(out: string[]): void {
     if (this.started) return;
@@ -74,7 +80,10 @@ export class MessagesStreamTranslator implements StreamTranslator {
         out.push(sseFrame("content_block_delta", { type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: fn.arguments } }));
       }
     }
-    if (typeof choice.finish_reason === "string") this.finish = choice.finish_reason;
+    if (typeof choice.finish_reason === "string") {
+      this.finish = choice.finish_reason;
+      this.matched = choice.stop_reason;
+    }
     return out;
   }
 
@@ -83,7 +92,7 @@ export class MessagesStreamTranslator implements StreamTranslator {
     this.begin(out);
     this.close(out);
     // Counts in message_delta are cumulative: the whole answer's.
-    out.push(sseFrame("message_delta", { type: "message_delta", delta: { stop_reason: stopReason(this.finish), stop_sequence: null }, usage: anthropicUsage(this.usage) }));
+    out.push(sseFrame("message_delta", { type: "message_delta", delta: stopOf(this.finish, this.matched, this.stops), usage: anthropicUsage(this.usage) }));
     out.push(sseFrame("message_stop", { type: "message_stop" }));
     return out;
   }

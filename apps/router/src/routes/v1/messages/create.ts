@@ -105,6 +105,7 @@ export async function createMessage(c: Context<AppEnv>, deps: AppDeps): Promise<
   const body = c.get("body") as Json & { model: string };
   const { chat, needs } = toChatRequest(body);
   const narrow = narrowByFeatures(needs, body.model);
+  const stops = Array.isArray(body.stop_sequences) ? (body.stop_sequences as string[]) : [];
   // Anthropic's SDK reads the id from `request-id`.
   const headers = { "request-id": c.get("requestId") };
   return runTranslated(
@@ -112,8 +113,8 @@ export async function createMessage(c: Context<AppEnv>, deps: AppDeps): Promise<
     deps,
     chat,
     {
-      whole: async (completion) => messageFromCompletion(completion, body.model),
-      stream: () => new MessagesStreamTranslator(body.model),
+      whole: async (completion) => messageFromCompletion(completion, body.model, stops),
+      stream: () => new MessagesStreamTranslator(body.model, stops),
     },
     { headers, ...(narrow ? { narrow } : {}) },
   );
