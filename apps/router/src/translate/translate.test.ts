@@ -121,6 +121,33 @@ describe("Responses stream translator", () => {
   });
 });
 
+describe("Responses: an answer the output limit cut", () => {
+  // Text, then a call cut mid-arguments by max_tokens (chat's "length").
+  const cut: Json[] = [chatChunks[1]!, chatChunks[3]!, chatChunks[4]!, chunk({}, "length")];
+  const cutWhole: Json = {
+    id,
+    object: "chat.completion",
+    choices: [{ index: 0, finish_reason: "length", message: { role: "assistant", content: "Checking ", tool_calls: [{ id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":' } }] } }],
+  };
+
+  it("is incomplete in its last item only: the cut call, not the finished text before it, streamed and whole", async () => {
+    const t = new ResponsesStreamTranslator(seed, async () => {});
+    const frames = [...cut.flatMap((c) => t.chunk(c)), ...(await t.done())].map((f) => JSON.parse(f.split("\n")[1]!.slice("data: ".length)) as Json);
+    const done = frames.filter((f) => f.type === "response.output_item.done").map((f) => f.item as Json);
+    expect(done.map((i) => [i.type, i.status])).toEqual([
+      ["message", "completed"],
+      ["function_call", "incomplete"],
+    ]);
+    const last = frames.at(-1)!;
+    expect(last.type).toBe("response.incomplete");
+    expect(((last.response as Json).output as Json[]).map((i) => i.status)).toEqual(["completed", "incomplete"]);
+    expect(outputFromCompletion(cutWhole).output.map((i) => [i.type, i.status])).toEqual([
+      ["message", "completed"],
+      ["function_call", "incomplete"],
+    ]);
+  });
+});
+
 describe("Messages stream translator", () => {
   it("text then two tool_use blocks: the SDK's MessageStream assembles them, input parsed", async () => {
     const client = new Anthropic({ apiKey: "k", baseURL: base, maxRetries: 0 });

@@ -111,7 +111,8 @@ export function outputFromCompletion(completion: Json): { output: Json[]; turn: 
   const choice = Array.isArray(completion.choices) && isObject(completion.choices[0]) ? completion.choices[0] : {};
   const message = isObject(choice.message) ? choice.message : {};
   const finish = typeof choice.finish_reason === "string" ? choice.finish_reason : null;
-  const status = statusOf(finish) === "completed" ? "completed" : "incomplete";
+  // What the output limit cut is the last item: the items before it are whole.
+  const cut = statusOf(finish) !== "completed";
   const text = typeof message.content === "string" ? message.content : "";
   const refusal = typeof message.refusal === "string" && message.refusal !== "" ? message.refusal : undefined;
   const calls = (Array.isArray(message.tool_calls) ? message.tool_calls : [])
@@ -125,8 +126,8 @@ export function outputFromCompletion(completion: Json): { output: Json[]; turn: 
     const content: Json[] = [];
     if (text !== "" || refusal === undefined) content.push(outputText(text, responsesLogprobs(isObject(choice.logprobs) ? choice.logprobs.content : undefined)));
     if (refusal !== undefined) content.push({ type: "refusal", refusal });
-    output.push({ id: newItemId("msg"), type: "message", status, role: "assistant", content });
+    output.push({ id: newItemId("msg"), type: "message", status: cut && calls.length === 0 ? "incomplete" : "completed", role: "assistant", content });
   }
-  for (const c of calls) output.push({ id: newItemId("fc"), type: "function_call", status: "completed", ...c });
+  calls.forEach((c, i) => output.push({ id: newItemId("fc"), type: "function_call", status: cut && i === calls.length - 1 ? "incomplete" : "completed", ...c }));
   return { output, turn: historyTurn(text, calls), finish, usage: responsesUsage(completion.usage) };
 }

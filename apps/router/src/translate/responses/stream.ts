@@ -87,7 +87,8 @@ export class ResponsesStreamTranslator implements StreamTranslator {
       out.push(this.frame("response.output_item.done", { output_index: o.index, item }));
     } else {
       out.push(this.frame("response.function_call_arguments.done", { item_id: o.id, output_index: o.index, name: o.name, arguments: o.arguments }));
-      const item = { id: o.id, type: "function_call", status: "completed", call_id: o.call_id, name: o.name, arguments: o.arguments };
+      // Cut by the output limit, its arguments are unfinished JSON: a client must not run it as if whole.
+      const item = { id: o.id, type: "function_call", status, call_id: o.call_id, name: o.name, arguments: o.arguments };
       this.output[o.index] = item;
       this.calls.push({ call_id: o.call_id, name: o.name, arguments: o.arguments });
       out.push(this.frame("response.output_item.done", { output_index: o.index, item }));
