@@ -258,6 +258,9 @@ describe("POST /v1/messages with @anthropic-ai/sdk", () => {
 
   it("errors leave in Anthropic's shape with the SDK's error classes", async () => {
     await expect(client.messages.create({ model: "no-such-model", max_tokens: 5, messages: [{ role: "user", content: "x" }] })).rejects.toBeInstanceOf(Anthropic.NotFoundError);
+    // A message that already names its field is not prefixed with it again ("model: model 'x' …").
+    const unknown = await post({ model: "no-such-model" });
+    expect(await unknown.json()).toMatchObject({ error: { type: "not_found_error", message: expect.stringMatching(/^model 'no-such-model' is not served/) } });
     const missing = await post({ max_tokens: undefined });
     expect(missing.status).toBe(400);
     expect(await missing.json()).toMatchObject({ type: "error", error: { type: "invalid_request_error", message: expect.stringMatching(/^max_tokens/) } });

@@ -111,8 +111,8 @@ export function anthropicErrorBody(status: number, message: string, requestId: s
   return { type: "error", error: { type: anthropicErrorType(status), message }, request_id: requestId ?? null };
 }
 
-/** The ApiError's status, and its message with the field it names (Anthropic's shape has no param). */
+/** The ApiError's status, and its message with the field it names (Anthropic's shape has no param), unless it starts with it already. */
 export function describeError(err: Pick<ApiError, "status" | "message" | "param">): { status: number; message: string } {
-  const named = err.param && !err.message.startsWith(`${err.param}:`) ? `${err.param}: ${err.message}` : err.message;
+  const named = err.param && !err.message.startsWith(err.param) ? `${err.param}: ${err.message}` : err.message;
   return { status: err.status, message: named };
 }
