@@ -256,6 +256,22 @@ describe("POST /v1/messages with @anthropic-ai/sdk", () => {
     expect(((await chat.json()) as { choices: unknown[] }).choices[0]).toMatchObject({ finish_reason: "stop", stop_reason: "END" });
   });
 
+  it("a paid answer's tool call and output limit, through the chain: tool_use blocks the SDK assembles, stop_reason tool_use / max_tokens", async () => {
+    const tools = [{ name: "get_weather", input_schema: { type: "object" as const, properties: { city: { type: "string" } } } }];
+    const params = { model: AN_MODEL, max_tokens: 50, tools, messages: [{ role: "user" as const, content: "weather?" }] };
+    upstream.enqueue({ kind: "ok", text: 'TOOL: get_weather {"city":"Paris"}' });
+    const streamed = await client.messages.stream(params).finalMessage();
+    expect(streamed.content).toEqual([{ type: "tool_use", id: expect.stringMatching(/^toolu_/), name: "get_weather", input: { city: "Paris" } }]);
+    expect(streamed).toMatchObject({ stop_reason: "tool_use", stop_sequence: null });
+    upstream.enqueue({ kind: "ok", text: 'TOOL: get_weather {"city":"Paris"}' });
+    const whole = await client.messages.create(params);
+    expect(whole.content).toEqual([{ type: "tool_use", id: expect.stringMatching(/^toolu_/), name: "get_weather", input: { city: "Paris" } }]);
+    expect(whole.stop_reason).toBe("tool_use");
+    upstream.enqueue({ kind: "ok", text: "a b c d e f" });
+    const cut = await client.messages.stream({ ...params, max_tokens: 3, tools: undefined }).finalMessage();
+    expect(cut).toMatchObject({ content: [{ type: "text", text: "a b c " }], stop_reason: "max_tokens", usage: { output_tokens: 3 } });
+  });
+
   it("errors leave in Anthropic's shape with the SDK's error classes", async () => {
     await expect(client.messages.create({ model: "no-such-model", max_tokens: 5, messages: [{ role: "user", content: "x" }] })).rejects.toBeInstanceOf(Anthropic.NotFoundError);
     // A message that already names its field is not prefixed with it again ("model: model 'x' …").
