@@ -1,12 +1,14 @@
 // POST /v1/responses through a real router (real Redis response store,
 // budgets and ledger stream, real Postgres keys and ledger) in front of a sim
-// worker, driven by the official `openai` client: whole and streamed
-// answers, continuation with previous_response_id, what a chat request
-// receives for tools and text.format, retrieval and deletion, and the 404 for
-// another tenant's response.
+// worker (and the Anthropic fake, for function calls and the output limit),
+// driven by the official `openai` client: whole and streamed answers,
+// continuation with previous_response_id, what a chat request receives for
+// tools and text.format, retrieval and deletion, and the 404 for another
+// tenant's response.
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createKey, createTenant } from "@switchyard/db";
+import { createKey, createTenant, setBudget, setPrice } from "@switchyard/db";
+import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
 import { SimWorker } from "#testkit/sim-worker";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { waitFor } from "../helpers/env.ts";
@@ -15,21 +17,29 @@ let fx: RouterFixture;
 let worker: SimWorker;
 let client: OpenAI;
 let otherTenant: OpenAI;
+// A paid backend whose fake answers tool calls and honours the output limit (the sim worker does neither).
+let upstream: FakeAnthropic;
+const AN_MODEL = "claude-3-5-haiku-latest";
 
 beforeAll(async () => {
   // A small conversation bound, so a test can pass it.
-  fx = await startTestRouter({ "responses.maxConversationBytes": 4000 });
+  upstream = await new FakeAnthropic("sk-ant-test").start();
+  fx = await startTestRouter({ "responses.maxConversationBytes": 4000, "providers.anthropic": { apiKey: "sk-ant-test", baseUrl: upstream.url }, "billing.refreshMs": 100 });
+  await setPrice(fx.db.db, { backend: "anthropic", model: AN_MODEL, inputMicroPerMtok: 80_000_000n, outputMicroPerMtok: 400_000_000n });
+  await setBudget(fx.db.db, { tenantId: fx.tenantId, dailyLimitCents: 100n });
   worker = await new SimWorker({ id: "resp-sim", models: ["sim-chat"], registry: fx.registry, behavior: { tokens: 4 } }).start();
   client = new OpenAI({ apiKey: fx.key, baseURL: `${fx.router.url}/v1`, maxRetries: 0 });
   const t = await createTenant(fx.db.db, "other-co");
   if (!t.ok) throw new Error("tenant");
   otherTenant = new OpenAI({ apiKey: (await createKey(fx.db.db, t.tenant.id)).key, baseURL: `${fx.router.url}/v1`, maxRetries: 0 });
   await waitFor(() => fx.router.deps.directory.all().length === 1, { what: "worker registered" });
+  await waitFor(() => fx.router.deps.guard.deps.prices.price("anthropic", AN_MODEL), { what: "price loaded" });
 });
 
 afterAll(async () => {
   await worker?.stop();
   await fx?.close();
+  await upstream?.stop();
 });
 
 async function ledgerRows(requestId: string) {
@@ -229,6 +239,56 @@ describe("POST /v1/responses", () => {
     if (last.type === "response.completed") expect(last.response.usage).toMatchObject(zero);
     // Stored as answered.
     expect((await client.responses.retrieve(whole.id)).usage).toMatchObject(zero);
+  });
+
+  it("a function call streams as a function_call item the SDK assembles, and continues with its output", async () => {
+    const tools: OpenAI.Responses.Tool[] = [{ type: "function", name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } }, strict: false }];
+    upstream.enqueue({ kind: "ok", text: 'TOOL: get_weather {"city":"Paris"}' });
+    const helper = client.responses.stream({ model: AN_MODEL, input: "weather in Paris?", tools });
+    const types: string[] = [];
+    helper.on("event", (e) => types.push(e.type));
+    const final = await helper.finalResponse();
+    expect(types).toEqual([
+      "response.created",
+      "response.in_progress",
+      "response.output_item.added",
+      ...types.filter((t) => t === "response.function_call_arguments.delta"),
+      "response.function_call_arguments.done",
+      "response.output_item.done",
+      "response.completed",
+    ]);
+    expect(final.status).toBe("completed");
+    expect(final.output).toMatchObject([{ id: expect.stringMatching(/^fc_/), type: "function_call", status: "completed", call_id: expect.stringMatching(/^toolu_/), name: "get_weather", arguments: '{"city":"Paris"}' }]);
+    const call = final.output[0] as OpenAI.Responses.ResponseFunctionToolCall;
+    upstream.enqueue({ kind: "ok", text: "sunny in Paris" });
+    const next = await client.responses.create({ model: AN_MODEL, previous_response_id: final.id, input: [{ type: "function_call_output", call_id: call.call_id, output: "sunny" }], tools });
+    expect(next.output_text).toBe("sunny in Paris");
+    // What reached Anthropic: the stored call, then its result, under the id the client answered.
+    const sent = upstream.requests.at(-1)!.body as { messages: Array<{ role: string; content: string | Array<{ type: string; id?: string; tool_use_id?: string }> }> };
+    expect(sent.messages.map((m) => [m.role, typeof m.content === "string" ? "text" : m.content.map((b) => b.type).join()])).toEqual([
+      ["user", "text"],
+      ["assistant", "tool_use"],
+      ["user", "tool_result"],
+    ]);
+    expect(sent.messages[1]!.content[0]).toMatchObject({ id: call.call_id });
+    expect(sent.messages[2]!.content[0]).toMatchObject({ tool_use_id: call.call_id });
+  });
+
+  it("an answer max_output_tokens cut is incomplete, whole and streamed (response.incomplete)", async () => {
+    upstream.enqueue({ kind: "ok", text: "a b c d e f" });
+    const whole = await client.responses.create({ model: AN_MODEL, input: "long", max_output_tokens: 3 });
+    expect(whole).toMatchObject({ status: "incomplete", incomplete_details: { reason: "max_output_tokens" }, output: [{ type: "message", status: "incomplete" }] });
+    expect(whole.output_text).toBe("a b c ");
+    upstream.enqueue({ kind: "ok", text: "a b c d e f" });
+    const stream = await client.responses.create({ model: AN_MODEL, input: "long", max_output_tokens: 3, stream: true });
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const ev of stream) events.push(ev);
+    const last = events.at(-1)!;
+    expect(last.type).toBe("response.incomplete");
+    if (last.type === "response.incomplete") {
+      expect(last.response).toMatchObject({ status: "incomplete", incomplete_details: { reason: "max_output_tokens" }, usage: { output_tokens: 3 } });
+    }
+    expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
   });
 
   it("a stream that breaks after its first byte ends with response.failed", async () => {
