@@ -282,6 +282,21 @@ describe("POST /v1/messages with @anthropic-ai/sdk", () => {
     expect(await missing.json()).toMatchObject({ type: "error", error: { type: "invalid_request_error", message: expect.stringMatching(/^max_tokens/) } });
   });
 
+  it("no ready backend is Anthropic's overloaded_error with its status, 529, and Retry-After", async () => {
+    const warming = await new SimWorker({ id: "msg-warming", models: ["cold-msgs"], registry: fx.registry, state: "warming" }).start();
+    try {
+      await waitFor(() => fx.router.deps.directory.all().length === 2, { what: "warming worker seen" });
+      const r = await post({ model: "cold-msgs" });
+      expect(r.status).toBe(529);
+      expect(r.headers.get("retry-after")).toMatch(/^\d+$/);
+      expect(await r.json()).toMatchObject({ type: "error", error: { type: "overloaded_error" } });
+      // Its SDK retries it as any 5xx (with Retry-After), then raises its server error class.
+      await expect(client.messages.create({ model: "cold-msgs", max_tokens: 5, messages: [{ role: "user", content: "x" }] })).rejects.toMatchObject({ status: 529 });
+    } finally {
+      await warming.stop();
+    }
+  });
+
   it("a stream that breaks after its first byte ends with one `event: error` the SDK throws", async () => {
     worker.enqueue({ kind: "midstream_error", afterTokens: 2, message: "engine fell over" });
     const stream = client.messages.stream({ model: "sim-chat", max_tokens: 50, messages: [{ role: "user", content: "break" }] });

@@ -70,6 +70,10 @@ describe("GET /openapi.json", () => {
     expect(body.required).toEqual(expect.arrayContaining(["model", "messages"]));
     expect(chat.security).toEqual([{ bearerAuth: [] }]);
     for (const status of ["200", "400", "401", "404", "413", "415", "429", "503"]) expect(chat.responses[status], status).toBeDefined();
+    // Anthropic's status for overloaded_error on /v1/messages, not 503.
+    const messages = spec.paths["/v1/messages"]!.post!;
+    expect(messages.responses["529"]).toMatchObject({ content: { "application/json": { schema: { $ref: "#/components/schemas/AnthropicError" } } } });
+    expect(messages.responses["503"]).toBeUndefined();
     expect(chat.responses["500"]).toBeUndefined();
     expect(spec.components.schemas.Error).toMatchObject({ type: "object", required: ["error"] });
     // Refinements JSON Schema can say are said: exactly one of input or messages.
@@ -126,9 +130,9 @@ describe("GET /openapi.json", () => {
           "[parameters]",
           '"body.model" = { dictionary = "models", probability = 0.7 }',
           "",
-          // 503/504 are documented answers (no capacity, a wait that ran out); a 500 or a 502 is a bug.
+          // 503/504 are documented answers (no capacity, a wait that ran out; 529 is /v1/messages' 503); a 500 or a 502 is a bug.
           "[checks.not_a_server_error]",
-          'expected-statuses = ["2xx", "3xx", "4xx", "503", "504"]',
+          'expected-statuses = ["2xx", "3xx", "4xx", "503", "504", "529"]',
           "",
           // The translated routes answer a schema-valid request with 400 when the backend chosen
           // can't honour one of its fields (an image for the text-only sim worker, extended

@@ -28,8 +28,13 @@ export interface RouteDoc {
   responses?: Record<number, ResponseDoc>;
   /** Error codes this route may answer beyond those its middleware implies (auth, body checks). */
   errors?: ErrorCode[];
-  /** Its errors' body when it is not the one shape: a wire format of its own (Anthropic's on /v1/messages), named in components.schemas. */
-  errorShape?: { name: string; schema: z.ZodType };
+  /**
+   * Its errors' body when it is not the one shape: a wire format of its own
+   * (Anthropic's on /v1/messages), named in components.schemas; `status`
+   * when that format answers some errors with another status (Anthropic's
+   * 529 for 503).
+   */
+  errorShape?: { name: string; schema: z.ZodType; status?: (status: number) => number };
 }
 
 const bodies = new WeakMap<object, z.ZodType>();

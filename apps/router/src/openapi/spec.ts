@@ -45,10 +45,10 @@ function responseObject(r: ResponseDoc): Json {
 }
 
 /** Statuses an error code list answers with, each with the codes behind it. */
-function errorStatuses(codes: Iterable<ErrorCode>): Map<number, ErrorCode[]> {
+function errorStatuses(codes: Iterable<ErrorCode>, statusOf: (status: number) => number = (s) => s): Map<number, ErrorCode[]> {
   const out = new Map<number, ErrorCode[]>();
   for (const code of codes) {
-    const s = errorCodes[code].status;
+    const s = statusOf(errorCodes[code].status);
     if (s === 499) continue; // nobody reads it: the client is gone
     out.set(s, [...(out.get(s) ?? []), code]);
   }
@@ -90,10 +90,10 @@ export function buildOpenApi(app: Hono<any>, info: OpenApiInfo = {}): Json {
     for (const [status, r] of Object.entries(doc?.responses ?? { 200: { description: "OK" } })) responses[status] = responseObject(r);
     const errorName = doc?.errorShape?.name ?? "Error";
     if (doc?.errorShape) errorSchemas[errorName] ??= jsonSchema(doc.errorShape.schema, "output");
-    for (const [status, list] of errorStatuses(codes)) {
+    for (const [status, list] of errorStatuses(codes, doc?.errorShape?.status)) {
       responses[String(status)] = {
         description: list.join(", "),
-        ...(status === 429 || status === 503 || status === 504 ? { headers: { "retry-after": { description: "seconds to wait before retrying", schema: { type: "string" } } } } : {}),
+        ...(status === 429 || status === 503 || status === 504 || status === 529 ? { headers: { "retry-after": { description: "seconds to wait before retrying", schema: { type: "string" } } } } : {}),
         content: { "application/json": { schema: { $ref: `#/components/schemas/${errorName}` } } },
       };
     }

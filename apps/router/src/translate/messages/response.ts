@@ -106,6 +106,15 @@ export function anthropicErrorType(status: number): string {
   return "api_error";
 }
 
+/**
+ * The HTTP status an Anthropic client gets for a router status: Anthropic
+ * answers overloaded_error with 529, not 503, and clients written to its
+ * docs back off on 529 (its SDKs retry both, and honour Retry-After).
+ */
+export function anthropicStatus(status: number): number {
+  return status === 503 ? 529 : status;
+}
+
 /** `{"type":"error","error":{type,message},"request_id"}`, Anthropic's one error shape. */
 export function anthropicErrorBody(status: number, message: string, requestId: string | undefined): Json {
   return { type: "error", error: { type: anthropicErrorType(status), message }, request_id: requestId ?? null };

@@ -13,7 +13,7 @@ import { ApiError, toApiError } from "../../../errors.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { runTranslated, type Json } from "../../../translate/boundary.ts";
 import { toChatRequest, type NeededFeature } from "../../../translate/messages/request.ts";
-import { anthropicErrorBody, describeError, messageFromCompletion } from "../../../translate/messages/response.ts";
+import { anthropicErrorBody, anthropicStatus, describeError, messageFromCompletion } from "../../../translate/messages/response.ts";
 import { MessagesStreamTranslator } from "../../../translate/messages/stream.ts";
 import { UINT32_MAX } from "../fields.ts";
 import { documented } from "../../../openapi/marks.ts";
@@ -66,7 +66,8 @@ const VERSION = /^\d{4}-\d{2}-\d{2}$/;
 /**
  * Every error of this route in Anthropic's shape (`{"type":"error","error":
  * {type,message},"request_id"}`), whatever raised it: auth, body checks,
- * admission, routing, the upstream. Status and headers (Retry-After) stay.
+ * admission, routing, the upstream. Status and headers (Retry-After) stay,
+ * but for 503, which is Anthropic's 529 (anthropicStatus).
  */
 export const anthropicErrors: MiddlewareHandler<AppEnv> = async (c, next) => {
   await next();
@@ -77,7 +78,7 @@ export const anthropicErrors: MiddlewareHandler<AppEnv> = async (c, next) => {
   headers.set("content-type", "application/json");
   headers.delete("content-length");
   headers.set("request-id", c.get("requestId"));
-  c.res = new Response(JSON.stringify(anthropicErrorBody(status, message, c.get("requestId"))), { status, headers });
+  c.res = new Response(JSON.stringify(anthropicErrorBody(status, message, c.get("requestId"))), { status: anthropicStatus(status), headers });
 };
 
 const checkVersion: MiddlewareHandler<AppEnv> = async (c, next) => {
@@ -135,7 +136,7 @@ export function registerCreateMessage(app: RouteTable, deps: AppDeps): void {
         operationId: "createMessage",
         responses: completionAnswer(messageAnswer, "a message, or with stream: true Anthropic's SSE events message_start … message_stop"),
         errors: inferenceErrors,
-        errorShape: { name: "AnthropicError", schema: anthropicErrorSchema },
+        errorShape: { name: "AnthropicError", schema: anthropicErrorSchema, status: anthropicStatus },
       },
       (c) => createMessage(c, deps),
     ),
