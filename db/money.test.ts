@@ -109,6 +109,26 @@ describe("money", () => {
     expect(() => usageCostMicro({ promptTokens: 10, completionTokens: 0, cacheWriteTokens: 2, cacheWrite1hTokens: 3 }, price)).toThrow(RangeError);
   });
 
+  it("usage cost: audio prompt tokens at the audio price (input unset), the rest of the prompt as before", () => {
+    // gpt-4o-audio-preview: text input $2.50, audio input $40, cached $1.25, output $10 per Mtok.
+    const price = { inputMicroPerMtok: 250_000_000n, outputMicroPerMtok: 1_000_000_000n, cachedInputMicroPerMtok: 125_000_000n, audioInputMicroPerMtok: 4_000_000_000n };
+    // 1,000 prompt tokens: 300 of them audio, 200 cached text, 500 fresh text; 100 output.
+    // Micro-cents per token: 500 × 250 + 200 × 125 + 300 × 4,000 + 100 × 1,000.
+    const usage = { promptTokens: 1_000, completionTokens: 100, cachedTokens: 200, audioTokens: 300 };
+    expect(usageCostMicro(usage, price)).toBe(125_000n + 25_000n + 1_200_000n + 100_000n);
+    // Without an audio price on the row: audio tokens cost the input price, as before.
+    expect(usageCostMicro(usage, { ...price, audioInputMicroPerMtok: null })).toBe(usageCostMicro({ ...usage, audioTokens: 0 }, price));
+    expect(usageCostMicro(usage, { ...price, audioInputMicroPerMtok: null })).toBe(800n * 250n + 200n * 125n + 100_000n);
+    // Beside cache writes (Anthropic-shaped): each token once, at its own price.
+    const writes = { ...price, cacheWriteMicroPerMtok: 300_000_000n };
+    expect(usageCostMicro({ promptTokens: 1_000, completionTokens: 0, cachedTokens: 100, cacheWriteTokens: 200, audioTokens: 300 }, writes)).toBe(400n * 250n + 100n * 125n + 200n * 300n + 300n * 4_000n);
+    // One ceiling over the sum: one audio token at 1.000001 micro-cents and one text token at 0.000001.
+    expect(usageCostMicro({ promptTokens: 2, completionTokens: 0, audioTokens: 1 }, { inputMicroPerMtok: 1n, outputMicroPerMtok: 0n, audioInputMicroPerMtok: 1_000_001n })).toBe(2n);
+    // More audio than the prompt leaves beside its cached and written tokens is refused, not priced.
+    expect(() => usageCostMicro({ promptTokens: 10, completionTokens: 0, cachedTokens: 5, audioTokens: 6 }, price)).toThrow(RangeError);
+    expect(() => usageCostMicro({ promptTokens: 10, completionTokens: 0, audioTokens: -1 }, price)).toThrow(RangeError);
+  });
+
   it("worst case: every prompt token at its dearest price plus the full completion allowance; a 1-hour cache write (2× input unset) only where the request asks for one", () => {
     const price = { inputMicroPerMtok: 300_000_000n, outputMicroPerMtok: 1_500_000_000n };
     expect(worstCaseMicro(1000, 4096, price)).toBe(300_000n + 6_144_000n);

@@ -58,7 +58,7 @@ export interface TokenPrice {
   cacheWriteMicroPerMtok?: bigint | null;
   /** Prompt tokens written to a provider cache for one hour (Anthropic `ttl: "1h"`); null/undefined: twice the input price (Anthropic's multiplier). */
   cacheWrite1hMicroPerMtok?: bigint | null;
-  /** Audio prompt tokens; null/undefined: priced like ordinary input. Only the hold prices them apart (worstCaseMicro). */
+  /** Audio prompt tokens; null/undefined: priced like ordinary input. The hold (worstCaseMicro) and the settle (usageCostMicro) both price them apart. */
   audioInputMicroPerMtok?: bigint | null;
   /** How many times the cross-provider image bound this model counts an image's tokens, in thousandths; null/undefined: 1×. */
   imageTokenMultiplierPermille?: number | null;
@@ -78,6 +78,8 @@ export interface TokenUsage {
   cacheWriteTokens?: number;
   /** Of cacheWriteTokens, those written for one hour (priced at cacheWrite1hPrice; the rest at the cache-write price). */
   cacheWrite1hTokens?: number;
+  /** Audio prompt tokens (OpenAI's `prompt_tokens_details.audio_tokens`), also counted inside promptTokens, apart from the cached and cache-written ones. */
+  audioTokens?: number;
 }
 
 /** Cost of one request's usage: one ceiling over the exact sum, not one per part. */
@@ -87,16 +89,19 @@ export function usageCostMicro(usage: TokenUsage, price: TokenPrice): Micro {
   const cached = toBigInt(usage.cachedTokens ?? 0, "cachedTokens");
   const written = toBigInt(usage.cacheWriteTokens ?? 0, "cacheWriteTokens");
   const written1h = toBigInt(usage.cacheWrite1hTokens ?? 0, "cacheWrite1hTokens");
-  if (prompt < 0n || completion < 0n || cached < 0n || written < 0n || written1h < 0n || cached + written > prompt || written1h > written) {
-    throw new RangeError("token counts must satisfy 0 ≤ cached + cache-written ≤ prompt, 0 ≤ written for 1 h ≤ cache-written, completion ≥ 0");
+  const audio = toBigInt(usage.audioTokens ?? 0, "audioTokens");
+  if (prompt < 0n || completion < 0n || cached < 0n || written < 0n || written1h < 0n || audio < 0n || cached + written + audio > prompt || written1h > written) {
+    throw new RangeError("token counts must satisfy 0 ≤ cached + cache-written + audio ≤ prompt, 0 ≤ written for 1 h ≤ cache-written, completion ≥ 0");
   }
   const cachedPrice = price.cachedInputMicroPerMtok ?? price.inputMicroPerMtok;
   const writePrice = price.cacheWriteMicroPerMtok ?? price.inputMicroPerMtok;
+  const audioPrice = price.audioInputMicroPerMtok ?? price.inputMicroPerMtok;
   const numerator =
-    (prompt - cached - written) * price.inputMicroPerMtok +
+    (prompt - cached - written - audio) * price.inputMicroPerMtok +
     cached * cachedPrice +
     (written - written1h) * writePrice +
     written1h * cacheWrite1hPrice(price) +
+    audio * audioPrice +
     completion * price.outputMicroPerMtok;
   return divCeil(numerator, TOKENS_PER_MTOK);
 }

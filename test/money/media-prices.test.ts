@@ -4,7 +4,7 @@
 // price, is held (and refused) at that, and the same request on a model
 // without them is not.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { setPrice } from "@switchyard/db";
+import { setPrice, usdToMicro } from "@switchyard/db";
 import { budgetDay } from "@switchyard/state";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { budgetedTenant } from "../helpers/paid.ts";
@@ -117,5 +117,37 @@ describe("a price row's audio input price", () => {
     expect(served.status).toBe(200);
     await served.text();
     expect(openrouter.requests.length).toBe(seen + 1);
+  });
+});
+
+describe("a price row's audio input price at the settle", () => {
+  const rowOf = async (r: Response) => {
+    expect(r.status).toBe(200);
+    await r.text();
+    await fx.router.deps.guard.flush();
+    const [row] = await fx.db.sql`select prompt_tokens, cached_tokens, cost_micro::text, cost_source from spend_ledger where request_id = ${r.headers.get("x-request-id")!}`;
+    return row!;
+  };
+  /** 1,000 prompt tokens as the provider counts them: 300 of its audio, 200 read from its cache, 500 fresh text; 4 output tokens (free here). */
+  const answer = { kind: "ok", promptTokens: 1_000, cachedTokens: 200, audioTokens: 300, completionTokens: 4 } as const;
+
+  it("a provider that reports the audio tokens but not its cost: they are billed at the audio price, streamed and not", async () => {
+    const t = await budgetedTenant(fx.db, "audio-settle", 100n);
+    openrouter.enqueue({ ...answer, omitCost: true }, { ...answer, omitCost: true }, { ...answer, omitCost: true });
+    // Micro-cents: 700 text tokens (the row has no cached price: input) × 20 + 300 audio × 320.
+    const expected = { prompt_tokens: 1_000, cached_tokens: 200, cost_micro: String(700 * 20 + 300 * 320), cost_source: "price_table" };
+    expect(await rowOf(await post(t.key, body(AUDIO, clip)))).toEqual(expected);
+    expect(await rowOf(await post(t.key, { ...body(AUDIO, clip), stream: true }))).toEqual(expected);
+    // A model without an audio price: all 1,000 at the input price, as before.
+    expect(await rowOf(await post(t.key, body(PLAIN, clip)))).toEqual({ ...expected, cost_micro: String(1_000 * 20) });
+  });
+
+  it("a provider that reports its cost: the row keeps the provider's figure, the audio price aside", async () => {
+    const t = await budgetedTenant(fx.db, "audio-provider-cost", 100n);
+    openrouter.enqueue(answer);
+    const row = await rowOf(await post(t.key, body(AUDIO, clip)));
+    expect(row).toMatchObject({ prompt_tokens: 1_000, cost_source: "provider" });
+    expect(BigInt(row.cost_micro)).toBe(usdToMicro(openrouter.reportedCostsUsd.at(-1)!));
+    expect(row.cost_micro).not.toBe(String(700 * 20 + 300 * 320));
   });
 });

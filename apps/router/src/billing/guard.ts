@@ -640,7 +640,7 @@ export class RequestTab {
     if (o.usage) {
       return {
         micro: usageCostMicro(
-          { promptTokens: usage.prompt, completionTokens: usage.completion, cachedTokens: usage.cached, cacheWriteTokens: usage.cacheWrite, cacheWrite1hTokens: usage.cacheWrite1h ?? 0 },
+          { promptTokens: usage.prompt, completionTokens: usage.completion, cachedTokens: usage.cached, cacheWriteTokens: usage.cacheWrite, cacheWrite1hTokens: usage.cacheWrite1h ?? 0, audioTokens: usage.audio ?? 0 },
           price,
         ),
         source: "price_table",
