@@ -19,7 +19,8 @@ import { journalGuard, ledgerBuffer, seedOwner } from "../helpers/journal-guard.
 const HOLD_TTL_MS = 600;
 const CLAIM_IDLE_MS = 150;
 const AN_MODEL = "claude-3-5-haiku-latest";
-const AN_PRICE = { inputMicroPerMtok: 80_000_000n, outputMicroPerMtok: 400_000_000n, cachedInputMicroPerMtok: 8_000_000n, cacheWriteMicroPerMtok: 100_000_000n };
+// An audio price too: Anthropic takes no audio today, but a noted usage's audio tokens are priced by the row whichever provider reported them.
+const AN_PRICE = { inputMicroPerMtok: 80_000_000n, outputMicroPerMtok: 400_000_000n, cachedInputMicroPerMtok: 8_000_000n, cacheWriteMicroPerMtok: 100_000_000n, audioInputMicroPerMtok: 1_280_000_000n };
 
 let db: TestDb;
 let redis: TestRedis;
@@ -171,6 +172,16 @@ describe("intents beside paid holds", () => {
     // The row keeps the split: 300 writes in all, 200 of them for one hour.
     expect(await db.sql`select cost_micro::text, cost_source, cache_write_tokens, cache_write_1h_tokens from spend_ledger where request_id = ${i.requestId}`).toEqual([
       { cost_micro: String(500 * 80 + 200 * 8 + 100 * 100 + 200 * 160 + 37 * 400), cost_source: "usage_on_crash", cache_write_tokens: 300, cache_write_1h_tokens: 200 },
+    ]);
+    await Promise.all([finisher.close(), dead.ledger.close(), alive.ledger.close()]);
+  });
+
+  it("an orphan's audio prompt tokens are noted with its usage and priced at the audio price when it is finished", async () => {
+    const { i, note, dead, alive, finisher } = await anthropicOrphan("anthropic-audio", "chatcmpl-msg_au", { prompt: 1_000, completion: 37, cached: 200, cacheWrite: 100, audio: 300 }, '"audio":300');
+    expect(note).toContain('"audio":300');
+    // Micro-cents per token: 400 text × 80 + 200 read × 8 + 100 written × 100 + 300 audio × 1,280 + 37 output × 400.
+    expect(await db.sql`select cost_micro::text, cost_source, prompt_tokens, cached_tokens, cache_write_tokens from spend_ledger where request_id = ${i.requestId}`).toEqual([
+      { cost_micro: String(400 * 80 + 200 * 8 + 100 * 100 + 300 * 1_280 + 37 * 400), cost_source: "usage_on_crash", prompt_tokens: 1_000, cached_tokens: 200, cache_write_tokens: 100 },
     ]);
     await Promise.all([finisher.close(), dead.ledger.close(), alive.ledger.close()]);
   });

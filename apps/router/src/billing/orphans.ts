@@ -118,7 +118,7 @@ export interface IntentProgress {
   generationId?: string;
   firstTokenAtMs?: number;
   /** The last usage block seen (OpenRouter's and Anthropic's come with the final chunk). */
-  usage?: { prompt: number; completion: number; cached: number; cacheWrite: number; cacheWrite1h?: number; providerCostMicro?: string };
+  usage?: { prompt: number; completion: number; cached: number; cacheWrite: number; cacheWrite1h?: number; audio?: number; providerCostMicro?: string };
 }
 
 /** Progress a relay reports for an attempt (dispatch calls it; see BudgetVerdict.progress). */
@@ -160,6 +160,7 @@ export function encodeProgressUsage(u: Usage): NonNullable<IntentProgress["usage
     cached: u.cached,
     cacheWrite: u.cacheWrite,
     ...(u.cacheWrite1h ? { cacheWrite1h: u.cacheWrite1h } : {}),
+    ...(u.audio ? { audio: u.audio } : {}),
     ...(u.providerCostMicro !== undefined ? { providerCostMicro: u.providerCostMicro.toString() } : {}),
   };
 }
@@ -171,6 +172,9 @@ function decodeProgressUsage(u: IntentProgress["usage"]): Usage | undefined {
   // Notes written before one-hour writes were counted apart have none: 0.
   const written1h = Math.min(n(u.cacheWrite1h), usage.cacheWrite);
   if (written1h > 0) usage.cacheWrite1h = written1h;
+  // Notes written before audio was counted apart have none: 0 (the text price, as then). At most what the prompt's other parts leave, as usageFrom reads it.
+  const audio = Math.min(n(u.audio), usage.prompt - usage.cached - usage.cacheWrite);
+  if (audio > 0) usage.audio = audio;
   if (typeof u.providerCostMicro === "string" && /^\d{1,16}$/.test(u.providerCostMicro)) usage.providerCostMicro = BigInt(u.providerCostMicro);
   return usage;
 }
