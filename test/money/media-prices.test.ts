@@ -4,13 +4,15 @@
 // price, is held (and refused) at that, and the same request on a model
 // without them is not.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { setPrice, usdToMicro } from "@switchyard/db";
+import { deflateSync } from "node:zlib";
+import { setPrice, setRateLimit, usdToMicro } from "@switchyard/db";
 import { budgetDay } from "@switchyard/state";
 import { FakeOpenRouter } from "../fixtures/fake-openrouter.ts";
 import { budgetedTenant } from "../helpers/paid.ts";
 import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { promptTokensUpperBound } from "../../apps/router/src/billing/estimate.ts";
+import { PDF_PAGE_IMAGE_TOKENS, PDF_PAGE_TEXT_TOKENS, pdfReads } from "../../apps/router/src/billing/media.ts";
 
 let fx: RouterFixture;
 let openrouter: FakeOpenRouter;
@@ -30,6 +32,7 @@ beforeAll(async () => {
   fx = await startTestRouter({
     "providers.openrouter": { apiKey: "sk-or-test", baseUrl: openrouter.url },
     "billing.refreshMs": 100,
+    "rateLimits.refreshMs": 0,
   });
   await setPrice(fx.db.db, { backend: "openrouter", model: IMAGE_HEAVY, inputMicroPerMtok: INPUT, outputMicroPerMtok: 0n, imageTokenMultiplierPermille: 33_336 });
   await setPrice(fx.db.db, { backend: "openrouter", model: AUDIO, inputMicroPerMtok: INPUT, outputMicroPerMtok: 0n, audioInputMicroPerMtok: 16n * INPUT });
@@ -149,5 +152,44 @@ describe("a price row's audio input price at the settle", () => {
     expect(row).toMatchObject({ prompt_tokens: 1_000, cost_source: "provider" });
     expect(BigInt(row.cost_micro)).toBe(usdToMicro(openrouter.reportedCostsUsd.at(-1)!));
     expect(row.cost_micro).not.toBe(String(700 * 20 + 300 * 320));
+  });
+});
+
+describe("a prompt's bound, worked out once a request", () => {
+  /** A PDF 1.5 whose 3 page objects sit only in a Flate-coded object stream: counting its pages decodes and inflates it. */
+  const pdf = (() => {
+    const objects = Buffer.from(Array.from({ length: 3 }, (_, i) => `<</Type/Page/Parent 2 0 R/MediaBox[0 0 612 792]/Contents ${10 + i} 0 R>>`).join("\n"), "latin1");
+    const z = deflateSync(objects);
+    return Buffer.concat([
+      Buffer.from(`%PDF-1.5\n1 0 obj\n<</Type/Catalog/Pages 2 0 R>>\nendobj\n2 0 obj\n<</Type/Pages/Count 3>>\nendobj\n3 0 obj\n<</Type/ObjStm/N 3/First 0/Filter/FlateDecode/Length ${z.length}>>stream\r\n`, "latin1"),
+      z,
+      Buffer.from("\r\nendstream\nendobj\ntrailer\n<</Root 1 0 R>>\n%%EOF\n", "latin1"),
+    ]);
+  })();
+  const doc = { type: "file", file: { filename: "doc.pdf", file_data: `data:application/pdf;base64,${pdf.toString("base64")}` } };
+
+  it("a request with a PDF under a token rate limit reads the PDF once; the rate limit reserves what the hold holds", async () => {
+    const t = await budgetedTenant(fx.db, "bound-once", 100n);
+    const LIMIT = 1_000_000;
+    await setRateLimit(fx.db.db, { tenantId: t.tenantId, tokensPerMinute: LIMIT });
+    const b = body(PLAIN, doc);
+    const bound = promptTokensUpperBound("/v1/chat/completions", b);
+    // The PDF's 3 pages, not its bytes, bound it.
+    expect(bound).toBe(textTokens + 3 * (PDF_PAGE_TEXT_TOKENS + PDF_PAGE_IMAGE_TOKENS));
+    const reads = pdfReads.count;
+    openrouter.enqueue({ kind: "slow", interTokenMs: 150, completionTokens: 4 });
+    const r = await post(t.key, { ...b, stream: true });
+    expect(r.status).toBe(200);
+    const reader = r.body!.getReader();
+    await reader.read(); // the stream has started: the hold is live
+    const holds = await fx.router.deps.guard.deps.store.holds(t.tenantId, today());
+    while (!(await reader.read()).done);
+    await fx.router.deps.guard.flush();
+    // One walk of the prompt for the rate limit, the request class and the hold.
+    expect(pdfReads.count - reads).toBe(1);
+    // The same bound for both: reserved against the window, held at 20 micro-cents a token.
+    expect(r.headers.get("x-ratelimit-limit-tokens")).toBe(String(LIMIT));
+    expect(Number(r.headers.get("x-ratelimit-remaining-tokens"))).toBe(LIMIT - bound);
+    expect(holds.map((h) => h.amountMicro)).toEqual([20n * BigInt(bound)]);
   });
 });

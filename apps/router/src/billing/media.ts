@@ -340,6 +340,14 @@ function isPdf(bytes: Buffer): boolean {
 }
 
 /**
+ * PDFs this process has read for their pages (pdfPages), for the tests: the
+ * reading is real work on the request path (decoding, inflating), and a
+ * request's prompt is walked once (pipeline/inference.ts), so its PDFs are
+ * read once whoever needs its bound.
+ */
+export const pdfReads = { count: 0 };
+
+/**
  * The pages of a PDF: its page objects (`/Type /Page`), in the file and in
  * its Flate-coded object streams (PDF 1.5+ keeps page dictionaries there,
  * where the raw bytes do not show them). Undefined when it is not a PDF, has
@@ -349,6 +357,7 @@ function isPdf(bytes: Buffer): boolean {
  */
 export function pdfPages(pdf: Buffer, budget: InflateBudget = { bytes: PDF_INFLATE_PER_PROMPT }): number | undefined {
   if (!isPdf(pdf)) return undefined;
+  pdfReads.count++;
   const text = pdf.toString("latin1");
   let pages = countMatches(text, PAGE_OBJECT);
   OBJECT_STREAM.lastIndex = 0;

@@ -8,7 +8,7 @@ import { PREFIX_NAME_FIELD } from "@switchyard/state";
 import type { PoolPlace } from "../admission/gate.ts";
 import type { KeyOwner } from "../auth/key-store.ts";
 import type { Backend, InferencePath } from "../backends/types.ts";
-import { normalizeMaxOutput, promptTokensUpperBound } from "../billing/estimate.ts";
+import { normalizeMaxOutput, promptBound, type PromptBound } from "../billing/estimate.ts";
 import { bodyEdited, setBodyField } from "../body-text.ts";
 import { narrowAllowedTools } from "./allowed-tools.ts";
 import { bodyFacts, type RequestTab } from "../billing/guard.ts";
@@ -59,6 +59,8 @@ export class InferencePipeline {
   private place: PoolPlace | undefined;
   private rate: RateTicket | undefined;
   private readonly trace: Span | undefined;
+  /** The prompt's bound, once worked out (bound()). */
+  private boundOnce: PromptBound | undefined;
 
   constructor(
     private readonly c: Context<AppEnv>,
@@ -122,9 +124,23 @@ export class InferencePipeline {
     throw new ApiError("router_overloaded", `this router is answering ${now - 1} requests, its router.maxInFlight (${max}): retry shortly`, null, { "retry-after": this.retryAfter() });
   }
 
+  /**
+   * The prompt's token bound with its images' and audio's share
+   * (promptBound): one walk of the body per request, however many need it —
+   * the rate limit (only a tenant with limits asks) and the request class,
+   * whose bound the budget tab keeps. A walk inflates PDFs and reads
+   * images' headers: twice would be twice that. Asked first after the body's
+   * last edit that could change it (normalizeMaxOutput and narrowAllowedTools
+   * in run(), which can drop tools); what resolve() drops after it (the
+   * prefix-name and cache-scope fields) the walk never reads.
+   */
+  private bound(): PromptBound {
+    return (this.boundOnce ??= promptBound(this.path, this.body));
+  }
+
   /** Rate limits (ratelimit/): the tenant's and the key's windows in one store call, none without limits; 429 when over. */
   private limit(): Promise<void> | undefined {
-    const taken = this.deps.rateLimiter?.take(this.tenant, this.c.get("requestId"), () => promptTokensUpperBound(this.path, this.body));
+    const taken = this.deps.rateLimiter?.take(this.tenant, this.c.get("requestId"), () => this.bound().promptTokens);
     if (taken instanceof Promise) return taken.then((t) => this.limited(t));
     this.limited(taken);
     return undefined;
@@ -169,7 +185,7 @@ export class InferencePipeline {
       delete body[PREFIX_NAME_FIELD];
       delete body[CACHE_SCOPE_FIELD];
     }
-    const cls = requestClass(this.path, body, String(this.tenant.tenantId));
+    const cls = requestClass(this.path, body, String(this.tenant.tenantId), this.bound());
     let resolution = this.deps.chain.resolve(body.model, this.tenant.tenantName, cls);
     if (!resolution.known) {
       throw new ApiError("model_not_found", `model '${body.model}' is not served by any live worker or configured provider`, "model");

@@ -64,11 +64,13 @@ function sizeBucket(tokens: number): string {
 
 /**
  * `tenant`: the tenant's id, the scope of the prefix name (without one the
- * request gets no prefix name, and no affinity).
+ * request gets no prefix name, and no affinity). `bound`: the body's
+ * promptBound when the caller has it already (the walk is real work: PDFs
+ * inflated, images' headers read).
  */
-export function requestClass(path: InferencePath, body: Record<string, unknown>, tenant?: string): RequestClass {
+export function requestClass(path: InferencePath, body: Record<string, unknown>, tenant?: string, bound: PromptBound = promptBound(path, body)): RequestClass {
   const stream = body.stream === true;
-  const { promptTokens, imageTokens, audioTokens } = promptBound(path, body);
+  const { promptTokens, imageTokens, audioTokens } = bound;
   const maxOutput = requestedMaxOutput(path, body);
   const prefix = tenant === undefined ? undefined : prefixKey(path, body, tenant);
   const scope = tenant === undefined ? undefined : cacheScope(tenant);
