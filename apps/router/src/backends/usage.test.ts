@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { usageCostMicro } from "@switchyard/db";
 import { usageFrom } from "./usage.ts";
 
 describe("usageFrom", () => {
@@ -27,5 +28,17 @@ describe("usageFrom", () => {
     const u = usageFrom({ usage: { prompt_tokens: 1_000, completion_tokens: 1, prompt_tokens_details: { cached_tokens: 600, cache_write_tokens: 100, audio_tokens: 500 } } });
     expect(u).toMatchObject({ cached: 600, cacheWrite: 100, audio: 300 });
     expect(usageFrom({ usage: { prompt_tokens: 10, completion_tokens: 1, prompt_tokens_details: { cached_tokens: 10, audio_tokens: 5 } } })?.audio).toBeUndefined();
+  });
+
+  it("cached and cache-written counts that overrun the prompt are capped to it, so the settle can price them", () => {
+    const u = usageFrom({ usage: { prompt_tokens: 10, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 25, cache_write_tokens: 4, cache_write_1h_tokens: 4 } } })!;
+    expect(u).toMatchObject({ prompt: 10, cached: 10, cacheWrite: 0 });
+    expect(u.cacheWrite1h).toBeUndefined();
+    const w = usageFrom({ usage: { prompt_tokens: 10, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 6, cache_write_tokens: 9 } } })!;
+    expect(w).toMatchObject({ cached: 6, cacheWrite: 4 });
+    // The price table takes what it gives (it refused the raw counts).
+    const price = { inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 2_000_000n };
+    expect(() => usageCostMicro({ promptTokens: 10, completionTokens: 2, cachedTokens: 25, cacheWriteTokens: 4 }, price)).toThrow(RangeError);
+    expect(usageCostMicro({ promptTokens: w.prompt, completionTokens: w.completion, cachedTokens: w.cached, cacheWriteTokens: w.cacheWrite }, price)).toBeGreaterThan(0n);
   });
 });

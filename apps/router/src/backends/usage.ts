@@ -52,6 +52,11 @@ export function usageFrom(payload: unknown, text?: string): Usage | undefined {
     cacheWrite: details ? count(details.cache_write_tokens) : 0,
   };
   if (details) {
+    // A provider's counts that overrun the prompt (cached + written > prompt:
+    // a bug, or a proxy's arithmetic) are capped to it: the price table's
+    // split of the prompt refuses them, and a settle that throws writes no row.
+    if (usage.cached > usage.prompt) usage.cached = usage.prompt;
+    if (usage.cacheWrite > usage.prompt - usage.cached) usage.cacheWrite = usage.prompt - usage.cached;
     const written1h = Math.min(count(details.cache_write_1h_tokens), usage.cacheWrite);
     if (written1h > 0) usage.cacheWrite1h = written1h;
     // Audio a provider also counts as cached (cached audio) is not taken off
