@@ -181,7 +181,7 @@ describe("switchyard ledger retention", () => {
     const [header, ...records] = csv;
     expect(header).toEqual([
       "request_id", "tenant_id", "key_id", "backend", "model", "worker", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_micro",
-      "cost_source", "status", "started_at", "first_token_at", "finished_at", "ttft_ms", "duration_ms", "provider_generation_id", "created_at", "cache_write_tokens",
+      "cost_source", "status", "started_at", "first_token_at", "finished_at", "ttft_ms", "duration_ms", "provider_generation_id", "created_at", "cache_write_tokens", "cache_write_1h_tokens",
     ]);
     expect(records).toHaveLength(before.length);
     const col = (rec: string[], name: string) => rec[header!.indexOf(name)]!;
