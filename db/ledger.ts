@@ -106,12 +106,20 @@ const recTime = (d: Date | null | undefined): string => (d == null ? "" : isoTim
  */
 export function encodeLedgerRow(row: NewLedgerRow): string {
   if (hasLineBreak(row.requestId) || hasLineBreak(row.backend) || hasLineBreak(row.model) || hasLineBreak(row.worker) || hasLineBreak(row.providerGenerationId)) return encodeLedgerJson(row);
+  // spend_ledger_text is frozen at its 19 fields (migration 0009): a router
+  // from before a column reads and writes the literal, and record_in refuses
+  // a literal one field short or long, so a new field would make every
+  // row a router of the other version drains be dropped mid-upgrade. A
+  // column added since travels in the JSON form, whose reader ignores keys
+  // it does not know and defaults the keys it misses: the 1-hour cache
+  // writes (migration 0013), a few Anthropic rows.
+  if ((row.cacheWrite1hTokens ?? 0) > 0) return encodeLedgerJson(row);
   if (row.startedAt == null) throw new RangeError("a ledger row needs startedAt");
   return (
     `(${recTime(row.startedAt)},${recText(row.requestId)},${recInt(row.tenantId)},${recInt(row.keyId)},${recText(row.backend)},${recText(row.model)},${recText(row.worker)}` +
     `,${recInt(row.promptTokens ?? 0)},${recInt(row.completionTokens ?? 0)},${recInt(row.cachedTokens ?? 0)},${recInt(row.cacheWriteTokens ?? 0)}` +
     `,${String(row.costMicro)},${recText(row.costSource)},${recText(row.status)},${recTime(row.firstTokenAt)},${recTime(row.finishedAt)},${recInt(row.ttftMs)},${recInt(row.durationMs)}` +
-    `,${recText(row.providerGenerationId)},${recInt(row.cacheWrite1hTokens ?? 0)})`
+    `,${recText(row.providerGenerationId)})`
   );
 }
 
@@ -174,8 +182,8 @@ export function decodeLedgerRow(text: string): NewLedgerRow {
       ttftMs: int(f[16]!),
       durationMs: int(f[17]!)!,
       providerGenerationId: f[18]!,
-      // A literal written before migration 0013 has no 20th field.
-      cacheWrite1hTokens: int(f[19] ?? null) ?? 0,
+      // Not in the literal (spend_ledger_text is frozen): a row with any is JSON.
+      cacheWrite1hTokens: 0,
     };
   }
   const o = JSON.parse(text) as Record<string, unknown>;
@@ -237,37 +245,7 @@ export async function insertLedgerTexts(db: Db, texts: readonly string[]): Promi
     else jsons.push(t);
   }
   await ensureMonths(db, months);
-  try {
-    return await insertTexts(db, records, jsons);
-  } catch (err) {
-    // A row literal written before migration 0013 is one field short of
-    // spend_ledger_text, and record_in refuses it (22P02): its batch is sent
-    // again with such literals padded (the new field NULL, read as 0). Only
-    // on this failure path: a batch of current literals is never parsed.
-    const padded = (err as { code?: unknown })?.code === "22P02" ? padLegacyRecords(records) : undefined;
-    if (!padded) throw err;
-    return await insertTexts(db, padded, jsons);
-  }
-}
-
-/** Fields of a row literal before migration 0013 added cache_write_1h_tokens. */
-const LEGACY_RECORD_FIELDS = 19;
-
-/** `records` with the literals written before migration 0013 padded to the current type; undefined when none is. */
-function padLegacyRecords(records: readonly string[]): string[] | undefined {
-  let changed = false;
-  const out = records.map((t) => {
-    let n: number;
-    try {
-      n = recordFields(t).length;
-    } catch {
-      return t; // not a literal at all: Postgres refuses it again, and the caller drops it
-    }
-    if (n !== LEGACY_RECORD_FIELDS) return t;
-    changed = true;
-    return t.slice(0, -1) + ",)";
-  });
-  return changed ? out : undefined;
+  return await insertTexts(db, records, jsons);
 }
 
 async function insertTexts(db: Db, records: readonly string[], jsons: readonly string[]): Promise<{ inserted: number }> {
@@ -303,10 +281,10 @@ async function insertRecordLines(sql: Sql, lines: string): Promise<number> {
   const done = await sql`
     insert into spend_ledger (request_id, tenant_id, key_id, backend, model, worker, prompt_tokens, completion_tokens,
       cached_tokens, cache_write_tokens, cost_micro, cost_source, status, started_at, first_token_at, finished_at,
-      ttft_ms, duration_ms, provider_generation_id, cache_write_1h_tokens)
+      ttft_ms, duration_ms, provider_generation_id)
     select (r).request_id, (r).tenant_id, (r).key_id, (r).backend, (r).model, (r).worker, (r).prompt_tokens, (r).completion_tokens,
       (r).cached_tokens, (r).cache_write_tokens, (r).cost_micro, (r).cost_source, (r).status, (r).started_at, (r).first_token_at, (r).finished_at,
-      (r).ttft_ms, (r).duration_ms, (r).provider_generation_id, coalesce((r).cache_write_1h_tokens, 0)
+      (r).ttft_ms, (r).duration_ms, (r).provider_generation_id
     from (select line::spend_ledger_text as r from string_to_table(${lines}::text, E'\n') as line offset 0) as rows
     on conflict (request_id, started_at) do nothing`;
   return done.count;

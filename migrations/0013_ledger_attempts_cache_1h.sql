@@ -1,9 +1,10 @@
 ALTER TABLE "spend_ledger" ADD COLUMN "cache_write_1h_tokens" integer DEFAULT 0 NOT NULL;--> statement-breakpoint
--- Custom from here (drizzle-kit knows neither the row type nor the views).
--- The stream's row literal carries the new column last: record_in reads
--- fields by position, so an attribute is only ever appended. A literal
--- written before this (one field short) is padded by insertLedgerTexts.
-ALTER TYPE "public"."spend_ledger_text" ADD ATTRIBUTE "cache_write_1h_tokens" integer;--> statement-breakpoint
+-- Custom from here (drizzle-kit does not know the views).
+-- spend_ledger_text (the stream's row literal) is not altered: a router from
+-- before this drains literals with it while routers upgrade, and record_in
+-- refuses a literal of another length, so every row one version wrote and
+-- the other drained would be dropped. A row with 1-hour cache writes
+-- travels as JSON instead (db/ledger.ts, encodeLedgerRow).
 -- A paid attempt its provider accepted and the request failed over from has
 -- a row of its own (request_id `<request id>/a<n>`, its backend and model,
 -- cost_source `estimate`), so spend per backend and model is what each

@@ -240,7 +240,7 @@ describe("spend ledger", () => {
   });
   it("a row as text: every column round-trips, nulls and escapes included; its month is read from its first bytes", () => {
     // A row literal: quotes, backslashes, commas, parentheses, spaces and an empty text are all plain inside its quotes.
-    const full = { ...row(7), keyId: 42, worker: 'w"1\\x, (y) ', cacheWriteTokens: 3, cacheWrite1hTokens: 2, costMicro: 2n ** 63n - 1n, model: "m/é", providerGenerationId: "" };
+    const full = { ...row(7), keyId: 42, worker: 'w"1\\x, (y) ', cacheWriteTokens: 3, cacheWrite1hTokens: 0, costMicro: 2n ** 63n - 1n, model: "m/é", providerGenerationId: "" };
     const text = encodeLedgerRow(full);
     expect(text.startsWith("(2026-11-15T12:00:00.000Z,")).toBe(true);
     expect(decodeLedgerRow(text)).toEqual(full);
@@ -248,10 +248,14 @@ describe("spend ledger", () => {
     expect(decodeLedgerRow(encodeLedgerRow(nulls))).toEqual({ ...nulls, cacheWriteTokens: 0, cacheWrite1hTokens: 0 });
     expect(ledgerTextMonth(text)).toBe("2026-11");
     // A line break in a value: row literals travel one per line, so that row is written as JSON.
-    const broken = { ...full, model: "m/é\n", providerGenerationId: "gen\r\n1" };
+    const broken = { ...full, model: "m/é\n", providerGenerationId: "gen\r\n1", cacheWrite1hTokens: 2 };
     const json = encodeLedgerRow(broken);
     expect(json.startsWith('{"startedAt":"2026-11-15T12:00:00.000Z"')).toBe(true);
     expect(decodeLedgerRow(json)).toEqual(broken);
+    // 1-hour cache writes, which the literal does not carry: JSON too.
+    const hour = { ...full, cacheWrite1hTokens: 2 };
+    expect(encodeLedgerRow(hour).startsWith("{")).toBe(true);
+    expect(decodeLedgerRow(encodeLedgerRow(hour))).toEqual(hour);
     expect(ledgerTextMonth(json)).toBe("2026-11");
     // A row an older router wrote (JSON.stringify of the row, startedAt not first) still has a month.
     const older = JSON.stringify({ ...row(7, { startedAt: new Date("2026-10-31T23:59:59Z") }), costMicro: "5" });
@@ -302,26 +306,33 @@ describe("spend ledger", () => {
     expect(await partitionOf(b.requestId!)).toEqual(["spend_ledger_p2027_03"]);
   });
 
-  it("the 1-hour cache writes are kept on the row, through both text forms and the row path; a literal written before the column (one field short) still lands, as 0", async () => {
+  it("the 1-hour cache writes are kept on the row, through both text forms and the row path; the row literal stays the one routers from before the column read and write", async () => {
     const tenant = await newTenant();
     const withHour = (over: Partial<schema.NewLedgerRow> = {}) => row(tenant.id, { backend: "anthropic", promptTokens: 1_000, cacheWriteTokens: 300, cacheWrite1hTokens: 200, ...over });
-    const literal = withHour();
-    const json = withHour({ providerGenerationId: "msg\n1" });
+    const hour = withHour();
+    const hourBroken = withHour({ providerGenerationId: "msg\n1" });
     const direct = withHour();
-    // A literal as a router from before migration 0013 wrote it: the same, without its last field.
-    const current = encodeLedgerRow(row(tenant.id, { cacheWriteTokens: 7 }));
-    const before0013 = current.replace(/,[^,]*\)$/, ")");
-    expect(before0013.length).toBeLessThan(current.length);
-    const legacyId = decodeLedgerRow(before0013).requestId;
-    // In one batch with current literals (as a stream holds them while routers upgrade), then alone.
-    expect(await insertLedgerTexts(t.db, [encodeLedgerRow(literal), before0013, encodeLedgerRow(json)])).toEqual({ inserted: 3 });
-    expect(await insertLedgerTexts(t.db, [before0013])).toEqual({ inserted: 0 });
+    const plain = row(tenant.id, { cacheWriteTokens: 7 });
+    // A row with none is the literal every router since migration 0009 writes (19 fields); one with some goes as JSON.
+    expect(encodeLedgerRow(plain).startsWith("(")).toBe(true);
+    expect(encodeLedgerRow(plain)).toBe(literalBefore0013(plain));
+    expect(encodeLedgerRow(hour).startsWith("{")).toBe(true);
+    expect(await insertLedgerTexts(t.db, [encodeLedgerRow(plain), encodeLedgerRow(hour), encodeLedgerRow(hourBroken)])).toEqual({ inserted: 3 });
     expect(await insertLedgerRows(t.db, [direct])).toEqual({ inserted: 1 });
-    const got = await t.sql<{ request_id: string; cache_write_tokens: number; cache_write_1h_tokens: number }[]>`
-      select request_id, cache_write_tokens, cache_write_1h_tokens from spend_ledger where tenant_id = ${tenant.id}`;
-    const by = new Map(got.map((r) => [r.request_id, [r.cache_write_tokens, r.cache_write_1h_tokens]]));
-    for (const r of [literal, json, direct]) expect(by.get(r.requestId!)).toEqual([300, 200]);
-    expect(by.get(legacyId!)).toEqual([7, 0]);
+    const got = async () =>
+      new Map(
+        (await t.sql<{ request_id: string; cache_write_tokens: number; cache_write_1h_tokens: number }[]>`
+          select request_id, cache_write_tokens, cache_write_1h_tokens from spend_ledger where tenant_id = ${tenant.id}`).map((r) => [r.request_id, [r.cache_write_tokens, r.cache_write_1h_tokens]]),
+      );
+    const by = await got();
+    for (const r of [hour, hourBroken, direct]) expect(by.get(r.requestId!)).toEqual([300, 200]);
+    expect(by.get(plain.requestId!)).toEqual([7, 0]);
+    // While routers upgrade, one from before migration 0013 drains this build's rows with its own statements: every row lands (the 1-hour split, which it does not know, as 0).
+    const upgrade = [row(tenant.id, { cacheWriteTokens: 5 }), withHour(), withHour({ providerGenerationId: "msg\n2" })];
+    const texts = upgrade.map(encodeLedgerRow);
+    expect(await insertBefore0013(texts.filter((x) => x.startsWith("(")), texts.filter((x) => x.startsWith("{")))).toBe(3);
+    const after = await got();
+    expect(upgrade.map((r) => after.get(r.requestId!))).toEqual([[5, 0], [300, 0], [300, 0]]);
   });
 
   it("an abandoned attempt's row (`<id>/a<n>`) counts its cost on its own backend and model, not as a request: spend_daily, spend_vs_budget and spendByDay", async () => {
@@ -366,3 +377,51 @@ describe("spend ledger", () => {
     expect(await t.sql`select 1 from spend_ledger where tenant_id = ${tenant.id}`).toHaveLength(0);
   });
 });
+
+/** A row literal as a router from before migration 0013 wrote it (its encodeLedgerRow, field for field). */
+function literalBefore0013(r: schema.NewLedgerRow): string {
+  const text = (v: string | null | undefined) => (v == null ? "" : `"${v.replace(/["\\]/g, "$&$&")}"`);
+  const int = (n: number | null | undefined) => (n == null ? "" : String(n));
+  const time = (d: Date | null | undefined) => (d == null ? "" : d.toISOString());
+  return (
+    `(${time(r.startedAt)},${text(r.requestId)},${int(r.tenantId)},${int(r.keyId)},${text(r.backend)},${text(r.model)},${text(r.worker)}` +
+    `,${int(r.promptTokens ?? 0)},${int(r.completionTokens ?? 0)},${int(r.cachedTokens ?? 0)},${int(r.cacheWriteTokens ?? 0)}` +
+    `,${String(r.costMicro)},${text(r.costSource)},${text(r.status)},${time(r.firstTokenAt)},${time(r.finishedAt)},${int(r.ttftMs)},${int(r.durationMs)}` +
+    `,${text(r.providerGenerationId)})`
+  );
+}
+
+/** The two statements a router from before migration 0013 drains the ledger stream with (db/ledger.ts at d030d36), verbatim. */
+async function insertBefore0013(records: string[], jsons: string[]): Promise<number> {
+  let n = 0;
+  if (records.length > 0) {
+    n += (
+      await t.sql`
+    insert into spend_ledger (request_id, tenant_id, key_id, backend, model, worker, prompt_tokens, completion_tokens,
+      cached_tokens, cache_write_tokens, cost_micro, cost_source, status, started_at, first_token_at, finished_at,
+      ttft_ms, duration_ms, provider_generation_id)
+    select (r).request_id, (r).tenant_id, (r).key_id, (r).backend, (r).model, (r).worker, (r).prompt_tokens, (r).completion_tokens,
+      (r).cached_tokens, (r).cache_write_tokens, (r).cost_micro, (r).cost_source, (r).status, (r).started_at, (r).first_token_at, (r).finished_at,
+      (r).ttft_ms, (r).duration_ms, (r).provider_generation_id
+    from (select line::spend_ledger_text as r from string_to_table(${records.join("\n")}::text, E'\n') as line offset 0) as rows
+    on conflict (request_id, started_at) do nothing`
+    ).count;
+  }
+  if (jsons.length > 0) {
+    n += (
+      await t.sql`
+    insert into spend_ledger (request_id, tenant_id, key_id, backend, model, worker, prompt_tokens, completion_tokens,
+      cached_tokens, cache_write_tokens, cost_micro, cost_source, status, started_at, first_token_at, finished_at,
+      ttft_ms, duration_ms, provider_generation_id)
+    select "requestId", "tenantId", "keyId", backend, model, worker, coalesce("promptTokens", 0), coalesce("completionTokens", 0),
+      coalesce("cachedTokens", 0), coalesce("cacheWriteTokens", 0), "costMicro", "costSource", status, "startedAt", "firstTokenAt", "finishedAt",
+      "ttftMs", "durationMs", "providerGenerationId"
+    from json_to_recordset(${"[" + jsons.join(",") + "]"}::json) as r("requestId" text, "tenantId" bigint, "keyId" bigint,
+      backend text, model text, worker text, "promptTokens" int, "completionTokens" int, "cachedTokens" int, "cacheWriteTokens" int,
+      "costMicro" bigint, "costSource" cost_source, status request_status, "startedAt" timestamptz, "firstTokenAt" timestamptz,
+      "finishedAt" timestamptz, "ttftMs" int, "durationMs" int, "providerGenerationId" text)
+    on conflict (request_id, started_at) do nothing`
+    ).count;
+  }
+  return n;
+}
