@@ -8,7 +8,7 @@
 // next candidate's). So is one whose connection is reset mid-body. A
 // provider's refusal (5xx) is still $0.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { budgetDay, intentStreamKey } from "@switchyard/state";
+import { budgetDay, INTENT_RESEND_WINDOW_MS, intentOpenedKey, intentStreamKey } from "@switchyard/state";
 import { setBudget, setPrice, usageCostMicro, type TokenPrice } from "@switchyard/db";
 import { promptTokensUpperBound } from "../../apps/router/src/billing/estimate.ts";
 import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
@@ -158,5 +158,19 @@ describe("a paid provider answers 200 with a body that is not JSON (its first ha
     const row = await settledRow(r.headers.get("x-request-id")!, before);
     expect(row).toMatchObject({ backend: "openrouter", status: "error", cost_source: "price_table" });
     expect(BigInt(row.cost_micro as string)).toBe(0n);
+  });
+
+  it("a paid attempt's once-only mark (against a resent intent script) lives ioredis' resend window, 2 minutes, not the hold's 11", async () => {
+    const before = (await snapshot()).spentMicro;
+    openrouter.enqueue({ kind: "ok", text: "fine", promptTokens: 5, completionTokens: 1 });
+    const r = await chat(bodyOf("or-only", "an ordinary paid answer"));
+    expect(r.status).toBe(200);
+    await r.text();
+    const id = r.headers.get("x-request-id")!;
+    await settledRow(id, before);
+    const ttl = await fx.redis.redis.pttl(intentOpenedKey(fx.redis.prefix, `${id}:1`));
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(INTENT_RESEND_WINDOW_MS);
+    expect(fx.router.deps.config.billing.holdTtlMs).toBeGreaterThan(INTENT_RESEND_WINDOW_MS);
   });
 });

@@ -19,7 +19,7 @@
 // if this router dies mid-request, another finishes the request from the
 // intent (orphans.ts) — and if this one was only paused and comes back, it
 // finds the request finished and does nothing.
-import { budgetDay, type BudgetStore, type ReserveResult } from "@switchyard/state";
+import { budgetDay, INTENT_RESEND_WINDOW_MS, type BudgetStore, type ReserveResult } from "@switchyard/state";
 import { usageCostMicro, worstCaseMicro, type CostSource, type KeyOwner, type NewLedgerRow, type TokenPrice } from "@switchyard/db";
 import type { Backend, InferencePath } from "../backends/types.ts";
 import type { Usage } from "../backends/usage.ts";
@@ -498,7 +498,7 @@ export class RequestTab {
       holdTtlMs: deps.billing.holdTtlMs,
     };
     // Keyed by the attempt: the script resent after a lost reply (ioredis, on reconnecting) writes no second intent.
-    const id = deps.intents.open(JSON.stringify(record), `${input.requestId}:${++this.paidAttempts}`, deps.billing.holdTtlMs).catch((err: unknown) => {
+    const id = deps.intents.open(JSON.stringify(record), `${input.requestId}:${++this.paidAttempts}`, Math.min(deps.billing.holdTtlMs, INTENT_RESEND_WINDOW_MS)).catch((err: unknown) => {
       deps.metrics.billingFailures.inc({ step: "intent" });
       deps.log.warn("intent not written; if this router dies mid-request, the request has no ledger row", { requestId: input.requestId, error: (err as Error).message });
       return undefined;
