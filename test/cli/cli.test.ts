@@ -60,13 +60,16 @@ describe("switchyard CLI", () => {
       await db.sql`insert into spend_ledger (request_id, tenant_id, backend, model, prompt_tokens, completion_tokens, cost_micro, cost_source, status, started_at, finished_at, duration_ms)
         values (${`req-${i}`}, ${t.id}, 'openrouter', 'm1', 10, 5, ${cost}, 'provider', 'ok', ${`${day}T12:00:00Z`}, ${`${day}T12:00:01Z`}, 1000)`;
     }
+    // A paid attempt request 3 failed over from after OpenRouter accepted it: its own row (FINANCE.md), cost in the line, not a request.
+    await db.sql`insert into spend_ledger (request_id, tenant_id, backend, model, prompt_tokens, completion_tokens, cost_micro, cost_source, status, started_at, finished_at, duration_ms)
+      values ('req-3/a1', ${t.id}, 'openrouter', 'm1', 10, 0, 7, 'estimate', 'timeout', ${`${day}T12:00:00Z`}, ${`${day}T12:00:01Z`}, 1000)`;
     const table = await sy(["spend", "--from", day, "--to", day, "--tenant", "initech"]);
     expect(table.code).toBe(0);
-    expect(table.stdout).toMatch(/2026-11-29\s+initech\s+3\s+30\s+15\s+100012300\s+1\.000123\s+0\s+0\n/);
+    expect(table.stdout).toMatch(/2026-11-29\s+initech\s+3\s+40\s+15\s+100012307\s+1\.00012307\s+0\s+0\s+1\n/);
     const csv = await sy(["spend", "--from", day, "--to", day, "--by", "model", "--format", "csv"]);
     expect(csv.stdout.trim().split("\n")).toEqual([
-      "day,tenant,backend,model,requests,prompt_tokens,completion_tokens,cost_micro_cents,cost_usd,crash_finished,crash_finished_micro_cents",
-      "2026-11-29,initech,openrouter,m1,3,30,15,100012300,1.000123,0,0",
+      "day,tenant,backend,model,requests,prompt_tokens,completion_tokens,cost_micro_cents,cost_usd,crash_finished,crash_finished_micro_cents,abandoned_attempts",
+      "2026-11-29,initech,openrouter,m1,3,40,15,100012307,1.00012307,0,0,1",
     ]);
     expect((await sy(["spend", "--from", "2026-13-01"])).code).toBe(2);
     expect((await sy(["spend", "--by", "week"])).stderr).toMatch(/--by must be day, backend or model/);

@@ -1,7 +1,11 @@
 // `switchyard spend --from DATE --to DATE [--tenant NAME] [--by day|backend|model]
 // [--format table|csv]`: what finance reads, straight from the spend ledger.
-// The last two columns count the requests another router finished after the
-// serving one died (cost looked up, or held), so they stand out.
+// Two columns count the requests another router finished after the serving
+// one died (cost looked up, or held), so they stand out; the last counts the
+// rows of paid attempts a request failed over from after their provider
+// accepted them (FINANCE.md): their cost is in the line, but they are not
+// requests — so a provider's line can show cost with 0 requests. Appended
+// last, so a spreadsheet reading the CSV by position reads what it did.
 // Money is printed exactly: micro-cents as integers and USD as a decimal
 // derived from them with integer arithmetic (db/money.ts).
 import { findTenant, formatMicroAsUsd, spendByDay, type SpendRow } from "@switchyard/db";
@@ -43,7 +47,7 @@ export async function spendCommand(flags: { config?: string; from?: string; to?:
       tenantId = t.id;
     }
     const rows: SpendRow[] = await spendByDay(db.db, { ...range, tenantId, by });
-    const header = ["day", "tenant", ...(by !== "day" ? ["backend"] : []), ...(by === "model" ? ["model"] : []), "requests", "prompt_tokens", "completion_tokens", "cost_micro_cents", "cost_usd", "crash_finished", "crash_finished_micro_cents"];
+    const header = ["day", "tenant", ...(by !== "day" ? ["backend"] : []), ...(by === "model" ? ["model"] : []), "requests", "prompt_tokens", "completion_tokens", "cost_micro_cents", "cost_usd", "crash_finished", "crash_finished_micro_cents", "abandoned_attempts"];
     const lines = rows.map((r) => [
       r.day,
       r.tenantName ?? String(r.tenantId),
@@ -57,12 +61,14 @@ export async function spendCommand(flags: { config?: string; from?: string; to?:
       // Requests another router finished after the serving one died (included above).
       String(r.crashFinishedRequests),
       r.crashFinishedCostMicro.toString(),
+      // Rows of abandoned paid attempts (their cost is in cost_micro_cents above).
+      String(r.abandonedAttempts),
     ]);
     if (format === "csv") {
       process.stdout.write([header, ...lines].map((l) => l.map(csvField).join(",")).join("\n") + "\n");
     } else {
       const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
-      const fmt = (l: string[]) => l.map((v, i) => (i >= header.length - 7 ? v.padStart(widths[i]!) : v.padEnd(widths[i]!))).join("  ");
+      const fmt = (l: string[]) => l.map((v, i) => (i >= header.length - 8 ? v.padStart(widths[i]!) : v.padEnd(widths[i]!))).join("  ");
       process.stdout.write([fmt(header), ...lines.map(fmt)].join("\n") + "\n");
       if (lines.length === 0) process.stderr.write(range ? `no spend between ${range.from} and ${range.to}\n` : "no spend today (each tenant's day in its time zone)\n");
     }
