@@ -38,6 +38,19 @@ export interface ChatTranslation {
   stream(): StreamTranslator;
 }
 
+/**
+ * Whether a streamed tool_calls delta continues the call open at its chat
+ * index. Some OpenAI-compatible servers (Gemini, vLLM and llama.cpp models
+ * behind OpenRouter) stream parallel calls all at index 0, each opening with
+ * a new id: an id other than the open call's starts a new call. A delta with
+ * no id, or the open call's own again, continues it; so does a first id on a
+ * call that opened without one, since nothing else could tell two calls apart.
+ */
+export function continuesCall(open: { chatIndex: number; callId: string } | undefined, chatIndex: number, tc: Json): boolean {
+  if (open?.chatIndex !== chatIndex) return false;
+  return typeof tc.id !== "string" || tc.id === "" || open.callId === "" || tc.id === open.callId;
+}
+
 /** One SSE frame with an event name, as OpenAI's typed streams and Anthropic's carry them. */
 export function sseFrame(event: string, data: Json): string {
   return `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;

@@ -49,9 +49,24 @@ const completion: Json = {
   usage: { prompt_tokens: 30, completion_tokens: 12, total_tokens: 42, prompt_tokens_details: { cached_tokens: 10 } },
 };
 
-async function framesOf(t: StreamTranslator): Promise<string> {
+// Parallel calls as some OpenAI-compatible servers stream them (Gemini and
+// vLLM/llama.cpp-served models through OpenRouter): every call at index 0,
+// each new one told apart only by its new id (and name); the second repeats
+// its id on a later delta, which continues it.
+const sameIndexChunks: Json[] = [
+  chunk({ role: "assistant", content: "" }),
+  chunk({ tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "get_weather", arguments: "" } }] }),
+  chunk({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
+  chunk({ tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] }),
+  chunk({ tool_calls: [{ index: 0, id: "call_b", type: "function", function: { name: "get_time", arguments: '{"tz":' } }] }),
+  chunk({ tool_calls: [{ index: 0, id: "call_b", type: "function", function: { arguments: '"CET"}' } }] }),
+  chunk({}, "tool_calls"),
+  chatChunks.at(-1)!,
+];
+
+async function framesOf(t: StreamTranslator, chunks: Json[] = chatChunks): Promise<string> {
   let out = "";
-  for (const c of chatChunks) out += t.chunk(c).join("");
+  for (const c of chunks) out += t.chunk(c).join("");
   return out + (await t.done()).join("");
 }
 
@@ -62,9 +77,12 @@ const seed = { id: `resp_${"1".repeat(32)}`, createdAt: 1_700_000_000, body: { m
 beforeAll(async () => {
   server = createServer((req, res) => {
     void (async () => {
-      const t = req.url === "/v1/responses" ? new ResponsesStreamTranslator(seed, async () => {}) : new MessagesStreamTranslator("m");
+      // Under /same-index the answer is sameIndexChunks'.
+      const sameIndex = req.url?.startsWith("/same-index/") ?? false;
+      const path = sameIndex ? req.url!.slice("/same-index".length) : req.url;
+      const t = path === "/v1/responses" ? new ResponsesStreamTranslator(seed, async () => {}) : new MessagesStreamTranslator("m");
       res.writeHead(200, { "content-type": "text/event-stream" });
-      res.end(await framesOf(t));
+      res.end(await framesOf(t, sameIndex ? sameIndexChunks : chatChunks));
     })();
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
@@ -118,6 +136,46 @@ describe("Responses stream translator", () => {
     // Those items, sent back as input, are the same chat turn again.
     const back = inputMessages([{ role: "user", content: "x" }, ...output, { type: "function_call_output", call_id: "call_a", output: "sunny" }]);
     expect(back.slice(1)).toEqual([turn, { role: "tool", tool_call_id: "call_a", content: "sunny" }]);
+  });
+});
+
+describe("Responses: parallel tool calls all at index 0", () => {
+  it("a new id starts a new function_call item; the SDK assembles both, and the stored turn has both", async () => {
+    const client = new OpenAI({ apiKey: "k", baseURL: `${base}/same-index/v1`, maxRetries: 0 });
+    const stream = client.responses.stream({ model: "m", input: "x" });
+    const types: string[] = [];
+    stream.on("event", (e) => types.push(e.type));
+    const final = await stream.finalResponse();
+    expect(types).toEqual([
+      "response.created",
+      "response.in_progress",
+      "response.output_item.added",
+      "response.function_call_arguments.delta",
+      "response.function_call_arguments.delta",
+      "response.function_call_arguments.done",
+      "response.output_item.done",
+      "response.output_item.added",
+      "response.function_call_arguments.delta",
+      "response.function_call_arguments.delta",
+      "response.function_call_arguments.done",
+      "response.output_item.done",
+      "response.completed",
+    ]);
+    expect(final.output).toMatchObject([
+      { type: "function_call", status: "completed", call_id: "call_a", name: "get_weather", arguments: '{"city":"Paris"}' },
+      { type: "function_call", status: "completed", call_id: "call_b", name: "get_time", arguments: '{"tz":"CET"}' },
+    ]);
+
+    let turn: Json | undefined;
+    await framesOf(new ResponsesStreamTranslator(seed, async (f) => void (turn = f.turn)), sameIndexChunks);
+    expect(turn).toEqual({
+      role: "assistant",
+      content: null,
+      tool_calls: [
+        { id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } },
+        { id: "call_b", type: "function", function: { name: "get_time", arguments: '{"tz":"CET"}' } },
+      ],
+    });
   });
 });
 
@@ -191,6 +249,32 @@ describe("Messages stream translator", () => {
     expect(msg.stop_reason).toBe("tool_use");
     const { chat } = messagesToChat({ model: "m", max_tokens: 5, messages: [{ role: "user", content: "x" }, { role: "assistant", content: msg.content }] });
     expect((chat.messages as Json[])[1]).toEqual((completion.choices as Json[])[0]!.message);
+  });
+
+  it("parallel tool calls all at index 0: a new id starts a new tool_use block, the one before it stopped", async () => {
+    const client = new Anthropic({ apiKey: "k", baseURL: `${base}/same-index`, maxRetries: 0 });
+    const stream = client.messages.stream({ model: "m", max_tokens: 10, messages: [{ role: "user", content: "x" }] });
+    const types: string[] = [];
+    stream.on("streamEvent", (e) => types.push(e.type === "content_block_delta" ? `delta:${e.delta.type}` : `${e.type}${"index" in e ? `:${e.index}` : ""}`));
+    const final = await stream.finalMessage();
+    expect(types).toEqual([
+      "message_start",
+      "content_block_start:0",
+      "delta:input_json_delta",
+      "delta:input_json_delta",
+      "content_block_stop:0",
+      "content_block_start:1",
+      "delta:input_json_delta",
+      "delta:input_json_delta",
+      "content_block_stop:1",
+      "message_delta",
+      "message_stop",
+    ]);
+    expect(final.content).toEqual([
+      { type: "tool_use", id: "call_a", name: "get_weather", input: { city: "Paris" } },
+      { type: "tool_use", id: "call_b", name: "get_time", input: { tz: "CET" } },
+    ]);
+    expect(final.stop_reason).toBe("tool_use");
   });
 
   it("a failure after the first byte is one error event", () => {

@@ -4,7 +4,7 @@
 // input_json_delta)… → content_block_stop, then message_delta (stop_reason,
 // usage) and message_stop; a failure after the first byte is one
 // `event: error`.
-import { isObject, sseFrame, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
+import { continuesCall, isObject, sseFrame, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
 import { anthropicErrorType, anthropicUsage, newMessageId, stopOf } from "./response.ts";
 
 /** Router error codes → the HTTP status they stand for (for Anthropic's error type). */
@@ -13,8 +13,8 @@ const failureStatus: Record<string, number> = { upstream_timeout: 504, router_sh
 export class MessagesStreamTranslator implements StreamTranslator {
   private readonly id = newMessageId();
   private started = false;
-  /** The open block: its index, and the chat tool_calls index it came from (tool_use blocks). */
-  private open: { index: number; kind: "text" | "tool_use"; chatIndex?: number } | undefined;
+  /** The open block: its index, and for a tool_use block the chat tool_calls index and id it came with. */
+  private open: { index: number; kind: "text" | "tool_use"; call?: { chatIndex: number; callId: string } } | undefined;
   private blocks = 0;
   private finish: unknown = null;
   /** The finishing choice's stop_reason: which stop sequence ended it, when the backend says (response.ts stopOf). */
@@ -50,10 +50,10 @@ export class MessagesStreamTranslator implements StreamTranslator {
     this.open = undefined;
   }
 
-  private start(out: string[], block: Json, kind: "text" | "tool_use", chatIndex?: number): number {
+  private start(out: string[], block: Json, kind: "text" | "tool_use", call?: { chatIndex: number; callId: string }): number {
     this.close(out);
     const index = this.blocks++;
-    this.open = { index, kind, ...(chatIndex !== undefined ? { chatIndex } : {}) };
+    this.open = { index, kind, ...(call ? { call } : {}) };
     out.push(sseFrame("content_block_start", { type: "content_block_start", index, content_block: block }));
     return index;
   }
@@ -72,10 +72,10 @@ export class MessagesStreamTranslator implements StreamTranslator {
     for (const tc of Array.isArray(delta.tool_calls) ? delta.tool_calls.filter(isObject) : []) {
       const fn = isObject(tc.function) ? tc.function : {};
       const chatIndex = typeof tc.index === "number" ? tc.index : 0;
-      const index =
-        this.open?.kind === "tool_use" && this.open.chatIndex === chatIndex
-          ? this.open.index
-          : this.start(out, { type: "tool_use", id: String(tc.id ?? ""), name: String(fn.name ?? ""), input: {} }, "tool_use", chatIndex);
+      const callId = String(tc.id ?? "");
+      const index = continuesCall(this.open?.call, chatIndex, tc)
+        ? this.open!.index
+        : this.start(out, { type: "tool_use", id: callId, name: String(fn.name ?? ""), input: {} }, "tool_use", { chatIndex, callId });
       if (typeof fn.arguments === "string" && fn.arguments !== "") {
         out.push(sseFrame("content_block_delta", { type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: fn.arguments } }));
       }

@@ -6,7 +6,7 @@
 // response.completed (response.incomplete when the output limit cut it;
 // response.failed when the stream broke). Every event carries its
 // sequence_number, from 0.
-import { isObject, sseFrame, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
+import { continuesCall, isObject, sseFrame, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
 import { historyTurn, newItemId, outputText, responseEnvelope, responsesLogprobs, responsesUsage, statusOf, type ResponseSeed } from "./response.ts";
 
 interface OpenMessage {
@@ -146,7 +146,8 @@ export class ResponsesStreamTranslator implements StreamTranslator {
   private toolCall(out: string[], tc: Json): void {
     const fn = isObject(tc.function) ? tc.function : {};
     const chatIndex = typeof tc.index === "number" ? tc.index : 0;
-    let call = this.open?.kind === "call" && this.open.chatIndex === chatIndex ? this.open : undefined;
+    const open = this.open?.kind === "call" ? this.open : undefined;
+    let call = continuesCall(open && { chatIndex: open.chatIndex, callId: open.call_id }, chatIndex, tc) ? open : undefined;
     if (!call) {
       this.close(out, "completed");
       call = { kind: "call", index: this.output.length, id: newItemId("fc"), chatIndex, call_id: String(tc.id ?? ""), name: String(fn.name ?? ""), arguments: "" };
