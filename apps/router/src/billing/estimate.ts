@@ -76,10 +76,13 @@ function contentTokens(content: unknown): number {
 }
 
 /**
- * At most this many prompt tokens, whatever the tokenizer and the model: the
- * bound rate limits reserve, and the request class's size.
+ * At most this many prompt tokens, whatever the tokenizer and the model
+ * (the bound rate limits reserve, and the request class's size), with its
+ * images' and audio's share of it: one walk of the body. A hold prices
+ * those shares by the model's price row (an image multiplier, an audio
+ * price); the total is the model-independent bound.
  */
-export function promptTokensUpperBound(path: InferencePath, body: Record<string, unknown>): number {
+export function promptBound(path: InferencePath, body: Record<string, unknown>): PromptBound {
   imageTokens = 0;
   audioTokens = 0;
   inflate.bytes = PDF_INFLATE_PER_PROMPT;
@@ -97,17 +100,12 @@ export function promptTokensUpperBound(path: InferencePath, body: Record<string,
     if (Array.isArray(input)) for (const x of input) n += MESSAGE_OVERHEAD + contentTokens(typeof x === "string" ? x : JSON.stringify(x));
     else n += contentTokens(input);
   }
-  return n;
+  return { promptTokens: n, imageTokens, audioTokens };
 }
 
-/**
- * promptTokensUpperBound, with its images' and audio's share of it: one walk
- * of the body. A hold prices those shares by the model's price row (an image
- * multiplier, an audio price); the total is the model-independent bound.
- */
-export function promptBound(path: InferencePath, body: Record<string, unknown>): PromptBound {
-  const promptTokens = promptTokensUpperBound(path, body);
-  return { promptTokens, imageTokens, audioTokens };
+/** promptBound's total alone. */
+export function promptTokensUpperBound(path: InferencePath, body: Record<string, unknown>): number {
+  return promptBound(path, body).promptTokens;
 }
 
 const limitOf = (v: unknown): number | undefined => (typeof v === "number" && Number.isFinite(v) && v >= 0 ? Math.floor(v) : undefined);

@@ -95,7 +95,7 @@ export class InferencePipeline {
       const routed = stage(this.trace, "routing", () => this.resolve());
       const { resolution, cls, leased } = routed instanceof Promise ? await routed : routed;
       const stripUsage = this.askForUsage();
-      const tab = this.hold(cls);
+      const tab = this.hold();
       const result = await this.attempt(leased, resolution, cls, tab, stripUsage);
       // A stream's or raw bytes' duration is observed at their last byte (relay/stream.ts, raw.ts), not here.
       if (this.body.stream === true || this.opts.raw) this.c.set("streaming", true);
@@ -223,13 +223,13 @@ export class InferencePipeline {
   }
 
   /** The request's budget tab: paid attempts are held against the tenant's day through it, and it settles the ledger row. */
-  private hold(cls: RequestClass): RequestTab {
+  private hold(): RequestTab {
     const startedAt = this.c.get("startedAt");
     return this.deps.guard.open({
       requestId: this.c.get("requestId"),
       tenant: this.tenant,
       path: this.path,
-      facts: bodyFacts(this.path, this.body, cls),
+      facts: bodyFacts(this.path, this.body, this.bound()),
       model: this.body.model,
       arrivedAtMs: Date.now() - (performance.now() - startedAt),
       startedAtPerf: startedAt,

@@ -127,9 +127,7 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
       // be read as an answer (not JSON, cut short, over the size limit: a
       // `protocol` failure; or its connection reset mid-body: `connect`)
       // was generated and billed whole all the same.
-      const cut = failure.kind === "timeout" || failure.kind === "aborted";
-      const whole = !req.stream && !req.raw && backend.paid;
-      const accepted = (cut && (up !== undefined || (whole && failure.kind === "timeout"))) || (whole && up !== undefined && (failure.kind === "protocol" || failure.kind === "connect"));
+      const accepted = acceptedBefore(failure.kind, up !== undefined, !req.stream && !req.raw && backend.paid);
       ctx.log.warn("upstream attempt failed", { backend: backend.id, attempt: attempts, kind: failure.kind, status: failure.status, accepted, error: failure.message });
       ctx.release?.(backend, accepted, statusOf(failure));
       if (!failure.retryable) {
@@ -156,4 +154,15 @@ export async function dispatch(candidates: Backend[], req: BackendRequest, ctx: 
   }
   settleFailure(lastBackend, last, lastAccepted);
   throw failureToApiError(last);
+}
+
+/**
+ * Whether an attempt that failed with `kind` had been accepted by its
+ * provider, which then bills it (the comment at its call says why, case by
+ * case). `headers`: its 2xx headers came; `wholePaid`: a paid answer not
+ * streamed, generated whole before its headers.
+ */
+function acceptedBefore(kind: UpstreamFailure["kind"], headers: boolean, wholePaid: boolean): boolean {
+  if (!headers) return wholePaid && kind === "timeout";
+  return kind === "timeout" || kind === "aborted" || (wholePaid && (kind === "protocol" || kind === "connect"));
 }
