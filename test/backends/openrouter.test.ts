@@ -160,6 +160,24 @@ describe("OpenRouterBackend", () => {
     expect(f.upstreamError?.code).toBe(String(status));
   });
 
+  it.each([
+    [429, "7", { reason: "rate_limited", retryAfterS: 7 }],
+    [503, "2", { reason: "overloaded", retryAfterS: 2 }],
+    // An HTTP-date Retry-After is not taken on trust of two clocks: the router's own default then.
+    [429, "Wed, 21 Oct 2026 07:28:00 GMT", { reason: "rate_limited" }],
+    [502, "5", undefined],
+  ] as const)("a %i (Retry-After %s) says whether OpenRouter is busy, for the client's answer when no candidate is left", async (status, retryAfter, busy) => {
+    fake.enqueue({ kind: "status", status, retryAfter });
+    const f = await openFailure(chat(false));
+    expect(f.busy).toEqual(busy);
+  });
+
+  it("a 200 whose body is OpenRouter's 429 error is busy too", async () => {
+    fake.enqueue({ kind: "midstream_error", afterTokens: 0, message: "Rate limit exceeded", code: 429 });
+    const up = await backend.open(chat(false), ctx(), new AbortController().signal);
+    await expect(up.text()).rejects.toMatchObject({ kind: "bad_status", status: 429, busy: { reason: "rate_limited" } });
+  });
+
   it.each([400, 413, 422])("passes %i through as a client error with OpenRouter's message", async (status) => {
     fake.enqueue({ kind: "status", status, message: "max_tokens must be at most 16384" });
     const f = await openFailure(chat(false));

@@ -297,6 +297,45 @@ describe("POST /v1/messages with @anthropic-ai/sdk", () => {
     }
   });
 
+  it("a paid provider's overload and rate limit reach the client as such, not as a broken upstream: 529 overloaded_error, 429 with the provider's Retry-After", async () => {
+    upstream.enqueue({ kind: "status", status: 529 });
+    const overloaded = await post({ model: AN_MODEL });
+    expect(overloaded.status).toBe(529);
+    expect(overloaded.headers.get("retry-after")).toBe("1");
+    expect(await overloaded.json()).toMatchObject({ type: "error", error: { type: "overloaded_error", message: expect.stringMatching(/anthropic answered 529/) } });
+    // Streamed, its `event: error` before the first token is the same answer (nothing reached the client yet).
+    upstream.enqueue({ kind: "midstream_error", afterTokens: 0 });
+    const streamed = await post({ model: AN_MODEL, stream: true });
+    expect(streamed.status).toBe(529);
+    expect(await streamed.json()).toMatchObject({ error: { type: "overloaded_error" } });
+    upstream.enqueue({ kind: "status", status: 429, retryAfter: "17" });
+    const limited = await post({ model: AN_MODEL });
+    expect(limited.status).toBe(429);
+    expect(limited.headers.get("retry-after")).toBe("17");
+    expect(await limited.json()).toMatchObject({ type: "error", error: { type: "rate_limit_error" } });
+    // Chat clients get OpenAI's statuses for the same: 503 and 429, with codes that say whose it was.
+    const chat = () =>
+      fetch(`${fx.router.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: AN_MODEL, max_tokens: 5, messages: [{ role: "user", content: "x" }] }),
+      });
+    upstream.enqueue({ kind: "status", status: 529 });
+    const busy = await chat();
+    expect(busy.status).toBe(503);
+    expect(await busy.json()).toMatchObject({ error: { code: "upstream_overloaded", type: "service_unavailable" } });
+    upstream.enqueue({ kind: "status", status: 429, retryAfter: "30" });
+    const limitedChat = await chat();
+    expect(limitedChat.status).toBe(429);
+    expect(limitedChat.headers.get("retry-after")).toBe("30");
+    expect(await limitedChat.json()).toMatchObject({ error: { code: "upstream_rate_limited", type: "rate_limit_error" } });
+    // Anything else the provider fails with is still a broken upstream.
+    upstream.enqueue({ kind: "status", status: 500 });
+    const broken = await chat();
+    expect(broken.status).toBe(502);
+    expect(await broken.json()).toMatchObject({ error: { code: "bad_upstream" } });
+  });
+
   it("a stream that breaks after its first byte ends with one `event: error` the SDK throws", async () => {
     worker.enqueue({ kind: "midstream_error", afterTokens: 2, message: "engine fell over" });
     const stream = client.messages.stream({ model: "sim-chat", max_tokens: 50, messages: [{ role: "user", content: "break" }] });

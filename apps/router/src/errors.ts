@@ -23,6 +23,10 @@ export const errorCodes = {
   bad_upstream: { status: 502, type: "upstream_error" },
   /** A worker or provider answered more than router.maxUpstream*Bytes allow. */
   upstream_response_too_large: { status: 502, type: "upstream_error" },
+  /** The last paid provider tried was rate-limiting this deployment's account (its 429): back off, its Retry-After passed on. */
+  upstream_rate_limited: { status: 429, type: "rate_limit_error" },
+  /** The last paid provider tried was overloaded (Anthropic's 529, a 503): /v1/messages answers it as 529 overloaded_error. */
+  upstream_overloaded: { status: 503, type: "service_unavailable" },
   no_healthy_backend: { status: 503, type: "service_unavailable" },
   /** The router was stopped (SIGTERM) and router.drainMs passed before this request ended. */
   router_shutting_down: { status: 503, type: "service_unavailable" },

@@ -51,9 +51,34 @@ export class UpstreamFailure extends Error {
     readonly status?: number,
     /** The upstream's own OpenAI-shaped error, for client errors passed through. */
     readonly upstreamError?: { message?: string; param?: string | null; code?: string | null },
+    /** A paid provider said it is busy (busyOf): what the client is told when no candidate is left. */
+    readonly busy?: UpstreamBusy,
   ) {
     super(message);
   }
+}
+
+/**
+ * A provider's "not now": its rate limit on this account (429), or its own
+ * overload (Anthropic's 529, a 503). When the chain runs out on one, the
+ * client is told so — 429 or 503 (Anthropic's 529 on /v1/messages) with the
+ * provider's Retry-After — instead of a 502 that says the upstream is broken:
+ * SDKs back off on those, and honour the wait.
+ */
+export interface UpstreamBusy {
+  reason: "rate_limited" | "overloaded";
+  /** Seconds, as the provider's Retry-After said (a whole number), else none. */
+  retryAfterS?: number;
+}
+
+/** The busy hint for a paid provider's status (and its Retry-After header), or none. */
+export function busyOf(status: number | undefined, retryAfter?: string | string[]): UpstreamBusy | undefined {
+  const reason = status === 429 ? "rate_limited" : status === 503 || status === 529 ? "overloaded" : undefined;
+  if (!reason) return undefined;
+  const header = Array.isArray(retryAfter) ? retryAfter[0] : retryAfter;
+  // An HTTP-date Retry-After is rare from these providers and would need this box's clock to agree with theirs: dropped.
+  const seconds = header !== undefined && /^\d{1,6}$/.test(header.trim()) ? Number(header.trim()) : undefined;
+  return seconds === undefined ? { reason } : { reason, retryAfterS: seconds };
 }
 
 export interface UpstreamResponse {

@@ -19,6 +19,8 @@ export const inferenceErrors: ErrorCode[] = [
   "upstream_request_too_large",
   "upstream_unprocessable",
   "bad_upstream",
+  "upstream_rate_limited",
+  "upstream_overloaded",
   "upstream_response_too_large",
   "no_healthy_backend",
   "queue_full",

@@ -143,6 +143,10 @@ export function failureToApiError(f: UpstreamFailure): ApiError {
   if (f instanceof RouterShuttingDown) return new ApiError("router_shutting_down", f.message, null, { "retry-after": "1" });
   if (f.kind === "timeout") return new ApiError("upstream_timeout", f.message);
   if (f.kind === "aborted") return new ApiError("upstream_timeout", f.message);
+  if (f.busy) {
+    const headers = { "retry-after": String(f.busy.retryAfterS ?? 1) };
+    return f.busy.reason === "rate_limited" ? new ApiError("upstream_rate_limited", f.message, null, headers) : new ApiError("upstream_overloaded", f.message, null, headers);
+  }
   return new ApiError("bad_upstream", f.message);
 }
 

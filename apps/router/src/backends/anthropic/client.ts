@@ -5,7 +5,7 @@
 import { Pool } from "../undici.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { defaultUpstreamLimits, errorBodyText, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
-import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, upstreamBody, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
+import { type Backend, type BackendRequest, busyOf, type InferencePath, type RequestFeature, UpstreamFailure, upstreamBody, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
 import { toMessagesRequest } from "./request.ts";
 import { fromMessagesResponse } from "./response.ts";
 import { MessagesStreamTranslator } from "./stream.ts";
@@ -76,7 +76,7 @@ function streamFailure(err: AnthropicStreamError): UpstreamFailure {
   const message = `anthropic: ${err.message}`;
   return client
     ? new UpstreamFailure("client_error", message, false, status, { message: err.message, param: null })
-    : new UpstreamFailure("bad_status", message, true);
+    : new UpstreamFailure("bad_status", message, true, status, undefined, busyOf(status));
 }
 
 function classify(err: unknown, signal: UpstreamSignal): UpstreamFailure {
@@ -86,7 +86,7 @@ function classify(err: unknown, signal: UpstreamSignal): UpstreamFailure {
 }
 
 /** The failure for a non-2xx answer, from Anthropic's `{"type":"error","error":{type,message}}` body. */
-function statusFailure(status: number, text: string): UpstreamFailure {
+function statusFailure(status: number, text: string, retryAfter?: string | string[]): UpstreamFailure {
   let error: { type?: string; message?: string } | undefined;
   try {
     error = (JSON.parse(text) as { error?: { type?: string; message?: string } }).error;
@@ -98,7 +98,7 @@ function statusFailure(status: number, text: string): UpstreamFailure {
   if (isClientError(status)) {
     return new UpstreamFailure("client_error", message, false, status, { message: error?.message ?? message, param: null });
   }
-  return new UpstreamFailure("bad_status", message, true, status);
+  return new UpstreamFailure("bad_status", message, true, status, undefined, busyOf(status, retryAfter));
 }
 
 export class AnthropicBackend implements Backend {
@@ -153,7 +153,7 @@ export class AnthropicBackend implements Backend {
     }
     if (res.statusCode < 200 || res.statusCode >= 300) {
       const text = await errorBodyText(res.body);
-      throw statusFailure(res.statusCode, text);
+      throw statusFailure(res.statusCode, text, res.headers["retry-after"]);
     }
     const resBody = res.body;
     const includeUsage = (sent.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage === true;

@@ -6,7 +6,7 @@
 import { Pool } from "../undici.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { boundedBody, defaultUpstreamLimits, errorBodyText, rawRelayHeaders, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
-import { type Backend, type BackendRequest, type InferencePath, type RequestFeature, UpstreamFailure, upstreamBody, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
+import { type Backend, type BackendRequest, busyOf, type InferencePath, type RequestFeature, UpstreamFailure, upstreamBody, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
 
 export interface OpenRouterOptions {
   /** The API root, e.g. https://openrouter.ai/api/v1. */
@@ -148,6 +148,7 @@ export class OpenRouterBackend implements Backend {
         !clientError,
         s,
         e ? { message: e.message, param: null, code: e.code === undefined ? null : String(e.code) } : undefined,
+        busyOf(s, res.headers["retry-after"]),
       );
     }
     const upstream = res.body;
@@ -173,7 +174,10 @@ export class OpenRouterBackend implements Backend {
         // Once a provider has started, OpenRouter reports failures with a 200
         // and the error in the body; nothing reached the client yet.
         const e = errorIn(text);
-        if (e) throw new UpstreamFailure("bad_status", `openrouter: ${e.message ?? "error"}`, true, typeof e.code === "number" ? e.code : undefined);
+        if (e) {
+          const code = typeof e.code === "number" ? e.code : undefined;
+          throw new UpstreamFailure("bad_status", `openrouter: ${e.message ?? "error"}`, true, code, undefined, busyOf(code));
+        }
         return text;
       },
       events: async function* () {
@@ -183,7 +187,10 @@ export class OpenRouterBackend implements Backend {
             // A mid-stream failure is an ordinary chunk with an `error` member.
             // Retryable: if it is the very first event the relay may still fail over.
             const e = payload === "[DONE]" ? undefined : errorIn(payload);
-            if (e) throw new UpstreamFailure("bad_status", `openrouter: ${e.message ?? "stream failed"}`, true);
+            if (e) {
+              const code = typeof e.code === "number" ? e.code : undefined;
+              throw new UpstreamFailure("bad_status", `openrouter: ${e.message ?? "stream failed"}`, true, code, undefined, busyOf(code));
+            }
             yield payload;
           }
         } catch (err) {

@@ -5,10 +5,11 @@
 // usage) and message_stop; a failure after the first byte is one
 // `event: error`.
 import { continuesCall, isObject, sseFrame, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
+import { errorCodes, type ErrorCode } from "../../errors.ts";
 import { anthropicErrorType, anthropicUsage, newMessageId, stopOf } from "./response.ts";
 
-/** Router error codes → the HTTP status they stand for (for Anthropic's error type). */
-const failureStatus: Record<string, number> = { upstream_timeout: 504, router_shutting_down: 503, no_healthy_backend: 503 };
+/** A router error code's HTTP status (for Anthropic's error type); a code from elsewhere is a 500. */
+const failureStatus = (code: string): number => (Object.hasOwn(errorCodes, code) ? errorCodes[code as ErrorCode].status : 500);
 
 export class MessagesStreamTranslator implements StreamTranslator {
   private readonly id = newMessageId();
@@ -98,6 +99,6 @@ export class MessagesStreamTranslator implements StreamTranslator {
   }
 
   fail(failure: StreamFailure): string[] {
-    return [sseFrame("error", { type: "error", error: { type: anthropicErrorType(failureStatus[failure.code] ?? 500), message: failure.message } })];
+    return [sseFrame("error", { type: "error", error: { type: anthropicErrorType(failureStatus(failure.code)), message: failure.message } })];
   }
 }
