@@ -155,6 +155,34 @@ describe("a price row's audio input price at the settle", () => {
   });
 });
 
+describe("a price row's media rates in the estimate, when the provider reports no usage", () => {
+  const estimated = async (key: string, b: Record<string, unknown>) => {
+    openrouter.enqueue({ kind: "no_usage" });
+    const r = await post(key, b);
+    expect(r.status).toBe(200);
+    await r.text();
+    await fx.router.deps.guard.flush();
+    const [row] = await fx.db.sql`select prompt_tokens, cost_micro::text, cost_source from spend_ledger where request_id = ${r.headers.get("x-request-id")!}`;
+    return row!;
+  };
+  /** The estimate's text part: the text's byte bound ÷ 3. */
+  const textEstimate = Math.ceil(textTokens / 3);
+
+  it("counts an image at the bound from its size, times the model's multiplier, not a third of it at 1×", async () => {
+    const t = await budgetedTenant(fx.db, "estimate-image", 100n);
+    const heavy = textEstimate + Math.ceil((4_784 * 33_336) / 1_000);
+    expect(await estimated(t.key, body(IMAGE_HEAVY, image))).toEqual({ prompt_tokens: heavy, cost_micro: String(20 * heavy), cost_source: "estimate" });
+    expect(await estimated(t.key, body(PLAIN, image))).toEqual({ prompt_tokens: textEstimate + 4_784, cost_micro: String(20 * (textEstimate + 4_784)), cost_source: "estimate" });
+  });
+
+  it("counts audio at the typical rate (10 tokens a second of the bound's 32) and prices it at the audio price", async () => {
+    const t = await budgetedTenant(fx.db, "estimate-audio", 100n);
+    // The clip's bound, 3,200 tokens (100 s at 32 a second): 1,000 at 10 a second.
+    expect(await estimated(t.key, body(AUDIO, clip))).toEqual({ prompt_tokens: textEstimate + 1_000, cost_micro: String(20 * textEstimate + 320 * 1_000), cost_source: "estimate" });
+    expect(await estimated(t.key, body(PLAIN, clip))).toEqual({ prompt_tokens: textEstimate + 1_000, cost_micro: String(20 * (textEstimate + 1_000)), cost_source: "estimate" });
+  });
+});
+
 describe("a prompt's bound, worked out once a request", () => {
   /** A PDF 1.5 whose 3 page objects sit only in a Flate-coded object stream: counting its pages decodes and inflates it. */
   const pdf = (() => {

@@ -162,6 +162,13 @@ export function bodyFacts(path: InferencePath, body: Record<string, unknown>, bo
 /** Typical bytes per token, for estimates when a provider reports no usage (the upper bound uses 1). */
 const ESTIMATE_BYTES_PER_TOKEN = 3;
 
+/**
+ * Audio tokens a second, typical over the bound's: the bound counts Gemini's
+ * 32 a second (media.ts), the dearest rate; OpenAI's audio models, the ones
+ * that price audio apart, count 10.
+ */
+const ESTIMATE_AUDIO_RATE = { typical: 10, bound: 32 };
+
 /** Pauses before a failed budget settle is tried again (about 5 s in all: a Redis failover's span). */
 const SETTLE_RETRY_MS = [250, 1_000, 4_000];
 
@@ -582,8 +589,8 @@ export class RequestTab {
     if (this.abandoned.some((a) => a.backend === backend)) return;
     const price = this.priceOf(backend);
     if (!price) return; // cannot happen: unpriced backends are never admitted
-    const usage = this.estimatedUsage({ backend, status: "error", accepted: true });
-    const micro = usageCostMicro({ promptTokens: usage.prompt, completionTokens: usage.completion }, price);
+    const usage = this.estimatedUsage({ backend, status: "error", accepted: true }, price);
+    const micro = usageCostMicro({ promptTokens: usage.prompt, completionTokens: usage.completion, audioTokens: usage.audio ?? 0 }, price);
     this.abandoned.push({ backend, micro: micro > 0n ? micro : 1n, usage, status, endedAtPerf: performance.now() });
   }
 
@@ -653,13 +660,18 @@ export class RequestTab {
     // before any response (connect error, 5xx/429, headers deadline): $0.
     const consumed = o.status === "ok" || o.firstTokenAt !== undefined || o.status === "client_cancelled" || o.accepted === true;
     if (!consumed) return { micro: 0n, source: "price_table", usage };
-    const estimated = this.estimatedUsage(o);
-    const micro = usageCostMicro({ promptTokens: estimated.prompt, completionTokens: estimated.completion }, price);
+    const estimated = this.estimatedUsage(o, price);
+    const micro = usageCostMicro({ promptTokens: estimated.prompt, completionTokens: estimated.completion, audioTokens: estimated.audio ?? 0 }, price);
     return { micro: micro > 0n ? micro : 1n, source: "estimate", usage: estimated };
   }
 
   /**
-   * Usage when none was reported: prompt ≈ its byte bound ÷ 3; completion =
+   * Usage when none was reported: prompt ≈ its text's byte bound ÷ 3, plus
+   * its images' tokens as the bound counts them from their sizes, times the
+   * model's image multiplier (the price row's: gpt-4o-mini counts an image
+   * 33× — ÷ 3 and at 1× it was charged a hundredth of it), plus its audio's
+   * at the typical rate, kept apart so that it is priced at the row's audio
+   * price (`price`: the paid backend's row; none for a worker); completion =
    * events relayed (≥ 1), or for a paid answer that was not streamed and
    * whose client left before it came (or whose body, once generated, never
    * reached the client), all the output its hold assumed (and the provider
@@ -668,12 +680,16 @@ export class RequestTab {
    * before its first token: the prompt alone (nothing generated reached
    * anyone).
    */
-  private estimatedUsage(o: SettleOutcome): Usage {
-    const { stream } = this.input.facts;
+  private estimatedUsage(o: SettleOutcome, price?: TokenPrice): Usage {
+    const { stream, promptTokens, imageTokens, audioTokens } = this.input.facts;
     const whole = (o.status === "client_cancelled" || o.accepted === true) && o.backend.paid && !stream && o.chunks === undefined;
     const untouched = o.accepted === true && stream && o.firstTokenAt === undefined;
     const completion = whole ? Math.max(1, this.maxOutput) : untouched ? 0 : Math.max(1, o.chunks ?? 0);
-    return { prompt: Math.ceil(this.input.facts.promptTokens / ESTIMATE_BYTES_PER_TOKEN), completion, cached: 0, cacheWrite: 0 };
+    const text = Math.ceil((promptTokens - imageTokens - audioTokens) / ESTIMATE_BYTES_PER_TOKEN);
+    const permille = price?.imageTokenMultiplierPermille ?? 1_000;
+    const images = Math.ceil((imageTokens * permille) / 1_000);
+    const audio = Math.ceil((audioTokens * ESTIMATE_AUDIO_RATE.typical) / ESTIMATE_AUDIO_RATE.bound);
+    return { prompt: text + images + audio, completion, cached: 0, cacheWrite: 0, ...(audio > 0 ? { audio } : {}) };
   }
 
   /**
