@@ -40,7 +40,7 @@ const post = (signal?: AbortSignal) =>
 async function row(requestId: string) {
   return waitFor(async () => {
     await fx.router.deps.guard.flush();
-    const [r] = await fx.db.sql`select status, duration_ms from spend_ledger where request_id = ${requestId}`;
+    const [r] = await fx.db.sql`select status, duration_ms, prompt_tokens from spend_ledger where request_id = ${requestId}`;
     return r;
   }, { what: `ledger row of ${requestId}` });
 }
@@ -52,28 +52,40 @@ async function durations(): Promise<{ count: number; sum: number }> {
   return { count: pick("count"), sum: pick("sum") };
 }
 
+/** switchyard_tokens_total{kind="prompt"}, from /metrics. */
+async function promptTokens(): Promise<number> {
+  const text = await (await fetch(`${fx.router.adminUrl}/metrics`)).text();
+  return Number(text.match(/^switchyard_tokens_total\{kind="prompt"\} (\S+)$/m)?.[1] ?? 0);
+}
+
+/** The prompt tokens each of these answers says it computed (x-switchyard-tokens). */
+const TOKENS = 37;
+
 /** Headers and half the body at once, the rest after BODY_GAP_MS — or, with `die`, the connection cut instead. */
 const slowBody = (die: boolean): HostileHandler => (_req, res) => {
-  res.writeHead(200, { "content-type": "application/octet-stream" });
+  res.writeHead(200, { "content-type": "application/octet-stream", "x-switchyard-tokens": String(TOKENS) });
   res.write(Buffer.alloc(64 * 1024, 1));
   setTimeout(() => (die ? res.destroy() : res.end(Buffer.alloc(64 * 1024, 2))), BODY_GAP_MS);
 };
 
 describe("a hidden-states answer ends with its last byte", () => {
-  it("a whole body: row ok, its duration and the histogram's include the body's time", async () => {
+  it("a whole body: row ok, its duration and the histogram's include the body's time; its tokens are counted", async () => {
     await worker("hs-slow", slowBody(false));
     const before = await durations();
+    const tokensBefore = await promptTokens();
     const res = await post();
     expect(res.status).toBe(200);
     expect((await res.arrayBuffer()).byteLength).toBe(128 * 1024);
     const r = await row(res.headers.get("x-request-id")!);
-    expect(r).toMatchObject({ status: "ok" });
+    expect(r).toMatchObject({ status: "ok", prompt_tokens: TOKENS });
     expect(Number(r!.duration_ms)).toBeGreaterThanOrEqual(BODY_GAP_MS - 20);
     const after = await waitFor(async () => {
       const d = await durations();
       return d.count === before.count + 1 ? d : undefined;
     }, { what: "one duration observed" });
     expect(after.sum - before.sum).toBeGreaterThanOrEqual((BODY_GAP_MS - 20) / 1000);
+    // The prompt tokens the worker computed, as its ledger row counts them.
+    expect((await promptTokens()) - tokensBefore).toBe(TOKENS);
   });
 
   it("a worker that dies mid-body: the row is an error, not ok", async () => {

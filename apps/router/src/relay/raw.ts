@@ -18,6 +18,8 @@ export function relayRaw(backend: Backend, raw: { headers: Record<string, string
     if (ended) return;
     ended = true;
     ctx.metrics.duration.observe({ route: ctx.route }, (performance.now() - ctx.startedAt) / 1000);
+    // The prompt tokens the worker said it computed, counted as the ledger row counts them: whatever the body's end.
+    if (raw.usage) ctx.metrics.tokens.inc({ kind: "prompt" }, raw.usage.prompt);
     ctx.settle?.({ backend, status, ...(raw.usage ? { usage: raw.usage } : {}) });
   };
   a.timer.arm("idle", ctx.deadlines.idleMs);
