@@ -36,8 +36,9 @@ describe("mergeMetrics", () => {
     b.workers.set({ state: "ready" }, () => 3);
     a.admissionQueueDepth.set({ pool: "m", band: "batch" }, () => 4);
     b.admissionQueueDepth.set({ pool: "m", band: "batch" }, () => 1);
-    a.cpuSeconds.source(() => 1);
-    b.cpuSeconds.source(() => 3);
+    // Each process's CPU since it started: its start-up (half a second here) included, which no request spent.
+    a.cpuSeconds.source(() => 1.5);
+    b.cpuSeconds.source(() => 3.5);
     a.cpuPerRequest.set({}, () => 1 / 3);
     b.cpuPerRequest.set({}, () => 3 / 7);
     // The kernel's count for the namespace both processes share: each reads the same overflows.
@@ -52,8 +53,9 @@ describe("mergeMetrics", () => {
     expect(v('switchyard_request_duration_seconds_count{route="r"}')).toBe(2);
     expect(v('switchyard_workers{state="ready"}')).toBe(3);
     expect(v('switchyard_admission_queue_depth{band="batch",pool="m"}')).toBe(5);
-    expect(v("process_cpu_seconds_total")).toBe(4);
-    expect(v("switchyard_cpu_seconds_per_request")).toBe(0.4);
+    expect(v("process_cpu_seconds_total")).toBe(5);
+    // Per request: the CPU each spent serving (its figure × its requests: 1 and 3 s) over all 10 requests.
+    expect(v("switchyard_cpu_seconds_per_request")).toBeCloseTo(0.4, 12);
     expect(v("switchyard_listen_overflows_total")).toBe(7);
     // One HELP and one TYPE per family.
     expect(merged.match(/# TYPE switchyard_requests_total counter/g)).toHaveLength(1);

@@ -99,13 +99,19 @@ type Family = { type: string; lines: string[]; series: Map<string, number> };
 /**
  * Adds up Prometheus text from several processes: histograms summed series
  * by series, counters and gauges by their declared merge (sum or max).
- * CPU per request is recomputed from the summed CPU seconds and requests.
+ * CPU per request is recomputed: each process's CPU since its metrics began
+ * (its figure × its requests; process_cpu_seconds_total counts its start-up
+ * too, which is no request's) summed, over the summed requests.
  */
 export function mergeMetrics(texts: string[], mergeOf: (name: string) => "sum" | "max" = () => "sum"): string {
   const families = new Map<string, Family>();
+  let servingCpu = 0;
+  let allRequests = 0;
   for (const text of texts) {
     let current: Family | undefined;
     let currentName = "";
+    let perRequest = 0;
+    let requests = 0;
     for (const line of text.split("\n")) {
       if (!line) continue;
       if (line.startsWith("# HELP ")) {
@@ -129,19 +135,16 @@ export function mergeMetrics(texts: string[], mergeOf: (name: string) => "sum" |
       const sp = line.lastIndexOf(" ");
       const key = line.slice(0, sp);
       const v = Number(line.slice(sp + 1));
+      if (currentName === "switchyard_cpu_seconds_per_request") perRequest = v;
+      else if (currentName === "switchyard_requests_total") requests += v;
       const prev = current.series.get(key);
       const max = current.type !== "histogram" && mergeOf(currentName) === "max";
       current.series.set(key, prev === undefined ? v : max ? Math.max(prev, v) : prev + v);
     }
+    servingCpu += perRequest * requests;
+    allRequests += requests;
   }
-  const cpu = families.get("process_cpu_seconds_total")?.series.get("process_cpu_seconds_total");
-  const perReq = families.get("switchyard_cpu_seconds_per_request");
-  const requests = families.get("switchyard_requests_total");
-  if (cpu !== undefined && perReq && requests) {
-    let n = 0;
-    for (const v of requests.series.values()) n += v;
-    perReq.series.set("switchyard_cpu_seconds_per_request", n > 0 ? cpu / n : 0);
-  }
+  families.get("switchyard_cpu_seconds_per_request")?.series.set("switchyard_cpu_seconds_per_request", allRequests > 0 ? servingCpu / allRequests : 0);
   const out: string[] = [];
   for (const f of families.values()) {
     out.push(...f.lines);

@@ -114,7 +114,13 @@ export class RuntimeMetrics {
     });
     metrics.eventLoopDelayMax.set({}, () => (this.loop.count ? excess(this.loop.max) : 0));
     metrics.eventLoopDelayP99.set({}, () => (this.loop.count ? excess(this.loop.percentile(99)) : 0));
-    metrics.cpuSeconds.source(() => this.cpuSeconds());
+    // Since the process started, as Prometheus' process_* series are everywhere
+    // (rate() over a restart reads a reset either way; a dashboard of a
+    // router's whole CPU includes its start-up).
+    metrics.cpuSeconds.source(() => {
+      const u = process.cpuUsage();
+      return (u.user + u.system) / 1e6;
+    });
     // Where the kernel keeps no schedstat the series is left out, not shown as a 0 that would read "never waited".
     if (loopCpuWaitSeconds() !== undefined) metrics.cpuWait.source(() => loopCpuWaitSeconds() ?? 0);
     // Since this process started; the network namespace's count (several router processes each read the same one: merged by max).
@@ -126,7 +132,7 @@ export class RuntimeMetrics {
     });
   }
 
-  /** User + system CPU seconds this process used since the metrics began. */
+  /** User + system CPU seconds this process used since the metrics began (per request: start-up is no request's). */
   cpuSeconds(): number {
     const u = process.cpuUsage(this.cpu0);
     return (u.user + u.system) / 1e6;
