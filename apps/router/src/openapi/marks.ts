@@ -24,6 +24,8 @@ export interface RouteDoc {
   description?: string;
   tag?: string;
   operationId?: string;
+  /** Its query parameters, one per key of the object schema the handler validates the query with (optional; a key's `.describe()` is its description). */
+  query?: z.ZodObject;
   /** Success answers by status (default: 200, any JSON object). */
   responses?: Record<number, ResponseDoc>;
   /** Error codes this route may answer beyond those its middleware implies (auth, body checks). */

@@ -55,6 +55,16 @@ function errorStatuses(codes: Iterable<ErrorCode>, statusOf: (status: number) =>
   return new Map([...out].sort(([a], [b]) => a - b));
 }
 
+/** The query parameters of an object schema: each key optional unless the schema requires it, its description lifted from the schema. */
+function queryParameters(query: z.ZodObject | undefined): Json[] {
+  if (!query) return [];
+  const whole = jsonSchema(query, "input") as { properties?: Record<string, Json>; required?: string[] };
+  return Object.entries(whole.properties ?? {}).map(([name, schema]) => {
+    const { description, ...rest } = schema;
+    return { name, in: "query", required: (whole.required ?? []).includes(name), ...(typeof description === "string" ? { description } : {}), schema: rest };
+  });
+}
+
 export interface OpenApiInfo {
   title?: string;
   version?: string;
@@ -103,7 +113,7 @@ export function buildOpenApi(app: Hono<any>, info: OpenApiInfo = {}): Json {
       summary: doc?.summary ?? `${method} ${oaPath}`,
       ...(doc?.description ? { description: doc.description } : {}),
       ...(doc?.tag ? { tags: [doc.tag] } : {}),
-      ...(params.length ? { parameters: params.map((name) => ({ name, in: "path", required: true, schema: { type: "string" } })) } : {}),
+      ...(params.length || doc?.query ? { parameters: [...params.map((name) => ({ name, in: "path", required: true, schema: { type: "string" } })), ...queryParameters(doc?.query)] } : {}),
       ...(body ? { requestBody: { required: true, content: { "application/json": { schema: jsonSchema(body, "input") } } } } : {}),
       ...(scheme ? { security: [{ [scheme]: [] }] } : {}),
       responses,
