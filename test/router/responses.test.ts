@@ -344,3 +344,208 @@ describe("POST /v1/responses", () => {
     await expect(client.responses.create({ model: "sim-chat", input: "more", previous_response_id: long.id })).rejects.toMatchObject({ status: 400, param: "previous_response_id" });
   });
 });
+
+describe("GET /v1/responses/{id}/input_items", () => {
+  type Item = OpenAI.Responses.ResponseItem;
+  const ids = (items: Item[]) => items.map((i) => i.id);
+  const collect = async (pages: AsyncIterable<Item>) => {
+    const out: Item[] = [];
+    for await (const item of pages) out.push(item);
+    return out;
+  };
+  /** The list object itself (the SDK's page keeps first_id and last_id to itself): the same request, through the same client. */
+  const listBody = (id: string, query: OpenAI.Responses.InputItemListParams = {}) => client.get<OpenAI.Responses.ResponseItemList>(`/responses/${id}/input_items`, { query });
+  /** The stored record of a response, as Redis holds it. */
+  const recordKey = async (id: string) => (await fx.redis.redis.keys(`${fx.redis.prefix}response:*${id}*`))[0]!;
+
+  const input: OpenAI.Responses.ResponseInput = [
+    { role: "system", content: "sys" },
+    { role: "developer", content: [{ type: "input_text", text: "dev" }] },
+    { role: "user", content: "weather in Paris?" },
+    { type: "function_call", call_id: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' },
+    { type: "function_call_output", call_id: "call_1", output: "sunny" },
+    { role: "assistant", content: "It is sunny." },
+    { type: "reasoning", id: "rs_client1", summary: [{ type: "summary_text", text: "thought" }] },
+    { role: "user", content: [{ type: "input_text", text: "and " }, { type: "input_text", text: "tomorrow?" }] },
+  ];
+
+  it("lists the input items in OpenAI's item shapes, with ids, newest first by default; pages both ways with after and limit, as the SDK auto-paginates", async () => {
+    const res = await client.responses.create({ model: "sim-chat", input, instructions: "not an item" });
+    const asc = await listBody(res.id, { order: "asc", limit: 100 });
+    expect(asc.has_more).toBe(false);
+    expect(asc.data).toEqual([
+      { id: expect.stringMatching(/^msg_[0-9a-f]{32}$/), type: "message", role: "system", status: "completed", content: [{ type: "input_text", text: "sys" }] },
+      { id: expect.stringMatching(/^msg_/), type: "message", role: "developer", status: "completed", content: [{ type: "input_text", text: "dev" }] },
+      { id: expect.stringMatching(/^msg_/), type: "message", role: "user", status: "completed", content: [{ type: "input_text", text: "weather in Paris?" }] },
+      { id: expect.stringMatching(/^fc_[0-9a-f]{32}$/), type: "function_call", status: "completed", call_id: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' },
+      { id: expect.stringMatching(/^fco_[0-9a-f]{32}$/), type: "function_call_output", status: "completed", call_id: "call_1", output: "sunny" },
+      { id: expect.stringMatching(/^msg_/), type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: "It is sunny.", annotations: [] }] },
+      // A client's own id is kept.
+      { id: "rs_client1", type: "reasoning", summary: [{ type: "summary_text", text: "thought" }] },
+      { id: expect.stringMatching(/^msg_/), type: "message", role: "user", status: "completed", content: [{ type: "input_text", text: "and " }, { type: "input_text", text: "tomorrow?" }] },
+    ]);
+    const all = ids(asc.data);
+    expect(new Set(all).size).toBe(8);
+    expect(asc.first_id).toBe(all[0]);
+    expect(asc.last_id).toBe(all[7]);
+    // The default: newest first, 20 at most; the same ids on every listing.
+    const desc = await listBody(res.id);
+    expect(ids(desc.data)).toEqual([...all].reverse());
+    expect(desc).toMatchObject({ object: "list", first_id: all[7], last_id: all[0], has_more: false });
+    expect(ids((await client.responses.inputItems.list(res.id)).data)).toEqual(ids(desc.data));
+
+    // Pages of 3, by hand: after the last id of each page.
+    const p1 = await listBody(res.id, { limit: 3 });
+    expect(ids(p1.data)).toEqual([all[7], all[6], all[5]]);
+    expect(p1).toMatchObject({ has_more: true, first_id: all[7], last_id: all[5] });
+    const p2 = await listBody(res.id, { limit: 3, after: p1.last_id });
+    expect(ids(p2.data)).toEqual([all[4], all[3], all[2]]);
+    expect(p2.has_more).toBe(true);
+    const p3 = await listBody(res.id, { limit: 3, after: p2.last_id });
+    expect(ids(p3.data)).toEqual([all[1], all[0]]);
+    expect(p3.has_more).toBe(false);
+    // After the last item: an empty page.
+    const empty = await listBody(res.id, { after: all[0] });
+    expect(empty).toMatchObject({ data: [], has_more: false, first_id: null, last_id: null });
+    const ascPage = await client.responses.inputItems.list(res.id, { order: "asc", limit: 2, after: all[3] });
+    expect(ids(ascPage.data)).toEqual([all[4], all[5]]);
+    expect(ascPage.has_more).toBe(true);
+    // An exact fit has no more.
+    expect((await client.responses.inputItems.list(res.id, { order: "asc", limit: 2, after: all[5] })).has_more).toBe(false);
+
+    // The SDK's auto-pagination walks every page (limit 3: three requests), in either order.
+    expect(ids(await collect(client.responses.inputItems.list(res.id, { limit: 3 })))).toEqual([...all].reverse());
+    expect(ids(await collect(client.responses.inputItems.list(res.id, { limit: 1, order: "asc" })))).toEqual(all);
+    // Page by page, as the SDK's page objects hand them out.
+    let page = await client.responses.inputItems.list(res.id, { limit: 5, order: "asc" });
+    const walked = [...ids(page.data)];
+    while (page.hasNextPage()) {
+      page = await page.getNextPage();
+      walked.push(...ids(page.data));
+    }
+    expect(walked).toEqual(all);
+    // include takes OpenAI's values; nothing more to include here.
+    expect(ids((await client.responses.inputItems.list(res.id, { order: "asc", include: ["message.input_image.image_url", "message.output_text.logprobs"] })).data)).toEqual(all);
+  });
+
+  it("refuses a bad limit, order, after or include with a 400 naming it", async () => {
+    const res = await client.responses.create({ model: "sim-chat", input: "one" });
+    const cases: Array<[string, string]> = [
+      ["limit=0", "limit"],
+      ["limit=101", "limit"],
+      ["limit=2.5", "limit"],
+      ["limit=many", "limit"],
+      ["order=up", "order"],
+      [`after=msg_${"0".repeat(32)}`, "after"],
+      ["after=", "after"],
+      ["include[]=message.input_image.image_url&include[]=everything", "include[1]"],
+      ["include=nope", "include[0]"],
+    ];
+    for (const [q, param] of cases) {
+      const r = await fetch(`${fx.router.url}/v1/responses/${res.id}/input_items?${q}`, { headers: { authorization: `Bearer ${fx.key}` } });
+      expect(r.status, q).toBe(400);
+      const body = (await r.json()) as { error: { param: string; type: string; code: string; message: string } };
+      expect(body.error, q).toMatchObject({ param, type: "invalid_request_error", code: "invalid_request" });
+    }
+    // Through the SDK: its BadRequestError, naming the param.
+    await expect(client.responses.inputItems.list(res.id, { limit: 500 })).rejects.toMatchObject({ status: 400, param: "limit" });
+    // The bounds themselves are fine.
+    expect((await client.responses.inputItems.list(res.id, { limit: 100 })).data).toHaveLength(1);
+    expect((await client.responses.inputItems.list(res.id, { limit: 1 })).data).toHaveLength(1);
+  });
+
+  it("another tenant's response, an unknown, malformed, deleted or store: false one is a 404", async () => {
+    const mine = await client.responses.create({ model: "sim-chat", input: "secret" });
+    await expect(otherTenant.responses.inputItems.list(mine.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(otherTenant.responses.inputItems.list(mine.id)).rejects.toMatchObject({ status: 404, type: "invalid_request_error" });
+    expect((await client.responses.inputItems.list(mine.id)).data).toMatchObject([{ type: "message", role: "user", content: [{ type: "input_text", text: "secret" }] }]);
+    await expect(client.responses.inputItems.list(`resp_${"0".repeat(32)}`)).rejects.toMatchObject({ status: 404 });
+    await expect(client.responses.inputItems.list("nope")).rejects.toMatchObject({ status: 404 });
+    const unstored = await client.responses.create({ model: "sim-chat", input: "forget me", store: false });
+    await expect(client.responses.inputItems.list(unstored.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await client.responses.delete(mine.id);
+    await expect(client.responses.inputItems.list(mine.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+  });
+
+  it("a continuation lists the earlier turns' inputs and outputs before its own input, under the ids they had", async () => {
+    const first = await client.responses.create({ model: "sim-chat", input: "my name is Ada", instructions: "first instructions", include: ["message.output_text.logprobs"], top_logprobs: 2 });
+    const second = await client.responses.create({ model: "sim-chat", input: "what is my name?", previous_response_id: first.id });
+    const firstItems = (await client.responses.inputItems.list(first.id, { order: "asc" })).data;
+    const items = (await client.responses.inputItems.list(second.id, { order: "asc" })).data;
+    const out = first.output[0] as OpenAI.Responses.ResponseOutputMessage;
+    expect(items).toEqual([
+      firstItems[0],
+      // The first answer as it was output, without the log probabilities its sampling had.
+      { id: out.id, type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: "tok0 tok1 tok2 tok3 ", annotations: [] }] },
+      { id: expect.stringMatching(/^msg_/), type: "message", role: "user", status: "completed", content: [{ type: "input_text", text: "what is my name?" }] },
+    ]);
+    expect(firstItems).toEqual([{ id: expect.stringMatching(/^msg_/), type: "message", role: "user", status: "completed", content: [{ type: "input_text", text: "my name is Ada" }] }]);
+    // A chain: the third lists all five, newest first.
+    const third = await client.responses.create({ model: "sim-chat", input: "and again?", previous_response_id: second.id });
+    const chain = await collect(client.responses.inputItems.list(third.id, { limit: 2 }));
+    expect(ids(chain)).toEqual([expect.stringMatching(/^msg_/), second.output[0]!.id, ...ids(items).reverse()]);
+    expect(chain).toHaveLength(5);
+  });
+
+  it("a function call's continuation lists the call under its output item's id, then its output", async () => {
+    const tools: OpenAI.Responses.Tool[] = [{ type: "function", name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } }, strict: false }];
+    upstream.enqueue({ kind: "ok", text: 'TOOL: get_weather {"city":"Paris"}' });
+    const call = await client.responses.create({ model: AN_MODEL, input: [{ role: "user", content: [{ type: "input_text", text: "weather here?" }, { type: "input_image", image_url: "https://example.com/cat.jpg", detail: "low" }] }], tools });
+    const fc = call.output[0] as OpenAI.Responses.ResponseFunctionToolCall;
+    expect(fc.type).toBe("function_call");
+    upstream.enqueue({ kind: "ok", text: "sunny" });
+    const next = await client.responses.create({ model: AN_MODEL, previous_response_id: call.id, input: [{ type: "function_call_output", call_id: fc.call_id, output: [{ type: "input_text", text: "sunny" }] }], tools });
+    expect((await client.responses.inputItems.list(next.id, { order: "asc" })).data).toEqual([
+      { id: expect.stringMatching(/^msg_/), type: "message", role: "user", status: "completed", content: [{ type: "input_text", text: "weather here?" }, { type: "input_image", image_url: "https://example.com/cat.jpg", detail: "low" }] },
+      { id: fc.id, type: "function_call", status: "completed", call_id: fc.call_id, name: "get_weather", arguments: '{"city":"Paris"}' },
+      { id: expect.stringMatching(/^fco_/), type: "function_call_output", status: "completed", call_id: fc.call_id, output: [{ type: "input_text", text: "sunny" }] },
+    ]);
+  });
+
+  it("a response stored by an older router (no items in its record) lists items derived from its chat conversation, with the same ids each time, and is continued", async () => {
+    const old = await client.responses.create({
+      model: "sim-chat",
+      input: [
+        { role: "user", content: "weather in Paris?" },
+        { type: "function_call", call_id: "call_9", name: "get_weather", arguments: "{}" },
+        { type: "function_call_output", call_id: "call_9", output: "sunny" },
+      ],
+    });
+    // What an older router wrote: the response and its chat conversation, nothing else.
+    const key = await recordKey(old.id);
+    const record = JSON.parse((await fx.redis.redis.get(key))!) as { items?: unknown };
+    expect(record.items).toHaveLength(3);
+    delete record.items;
+    await fx.redis.redis.set(key, JSON.stringify(record), "KEEPTTL");
+    const listed = (await client.responses.inputItems.list(old.id, { order: "asc" })).data;
+    expect(listed).toEqual([
+      { id: expect.stringMatching(/^msg_[0-9a-f]{32}$/), type: "message", role: "user", status: "completed", content: [{ type: "input_text", text: "weather in Paris?" }] },
+      { id: expect.stringMatching(/^fc_[0-9a-f]{32}$/), type: "function_call", status: "completed", call_id: "call_9", name: "get_weather", arguments: "{}" },
+      { id: expect.stringMatching(/^fco_[0-9a-f]{32}$/), type: "function_call_output", status: "completed", call_id: "call_9", output: "sunny" },
+    ]);
+    // Stable: the second page starts after the first page's last id.
+    const again = await client.responses.inputItems.list(old.id, { order: "asc", limit: 1, after: listed[0]!.id });
+    expect(ids(again.data)).toEqual([listed[1]!.id]);
+    // Its continuation lists the derived history (same ids), its output, then the new input.
+    const next = await client.responses.create({ model: "sim-chat", input: "thanks", previous_response_id: old.id });
+    const items = (await client.responses.inputItems.list(next.id, { order: "asc" })).data;
+    expect(ids(items)).toEqual([...ids(listed), old.output[0]!.id, expect.stringMatching(/^msg_/)]);
+    // And one whose conversation was not kept (the answer passed the bound) lists none.
+    delete (record as { messages?: unknown }).messages;
+    await fx.redis.redis.set(key, JSON.stringify({ ...record, messages: null }), "KEEPTTL");
+    expect(await listBody(old.id)).toEqual({ object: "list", data: [], has_more: false, first_id: null, last_id: null });
+  });
+
+  it("the items count toward responses.maxConversationBytes (they carry ids the chat messages do not); store: false keeps none and is not held to it", async () => {
+    // 80 one-letter messages: ~2.3 KB as chat messages, ~9 KB as items with ids, past the test's 4,000-byte bound.
+    const many: OpenAI.Responses.ResponseInput = Array.from({ length: 80 }, () => ({ role: "user" as const, content: "x" }));
+    await expect(client.responses.create({ model: "sim-chat", input: many })).rejects.toMatchObject({ status: 400, param: "input" });
+    expect((await client.responses.create({ model: "sim-chat", input: many, store: false })).status).toBe("completed");
+    // Stored: the record holds each copy within the bound.
+    const res = await client.responses.create({ model: "sim-chat", input: many.slice(0, 20) });
+    const record = JSON.parse((await fx.redis.redis.get(await recordKey(res.id)))!) as { messages: unknown[]; items: unknown[] };
+    expect(record.items).toHaveLength(20);
+    expect(JSON.stringify(record.items).length).toBeLessThanOrEqual(4000);
+    expect(record.messages).toHaveLength(21);
+  });
+});

@@ -19,6 +19,7 @@ import { registerReleaseLease } from "./routes/v1/leases/release.ts";
 import { registerCreateResponse } from "./routes/v1/responses/create.ts";
 import { registerRetrieveResponse } from "./routes/v1/responses/retrieve.ts";
 import { registerDeleteResponse } from "./routes/v1/responses/delete.ts";
+import { registerListInputItems } from "./routes/v1/responses/list-input-items.ts";
 import { registerCreateMessage } from "./routes/v1/messages/create.ts";
 import { MemoryResponseStore } from "@switchyard/state";
 import { registerOpenApi } from "./routes/openapi.ts";
@@ -59,6 +60,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   registerCreateResponse(routes, deps, responses);
   registerRetrieveResponse(routes, deps, responses);
   registerDeleteResponse(routes, deps, responses);
+  registerListInputItems(routes, deps, responses);
   registerCreateMessage(routes, deps);
   // Last: the document lists every route registered above (openapi/spec.ts).
   registerOpenApi(routes, app);

@@ -424,7 +424,7 @@ export const configSchema = z.object({
     .object({
       /** How long a stored response can be continued or retrieved, in seconds (at most 30 days). */
       ttlS: z.number().int().min(1).max(30 * 86_400).default(86_400),
-      /** The longest conversation a response may carry (its messages as JSON, in bytes); a longer continuation is the client's 400. */
+      /** The longest conversation a response may carry (as JSON, in bytes: its chat messages or its input items, whichever is longer — both are stored); a longer one is the client's 400. */
       maxConversationBytes: z.number().int().positive().default(4 * 1024 * 1024),
     })
     .prefault({}),

@@ -5,7 +5,8 @@
 import { randomBytes } from "node:crypto";
 import { isObject, type Json } from "../boundary.ts";
 
-export const newItemId = (prefix: "msg" | "fc") => `${prefix}_${randomBytes(16).toString("hex")}`;
+/** An item id: `msg_` messages, `fc_` function calls, `fco_` their outputs, `rs_` reasoning (the prefixes OpenAI uses). */
+export const newItemId = (prefix: "msg" | "fc" | "fco" | "rs") => `${prefix}_${randomBytes(16).toString("hex")}`;
 export const newResponseId = () => `resp_${randomBytes(16).toString("hex")}`;
 export const nowSeconds = () => Math.floor(Date.now() / 1000);
 

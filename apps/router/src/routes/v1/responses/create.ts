@@ -11,7 +11,8 @@ import type { RouteTable } from "../../../route-table.ts";
 import { ApiError } from "../../../errors.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { runTranslated, type ChatTranslation, type Json } from "../../../translate/boundary.ts";
-import { loadResponse, saveResponse } from "../../../translate/responses/conversation.ts";
+import { historyItems, loadResponse, saveResponse } from "../../../translate/responses/conversation.ts";
+import { inputItems } from "../../../translate/responses/items.ts";
 import { toChatRequest } from "../../../translate/responses/request.ts";
 import { newResponseId, nowSeconds, outputFromCompletion, responseEnvelope, statusOf } from "../../../translate/responses/response.ts";
 import { ResponsesStreamTranslator } from "../../../translate/responses/stream.ts";
@@ -96,16 +97,28 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
   const history = previous?.messages ?? [];
   const { chat, input } = toChatRequest(body, history);
   const conversation = [...history, ...input];
-  const conversationBytes = JSON.stringify(conversation).length;
-  if (conversationBytes > maxConversationBytes) throw tooLong(body.previous_response_id ? "previous_response_id" : "input");
-  const seed = { id: newResponseId(), createdAt: nowSeconds(), body };
   const keep = body.store !== false;
+  const conversationBytes = JSON.stringify(conversation).length;
+  // The input items (with ids) are kept for input_items beside the chat
+  // conversation, so a stored response holds its conversation twice: each
+  // copy is bounded, the longer one deciding (items carry ids and part
+  // wrappers chat messages do not). Nothing is kept with store: false.
+  let items: Json[] = [];
+  let itemsBytes = 0;
+  if (keep) {
+    const earlier = previous ? historyItems(previous) : [];
+    items = [...earlier, ...inputItems(body.input, new Set(earlier.map((i) => String(i.id))))];
+    itemsBytes = JSON.stringify(items).length;
+  }
+  if (Math.max(conversationBytes, itemsBytes) > maxConversationBytes) throw tooLong(body.previous_response_id ? "previous_response_id" : "input");
+  const seed = { id: newResponseId(), createdAt: nowSeconds(), body };
   /** Stored before the client hears it is done: its next request may continue it on another router at once. */
   const persist = async (response: Json, turn: Json) => {
     if (!keep) return;
     // The conversation's JSON with the turn appended: its length without serializing it all again.
     const bytes = conversationBytes + JSON.stringify(turn).length + (conversation.length > 0 ? 1 : 0);
-    await saveResponse(store, tenantId, { response, messages: bytes <= maxConversationBytes ? [...conversation, turn] : null }, ttlS);
+    // The items are the input alone (the output is the response's own): they fit, checked above.
+    await saveResponse(store, tenantId, { response, messages: bytes <= maxConversationBytes ? [...conversation, turn] : null, items }, ttlS);
   };
   const translation: ChatTranslation = {
     whole: async (completion) => {
