@@ -15,7 +15,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import path from "node:path";
-import { benchMessages, closedLoop, openLoop, percentile, type Target } from "./lib/load.ts";
+import { benchMessages, causesText, closedLoop, openLoop, percentile, type Target } from "./lib/load.ts";
 import { boxCpuSince, boxReading, commandCpuSeconds, freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { routerExecArgv } from "@switchyard/router";
 import { routerSeesWorker } from "./router.ts";
@@ -220,6 +220,8 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
     // a process's first seconds cost far more per request.
     const warmS = opts.quick ? 2 : 4;
     const rows: string[] = [];
+    /** The rounds' errors by cause, where there were any (the tables count them). */
+    const causeRows: string[] = [];
     // Each target's figures, one entry per counted round (a warm-up round's go nowhere).
     const figures = () => ({ p50: [] as number[], p99: [] as number[], errs: [] as number[], ns: [] as number[], pg: [] as number[], redis: [] as number[], sim: [] as number[], load: [] as number[], box: [] as number[], idle: [] as number[], steal: [] as number[], st: [] as number[], rps: [] as number[], dttft99: [] as number[], waited: [] as number[] });
     const cpu: Record<string, ReturnType<typeof figures>> = {};
@@ -284,6 +286,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
         c.ns.push(nsCpu);
         c.rps.push(ok.length / r.wallS);
         let st = "";
+        let stErrors = "";
         if (streamCols) {
           // ΔTTFT against this target's own sim worker, just before.
           const d = await openLoop({ name: "direct", url: simUrl, path: "/v1/chat/completions", headers: {} }, { ratePerS: rate, durationS, body: stBody, stream: true });
@@ -298,9 +301,12 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
           c.dttft99.push(dt);
           c.waited.push(waited);
           st = ` ${fmt(stCpu, 3)} | ${fmt(dt, 2)} | ${fmt(waited, 0)} | ${sr.errors} |`;
+          stErrors = causesText(sr.causes);
         }
         await proc.stop();
         await sim.stop();
+        if (counted && r.errors > 0) causeRows.push(`- round ${round}, ${t.name}, whole answers: ${causesText(r.causes)}`);
+        if (counted && stErrors) causeRows.push(`- round ${round}, ${t.name}, streams: ${stErrors}`);
         if (counted) rows.push(`| ${round} | ${t.name} | ${fmt(load, 2)} | ${fmt(ok.length / r.wallS, 0)} | ${r.errors} | ${fmt(p50, 1)} | ${fmt(p99, 1)} | ${fmt(nsCpu, 3)} | ${fmt(pgCpu, 3)} | ${fmt(redisCpu, 3)} |${st}`);
       }
       log(counted ? `round ${round} of ${rounds} done` : "warm-up round done");
@@ -313,6 +319,7 @@ export async function runRouterAgainst(opts: AgainstOptions): Promise<number> {
       `|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|${streamCols ? "---:|---:|---:|---:|" : ""}`,
       ...rows,
       "",
+      ...(causeRows.length > 0 ? ["Errors by cause (status and the error code the answer named, or the socket's error):", "", ...causeRows, ""] : []),
       `Medians over the rounds:`,
       "",
       `| target | non-streaming req/s | errors | answered p50 ms | answered p99 ms | non-streaming CPU ms/req | × bare proxy | × bare proxy, paired | Postgres CPU ms/req | Redis CPU ms/req |${streamCols ? " streaming CPU ms/req | ΔTTFT p99 ms | streaming: waited for a CPU (ms/s) |" : ""}`,

@@ -10,7 +10,7 @@ import { availableParallelism } from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { benchMoney } from "./money.ts";
-import { benchMessages, closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
+import { benchMessages, causesText, closedLoop, openLoop, percentile, type LoadResult, type Target } from "./lib/load.ts";
 import { startLiteLLM } from "./lib/litellm.ts";
 import { boxCpuSince, boxReading, freePort, repoRoot, startProc, waitHttp, type Proc } from "#testkit/procs";
 import { benchScratch, endBench } from "./lib/scratch.ts";
@@ -163,6 +163,8 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     const durationS = opts.quick ? 3 : 10;
     const repeats = opts.quick ? 1 : 3;
     const rows: string[] = [];
+    /** Every load's errors by cause, where there were any (the tables count them). */
+    const causeRows: string[] = [];
     const summary: Record<string, Record<string, { ttft50: number[]; ttft99: number[]; tot50: number[]; tot99: number[]; errors: number; n: number; cpu: number[]; cpuPerReq: number[]; rps: number[]; waited: number[] }>> = {};
     const chosen = opts.levels ? levels.filter((l) => opts.levels!.includes(l.streams)) : opts.quick ? levels.slice(0, 2) : levels;
     for (const level of chosen) {
@@ -180,6 +182,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
           const wait0 = proc?.runQueueSeconds() ?? NaN;
           const r: LoadResult = await openLoop(tg, { ratePerS: rate, durationS, body, stream: true });
           if (rep < 0) continue;
+          if (r.errors > 0) causeRows.push(`- ${level.streams} streams, ${tg.name}, repeat ${rep + 1}: ${causesText(r.causes)}`);
           const cpuS = proc ? proc.cpuSeconds() - cpu0 : NaN;
           const waitS = proc ? proc.runQueueSeconds() - wait0 : NaN;
           const cpu = cpuS / r.wallS;
@@ -228,6 +231,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
       const ok = r.samples.filter((s) => s.ok);
       tp[tg.name] = ok.length / r.wallS;
       cpuPerReq[tg.name] = (cpuS * 1000) / Math.max(1, r.samples.length);
+      if (r.errors > 0) causeRows.push(`- closed loop, ${tg.name}: ${causesText(r.causes)}`);
       tpRows.push(`| ${tg.name} | ${fmt(tp[tg.name]!, 0)} | ${fmt(percentile(ok.map((s) => s.totalMs), 50), 2)} | ${fmt(percentile(ok.map((s) => s.totalMs), 99), 2)} | ${r.errors} | ${fmt(cpuPerReq[tg.name]!, 3)} | ${fmt((waitS * 1000) / r.wallS, 0)} | ${fmt((box.busy * 1000) / Math.max(1, r.samples.length), 3)} | ${fmt(100 * box.idleShare, 1)} |`);
     }
 
@@ -252,6 +256,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
       const cpuS = proc ? proc.cpuSeconds() - cpu0 : NaN;
       const ok = r.samples.filter((x) => x.ok);
       const rps = ok.length / r.wallS;
+      if (r.errors > 0) causeRows.push(`- past capacity, ${tg.name}: ${causesText(r.causes)}`);
       pastRows.push(`| ${tg.name} | ${fmt(rps, 0)} | ${fmt(rps / tp[tg.name]!, 2)} | ${r.errors} | ${fmt(percentile(ok.map((x) => x.totalMs), 50), 0)} | ${fmt(percentile(ok.map((x) => x.totalMs), 99), 0)} | ${fmt(r.wallS, 1)} | ${fmt(cpuS / r.wallS, 2)} | ${fmt(overflows, 0)} |`);
     }
 
@@ -282,6 +287,7 @@ async function benchRouterOverhead(opts: { quick: boolean; levels?: number[]; pr
     out.push("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     out.push(...pastRows);
     out.push("");
+    if (causeRows.length > 0) out.push("Errors by cause (status and the error code the answer named, a stream's error event, or the socket's error):", "", ...causeRows, "");
     out.push(`### Router cold start (spawn → /readyz 200): ${cold.map((c) => fmt(c, 0)).join(", ")} ms`);
     out.push("");
     const s100 = summary[100]?.switchyard;

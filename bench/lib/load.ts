@@ -14,12 +14,40 @@ export interface Sample {
   ok: boolean;
   ttftMs: number;
   totalMs: number;
+  /** Why a sample is not ok (causeOf): its status and the error code its body named, a stream's error event, a socket error. */
+  cause?: string;
 }
 
 export interface LoadResult {
   samples: Sample[];
   errors: number;
+  /** The errors by cause, most frequent first. */
+  causes: Record<string, number>;
   wallS: number;
+}
+
+/** The errors of `samples` by cause, most frequent first. */
+function causesOf(samples: Sample[]): Record<string, number> {
+  const n = new Map<string, number>();
+  for (const s of samples) if (!s.ok) n.set(s.cause ?? "unknown", (n.get(s.cause ?? "unknown") ?? 0) + 1);
+  return Object.fromEntries([...n].sort((a, b) => b[1] - a[1]));
+}
+
+/**
+ * A load's errors as one line's worth ("HTTP 503 router_overloaded ×700,
+ * UND_ERR_SOCKET ×81"), or "" when there were none: a table's error count
+ * says how many, this says which — a refusal, a crash and a bench's own
+ * socket limit read alike as a count.
+ */
+export function causesText(causes: Record<string, number>): string {
+  return Object.entries(causes)
+    .map(([cause, n]) => `${cause} ×${n}`)
+    .join(", ");
+}
+
+/** The error code an error body names (the router's and OpenAI's `"code"`, Anthropic's `"type"` inside `error`), if any. */
+function bodyCode(text: string): string | undefined {
+  return /"code"\s*:\s*"([A-Za-z0-9_.-]{1,64})"/.exec(text)?.[1] ?? /"error"\s*:\s*\{[^}]*"type"\s*:\s*"([A-Za-z0-9_.-]{1,64})"/.exec(text)?.[1];
 }
 
 /** A chat message as the benches send it. */
@@ -62,8 +90,14 @@ async function one(pool: Pool, t: Target, body: string, stream: boolean): Promis
   try {
     const res = await pool.request({ path: t.path, method: "POST", headers: { "content-type": "application/json", ...t.headers }, body });
     if (res.statusCode !== 200) {
-      await res.body.dump();
-      return { ok: false, ttftMs: NaN, totalMs: performance.now() - t0 };
+      // The start of the error body: enough for its code.
+      let head = "";
+      for await (const chunk of res.body) {
+        head += chunk.toString();
+        if (head.length > 2048) break;
+      }
+      const code = bodyCode(head);
+      return { ok: false, ttftMs: NaN, totalMs: performance.now() - t0, cause: `HTTP ${res.statusCode}${code ? ` ${code}` : ""}` };
     }
     let ttft = NaN;
     let text = "";
@@ -77,9 +111,14 @@ async function one(pool: Pool, t: Target, body: string, stream: boolean): Promis
     }
     const total = performance.now() - t0;
     const ok = stream ? text.includes("[DONE]") && !text.includes('"error"') : text.length > 0;
-    return { ok, ttftMs: Number.isNaN(ttft) ? total : ttft, totalMs: total };
-  } catch {
-    return { ok: false, ttftMs: NaN, totalMs: performance.now() - t0 };
+    if (ok) return { ok, ttftMs: Number.isNaN(ttft) ? total : ttft, totalMs: total };
+    const failed = stream && text.includes('"error"');
+    const code = failed ? bodyCode(text) : undefined;
+    const cause = failed ? `error event${code ? ` ${code}` : ""}` : stream ? "stream without [DONE]" : "empty body";
+    return { ok, ttftMs: Number.isNaN(ttft) ? total : ttft, totalMs: total, cause };
+  } catch (err) {
+    const e = err as { code?: unknown; name?: unknown };
+    return { ok: false, ttftMs: NaN, totalMs: performance.now() - t0, cause: typeof e?.code === "string" ? e.code : typeof e?.name === "string" ? e.name : "thrown" };
   }
 }
 
@@ -98,7 +137,7 @@ export async function openLoop(t: Target, opts: { ratePerS: number; durationS: n
   const samples = await Promise.all(inflight);
   const wallS = (performance.now() - start) / 1000;
   await pool.close();
-  return { samples, errors: samples.filter((s) => !s.ok).length, wallS };
+  return { samples, errors: samples.filter((s) => !s.ok).length, causes: causesOf(samples), wallS };
 }
 
 export async function closedLoop(t: Target, opts: { clients: number; durationS: number; body: string; stream: boolean }): Promise<LoadResult> {
@@ -113,5 +152,5 @@ export async function closedLoop(t: Target, opts: { clients: number; durationS: 
   );
   const wallS = (performance.now() - start) / 1000;
   await pool.close();
-  return { samples, errors: samples.filter((s) => !s.ok).length, wallS };
+  return { samples, errors: samples.filter((s) => !s.ok).length, causes: causesOf(samples), wallS };
 }

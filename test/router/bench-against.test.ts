@@ -73,9 +73,18 @@ describe("switchyard bench router --against", () => {
     // Every round's closed loop answered without errors, for every target but REV's (its refusals).
     const perRound = lines.filter((l) => /^\| [12] \| /.test(l)).map((l) => l.split("|").slice(1, -1).map((c) => c.trim()));
     expect(perRound).toHaveLength(6);
+    // Errors are told by cause under the rounds' table: REV's are its refusals, and only those.
+    const causes = lines.filter((l) => l.startsWith("- round "));
     for (const r of perRound) {
       if (r[1] === rev) expect(Number(r[4]), r.join(" | ")).toBeGreaterThan(0);
-      else expect(r[4], r.join(" | ")).toBe("0");
+      else expect(r[4], [r.join(" | "), ...causes].join("\n")).toBe("0");
+    }
+    expect(causes).toHaveLength(2);
+    for (const l of causes) {
+      const [head, told] = l.split(": ");
+      expect(head, l).toMatch(/^- round [12], /);
+      expect(head!.replace(/^- round [12], /, ""), l).toBe(`${rev}, whole answers`);
+      expect(told, l).toMatch(/^HTTP 503 router_overloaded ×\d+$/);
     }
     // The order: the floor first in every round, then the builds, each first in one round; never one target twice in a row.
     const order = perRound.map((r) => r[1]!);
