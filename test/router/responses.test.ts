@@ -208,6 +208,8 @@ describe("POST /v1/responses", () => {
       [{ input: [{ role: "user", content: [{ type: "input_file", file_id: "f" }] }] }, "input[0].content[0].type"],
       [{ text: { format: { type: "json_schema", schema: {} } } }, "text.format"],
       [{ truncation: "auto" }, "truncation"],
+      // A value OpenAI does not know (here a typo of the logprobs one) is refused, not ignored.
+      [{ include: ["message.output_text.logprob"] }, "include[0]"],
     ];
     for (const [extra, param] of cases) {
       const res = await fetch(`${fx.router.url}/v1/responses`, {

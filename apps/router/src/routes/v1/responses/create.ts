@@ -13,6 +13,7 @@ import { authenticate, jsonBody } from "../../../middleware.ts";
 import { runTranslated, type ChatTranslation, type Json } from "../../../translate/boundary.ts";
 import { historyItems, loadResponse, saveResponse } from "../../../translate/responses/conversation.ts";
 import { inputItems } from "../../../translate/responses/items.ts";
+import { INCLUDABLE } from "./list-input-items.ts";
 import { toChatRequest } from "../../../translate/responses/request.ts";
 import { newResponseId, nowSeconds, outputFromCompletion, responseEnvelope, statusOf } from "../../../translate/responses/response.ts";
 import { ResponsesStreamTranslator } from "../../../translate/responses/stream.ts";
@@ -59,7 +60,8 @@ export const createResponseSchema = z.looseObject({
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().min(0).max(1).nullish(),
   top_logprobs: z.number().int().min(0).max(20).nullish(),
-  include: z.array(z.string()).nullish(),
+  // OpenAI refuses a value it does not know (a typo of the logprobs one would otherwise be silently ignored).
+  include: z.array(z.enum(INCLUDABLE)).nullish(),
   tools: z.array(functionTool).nullish(),
   tool_choice: z.union([z.enum(["none", "auto", "required"]), z.looseObject({ type: z.string(), name: z.string().optional() })]).nullish(),
   parallel_tool_calls: z.boolean().nullish(),

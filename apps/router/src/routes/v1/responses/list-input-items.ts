@@ -16,8 +16,8 @@ import { documented } from "../../../openapi/marks.ts";
 import type { Json } from "../../../translate/boundary.ts";
 import { loadResponse, storedInputItems } from "../../../translate/responses/conversation.ts";
 
-/** What `include` takes on OpenAI's API (the SDK's ResponseIncludable); none adds anything here (docs/APIS.md). */
-const INCLUDABLE = [
+/** What `include` takes on OpenAI's API (the SDK's ResponseIncludable): here and on create, where only the logprobs one adds anything (docs/APIS.md). */
+export const INCLUDABLE = [
   "file_search_call.results",
   "web_search_call.results",
   "web_search_call.action.sources",
