@@ -1,7 +1,8 @@
 // The worker's HTTP API, called by routers: OpenAI-compatible
-// chat/completions/embeddings plus binary hidden states, one file per route
-// in routes/. This file holds what every /v1 request passes first: the
-// router's bearer secret, the drain and warm-up gates, lease fencing.
+// chat/completions/embeddings plus binary hidden states and prompt token
+// counts (tokenize), one file per route in routes/. This file holds what
+// every /v1 request passes first: the router's bearer secret, the drain and
+// warm-up gates, lease fencing.
 import { timingSafeEqual } from "node:crypto";
 import { Hono } from "hono";
 import type { WorkerContext } from "./context.ts";
@@ -13,6 +14,7 @@ import { registerCompletions } from "./routes/completions.ts";
 import { registerEmbeddings } from "./routes/embeddings.ts";
 import { registerHealth } from "./routes/health.ts";
 import { registerHiddenStates } from "./routes/hidden-states.ts";
+import { registerTokenize } from "./routes/tokenize.ts";
 
 function tokenMatches(header: string | undefined, token: string): boolean {
   const m = header ? /^Bearer\s+(\S+)$/i.exec(header) : null;
@@ -73,6 +75,7 @@ export function createWorkerApp(ctx: WorkerContext): Hono {
   registerCompletions(app, ctx);
   registerEmbeddings(app, ctx);
   registerHiddenStates(app, ctx);
+  registerTokenize(app, ctx);
 
   app.notFound(() => errorJson(404, "no such route", "not_found"));
   app.onError((err) => {

@@ -3,7 +3,7 @@
 // events, tensors and errors become JSON here. Routes and the stream pump
 // (generate.ts) never build a proto message or read one's fields themselves,
 // so a change to engine.proto lands in this file.
-import { DType, FinishReason, Pooling, ToolChoiceMode, type ChatMessage, type ChatMessages, type Constraint, type Done, type Embed, type Embeddings, type Generate, type HiddenStates, type Loaded, type Tool, type TokenLogprob, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
+import { DType, FinishReason, Pooling, ToolChoiceMode, type ChatMessage, type ChatMessages, type Constraint, type Done, type Embed, type Embeddings, type Generate, type HiddenStates, type Loaded, type Tokenize, type Tool, type TokenLogprob, type TokenLogprobs } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { EngineError } from "../engine/client.ts";
 import { ShardRefusedError } from "../shard/link.ts";
 
@@ -321,6 +321,15 @@ export function completionInputs(prompt: unknown, vocabSize: number): Input[] | 
     } else return bad("a string, a list of strings, or token ids");
   }
   return out;
+}
+
+/**
+ * A chat request's prompt as the engine's Tokenize: the messages and the
+ * tools a generation of it would render (structuredOutput's), so the count
+ * is the prompt that generation would feed.
+ */
+export function toTokenize(model: string, messages: OpenAIMessage[], tools: Tool[]): Tokenize {
+  return { $typeName: "switchyard.engine.v1.Tokenize", model, input: { case: "messages", value: chatMessages(messages, false, tools) } };
 }
 
 /**

@@ -17,6 +17,8 @@ const known = {
   chat: new Set([...generation, ...inert, ...router, ...structured, "messages", "modalities", "audio"]),
   completions: new Set([...generation, ...inert, ...router, "prompt", "echo", "best_of", "suffix"]),
   embeddings: new Set(["model", "input", "encoding_format", "dimensions", ...inert, ...router]),
+  /** A prompt counted, not run: what makes it (messages, tools), and the structured-output fields a chat request carries beside them. */
+  tokenize: new Set(["model", "messages", ...structured]),
 };
 
 /** The first field of `body` this route does not know, if any. */
