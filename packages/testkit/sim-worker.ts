@@ -319,6 +319,8 @@ export class SimWorker {
     if (b.failStatus) return this.error(res, b.failStatus, b.failMessage ?? `sim failure ${b.failStatus}`);
     const model = body.model;
     if (path === "/v1/embeddings") return this.embeddings(res, body, model);
+    // A prompt counted (the real worker's engine Tokenize): the prompt tokens a chat answer of it reports.
+    if (path === "/v1/tokenize") return this.json(res, { count: b.promptTokens ?? 7, max_model_len: 4096 });
     const chat = path === "/v1/chat/completions";
     if (body.stream === true) return this.stream(res, body, model, chat, () => closed, b);
     // Not streamed, an engine failure is a status before any byte.
@@ -463,6 +465,11 @@ export class SimWorker {
     });
     res.writeHead(200, { "content-type": "application/json" });
     res.end(JSON.stringify({ object: "list", data, model, usage: { prompt_tokens: inputs.length * 3, total_tokens: inputs.length * 3 } }));
+  }
+
+  private json(res: ServerResponse, payload: unknown) {
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(JSON.stringify(payload));
   }
 
   private error(res: ServerResponse, status: number, message: string, code: string | null = null) {
