@@ -36,6 +36,8 @@ export const defaultUpstreamLimits: Readonly<UpstreamLimits> = { maxBodyBytes: 3
 
 /** An error answer is read this far at most: its message is all the router keeps of it. */
 export const ERROR_BODY_MAX_BYTES = 64 * 1024;
+/** A token count's answer (`{"count": N}`, `{"input_tokens": N}`) is a few dozen bytes: more than this is no count. */
+export const COUNT_ANSWER_MAX_BYTES = 64 * 1024;
 /** Longest upstream error message passed on (in our message, or to the client for client errors). */
 const ERROR_MESSAGE_MAX_CHARS = 1_000;
 

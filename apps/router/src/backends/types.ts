@@ -31,6 +31,13 @@ export interface BackendRequest {
   fencingWorker?: string;
 }
 
+/**
+ * A prompt to count, not run (POST /v1/messages/count_tokens): the chat
+ * body (its messages, tools and tool_choice; no output limit), and a lease
+ * holder's fencing as a run of it would carry.
+ */
+export type CountRequest = Pick<BackendRequest, "body" | "fencingToken" | "fencingWorker">;
+
 /** What a backend is told about the request it is sent: only its id (x-request-id upstream). */
 export interface AttemptCall {
   requestId: string;
@@ -148,6 +155,31 @@ export interface Backend {
    * rejects with UpstreamFailure otherwise. `signal` aborts the call.
    */
   open(req: BackendRequest, call: AttemptCall, signal: UpstreamSignal): Promise<UpstreamResponse>;
+  /**
+   * The exact number of prompt tokens this chat request would take here, as
+   * the upstream's own tokenizer counts it (a worker's engine through the
+   * model's chat template, Anthropic's count_tokens), without running it
+   * and without charge; rejects with UpstreamFailure like `open`. Absent:
+   * the upstream cannot count, and the router estimates (pipeline/count.ts),
+   * saying so.
+   */
+  countTokens?(req: CountRequest, call: AttemptCall, signal: UpstreamSignal): Promise<number>;
+}
+
+/**
+ * A count an upstream answered, read from its JSON `field`: a non-negative
+ * safe integer, or the protocol failure it is (an upstream's answer is
+ * untrusted).
+ */
+export function countFrom(text: string, field: string, label: string): number {
+  let n: unknown;
+  try {
+    n = (JSON.parse(text) as Record<string, unknown> | null)?.[field];
+  } catch {
+    throw new UpstreamFailure("protocol", `${label} answered a token count with invalid JSON`, true);
+  }
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0) throw new UpstreamFailure("protocol", `${label} answered a token count without a whole number in '${field}'`, true);
+  return n;
 }
 
 /** The body an attempt sends upstream: the request's, with the attempt's fields over it. */

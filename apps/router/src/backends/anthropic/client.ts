@@ -4,9 +4,9 @@
 // UpstreamFailure.
 import { Pool } from "../undici.ts";
 import { parseSse } from "../../relay/sse.ts";
-import { defaultUpstreamLimits, errorBodyText, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
-import { type Backend, type BackendRequest, busyOf, type InferencePath, type RequestFeature, UpstreamFailure, upstreamBody, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
-import { toMessagesRequest } from "./request.ts";
+import { defaultUpstreamLimits, COUNT_ANSWER_MAX_BYTES, errorBodyText, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
+import { type Backend, type BackendRequest, busyOf, type CountRequest, countFrom, type InferencePath, type RequestFeature, UpstreamFailure, upstreamBody, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
+import { toCountTokensRequest, toMessagesRequest } from "./request.ts";
 import { fromMessagesResponse } from "./response.ts";
 import { MessagesStreamTranslator } from "./stream.ts";
 import { AnthropicStreamError, type MessagesResponse, UntranslatableRequest } from "./wire.ts";
@@ -119,6 +119,45 @@ export class AnthropicBackend implements Backend {
     return path === "/v1/chat/completions";
   }
 
+  /** The headers of every call to Anthropic: its key and API version, and the request's id. */
+  private headers(call: AttemptCall, accept: string): Record<string, string> {
+    const { options } = this.connections;
+    return { "x-api-key": options.apiKey, "anthropic-version": options.version, "content-type": "application/json", accept, "x-request-id": call.requestId };
+  }
+
+  /** The chat body as Anthropic's, or the client's 400 for what it cannot express. */
+  private translated<T>(translate: () => T): T {
+    try {
+      return translate();
+    } catch (err) {
+      if (!(err instanceof UntranslatableRequest)) throw err;
+      throw new UpstreamFailure("client_error", `anthropic: ${err.message}`, false, 400, { message: err.message, param: err.param });
+    }
+  }
+
+  /**
+   * Anthropic's own count (POST /v1/messages/count_tokens, free of charge)
+   * of the Messages request a run would send, failures mapped as for a run's.
+   */
+  async countTokens(req: CountRequest, call: AttemptCall, signal: UpstreamSignal): Promise<number> {
+    const { basePath, pool } = this.connections;
+    const body = this.translated(() => toCountTokensRequest(upstreamBody(req), this.model));
+    let res;
+    try {
+      res = await pool.request({ path: `${basePath}/v1/messages/count_tokens`, method: "POST", headers: this.headers(call, "application/json"), body: JSON.stringify(body), signal });
+    } catch (err) {
+      throw classify(err, signal);
+    }
+    if (res.statusCode < 200 || res.statusCode >= 300) throw statusFailure(res.statusCode, await errorBodyText(res.body), res.headers["retry-after"]);
+    let text: string;
+    try {
+      text = await readBodyText(res.body, COUNT_ANSWER_MAX_BYTES, "anthropic's token count", res.headers["content-length"]);
+    } catch (err) {
+      throw classify(err, signal);
+    }
+    return countFrom(text, "input_tokens", "anthropic");
+  }
+
   async open(req: BackendRequest, call: AttemptCall, signal: UpstreamSignal): Promise<UpstreamResponse> {
     if (!this.supports(req.path) || req.raw) {
       // Routing should never send these here; another candidate may serve them.
@@ -126,25 +165,13 @@ export class AnthropicBackend implements Backend {
     }
     const { options, basePath, pool, limits } = this.connections;
     const sent = upstreamBody(req);
-    let body;
-    try {
-      body = toMessagesRequest(sent, this.model, { maxTokens: options.defaultMaxTokens });
-    } catch (err) {
-      if (!(err instanceof UntranslatableRequest)) throw err;
-      throw new UpstreamFailure("client_error", `anthropic: ${err.message}`, false, 400, { message: err.message, param: err.param });
-    }
+    const body = this.translated(() => toMessagesRequest(sent, this.model, { maxTokens: options.defaultMaxTokens }));
     let res;
     try {
       res = await pool.request({
         path: `${basePath}/v1/messages`,
         method: "POST",
-        headers: {
-          "x-api-key": options.apiKey,
-          "anthropic-version": options.version,
-          "content-type": "application/json",
-          accept: req.stream ? "text/event-stream" : "application/json",
-          "x-request-id": call.requestId,
-        },
+        headers: this.headers(call, req.stream ? "text/event-stream" : "application/json"),
         body: JSON.stringify(body),
         signal,
       });

@@ -204,3 +204,17 @@ function num(v: unknown): number | undefined {
   return typeof v === "number" && Number.isFinite(v) ? v : undefined;
 }
 
+
+/** The body of Anthropic's count_tokens: what the Messages request would send that makes its prompt, nothing that shapes the answer. */
+export type CountTokensRequest = Pick<MessagesRequest, "model" | "messages" | "system" | "tools" | "tool_choice">;
+
+/**
+ * The count_tokens request for an OpenAI chat body: the Messages request
+ * `toMessagesRequest` would send, so the count is of the prompt a run would
+ * carry, less the fields count_tokens refuses as extra inputs (max_tokens,
+ * sampling, stop sequences, stream, metadata).
+ */
+export function toCountTokensRequest(body: Json, upstreamModel: string): CountTokensRequest {
+  const { model, messages, system, tools, tool_choice } = toMessagesRequest(body, upstreamModel, { maxTokens: 1 });
+  return { model, messages, ...(system !== undefined ? { system } : {}), ...(tools !== undefined ? { tools } : {}), ...(tool_choice !== undefined ? { tool_choice } : {}) };
+}

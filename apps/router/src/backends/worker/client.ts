@@ -8,14 +8,16 @@ import { dispatchSse, dispatchWhole, type SseAnswer, type WholeAnswer } from "..
 import {
   boundedBody,
   checkDeclaredLength,
+  COUNT_ANSWER_MAX_BYTES,
   defaultUpstreamLimits,
   errorBodyText,
   rawRelayHeaders,
+  readBodyText,
   transportFailure,
   type UpstreamLimits,
   upstreamErrorOf,
 } from "../transport.ts";
-import { type Backend, type BackendRequest, UpstreamFailure, upstreamJson, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
+import { type Backend, type BackendRequest, type CountRequest, countFrom, UpstreamFailure, upstreamJson, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
 
 export interface WorkerPoolOptions {
   connectTimeoutMs: number;
@@ -245,10 +247,11 @@ export class WorkerBackend implements Backend {
     return {};
   }
 
-  async open(req: BackendRequest, call: AttemptCall, signal: UpstreamSignal): Promise<UpstreamResponse> {
+  /** A worker call's headers: JSON in, `accept` out, the worker's credential, the request's id, trace and lease fencing. */
+  private callHeaders(req: CountRequest, call: AttemptCall, accept: string): Record<string, string> {
     const headers: Record<string, string> = {
       "content-type": "application/json",
-      accept: req.raw?.accept ?? (req.stream ? "text/event-stream" : "application/json"),
+      accept,
       "x-request-id": call.requestId,
     };
     const token = this.connections.tokenFor(this.worker.id);
@@ -261,6 +264,11 @@ export class WorkerBackend implements Backend {
     const signature = req.fencingToken !== undefined ? this.connections.fencingSignature(fenced, req.fencingToken) : undefined;
     if (signature) headers[FENCING_SIGNATURE_HEADER] = signature;
     Object.assign(headers, this.extraHeaders());
+    return headers;
+  }
+
+  async open(req: BackendRequest, call: AttemptCall, signal: UpstreamSignal): Promise<UpstreamResponse> {
+    const headers = this.callHeaders(req, call, req.raw?.accept ?? (req.stream ? "text/event-stream" : "application/json"));
     const limits = this.connections.limits;
     const label = `worker ${this.worker.id}`;
     // A stream's events as they come, a whole answer's bytes at its end: without a body stream (answer-dispatch.ts).
@@ -305,12 +313,37 @@ export class WorkerBackend implements Backend {
   }
 
   /**
+   * The prompt's tokens by the worker's engine (POST /v1/tokenize: its model's
+   * own tokenizer through its chat template, tools included as a generation
+   * renders them), without generating. The same worker call as `open` — the
+   * credential, the lease's fencing, a 4xx passed through, anything else
+   * another worker may answer — with a small JSON answer, bounded and checked.
+   */
+  async countTokens(req: CountRequest, call: AttemptCall, signal: UpstreamSignal): Promise<number> {
+    const label = `worker ${this.worker.id}`;
+    let res;
+    try {
+      res = await this.connections.pool(this.origin).request({ ...this.post({ ...req, path: "/v1/tokenize" }, this.callHeaders(req, call, "application/json")), signal });
+    } catch (err) {
+      throw classify(err, signal);
+    }
+    if (res.statusCode < 200 || res.statusCode >= 300) throw this.refused(res.statusCode, await errorBodyText(res.body));
+    let text: string;
+    try {
+      text = await readBodyText(res.body, COUNT_ANSWER_MAX_BYTES, `${label}'s token count`, res.headers["content-length"]);
+    } catch (err) {
+      throw classify(err, signal);
+    }
+    return countFrom(text, "count", label);
+  }
+
+  /**
    * The worker call's undici options: the route under the worker's base path,
    * the attempt's body. A client that named an alias (`routing.models`) asked
    * for a model the worker knows by another name: the body names the worker's
    * (a worker refuses a model it has not loaded).
    */
-  private post(req: BackendRequest, headers: Record<string, string>) {
+  private post(req: Pick<BackendRequest, "body" | "fields"> & { path: string }, headers: Record<string, string>) {
     const named = this.model === "" || req.body.model === this.model ? req : { body: req.body, fields: { ...req.fields, model: this.model } };
     return { path: this.basePath + req.path, method: "POST" as const, headers, body: upstreamJson(named) };
   }
