@@ -26,6 +26,8 @@ export interface BackendHarness {
    * a self-hosted worker reports neither, so its cached counts stay 0).
    */
   reportsPromptCache: boolean;
+  /** Whether the upstream can count a prompt without running it (Backend.countTokens): workers and Anthropic can, OpenRouter cannot. */
+  countsTokens: boolean;
   close(): Promise<void>;
 }
 
@@ -193,6 +195,23 @@ export function backendContract(name: string, makeHarness: () => Promise<Backend
         });
       }
     }
+
+    it("counts a prompt where its upstream can, a whole number; failures as a run's: 503 retryable, 400 the client's, with its message", async () => {
+      const b = h.backend;
+      expect(b.countTokens !== undefined).toBe(h.countsTokens);
+      if (!b.countTokens) return;
+      const count = (): Promise<number> => b.countTokens!({ body: chat(false).body }, ctx, new AbortController().signal);
+      h.arrange(ok);
+      const n = await count();
+      expect(Number.isSafeInteger(n) && n > 0).toBe(true);
+      h.arrange({ kind: "status", status: 503 });
+      const busy = await failureOf(count());
+      expect(busy).toMatchObject({ retryable: true, status: 503 });
+      expect(busy.kind).not.toBe("client_error");
+      h.arrange({ kind: "status", status: 400, message: "messages: too many cooks" });
+      const bad = await failureOf(count());
+      expect(bad).toMatchObject({ kind: "client_error", retryable: false, status: 400, upstreamError: { message: "messages: too many cooks" } });
+    });
 
     it("400 is a client error, not retried, carrying the upstream's message", async () => {
       h.arrange({ kind: "status", status: 400, message: "messages: too many cooks" });

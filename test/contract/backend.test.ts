@@ -19,6 +19,7 @@ backendContract("worker", async () => {
     aborted: () => sim.aborted,
     midstreamErrorStyle: "error_event",
     reportsPromptCache: false,
+    countsTokens: true,
     close: async () => {
       await connections.close();
       await sim.stop();
@@ -35,6 +36,7 @@ backendContract("openrouter", async () => {
     aborted: () => fake.aborted,
     midstreamErrorStyle: "throws",
     reportsPromptCache: true,
+    countsTokens: false,
     close: async () => {
       await connections.close();
       await fake.stop();
@@ -51,6 +53,7 @@ backendContract("anthropic", async () => {
     aborted: () => fake.aborted,
     midstreamErrorStyle: "throws",
     reportsPromptCache: true,
+    countsTokens: true,
     close: async () => {
       await connections.close();
       await fake.stop();
