@@ -57,6 +57,7 @@ describe("GET /openapi.json", () => {
         "DELETE /v1/responses/{id}",
         "GET /v1/responses/{id}/input_items",
         "POST /v1/messages",
+        "POST /v1/messages/count_tokens",
       ].sort(),
     );
     // Every route Hono serves is in the document (nothing registered escapes it).
@@ -75,6 +76,10 @@ describe("GET /openapi.json", () => {
     const messages = spec.paths["/v1/messages"]!.post!;
     expect(messages.responses["529"]).toMatchObject({ content: { "application/json": { schema: { $ref: "#/components/schemas/AnthropicError" } } } });
     expect(messages.responses["503"]).toBeUndefined();
+    const counting = spec.paths["/v1/messages/count_tokens"]!.post!;
+    expect(counting.responses["529"]).toMatchObject({ content: { "application/json": { schema: { $ref: "#/components/schemas/AnthropicError" } } } });
+    expect(counting.responses["200"]).toMatchObject({ headers: { "switchyard-token-count": expect.any(Object) } });
+    expect(counting.requestBody!.content["application/json"]!.schema).toMatchObject({ required: ["model", "messages"] });
     expect(chat.responses["500"]).toBeUndefined();
     expect(spec.components.schemas.Error).toMatchObject({ type: "object", required: ["error"] });
     // Query parameters are documented from the schema the route validates its query with.
@@ -153,7 +158,7 @@ describe("GET /openapi.json", () => {
           // thinking, a server tool): by design (issue 16, docs/APIS.md), and still in the one
           // documented error shape, which the other checks hold them to.
           "[[operations]]",
-          'include-path = ["/v1/messages", "/v1/responses"]',
+          'include-path = ["/v1/messages", "/v1/messages/count_tokens", "/v1/responses"]',
           'include-method = "POST"',
           'checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]',
           "",

@@ -21,6 +21,7 @@ import { registerRetrieveResponse } from "./routes/v1/responses/retrieve.ts";
 import { registerDeleteResponse } from "./routes/v1/responses/delete.ts";
 import { registerListInputItems } from "./routes/v1/responses/list-input-items.ts";
 import { registerCreateMessage } from "./routes/v1/messages/create.ts";
+import { registerCountMessageTokens } from "./routes/v1/messages/count_tokens.ts";
 import { MemoryResponseStore } from "@switchyard/state";
 import { registerOpenApi } from "./routes/openapi.ts";
 import { oneHandler, routeTable } from "./route-table.ts";
@@ -62,6 +63,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   registerDeleteResponse(routes, deps, responses);
   registerListInputItems(routes, deps, responses);
   registerCreateMessage(routes, deps);
+  registerCountMessageTokens(routes, deps);
   // Last: the document lists every route registered above (openapi/spec.ts).
   registerOpenApi(routes, app);
 

@@ -125,7 +125,7 @@ export function buildOpenApi(app: Hono<any>, info: OpenApiInfo = {}): Json {
     info: {
       title: info.title ?? "Switchyard",
       version: info.version ?? "1",
-      description: "An OpenAI-compatible endpoint over self-hosted workers and paid APIs. Every error has one shape (components.schemas.Error), except on POST /v1/messages, which answers in Anthropic's (components.schemas.AnthropicError).",
+      description: "An OpenAI-compatible endpoint over self-hosted workers and paid APIs. Every error has one shape (components.schemas.Error), except on POST /v1/messages and POST /v1/messages/count_tokens, which answer in Anthropic's (components.schemas.AnthropicError).",
     },
     paths,
     components: {

@@ -49,6 +49,15 @@ export interface InferenceOptions {
   narrow?: (backends: Backend[]) => Backend[];
 }
 
+/** The 503 router_overloaded for a request over router.maxInFlight (itself counted), or undefined when there is room. */
+export function overloaded(deps: AppDeps): ApiError | undefined {
+  const max = deps.config.router.maxInFlight;
+  if (max === 0 || !deps.inFlight) return undefined;
+  const now = deps.inFlight();
+  if (now <= max) return undefined;
+  return new ApiError("router_overloaded", `this router is answering ${now - 1} requests, its router.maxInFlight (${max}): retry shortly`, null, { "retry-after": String(deps.config.router.retryAfterS) });
+}
+
 /** An inference route's request (chat, completions, embeddings, hidden states), the body already validated by the route's middleware. */
 export function handleInference(c: Context<AppEnv>, deps: AppDeps, path: InferencePath, opts: InferenceOptions = {}): Promise<Response> {
   return new InferencePipeline(c, deps, path, opts.body ?? (c.get("body") as InferenceBody), opts).run();
@@ -117,11 +126,8 @@ export class InferencePipeline {
    * of waiting behind every request this process already holds.
    */
   private shed(): void {
-    const max = this.deps.config.router.maxInFlight;
-    if (max === 0 || !this.deps.inFlight) return;
-    const now = this.deps.inFlight();
-    if (now <= max) return;
-    throw new ApiError("router_overloaded", `this router is answering ${now - 1} requests, its router.maxInFlight (${max}): retry shortly`, null, { "retry-after": this.retryAfter() });
+    const refusal = overloaded(this.deps);
+    if (refusal) throw refusal;
   }
 
   /**

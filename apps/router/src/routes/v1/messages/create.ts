@@ -81,7 +81,8 @@ export const anthropicErrors: MiddlewareHandler<AppEnv> = async (c, next) => {
   c.res = new Response(JSON.stringify(anthropicErrorBody(status, message, c.get("requestId"))), { status: anthropicStatus(status), headers });
 };
 
-const checkVersion: MiddlewareHandler<AppEnv> = async (c, next) => {
+/** anthropic-version, when sent, must look like a version date (Anthropic's SDKs send 2023-06-01). */
+export const checkVersion: MiddlewareHandler<AppEnv> = async (c, next) => {
   const v = c.req.header("anthropic-version");
   if (v !== undefined && !VERSION.test(v.trim())) throw new ApiError("invalid_request", `anthropic-version: '${v.slice(0, 40)}' is not a version date (e.g. 2023-06-01)`, "anthropic-version");
   await next();
