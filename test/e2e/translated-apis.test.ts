@@ -2,7 +2,8 @@
 // from its official SDK, on two router processes that share one Redis and one
 // Postgres, in front of a real worker agent running the real SmolLM2. A
 // response made on one router is continued with previous_response_id on the
-// other, and every request lands on the ledger.
+// other, every request lands on the ledger, and count_tokens gives the
+// prompt tokens a message of the same request runs.
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -129,6 +130,51 @@ describe("the translated APIs on the real engine", () => {
     expect(final.content).toEqual([{ type: "text", text }]);
     expect(["end_turn", "max_tokens"]).toContain(final.stop_reason);
     expect(final.usage.output_tokens).toBeGreaterThan(0);
+  }, 120_000);
+
+  it("@anthropic-ai/sdk messages.countTokens: the engine's exact count, equal to the prompt a message of the same request runs, tools included", async () => {
+    const tools = [{ name: "get_weather", description: "The current weather in a city.", input_schema: { type: "object" as const, properties: { city: { type: "string" } }, required: ["city"] } }];
+    const prompts: Array<Omit<Anthropic.MessageCountTokensParams, "model">> = [
+      { messages: [{ role: "user", content: "Write a long poem about the sea." }] },
+      { system: "You are terse.", messages: [{ role: "user", content: "Say hi." }, { role: "assistant", content: "Hi." }, { role: "user", content: "Again, in French — s'il vous plaît 🙂" }] },
+      { tools, messages: [{ role: "user", content: "What is the weather in Paris?" }] },
+      {
+        tools,
+        tool_choice: { type: "auto" },
+        messages: [
+          { role: "user", content: "What is the weather in Paris?" },
+          { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "get_weather", input: { city: "Paris" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "sunny, 21 °C" }] },
+        ],
+      },
+    ];
+    const counts: number[] = [];
+    for (const [i, p] of prompts.entries()) {
+      const { data, response } = await anthropic(i % 2).messages.countTokens({ model: LLM, ...p }).withResponse();
+      expect(response.headers.get("switchyard-token-count"), `prompt ${i}`).toBe("exact");
+      expect(response.headers.get("x-switchyard-backend")).toBe("worker:e2e-translated");
+      // The engine's prompt for the same request, run with max_tokens 1: its whole prompt, cache reads and writes included.
+      const msg = await anthropic((i + 1) % 2).messages.create({ model: LLM, max_tokens: 1, temperature: 0, ...p } as Anthropic.MessageCreateParamsNonStreaming);
+      const u = msg.usage;
+      expect(data.input_tokens, `prompt ${i}`).toBe(u.input_tokens + (u.cache_read_input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0));
+      counts.push(data.input_tokens);
+    }
+    // The tools are in the prompt the template renders; with tool_choice none the model is not shown them.
+    const bare = (await anthropic(0).messages.countTokens({ model: LLM, messages: [{ role: "user", content: "What is the weather in Paris?" }] })).input_tokens;
+    expect(counts[2]).toBeGreaterThan(bare);
+    expect((await anthropic(1).messages.countTokens({ model: LLM, tools, tool_choice: { type: "none" }, messages: [{ role: "user", content: "What is the weather in Paris?" }] })).input_tokens).toBe(bare);
+
+    // The worker's own route: the routers' credential, and what a generation would refuse refused alike.
+    const tokenize = (body: unknown, token = WORKER_TOKEN) =>
+      fetch(`${agent.url}/v1/tokenize`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+    const direct = await tokenize({ model: LLM, messages: [{ role: "user", content: "What is the weather in Paris?" }] });
+    expect(await direct.json()).toEqual({ count: bare, max_model_len: 1024 });
+    expect((await tokenize({ model: LLM, messages: [{ role: "user", content: "x" }] }, "wrong-token")).status).toBe(401);
+    const image = await tokenize({ model: LLM, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "https://example.com/a.png" } }] }] });
+    expect(image.status).toBe(400);
+    expect(await image.json()).toMatchObject({ error: { param: "messages[0].content[0]" } });
+    expect(await (await tokenize({ model: LLM, messages: [{ role: "user", content: "x" }], max_tokens: 5 })).json()).toMatchObject({ error: { param: "max_tokens" } });
+    expect((await tokenize({ model: "all-minilm-l6-v2", messages: [{ role: "user", content: "x" }] })).status).toBe(404);
   }, 120_000);
 
   it("every one of those requests has its ledger row, on the worker, with the engine's token counts", async () => {
