@@ -166,15 +166,16 @@ describe("POST /v1/messages/count_tokens with @anthropic-ai/sdk", () => {
       expect(body.error.message.startsWith(`${field}:`), `${field}: ${body.error.message}`).toBe(true);
     }
     expect((await count({}, { "x-api-key": fx.key, "anthropic-version": "latest" })).status).toBe(400);
-    // Anthropic's own refusal of the request passes through; its overload is the router's 502, as on /v1/messages.
+    // Anthropic's own refusal of the request passes through; its overload is Anthropic's 529 overloaded_error, as on /v1/messages.
     anthropicUpstream.enqueue({ kind: "status", status: 400, message: "messages: roles must alternate" });
     const refused = await count({ model: AN_MODEL });
     expect(refused.status).toBe(400);
     expect(await refused.json()).toMatchObject({ error: { type: "invalid_request_error", message: "messages: roles must alternate" } });
     anthropicUpstream.enqueue({ kind: "status", status: 529 });
     const overloaded = await count({ model: AN_MODEL });
-    expect(overloaded.status).toBe(502);
-    expect(await overloaded.json()).toMatchObject({ type: "error", error: { type: "api_error" } });
+    expect(overloaded.status).toBe(529);
+    expect(overloaded.headers.get("retry-after")).toBe("1");
+    expect(await overloaded.json()).toMatchObject({ type: "error", error: { type: "overloaded_error" } });
     // A worker that fails is failed over from like a run's; with none left, its failure.
     worker.enqueue({ kind: "status", status: 503, message: "engine is restarting" });
     const down = await count({});
