@@ -297,6 +297,36 @@ describe("switchyard prices set: media rates", () => {
   });
 });
 
+describe("switchyard prices set: a new row that leaves out a rate the one before had", () => {
+  it("says which rates it drops (a row is whole: an omitted flag is 'as input'), and that a gpt-4o-mini row without a multiplier under-holds its images", { timeout: 180_000 }, async () => {
+    const first = await sy(["prices", "set", "anthropic", "claude-x", "--input", "3", "--output", "15", "--cached-input", "0.3", "--cache-write", "3.75", "--audio-input", "40", "--image-token-multiplier", "2", "--effective-from", "2020-01-01"]);
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stderr).not.toMatch(/note:/);
+    // A price update that names input and output only.
+    const update = await sy(["prices", "set", "anthropic", "claude-x", "--input", "2", "--output", "10", "--cache-write", "2.5"]);
+    expect(update.code, update.stderr).toBe(0);
+    const notes = update.stderr.split("\n").filter((l) => l.startsWith("note: "));
+    expect(notes).toEqual([
+      "note: the price in force since 2020-01-01T00:00:00.000Z had cached input at $0.3/Mtok (30000000 micro-cents); this one prices it as input (pass --cached-input to keep it)",
+      "note: the price in force since 2020-01-01T00:00:00.000Z had audio input at $40/Mtok (4000000000 micro-cents); this one prices it as input (pass --audio-input to keep it)",
+      "note: the price in force since 2020-01-01T00:00:00.000Z counted image tokens 2×; this one counts them 1× (pass --image-token-multiplier to keep it)",
+    ]);
+    // The row is written as asked all the same.
+    const rows = await db.db.select().from(schema.prices).where(and(eq(schema.prices.backend, "anthropic"), eq(schema.prices.model, "claude-x"))).orderBy(schema.prices.effectiveFrom);
+    expect(rows.at(-1)).toMatchObject({ inputMicroPerMtok: 200_000_000n, cachedInputMicroPerMtok: null, cacheWriteMicroPerMtok: 250_000_000n, audioInputMicroPerMtok: null, imageTokenMultiplierPermille: null });
+    // Nothing dropped: nothing said.
+    const again = await sy(["prices", "set", "anthropic", "claude-x", "--input", "2", "--output", "10"]);
+    expect(again.stderr.split("\n").filter((l) => l.startsWith("note: ")).map((l) => l.replace(/since \S+ /, "since T "))).toEqual([
+      "note: the price in force since T had cache write at $2.5/Mtok (250000000 micro-cents); this one prices it as input (pass --cache-write to keep it)",
+    ]);
+    const mini = await sy(["prices", "set", "openrouter", "openai/gpt-4o-mini-2024-07-18", "--input", "0.15", "--output", "0.6"]);
+    expect(mini.code, mini.stderr).toBe(0);
+    expect(mini.stderr).toMatch(/note: gpt-4o-mini counts an image's tokens 33\.336× gpt-4o's .*pass --image-token-multiplier 33\.336/);
+    const miniSet = await sy(["prices", "set", "openrouter", "openai/gpt-4o-mini-2024-07-18", "--input", "0.15", "--output", "0.6", "--image-token-multiplier", "33.336"]);
+    expect(miniSet.stderr).not.toMatch(/note:/);
+  });
+});
+
 describe("switchyard budgets reconcile", () => {
   it("sets Redis to ledger spend + un-ledgered live holds, so an already-ledgered settle is not counted again", { timeout: 180_000 }, async () => {
     const globex = await tenant("globex");

@@ -54,6 +54,8 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
     };
     const db = await openDb(configFrom(flags), { migrate: true, quiet: true });
     try {
+      // The row this one takes over from, read before it is written: what it priced apart that this one leaves to the input price.
+      const before = latestBefore(await listPrices(db.db), backend, model, input.effectiveFrom);
       const p = await setPrice(db.db, input);
       const when = p.effectiveFrom.getTime() > Date.now() ? "from" : "in force since";
       process.stdout.write(
@@ -66,6 +68,10 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
           `image tokens ${p.imageTokenMultiplierPermille === null ? "1×" : `${formatPermille(p.imageTokenMultiplierPermille)}×`}\n`,
       );
       if (backend === "worker") process.stderr.write("note: self-hosted workers are never charged; a worker price is informational\n");
+      for (const note of droppedRates(before, p)) process.stderr.write(`note: ${note}\n`);
+      if (p.imageTokenMultiplierPermille === null && /gpt-4o-mini/i.test(p.model)) {
+        process.stderr.write("note: gpt-4o-mini counts an image's tokens 33.336× gpt-4o's (at a 33rd of its price): pass --image-token-multiplier 33.336, or its images are held at a 33rd of what they cost\n");
+      }
       return 0;
     } finally {
       await db.close();
@@ -107,6 +113,38 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
     await db.close();
     await db.stopEmbedded();
   }
+}
+
+/** The row of backend × model in force just before `at` (the one a new row from `at` follows), if any. */
+function latestBefore(rows: Price[], backend: string, model: string, at: Date): Price | undefined {
+  let latest: Price | undefined;
+  for (const r of rows) {
+    if (r.backend !== backend || r.model !== model || r.effectiveFrom.getTime() > at.getTime()) continue;
+    if (!latest || r.effectiveFrom.getTime() > latest.effectiveFrom.getTime()) latest = r;
+  }
+  return latest;
+}
+
+/**
+ * What the row a new one follows priced apart and the new one does not: a
+ * row is whole (an omitted flag is "as input", not "as before"), so a price
+ * update that leaves out --cache-write or --image-token-multiplier drops
+ * it — said, not refused: the drop may be meant.
+ */
+function droppedRates(before: Price | undefined, now: Price): string[] {
+  if (!before) return [];
+  const since = before.effectiveFrom.toISOString();
+  const rates: Array<[string, string, bigint | null, bigint | null, string]> = [
+    ["cached input", "cached-input", before.cachedInputMicroPerMtok, now.cachedInputMicroPerMtok, "as input"],
+    ["cache write", "cache-write", before.cacheWriteMicroPerMtok, now.cacheWriteMicroPerMtok, "as input"],
+    ["1-hour cache write", "cache-write-1h", before.cacheWrite1hMicroPerMtok, now.cacheWrite1hMicroPerMtok, "at 2× input"],
+    ["audio input", "audio-input", before.audioInputMicroPerMtok, now.audioInputMicroPerMtok, "as input"],
+  ];
+  const notes = rates.filter(([, , was, is]) => was !== null && is === null).map(([name, flag, was, , fallback]) => `the price in force since ${since} had ${name} at ${perMtok(was!)}; this one prices it ${fallback} (pass --${flag} to keep it)`);
+  if (before.imageTokenMultiplierPermille !== null && now.imageTokenMultiplierPermille === null) {
+    notes.push(`the price in force since ${since} counted image tokens ${formatPermille(before.imageTokenMultiplierPermille)}×; this one counts them 1× (pass --image-token-multiplier to keep it)`);
+  }
+  return notes;
 }
 
 function checkBackend(where: string, backend: string): void {
