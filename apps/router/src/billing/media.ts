@@ -6,39 +6,11 @@
 // payload are decoded; its length comes from the string's. A PDF is decoded
 // whole (its pages are anywhere in it), only when a request carries one.
 import { inflateSync } from "node:zlib";
+import { ascii, base64Bytes, Head, le16 } from "./base64-head.ts";
+import { imageSize, type PixelSize } from "./image-size.ts";
 
-/** Bytes of a payload decoded at most to find an image's size (a JPEG's frame header follows its EXIF/ICC segments). */
-const HEAD_MAX = 512 * 1024;
-
-/** The bytes a base64 payload decodes to, at most (whitespace is counted as data: longer, so still a bound). */
-export function base64Bytes(b64: string): number {
-  const n = b64.length;
-  let pad = 0;
-  if (n > 0 && b64.charCodeAt(n - 1) === 61) pad++;
-  if (n > 1 && b64.charCodeAt(n - 2) === 61) pad++;
-  return Math.max(0, Math.floor((n * 3) / 4) - pad);
-}
-
-/** A base64 payload's first bytes, decoding more of it only when asked (from its start: whitespace inside is skipped as a decoder would). */
-class Head {
-  bytes: Buffer;
-  constructor(private readonly b64: string) {
-    this.bytes = this.decode(64);
-  }
-
-  /** The first `n` bytes or more (a few characters over, for whitespace): slice() copies nothing past the string's end. */
-  private decode(n: number): Buffer {
-    return Buffer.from(this.b64.slice(0, Math.ceil(n / 3) * 4 + 16), "base64");
-  }
-
-  /** Whether bytes [0, end) are there, decoding further (doubling, up to HEAD_MAX) when they are not yet. */
-  has(end: number): boolean {
-    if (end <= this.bytes.length) return true;
-    if (end > HEAD_MAX || this.bytes.length >= base64Bytes(this.b64)) return false;
-    this.bytes = this.decode(Math.min(HEAD_MAX, Math.max(end + 1024, this.bytes.length * 2)));
-    return end <= this.bytes.length;
-  }
-}
+export { base64Bytes } from "./base64-head.ts";
+export { imageSize, type PixelSize } from "./image-size.ts";
 
 /** The base64 payload of a `data:…;base64,` URL, or undefined (an http(s) URL, or data not in base64). */
 export function dataUrlBase64(url: string): string | undefined {
@@ -47,71 +19,6 @@ export function dataUrlBase64(url: string): string | undefined {
   const comma = url.lastIndexOf(",", 256);
   if (comma < 0 || !/;base64$/i.test(url.slice(5, comma))) return undefined;
   return url.slice(comma + 1);
-}
-
-export interface PixelSize {
-  width: number;
-  height: number;
-}
-
-const be16 = (b: Buffer, i: number) => (b[i]! << 8) | b[i + 1]!;
-const le16 = (b: Buffer, i: number) => b[i]! | (b[i + 1]! << 8);
-const le24 = (b: Buffer, i: number) => b[i]! | (b[i + 1]! << 8) | (b[i + 2]! << 16);
-const ascii = (b: Buffer, i: number, s: string) => b.length >= i + s.length && b.toString("latin1", i, i + s.length) === s;
-
-/** A JPEG's frame size: the first SOFn marker's, walking the segments before it (their lengths skip EXIF, ICC, …). */
-function jpegSize(head: Head): PixelSize | undefined {
-  let i = 2;
-  for (let segments = 0; segments < 1024; segments++) {
-    if (!head.has(i + 4)) return undefined;
-    const b = head.bytes;
-    if (b[i] !== 0xff) return undefined;
-    const marker = b[i + 1]!;
-    if (marker === 0xff) {
-      i++; // fill byte
-      continue;
-    }
-    // Markers without a length: TEM, RST0-7, SOI.
-    if (marker === 0x01 || (marker >= 0xd0 && marker <= 0xd8)) {
-      i += 2;
-      continue;
-    }
-    // SOF0-15, except DHT (C4), JPG (C8) and DAC (CC): precision, height, width.
-    if (marker >= 0xc0 && marker <= 0xcf && marker !== 0xc4 && marker !== 0xc8 && marker !== 0xcc) {
-      if (!head.has(i + 9)) return undefined;
-      return { height: be16(head.bytes, i + 5), width: be16(head.bytes, i + 7) };
-    }
-    // Image data or its end before any frame header: not a JPEG we can read.
-    if (marker === 0xda || marker === 0xd9) return undefined;
-    i += 2 + be16(b, i + 2);
-  }
-  return undefined;
-}
-
-/**
- * The pixel size in a PNG (IHDR), JPEG (SOFn), GIF (logical screen) or WebP
- * (VP8, VP8L, VP8X) header, or undefined when it is none of those or cut short.
- */
-export function imageSize(b64: string): PixelSize | undefined {
-  const head = new Head(b64);
-  const b = head.bytes;
-  if (b.length >= 24 && b[0] === 0x89 && ascii(b, 1, "PNG") && ascii(b, 12, "IHDR")) {
-    return { width: b.readUInt32BE(16), height: b.readUInt32BE(20) };
-  }
-  if (b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff) return jpegSize(head);
-  if (b.length >= 10 && (ascii(b, 0, "GIF87a") || ascii(b, 0, "GIF89a"))) return { width: le16(b, 6), height: le16(b, 8) };
-  if (b.length >= 30 && ascii(b, 0, "RIFF") && ascii(b, 8, "WEBP")) {
-    // Lossy: a frame tag (3 bytes), the start code 9d 01 2a, then 14-bit width and height.
-    if (ascii(b, 12, "VP8 ") && b[23] === 0x9d && b[24] === 0x01 && b[25] === 0x2a) return { width: le16(b, 26) & 0x3fff, height: le16(b, 28) & 0x3fff };
-    // Lossless: the signature 0x2f, then width − 1 and height − 1 in 14 bits each.
-    if (ascii(b, 12, "VP8L") && b[20] === 0x2f) {
-      const bits = b.readUInt32LE(21);
-      return { width: (bits & 0x3fff) + 1, height: ((bits >>> 14) & 0x3fff) + 1 };
-    }
-    // Extended: flags (4 bytes), then canvas width − 1 and height − 1 in 24 bits each.
-    if (ascii(b, 12, "VP8X")) return { width: le24(b, 24) + 1, height: le24(b, 27) + 1 };
-  }
-  return undefined;
 }
 
 // ---- Image token formulas, one per provider family we route to. Each is an
