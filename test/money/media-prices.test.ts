@@ -12,7 +12,7 @@ import { budgetedTenant } from "../helpers/paid.ts";
 import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 import { promptTokensUpperBound } from "../../apps/router/src/billing/estimate.ts";
-import { PDF_PAGE_IMAGE_TOKENS, PDF_PAGE_TEXT_TOKENS, pdfReads } from "../../apps/router/src/billing/media.ts";
+import { IMAGE_TOKENS_UNKNOWN_SIZE, imageTokensUpperBound, PDF_PAGE_IMAGE_TOKENS, PDF_PAGE_TEXT_TOKENS, pdfReads } from "../../apps/router/src/billing/media.ts";
 
 let fx: RouterFixture;
 let openrouter: FakeOpenRouter;
@@ -99,6 +99,24 @@ describe("a price row's image multiplier", () => {
     expect(served.status).toBe(200);
     await served.text();
     expect(openrouter.requests.length).toBe(seen + 1);
+  });
+});
+
+describe("an image held at the bound from its header's size, in a format sized since BMP, TIFF and HEIF/AVIF were read", () => {
+  /** A whole 1000×400 BMP: BITMAPINFOHEADER, 8-bit RLE, one palette colour, the end-of-bitmap escape. */
+  const bmp = (() => {
+    const u16 = (n: number) => Buffer.from([n & 0xff, n >> 8]);
+    const u32 = (n: number) => Buffer.from([n & 0xff, (n >> 8) & 0xff, (n >> 16) & 0xff, n >>> 24]);
+    const dib = Buffer.concat([u32(40), u32(1000), u32(400), u16(1), u16(8), u32(1), u32(2), u32(2835), u32(2835), u32(1), u32(0)]);
+    return Buffer.concat([Buffer.from("BM", "latin1"), u32(14 + 40 + 4 + 2), u32(0), u32(14 + 40 + 4), dib, u32(0xffffff), Buffer.from([0, 1])]);
+  })();
+  const picture = { type: "image_url", image_url: { url: `data:image/bmp;base64,${bmp.toString("base64")}` } };
+
+  it("a BMP data URL on a priced paid model is held at its size's bound, not the unknown-size one", async () => {
+    const sizedBound = imageTokensUpperBound({ width: 1000, height: 400 });
+    expect(sizedBound).toBeLessThan(IMAGE_TOKENS_UNKNOWN_SIZE);
+    const t = await budgetedTenant(fx.db, "bmp-sized", 100n);
+    expect(await holdWhileRunning(t.key, t.tenantId, body(PLAIN, picture))).toBe(20n * BigInt(textTokens + sizedBound));
   });
 });
 

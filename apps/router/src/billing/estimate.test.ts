@@ -64,7 +64,9 @@ describe("an image's and an audio clip's token bound", () => {
       segment(sof, Buffer.concat([Buffer.from([8]), u16be(h), u16be(w), Buffer.from([3, 1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1])])),
       Buffer.from([0xff, 0xda]),
     ]);
-  const gif = (w: number, h: number) => Buffer.concat([Buffer.from("GIF89a", "latin1"), u16le(w), u16le(h), Buffer.from([0xf7, 0, 0]), Buffer.alloc(32)]);
+  /** A whole GIF: a 2-colour table, one frame the size of the screen (LZW: clear, end), the trailer. */
+  const gif = (w: number, h: number) =>
+    Buffer.concat([Buffer.from("GIF89a", "latin1"), u16le(w), u16le(h), Buffer.from([0x80, 0, 0, 0, 0, 0, 255, 255, 255, 0x2c, 0, 0, 0, 0]), u16le(w), u16le(h), Buffer.from([0, 2, 1, 0x2c, 0, 0x3b])]);
   const riff = (kind: string, chunk: Buffer) => Buffer.concat([Buffer.from("RIFF", "latin1"), u32le(4 + chunk.length), Buffer.from(kind, "latin1"), chunk]);
   const webpLossy = (w: number, h: number) =>
     riff("WEBP", Buffer.concat([Buffer.from("VP8 ", "latin1"), u32le(30), Buffer.from([0x50, 0x02, 0x00, 0x9d, 0x01, 0x2a]), u16le(w), u16le(h), Buffer.alloc(20)]));
