@@ -54,7 +54,7 @@ const post = (key: string, body: Record<string, unknown>) =>
   });
 
 const text = { type: "text", text: "What is in this?" };
-/** An image the router cannot size (the provider fetches it): 4,784 tokens on any provider's formula. */
+/** An image the router cannot size (the provider fetches it): 6,192 tokens, the most any provider's formula gives (Gemini's 24 tiles). */
 const image = { type: "image_url", image_url: { url: "https://example.com/cat.png" } };
 /** 100,000 bytes of MP3: at most 100 s at its lowest bitrate (8 kbps), 3,200 tokens at 32 a second. */
 const clip = { type: "input_audio", input_audio: { data: Buffer.alloc(100_000, 0x55).toString("base64"), format: "mp3" } };
@@ -79,16 +79,16 @@ async function holdWhileRunning(key: string, tenantId: number, b: Record<string,
 describe("a price row's image multiplier", () => {
   it("holds the image part at the multiplied tokens on that model only", async () => {
     const t = await budgetedTenant(fx.db, "images-roomy", 100n);
-    expect(await holdWhileRunning(t.key, t.tenantId, body(PLAIN, image))).toBe(20n * BigInt(textTokens + 4_784));
-    // 4,784 × 33.336 = 159,479.424 → 159,480 tokens.
-    expect(await holdWhileRunning(t.key, t.tenantId, body(IMAGE_HEAVY, image))).toBe(20n * BigInt(textTokens + 159_480));
+    expect(await holdWhileRunning(t.key, t.tenantId, body(PLAIN, image))).toBe(20n * BigInt(textTokens + 6_192));
+    // 6,192 × 33.336 = 206,416.512 → 206,417 tokens.
+    expect(await holdWhileRunning(t.key, t.tenantId, body(IMAGE_HEAVY, image))).toBe(20n * BigInt(textTokens + 206_417));
     // Text alone: the multiplier changes nothing.
     const words = { model: IMAGE_HEAVY, max_tokens: 5, messages: [{ role: "user", content: [text] }] };
     expect(await holdWhileRunning(t.key, t.tenantId, words)).toBe(20n * BigInt(textTokens));
   });
 
   it("refuses (402, nothing sent) where the multiplied image does not fit the day; the same request on a model without it is served", async () => {
-    // One cent: 50,000 tokens at 20 micro-cents. 4,784 fit; 159,480 do not.
+    // One cent: 50,000 tokens at 20 micro-cents. 6,192 fit; 206,417 do not.
     const t = await budgetedTenant(fx.db, "images-tight", 1n);
     const seen = openrouter.requests.length;
     const refused = await post(t.key, body(IMAGE_HEAVY, image));
@@ -188,9 +188,9 @@ describe("a price row's media rates in the estimate, when the provider reports n
 
   it("counts an image at the bound from its size, times the model's multiplier, not a third of it at 1×", async () => {
     const t = await budgetedTenant(fx.db, "estimate-image", 100n);
-    const heavy = textEstimate + Math.ceil((4_784 * 33_336) / 1_000);
+    const heavy = textEstimate + Math.ceil((6_192 * 33_336) / 1_000);
     expect(await estimated(t.key, body(IMAGE_HEAVY, image))).toEqual({ prompt_tokens: heavy, cost_micro: String(20 * heavy), cost_source: "estimate" });
-    expect(await estimated(t.key, body(PLAIN, image))).toEqual({ prompt_tokens: textEstimate + 4_784, cost_micro: String(20 * (textEstimate + 4_784)), cost_source: "estimate" });
+    expect(await estimated(t.key, body(PLAIN, image))).toEqual({ prompt_tokens: textEstimate + 6_192, cost_micro: String(20 * (textEstimate + 6_192)), cost_source: "estimate" });
   });
 
   it("counts audio at the typical rate (10 tokens a second of the bound's 32) and prices it at the audio price", async () => {

@@ -328,7 +328,7 @@ describe("budgets", () => {
         headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
         body: JSON.stringify(body),
       });
-    // An 8000×8000 PNG's header (Anthropic's largest accepted size): 11 × 11 Gemini tiles of 258 tokens, 31,218 at most.
+    // An 8000×8000 PNG's header (Anthropic's largest accepted size): 4,784 tokens at most, Anthropic's cap (Gemini fits it into 3,072 px: 16 tiles, 4,128).
     const ihdr = Buffer.alloc(33);
     ihdr.set([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
     ihdr.writeUInt32BE(13, 8);
@@ -338,11 +338,12 @@ describe("budgets", () => {
     ihdr.set([8, 2, 0, 0, 0], 24);
     const picture = { type: "image_url", image_url: { url: `data:image/png;base64,${ihdr.toString("base64")}` } };
     const text = { type: "text", text: "Which of these differ?" };
-    const body = { model: OR_MODEL, max_tokens: 5, messages: [{ role: "user", content: [text, picture, picture, picture] }] };
+    const pictures = 16;
+    const body = { model: OR_MODEL, max_tokens: 5, messages: [{ role: "user", content: [text, ...Array.from({ length: pictures }, () => picture)] }] };
     const price = { inputMicroPerMtok: 15_000_000n, outputMicroPerMtok: 60_000_000n };
     // The old bound, 2,000 a picture, held well under the day's cent; the pictures' sizes can cost more than the cent.
     const textOnly = promptTokensUpperBound("/v1/chat/completions", { messages: [{ role: "user", content: [text] }] });
-    expect(worstCaseMicro(textOnly + 3 * 2_000, 5, price)).toBeLessThan(1_000_000n);
+    expect(worstCaseMicro(textOnly + pictures * 2_000, 5, price)).toBeLessThan(1_000_000n);
     expect(worstCaseMicro(bodyFacts("/v1/chat/completions", body).promptTokens, 5, price)).toBeGreaterThan(1_000_000n);
     const seen = openrouter.requests.length;
     const r = await post(body);

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { toChatRequest } from "../translate/messages/request.ts";
 import { deflateSync } from "node:zlib";
 import { promptBound, promptTokensUpperBound } from "./estimate.ts";
-import { anthropicTokens, base64Bytes, IMAGE_TOKENS_UNKNOWN_SIZE, imageSize, imageTokensUpperBound, openaiPatchTokens, openaiTileTokens, PDF_INFLATE_PER_PROMPT, PDF_PAGE_IMAGE_TOKENS, PDF_PAGE_TEXT_TOKENS, PDF_PAGES_UNKNOWN, pdfPages } from "./media.ts";
+import { base64Bytes, GEMINI_TOKENS_MAX, geminiTokens, IMAGE_TOKENS_UNKNOWN_SIZE, imageSize, imageTokensUpperBound, openaiPatchTokens, openaiTileTokens, PDF_INFLATE_PER_PROMPT, PDF_PAGE_IMAGE_TOKENS, PDF_PAGE_TEXT_TOKENS, PDF_PAGES_UNKNOWN, pdfPages } from "./media.ts";
 
 describe("a prompt's token bound", () => {
   // Byte-level BPE makes at most one token per UTF-8 byte: the bound counts the bytes a worker or provider is sent.
@@ -85,18 +85,38 @@ describe("an image's and an audio clip's token bound", () => {
   });
 
   it("bounds a large image by the dearest provider formula, far above the old flat 2,000", () => {
-    // 4000×3000: Gemini's 6 × 4 tiles of 258 (6,192), above Anthropic's cap (4,784),
+    // 4000×3000: Anthropic's cap (4,784), above Gemini's 16 tiles of 258 once it fits 3072 px (4,128),
     // OpenAI's patches (3,779) and its tiles (2048×1536 → 1024×768: 2 × 2, 85 + 4 × 170).
     for (const bytes of [png(4000, 3000), jpeg(4000, 3000), gif(4000, 3000), webpLossy(4000, 3000), webpExtended(4000, 3000)]) {
-      expect(partTokens(image(bytes))).toBe(24 * 258);
+      expect(partTokens(image(bytes))).toBe(4_784);
     }
+    expect(geminiTokens({ width: 4000, height: 3000 })).toBe(16 * 258);
     expect(openaiTileTokens({ width: 4000, height: 3000 })).toBe(85 + 4 * 170);
-    // A very wide image is 2 × 4 OpenAI tiles once it fits 2048 px; Gemini's 8 × 3 are more.
+    // A very wide image is 2 × 4 OpenAI tiles once it fits 2048 px.
     expect(openaiTileTokens({ width: 6000, height: 2000 })).toBe(85 + 8 * 170);
-    expect(partTokens(image(png(6000, 2000)))).toBe(24 * 258);
-    // 12,000 × 12,000 on Gemini: 16 × 16 tiles of 258, the most of all formulas at that size.
-    expect(partTokens(image(png(12_000, 12_000)))).toBe(256 * 258);
+    expect(partTokens(image(png(6000, 2000)))).toBe(4_784);
+    // 12,000 × 12,000 fits Gemini's box as 3072 × 3072: 4 × 4 tiles, not 16 × 16.
+    expect(geminiTokens({ width: 12_000, height: 12_000 })).toBe(16 * 258);
+    expect(partTokens(image(png(12_000, 12_000)))).toBe(4_784);
     expect(partTokens(image(png(4000, 3000)))).toBeGreaterThan(OLD_FLAT);
+  });
+
+  it("counts Gemini's tiles as Vertex cuts them: a side of the shorter side ÷ 1.5, between 256 and 768 px", () => {
+    // 1000×400: tiles of 266.7 px, 4 × 2 of them (768-px tiles would be 2 × 1): above every other formula.
+    expect(geminiTokens({ width: 1000, height: 400 })).toBe(8 * 258);
+    expect(partTokens(image(png(1000, 400)))).toBe(8 * 258);
+    // Both sides ≤ 384: one image, 258; one side over: tiles of at least 256 px.
+    expect(geminiTokens({ width: 384, height: 384 })).toBe(258);
+    expect(geminiTokens({ width: 385, height: 10 })).toBe(2 * 258);
+    // The most of all: 3072 × 385, tiles of 256.7 px, 12 × 2.
+    expect(geminiTokens({ width: 3072, height: 385 })).toBe(24 * 258);
+    expect(GEMINI_TOKENS_MAX).toBe(24 * 258);
+    // Fitted into the box, a long thin image may be padded to any shorter side up to 3072: its worst, 24 tiles.
+    expect(geminiTokens({ width: 100_000, height: 1 })).toBe(24 * 258);
+    // Nowhere in the box more: every size, every side 1..3072.
+    let most = 0;
+    for (let w = 1; w <= 3072; w++) for (let h = 1; h <= 3072; h++) most = Math.max(most, geminiTokens({ width: w, height: h }));
+    expect(most).toBe(GEMINI_TOKENS_MAX);
   });
 
   it("small images cost what the formulas say for them (a 1×1 PNG: Gemini's 258)", () => {
@@ -108,7 +128,7 @@ describe("an image's and an audio clip's token bound", () => {
     const clip = { type: "input_audio", input_audio: { data: Buffer.alloc(100_000).toString("base64"), format: "mp3" } };
     const body = { messages: [{ role: "user", content: [{ type: "text", text: "hi" }, image(png(4000, 3000)), { type: "image_url", image_url: { url: "https://example.com/a.png" } }, clip] }] };
     const bound = promptBound("/v1/chat/completions", body);
-    expect(bound.imageTokens).toBe(24 * 258 + IMAGE_TOKENS_UNKNOWN_SIZE);
+    expect(bound.imageTokens).toBe(4_784 + IMAGE_TOKENS_UNKNOWN_SIZE);
     expect(bound.audioTokens).toBe(100 * 32);
     // The total is the model-independent bound (rate limits reserve it), text and framing included.
     expect(bound.promptTokens).toBe(promptTokensUpperBound("/v1/chat/completions", body));
@@ -118,23 +138,25 @@ describe("an image's and an audio clip's token bound", () => {
   });
 
   it("an image it cannot size (an http URL, an unknown header, a data: URL not in base64) counts the most any size can after the providers' downscaling", () => {
-    expect(IMAGE_TOKENS_UNKNOWN_SIZE).toBe(4_784);
+    expect(IMAGE_TOKENS_UNKNOWN_SIZE).toBe(6_192);
     for (const url of ["https://example.com/cat.png", "data:image/bmp;base64,Qk0AAAAA", "data:image/svg+xml,<svg/>"]) {
       expect(partTokens({ type: "image_url", image_url: { url } })).toBe(IMAGE_TOKENS_UNKNOWN_SIZE);
     }
-    // That bound is above every capped formula at every size (Gemini's uncapped tiles aside).
-    for (let w = 1; w <= 9000; w += 97) {
-      for (let h = 1; h <= 9000; h += 89) {
-        const size = { width: w, height: h };
-        expect(Math.max(openaiTileTokens(size), openaiPatchTokens(size), anthropicTokens(size))).toBeLessThanOrEqual(IMAGE_TOKENS_UNKNOWN_SIZE);
+    // That bound is above every formula at every size, Gemini's included (each is capped by its provider's downscaling).
+    for (let w = 1; w <= 20_000; w += 97) {
+      for (let h = 1; h <= 20_000; h += 89) {
+        expect(imageTokensUpperBound({ width: w, height: h })).toBeLessThanOrEqual(IMAGE_TOKENS_UNKNOWN_SIZE);
       }
     }
+    expect(imageTokensUpperBound({ width: 2 ** 32 - 1, height: 2 ** 32 - 1 })).toBeLessThanOrEqual(IMAGE_TOKENS_UNKNOWN_SIZE);
+    // A PDF page's image is not cut into Gemini's tiles (it counts a page as 258): the other formulas' most, Anthropic's cap.
+    expect(PDF_PAGE_IMAGE_TOKENS).toBe(4_784);
   });
 
   it("counts an Anthropic image block (translated to a data: URL) the same way", () => {
     const data = png(4000, 3000).toString("base64");
     const { chat } = toChatRequest({ model: "m", max_tokens: 10, messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data } }] }] });
-    expect(promptTokensUpperBound("/v1/chat/completions", chat)).toBeGreaterThanOrEqual(24 * 258);
+    expect(promptTokensUpperBound("/v1/chat/completions", chat)).toBeGreaterThanOrEqual(4_784);
   });
 
   /** A WAV header (PCM) and `seconds` of silence. */

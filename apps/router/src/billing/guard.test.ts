@@ -211,12 +211,12 @@ describe("the hold of a request with an image or audio, on models whose price ro
       { backend: "openrouter", model: "openai/gpt-4o", ...price },
     ]);
     const facts = chat({ type: "text", text: "what is this?" }, image);
-    expect(facts.imageTokens).toBe(4_784);
+    expect(facts.imageTokens).toBe(6_192);
     const hold = (id: string, model: string, f = facts) => holdOf(id, paidOn("openrouter", model), f);
     // One micro-cent a token: the hold is the prompt bound in tokens.
     expect(await hold("plain", "openai/gpt-4o")).toBe(BigInt(facts.promptTokens));
-    // 4,784 × 33.336 = 159,479.424 → 159,480: above the mini's own count for any image (48,169 at most).
-    expect(await hold("mini", "openai/gpt-4o-mini")).toBe(BigInt(facts.promptTokens - 4_784 + 159_480));
+    // 6,192 × 33.336 = 206,416.512 → 206,417: above the mini's own count for any image (48,169 at most).
+    expect(await hold("mini", "openai/gpt-4o-mini")).toBe(BigInt(facts.promptTokens - 6_192 + 206_417));
     // Text alone: the multiplier changes nothing.
     const text = chat({ type: "text", text: "what is this?" });
     expect(await hold("mini-text", "openai/gpt-4o-mini", text)).toBe(BigInt(text.promptTokens));

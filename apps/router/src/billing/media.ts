@@ -71,15 +71,61 @@ export function anthropicTokens({ width, height }: PixelSize): number {
 }
 
 /**
- * Gemini 2.x, through OpenRouter (ai.google.dev/gemini-api/docs/tokens): an
- * image with both sides ≤ 384 px is 258 tokens; a larger one is cut into
- * 768×768 tiles of 258 tokens each. No downscaling is documented, so this one
- * grows with the size.
+ * Gemini fits an image larger than this box into it before counting tiles:
+ * "larger images are scaled down and padded to fit a maximum resolution of
+ * 3072 x 3072 while preserving their original aspect ratio"
+ * (firebase.google.com/docs/ai-logic/input-file-requirements, for the Gemini
+ * API and Vertex AI; cloud.google.com/vertex-ai/generative-ai/docs/multimodal/send-multimodal-prompts#image-requirements).
+ */
+const GEMINI_BOX = 3_072;
+
+/**
+ * Gemini's tiles for an image inside its box (sides 1..3,072), one of them
+ * over 384 px (same pages, "Tokenization"): "the image is cropped into
+ * tiles. Each tile size defaults to the smallest dimension (width or height)
+ * divided by 1.5 … adjusted so that it's not smaller than 256 pixels and not
+ * greater than 768 pixels", 258 tokens a tile. Counted whole (a part tile is
+ * a tile): never fewer than Gemini cuts. ai.google.dev/gemini-api/docs/tokens
+ * says 768-px tiles, which are never more than these.
+ */
+function geminiTiles(width: number, height: number): number {
+  const shortest = Math.min(width, height);
+  // Tile side = shortest / 1.5, so a side over it is ⌈side × 3 / (2 × shortest)⌉ tiles: integers, no float to round.
+  if (shortest <= 384) return Math.ceil(width / 256) * Math.ceil(height / 256);
+  if (shortest >= 1_152) return Math.ceil(width / 768) * Math.ceil(height / 768);
+  return Math.ceil((3 * width) / (2 * shortest)) * Math.ceil((3 * height) / (2 * shortest));
+}
+
+/**
+ * For an image Gemini scales into its box, the most tiles it can make there,
+ * indexed by its shorter side once scaled (rounded down): its longer side is
+ * the box's 3,072, and the padding (how much, the docs do not say) can only
+ * lengthen the shorter side, up to 3,072 — so the max over every shorter
+ * side from there up. Tiles are not monotonic in the sides (a 3,072 × 385
+ * image is 24 tiles, a 3,072 × 1,152 one 8), hence a table, not one size.
+ */
+const GEMINI_FITTED_TILES = (() => {
+  const most = new Uint8Array(GEMINI_BOX + 1);
+  for (let side = GEMINI_BOX; side >= 1; side--) most[side] = Math.max(side < GEMINI_BOX ? most[side + 1]! : 0, geminiTiles(GEMINI_BOX, side));
+  return most;
+})();
+
+/**
+ * Gemini 2.x, through OpenRouter (Google AI Studio or Vertex AI): an image
+ * with both sides ≤ 384 px is 258 tokens; a larger one is cut into tiles
+ * (geminiTiles) of 258 tokens each, after one larger than 3,072 px is fitted
+ * into that box (GEMINI_BOX). At most GEMINI_TOKENS_MAX, whatever the size.
  */
 export function geminiTokens({ width, height }: PixelSize): number {
   if (width <= 384 && height <= 384) return 258;
-  return 258 * Math.ceil(width / 768) * Math.ceil(height / 768);
+  const longest = Math.max(width, height);
+  const shortest = Math.max(1, Math.min(width, height));
+  if (longest <= GEMINI_BOX) return 258 * geminiTiles(width, height);
+  return 258 * GEMINI_FITTED_TILES[Math.max(1, Math.floor((shortest * GEMINI_BOX) / longest))]!;
 }
+
+/** The most Gemini counts for one image of any size: 24 tiles (3,072 × 385 px, tiles of 256 px), 6,192 tokens. */
+export const GEMINI_TOKENS_MAX = 258 * GEMINI_FITTED_TILES[1]!;
 
 /**
  * No model we route to takes a prompt this long (the longest context windows
@@ -101,15 +147,20 @@ export function imageTokensUpperBound(size: PixelSize): number {
 
 /**
  * An image whose size we cannot read (an http(s) URL: the provider fetches
- * it; a header we do not parse). The largest the capped formulas give at any
- * size, after the providers' own downscaling: Anthropic's 4,784, above
- * OpenAI's tiles (at most 2 × 4 once the image fits 2048 px with its
- * shortest side at 768: 85 + 8 × 170 = 1,445) and the patch models'
- * 1,536 × 2.46 ≈ 3,779. Gemini's tiles are the exception (no downscaling
- * documented): a fetched image of more than 18 of its 768-px tiles (3,072 ×
- * 3,840 px is 20, 5,160 tokens) exceeds it there.
+ * it; a header we do not parse). The most any formula gives at any size,
+ * after the providers' own downscaling: Gemini's 24 tiles (6,192 tokens,
+ * GEMINI_TOKENS_MAX), above Anthropic's 4,784, OpenAI's tiles (at most
+ * 2 × 4 once the image fits 2048 px with its shortest side at 768: 85 +
+ * 8 × 170 = 1,445) and the patch models' 1,536 × 2.46 ≈ 3,779. A bound for
+ * every provider we route to, each formula being capped by its provider's
+ * documented downscaling.
  */
-export const IMAGE_TOKENS_UNKNOWN_SIZE = Math.max(openaiTileTokens({ width: 768, height: 2048 }), openaiPatchTokens({ width: 2048, height: 2048 }), anthropicTokens({ width: 8000, height: 8000 }));
+export const IMAGE_TOKENS_UNKNOWN_SIZE = Math.max(
+  openaiTileTokens({ width: 768, height: 2048 }),
+  openaiPatchTokens({ width: 2048, height: 2048 }),
+  anthropicTokens({ width: 8000, height: 8000 }),
+  GEMINI_TOKENS_MAX,
+);
 
 function urlSize(url: unknown): PixelSize | undefined {
   if (typeof url !== "string") return undefined;
@@ -202,8 +253,13 @@ export function audioTokensUpperBound(data: unknown, format: unknown): number {
  */
 export const PDF_PAGE_TEXT_TOKENS = 3_000;
 
-/** The image of a page: the most an image of a size we do not know costs (above Gemini's 258 for a whole page). */
-export const PDF_PAGE_IMAGE_TOKENS = IMAGE_TOKENS_UNKNOWN_SIZE;
+/**
+ * The image of a page: the most OpenAI's or Anthropic's formula gives an
+ * image of any size (Anthropic's 4,784). Gemini does not cut a page into
+ * tiles: it counts a whole page as 258 tokens, so its tiles' 6,192 for an
+ * image of unknown size do not apply here.
+ */
+export const PDF_PAGE_IMAGE_TOKENS = Math.max(openaiTileTokens({ width: 768, height: 2048 }), openaiPatchTokens({ width: 2048, height: 2048 }), anthropicTokens({ width: 8000, height: 8000 }));
 
 /**
  * Pages held for a PDF whose pages we cannot count (a URL or file id the
