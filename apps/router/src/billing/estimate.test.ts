@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { toChatRequest } from "../translate/messages/request.ts";
 import { deflateSync } from "node:zlib";
 import { promptBound, promptTokensUpperBound } from "./estimate.ts";
-import { base64Bytes, GEMINI_TOKENS_MAX, geminiTokens, IMAGE_TOKENS_UNKNOWN_SIZE, imageSize, imageTokensUpperBound, openaiPatchTokens, openaiTileTokens, PDF_INFLATE_PER_PROMPT, PDF_PAGE_IMAGE_TOKENS, PDF_PAGE_TEXT_TOKENS, PDF_PAGES_UNKNOWN, pdfPages } from "./media.ts";
+import { base64Bytes, GEMINI3_IMAGE_TOKENS, GEMINI_TOKENS_MAX, geminiTokens, IMAGE_TOKENS_UNKNOWN_SIZE, imageSize, imageTokensUpperBound, openaiPatchTokens, openaiTileTokens, PDF_INFLATE_PER_PROMPT, PDF_PAGE_IMAGE_TOKENS, PDF_PAGE_TEXT_TOKENS, PDF_PAGES_UNKNOWN, pdfPages } from "./media.ts";
 
 describe("a prompt's token bound", () => {
   // Byte-level BPE makes at most one token per UTF-8 byte: the bound counts the bytes a worker or provider is sent.
@@ -119,9 +119,14 @@ describe("an image's and an audio clip's token bound", () => {
     expect(most).toBe(GEMINI_TOKENS_MAX);
   });
 
-  it("small images cost what the formulas say for them (a 1×1 PNG: Gemini's 258)", () => {
-    expect(partTokens(image(png(1, 1)))).toBe(258);
-    expect(imageTokensUpperBound({ width: 1, height: 1 })).toBe(258);
+  it("small images cost what Gemini 3 allots any image (1,120 at its default media resolution), above Gemini 2.x's 258 and the formulas by size", () => {
+    expect(partTokens(image(png(1, 1)))).toBe(GEMINI3_IMAGE_TOKENS);
+    expect(imageTokensUpperBound({ width: 1, height: 1 })).toBe(1_120);
+    expect(geminiTokens({ width: 1, height: 1 })).toBe(258);
+    // Until a formula by size passes it: 1000×400 is Gemini 2.x's 8 tiles, 2,064.
+    expect(imageTokensUpperBound({ width: 1000, height: 400 })).toBe(8 * 258);
+    // 500×500: OpenAI's one tile (255), patches (256 × 2.46 = 630), Anthropic (334), Gemini's 2 × 2 tiles (1,032): all below 1,120.
+    expect(imageTokensUpperBound({ width: 500, height: 500 })).toBe(1_120);
   });
 
   it("keeps the images' and the audio's share of the bound apart, in the same walk (a price row may count them apart)", () => {

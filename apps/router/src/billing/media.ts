@@ -128,6 +128,17 @@ export function geminiTokens({ width, height }: PixelSize): number {
 export const GEMINI_TOKENS_MAX = 258 * GEMINI_FITTED_TILES[1]!;
 
 /**
+ * Gemini 3 does not count tiles: its media resolution sets "the maximum
+ * number of tokens allocated" to an image (ai.google.dev/gemini-api/docs/media-resolution),
+ * 1,120 at its default for images (Vertex AI's model table: "Default
+ * resolution tokens: 1120"; high, the most a request-wide setting asks for).
+ * Whatever the size, so a small image costs more there than Gemini 2.x's
+ * 258. The per-part "ultra high" level is Google's own API's, which an
+ * OpenAI-shaped image part does not carry.
+ */
+export const GEMINI3_IMAGE_TOKENS = 1_120;
+
+/**
  * No model we route to takes a prompt this long (the longest context windows
  * are a few million tokens), so no provider bills more for one part; it keeps
  * a header claiming 4-billion-pixel sides a safe integer.
@@ -142,7 +153,7 @@ export const PART_TOKENS_MAX = 100_000_000;
  * bound here is every request's, rate limits' included.
  */
 export function imageTokensUpperBound(size: PixelSize): number {
-  return Math.min(PART_TOKENS_MAX, Math.max(openaiTileTokens(size), openaiPatchTokens(size), anthropicTokens(size), geminiTokens(size)));
+  return Math.min(PART_TOKENS_MAX, Math.max(openaiTileTokens(size), openaiPatchTokens(size), anthropicTokens(size), geminiTokens(size), GEMINI3_IMAGE_TOKENS));
 }
 
 /**
@@ -160,6 +171,7 @@ export const IMAGE_TOKENS_UNKNOWN_SIZE = Math.max(
   openaiPatchTokens({ width: 2048, height: 2048 }),
   anthropicTokens({ width: 8000, height: 8000 }),
   GEMINI_TOKENS_MAX,
+  GEMINI3_IMAGE_TOKENS,
 );
 
 function urlSize(url: unknown): PixelSize | undefined {
@@ -256,10 +268,16 @@ export const PDF_PAGE_TEXT_TOKENS = 3_000;
 /**
  * The image of a page: the most OpenAI's or Anthropic's formula gives an
  * image of any size (Anthropic's 4,784). Gemini does not cut a page into
- * tiles: it counts a whole page as 258 tokens, so its tiles' 6,192 for an
- * image of unknown size do not apply here.
+ * tiles: Gemini 2.x counts a whole page as 258 tokens, Gemini 3 a page at
+ * its media resolution (GEMINI3_IMAGE_TOKENS at most), so its tiles' 6,192
+ * for an image of unknown size do not apply here.
  */
-export const PDF_PAGE_IMAGE_TOKENS = Math.max(openaiTileTokens({ width: 768, height: 2048 }), openaiPatchTokens({ width: 2048, height: 2048 }), anthropicTokens({ width: 8000, height: 8000 }));
+export const PDF_PAGE_IMAGE_TOKENS = Math.max(
+  openaiTileTokens({ width: 768, height: 2048 }),
+  openaiPatchTokens({ width: 2048, height: 2048 }),
+  anthropicTokens({ width: 8000, height: 8000 }),
+  GEMINI3_IMAGE_TOKENS,
+);
 
 /**
  * Pages held for a PDF whose pages we cannot count (a URL or file id the
