@@ -41,11 +41,20 @@ pub struct TextStream {
     pending: Vec<u8>,
     held: String,
     stops: Vec<String>,
+    /// The stop sequence that ended the text, once one has.
+    matched: Option<String>,
 }
 
 impl TextStream {
     pub fn new(stops: Vec<String>) -> Self {
-        TextStream { pending: Vec::new(), held: String::new(), stops: stops.into_iter().filter(|s| !s.is_empty()).collect() }
+        TextStream { pending: Vec::new(), held: String::new(), stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), matched: None }
+    }
+
+    /// The stop sequence that ended the text, as the request gave it; ""
+    /// when none did (ChoiceDone.stop_sequence: EOS and a stop sequence are
+    /// both FINISH_REASON_STOP, and clients ask which).
+    pub fn stop_sequence(&self) -> &str {
+        self.matched.as_deref().unwrap_or("")
     }
 
     /// Adds a token's bytes; returns the text that is now safe to send and
@@ -77,7 +86,11 @@ impl TextStream {
                 }
             }
         }
-        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+        // The earliest match cuts the text; of two starting at the same
+        // place, the one listed first is named (as vLLM does).
+        let hit = self.stops.iter().filter_map(|s| Some((self.held.find(s.as_str())?, s))).min_by_key(|&(at, _)| at);
+        if let Some((at, stop)) = hit {
+            self.matched = Some(stop.clone());
             let out = self.held[..at].to_string();
             self.held.clear();
             self.pending.clear();
@@ -248,11 +261,16 @@ fn done(request_id: &str, reason: FinishReason, prompt: usize, completion: usize
     .into_event(request_id)
 }
 
+/// How choice `s` ended: with a stop sequence, which one.
+fn choice_done(s: &Sequence, reason: FinishReason) -> ChoiceDone {
+    ChoiceDone { index: s.index, finish_reason: reason as i32, completion_tokens: s.generated as u32, stop_sequence: s.text.stop_sequence().to_string() }
+}
+
 /// The Done event of a request whose last running choice is `s`, the
 /// others having ended as `choices`.
 fn done_of(s: &Sequence, reason: FinishReason, mut choices: Vec<ChoiceDone>) -> Event {
     let (prefill_us, decode_us) = timings(s);
-    choices.push(ChoiceDone { index: s.index, finish_reason: reason as i32, completion_tokens: s.generated as u32 });
+    choices.push(choice_done(s, reason));
     choices.sort_by_key(|c| c.index);
     let completion: u32 = choices.iter().map(|c| c.completion_tokens).sum();
     Done {
@@ -379,7 +397,7 @@ impl LlamaRuntime {
     fn end_choice(&mut self, s: &Sequence, reason: FinishReason) {
         let g = self.groups.entry(s.request_id.clone()).or_default();
         g.running = g.running.saturating_sub(1);
-        g.choices.push(ChoiceDone { index: s.index, finish_reason: reason as i32, completion_tokens: s.generated as u32 });
+        g.choices.push(choice_done(s, reason));
     }
 
     pub fn cancel_all(&mut self, emit: &mut dyn FnMut(Event)) {
@@ -752,6 +770,32 @@ mod tests {
         }
         assert!(stopped);
         assert_eq!(out, "Hello ");
+    }
+
+    #[test]
+    fn names_the_stop_sequence_that_ended_the_text() {
+        let hit = |stops: &[&str], pieces: &[&str]| {
+            let mut t = TextStream::new(stops.iter().map(|s| s.to_string()).collect());
+            let mut out = String::new();
+            for p in pieces {
+                let (s, stopped) = t.push(p.as_bytes());
+                out.push_str(&s);
+                if stopped {
+                    return (out, t.stop_sequence().to_string());
+                }
+            }
+            out.push_str(&t.finish());
+            (out, t.stop_sequence().to_string())
+        };
+        // The earliest match wins, whatever its place in the list.
+        assert_eq!(hit(&["world", "ell"], &["Hello world"]), ("H".into(), "ell".into()));
+        // Two starting at the same place: the one listed first.
+        assert_eq!(hit(&["lo w", "lo"], &["Hello world"]), ("Hel".into(), "lo w".into()));
+        assert_eq!(hit(&["lo", "lo w"], &["Hello world"]), ("Hel".into(), "lo".into()));
+        // Across tokens, as given (not as the tokens split it).
+        assert_eq!(hit(&["", "o w"], &["Hell", "o", " wor", "ld"]), ("Hell".into(), "o w".into()));
+        // No match: nothing named.
+        assert_eq!(hit(&["xyz"], &["Hello ", "world"]), ("Hello world".into(), String::new()));
     }
 
     #[test]

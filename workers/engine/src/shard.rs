@@ -204,12 +204,13 @@ impl Shards {
                     finish = FinishReason::Length;
                 }
             }
+            let stop_sequence = s.text.stop_sequence().to_string();
             if finish != FinishReason::Unspecified {
                 tokens.text.push_str(&s.text.finish());
             } else {
                 self.seqs.insert(id.clone(), s);
             }
-            samples.push(ShardSample { seq_id: id, tokens: Some(tokens), finish_reason: finish as i32 });
+            samples.push(ShardSample { seq_id: id, tokens: Some(tokens), finish_reason: finish as i32, stop_sequence });
         }
         Ok(ShardOutput { activations: None, samples })
     }

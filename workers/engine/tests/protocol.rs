@@ -286,11 +286,33 @@ fn stop_sequences_end_generation_without_leaking() {
         request::Kind::Generate(g) => g,
         _ => unreachable!(),
     };
-    g.stop = vec![" = 9".into()];
-    e.send("s", request::Kind::Generate(g));
+    g.stop = vec!["never said".into(), " = 9".into()];
+    e.send("s", request::Kind::Generate(g.clone()));
     let (_, text, done) = collect_generation(&e.until_end("s"));
     assert_eq!(text, "12 + 7");
     assert_eq!(done.finish_reason, FinishReason::Stop as i32);
+    // Done says which stop sequence ended it (FINISH_REASON_STOP is EOS too).
+    assert_eq!(done.choices.len(), 1);
+    assert_eq!(done.choices[0].stop_sequence, " = 9");
+    // Per choice: every choice of n names its own match.
+    e.send("s2", request::Kind::Generate(Generate { n: 2, ..g.clone() }));
+    let (_, _, done) = collect_generation(&e.until_end("s2"));
+    let named: Vec<(u32, i32, &str)> = done.choices.iter().map(|c| (c.index, c.finish_reason, c.stop_sequence.as_str())).collect();
+    assert_eq!(named, [(0, FinishReason::Stop as i32, " = 9"), (1, FinishReason::Stop as i32, " = 9")]);
+    // Cut by max_tokens before the stop sequence: nothing named.
+    e.send("s3", request::Kind::Generate(Generate { max_tokens: 2, ..g }));
+    let (_, _, done) = collect_generation(&e.until_end("s3"));
+    assert_eq!((done.finish_reason, done.choices[0].stop_sequence.as_str()), (FinishReason::Length as i32, ""));
+    // Ended by EOS, with a stop sequence it never says: stop, nothing named.
+    let mut hi = match chat("smol", "Say hi.", 64) {
+        request::Kind::Generate(g) => g,
+        _ => unreachable!(),
+    };
+    hi.stop = vec!["never said".into()];
+    e.send("eos", request::Kind::Generate(hi));
+    let (_, _, done) = collect_generation(&e.until_end("eos"));
+    assert!(done.usage.unwrap().completion_tokens < 64, "{done:?}");
+    assert_eq!((done.finish_reason, done.choices[0].stop_sequence.as_str()), (FinishReason::Stop as i32, ""));
 }
 
 #[test]

@@ -202,8 +202,9 @@ fn bad_ranges_and_frames_are_refused() {
 }
 
 /// Steps one sequence through `shards` from `feed` until it finishes or
-/// `limit` tokens came; its tokens and released text.
-fn drive(shards: &mut [(LlamaModel, Shards)], id: &str, mut feed: Vec<u32>, limit: usize) -> (Vec<u32>, String, bool) {
+/// `limit` tokens came; its tokens, released text and, when it finished, the
+/// stop sequence that ended it ("" for none).
+fn drive(shards: &mut [(LlamaModel, Shards)], id: &str, mut feed: Vec<u32>, limit: usize) -> (Vec<u32>, String, Option<String>) {
     let (mut ids, mut text) = (vec![], String::new());
     let last = shards.len() - 1;
     loop {
@@ -223,12 +224,12 @@ fn drive(shards: &mut [(LlamaModel, Shards)], id: &str, mut feed: Vec<u32>, limi
                 for (_, s2) in shards[..last].iter_mut() {
                     s2.close(&ShardClose { model: MODEL.into(), seq_id: id.into() });
                 }
-                return (ids, text, true);
+                return (ids, text, Some(smp.stop_sequence.clone()));
             }
             feed = t.ids;
         }
         if ids.len() >= limit {
-            return (ids, text, false);
+            return (ids, text, None);
         }
     }
 }
@@ -245,7 +246,7 @@ fn a_sequence_resumed_on_new_shards_continues_exactly_where_it_was() {
         for (m, s) in first.iter_mut() {
             s.open(m, 512, opening(vec![])).unwrap();
         }
-        let (ref_ids, ref_text, _) = drive(&mut first, "r", prompt.clone(), 40);
+        let (ref_ids, ref_text, ref_end) = drive(&mut first, "r", prompt.clone(), 40);
         assert!(ref_ids.len() >= 12, "{ref_ids:?}");
 
         // Cut after 9 tokens; the "lost" pipeline's caches go with it.
@@ -260,14 +261,33 @@ fn a_sequence_resumed_on_new_shards_continues_exactly_where_it_was() {
         for (m, s) in fresh.iter_mut() {
             s.open(m, 512, opening(head_ids.clone())).unwrap();
         }
-        let (tail_ids, tail_text, _) = drive(&mut fresh, "r", [prompt.clone(), head_ids.clone()].concat(), 40);
+        let (tail_ids, tail_text, tail_end) = drive(&mut fresh, "r", [prompt.clone(), head_ids.clone()].concat(), 40);
         assert_eq!([head_ids, tail_ids].concat(), ref_ids, "temperature {temperature}");
         assert_eq!(format!("{head_text}{tail_text}"), ref_text);
+        assert_eq!(tail_end, ref_end);
     }
     // Tokens that use up max_tokens, or outside the vocabulary, are refused.
     let (m, mut s) = shard(15..nl);
     assert!(format!("{:#}", s.open(&m, 512, ShardOpen { generated: vec![1; 4], ..open("x", 64, 4) }).unwrap_err()).contains("max_tokens"));
     assert!(format!("{:#}", s.open(&m, 512, ShardOpen { generated: vec![1 << 30], ..open("x", 64, 4) }).unwrap_err()).contains("vocabulary"));
+}
+
+#[test]
+fn the_last_shard_names_the_stop_sequence_that_ended_a_sequence() {
+    let mut shards = vec![shard(0..15), shard(15..30)];
+    // Greedy output is "12 + 7 = 9\n\n..." (tests/protocol.rs, the unsplit engine's).
+    let prompt = chat(&shards[0].0, "What is 12 + 7?");
+    for (m, s) in shards.iter_mut() {
+        s.open(m, 512, ShardOpen { stop: vec!["never said".into(), " = 9".into()], ..open("q", 512, 16) }).unwrap();
+    }
+    let (_, text, end) = drive(&mut shards, "q", prompt.clone(), 16);
+    assert_eq!((text.as_str(), end.as_deref()), ("12 + 7", Some(" = 9")));
+    // Cut by max_tokens first: finished, nothing named.
+    for (m, s) in shards.iter_mut() {
+        s.open(m, 512, ShardOpen { stop: vec![" = 9".into()], ..open("l", 512, 2) }).unwrap();
+    }
+    let (_, _, end) = drive(&mut shards, "l", prompt, 16);
+    assert_eq!(end, Some(String::new()));
 }
 
 #[test]
