@@ -5,7 +5,8 @@
 // authenticated connection as binary frames; the tail samples. Greedy output
 // equals the unsplit worker's token for token, streamed and not, with
 // several requests batched; a wrong credential and a frame of the wrong size
-// are refused with a clear message.
+// are refused with a clear message. A stop sequence that ended an answer is
+// named (the choice's stop_reason), as on a whole worker.
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -117,10 +118,17 @@ describe("a 2-shard pipeline of real engines", () => {
       delete j.usage.prompt_tokens_details;
       return { ...j, id: "", created: 0 };
     };
-    const chatBody = { messages: [{ role: "user", content: questions[0] }], logprobs: true, top_logprobs: 3, stop: ["."] };
+    const firstChoice = (r: object) => (r as { choices: { message: { content: string }; finish_reason: string; stop_reason?: string }[] }).choices[0]!;
+    const messages = [{ role: "user", content: questions[0] }];
+    // A stop sequence the model says: the second word of its greedy answer.
+    const said = firstChoice(await ask(whole, "/v1/chat/completions", { messages })).message.content;
+    const stop = ` ${said.split(" ")[1]}`;
+    const chatBody = { messages, logprobs: true, top_logprobs: 3, stop: [stop] };
     const viaHead = await ask(head, "/v1/chat/completions", chatBody);
     expect(viaHead).toEqual(await ask(whole, "/v1/chat/completions", chatBody));
     expect(JSON.stringify(viaHead)).toContain("top_logprobs");
+    // The last shard says which stop sequence ended it, as the whole engine does.
+    expect(firstChoice(viaHead)).toMatchObject({ message: { content: said.slice(0, said.indexOf(stop)) }, finish_reason: "stop", stop_reason: stop });
     const cmpl = { prompt: "The three primary colours are", logprobs: 2 };
     expect(await ask(head, "/v1/completions", cmpl)).toEqual(await ask(whole, "/v1/completions", cmpl));
 

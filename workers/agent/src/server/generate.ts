@@ -67,6 +67,13 @@ async function* merged<T>(gens: AsyncGenerator<T>[]): AsyncGenerator<[number, T]
   }
 }
 
+/** How a choice ended, as the fields its (last) chunk carries. */
+interface ChoiceEnd {
+  finish_reason: string;
+  /** The stop sequence that ended it (vLLM's field), only then. */
+  stop_reason?: string;
+}
+
 /** One choice as it accumulates. */
 interface ChoiceState {
   text: string;
@@ -158,10 +165,18 @@ export async function runGenerate(
     if (!parser) parsers.set(index, (parser = new ToolCallParser()));
     return parser;
   };
-  /** The choice's finish_reason: "tool_calls" when the model ended after making calls. */
-  const finishOf = (done: Done, engineIndex: number, parser?: ToolCallParser) => {
-    const r = done.choices.find((c) => c.index === engineIndex)?.finishReason ?? done.finishReason;
-    return parser && parser.calls.length > 0 && r === FinishReason.STOP ? "tool_calls" : finishName(r);
+  /**
+   * How the choice ended, as its fields: finish_reason ("tool_calls" when the
+   * model ended after making calls) and, when a stop sequence ended it, vLLM's
+   * stop_reason naming it — "stop" alone does not tell it from EOS, and
+   * Anthropic's stop_reason "stop_sequence" needs the match (the router's
+   * translate/messages reads it). Absent otherwise.
+   */
+  const endOf = (done: Done, engineIndex: number, parser?: ToolCallParser): ChoiceEnd => {
+    const c = done.choices.find((c) => c.index === engineIndex);
+    const r = c?.finishReason ?? done.finishReason;
+    const finish_reason = parser && parser.calls.length > 0 && r === FinishReason.STOP ? "tool_calls" : finishName(r);
+    return c?.stopSequence ? { finish_reason, stop_reason: c.stopSequence } : { finish_reason };
   };
   const usage = () => {
     const all = runs.map((r) => usageOf(r.done!));
@@ -190,9 +205,9 @@ export async function runGenerate(
               parser.finish();
               message = { role: "assistant", content: parser.calls.length > 0 && !parser.text ? null : parser.text, ...(parser.calls.length > 0 ? { tool_calls: parser.calls } : {}) };
             }
-            return { index, message, finish_reason: finishOf(run.done!, engineIndex, parser), logprobs: formatLogprobs(c.entries, 0) };
+            return { index, message, ...endOf(run.done!, engineIndex, parser), logprobs: formatLogprobs(c.entries, 0) };
           }
-          const finish_reason = finishOf(run.done!, engineIndex);
+          const end = endOf(run.done!, engineIndex);
           const echo = sampling.echo ? run.echo : undefined;
           const prefix = echo?.text ?? "";
           let logprobs: unknown = formatLogprobs(c.entries, prefix.length);
@@ -201,7 +216,7 @@ export async function runGenerate(
             const g = logprobs as ReturnType<typeof completionLogprobs>;
             logprobs = { tokens: [...e.tokens, ...g.tokens], token_logprobs: [...e.token_logprobs, ...g.token_logprobs], top_logprobs: [...e.top_logprobs, ...g.top_logprobs], text_offset: [...e.text_offset, ...g.text_offset] };
           }
-          return { index, text: prefix + c.text, finish_reason, logprobs };
+          return { index, text: prefix + c.text, ...end, logprobs };
         });
       });
       return Response.json({ id, object: opts.chat ? "chat.completion" : "text_completion", created, model: body.model, choices, usage: usage() });
@@ -236,14 +251,16 @@ export async function runGenerate(
   const pending = new Map<number, TokenLogprobs[]>();
   const sentChars = new Map<number, number>();
   const sentRole = new Set<number>();
-  const chunk = (index: number, text: string, finish: string | null, logprobs?: unknown) => {
+  /** A chunk of one choice; its last one carries how it ended (`end`), null before. */
+  const chunk = (index: number, text: string, end: ChoiceEnd | null, logprobs?: unknown) => {
     const lp = logprobs !== undefined ? logprobs : formatLogprobs(pending.get(index) ?? [], sentChars.get(index) ?? 0);
     pending.delete(index);
     sentChars.set(index, (sentChars.get(index) ?? 0) + text.length);
-    if (!opts.chat) return JSON.stringify({ id, object: "text_completion", created, model: body.model, choices: [{ index, text, finish_reason: finish, logprobs: lp }] });
-    const delta = sentRole.has(index) ? (text || finish === null ? { content: text } : {}) : { role: "assistant", content: text };
+    const ending = end ?? { finish_reason: null };
+    if (!opts.chat) return JSON.stringify({ id, object: "text_completion", created, model: body.model, choices: [{ index, text, ...ending, logprobs: lp }] });
+    const delta = sentRole.has(index) ? (text || end === null ? { content: text } : {}) : { role: "assistant", content: text };
     sentRole.add(index);
-    return JSON.stringify({ id, object: "chat.completion.chunk", created, model: body.model, choices: [{ index, delta, finish_reason: finish, logprobs: lp }] });
+    return JSON.stringify({ id, object: "chat.completion.chunk", created, model: body.model, choices: [{ index, delta, ...ending, logprobs: lp }] });
   };
   /** A chat chunk of a choice read for tool calls: its text as content, its calls as OpenAI's delta.tool_calls. */
   const pieceChunk = (index: number, piece: ToolCallPiece) => {
@@ -304,7 +321,7 @@ export async function runGenerate(
               const parser = opts.chat ? parserOf(index) : undefined;
               // Text held back as a possible call's start goes out as content.
               for (const piece of parser?.finish() ?? []) if (piece.kind === "text") controller.enqueue(sse(pieceChunk(index, piece)));
-              controller.enqueue(sse(chunk(index, "", finishOf(done, j, parser))));
+              controller.enqueue(sse(chunk(index, "", endOf(done, j, parser))));
             }
             if (++finished === runs.length) {
               if (opts.prefix) ctx.notePrefix(opts.prefix);

@@ -20,6 +20,7 @@
 import { randomBytes } from "node:crypto";
 import { create, toBinary, fromBinary } from "@bufbuild/protobuf";
 import {
+  ChoiceDoneSchema,
   DoneSchema,
   ErrorCode,
   EventSchema,
@@ -358,12 +359,14 @@ export class PipelineHead implements GenerateEngine {
     await s.link.request(FrameKind.CLOSE, body).catch(() => {});
   }
 
-  private done(s: Seq, reason: FinishReason): void {
+  /** Its Done, as the engine's for one choice: the ChoiceDone names the stop sequence that ended it ("" for none). */
+  private done(s: Seq, reason: FinishReason, stopSequence = ""): void {
     this.seqs.delete(s.id);
+    const choice = create(ChoiceDoneSchema, { index: 0, finishReason: reason, completionTokens: s.completion, stopSequence });
     s.push(
       create(EventSchema, {
         requestId: s.requestId,
-        kind: { case: "done", value: create(DoneSchema, { finishReason: reason, usage: create(UsageSchema, { promptTokens: s.promptIds.length, completionTokens: s.completion }) }) },
+        kind: { case: "done", value: create(DoneSchema, { finishReason: reason, usage: create(UsageSchema, { promptTokens: s.promptIds.length, completionTokens: s.completion }), choices: [choice] }) },
       }),
     );
   }
@@ -536,9 +539,10 @@ export class PipelineHead implements GenerateEngine {
         // Out of the schedule now; its last text and Done go out with the others'.
         this.seqs.delete(s.id);
         const reason = smp.finishReason;
+        const stop = smp.stopSequence;
         events.push(() => {
           if (ev) s.push(ev);
-          this.done(s, reason);
+          this.done(s, reason, stop);
         });
         // Not awaited: the group's next step need not wait for this engine to get to the close.
         void this.closeEverywhere(s);
