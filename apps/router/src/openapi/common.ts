@@ -30,6 +30,27 @@ export const inferenceErrors: ErrorCode[] = [
   "queue_timeout",
 ];
 
+/** What a token count may answer (pipeline/count.ts): no admission, budget or queue; the rest as a run. */
+export const countErrors: ErrorCode[] = [
+  "model_not_found",
+  "rate_limit_exceeded",
+  "lease_not_found",
+  "lease_expired",
+  "stale_fencing_token",
+  "lease_store_unavailable",
+  "upstream_invalid_request",
+  "upstream_not_found",
+  "upstream_request_too_large",
+  "upstream_unprocessable",
+  "bad_upstream",
+  "upstream_rate_limited",
+  "upstream_overloaded",
+  "upstream_response_too_large",
+  "no_healthy_backend",
+  "router_overloaded",
+  "upstream_timeout",
+];
+
 export const rateLimitHeaders: Record<string, string> = {
   "x-ratelimit-limit-requests": "requests per window (tenants and keys with a limit, docs/LIMITS.md)",
   "x-ratelimit-remaining-requests": "requests left in the window",
@@ -43,3 +64,10 @@ export const rateLimitHeaders: Record<string, string> = {
 export function completionAnswer(json: ResponseDoc["json"], description: string): Record<number, ResponseDoc> {
   return { 200: { description, ...(json ? { json } : {}), sse: true, headers: rateLimitHeaders } };
 }
+
+/** A token count's answer headers (POST /v1/messages/count_tokens, POST /v1/responses/input_tokens). */
+export const tokenCountHeaders: Record<string, string> = {
+  "switchyard-token-count": "`exact`: the backend's own tokenizer counted it; `estimate`: the router's estimate (the backend cannot count), which may be above or below the real count",
+  "x-switchyard-backend": "the backend that counted (the one the same request would run on first)",
+  ...rateLimitHeaders,
+};

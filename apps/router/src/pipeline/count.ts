@@ -1,11 +1,12 @@
-// A prompt's token count (POST /v1/messages/count_tokens), found where a run
-// of the same request would go but never run, held or billed: shed → rate
-// limit (one request, no tokens) → resolve (the tenant's chain, the route's
-// features, leases) → count on the first candidate that answers, failing
-// over as a run does. Exact where the backend counts with its own tokenizer
+// A prompt's token count (POST /v1/messages/count_tokens,
+// POST /v1/responses/input_tokens), found where a run of the same request
+// would go but never run, held or billed: shed → rate limit (one request, no
+// tokens) → resolve (the tenant's chain, the route's features, leases) →
+// count on the first candidate that answers, failing over as a run does. Exact where the backend counts with its own tokenizer
 // (Backend.countTokens); otherwise the router's estimate, flagged as one.
 import type { Context } from "hono";
 import { Abort, onAbort } from "../abort.ts";
+import { refusedField } from "../backends/fields.ts";
 import { type Backend, type CountRequest, UpstreamFailure } from "../backends/types.ts";
 import { imageUrlTokens } from "../billing/media.ts";
 import type { AppDeps, AppEnv } from "../deps.ts";
@@ -13,7 +14,11 @@ import { ApiError } from "../errors.ts";
 import { routeWithLeases } from "../leases/service.ts";
 import { clientSignal } from "../middleware.ts";
 import { failureToApiError } from "../relay/attempt.ts";
+import { narrowAllowedTools } from "./allowed-tools.ts";
 import { overloaded, type InferenceBody } from "./inference.ts";
+
+/** The answer's header saying how the count was made: `exact` or `estimate`. */
+export const TOKEN_COUNT_HEADER = "switchyard-token-count";
 
 /** A prompt's count, and where it came from. */
 export interface PromptCount {
@@ -27,6 +32,8 @@ export interface PromptCount {
 export async function countPrompt(c: Context<AppEnv>, deps: AppDeps, body: InferenceBody, opts: { narrow?: (backends: Backend[]) => Backend[] } = {}): Promise<PromptCount> {
   const refusal = overloaded(deps);
   if (refusal) throw refusal;
+  // The prompt a run would send: an allowed_tools choice leaves the other tools out of it.
+  narrowAllowedTools("/v1/chat/completions", body);
   const tenant = c.get("tenant");
   // A count is a request against the tenant's and key's requests per window
   // (it costs a worker's or Anthropic's time), and no tokens: it runs no model.
@@ -44,10 +51,17 @@ export async function countPrompt(c: Context<AppEnv>, deps: AppDeps, body: Infer
   const leased = routed instanceof Promise ? await routed : routed;
   const req: CountRequest = { body, ...(leased.fencingToken !== undefined ? { fencingToken: leased.fencingToken, ...(leased.fencingWorker ? { fencingWorker: leased.fencingWorker } : {}) } : {}) };
   let last: UpstreamFailure | undefined;
+  // As dispatch passes over a backend that refuses a field the body asks for (reasoning_effort on a worker), so does a count; none left is that 400.
+  let refused: { param: string; message: string } | undefined;
   let attempts = 0;
   for (const backend of leased.backends) {
     if (attempts >= deps.config.router.maxAttempts) break;
     if (!backend.supports("/v1/chat/completions")) continue;
+    const refusal = refusedField(backend.kind, "/v1/chat/completions", body);
+    if (refusal) {
+      refused ??= refusal;
+      continue;
+    }
     if (!backend.countTokens) return { tokens: estimateTokens(body), exact: false, backend };
     attempts++;
     try {
@@ -60,6 +74,7 @@ export async function countPrompt(c: Context<AppEnv>, deps: AppDeps, body: Infer
     }
   }
   if (last) throw failureToApiError(last);
+  if (refused) throw new ApiError("invalid_request", refused.message, refused.param);
   throw new ApiError("no_healthy_backend", `no backend serving model '${body.model}' can count its tokens`, null, { "retry-after": retryAfter });
 }
 

@@ -10,17 +10,14 @@ import * as z from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { RouteTable } from "../../../route-table.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
-import { countPrompt } from "../../../pipeline/count.ts";
+import { countPrompt, TOKEN_COUNT_HEADER } from "../../../pipeline/count.ts";
 import type { InferenceBody } from "../../../pipeline/inference.ts";
 import type { Json } from "../../../translate/boundary.ts";
 import { toChatRequest } from "../../../translate/messages/request.ts";
 import { anthropicStatus } from "../../../translate/messages/response.ts";
 import { documented } from "../../../openapi/marks.ts";
-import { rateLimitHeaders } from "../../../openapi/common.ts";
+import { countErrors, tokenCountHeaders } from "../../../openapi/common.ts";
 import { anthropicErrors, anthropicErrorSchema, checkVersion, createMessageSchema, narrowByFeatures } from "./create.ts";
-
-/** The answer's header saying how the count was made. */
-export const TOKEN_COUNT_HEADER = "switchyard-token-count";
 
 /** Anthropic's answer: the prompt's tokens (system, messages and tools together). */
 export const tokenCountAnswer = z.object({ input_tokens: z.number().int().nonnegative() });
@@ -82,30 +79,10 @@ export function registerCountMessageTokens(app: RouteTable, deps: AppDeps): void
           200: {
             description: "the prompt's tokens",
             json: tokenCountAnswer,
-            headers: {
-              [TOKEN_COUNT_HEADER]: "`exact`: the backend's own tokenizer counted it; `estimate`: the router's estimate (the backend cannot count), which may be above or below the real count",
-              "x-switchyard-backend": "the backend that counted (the one the same request would run on first)",
-              ...rateLimitHeaders,
-            },
+            headers: tokenCountHeaders,
           },
         },
-        errors: [
-          "model_not_found",
-          "rate_limit_exceeded",
-          "lease_not_found",
-          "lease_expired",
-          "stale_fencing_token",
-          "lease_store_unavailable",
-          "upstream_invalid_request",
-          "upstream_not_found",
-          "upstream_request_too_large",
-          "upstream_unprocessable",
-          "bad_upstream",
-          "upstream_response_too_large",
-          "no_healthy_backend",
-          "router_overloaded",
-          "upstream_timeout",
-        ],
+        errors: countErrors,
         errorShape: { name: "AnthropicError", schema: anthropicErrorSchema, status: anthropicStatus },
       },
       (c) => countMessageTokens(c, deps),
