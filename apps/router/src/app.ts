@@ -20,6 +20,7 @@ import { registerCreateResponse } from "./routes/v1/responses/create.ts";
 import { registerRetrieveResponse } from "./routes/v1/responses/retrieve.ts";
 import { registerDeleteResponse } from "./routes/v1/responses/delete.ts";
 import { registerListInputItems } from "./routes/v1/responses/list-input-items.ts";
+import { registerCountInputTokens } from "./routes/v1/responses/count-input-tokens.ts";
 import { registerCreateMessage } from "./routes/v1/messages/create.ts";
 import { registerCountMessageTokens } from "./routes/v1/messages/count_tokens.ts";
 import { MemoryResponseStore } from "@switchyard/state";
@@ -62,6 +63,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   registerRetrieveResponse(routes, deps, responses);
   registerDeleteResponse(routes, deps, responses);
   registerListInputItems(routes, deps, responses);
+  registerCountInputTokens(routes, deps, responses);
   registerCreateMessage(routes, deps);
   registerCountMessageTokens(routes, deps);
   // Last: the document lists every route registered above (openapi/spec.ts).
@@ -89,18 +91,26 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   return app;
 }
 
-/** The methods the app serves a path with (HEAD with GET), from its routes: built once, on the first unmatched request. */
+/**
+ * The methods the app serves a path with (HEAD with GET), from its routes:
+ * built once, on the first unmatched request. A path one route names
+ * outright is that resource, whatever a templated route would also match
+ * (POST /v1/responses/input_tokens, not GET /v1/responses/{id}): concrete
+ * paths first, as OpenAPI matches them, so Allow says what the document does.
+ */
 function allowedMethods(app: Hono<AppEnv>): (path: string) => string[] {
-  const patterns: Array<{ re: RegExp; method: string }> = [];
+  const patterns: Array<{ re: RegExp; method: string; concrete: boolean }> = [];
   for (const r of app.routes) {
     if (r.method === "ALL") continue;
-    const escaped = r.path.split("/").map((seg) => (seg.startsWith(":") ? "[^/]+" : seg.replace(/[.*+?^$|()[\]{}\\]/g, "\\$&")));
+    const segments = r.path.split("/");
+    const escaped = segments.map((seg) => (seg.startsWith(":") ? "[^/]+" : seg.replace(/[.*+?^$|()[\]{}\\]/g, "\\$&")));
     const re = new RegExp("^" + escaped.join("/") + "$");
-    patterns.push({ re, method: r.method });
+    patterns.push({ re, method: r.method, concrete: !segments.some((seg) => seg.startsWith(":")) });
   }
   return (path) => {
-    const out = new Set<string>();
-    for (const p of patterns) if (p.re.test(path)) out.add(p.method);
+    const matched = patterns.filter((p) => p.re.test(path));
+    const concrete = matched.filter((p) => p.concrete);
+    const out = new Set((concrete.length > 0 ? concrete : matched).map((p) => p.method));
     if (out.has("GET")) out.add("HEAD");
     return [...out];
   };

@@ -91,7 +91,7 @@ export async function runTranslated(
  * An error naming a chat field the translation made (`reasoning_effort`)
  * names the field the client sent instead (`reasoning.effort`).
  */
-function clientParam(err: unknown, params: Readonly<Record<string, string>> | undefined): unknown {
+export function clientParam(err: unknown, params: Readonly<Record<string, string>> | undefined): unknown {
   if (!(err instanceof ApiError) || err.param === null || !params || !Object.hasOwn(params, err.param)) return err;
   const sent = params[err.param]!;
   const message = err.message.startsWith(`${err.param}:`) ? `${sent}:${err.message.slice(err.param.length + 1)}` : err.message;

@@ -79,6 +79,11 @@ export const createResponseSchema = z.looseObject({
   background: z.boolean().nullish(),
 });
 
+/** The 400 for a conversation past responses.maxConversationBytes, naming `input`, or `previous_response_id` for a continuation. */
+export function conversationTooLong(maxBytes: number, param: string): ApiError {
+  return new ApiError("invalid_request", `the conversation exceeds ${maxBytes} bytes; start a new one`, param);
+}
+
 export type CreateResponseBody = z.infer<typeof createResponseSchema>;
 
 /** The answer's documented shape (OpenAI's response object; streams are its typed events). */
@@ -93,7 +98,7 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
   const body = c.get("body") as CreateResponseBody & Json;
   const tenantId = c.get("tenant").tenantId;
   const { ttlS, maxConversationBytes } = deps.config.responses;
-  const tooLong = (param: string) => new ApiError("invalid_request", `the conversation exceeds ${maxConversationBytes} bytes; start a new one`, param);
+  const tooLong = (param: string) => conversationTooLong(maxConversationBytes, param);
   const previous = body.previous_response_id ? await loadResponse(store, tenantId, body.previous_response_id, "previous_response_id") : undefined;
   if (previous && previous.messages === null) throw tooLong("previous_response_id");
   const history = previous?.messages ?? [];
@@ -146,7 +151,7 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
 }
 
 /** The chat fields toChatRequest makes, by the Responses field the client sent (errors name the latter). */
-const chatParamsOfResponses: Record<string, string> = {
+export const chatParamsOfResponses: Record<string, string> = {
   reasoning_effort: "reasoning.effort",
   max_tokens: "max_output_tokens",
   response_format: "text.format",
