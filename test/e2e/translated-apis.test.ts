@@ -2,8 +2,9 @@
 // from its official SDK, on two router processes that share one Redis and one
 // Postgres, in front of a real worker agent running the real SmolLM2. A
 // response made on one router is continued with previous_response_id on the
-// other, every request lands on the ledger, and count_tokens gives the
-// prompt tokens a message of the same request runs.
+// other, every request lands on the ledger, and count_tokens (and the
+// Responses input_tokens count) gives the prompt tokens a message (a
+// response) of the same request runs.
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -175,6 +176,48 @@ describe("the translated APIs on the real engine", () => {
     expect(await image.json()).toMatchObject({ error: { param: "messages[0].content[0]" } });
     expect(await (await tokenize({ model: LLM, messages: [{ role: "user", content: "x" }], max_tokens: 5 })).json()).toMatchObject({ error: { param: "max_tokens" } });
     expect((await tokenize({ model: "all-minilm-l6-v2", messages: [{ role: "user", content: "x" }] })).status).toBe(404);
+  }, 120_000);
+
+  it("openai responses.inputTokens.count: the engine's exact count, equal to the input_tokens of a response of the same request, a continuation included", async () => {
+    const tools = [{ type: "function" as const, name: "get_weather", description: "The current weather in a city.", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] }, strict: false }];
+    const requests: Array<Omit<OpenAI.Responses.InputTokenCountParams, "model">> = [
+      { input: "Write a long poem about the sea." },
+      {
+        instructions: "You are terse.",
+        input: [
+          { role: "user", content: "Say hi." },
+          { role: "assistant", content: "Hi." },
+          { role: "user", content: [{ type: "input_text", text: "Again, in French — s'il vous plaît 🙂" }] },
+        ],
+      },
+      {
+        tools,
+        tool_choice: "auto",
+        input: [
+          { role: "user", content: "What is the weather in Paris?" },
+          { type: "function_call", call_id: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' },
+          { type: "function_call_output", call_id: "call_1", output: "sunny, 21 °C" },
+        ],
+      },
+    ];
+    const created = (i: number, p: Omit<OpenAI.Responses.InputTokenCountParams, "model">, extra: { previous_response_id?: string } = {}) =>
+      openai(i).responses.create({ model: LLM, max_output_tokens: 1, temperature: 0, ...p, ...extra } as OpenAI.Responses.ResponseCreateParamsNonStreaming);
+    for (const [i, p] of requests.entries()) {
+      const { data, response } = await openai(i % 2).responses.inputTokens.count({ model: LLM, ...p }).withResponse();
+      expect(data.object).toBe("response.input_tokens");
+      expect(response.headers.get("switchyard-token-count"), `request ${i}`).toBe("exact");
+      expect(response.headers.get("x-switchyard-backend")).toBe("worker:e2e-translated");
+      // The engine's prompt for the same request, run with max_output_tokens 1.
+      const res = await created((i + 1) % 2, p);
+      expect(data.input_tokens, `request ${i}`).toBe(res.usage!.input_tokens);
+    }
+    // A continuation counts the stored conversation first, on whichever router: the same as the response that continues it.
+    const first = await created(0, { instructions: "You are a helpful assistant.", input: "My name is Ada." });
+    const next = { input: "What is my name?" };
+    const alone = (await openai(1).responses.inputTokens.count({ model: LLM, ...next })).input_tokens;
+    const continued = (await openai(1).responses.inputTokens.count({ model: LLM, ...next, previous_response_id: first.id })).input_tokens;
+    expect(continued).toBeGreaterThan(alone);
+    expect(continued).toBe((await created(0, next, { previous_response_id: first.id })).usage!.input_tokens);
   }, 120_000);
 
   it("every one of those requests has its ledger row, on the worker, with the engine's token counts", async () => {
