@@ -3,6 +3,7 @@ import {
   centsToMicro,
   formatMicroAsCents,
   formatMicroAsUsd,
+  heldImageTokens,
   parseMicro,
   tokensCostMicro,
   usageCostMicro,
@@ -156,6 +157,48 @@ describe("money", () => {
     // Without media the multiplier and the audio price change nothing.
     expect(worstCaseMicro(1_150, 10, { ...price, imageTokenMultiplierPermille: 33_336, audioInputMicroPerMtok: 16_000_000n })).toBe(1_150n + 20n);
     expect(() => worstCaseMicro(10, 0, price, { imageTokens: 8, audioTokens: 3 })).toThrow(RangeError);
+  });
+
+  it("worst case with an image multiplier: the images' OpenAI tile tokens × it, not the cross-provider bound × it; never under that bound", () => {
+    const price = { inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 0n };
+    const mini = { ...price, imageTokenMultiplierPermille: 33_336 };
+    // An image of unknown size: 6,192 tokens across providers, at most 1,445 in OpenAI's tiles (8 of them).
+    const unknown = { imageTokens: 6_192, imageTileTokens: 1_445 };
+    // 100 text tokens + 1,445 × 33.336 = 48,170.52 → 48,171, not 6,192 × 33.336 = 206,417.
+    expect(worstCaseMicro(6_292, 0, mini, unknown)).toBe(100n + 48_171n);
+    expect(heldImageTokens(mini, unknown)).toBe(48_171n);
+    // A small image (one tile, 255; 1,120 across providers, Gemini 3's): 8,501, not 37,337.
+    expect(heldImageTokens(mini, { imageTokens: 1_120, imageTileTokens: 255 })).toBe(8_501n);
+    // Two images together: one ceiling over their sum.
+    expect(heldImageTokens(mini, { imageTokens: 6_192 + 1_120, imageTileTokens: 1_445 + 255 })).toBe(56_672n);
+    // Without a multiplier the tiles change nothing: the cross-provider bound.
+    expect(worstCaseMicro(6_292, 0, price, unknown)).toBe(6_292n);
+    expect(heldImageTokens(price, unknown)).toBe(6_192n);
+    // A multiplier whose product falls under the cross-provider bound holds that bound: a row with a multiplier never holds less than one without.
+    expect(heldImageTokens({ ...price, imageTokenMultiplierPermille: 2_000 }, unknown)).toBe(6_192n);
+    expect(heldImageTokens({ ...price, imageTokenMultiplierPermille: 500 }, { imageTokens: 1_120, imageTileTokens: 255 })).toBe(1_120n);
+    // Tiles left unset: the multiplier multiplies the whole image share (never fewer tokens).
+    expect(heldImageTokens(mini, { imageTokens: 1_000 })).toBe(33_336n);
+    expect(heldImageTokens(mini, {})).toBe(0n);
+    // More tiles than image tokens, or fewer than none, is a caller's error, not a hold.
+    expect(() => heldImageTokens(mini, { imageTokens: 1_000, imageTileTokens: 1_001 })).toThrow(RangeError);
+    expect(() => worstCaseMicro(2_000, 0, mini, { imageTokens: 1_000, imageTileTokens: -1 })).toThrow(RangeError);
+    expect(() => heldImageTokens({ ...price, imageTokenMultiplierPermille: 0 }, unknown)).toThrow(RangeError);
+  });
+
+  it("gpt-4o-mini's 33.336× on OpenAI's tile tokens covers what it bills for any image: 2,833 + 5,667 a tile, 2,833 for detail low", () => {
+    const mini = { inputMicroPerMtok: 1n, outputMicroPerMtok: 0n, imageTokenMultiplierPermille: 33_336 };
+    // The tile formula's counts, 85 + 170 × tiles, for 1 to 8 tiles (8: the most, once fitted to 2,048 px with its shortest side at 768).
+    for (let tiles = 1; tiles <= 8; tiles++) {
+      const held = heldImageTokens(mini, { imageTokens: 85 + 170 * tiles, imageTileTokens: 85 + 170 * tiles });
+      expect(held).toBeGreaterThanOrEqual(BigInt(2_833 + 5_667 * tiles));
+      // Tight: within one token a tile (and the base) of the mini's own count.
+      expect(held - BigInt(2_833 + 5_667 * tiles)).toBeLessThanOrEqual(BigInt(tiles + 1));
+    }
+    // detail: "low" is the base alone (85 on gpt-4o, 2,833 on mini), below any image's tiles: even 85 alone is covered.
+    expect(heldImageTokens(mini, { imageTokens: 85, imageTileTokens: 85 })).toBeGreaterThanOrEqual(2_833n);
+    expect(heldImageTokens(mini, { imageTokens: 1_445, imageTileTokens: 1_445 })).toBe(48_171n);
+    expect(2_833 + 5_667 * 8).toBe(48_169);
   });
 
   it("formats exactly and parses integer text", () => {

@@ -60,7 +60,12 @@ export interface TokenPrice {
   cacheWrite1hMicroPerMtok?: bigint | null;
   /** Audio prompt tokens; null/undefined: priced like ordinary input. The hold (worstCaseMicro) and the settle (usageCostMicro) both price them apart. */
   audioInputMicroPerMtok?: bigint | null;
-  /** How many times the cross-provider image bound this model counts an image's tokens, in thousandths; null/undefined: 1×. */
+  /**
+   * How many times OpenAI's tile formula (85 + 170 a 512-px tile: gpt-4o's)
+   * this model counts an image's tokens, in thousandths (gpt-4o-mini's 2,833 +
+   * 5,667 a tile: 33,336); null/undefined: no multiplier, images at the
+   * cross-provider bound (heldImageTokens).
+   */
   imageTokenMultiplierPermille?: number | null;
 }
 
@@ -109,8 +114,36 @@ export function usageCostMicro(usage: TokenUsage, price: TokenPrice): Micro {
 /** Of a prompt's tokens, those its images and its audio count (the prompt bound keeps them apart: some models bill them apart). */
 export interface PromptMedia {
   hourCache?: boolean;
+  /** The images' tokens in the prompt's count: the most any provider counts them. */
   imageTokens?: number;
+  /**
+   * The same images in OpenAI's tile formula, the count an image multiplier
+   * is relative to: at most `imageTokens`, and not counted beside them in
+   * the prompt. Unset: `imageTokens` (a multiplier then multiplies those,
+   * which are never fewer).
+   */
+  imageTileTokens?: number;
   audioTokens?: number;
+}
+
+/**
+ * The most tokens a model counts for a prompt's images: with an image
+ * multiplier on its price row, their tile tokens × it, rounded up — what the
+ * multiplier is relative to (gpt-4o-mini: 85 × 33.336 ≥ 2,833 and 170 ×
+ * 33.336 ≥ 5,667, so any image's tiles, and `detail: "low"`'s base alone,
+ * are covered) — but never fewer than `imageTokens`, the cross-provider
+ * bound: a row with a small multiplier, or on a model that does not tile,
+ * holds no less than a row without one. Without a multiplier: `imageTokens`.
+ */
+export function heldImageTokens(price: TokenPrice, media: PromptMedia): bigint {
+  const image = toBigInt(media.imageTokens ?? 0, "imageTokens");
+  const tiles = media.imageTileTokens === undefined ? image : toBigInt(media.imageTileTokens, "imageTileTokens");
+  if (tiles < 0n || tiles > image) throw new RangeError("image token counts must satisfy 0 ≤ tile tokens ≤ image tokens");
+  const permille = price.imageTokenMultiplierPermille;
+  if (permille == null) return image;
+  if (!Number.isSafeInteger(permille) || permille <= 0) throw new RangeError(`image token multiplier must be a positive integer of thousandths, got ${permille}`);
+  const multiplied = divCeil(tiles * BigInt(permille), 1_000n);
+  return multiplied > image ? multiplied : image;
 }
 
 /**
@@ -120,8 +153,9 @@ export interface PromptMedia {
  * cache write counts only where the request asks for one (`hourCache`): it
  * is the dearest (2× input by default), and a hold priced at it for every
  * request would halve what a day's budget admits on models that never cache.
- * Of `inputTokens`, `imageTokens` count times the price's image multiplier
- * (rounded up) and `audioTokens` at the audio price where that is dearer.
+ * Of `inputTokens`, `imageTokens` count as heldImageTokens says (a price's
+ * image multiplier times their tile tokens) and `audioTokens` at the audio
+ * price where that is dearer.
  */
 export function worstCaseMicro(inputTokens: number, maxOutputTokens: number, price: TokenPrice, opts: PromptMedia = {}): Micro {
   let input = price.inputMicroPerMtok;
@@ -131,10 +165,8 @@ export function worstCaseMicro(inputTokens: number, maxOutputTokens: number, pri
   const prompt = toBigInt(inputTokens, "inputTokens");
   const output = toBigInt(maxOutputTokens, "maxOutputTokens");
   if (output < 0n || image < 0n || audio < 0n || image + audio > prompt) throw new RangeError("token counts must satisfy 0 ≤ image + audio ≤ prompt, output ≥ 0");
-  const permille = price.imageTokenMultiplierPermille;
-  if (permille != null && (!Number.isSafeInteger(permille) || permille <= 0)) throw new RangeError(`image token multiplier must be a positive integer of thousandths, got ${permille}`);
-  // A model that counts an image's tokens at k× the bound: those tokens are k× as many, at its own input price.
-  const images = permille == null ? image : divCeil(image * BigInt(permille), 1_000n);
+  // A model that counts an image at k× OpenAI's tiles: that many tokens in place of the bound's, at its own input price.
+  const images = heldImageTokens(price, opts);
   // Audio may be cached or written to a cache like text: at the dearer of the two.
   const audioPrice = price.audioInputMicroPerMtok != null && price.audioInputMicroPerMtok > input ? price.audioInputMicroPerMtok : input;
   const numerator = (prompt - image - audio + images) * input + audio * audioPrice + output * price.outputMicroPerMtok;

@@ -25,10 +25,11 @@ export const prices = pgTable(
      */
     audioInputMicroPerMtok: bigint("audio_input_micro_per_mtok", { mode: "bigint" }),
     /**
-     * How many times the cross-provider image bound this model counts an
-     * image's tokens, in thousandths (gpt-4o-mini: 33,336, i.e. 33.336×: it
-     * counts 2,833 + 5,667 a tile against gpt-4o's 85 + 170); null means 1×.
-     * An integer so the hold stays exact.
+     * How many times OpenAI's tile formula (gpt-4o's 85 + 170 a tile) this
+     * model counts an image's tokens, in thousandths (gpt-4o-mini: 33,336,
+     * i.e. 33.336×: it counts 2,833 + 5,667 a tile); null means none, images
+     * held at the cross-provider bound (money.ts heldImageTokens). An
+     * integer so the hold stays exact.
      */
     imageTokenMultiplierPermille: integer("image_token_multiplier_permille"),
     effectiveFrom: tstz("effective_from").notNull(),

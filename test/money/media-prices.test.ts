@@ -1,6 +1,6 @@
 // A price row's media rates on the request path, through a real router (real
 // Redis budget counters, real Postgres prices) with the fake OpenRouter: a
-// model whose row counts images at k× the usual tokens, or audio at its own
+// model whose row counts images at k× OpenAI's tile tokens, or audio at its own
 // price, is held (and refused) at that, and the same request on a model
 // without them is not.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -17,7 +17,7 @@ import { IMAGE_TOKENS_UNKNOWN_SIZE, imageTokensUpperBound, PDF_PAGE_IMAGE_TOKENS
 let fx: RouterFixture;
 let openrouter: FakeOpenRouter;
 
-/** Counts an image at 33.336× the usual tokens (gpt-4o-mini's rate, under another name: the row says so, not the name). */
+/** Counts an image at 33.336× OpenAI's tile tokens (gpt-4o-mini's rate, under another name: the row says so, not the name). */
 const IMAGE_HEAVY = "vendor/image-heavy";
 /** Bills audio input at 16× its text input (gpt-4o-audio-preview's rates). */
 const AUDIO = "openai/gpt-4o-audio-preview";
@@ -54,8 +54,16 @@ const post = (key: string, body: Record<string, unknown>) =>
   });
 
 const text = { type: "text", text: "What is in this?" };
-/** An image the router cannot size (the provider fetches it): 6,192 tokens, the most any provider's formula gives (Gemini's 24 tiles). */
+/** An image the router cannot size (the provider fetches it): 6,192 tokens, the most any provider's formula gives (Gemini's 24 tiles); 1,445 in OpenAI's tiles (8 at most). */
 const image = { type: "image_url", image_url: { url: "https://example.com/cat.png" } };
+/** A whole w×h BMP: BITMAPINFOHEADER, 8-bit RLE, one palette colour, the end-of-bitmap escape. */
+const bmp = (w: number, h: number) => {
+  const u16 = (n: number) => Buffer.from([n & 0xff, n >> 8]);
+  const u32 = (n: number) => Buffer.from([n & 0xff, (n >> 8) & 0xff, (n >> 16) & 0xff, n >>> 24]);
+  const dib = Buffer.concat([u32(40), u32(w), u32(h), u16(1), u16(8), u32(1), u32(2), u32(2835), u32(2835), u32(1), u32(0)]);
+  const bytes = Buffer.concat([Buffer.from("BM", "latin1"), u32(14 + 40 + 4 + 2), u32(0), u32(14 + 40 + 4), dib, u32(0xffffff), Buffer.from([0, 1])]);
+  return { type: "image_url", image_url: { url: `data:image/bmp;base64,${bytes.toString("base64")}` } };
+};
 /** 100,000 bytes of MP3: at most 100 s at its lowest bitrate (8 kbps), 3,200 tokens at 32 a second. */
 const clip = { type: "input_audio", input_audio: { data: Buffer.alloc(100_000, 0x55).toString("base64"), format: "mp3" } };
 const body = (model: string, media: unknown) => ({ model, max_tokens: 5, messages: [{ role: "user", content: [text, media] }] });
@@ -77,25 +85,38 @@ async function holdWhileRunning(key: string, tenantId: number, b: Record<string,
 }
 
 describe("a price row's image multiplier", () => {
-  it("holds the image part at the multiplied tokens on that model only", async () => {
+  it("holds the images' OpenAI tile tokens × the multiplier on that model only, not the cross-provider bound × it", async () => {
     const t = await budgetedTenant(fx.db, "images-roomy", 100n);
     expect(await holdWhileRunning(t.key, t.tenantId, body(PLAIN, image))).toBe(20n * BigInt(textTokens + 6_192));
-    // 6,192 × 33.336 = 206,416.512 → 206,417 tokens.
-    expect(await holdWhileRunning(t.key, t.tenantId, body(IMAGE_HEAVY, image))).toBe(20n * BigInt(textTokens + 206_417));
+    // Unknown size: 8 tiles at most, 1,445 × 33.336 = 48,170.52 → 48,171 tokens (the mini bills 48,169 at most), not 6,192 × 33.336 = 206,417.
+    expect(await holdWhileRunning(t.key, t.tenantId, body(IMAGE_HEAVY, image))).toBe(20n * BigInt(textTokens + 48_171));
+    // Sized from its header: 1×1 is one tile, 255 × 33.336 → 8,501 (the mini bills 8,500), not 1,120 × 33.336 = 37,337;
+    // 1000×400 two tiles, 425 × 33.336 → 14,168, not 2,064 × 33.336 = 68,806.
+    expect(await holdWhileRunning(t.key, t.tenantId, body(IMAGE_HEAVY, bmp(1, 1)))).toBe(20n * BigInt(textTokens + 8_501));
+    expect(await holdWhileRunning(t.key, t.tenantId, body(IMAGE_HEAVY, bmp(1000, 400)))).toBe(20n * BigInt(textTokens + 14_168));
+    expect(await holdWhileRunning(t.key, t.tenantId, body(PLAIN, bmp(1, 1)))).toBe(20n * BigInt(textTokens + 1_120));
     // Text alone: the multiplier changes nothing.
     const words = { model: IMAGE_HEAVY, max_tokens: 5, messages: [{ role: "user", content: [text] }] };
     expect(await holdWhileRunning(t.key, t.tenantId, words)).toBe(20n * BigInt(textTokens));
   });
 
-  it("refuses (402, nothing sent) where the multiplied image does not fit the day; the same request on a model without it is served", async () => {
-    // One cent: 50,000 tokens at 20 micro-cents. 6,192 fit; 206,417 do not.
+  it("serves an image a day can pay for at the tile bound: one cent (50,000 tokens) holds 48,171 (it held 206,417 and refused)", async () => {
+    const t = await budgetedTenant(fx.db, "images-fit", 1n);
+    const served = await post(t.key, body(IMAGE_HEAVY, image));
+    expect(served.status).toBe(200);
+    await served.text();
+  });
+
+  it("refuses (402, nothing sent) where the multiplied images do not fit the day; the same request on a model without it is served", async () => {
+    // One cent: 50,000 tokens at 20 micro-cents. Two images: 2 × 6,192 fit; 2 × 1,445 × 33.336 = 96,341.04 → 96,342 do not.
     const t = await budgetedTenant(fx.db, "images-tight", 1n);
+    const two = { model: IMAGE_HEAVY, max_tokens: 5, messages: [{ role: "user", content: [text, image, image] }] };
     const seen = openrouter.requests.length;
-    const refused = await post(t.key, body(IMAGE_HEAVY, image));
+    const refused = await post(t.key, two);
     expect(refused.status).toBe(402);
     expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("budget_exceeded");
     expect(openrouter.requests.length).toBe(seen);
-    const served = await post(t.key, body(PLAIN, image));
+    const served = await post(t.key, { ...two, model: PLAIN });
     expect(served.status).toBe(200);
     await served.text();
     expect(openrouter.requests.length).toBe(seen + 1);
@@ -103,14 +124,7 @@ describe("a price row's image multiplier", () => {
 });
 
 describe("an image held at the bound from its header's size, in a format sized since BMP, TIFF and HEIF/AVIF were read", () => {
-  /** A whole 1000×400 BMP: BITMAPINFOHEADER, 8-bit RLE, one palette colour, the end-of-bitmap escape. */
-  const bmp = (() => {
-    const u16 = (n: number) => Buffer.from([n & 0xff, n >> 8]);
-    const u32 = (n: number) => Buffer.from([n & 0xff, (n >> 8) & 0xff, (n >> 16) & 0xff, n >>> 24]);
-    const dib = Buffer.concat([u32(40), u32(1000), u32(400), u16(1), u16(8), u32(1), u32(2), u32(2835), u32(2835), u32(1), u32(0)]);
-    return Buffer.concat([Buffer.from("BM", "latin1"), u32(14 + 40 + 4 + 2), u32(0), u32(14 + 40 + 4), dib, u32(0xffffff), Buffer.from([0, 1])]);
-  })();
-  const picture = { type: "image_url", image_url: { url: `data:image/bmp;base64,${bmp.toString("base64")}` } };
+  const picture = bmp(1000, 400);
 
   it("a BMP data URL on a priced paid model is held at its size's bound, not the unknown-size one", async () => {
     const sizedBound = imageTokensUpperBound({ width: 1000, height: 400 });
@@ -186,9 +200,10 @@ describe("a price row's media rates in the estimate, when the provider reports n
   /** The estimate's text part: the text's byte bound ÷ 3. */
   const textEstimate = Math.ceil(textTokens / 3);
 
-  it("counts an image at the bound from its size, times the model's multiplier, not a third of it at 1×", async () => {
+  it("counts an image at the bound from its size — on a model with a multiplier, its tile tokens times it — not a third of it at 1×", async () => {
     const t = await budgetedTenant(fx.db, "estimate-image", 100n);
-    const heavy = textEstimate + Math.ceil((6_192 * 33_336) / 1_000);
+    // 1,445 × 33.336 → 48,171, as the hold counts it.
+    const heavy = textEstimate + 48_171;
     expect(await estimated(t.key, body(IMAGE_HEAVY, image))).toEqual({ prompt_tokens: heavy, cost_micro: String(20 * heavy), cost_source: "estimate" });
     expect(await estimated(t.key, body(PLAIN, image))).toEqual({ prompt_tokens: textEstimate + 6_192, cost_micro: String(20 * (textEstimate + 6_192)), cost_source: "estimate" });
   });
@@ -237,5 +252,26 @@ describe("a prompt's bound, worked out once a request", () => {
     expect(r.headers.get("x-ratelimit-limit-tokens")).toBe(String(LIMIT));
     expect(Number(r.headers.get("x-ratelimit-remaining-tokens"))).toBe(LIMIT - bound);
     expect(holds.map((h) => h.amountMicro)).toEqual([20n * BigInt(bound)]);
+  });
+
+  it("on a model with an image multiplier the rate limit still reserves the cross-provider bound; the hold multiplies the tile tokens, a PDF page's image whole", async () => {
+    const t = await budgetedTenant(fx.db, "bound-multiplied", 100n);
+    const LIMIT = 1_000_000;
+    await setRateLimit(fx.db.db, { tenantId: t.tenantId, tokensPerMinute: LIMIT });
+    const b = { model: IMAGE_HEAVY, max_tokens: 5, messages: [{ role: "user", content: [text, image, doc] }] };
+    const bound = promptTokensUpperBound("/v1/chat/completions", b);
+    expect(bound).toBe(textTokens + 6_192 + 3 * (PDF_PAGE_TEXT_TOKENS + PDF_PAGE_IMAGE_TOKENS));
+    openrouter.enqueue({ kind: "slow", interTokenMs: 150, completionTokens: 4 });
+    const r = await post(t.key, { ...b, stream: true });
+    expect(r.status).toBe(200);
+    const reader = r.body!.getReader();
+    await reader.read();
+    const holds = await fx.router.deps.guard.deps.store.holds(t.tenantId, today());
+    while (!(await reader.read()).done);
+    await fx.router.deps.guard.flush();
+    expect(Number(r.headers.get("x-ratelimit-remaining-tokens"))).toBe(LIMIT - bound);
+    // The image's 1,445 tile tokens and the pages' 3 × 4,784 (OpenAI does not say how it bills a page's image: multiplied whole), × 33.336 together, rounded up once.
+    const images = Math.ceil(((1_445 + 3 * PDF_PAGE_IMAGE_TOKENS) * 33_336) / 1_000);
+    expect(holds.map((h) => h.amountMicro)).toEqual([20n * BigInt(textTokens + 3 * PDF_PAGE_TEXT_TOKENS + images)]);
   });
 });

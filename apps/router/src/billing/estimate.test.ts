@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { toChatRequest } from "../translate/messages/request.ts";
 import { deflateSync } from "node:zlib";
 import { promptBound, promptTokensUpperBound } from "./estimate.ts";
-import { base64Bytes, GEMINI3_IMAGE_TOKENS, GEMINI_TOKENS_MAX, geminiTokens, IMAGE_TOKENS_UNKNOWN_SIZE, imageSize, imageTokensUpperBound, openaiPatchTokens, openaiTileTokens, PDF_INFLATE_PER_PROMPT, PDF_PAGE_IMAGE_TOKENS, PDF_PAGE_TEXT_TOKENS, PDF_PAGES_UNKNOWN, pdfPages } from "./media.ts";
+import { base64Bytes, GEMINI3_IMAGE_TOKENS, GEMINI_TOKENS_MAX, geminiTokens, IMAGE_TOKENS_UNKNOWN_SIZE, imageSize, imageTokensUpperBound, imageUrlBound, OPENAI_TILE_TOKENS_UNKNOWN_SIZE, openaiPatchTokens, openaiTileTokens, PDF_INFLATE_PER_PROMPT, PDF_PAGE_IMAGE_TOKENS, PDF_PAGE_TEXT_TOKENS, PDF_PAGES_UNKNOWN, pdfPages } from "./media.ts";
 
 describe("a prompt's token bound", () => {
   // Byte-level BPE makes at most one token per UTF-8 byte: the bound counts the bytes a worker or provider is sent.
@@ -134,12 +134,14 @@ describe("an image's and an audio clip's token bound", () => {
     const body = { messages: [{ role: "user", content: [{ type: "text", text: "hi" }, image(png(4000, 3000)), { type: "image_url", image_url: { url: "https://example.com/a.png" } }, clip] }] };
     const bound = promptBound("/v1/chat/completions", body);
     expect(bound.imageTokens).toBe(4_784 + IMAGE_TOKENS_UNKNOWN_SIZE);
+    // The same images in OpenAI's tiles (what an image multiplier multiplies): 4000×3000 is 1024×768 once fitted, 4 tiles (765); the unknown one 8 tiles at most (1,445).
+    expect(bound.imageTileTokens).toBe(765 + 1_445);
     expect(bound.audioTokens).toBe(100 * 32);
     // The total is the model-independent bound (rate limits reserve it), text and framing included.
     expect(bound.promptTokens).toBe(promptTokensUpperBound("/v1/chat/completions", body));
     expect(bound.promptTokens - bound.imageTokens - bound.audioTokens).toBe(chatParts({ type: "text", text: "hi" }));
     // Without media: nothing apart, and nothing left over from the walk before.
-    expect(promptBound("/v1/chat/completions", { messages: [{ role: "user", content: "no media" }] })).toMatchObject({ imageTokens: 0, audioTokens: 0 });
+    expect(promptBound("/v1/chat/completions", { messages: [{ role: "user", content: "no media" }] })).toMatchObject({ imageTokens: 0, imageTileTokens: 0, audioTokens: 0 });
   });
 
   it("an image it cannot size (an http URL, an unknown header, a data: URL not in base64) counts the most any size can after the providers' downscaling", () => {
@@ -156,6 +158,31 @@ describe("an image's and an audio clip's token bound", () => {
     expect(imageTokensUpperBound({ width: 2 ** 32 - 1, height: 2 ** 32 - 1 })).toBeLessThanOrEqual(IMAGE_TOKENS_UNKNOWN_SIZE);
     // A PDF page's image is not cut into Gemini's tiles (it counts a page as 258): the other formulas' most, Anthropic's cap.
     expect(PDF_PAGE_IMAGE_TOKENS).toBe(4_784);
+  });
+
+  it("keeps an image's OpenAI tile tokens beside its cross-provider bound: at most 1,445 (8 tiles) at any size, never above the bound", () => {
+    expect(OPENAI_TILE_TOKENS_UNKNOWN_SIZE).toBe(85 + 8 * 170);
+    for (const url of ["https://example.com/cat.png", "data:image/bmp;base64,Qk0AAAAA", "data:image/svg+xml,<svg/>", 42]) {
+      expect(imageUrlBound(url)).toEqual({ tokens: IMAGE_TOKENS_UNKNOWN_SIZE, tileTokens: OPENAI_TILE_TOKENS_UNKNOWN_SIZE });
+    }
+    // Sized: a small image is one tile (255; OpenAI does not scale it up — gpt-4o-mini bills a 128×64 one 2,833 + 5,667), 1000×400 two.
+    expect(imageUrlBound(image(png(1, 1)).image_url.url)).toEqual({ tokens: 1_120, tileTokens: 255 });
+    expect(imageUrlBound(image(png(500, 500)).image_url.url)).toEqual({ tokens: 1_120, tileTokens: 255 });
+    expect(imageUrlBound(image(png(1000, 400)).image_url.url)).toEqual({ tokens: 8 * 258, tileTokens: 85 + 2 * 170 });
+    // Every size up to 20,000 px (and the largest a header can state): at most the unknown-size tiles, and within the cross-provider bound.
+    let over: string | undefined;
+    for (let w = 1; w <= 20_000 && !over; w += 97) {
+      for (let h = 1; h <= 20_000; h += 89) {
+        const tiles = openaiTileTokens({ width: w, height: h });
+        if (tiles > OPENAI_TILE_TOKENS_UNKNOWN_SIZE || tiles > imageTokensUpperBound({ width: w, height: h })) over = `${w}×${h}`;
+      }
+    }
+    expect(over).toBeUndefined();
+    // Exhaustively where the tiles change (every side to 2,048 by 1 px, one side's step coarser): the most is 8 tiles.
+    let most = 0;
+    for (let w = 1; w <= 2_048; w++) for (let h = 1; h <= 4_096; h += 7) most = Math.max(most, openaiTileTokens({ width: w, height: h }));
+    expect(most).toBe(OPENAI_TILE_TOKENS_UNKNOWN_SIZE);
+    expect(openaiTileTokens({ width: 2 ** 32 - 1, height: 1 })).toBeLessThanOrEqual(OPENAI_TILE_TOKENS_UNKNOWN_SIZE);
   });
 
   it("counts an Anthropic image block (translated to a data: URL) the same way", () => {
@@ -240,7 +267,8 @@ describe("an image's and an audio clip's token bound", () => {
     const bytesBound = Buffer.byteLength(JSON.stringify(file(doc)));
     expect(partTokens(file(doc))).toBe(7 * PER_PAGE);
     expect(partTokens(file(doc))).toBeGreaterThan(bytesBound);
-    expect(promptBound("/v1/chat/completions", { messages: [{ role: "user", content: [file(doc)] }] }).imageTokens).toBe(7 * PDF_PAGE_IMAGE_TOKENS);
+    // A page's image is multiplied whole on a model with an image multiplier: its tile tokens are its image tokens (OpenAI does not say how it bills one).
+    expect(promptBound("/v1/chat/completions", { messages: [{ role: "user", content: [file(doc)] }] })).toMatchObject({ imageTokens: 7 * PDF_PAGE_IMAGE_TOKENS, imageTileTokens: 7 * PDF_PAGE_IMAGE_TOKENS });
     // One page padded with a megabyte (an embedded font, say): its bytes bound it, above a page's worth.
     const padded = Buffer.concat([pdf(1), Buffer.alloc(1_000_000, 0x20)]);
     const bytesOfPart = Buffer.byteLength(JSON.stringify(file(padded)));

@@ -6,7 +6,7 @@
 // bound keeps their share apart (promptBound), for models that bill them apart.
 import type { InferencePath } from "../backends/types.ts";
 import { bodyEdited } from "../body-text.ts";
-import { audioTokensUpperBound, fileTokensUpperBound, imageUrlTokens, PDF_INFLATE_PER_PROMPT, type InflateBudget } from "./media.ts";
+import { audioTokensUpperBound, fileTokensUpperBound, imageUrlBound, PDF_INFLATE_PER_PROMPT, type InflateBudget } from "./media.ts";
 
 /** Per-message framing tokens (role markers, separators) — generous for every chat template. */
 const MESSAGE_OVERHEAD = 8;
@@ -25,13 +25,21 @@ const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "obj
 export interface PromptBound {
   promptTokens: number;
   imageTokens: number;
+  /**
+   * The same images in OpenAI's tile formula (media.ts ImageBound), the
+   * count a price row's image multiplier is relative to; a PDF page's image
+   * at its imageTokens (PDF_PAGE_IMAGE_TOKENS). Never above imageTokens; not
+   * part of promptTokens beside them.
+   */
+  imageTileTokens: number;
   audioTokens: number;
 }
 
-// The image and audio tokens of the walk in progress: a walk is synchronous,
-// so one pair serves every walk, and a prompt without media pays for nothing
-// but setting them to 0.
+// The media tokens of the walk in progress: a walk is synchronous, so one
+// set serves every walk, and a prompt without media pays for nothing but
+// setting them to 0.
 let imageTokens = 0;
+let imageTileTokens = 0;
 let audioTokens = 0;
 /** What the walk in progress may still inflate of its PDFs' object streams, all together. */
 const inflate: InflateBudget = { bytes: 0 };
@@ -43,9 +51,10 @@ const inflate: InflateBudget = { bytes: 0 };
 function partTokens(part: Record<string, unknown> | null | undefined): number {
   switch (part?.type) {
     case "image_url": {
-      const n = imageUrlTokens(isRecord(part.image_url) ? part.image_url.url : part.image_url);
-      imageTokens += n;
-      return n;
+      const b = imageUrlBound(isRecord(part.image_url) ? part.image_url.url : part.image_url);
+      imageTokens += b.tokens;
+      imageTileTokens += b.tileTokens;
+      return b.tokens;
     }
     case "input_audio": {
       const audio = isRecord(part.input_audio) ? part.input_audio : {};
@@ -56,6 +65,8 @@ function partTokens(part: Record<string, unknown> | null | undefined): number {
     case "file": {
       const f = fileTokensUpperBound(part, bytes(JSON.stringify(part)), inflate);
       imageTokens += f.image;
+      // A page's image is multiplied whole on a model with an image multiplier (media.ts PDF_PAGE_IMAGE_TOKENS).
+      imageTileTokens += f.image;
       return f.text + f.image;
     }
     default:
@@ -79,11 +90,13 @@ function contentTokens(content: unknown): number {
  * At most this many prompt tokens, whatever the tokenizer and the model
  * (the bound rate limits reserve, and the request class's size), with its
  * images' and audio's share of it: one walk of the body. A hold prices
- * those shares by the model's price row (an image multiplier, an audio
- * price); the total is the model-independent bound.
+ * those shares by the model's price row (an image multiplier, which
+ * multiplies the images' tile tokens, an audio price); the total is the
+ * model-independent bound.
  */
 export function promptBound(path: InferencePath, body: Record<string, unknown>): PromptBound {
   imageTokens = 0;
+  imageTileTokens = 0;
   audioTokens = 0;
   inflate.bytes = PDF_INFLATE_PER_PROMPT;
   let n = 16;
@@ -100,7 +113,7 @@ export function promptBound(path: InferencePath, body: Record<string, unknown>):
     if (Array.isArray(input)) for (const x of input) n += MESSAGE_OVERHEAD + contentTokens(typeof x === "string" ? x : JSON.stringify(x));
     else n += contentTokens(input);
   }
-  return { promptTokens: n, imageTokens, audioTokens };
+  return { promptTokens: n, imageTokens, imageTileTokens, audioTokens };
 }
 
 /** promptBound's total alone. */

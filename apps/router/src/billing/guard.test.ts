@@ -205,18 +205,35 @@ describe("the hold of a request with an image or audio, on models whose price ro
   const clip = { type: "input_audio", input_audio: { data: Buffer.alloc(10_000).toString("base64"), format: "mp3" } };
   const chat = (...content: unknown[]) => bodyFacts("/v1/chat/completions", { model: "m", max_tokens: 0, messages: [{ role: "user", content }] });
 
-  it("multiplies the image part of the bound by the row's multiplier (gpt-4o-mini's 33.336×), and nothing else; a row without one holds the bound", async () => {
+  /** A PNG's signature and IHDR (the bound reads no further). */
+  const png = (w: number, h: number) => {
+    const ihdr = Buffer.alloc(25);
+    ihdr.writeUInt32BE(13, 0);
+    ihdr.write("IHDR", 4, "latin1");
+    ihdr.writeUInt32BE(w, 8);
+    ihdr.writeUInt32BE(h, 12);
+    ihdr.set([8, 6, 0, 0, 0], 16);
+    const bytes = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), ihdr, Buffer.alloc(64)]);
+    return { type: "image_url", image_url: { url: `data:image/png;base64,${bytes.toString("base64")}` } };
+  };
+
+  it("multiplies the images' OpenAI tile tokens by the row's multiplier (gpt-4o-mini's 33.336×), not the cross-provider bound, and nothing else; a row without one holds the bound", async () => {
     const { holdOf } = await checkedGuard([
       { backend: "openrouter", model: "openai/gpt-4o-mini", ...price, imageTokenMultiplierPermille: 33_336 },
       { backend: "openrouter", model: "openai/gpt-4o", ...price },
     ]);
     const facts = chat({ type: "text", text: "what is this?" }, image);
-    expect(facts.imageTokens).toBe(6_192);
+    expect(facts).toMatchObject({ imageTokens: 6_192, imageTileTokens: 1_445 });
     const hold = (id: string, model: string, f = facts) => holdOf(id, paidOn("openrouter", model), f);
     // One micro-cent a token: the hold is the prompt bound in tokens.
     expect(await hold("plain", "openai/gpt-4o")).toBe(BigInt(facts.promptTokens));
-    // 6,192 × 33.336 = 206,416.512 → 206,417: above the mini's own count for any image (48,169 at most).
-    expect(await hold("mini", "openai/gpt-4o-mini")).toBe(BigInt(facts.promptTokens - 6_192 + 206_417));
+    // An image of unknown size is 8 tiles at most (1,445): × 33.336 = 48,170.52 → 48,171, above the mini's own count for any image (48,169), not 6,192 × 33.336 = 206,417.
+    expect(await hold("mini", "openai/gpt-4o-mini")).toBe(BigInt(facts.promptTokens - 6_192 + 48_171));
+    // A small image: one tile (255) × 33.336 → 8,501 (the mini bills 8,500), not its cross-provider 1,120 × 33.336 = 37,337; a row without a multiplier holds the 1,120.
+    const small = chat({ type: "text", text: "what is this?" }, png(64, 64));
+    expect(small).toMatchObject({ imageTokens: 1_120, imageTileTokens: 255 });
+    expect(await hold("mini-small", "openai/gpt-4o-mini", small)).toBe(BigInt(small.promptTokens - 1_120 + 8_501));
+    expect(await hold("plain-small", "openai/gpt-4o", small)).toBe(BigInt(small.promptTokens));
     // Text alone: the multiplier changes nothing.
     const text = chat({ type: "text", text: "what is this?" });
     expect(await hold("mini-text", "openai/gpt-4o-mini", text)).toBe(BigInt(text.promptTokens));

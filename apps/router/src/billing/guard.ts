@@ -20,7 +20,7 @@
 // intent (orphans.ts) — and if this one was only paused and comes back, it
 // finds the request finished and does nothing.
 import { budgetDay, INTENT_RESEND_WINDOW_MS, type BudgetStore, type ReserveResult } from "@switchyard/state";
-import { usageCostMicro, worstCaseMicro, type CostSource, type KeyOwner, type NewLedgerRow, type TokenPrice } from "@switchyard/db";
+import { heldImageTokens, usageCostMicro, worstCaseMicro, type CostSource, type KeyOwner, type NewLedgerRow, type TokenPrice } from "@switchyard/db";
 import type { Backend, InferencePath } from "../backends/types.ts";
 import type { Usage } from "../backends/usage.ts";
 import type { Config } from "../config.ts";
@@ -150,6 +150,7 @@ export function bodyFacts(path: InferencePath, body: Record<string, unknown>, bo
   return {
     promptTokens: bound.promptTokens,
     imageTokens: bound.imageTokens,
+    imageTileTokens: bound.imageTileTokens,
     audioTokens: bound.audioTokens,
     askedOutput: requestedMaxOutput(path, body),
     limitField,
@@ -414,7 +415,7 @@ export class RequestTab {
     // owed too: this attempt's hold (which replaces the request's hold) and
     // intent cover both, so the budget and a crash-finish still count it.
     const carried = this.carriedMicro(backend);
-    // The prompt's images and audio at this model's rates for them (its price row's image multiplier and audio price).
+    // The prompt's images and audio at this model's rates for them (its price row's image multiplier, on the images' tile tokens, and audio price).
     const worst = worstCaseMicro(facts.promptTokens, this.maxOutput, price, facts) + carried;
     // That earlier attempt's intent is retired once this one, which carries its cost, stands.
     const previous = this.intent;
@@ -667,9 +668,10 @@ export class RequestTab {
 
   /**
    * Usage when none was reported: prompt ≈ its text's byte bound ÷ 3, plus
-   * its images' tokens as the bound counts them from their sizes, times the
-   * model's image multiplier (the price row's: gpt-4o-mini counts an image
-   * 33× — ÷ 3 and at 1× it was charged a hundredth of it), plus its audio's
+   * its images' tokens as the hold counts them from their sizes (with the
+   * price row's image multiplier, times their OpenAI tile tokens:
+   * gpt-4o-mini counts an image 33× gpt-4o — ÷ 3 and at 1× it was charged a
+   * hundredth of it; heldImageTokens), plus its audio's
    * at the typical rate, kept apart so that it is priced at the row's audio
    * price (`price`: the paid backend's row; none for a worker); completion =
    * events relayed (≥ 1), or for a paid answer that was not streamed and
@@ -681,13 +683,13 @@ export class RequestTab {
    * anyone).
    */
   private estimatedUsage(o: SettleOutcome, price?: TokenPrice): Usage {
-    const { stream, promptTokens, imageTokens, audioTokens } = this.input.facts;
+    const { facts } = this.input;
+    const { stream, promptTokens, imageTokens, audioTokens } = facts;
     const whole = (o.status === "client_cancelled" || o.accepted === true) && o.backend.paid && !stream && o.chunks === undefined;
     const untouched = o.accepted === true && stream && o.firstTokenAt === undefined;
     const completion = whole ? Math.max(1, this.maxOutput) : untouched ? 0 : Math.max(1, o.chunks ?? 0);
     const text = Math.ceil((promptTokens - imageTokens - audioTokens) / ESTIMATE_BYTES_PER_TOKEN);
-    const permille = price?.imageTokenMultiplierPermille ?? 1_000;
-    const images = Math.ceil((imageTokens * permille) / 1_000);
+    const images = price ? Number(heldImageTokens(price, facts)) : imageTokens;
     const audio = Math.ceil((audioTokens * ESTIMATE_AUDIO_RATE.typical) / ESTIMATE_AUDIO_RATE.bound);
     return { prompt: text + images + audio, completion, cached: 0, cacheWrite: 0, ...(audio > 0 ? { audio } : {}) };
   }

@@ -146,11 +146,13 @@ export const GEMINI3_IMAGE_TOKENS = 1_120;
 export const PART_TOKENS_MAX = 100_000_000;
 
 /**
- * The most an image of this size costs on any provider we route to. A model
- * that counts images at many times these (gpt-4o-mini: 2,833 + 5,667 a tile,
- * 33× gpt-4o's, at 1/33 of its price) says so on its price row
- * (image_token_multiplier_permille), and only its hold is multiplied: the
- * bound here is every request's, rate limits' included.
+ * The most an image of this size costs on any provider we route to: every
+ * request's bound, rate limits' included. A model that counts images at many
+ * times OpenAI's tile formula (gpt-4o-mini: 2,833 + 5,667 a tile, 33×
+ * gpt-4o's 85 + 170, at 1/33 of its price) says so on its price row
+ * (image_token_multiplier_permille), and its hold multiplies the image's
+ * openaiTileTokens, the count that multiplier is relative to — not this
+ * maximum over other providers' formulas (ImageBound).
  */
 export function imageTokensUpperBound(size: PixelSize): number {
   return Math.min(PART_TOKENS_MAX, Math.max(openaiTileTokens(size), openaiPatchTokens(size), anthropicTokens(size), geminiTokens(size), GEMINI3_IMAGE_TOKENS));
@@ -174,16 +176,44 @@ export const IMAGE_TOKENS_UNKNOWN_SIZE = Math.max(
   GEMINI3_IMAGE_TOKENS,
 );
 
+/**
+ * OpenAI's tile formula for an image whose size we cannot read: its most at
+ * any size. Fitted into 2048 px with its shortest side at 768 at most, an
+ * image is at most 4 × 2 tiles: 85 + 8 × 170 = 1,445 (× 33.336 on
+ * gpt-4o-mini: 48,171, above its 2,833 + 8 × 5,667 = 48,169).
+ */
+export const OPENAI_TILE_TOKENS_UNKNOWN_SIZE = openaiTileTokens({ width: 768, height: 2048 });
+
+/**
+ * An image part's bound two ways: `tokens`, the most any provider we route
+ * to counts (imageTokensUpperBound: every request's, rate limits' too); and
+ * `tileTokens`, OpenAI's tile formula alone (85 + 170 a tile, never above
+ * `tokens`), which a price row's image multiplier multiplies. `detail: "low"`
+ * is OpenAI's base alone (85; gpt-4o-mini's 2,833), below any image's tiles
+ * here: the bound need not read it.
+ */
+export interface ImageBound {
+  tokens: number;
+  tileTokens: number;
+}
+
+const UNKNOWN_SIZE_BOUND: ImageBound = { tokens: IMAGE_TOKENS_UNKNOWN_SIZE, tileTokens: OPENAI_TILE_TOKENS_UNKNOWN_SIZE };
+
 function urlSize(url: unknown): PixelSize | undefined {
   if (typeof url !== "string") return undefined;
   const b64 = dataUrlBase64(url);
   return b64 === undefined ? undefined : imageSize(b64);
 }
 
-/** The most an image content part's URL can cost: by its header's size for a data: URL, else the unknown-size bound. */
-export function imageUrlTokens(url: unknown): number {
+/** The most an image content part's URL can cost (ImageBound): by its header's size for a data: URL, else the unknown-size bounds. */
+export function imageUrlBound(url: unknown): ImageBound {
   const size = urlSize(url);
-  return size ? imageTokensUpperBound(size) : IMAGE_TOKENS_UNKNOWN_SIZE;
+  return size ? { tokens: imageTokensUpperBound(size), tileTokens: openaiTileTokens(size) } : UNKNOWN_SIZE_BOUND;
+}
+
+/** imageUrlBound's cross-provider `tokens` alone. */
+export function imageUrlTokens(url: unknown): number {
+  return imageUrlBound(url).tokens;
 }
 
 // ---- Audio.
@@ -270,7 +300,11 @@ export const PDF_PAGE_TEXT_TOKENS = 3_000;
  * image of any size (Anthropic's 4,784). Gemini does not cut a page into
  * tiles: Gemini 2.x counts a whole page as 258 tokens, Gemini 3 a page at
  * its media resolution (GEMINI3_IMAGE_TOKENS at most), so its tiles' 6,192
- * for an image of unknown size do not apply here.
+ * for an image of unknown size do not apply here. A price row's image
+ * multiplier multiplies all of it, not OpenAI's tile count (1,445 at most):
+ * OpenAI's PDF guide says only that each page's image goes into the context
+ * — not at what size or detail, nor how gpt-4o-mini bills it — so a page is
+ * held on such a model at 4,784 × the multiplier, the larger guess.
  */
 export const PDF_PAGE_IMAGE_TOKENS = Math.max(
   openaiTileTokens({ width: 768, height: 2048 }),
@@ -370,7 +404,8 @@ const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "obj
 
 /**
  * The most a `file` part can cost, split into its text and its page images
- * (a model may count images apart: its price row's multiplier), from its
+ * (a model may count images apart: its price row's multiplier, which
+ * multiplies `image` whole: PDF_PAGE_IMAGE_TOKENS), from its
  * `file.file_data`: a base64 PDF by its pages × (PDF_PAGE_TEXT_TOKENS +
  * PDF_PAGE_IMAGE_TOKENS), never less than `byteBound` (the part's bytes,
  * which is all any other base64 file is bounded by); a PDF we cannot count

@@ -12,7 +12,7 @@ export interface RequestClass extends PromptBound {
   key: string;
   path: InferencePath;
   stream: boolean;
-  /** Upper bound of prompt tokens (billing/estimate.ts), and of them imageTokens and audioTokens (for the budget hold). */
+  /** Upper bound of prompt tokens (billing/estimate.ts), and of them imageTokens (imageTileTokens: the same images in OpenAI's tiles) and audioTokens (for the budget hold). */
   promptTokens: number;
   /** max_tokens the client asked for, if any. */
   maxOutput?: number;
@@ -70,7 +70,7 @@ function sizeBucket(tokens: number): string {
  */
 export function requestClass(path: InferencePath, body: Record<string, unknown>, tenant?: string, bound: PromptBound = promptBound(path, body)): RequestClass {
   const stream = body.stream === true;
-  const { promptTokens, imageTokens, audioTokens } = bound;
+  const { promptTokens, imageTokens, imageTileTokens, audioTokens } = bound;
   const maxOutput = requestedMaxOutput(path, body);
   const prefix = tenant === undefined ? undefined : prefixKey(path, body, tenant);
   const scope = tenant === undefined ? undefined : cacheScope(tenant);
@@ -80,6 +80,7 @@ export function requestClass(path: InferencePath, body: Record<string, unknown>,
     stream,
     promptTokens,
     imageTokens,
+    imageTileTokens,
     audioTokens,
     ...(maxOutput ? { maxOutput } : {}),
     ...(prefix ? { prefixKey: prefix } : {}),
