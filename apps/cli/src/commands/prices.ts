@@ -70,7 +70,7 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
       if (backend === "worker") process.stderr.write("note: self-hosted workers are never charged; a worker price is informational\n");
       for (const note of droppedRates(before, p)) process.stderr.write(`note: ${note}\n`);
       if (p.imageTokenMultiplierPermille === null && /gpt-4o-mini/i.test(p.model)) {
-        process.stderr.write("note: gpt-4o-mini counts an image's tokens 33.336× gpt-4o's (at a 33rd of its price): pass --image-token-multiplier 33.336, or its images are held at a 33rd of what they cost\n");
+        process.stderr.write("note: gpt-4o-mini counts an image's tokens 33.336× gpt-4o's (at a 33rd of its price): pass --image-token-multiplier 33.336, or its images are held at the cross-provider bound, several times below what it bills for them\n");
       }
       return 0;
     } finally {
