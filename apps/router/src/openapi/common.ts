@@ -31,25 +31,8 @@ export const inferenceErrors: ErrorCode[] = [
 ];
 
 /** What a token count may answer (pipeline/count.ts): no admission, budget or queue; the rest as a run. */
-export const countErrors: ErrorCode[] = [
-  "model_not_found",
-  "rate_limit_exceeded",
-  "lease_not_found",
-  "lease_expired",
-  "stale_fencing_token",
-  "lease_store_unavailable",
-  "upstream_invalid_request",
-  "upstream_not_found",
-  "upstream_request_too_large",
-  "upstream_unprocessable",
-  "bad_upstream",
-  "upstream_rate_limited",
-  "upstream_overloaded",
-  "upstream_response_too_large",
-  "no_healthy_backend",
-  "router_overloaded",
-  "upstream_timeout",
-];
+const notCounted = new Set<ErrorCode>(["budget_exceeded", "priority_not_allowed", "tenant_queue_full", "queue_full", "router_shutting_down", "queue_timeout"]);
+export const countErrors: ErrorCode[] = inferenceErrors.filter((c) => !notCounted.has(c));
 
 export const rateLimitHeaders: Record<string, string> = {
   "x-ratelimit-limit-requests": "requests per window (tenants and keys with a limit, docs/LIMITS.md)",

@@ -234,6 +234,23 @@ export function structuredOutput(body: Record<string, unknown>): Structured | { 
   };
 }
 
+/**
+ * A chat body's messages and structured output as a generation reads them,
+ * or the 400 for what it cannot take: no messages, a part that is not text
+ * (an image or audio would be dropped, not read), a response_format or
+ * tools it cannot honour. Chat and tokenize read a body alike, so a count is
+ * of the prompt a generation would run.
+ */
+export function chatInput(body: Record<string, unknown>): { messages: OpenAIMessage[]; structured: Structured } | { status: 400; param: string; message: string } {
+  if (!Array.isArray(body.messages) || body.messages.length === 0) return { status: 400, param: "messages", message: "messages: at least one message is required" };
+  const part = nonTextPart(body.messages as { content?: unknown }[]);
+  if (part) return { status: 400, param: part, message: `${part}: model '${String(body.model)}' reads text only; only text content parts can be sent to it` };
+  const messages = (body.messages as unknown[]).map((m): OpenAIMessage => (m && typeof m === "object" ? (m as OpenAIMessage) : { content: m }));
+  const structured = structuredOutput(body);
+  if ("param" in structured) return { status: 400, param: structured.param, message: structured.message };
+  return { messages, structured };
+}
+
 /** The first content part a text-only model cannot read, as its param path (messages[i].content[j]). */
 export function nonTextPart(messages: { content?: unknown }[]): string | undefined {
   for (const [i, m] of messages.entries()) {

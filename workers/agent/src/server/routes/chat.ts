@@ -5,7 +5,7 @@ import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import { routerPrefixName } from "@switchyard/state";
 import type { WorkerContext } from "../context.ts";
 import { errorJson } from "../errors.ts";
-import { nonTextPart, structuredOutput, type OpenAIMessage } from "../converters.ts";
+import { chatInput } from "../converters.ts";
 import { routerCacheScope, runGenerate, type GenerateBody } from "../generate.ts";
 import { unknownField } from "../fields.ts";
 import { modelBody, requestId, traceSpanId } from "../request.ts";
@@ -21,13 +21,10 @@ export function registerChat(app: Hono, ctx: WorkerContext): void {
       const param = body.audio != null ? "audio" : "modalities";
       return errorJson(400, `${param}: this worker answers with text only`, "invalid_request", param);
     }
-    if (!Array.isArray(body.messages) || body.messages.length === 0) return errorJson(400, "messages: at least one message is required", "invalid_request", "messages");
     // The engine's models read text: an image or audio part would be dropped, so it is refused.
-    const part = nonTextPart(body.messages as { content?: unknown }[]);
-    if (part) return errorJson(400, `${part}: model '${String(body.model)}' reads text only; only text content parts can be sent to it`, "invalid_request", part);
-    const messages = (body.messages as unknown[]).map((m): OpenAIMessage => (m && typeof m === "object" ? (m as OpenAIMessage) : { content: m }));
-    const structured = structuredOutput(body);
-    if ("param" in structured) return errorJson(400, structured.message, "invalid_request", structured.param);
+    const input = chatInput(body);
+    if ("param" in input) return errorJson(input.status, input.message, "invalid_request", input.param);
+    const { messages, structured } = input;
     // vLLM's continuation fields: the router's stream resume sends them.
     const continueFinal = body.continue_final_message === true;
     if (continueFinal && messages.at(-1)!.role !== "assistant") {

@@ -9,7 +9,7 @@ import { randomUUID } from "node:crypto";
 import type { Hono } from "hono";
 import { ModelKind } from "@switchyard/proto/switchyard/engine/v1/engine_pb";
 import type { WorkerContext } from "../context.ts";
-import { engineErrorStatus, nonTextPart, structuredOutput, toTokenize, type OpenAIMessage } from "../converters.ts";
+import { chatInput, engineErrorStatus, toTokenize } from "../converters.ts";
 import { errorJson } from "../errors.ts";
 import { unknownField } from "../fields.ts";
 import { engineRequestId, modelBody, requestId, traceSpanId } from "../request.ts";
@@ -20,14 +20,11 @@ export function registerTokenize(app: Hono, ctx: WorkerContext): void {
     if (body instanceof Response) return body;
     const unknown = unknownField(body, "tokenize");
     if (unknown) return errorJson(400, `${unknown}: not a field this worker knows; it would be ignored`, "invalid_request", unknown);
-    if (!Array.isArray(body.messages) || body.messages.length === 0) return errorJson(400, "messages: at least one message is required", "invalid_request", "messages");
-    // As for a generation: an image or audio part is refused, not counted as if it were dropped.
-    const part = nonTextPart(body.messages as { content?: unknown }[]);
-    if (part) return errorJson(400, `${part}: model '${String(body.model)}' reads text only; only text content parts can be sent to it`, "invalid_request", part);
-    const messages = (body.messages as unknown[]).map((m): OpenAIMessage => (m && typeof m === "object" ? (m as OpenAIMessage) : { content: m }));
-    // The same reading of tools and tool_choice as chat's: the tools the prompt renders (none with tool_choice "none").
-    const structured = structuredOutput(body);
-    if ("param" in structured) return errorJson(400, structured.message, "invalid_request", structured.param);
+    // As for a generation (the same reading): an image or audio part is refused, not counted as if
+    // it were dropped; the tools the prompt renders are tool_choice's (none with "none").
+    const input = chatInput(body);
+    if ("param" in input) return errorJson(input.status, input.message, "invalid_request", input.param);
+    const { messages, structured } = input;
     const model = ctx.supervisor.loaded.get(String(body.model))!;
     const engine = ctx.supervisor.client!;
     try {
