@@ -210,6 +210,10 @@ describe("POST /v1/responses", () => {
       [{ truncation: "auto" }, "truncation"],
       // A value OpenAI does not know (here a typo of the logprobs one) is refused, not ignored.
       [{ include: ["message.output_text.logprob"] }, "include[0]"],
+      // A key create does not take is named, not dropped by the translation to chat.
+      [{ max_tokens: 5 }, "max_tokens"],
+      [{ personality: "friendly" }, "personality"],
+      [{ moderation: { mode: "strict" } }, "moderation"],
     ];
     for (const [extra, param] of cases) {
       const res = await fetch(`${fx.router.url}/v1/responses`, {
@@ -222,6 +226,13 @@ describe("POST /v1/responses", () => {
       expect(body.error.param.startsWith(param), `${param} vs ${body.error.param}`).toBe(true);
       expect(body.error.type).toBe("invalid_request_error");
     }
+    // OpenAI's prompt-cache hints are taken (inert, as prompt_cache_key).
+    const hinted = await fetch(`${fx.router.url}/v1/responses`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "sim-chat", input: "hi", store: false, prompt_cache_key: "k", prompt_cache_retention: "24h" }),
+    });
+    expect(hinted.status, await hinted.clone().text()).toBe(200);
   });
 
   it("a backend that reports no usage still answers a usage object, whole and streamed", async () => {

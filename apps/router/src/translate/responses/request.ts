@@ -162,6 +162,7 @@ function rejectUnsupported(body: Json): void {
   if (body.prompt !== undefined && body.prompt !== null) reject("prompt", "prompt templates are not supported");
   if (Array.isArray(body.context_management) && body.context_management.length > 0) reject("context_management", "is not supported");
   if (body.truncation === "auto") reject("truncation", "'auto' truncation is not supported; the conversation is sent whole");
+  if (body.moderation !== undefined && body.moderation !== null) reject("moderation", "is not supported: no backend moderates here");
 }
 
 /**

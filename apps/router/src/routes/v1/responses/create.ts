@@ -48,7 +48,10 @@ const textFormat = z.union([
   z.looseObject({ type: z.literal("json_schema"), name: z.string().min(1).max(64), schema: z.record(z.string(), z.unknown()), description: z.string().optional(), strict: z.boolean().nullish() }),
 ]);
 
-export const createResponseSchema = z.looseObject({
+// Strict: a key OpenAI's create does not take (or one Switchyard does not
+// know) is a 400 naming it, as OpenAI answers one — never dropped by the
+// translation to chat, which builds its body from the keys it reads.
+export const createResponseSchema = z.strictObject({
   model: z.string().min(1),
   input: z.union([z.string(), z.array(inputItem)]),
   instructions: z.string().nullish(),
@@ -77,6 +80,14 @@ export const createResponseSchema = z.looseObject({
   prompt_cache_key: z.string().nullish(),
   service_tier: z.string().nullish(),
   background: z.boolean().nullish(),
+  // OpenAI's prompt-cache hints, inert here as prompt_cache_key is (a provider's cache keeps its own lifetimes).
+  prompt_cache_retention: z.string().nullish(),
+  prompt_cache_options: z.record(z.string(), z.unknown()).nullish(),
+  // Read only to refuse them by name (translate/responses/request.ts rejectUnsupported).
+  conversation: z.unknown().optional(),
+  prompt: z.unknown().optional(),
+  context_management: z.unknown().optional(),
+  moderation: z.unknown().optional(),
 });
 
 /** The 400 for a conversation past responses.maxConversationBytes, naming `input`, or `previous_response_id` for a continuation. */
