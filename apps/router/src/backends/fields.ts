@@ -144,6 +144,13 @@ export const requestFields = {
     asks: (b) => when(typeof b.reasoning_effort === "string" && b.reasoning_effort !== "none", "reasoning_effort"),
     sample: { reasoning_effort: "low" },
   },
+  // OpenAI's GPT-5 verbosity; "medium" is its default, so asking it changes nothing.
+  verbosity: {
+    label: "verbosity (/v1/responses: text.verbosity)",
+    routes: ["chat"],
+    asks: (b) => when(typeof b.verbosity === "string" && b.verbosity !== "medium", "verbosity"),
+    sample: { verbosity: "low" },
+  },
   echo: { label: "echo", routes: ["completions"], asks: (b) => when(b.echo === true, "echo"), sample: { echo: true } },
   best_of: { label: "best_of", routes: ["completions"], asks: (b) => when(num(b.best_of) && b.best_of > 1, "best_of"), sample: { best_of: 2 } },
   suffix: { label: "suffix", routes: ["completions"], asks: (b) => when(typeof b.suffix === "string" && b.suffix !== "", "suffix"), sample: { suffix: " return x" } },

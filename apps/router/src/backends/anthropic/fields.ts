@@ -28,6 +28,8 @@ export const anthropicFields: FieldSupport = {
   audio_parts: "refused",
   modalities: "refused",
   reasoning_effort: "refused",
+  // Messages has no setting for the length and detail of the answer.
+  verbosity: "refused",
   echo: "unserved",
   best_of: "unserved",
   suffix: "unserved",

@@ -35,6 +35,7 @@ export const openrouterFields: FieldSupport = {
   audio_parts: "honoured",
   modalities: "honoured",
   reasoning_effort: "honoured",
+  verbosity: "honoured",
   echo: "refused",
   best_of: "refused",
   suffix: "refused",

@@ -28,6 +28,7 @@ export const workerFields: FieldSupport = {
   audio_parts: "per model",
   modalities: "refused",
   reasoning_effort: "refused",
+  verbosity: "refused",
   echo: "honoured",
   best_of: "honoured",
   // Needs fill-in-the-middle tokens in the model's vocabulary.

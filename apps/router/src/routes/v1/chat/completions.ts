@@ -89,6 +89,8 @@ export const chatCompletionSchema = z
     ...generationFields,
     ...structuredFields,
     messages: z.array(chatMessageSchema).min(1),
+    // OpenAI's values: a typo is a 400 here, not a value an upstream reads as it likes.
+    verbosity: z.enum(["low", "medium", "high"]).nullish(),
   })
   .superRefine((body, ctx) => {
     streamOptionsNeedStream(body, ctx);
