@@ -130,6 +130,44 @@ describe("/v1/responses names the field the client sent", () => {
   });
 });
 
+describe("verbosity", () => {
+  const respond = (body: Record<string, unknown>) =>
+    fetch(`${fx.router.url}/v1/responses`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ input: "hello", store: false, ...body }),
+    });
+
+  it("/v1/responses' text.verbosity reaches OpenRouter as chat verbosity, and is echoed", async () => {
+    const r = await respond({ model: OR_MODEL, text: { verbosity: "low" } });
+    const res = (await r.json()) as { text?: { verbosity?: string } };
+    expect(r.status, JSON.stringify(res)).toBe(200);
+    expect(res.text?.verbosity).toBe("low");
+    expect((openrouter.requests.at(-1)!.body as Record<string, unknown>).verbosity).toBe("low");
+  });
+
+  it("refused by Anthropic as text.verbosity; medium, OpenAI's default, goes anywhere and is not sent", async () => {
+    const before = anthropic.requests.length;
+    const r = await respond({ model: AN_MODEL, text: { verbosity: "high" } });
+    const err = ((await r.json()) as { error: { param: string; message: string } }).error;
+    expect([r.status, err.param]).toEqual([400, "text.verbosity"]);
+    expect(err.message).toMatch(/^text\.verbosity: .* by anthropic$/);
+    expect(anthropic.requests.length).toBe(before);
+    const medium = await respond({ model: AN_MODEL, text: { verbosity: "medium" } });
+    expect(medium.status, await medium.clone().text()).toBe(200);
+    expect(anthropic.requests.length).toBe(before + 1);
+    const chat = await post("chat", { ...base.chat, model: AN_MODEL, verbosity: "medium" });
+    expect(chat.status, chat.text).toBe(200);
+  });
+
+  it("a value OpenAI does not take is a 400 naming verbosity, on any backend", async () => {
+    const before = openrouter.requests.length;
+    const r = await post("chat", { ...base.chat, model: OR_MODEL, verbosity: "extreme" });
+    expect([r.status, r.json.error?.param], r.text).toEqual([400, "verbosity"]);
+    expect(openrouter.requests.length).toBe(before);
+  });
+});
+
 describe("a route the model's backend does not serve", () => {
   it("is the client's mistake: 400 naming model, no Retry-After, nothing sent upstream", async () => {
     const before = anthropic.requests.length + openrouter.requests.length;

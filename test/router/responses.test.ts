@@ -235,6 +235,20 @@ describe("POST /v1/responses", () => {
     expect(hinted.status, await hinted.clone().text()).toBe(200);
   });
 
+  it("text.verbosity is applied, not only echoed: a worker refuses low/high naming it; medium and null ask nothing", async () => {
+    const before = worker.lastBody;
+    for (const verbosity of ["low", "high"] as const) {
+      await expect(client.responses.create({ model: "sim-chat", input: "hi", store: false, text: { verbosity } })).rejects.toMatchObject({ status: 400, param: "text.verbosity" });
+    }
+    expect(worker.lastBody, "nothing reached the worker").toBe(before);
+    for (const verbosity of ["medium", null] as const) {
+      const res = await client.responses.create({ model: "sim-chat", input: "hi", store: false, text: { verbosity } });
+      expect(res.status).toBe("completed");
+      expect(res.text?.verbosity).toBe("medium");
+      expect(worker.lastBody, "no chat verbosity sent").not.toHaveProperty("verbosity");
+    }
+  });
+
   it("a backend that reports no usage still answers a usage object, whole and streamed", async () => {
     // OpenAI's finished responses always carry usage, and strict clients
     // validate it: the Vercel AI SDK's schema takes `usage` as optional (not

@@ -197,6 +197,8 @@ export function toChatRequest(body: Json, history: Json[]): { chat: Json & { mod
   const format = responseFormat(body.text);
   if (format) chat.response_format = format;
   if (isObject(body.reasoning) && typeof body.reasoning.effort === "string" && body.reasoning.effort !== "none") chat.reasoning_effort = body.reasoning.effort;
+  // Applied, not only echoed: a backend that cannot honour it refuses `text.verbosity` by name. "medium" is OpenAI's default.
+  if (isObject(body.text) && typeof body.text.verbosity === "string" && body.text.verbosity !== "medium") chat.verbosity = body.text.verbosity;
   const include = Array.isArray(body.include) ? body.include : [];
   const top = typeof body.top_logprobs === "number" ? body.top_logprobs : 0;
   if (include.includes(LOGPROBS_INCLUDE) || top > 0) {

@@ -164,6 +164,7 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
 /** The chat fields toChatRequest makes, by the Responses field the client sent (errors name the latter). */
 export const chatParamsOfResponses: Record<string, string> = {
   reasoning_effort: "reasoning.effort",
+  verbosity: "text.verbosity",
   max_tokens: "max_output_tokens",
   response_format: "text.format",
 };
