@@ -29,6 +29,11 @@ export interface PromptCount {
   backend: Backend;
 }
 
+/** A count's answer headers, on both count routes: whether it is exact, and which backend counted. */
+export function countHeaders(count: PromptCount): Record<string, string> {
+  return { [TOKEN_COUNT_HEADER]: count.exact ? "exact" : "estimate", "x-switchyard-backend": count.backend.id };
+}
+
 export async function countPrompt(c: Context<AppEnv>, deps: AppDeps, body: InferenceBody, opts: { narrow?: (backends: Backend[]) => Backend[] } = {}): Promise<PromptCount> {
   const refusal = overloaded(deps);
   if (refusal) throw refusal;

@@ -10,7 +10,7 @@ import * as z from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { RouteTable } from "../../../route-table.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
-import { countPrompt, TOKEN_COUNT_HEADER } from "../../../pipeline/count.ts";
+import { countHeaders, countPrompt } from "../../../pipeline/count.ts";
 import type { InferenceBody } from "../../../pipeline/inference.ts";
 import type { Json } from "../../../translate/boundary.ts";
 import { toChatRequest } from "../../../translate/messages/request.ts";
@@ -54,11 +54,7 @@ export async function countMessageTokens(c: Context<AppEnv>, deps: AppDeps): Pro
   delete chat.max_tokens;
   const narrow = narrowByFeatures(needs, body.model);
   const count = await countPrompt(c, deps, chat as InferenceBody, narrow ? { narrow } : {});
-  return c.json({ input_tokens: count.tokens }, 200, {
-    [TOKEN_COUNT_HEADER]: count.exact ? "exact" : "estimate",
-    "x-switchyard-backend": count.backend.id,
-    "request-id": c.get("requestId"),
-  });
+  return c.json({ input_tokens: count.tokens }, 200, { ...countHeaders(count), "request-id": c.get("requestId") });
 }
 
 export function registerCountMessageTokens(app: RouteTable, deps: AppDeps): void {

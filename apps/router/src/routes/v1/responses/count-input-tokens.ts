@@ -12,14 +12,12 @@ import type { ResponseStore } from "@switchyard/state";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { RouteTable } from "../../../route-table.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
-import { countPrompt, TOKEN_COUNT_HEADER, type PromptCount } from "../../../pipeline/count.ts";
+import { countHeaders, countPrompt, type PromptCount } from "../../../pipeline/count.ts";
 import type { InferenceBody } from "../../../pipeline/inference.ts";
 import { clientParam, type Json } from "../../../translate/boundary.ts";
-import { loadResponse } from "../../../translate/responses/conversation.ts";
-import { toChatRequest } from "../../../translate/responses/request.ts";
 import { documented } from "../../../openapi/marks.ts";
 import { countErrors, tokenCountHeaders } from "../../../openapi/common.ts";
-import { chatParamsOfResponses, conversationTooLong, createResponseSchema } from "./create.ts";
+import { chatParamsOfResponses, continuedChat, conversationTooLong, createResponseSchema } from "./create.ts";
 
 /** OpenAI's answer (InputTokenCountResponse). */
 export const inputTokensAnswer = z.object({ object: z.literal("response.input_tokens"), input_tokens: z.number().int().nonnegative() });
@@ -59,12 +57,9 @@ export async function countInputTokens(c: Context<AppEnv>, deps: AppDeps, store:
   const tenantId = c.get("tenant").tenantId;
   const { maxConversationBytes } = deps.config.responses;
   // The prompt /v1/responses would run: the tenant's stored conversation first (404 for anyone else's), the same translation and 400s.
-  const previous = body.previous_response_id ? await loadResponse(store, tenantId, body.previous_response_id, "previous_response_id") : undefined;
-  if (previous && previous.messages === null) throw conversationTooLong(maxConversationBytes, "previous_response_id");
-  const history = previous?.messages ?? [];
-  const { chat, input } = toChatRequest(body, history);
+  const { chat, conversationBytes, sizeParam } = await continuedChat(store, tenantId, body, maxConversationBytes);
   // A conversation create would refuse as too long is refused here too (measured as with store: false: nothing is kept).
-  if (JSON.stringify([...history, ...input]).length > maxConversationBytes) throw conversationTooLong(maxConversationBytes, body.previous_response_id ? "previous_response_id" : "input");
+  if (conversationBytes > maxConversationBytes) throw conversationTooLong(maxConversationBytes, sizeParam);
   let count: PromptCount;
   try {
     count = await countPrompt(c, deps, chat as InferenceBody);
@@ -72,10 +67,7 @@ export async function countInputTokens(c: Context<AppEnv>, deps: AppDeps, store:
     // An error about a chat field names the Responses field sent (reasoning.effort, text.format).
     throw clientParam(err, chatParamsOfResponses);
   }
-  return c.json({ object: "response.input_tokens", input_tokens: count.tokens }, 200, {
-    [TOKEN_COUNT_HEADER]: count.exact ? "exact" : "estimate",
-    "x-switchyard-backend": count.backend.id,
-  });
+  return c.json({ object: "response.input_tokens", input_tokens: count.tokens }, 200, countHeaders(count));
 }
 
 export function registerCountInputTokens(app: RouteTable, deps: AppDeps, store: ResponseStore): void {

@@ -105,18 +105,28 @@ export const responseAnswer = z.looseObject({
   output: z.array(z.looseObject({ type: z.string() })),
 });
 
+/**
+ * A Responses body's chat request with the stored conversation it continues
+ * (the tenant's own, else a 404 naming previous_response_id; one kept for
+ * GET only, past responses.maxConversationBytes, is that 400): what create
+ * runs and input_tokens counts. `sizeParam` is the field a conversation too
+ * long is the client's 400 for.
+ */
+export async function continuedChat(store: ResponseStore, tenantId: number, body: Json, maxConversationBytes: number) {
+  const previous = typeof body.previous_response_id === "string" && body.previous_response_id !== "" ? await loadResponse(store, tenantId, body.previous_response_id, "previous_response_id") : undefined;
+  if (previous && previous.messages === null) throw conversationTooLong(maxConversationBytes, "previous_response_id");
+  const history = previous?.messages ?? [];
+  const { chat, input } = toChatRequest(body, history);
+  const conversation = [...history, ...input];
+  return { previous, chat, conversation, conversationBytes: JSON.stringify(conversation).length, sizeParam: previous ? "previous_response_id" : "input" };
+}
+
 export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: ResponseStore): Promise<Response> {
   const body = c.get("body") as CreateResponseBody & Json;
   const tenantId = c.get("tenant").tenantId;
   const { ttlS, maxConversationBytes } = deps.config.responses;
-  const tooLong = (param: string) => conversationTooLong(maxConversationBytes, param);
-  const previous = body.previous_response_id ? await loadResponse(store, tenantId, body.previous_response_id, "previous_response_id") : undefined;
-  if (previous && previous.messages === null) throw tooLong("previous_response_id");
-  const history = previous?.messages ?? [];
-  const { chat, input } = toChatRequest(body, history);
-  const conversation = [...history, ...input];
+  const { previous, chat, conversation, conversationBytes, sizeParam } = await continuedChat(store, tenantId, body, maxConversationBytes);
   const keep = body.store !== false;
-  const conversationBytes = JSON.stringify(conversation).length;
   // The input items (with ids) are kept for input_items beside the chat
   // conversation, so a stored response holds its conversation twice: each
   // copy is bounded, the longer one deciding (items carry ids and part
@@ -128,7 +138,7 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
     items = [...earlier, ...inputItems(body.input, new Set(earlier.map((i) => String(i.id))))];
     itemsBytes = JSON.stringify(items).length;
   }
-  if (Math.max(conversationBytes, itemsBytes) > maxConversationBytes) throw tooLong(body.previous_response_id ? "previous_response_id" : "input");
+  if (Math.max(conversationBytes, itemsBytes) > maxConversationBytes) throw conversationTooLong(maxConversationBytes, sizeParam);
   const seed = { id: newResponseId(), createdAt: nowSeconds(), body };
   /** Stored before the client hears it is done: its next request may continue it on another router at once. */
   const persist = async (response: Json, turn: Json) => {
