@@ -185,7 +185,7 @@ describe("fromMessagesResponse", () => {
   });
 
   it("joins text, maps usage with cache tokens the way billing reads it", () => {
-    const out = fromMessagesResponse(msg({ content: [{ type: "text", text: "Hel" }, { type: "thinking" }, { type: "text", text: "lo" }] }));
+    const out = fromMessagesResponse(msg({ content: [{ type: "text", text: "Hel" }, { type: "web_search_tool_result" }, { type: "text", text: "lo" }] }));
     expect(out).toMatchObject({
       id: "chatcmpl-msg_01abc",
       object: "chat.completion",
@@ -194,7 +194,7 @@ describe("fromMessagesResponse", () => {
       usage: { prompt_tokens: 20, completion_tokens: 3, total_tokens: 23, prompt_tokens_details: { cached_tokens: 6, cache_write_tokens: 4 } },
     });
     expect(usageFrom(out)).toMatchObject({ prompt: 20, completion: 3, cached: 6, cacheWrite: 4 });
-    expect(fromMessagesResponse(msg({}), "claude-haiku").model).toBe("claude-haiku");
+    expect(fromMessagesResponse(msg({}), { model: "claude-haiku" }).model).toBe("claude-haiku");
   });
 
   it("counts one-hour cache writes apart (cache_creation), inside the same cache_write_tokens total", () => {

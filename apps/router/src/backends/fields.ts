@@ -144,6 +144,15 @@ export const requestFields = {
     asks: (b) => when(typeof b.reasoning_effort === "string" && b.reasoning_effort !== "none", "reasoning_effort"),
     sample: { reasoning_effort: "low" },
   },
+  // OpenRouter's reasoning object (effort, max_tokens, exclude, enabled); enabled: false or effort "none" asks nothing.
+  // The sample's max_tokens leaves room for its thinking budget, which Anthropic needs below max_tokens.
+  reasoning: {
+    label: "reasoning (OpenRouter's object; /v1/messages: thinking)",
+    routes: ["chat"],
+    asks: (b) => when(isObj(b.reasoning) && b.reasoning.enabled !== false && b.reasoning.effort !== "none", "reasoning"),
+    sample: { reasoning: { max_tokens: 2048 }, max_tokens: 4096 },
+    keys: ["reasoning"],
+  },
   // OpenAI's GPT-5 verbosity; "medium" is its default, so asking it changes nothing.
   verbosity: {
     label: "verbosity (/v1/responses: text.verbosity)",

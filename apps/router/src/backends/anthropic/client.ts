@@ -6,7 +6,7 @@ import { Pool } from "../undici.ts";
 import { parseSse } from "../../relay/sse.ts";
 import { defaultUpstreamLimits, COUNT_ANSWER_MAX_BYTES, errorBodyText, readBodyText, transportFailure, type UpstreamLimits } from "../transport.ts";
 import { type Backend, type BackendRequest, busyOf, type CountRequest, countFrom, type InferencePath, type RequestFeature, UpstreamFailure, upstreamBody, type UpstreamResponse, type UpstreamSignal, type AttemptCall } from "../types.ts";
-import { toCountTokensRequest, toMessagesRequest } from "./request.ts";
+import { reasoningExcluded, toCountTokensRequest, toMessagesRequest } from "./request.ts";
 import { fromMessagesResponse } from "./response.ts";
 import { MessagesStreamTranslator } from "./stream.ts";
 import { AnthropicStreamError, type MessagesResponse, UntranslatableRequest } from "./wire.ts";
@@ -141,7 +141,7 @@ export class AnthropicBackend implements Backend {
    */
   async countTokens(req: CountRequest, call: AttemptCall, signal: UpstreamSignal): Promise<number> {
     const { basePath, pool } = this.connections;
-    const body = this.translated(() => toCountTokensRequest(upstreamBody(req), this.model));
+    const body = this.translated(() => toCountTokensRequest(upstreamBody(req), this.model, { maxTokens: this.connections.options.defaultMaxTokens }));
     let res;
     try {
       res = await pool.request({ path: `${basePath}/v1/messages/count_tokens`, method: "POST", headers: this.headers(call, "application/json"), body: JSON.stringify(body), signal });
@@ -184,6 +184,8 @@ export class AnthropicBackend implements Backend {
     }
     const resBody = res.body;
     const includeUsage = (sent.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage === true;
+    // Thinking still runs (and is billed); the client asked not to see it.
+    const excludeReasoning = reasoningExcluded(sent);
     return {
       text: async () => {
         let text: string;
@@ -199,13 +201,13 @@ export class AnthropicBackend implements Backend {
           throw new UpstreamFailure("protocol", "anthropic answered with invalid JSON", true);
         }
         if (!Array.isArray(msg?.content)) throw new UpstreamFailure("protocol", "anthropic answered without message content", true);
-        return JSON.stringify(fromMessagesResponse(msg));
+        return JSON.stringify(fromMessagesResponse(msg, { excludeReasoning }));
       },
       raw: () => {
         throw new UpstreamFailure("protocol", "anthropic bodies are always translated, never relayed raw", false);
       },
       events: async function* () {
-        const translator = new MessagesStreamTranslator({ includeUsage });
+        const translator = new MessagesStreamTranslator({ includeUsage, excludeReasoning });
         try {
           for await (const payload of parseSse(resBody, { maxEventBytes: limits.maxEventBytes, label: "anthropic" })) yield* translator.feed(payload);
         } catch (err) {

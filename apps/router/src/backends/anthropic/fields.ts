@@ -27,7 +27,9 @@ export const anthropicFields: FieldSupport = {
   image_parts: "translated",
   audio_parts: "refused",
   modalities: "refused",
-  reasoning_effort: "refused",
+  // Both become `thinking`: a token budget (reasoning.max_tokens, or an effort's share of max_tokens), or adaptive.
+  reasoning_effort: "translated",
+  reasoning: "translated",
   // Messages has no setting for the length and detail of the answer.
   verbosity: "refused",
   echo: "unserved",

@@ -1,12 +1,18 @@
-// OpenAI chat request → Anthropic Messages request (see wire.ts).
+// OpenAI chat request → Anthropic Messages request (see wire.ts). Reasoning
+// travels in OpenRouter's chat extension: `reasoning` / `reasoning_effort`
+// become `thinking`, an assistant message's `reasoning_details` its thinking
+// blocks.
 import {
+  CLAUDE_REASONING_FORMAT,
   isObject,
   UntranslatableRequest,
   type ContentBlock,
   type ImageBlock,
   type Json,
   type MessagesRequest,
+  type ReasoningBlock,
   type TextBlock,
+  type ThinkingConfig,
   type ToolResultBlock,
   type ToolUseBlock,
 } from "./wire.ts";
@@ -103,6 +109,92 @@ function toolChoiceFrom(choice: unknown, parallel: unknown): MessagesRequest["to
   return choice === undefined || choice === null ? undefined : tc;
 }
 
+/**
+ * An assistant message's `reasoning_details` (OpenRouter's) as the thinking
+ * blocks Anthropic gave: entries merged by `index` (a streamed answer's
+ * pieces: text joined, signature and data taken), in order. Only Claude's
+ * entries (format anthropic-claude-v1, or none given) can go back; another
+ * provider's reasoning is dropped, and so is a text without its signature,
+ * which Anthropic would refuse as forged.
+ */
+function reasoningBlocks(details: unknown, at: string): ReasoningBlock[] {
+  if (details === undefined || details === null) return [];
+  if (!Array.isArray(details)) reject(at, "must be an array");
+  const merged = new Map<unknown, { type: unknown; format: unknown; text: string; signature: string; data: string }>();
+  details.forEach((d, j) => {
+    if (!isObject(d)) reject(`${at}[${j}]`, "must be an object");
+    const key = typeof d.index === "number" ? d.index : `at ${j}`;
+    let entry = merged.get(key);
+    if (!entry) merged.set(key, (entry = { type: d.type, format: d.format, text: "", signature: "", data: "" }));
+    entry.format ??= d.format;
+    if (typeof d.text === "string") entry.text += d.text;
+    if (typeof d.signature === "string" && d.signature !== "") entry.signature = d.signature;
+    if (typeof d.data === "string" && d.data !== "") entry.data = d.data;
+  });
+  const blocks: ReasoningBlock[] = [];
+  for (const e of merged.values()) {
+    if (e.format != null && e.format !== CLAUDE_REASONING_FORMAT) continue;
+    if (e.type === "reasoning.text" && e.signature !== "") blocks.push({ type: "thinking", thinking: e.text, signature: e.signature });
+    else if (e.type === "reasoning.encrypted" && e.data !== "") blocks.push({ type: "redacted_thinking", data: e.data });
+  }
+  return blocks;
+}
+
+/** OpenRouter's share of max_tokens a thinking budget gets, by effort. */
+const effortRatio: Record<string, number> = { xhigh: 0.95, high: 0.8, medium: 0.5, low: 0.2, minimal: 0.1 };
+/** Anthropic's least budget; OpenRouter's most for an effort. */
+const MIN_BUDGET = 1024;
+const MAX_EFFORT_BUDGET = 32_000;
+
+function effortBudget(effort: unknown, param: string, maxTokens: number): number {
+  if (typeof effort !== "string" || !Object.hasOwn(effortRatio, effort)) reject(param, `must be one of none, ${Object.keys(effortRatio).join(", ")}`);
+  return Math.max(MIN_BUDGET, Math.min(MAX_EFFORT_BUDGET, Math.floor(maxTokens * effortRatio[effort]!)));
+}
+
+/**
+ * `thinking` for the body's reasoning ask: OpenRouter's `reasoning` object
+ * (which wins), else chat's `reasoning_effort`. `max_tokens` is the budget
+ * as given, an effort a share of max_tokens, `enabled: true` alone adaptive
+ * thinking; `enabled: false` or effort "none" asks none. Anthropic needs the
+ * budget below max_tokens (`maxTokens`; undefined for a count, which has
+ * none): otherwise the client's 400 naming the field, before anything is
+ * sent.
+ */
+function thinkingFrom(body: Json, maxTokens: number | undefined, effortBase: number): ThinkingConfig | undefined {
+  let budget: number;
+  let param: string;
+  const r = body.reasoning;
+  if (r !== undefined && r !== null) {
+    if (!isObject(r)) reject("reasoning", "must be an object");
+    if (r.enabled === false || r.effort === "none") return undefined;
+    if (r.max_tokens !== undefined && r.max_tokens !== null) {
+      param = "reasoning.max_tokens";
+      if (typeof r.max_tokens !== "number" || !Number.isInteger(r.max_tokens)) reject(param, "must be an integer");
+      if (r.max_tokens < MIN_BUDGET) reject(param, `Anthropic's thinking budget is at least ${MIN_BUDGET} tokens`);
+      budget = r.max_tokens;
+    } else if (r.effort !== undefined && r.effort !== null) {
+      param = "reasoning.effort";
+      budget = effortBudget(r.effort, param, effortBase);
+    } else {
+      return { type: "adaptive" };
+    }
+  } else if (body.reasoning_effort !== undefined && body.reasoning_effort !== null && body.reasoning_effort !== "none") {
+    param = "reasoning_effort";
+    budget = effortBudget(body.reasoning_effort, param, effortBase);
+  } else {
+    return undefined;
+  }
+  if (maxTokens !== undefined && budget >= maxTokens) {
+    reject(param, `Anthropic needs max_tokens above the thinking budget: a budget of ${budget} tokens with max_tokens ${maxTokens} (the request's, capped by this deployment)`);
+  }
+  return { type: "enabled", budget_tokens: budget };
+}
+
+/** Whether the client asked for thinking without its text in the answer (`reasoning.exclude`). */
+export function reasoningExcluded(body: Json): boolean {
+  return isObject(body.reasoning) && body.reasoning.exclude === true;
+}
+
 /** OpenAI fields with no Messages equivalent that change what the client gets back. */
 function rejectInexpressible(body: Json): void {
   if (typeof body.n === "number" && body.n > 1) reject("n", "Anthropic returns one choice per request; n must be 1");
@@ -123,18 +215,26 @@ function rejectInexpressible(body: Json): void {
  * they do not change the shape of the answer.
  */
 export function toMessagesRequest(body: Json, upstreamModel: string, defaults: { maxTokens: number }): MessagesRequest {
+  return translate(body, upstreamModel, defaults, false);
+}
+
+/** toMessagesRequest's work; `forCount`: a count_tokens body, which has no max_tokens to keep a thinking budget under. */
+function translate(body: Json, upstreamModel: string, defaults: { maxTokens: number }, forCount: boolean): MessagesRequest {
   rejectInexpressible(body);
   if (!Array.isArray(body.messages)) reject("messages", "must be an array");
 
   const system: TextBlock[] = [];
-  const turns: Array<{ role: "user" | "assistant"; blocks: ContentBlock[] }> = [];
+  // `reasoning`: a turn's thinking blocks, which Anthropic wants before its text and tool calls.
+  const turns: Array<{ role: "user" | "assistant"; reasoning: ReasoningBlock[]; blocks: ContentBlock[] }> = [];
   // Anthropic wants alternating turns: same-role neighbours become one turn,
   // and tool results travel in the user turn that follows the tool calls.
-  const push = (role: "user" | "assistant", blocks: ContentBlock[]) => {
-    if (blocks.length === 0) return;
+  const push = (role: "user" | "assistant", blocks: ContentBlock[], reasoning: ReasoningBlock[] = []) => {
+    if (blocks.length === 0 && reasoning.length === 0) return;
     const last = turns[turns.length - 1];
-    if (last?.role === role) last.blocks.push(...blocks);
-    else turns.push({ role, blocks });
+    if (last?.role === role) {
+      last.reasoning.push(...reasoning);
+      last.blocks.push(...blocks);
+    } else turns.push({ role, reasoning, blocks });
   };
   body.messages.forEach((m, i) => {
     const at = `messages[${i}]`;
@@ -151,7 +251,7 @@ export function toMessagesRequest(body: Json, upstreamModel: string, defaults: {
         return push("user", contentBlocks(m.content, `${at}.content`));
       case "assistant": {
         const calls = Array.isArray(m.tool_calls) ? m.tool_calls.map((c, j) => toolUse(c, `${at}.tool_calls[${j}]`)) : [];
-        return push("assistant", [...contentBlocks(m.content, `${at}.content`), ...calls]);
+        return push("assistant", [...contentBlocks(m.content, `${at}.content`), ...calls], reasoningBlocks(m.reasoning_details, `${at}.reasoning_details`));
       }
       case "tool":
         return push("user", [toolResult(m, at)]);
@@ -160,14 +260,16 @@ export function toMessagesRequest(body: Json, upstreamModel: string, defaults: {
     }
   });
 
+  // Both names set: the smaller (the router normalizes bodies to one; this holds for any caller).
+  const asked = smaller(num(body.max_completion_tokens), num(body.max_tokens));
+  const maxTokens = asked ?? defaults.maxTokens;
   const req: MessagesRequest = {
     model: upstreamModel,
-    // Both names set: the smaller (the router normalizes bodies to one; this holds for any caller).
-    max_tokens: smaller(num(body.max_completion_tokens), num(body.max_tokens)) ?? defaults.maxTokens,
-    messages: turns.map(({ role, blocks }) => {
+    max_tokens: maxTokens,
+    messages: turns.map(({ role, reasoning, blocks }) => {
       const only = blocks[0];
-      const plain = blocks.length === 1 && only?.type === "text" && only.cache_control === undefined;
-      return { role, content: plain ? only.text : blocks };
+      const plain = reasoning.length === 0 && blocks.length === 1 && only?.type === "text" && only.cache_control === undefined;
+      return { role, content: plain ? only.text : [...reasoning, ...blocks] };
     }),
   };
   if (system.length > 0) {
@@ -193,6 +295,8 @@ export function toMessagesRequest(body: Json, upstreamModel: string, defaults: {
     }
   }
   if (typeof body.user === "string" && body.user !== "") req.metadata = { user_id: body.user };
+  const thinking = thinkingFrom(body, forCount ? undefined : maxTokens, maxTokens);
+  if (thinking) req.thinking = thinking;
   return req;
 }
 
@@ -205,16 +309,28 @@ function num(v: unknown): number | undefined {
 }
 
 
-/** The body of Anthropic's count_tokens: what the Messages request would send that makes its prompt, nothing that shapes the answer. */
-export type CountTokensRequest = Pick<MessagesRequest, "model" | "messages" | "system" | "tools" | "tool_choice">;
+/**
+ * The body of Anthropic's count_tokens: what the Messages request would send
+ * that makes its prompt (thinking too: it adds Anthropic's own system
+ * prompt), nothing that shapes only the answer.
+ */
+export type CountTokensRequest = Pick<MessagesRequest, "model" | "messages" | "system" | "tools" | "tool_choice" | "thinking">;
 
 /**
  * The count_tokens request for an OpenAI chat body: the Messages request
  * `toMessagesRequest` would send, so the count is of the prompt a run would
  * carry, less the fields count_tokens refuses as extra inputs (max_tokens,
- * sampling, stop sequences, stream, metadata).
+ * sampling, stop sequences, stream, metadata). An effort's thinking budget
+ * is its share of the body's max_tokens, or of `defaults.maxTokens`.
  */
-export function toCountTokensRequest(body: Json, upstreamModel: string): CountTokensRequest {
-  const { model, messages, system, tools, tool_choice } = toMessagesRequest(body, upstreamModel, { maxTokens: 1 });
-  return { model, messages, ...(system !== undefined ? { system } : {}), ...(tools !== undefined ? { tools } : {}), ...(tool_choice !== undefined ? { tool_choice } : {}) };
+export function toCountTokensRequest(body: Json, upstreamModel: string, defaults: { maxTokens: number }): CountTokensRequest {
+  const { model, messages, system, tools, tool_choice, thinking } = translate(body, upstreamModel, defaults, true);
+  return {
+    model,
+    messages,
+    ...(system !== undefined ? { system } : {}),
+    ...(tools !== undefined ? { tools } : {}),
+    ...(tool_choice !== undefined ? { tool_choice } : {}),
+    ...(thinking !== undefined ? { thinking } : {}),
+  };
 }

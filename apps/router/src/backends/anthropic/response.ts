@@ -1,5 +1,5 @@
 // Anthropic Messages response → OpenAI chat completion (see wire.ts).
-import type { AnthropicUsage, Json, MessagesResponse, OpenAIUsage } from "./wire.ts";
+import { CLAUDE_REASONING_FORMAT, type AnthropicUsage, type Json, type MessagesResponse, type OpenAIUsage } from "./wire.ts";
 
 const finishReasons: Record<string, string> = {
   end_turn: "stop",
@@ -53,8 +53,32 @@ export function openaiUsage(u: AnthropicUsage | undefined): OpenAIUsage | undefi
 
 export const nowSeconds = () => Math.floor(Date.now() / 1000);
 
-/** The OpenAI `chat.completion` for a Messages response. Unknown block types (thinking) are skipped. */
-export function fromMessagesResponse(msg: MessagesResponse, requestedModel?: string): Json {
+/**
+ * The thinking blocks as OpenRouter's `reasoning` (their text joined; null
+ * when none) and `reasoning_details` (one entry per block, `index` its
+ * place among them), so a client can send them back signed.
+ */
+function reasoningOf(content: MessagesResponse["content"]): { reasoning: string | null; details: Json[] } {
+  let reasoning: string | null = null;
+  const details: Json[] = [];
+  for (const b of content) {
+    if (b.type === "thinking") {
+      const text = b.thinking ?? "";
+      reasoning = (reasoning ?? "") + text;
+      details.push({ type: "reasoning.text", text, signature: b.signature ?? "", format: CLAUDE_REASONING_FORMAT, index: details.length });
+    } else if (b.type === "redacted_thinking") {
+      details.push({ type: "reasoning.encrypted", data: b.data ?? "", format: CLAUDE_REASONING_FORMAT, index: details.length });
+    }
+  }
+  return { reasoning, details };
+}
+
+/**
+ * The OpenAI `chat.completion` for a Messages response. `model`: the name to
+ * answer with (the response's own otherwise); `excludeReasoning`: the client
+ * asked for thinking without seeing it. Unknown block types are skipped.
+ */
+export function fromMessagesResponse(msg: MessagesResponse, opts: { model?: string; excludeReasoning?: boolean } = {}): Json {
   const text = msg.content
     .filter((b) => b.type === "text")
     .map((b) => b.text ?? "")
@@ -62,13 +86,15 @@ export function fromMessagesResponse(msg: MessagesResponse, requestedModel?: str
   const toolCalls = msg.content
     .filter((b) => b.type === "tool_use")
     .map((b) => ({ id: b.id ?? "", type: "function", function: { name: b.name ?? "", arguments: JSON.stringify(b.input ?? {}) } }));
-  const message: Json = { role: "assistant", content: text === "" && toolCalls.length > 0 ? null : text, refusal: null };
+  const { reasoning, details } = opts.excludeReasoning ? { reasoning: null, details: [] } : reasoningOf(msg.content);
+  const message: Json = { role: "assistant", content: text === "" && toolCalls.length > 0 ? null : text, refusal: null, reasoning };
+  if (details.length > 0) message.reasoning_details = details;
   if (toolCalls.length > 0) message.tool_calls = toolCalls;
   const out: Json = {
     id: `chatcmpl-${msg.id}`,
     object: "chat.completion",
     created: nowSeconds(),
-    model: requestedModel ?? msg.model,
+    model: opts.model ?? msg.model,
     choices: [{ index: 0, message, finish_reason: finishReason(msg.stop_reason), ...stopSequenceField(msg.stop_reason, msg.stop_sequence), logprobs: null }],
   };
   const usage = openaiUsage(msg.usage);

@@ -1,13 +1,13 @@
 // Anthropic Messages stream events → OpenAI chat completion chunks (see wire.ts).
-import { AnthropicStreamError, type AnthropicUsage, type OpenAIUsage, type Json } from "./wire.ts";
+import { AnthropicStreamError, CLAUDE_REASONING_FORMAT, type AnthropicUsage, type OpenAIUsage, type Json } from "./wire.ts";
 import { finishReason, openaiUsage, nowSeconds, stopSequenceField } from "./response.ts";
 
 export interface MessagesStreamEvent {
   type: string;
   index?: number;
   message?: { id?: string; model?: string; usage?: AnthropicUsage };
-  content_block?: { type: string; id?: string; name?: string };
-  delta?: { type?: string; text?: string; partial_json?: string; stop_reason?: string | null; stop_sequence?: string | null };
+  content_block?: { type: string; id?: string; name?: string; data?: string };
+  delta?: { type?: string; text?: string; partial_json?: string; thinking?: string; signature?: string; stop_reason?: string | null; stop_sequence?: string | null };
   usage?: AnthropicUsage;
   error?: { type?: string; message?: string };
 }
@@ -15,8 +15,12 @@ export interface MessagesStreamEvent {
 /**
  * Feed it Anthropic's SSE payloads in order; it answers each with the OpenAI
  * chunk payloads to relay (often none). Nothing is emitted until the first
- * content arrives, so an early `error` event still happens before the
- * relay's first event and may fail over.
+ * content (reasoning included) arrives, so an early `error` event still
+ * happens before the relay's first event and may fail over. Thinking goes
+ * out as OpenRouter streams it: `reasoning` text pieces beside
+ * `reasoning_details` pieces, a block's signature as a piece of its own, a
+ * redacted block whole; `index` is the block's place among the reasoning
+ * blocks.
  */
 export class MessagesStreamTranslator {
   private id = "chatcmpl-anthropic";
@@ -29,8 +33,12 @@ export class MessagesStreamTranslator {
   private usage: AnthropicUsage | undefined;
   /** Anthropic content-block index → OpenAI tool_calls index, and whether any arguments went out. */
   private readonly tools = new Map<number, { index: number; sentArgs: boolean }>();
+  /** Anthropic content-block index → reasoning_details index, for thinking blocks. */
+  private readonly thoughts = new Map<number, number>();
+  private reasoningBlocks = 0;
 
-  constructor(private readonly opts: { includeUsage: boolean; model?: string }) {
+  /** `excludeReasoning`: the client asked for thinking without seeing it: none is relayed. */
+  constructor(private readonly opts: { includeUsage: boolean; model?: string; excludeReasoning?: boolean }) {
     this.model = opts.model ?? "";
   }
 
@@ -47,10 +55,18 @@ export class MessagesStreamTranslator {
       }
       case "content_block_start": {
         const b = ev.content_block;
-        if (b?.type !== "tool_use") return [];
-        const index = this.tools.size;
-        this.tools.set(ev.index ?? 0, { index, sentArgs: false });
-        return this.emit({ tool_calls: [{ index, id: b.id ?? "", type: "function", function: { name: b.name ?? "", arguments: "" } }] });
+        if (b?.type === "tool_use") {
+          const index = this.tools.size;
+          this.tools.set(ev.index ?? 0, { index, sentArgs: false });
+          return this.emit({ tool_calls: [{ index, id: b.id ?? "", type: "function", function: { name: b.name ?? "", arguments: "" } }] });
+        }
+        if (this.opts.excludeReasoning) return [];
+        // A thinking block starts empty: its text and signature follow as deltas.
+        if (b?.type === "thinking") this.thoughts.set(ev.index ?? 0, this.reasoningBlocks++);
+        else if (b?.type === "redacted_thinking") {
+          return this.emit({ reasoning_details: [{ type: "reasoning.encrypted", data: b.data ?? "", format: CLAUDE_REASONING_FORMAT, index: this.reasoningBlocks++ }] });
+        }
+        return [];
       }
       case "content_block_delta": {
         const d = ev.delta ?? {};
@@ -61,7 +77,17 @@ export class MessagesStreamTranslator {
           tool.sentArgs = true;
           return this.emit({ tool_calls: [{ index: tool.index, function: { arguments: d.partial_json } }] });
         }
-        return []; // thinking, signatures, citations: not part of an OpenAI chat answer
+        if (d.type === "thinking_delta" && d.thinking) {
+          const index = this.thoughts.get(ev.index ?? 0);
+          if (index === undefined) return [];
+          return this.emit({ reasoning: d.thinking, reasoning_details: [{ type: "reasoning.text", text: d.thinking, format: CLAUDE_REASONING_FORMAT, index }] });
+        }
+        if (d.type === "signature_delta" && d.signature) {
+          const index = this.thoughts.get(ev.index ?? 0);
+          if (index === undefined) return [];
+          return this.emit({ reasoning_details: [{ type: "reasoning.text", signature: d.signature, format: CLAUDE_REASONING_FORMAT, index }] });
+        }
+        return []; // citations: not part of an OpenAI chat answer
       }
       case "content_block_stop": {
         const tool = this.tools.get(ev.index ?? 0);

@@ -49,7 +49,22 @@ export interface ToolResultBlock {
   tool_use_id: string;
   content?: string | Array<TextBlock | ImageBlock>;
 }
-export type ContentBlock = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock;
+/** Claude's reasoning, signed: sent back unmodified in later turns (Anthropic checks the signature). */
+export interface ThinkingBlock {
+  type: "thinking";
+  thinking: string;
+  signature: string;
+}
+/** Reasoning Anthropic's safety systems encrypted whole: opaque, sent back as it came. */
+export interface RedactedThinkingBlock {
+  type: "redacted_thinking";
+  data: string;
+}
+export type ReasoningBlock = ThinkingBlock | RedactedThinkingBlock;
+export type ContentBlock = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ReasoningBlock;
+
+/** Extended thinking: a token budget (below max_tokens), or adaptive (the model decides; newer models). */
+export type ThinkingConfig = { type: "enabled"; budget_tokens: number } | { type: "adaptive" };
 
 export interface MessagesRequest {
   model: string;
@@ -64,6 +79,7 @@ export interface MessagesRequest {
   tools?: Array<{ name: string; description?: string; input_schema: unknown }>;
   tool_choice?: { type: "auto" | "any" | "none"; disable_parallel_tool_use?: boolean } | { type: "tool"; name: string; disable_parallel_tool_use?: boolean };
   metadata?: { user_id: string };
+  thinking?: ThinkingConfig;
 }
 
 export interface AnthropicUsage {
@@ -80,7 +96,7 @@ export interface MessagesResponse {
   type: "message";
   role: "assistant";
   model: string;
-  content: Array<{ type: string; text?: string; id?: string; name?: string; input?: unknown }>;
+  content: Array<{ type: string; text?: string; id?: string; name?: string; input?: unknown; thinking?: string; signature?: string; data?: string }>;
   stop_reason: string | null;
   stop_sequence?: string | null;
   usage?: AnthropicUsage;
@@ -97,6 +113,9 @@ export interface OpenAIUsage {
   total_tokens: number;
   prompt_tokens_details: { cached_tokens: number; cache_write_tokens: number; cache_write_1h_tokens?: number };
 }
+
+/** OpenRouter's `format` for Claude's reasoning_details entries: the only ones Anthropic can take back. */
+export const CLAUDE_REASONING_FORMAT = "anthropic-claude-v1";
 
 export type Json = Record<string, unknown>;
 

@@ -9,7 +9,7 @@
 // provider: the budget's hold is priced for the model asked for, so a
 // request could spend past the tenant's budget. `provider` preferences that
 // only narrow or sort by price go through, as do other fields outside the
-// catalogue (transforms, reasoning, usage).
+// catalogue (transforms, usage).
 import type { FieldSupport } from "../fields.ts";
 
 export const openrouterFields: FieldSupport = {
@@ -35,6 +35,7 @@ export const openrouterFields: FieldSupport = {
   audio_parts: "honoured",
   modalities: "honoured",
   reasoning_effort: "honoured",
+  reasoning: "honoured",
   verbosity: "honoured",
   echo: "refused",
   best_of: "refused",

@@ -28,6 +28,7 @@ export const workerFields: FieldSupport = {
   audio_parts: "per model",
   modalities: "refused",
   reasoning_effort: "refused",
+  reasoning: "refused",
   verbosity: "refused",
   echo: "honoured",
   best_of: "honoured",

@@ -4,7 +4,7 @@ import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { RouteTable } from "../../../route-table.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
 import { handleInference } from "../../../pipeline/inference.ts";
-import { generationFields, streamOptionsNeedStream } from "../fields.ts";
+import { generationFields, streamOptionsNeedStream, UINT32_MAX } from "../fields.ts";
 import { documented } from "../../../openapi/marks.ts";
 import { completionAnswer, inferenceErrors } from "../../../openapi/common.ts";
 
@@ -91,6 +91,15 @@ export const chatCompletionSchema = z
     messages: z.array(chatMessageSchema).min(1),
     // OpenAI's values: a typo is a 400 here, not a value an upstream reads as it likes.
     verbosity: z.enum(["low", "medium", "high"]).nullish(),
+    // OpenRouter's reasoning object, its values as it documents them.
+    reasoning: z
+      .looseObject({
+        effort: z.enum(["xhigh", "high", "medium", "low", "minimal", "none"]).nullish(),
+        max_tokens: z.number().int().positive().max(UINT32_MAX).nullish(),
+        exclude: z.boolean().nullish(),
+        enabled: z.boolean().nullish(),
+      })
+      .nullish(),
   })
   .superRefine((body, ctx) => {
     streamOptionsNeedStream(body, ctx);
