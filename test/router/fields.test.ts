@@ -116,17 +116,27 @@ describe("a provider's refusal keeps its status", () => {
 });
 
 describe("/v1/responses names the field the client sent", () => {
-  it("reasoning.effort refused by a backend is reasoning.effort in the 400, not the chat field it became", async () => {
-    const before = anthropic.requests.length;
-    const r = await fetch(`${fx.router.url}/v1/responses`, {
+  const respond = (body: Record<string, unknown>) =>
+    fetch(`${fx.router.url}/v1/responses`, {
       method: "POST",
       headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" },
-      body: JSON.stringify({ model: AN_MODEL, input: "hello", reasoning: { effort: "low" } }),
+      body: JSON.stringify({ model: AN_MODEL, input: "hello", store: false, ...body }),
     });
+
+  it("reasoning.effort Anthropic cannot fit under max_output_tokens is reasoning.effort in the 400, not the chat field it became", async () => {
+    const before = anthropic.requests.length;
+    // low's thinking budget is at least 1024 tokens: no room left under 1024.
+    const r = await respond({ reasoning: { effort: "low" }, max_output_tokens: 1024 });
     const err = ((await r.json()) as { error: { param: string; message: string } }).error;
     expect([r.status, err.param]).toEqual([400, "reasoning.effort"]);
-    expect(err.message).toMatch(/^reasoning\.effort: .* by anthropic$/);
+    expect(err.message).toMatch(/^reasoning\.effort: Anthropic needs max_tokens above the thinking budget/);
     expect(anthropic.requests.length).toBe(before);
+  });
+
+  it("reasoning.effort reaches Anthropic as a thinking budget", async () => {
+    const r = await respond({ reasoning: { effort: "medium" }, max_output_tokens: 4000 });
+    expect(r.status, await r.clone().text()).toBe(200);
+    expect(anthropic.requests.at(-1)!.body.thinking).toEqual({ type: "enabled", budget_tokens: 2000 });
   });
 });
 

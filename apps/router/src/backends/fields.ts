@@ -142,10 +142,11 @@ export const requestFields = {
     label: "reasoning_effort (/v1/responses: reasoning.effort)",
     routes: ["chat"],
     asks: (b) => when(typeof b.reasoning_effort === "string" && b.reasoning_effort !== "none", "reasoning_effort"),
-    sample: { reasoning_effort: "low" },
+    // Its max_tokens (here and in reasoning's) leaves room for the thinking budget, which Anthropic needs below max_tokens.
+    sample: { reasoning_effort: "low", max_tokens: 4096 },
+    keys: ["reasoning_effort"],
   },
   // OpenRouter's reasoning object (effort, max_tokens, exclude, enabled); enabled: false or effort "none" asks nothing.
-  // The sample's max_tokens leaves room for its thinking budget, which Anthropic needs below max_tokens.
   reasoning: {
     label: "reasoning (OpenRouter's object; /v1/messages: thinking)",
     routes: ["chat"],
