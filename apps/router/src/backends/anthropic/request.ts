@@ -185,7 +185,7 @@ function thinkingFrom(body: Json, maxTokens: number | undefined, effortBase: num
     return undefined;
   }
   if (maxTokens !== undefined && budget >= maxTokens) {
-    reject(param, `Anthropic needs max_tokens above the thinking budget: a budget of ${budget} tokens with max_tokens ${maxTokens} (the request's, capped by this deployment)`);
+    reject(param, `Anthropic needs max_tokens above the thinking budget: a budget of ${budget} tokens with max_tokens ${maxTokens} (the request's, or this deployment's cap on it)`);
   }
   return { type: "enabled", budget_tokens: budget };
 }

@@ -1,8 +1,9 @@
 // OpenAI chat ⇄ Anthropic Messages, both directions, as pure functions (the
 // client does the I/O): request.ts reshapes request bodies, response.ts
 // whole answers, stream.ts stream events, so the relay sees OpenAI shapes
-// with an OpenAI `usage` block. This file: the errors they raise and the
-// wire shapes they share.
+// with an OpenAI `usage` block, and Claude's thinking in OpenRouter's chat
+// extension (`reasoning`, `reasoning_details`). This file: the errors they
+// raise and the wire shapes they share.
 
 /** The request asks for something the Messages API cannot express (a 400 for the client). */
 export class UntranslatableRequest extends Error {
