@@ -1,13 +1,17 @@
 // Anthropic Messages request (inbound) → the OpenAI chat body the pipeline
 // runs: the inverse of backends/anthropic/request.ts, sharing its wire
 // shapes. `system`, content blocks, tool_use/tool_result, custom tools and
-// tool_choice become their chat equivalents; what no chat backend can honour
-// (extended thinking, server tools, documents, MCP, containers) is the
+// tool_choice become their chat equivalents; extended thinking becomes
+// OpenRouter's chat extension (`reasoning`, and an assistant turn's
+// `reasoning_details` carrying thinking blocks back with their signatures),
+// which backends honour, translate or refuse by the field table; what no
+// chat backend can honour (server tools, documents, MCP, containers) is the
 // client's 400 naming the field; what only some can (images) is returned as
 // a feature for the route to narrow the chain by.
 import type { RequestFeature } from "../../backends/types.ts";
 import { ApiError } from "../../errors.ts";
 import { isObject, type Json } from "../boundary.ts";
+import { chatReasoning, reasoningDetail, type ThinkingDisplay } from "./thinking.ts";
 
 function reject(param: string, message: string): never {
   throw new ApiError("invalid_request", `${param}: ${message}`, param);
@@ -47,8 +51,6 @@ const knownFields = new Set([
 /** Anthropic-only fields with no chat equivalent on any backend: a 400 naming them when set. */
 function rejectInexpressible(body: Json): void {
   for (const key of Object.keys(body)) if (!knownFields.has(key)) reject(key, "is not supported by Switchyard's Messages API");
-  const thinking = body.thinking;
-  if (isObject(thinking) && thinking.type !== "disabled") reject("thinking", "extended thinking is not available on Switchyard's backends");
   if (body.container != null) reject("container", "containers are not available on Switchyard's backends");
   if (Array.isArray(body.mcp_servers) && body.mcp_servers.length > 0) reject("mcp_servers", "MCP servers are not available on Switchyard's backends");
   if (body.context_management != null) reject("context_management", "is not available on Switchyard's backends");
@@ -90,7 +92,7 @@ function toolResultContent(block: Json, at: string): string | Json[] {
   });
 }
 
-/** Blocks that carry nothing a chat backend could use and change nothing in the answer. */
+/** Thinking has no place in a user turn: whatever a client echoes there, the model never reads. */
 const droppedBlocks = new Set(["thinking", "redacted_thinking"]);
 
 function userTurn(content: unknown, at: string, out: Json[], needs: NeededFeature[]): void {
@@ -139,6 +141,7 @@ function assistantTurn(content: unknown, at: string, out: Json[]): void {
   if (!Array.isArray(content)) reject(`${at}.content`, "must be a string or an array of content blocks");
   let text = "";
   const calls: Json[] = [];
+  const details: Json[] = [];
   content.forEach((b, j) => {
     const bat = `${at}.content[${j}]`;
     if (!isObject(b)) reject(bat, "content blocks must be objects");
@@ -148,12 +151,22 @@ function assistantTurn(content: unknown, at: string, out: Json[]): void {
     } else if (b.type === "tool_use") {
       if (typeof b.id !== "string" || typeof b.name !== "string") reject(bat, "tool_use blocks need an id and a name");
       calls.push({ id: b.id, type: "function", function: { name: b.name, arguments: JSON.stringify(b.input ?? {}) } });
-    } else if (!droppedBlocks.has(String(b.type))) {
+    } else if (b.type === "thinking" || b.type === "redacted_thinking") {
+      details.push(reasoningDetail(b, bat, details.length));
+    } else {
       reject(`${bat}.type`, `content blocks of type '${String(b.type)}' are not supported`);
     }
   });
-  if (text === "" && calls.length === 0) return;
-  out.push({ role: "assistant", content: text === "" && calls.length > 0 ? null : text, ...(calls.length > 0 ? { tool_calls: calls } : {}) });
+  // A turn of thinking alone is still a turn: its signatures go back.
+  if (text === "" && calls.length === 0 && details.length === 0) return;
+  const message: Json = { role: "assistant", content: text === "" && calls.length > 0 ? null : text, ...(calls.length > 0 ? { tool_calls: calls } : {}) };
+  if (details.length > 0) {
+    // OpenRouter's message carries the readable reasoning beside its details.
+    const reasoning = details.map((d) => d.text ?? "").join("");
+    if (reasoning !== "") message.reasoning = reasoning;
+    message.reasoning_details = details;
+  }
+  out.push(message);
 }
 
 function systemMessage(system: unknown, at: string): Json | undefined {
@@ -207,8 +220,8 @@ function chatToolChoice(choice: unknown, chat: Json): void {
   if (choice.disable_parallel_tool_use === true) chat.parallel_tool_calls = false;
 }
 
-/** The chat body for a Messages request, and the backend features it needs. */
-export function toChatRequest(body: Json): { chat: Json & { model: string }; needs: NeededFeature[] } {
+/** The chat body for a Messages request, the backend features it needs, and how its answer shows thinking. */
+export function toChatRequest(body: Json): { chat: Json & { model: string }; needs: NeededFeature[]; thinking: ThinkingDisplay } {
   rejectInexpressible(body);
   if (!Array.isArray(body.messages)) reject("messages", "must be an array");
   const needs: NeededFeature[] = [];
@@ -248,5 +261,6 @@ export function toChatRequest(body: Json): { chat: Json & { model: string }; nee
     if (f.type !== "json_schema" || !isObject(f.schema)) reject("output_config.format", "must be {type: 'json_schema', schema}");
     chat.response_format = { type: "json_schema", json_schema: { name: "output", schema: f.schema, strict: true } };
   }
-  return { chat, needs };
+  const thinking = chatReasoning(body, chat);
+  return { chat, needs, thinking };
 }

@@ -5,6 +5,7 @@ import { randomBytes } from "node:crypto";
 import type { AnthropicUsage, MessagesResponse } from "../../backends/anthropic/wire.ts";
 import type { ApiError } from "../../errors.ts";
 import { isObject, type Json } from "../boundary.ts";
+import { thinkingBlocks, type ThinkingDisplay } from "./thinking.ts";
 
 export const newMessageId = () => `msg_${randomBytes(12).toString("hex")}`;
 
@@ -70,11 +71,19 @@ export function toolInput(args: unknown): Json {
   }
 }
 
-/** The `message` object for a whole chat.completion, named as the client named the model; `stops` are the request's stop_sequences. */
-export function messageFromCompletion(completion: Json, model: string, stops: readonly string[] = []): MessagesResponse & Json {
+/** What of the Messages request shapes its answer. */
+export interface AnswerShape {
+  /** The request's stop_sequences. */
+  stops?: readonly string[];
+  /** Whether and how thinking blocks are shown (toChatRequest's reading of `thinking`). */
+  thinking?: ThinkingDisplay;
+}
+
+/** The `message` object for a whole chat.completion, named as the client named the model: thinking blocks first, then text, then tool_use. */
+export function messageFromCompletion(completion: Json, model: string, shape: AnswerShape = {}): MessagesResponse & Json {
   const choice = Array.isArray(completion.choices) && isObject(completion.choices[0]) ? completion.choices[0] : {};
   const message = isObject(choice.message) ? choice.message : {};
-  const content: MessagesResponse["content"] = [];
+  const content = thinkingBlocks(message, shape.thinking ?? "none") as MessagesResponse["content"];
   const text = typeof message.content === "string" ? message.content : "";
   if (text !== "") content.push({ type: "text", text });
   for (const c of Array.isArray(message.tool_calls) ? message.tool_calls.filter(isObject) : []) {
@@ -87,7 +96,7 @@ export function messageFromCompletion(completion: Json, model: string, stops: re
     role: "assistant",
     model,
     content,
-    ...stopOf(choice.finish_reason, choice.stop_reason, stops),
+    ...stopOf(choice.finish_reason, choice.stop_reason, shape.stops ?? []),
     usage: { ...anthropicUsage(completion.usage), service_tier: "standard" } as AnthropicUsage,
   };
 }

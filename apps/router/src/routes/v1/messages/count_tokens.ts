@@ -10,14 +10,14 @@ import * as z from "zod";
 import type { AppDeps, AppEnv } from "../../../deps.ts";
 import type { RouteTable } from "../../../route-table.ts";
 import { authenticate, jsonBody } from "../../../middleware.ts";
-import { countHeaders, countPrompt } from "../../../pipeline/count.ts";
+import { countHeaders, countPrompt, type PromptCount } from "../../../pipeline/count.ts";
 import type { InferenceBody } from "../../../pipeline/inference.ts";
-import type { Json } from "../../../translate/boundary.ts";
+import { clientParam, type Json } from "../../../translate/boundary.ts";
 import { toChatRequest } from "../../../translate/messages/request.ts";
 import { anthropicStatus } from "../../../translate/messages/response.ts";
 import { documented } from "../../../openapi/marks.ts";
 import { countErrors, tokenCountHeaders } from "../../../openapi/common.ts";
-import { anthropicErrors, anthropicErrorSchema, checkVersion, createMessageSchema, narrowByFeatures } from "./create.ts";
+import { anthropicErrors, anthropicErrorSchema, chatParamsOfMessages, checkVersion, createMessageSchema, narrowByFeatures } from "./create.ts";
 
 /** Anthropic's answer: the prompt's tokens (system, messages and tools together). */
 export const tokenCountAnswer = z.object({ input_tokens: z.number().int().nonnegative() });
@@ -53,7 +53,13 @@ export async function countMessageTokens(c: Context<AppEnv>, deps: AppDeps): Pro
   const { chat, needs } = toChatRequest(body);
   delete chat.max_tokens;
   const narrow = narrowByFeatures(needs, body.model);
-  const count = await countPrompt(c, deps, chat as InferenceBody, narrow ? { narrow } : {});
+  let count: PromptCount;
+  try {
+    count = await countPrompt(c, deps, chat as InferenceBody, narrow ? { narrow } : {});
+  } catch (err) {
+    // A refusal of a chat field names the Messages field sent (reasoning → thinking), as on /v1/messages.
+    throw clientParam(err, chatParamsOfMessages);
+  }
   return c.json({ input_tokens: count.tokens }, 200, { ...countHeaders(count), "request-id": c.get("requestId") });
 }
 

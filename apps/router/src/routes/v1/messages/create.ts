@@ -103,11 +103,23 @@ export function narrowByFeatures(needs: NeededFeature[], model: string): ((backe
   };
 }
 
+/**
+ * The chat fields toChatRequest makes, by the Messages field the client sent:
+ * a backend's refusal of one (a worker's of `reasoning`) names the latter.
+ */
+export const chatParamsOfMessages: Record<string, string> = {
+  reasoning: "thinking",
+  response_format: "output_config.format",
+  stop: "stop_sequences",
+  parallel_tool_calls: "tool_choice.disable_parallel_tool_use",
+  user: "metadata.user_id",
+};
+
 export async function createMessage(c: Context<AppEnv>, deps: AppDeps): Promise<Response> {
   const body = c.get("body") as Json & { model: string };
-  const { chat, needs } = toChatRequest(body);
+  const { chat, needs, thinking } = toChatRequest(body);
   const narrow = narrowByFeatures(needs, body.model);
-  const stops = Array.isArray(body.stop_sequences) ? (body.stop_sequences as string[]) : [];
+  const shape = { stops: Array.isArray(body.stop_sequences) ? (body.stop_sequences as string[]) : [], thinking };
   // Anthropic's SDK reads the id from `request-id`.
   const headers = { "request-id": c.get("requestId") };
   return runTranslated(
@@ -115,10 +127,10 @@ export async function createMessage(c: Context<AppEnv>, deps: AppDeps): Promise<
     deps,
     chat,
     {
-      whole: async (completion) => messageFromCompletion(completion, body.model, stops),
-      stream: () => new MessagesStreamTranslator(body.model, stops),
+      whole: async (completion) => messageFromCompletion(completion, body.model, shape),
+      stream: () => new MessagesStreamTranslator(body.model, shape),
     },
-    { headers, ...(narrow ? { narrow } : {}) },
+    { headers, params: chatParamsOfMessages, ...(narrow ? { narrow } : {}) },
   );
 }
 

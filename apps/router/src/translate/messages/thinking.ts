@@ -1,0 +1,128 @@
+// Extended thinking across the chat hop, both ways. The router's chat
+// carries reasoning as OpenRouter's extension does: a request's `reasoning`
+// ({max_tokens} | {enabled}), an assistant message's `reasoning` text and
+// its `reasoning_details` entries (reasoning.text with a signature ↔
+// Anthropic's `thinking` block, reasoning.encrypted ↔ `redacted_thinking`),
+// so a Messages client's thinking round-trips through any backend that
+// reasons, signatures untouched.
+import { ApiError } from "../../errors.ts";
+import { isObject, type Json } from "../boundary.ts";
+
+function reject(param: string, message: string): never {
+  throw new ApiError("invalid_request", `${param}: ${message}`, param);
+}
+
+/** OpenRouter's `format` for Claude's reasoning entries: a Messages client's thinking blocks are Claude's. */
+export const CLAUDE_REASONING_FORMAT = "anthropic-claude-v1";
+
+/** Anthropic's least thinking budget. */
+const MIN_THINKING_BUDGET = 1024;
+
+/**
+ * How the answer shows the model's thinking: not at all (Anthropic returns
+ * thinking blocks only when asked for them), in full, or as signatures
+ * alone (`display: "omitted"`: empty thinking text, the signature kept for
+ * the next turn).
+ */
+export type ThinkingDisplay = "none" | "summarized" | "omitted";
+
+/**
+ * `thinking` → chat `reasoning`: a budget is its `max_tokens`, adaptive is
+ * `enabled` (the model decides how much). Anthropic's own checks first: the
+ * budget an integer of at least 1024 and under max_tokens (where the
+ * request has one: count_tokens' has none).
+ */
+export function chatReasoning(body: Json, chat: Json): ThinkingDisplay {
+  const t = body.thinking;
+  if (t === undefined || t === null) return "none";
+  if (!isObject(t)) reject("thinking", "must be an object");
+  switch (t.type) {
+    case "disabled":
+      return "none";
+    case "enabled": {
+      const budget = t.budget_tokens;
+      if (typeof budget !== "number" || !Number.isInteger(budget) || budget < MIN_THINKING_BUDGET) reject("thinking.budget_tokens", `must be an integer of at least ${MIN_THINKING_BUDGET}`);
+      if (typeof body.max_tokens === "number" && budget >= body.max_tokens) reject("thinking.budget_tokens", "must be less than max_tokens");
+      chat.reasoning = { max_tokens: budget };
+      break;
+    }
+    case "adaptive":
+      chat.reasoning = { enabled: true };
+      break;
+    default:
+      reject("thinking.type", "must be enabled, adaptive or disabled");
+  }
+  if (t.display === undefined || t.display === null || t.display === "summarized") return "summarized";
+  if (t.display === "omitted") return "omitted";
+  reject("thinking.display", "must be summarized or omitted");
+}
+
+/**
+ * A thinking block of an assistant turn → that chat message's
+ * reasoning_details entry, its signature or data as sent: Anthropic checks
+ * them when a tool-use turn's thinking comes back, and refuses the turn if
+ * they were touched.
+ */
+export function reasoningDetail(b: Json, at: string, index: number): Json {
+  if (b.type === "thinking") {
+    if (typeof b.thinking !== "string") reject(`${at}.thinking`, "must be a string");
+    if (typeof b.signature !== "string") reject(`${at}.signature`, "must be a string");
+    return { type: "reasoning.text", text: b.thinking, signature: b.signature, format: CLAUDE_REASONING_FORMAT, index };
+  }
+  if (typeof b.data !== "string") reject(`${at}.data`, "must be a string");
+  return { type: "reasoning.encrypted", data: b.data, format: CLAUDE_REASONING_FORMAT, index };
+}
+
+const str = (v: unknown): string => (typeof v === "string" ? v : "");
+
+/**
+ * One reasoning_details entry (whole, or a stream's piece of one) read as
+ * Anthropic would show it: readable thinking (reasoning.text; another
+ * model's reasoning.summary) with its signature, or an encrypted block.
+ * Other entry types carry nothing a Messages client can hold.
+ */
+export type ThinkingPiece = { kind: "thinking"; text: string; signature: string } | { kind: "redacted"; data: string };
+
+export function thinkingPiece(d: Json, display: ThinkingDisplay): ThinkingPiece | undefined {
+  switch (d.type) {
+    case "reasoning.text":
+      return { kind: "thinking", text: display === "omitted" ? "" : str(d.text), signature: str(d.signature) };
+    case "reasoning.summary":
+      return { kind: "thinking", text: display === "omitted" ? "" : str(d.summary), signature: "" };
+    case "reasoning.encrypted":
+      return typeof d.data === "string" && d.data !== "" ? { kind: "redacted", data: d.data } : undefined;
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * A whole chat answer's reasoning as Anthropic's blocks, in order:
+ * reasoning_details merged by index (text concatenated, the signature or
+ * data taken), or, from a model that reports only its reasoning text (a
+ * non-Claude reasoning model on OpenRouter), one thinking block with an
+ * empty signature. None unless the request asked for thinking.
+ */
+export function thinkingBlocks(message: Json, display: ThinkingDisplay): Json[] {
+  if (display === "none") return [];
+  const merged: ThinkingPiece[] = [];
+  const byIndex = new Map<number, ThinkingPiece>();
+  for (const d of Array.isArray(message.reasoning_details) ? message.reasoning_details.filter(isObject) : []) {
+    const piece = thinkingPiece(d, display);
+    if (!piece) continue;
+    const same = typeof d.index === "number" ? byIndex.get(d.index) : undefined;
+    if (same?.kind === "thinking" && piece.kind === "thinking") {
+      same.text += piece.text;
+      if (piece.signature !== "") same.signature = piece.signature;
+      continue;
+    }
+    merged.push(piece);
+    if (typeof d.index === "number") byIndex.set(d.index, piece);
+  }
+  if (merged.length === 0 && typeof message.reasoning === "string" && display !== "omitted") merged.push({ kind: "thinking", text: message.reasoning, signature: "" });
+  return merged.flatMap((p): Json[] => {
+    if (p.kind === "redacted") return [{ type: "redacted_thinking", data: p.data }];
+    // An entry with nothing to show and nothing to send back is no block.
+    return p.text === "" && p.signature === "" ? [] : [{ type: "thinking", thinking: p.text, signature: p.signature }];
+  });
+}
