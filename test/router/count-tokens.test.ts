@@ -154,7 +154,8 @@ describe("POST /v1/messages/count_tokens with @anthropic-ai/sdk", () => {
       [{ max_tokens: 5 }, "max_tokens"],
       [{ stream: true }, "stream"],
       [{ temperature: 0.5 }, "temperature"],
-      [{ thinking: { type: "enabled", budget_tokens: 1024 } }, "thinking"],
+      // Thinking is taken (test/router/messages-thinking.test.ts), under Anthropic's rules.
+      [{ thinking: { type: "enabled", budget_tokens: 1000 } }, "thinking.budget_tokens"],
       [{ tools: [{ type: "web_search_20250305", name: "web_search" }] }, "tools[0].type"],
       [{ messages: [{ role: "user", content: [{ type: "document", source: { type: "text", media_type: "text/plain", data: "x" } }] }] }, "messages[0].content[0].type"],
     ];

@@ -165,9 +165,10 @@ describe("POST /v1/messages with @anthropic-ai/sdk", () => {
     ]);
   });
 
-  it("Anthropic-only fields no backend can honour are a 400 naming the field", async () => {
+  it("Anthropic-only fields no backend can honour, and thinking outside Anthropic's rules, are a 400 naming the field", async () => {
     const cases: Array<[Record<string, unknown>, string]> = [
-      [{ thinking: { type: "enabled", budget_tokens: 1024 } }, "thinking"],
+      [{ thinking: { type: "enabled", budget_tokens: 1024 } }, "thinking.budget_tokens"],
+      [{ thinking: { type: "between_tools" } }, "thinking.type"],
       [{ tools: [{ type: "web_search_20250305", name: "web_search" }] }, "tools[0].type"],
       [{ mcp_servers: [{ type: "url", url: "https://example.com", name: "x" }] }, "mcp_servers"],
       [{ container: "c1" }, "container"],
@@ -183,9 +184,18 @@ describe("POST /v1/messages with @anthropic-ai/sdk", () => {
       expect(body.error.type).toBe("invalid_request_error");
       expect(body.error.message.startsWith(`${field}:`), `${field}: ${body.error.message}`).toBe(true);
     }
+    // A budget not under max_tokens, as Anthropic refuses it.
     await expect(client.messages.create({ model: "sim-chat", max_tokens: 50, messages: [{ role: "user", content: "x" }], thinking: { type: "enabled", budget_tokens: 1024 } })).rejects.toBeInstanceOf(
       Anthropic.BadRequestError,
     );
+  });
+
+  it("a backend's refusal of a chat field the translation made names the Messages field sent: output_config.format, not response_format", async () => {
+    const before = upstream.requests.length;
+    const res = await post({ model: AN_MODEL, output_config: { format: { type: "json_schema", schema: { type: "object" } } } });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({ type: "error", error: { type: "invalid_request_error", message: expect.stringMatching(/^output_config\.format: .* by anthropic$/) } });
+    expect(upstream.requests.length).toBe(before);
   });
 
   it("an image goes only to a backend that takes images: a text-only worker is a 400 naming the block, the chain's Anthropic backend serves it", async () => {

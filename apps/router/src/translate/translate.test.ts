@@ -64,6 +64,66 @@ const sameIndexChunks: Json[] = [
   chatChunks.at(-1)!,
 ];
 
+// Claude's thinking as the chat hop carries it (OpenRouter's reasoning_details):
+// an empty opening piece, a thinking entry in pieces with its signature last,
+// an encrypted one whole, a second thinking entry, then text and a tool call.
+const CLAUDE = "anthropic-claude-v1";
+const SIG_A = "EqQBCkgIARABGAIiQsigA";
+const SIG_B = "EqQBCkgIARABGAIiQsigB";
+const REDACTED = "EmwKAhgBEgy3va3pzix/LafPsn4a";
+const thinkingChunks: Json[] = [
+  chunk({ role: "assistant", content: "", reasoning: null, reasoning_details: [] }),
+  chunk({ content: "", reasoning: "", reasoning_details: [{ type: "reasoning.text", text: "", signature: "", format: CLAUDE, index: 0 }] }),
+  chunk({ content: "", reasoning: "Weather ", reasoning_details: [{ type: "reasoning.text", text: "Weather ", format: CLAUDE, index: 0 }] }),
+  chunk({ content: "", reasoning: "first.", reasoning_details: [{ type: "reasoning.text", text: "first.", format: CLAUDE, index: 0 }] }),
+  chunk({ content: "", reasoning_details: [{ type: "reasoning.text", signature: SIG_A, format: CLAUDE, index: 0 }] }),
+  chunk({ content: "", reasoning_details: [{ type: "reasoning.encrypted", data: REDACTED, format: CLAUDE, index: 1 }] }),
+  chunk({ content: "", reasoning: "Then time.", reasoning_details: [{ type: "reasoning.text", text: "Then time.", format: CLAUDE, index: 2 }] }),
+  chunk({ content: "", reasoning_details: [{ type: "reasoning.text", signature: SIG_B, format: CLAUDE, index: 2 }] }),
+  chunk({ content: "Checking." }),
+  chunk({ tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }] }),
+  chunk({}, "tool_calls"),
+  chatChunks.at(-1)!,
+];
+/** The same answer whole, its details still in pieces (merged by index). */
+const thinkingCompletion: Json = {
+  id,
+  object: "chat.completion",
+  choices: [
+    {
+      index: 0,
+      finish_reason: "tool_calls",
+      message: {
+        role: "assistant",
+        content: "Checking.",
+        tool_calls: [{ id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }],
+        reasoning: "Weather first.Then time.",
+        reasoning_details: [
+          { type: "reasoning.text", text: "Weather ", format: CLAUDE, index: 0 },
+          { type: "reasoning.text", text: "first.", signature: SIG_A, format: CLAUDE, index: 0 },
+          { type: "reasoning.encrypted", data: REDACTED, format: CLAUDE, index: 1 },
+          { type: "reasoning.text", text: "Then time.", signature: SIG_B, format: CLAUDE, index: 2 },
+        ],
+      },
+    },
+  ],
+  usage: { prompt_tokens: 30, completion_tokens: 12, total_tokens: 42 },
+};
+const thinkingContent = [
+  { type: "thinking", thinking: "Weather first.", signature: SIG_A },
+  { type: "redacted_thinking", data: REDACTED },
+  { type: "thinking", thinking: "Then time.", signature: SIG_B },
+  { type: "text", text: "Checking." },
+  { type: "tool_use", id: "call_a", name: "get_weather", input: { city: "Paris" } },
+];
+
+/** The frames' data objects, in order. */
+const eventsOf = (frames: string): Json[] =>
+  frames
+    .trim()
+    .split("\n\n")
+    .map((f) => JSON.parse(f.split("\n")[1]!.slice("data: ".length)) as Json);
+
 async function framesOf(t: StreamTranslator, chunks: Json[] = chatChunks): Promise<string> {
   let out = "";
   for (const c of chunks) out += t.chunk(c).join("");
@@ -77,12 +137,12 @@ const seed = { id: `resp_${"1".repeat(32)}`, createdAt: 1_700_000_000, body: { m
 beforeAll(async () => {
   server = createServer((req, res) => {
     void (async () => {
-      // Under /same-index the answer is sameIndexChunks'.
-      const sameIndex = req.url?.startsWith("/same-index/") ?? false;
-      const path = sameIndex ? req.url!.slice("/same-index".length) : req.url;
-      const t = path === "/v1/responses" ? new ResponsesStreamTranslator(seed, async () => {}) : new MessagesStreamTranslator("m");
+      // Under /same-index the answer is sameIndexChunks', under /thinking thinkingChunks' with thinking asked for.
+      const prefix = /^\/(same-index|thinking)\//.exec(req.url ?? "")?.[1];
+      const path = prefix ? req.url!.slice(prefix.length + 1) : req.url;
+      const t = path === "/v1/responses" ? new ResponsesStreamTranslator(seed, async () => {}) : new MessagesStreamTranslator("m", prefix === "thinking" ? { thinking: "summarized" } : {});
       res.writeHead(200, { "content-type": "text/event-stream" });
-      res.end(await framesOf(t, sameIndex ? sameIndexChunks : chatChunks));
+      res.end(await framesOf(t, prefix === "same-index" ? sameIndexChunks : prefix === "thinking" ? thinkingChunks : chatChunks));
     })();
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
@@ -275,6 +335,102 @@ describe("Messages stream translator", () => {
       { type: "tool_use", id: "call_b", name: "get_time", input: { tz: "CET" } },
     ]);
     expect(final.stop_reason).toBe("tool_use");
+  });
+
+  it("thinking, redacted thinking, text and a tool call: blocks in the chat answer's order, indexes consecutive, signatures as sent; the SDK assembles them", async () => {
+    const client = new Anthropic({ apiKey: "k", baseURL: `${base}/thinking`, maxRetries: 0 });
+    const stream = client.messages.stream({ model: "m", max_tokens: 4096, thinking: { type: "enabled", budget_tokens: 2048 }, messages: [{ role: "user", content: "x" }] });
+    const types: string[] = [];
+    stream.on("streamEvent", (e) =>
+      types.push(e.type === "content_block_start" ? `start:${e.index}:${e.content_block.type}` : e.type === "content_block_delta" ? `delta:${e.index}:${e.delta.type}` : e.type === "content_block_stop" ? `stop:${e.index}` : e.type),
+    );
+    const final = await stream.finalMessage();
+    expect(types).toEqual([
+      "message_start",
+      "start:0:thinking",
+      "delta:0:thinking_delta",
+      "delta:0:thinking_delta",
+      "delta:0:signature_delta",
+      "stop:0",
+      "start:1:redacted_thinking",
+      "stop:1",
+      "start:2:thinking",
+      "delta:2:thinking_delta",
+      "delta:2:signature_delta",
+      "stop:2",
+      "start:3:text",
+      "delta:3:text_delta",
+      "stop:3",
+      "start:4:tool_use",
+      "delta:4:input_json_delta",
+      "stop:4",
+      "message_delta",
+      "message_stop",
+    ]);
+    expect(final.content).toEqual(thinkingContent);
+    // The redacted block comes whole in its start, as Anthropic sends it.
+    const frames = eventsOf(await framesOf(new MessagesStreamTranslator("m", { thinking: "summarized" }), thinkingChunks));
+    expect(frames.find((f) => f.index === 1 && f.type === "content_block_start")).toEqual({ type: "content_block_start", index: 1, content_block: { type: "redacted_thinking", data: REDACTED } });
+  });
+
+  it("the whole answer's reasoning_details, merged by index, are the same blocks first; they go back in as the same entries, merged", () => {
+    const msg = messageFromCompletion(thinkingCompletion, "m", { thinking: "summarized" });
+    expect(msg.content).toEqual(thinkingContent);
+    const { chat } = messagesToChat({ model: "m", max_tokens: 4096, messages: [{ role: "user", content: "x" }, { role: "assistant", content: msg.content }] });
+    expect((chat.messages as Json[])[1]).toEqual({
+      role: "assistant",
+      content: "Checking.",
+      tool_calls: [{ id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }],
+      reasoning: "Weather first.Then time.",
+      reasoning_details: [
+        { type: "reasoning.text", text: "Weather first.", signature: SIG_A, format: CLAUDE, index: 0 },
+        { type: "reasoning.encrypted", data: REDACTED, format: CLAUDE, index: 1 },
+        { type: "reasoning.text", text: "Then time.", signature: SIG_B, format: CLAUDE, index: 2 },
+      ],
+    });
+  });
+
+  it("thinking not asked for shows none, whole or streamed, whatever the model reasoned", async () => {
+    expect(messageFromCompletion(thinkingCompletion, "m").content).toEqual(thinkingContent.slice(3));
+    const starts = eventsOf(await framesOf(new MessagesStreamTranslator("m"), thinkingChunks)).filter((f) => f.type === "content_block_start");
+    expect(starts.map((f) => [f.index, (f.content_block as Json).type])).toEqual([
+      [0, "text"],
+      [1, "tool_use"],
+    ]);
+  });
+
+  it("a model that reports only reasoning text (no details) gets one thinking block with an empty signature; display omitted keeps signatures only", async () => {
+    const raw: Json = { choices: [{ index: 0, finish_reason: "stop", message: { role: "assistant", content: "ok", reasoning: "Hmm, fine." } }] };
+    expect(messageFromCompletion(raw, "m", { thinking: "summarized" }).content).toEqual([
+      { type: "thinking", thinking: "Hmm, fine.", signature: "" },
+      { type: "text", text: "ok" },
+    ]);
+    const events = eventsOf(await framesOf(new MessagesStreamTranslator("m", { thinking: "summarized" }), [chunk({ reasoning: "Hmm, " }), chunk({ reasoning: "fine." }), chunk({ content: "ok" }), chunk({}, "stop")]));
+    expect(events.slice(1, -2)).toEqual([
+      { type: "content_block_start", index: 0, content_block: { type: "thinking", thinking: "", signature: "" } },
+      { type: "content_block_delta", index: 0, delta: { type: "thinking_delta", thinking: "Hmm, " } },
+      { type: "content_block_delta", index: 0, delta: { type: "thinking_delta", thinking: "fine." } },
+      { type: "content_block_stop", index: 0 },
+      { type: "content_block_start", index: 1, content_block: { type: "text", text: "" } },
+      { type: "content_block_delta", index: 1, delta: { type: "text_delta", text: "ok" } },
+      { type: "content_block_stop", index: 1 },
+    ]);
+    // Omitted: nothing of the text, the signatures and redacted data kept; unsigned reasoning leaves no block.
+    expect(messageFromCompletion(thinkingCompletion, "m", { thinking: "omitted" }).content).toEqual([
+      { type: "thinking", thinking: "", signature: SIG_A },
+      { type: "redacted_thinking", data: REDACTED },
+      { type: "thinking", thinking: "", signature: SIG_B },
+      ...thinkingContent.slice(3),
+    ]);
+    expect(messageFromCompletion(raw, "m", { thinking: "omitted" }).content).toEqual([{ type: "text", text: "ok" }]);
+    const omitted = eventsOf(await framesOf(new MessagesStreamTranslator("m", { thinking: "omitted" }), thinkingChunks));
+    expect(omitted.filter((f) => f.type === "content_block_delta" && (f.delta as Json).type === "thinking_delta")).toEqual([]);
+    expect(omitted.filter((f) => f.type === "content_block_delta").map((f) => f.delta)).toEqual([
+      { type: "signature_delta", signature: SIG_A },
+      { type: "signature_delta", signature: SIG_B },
+      { type: "text_delta", text: "Checking." },
+      { type: "input_json_delta", partial_json: '{"city":"Paris"}' },
+    ]);
   });
 
   it("a failure after the first byte is one error event", () => {
