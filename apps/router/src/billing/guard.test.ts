@@ -324,3 +324,32 @@ describe("the hold of a request that asks for a one-hour prompt cache", () => {
     expect(plain - output).toBeGreaterThan(0n);
   });
 });
+
+describe("a thinking budget under the output cap", () => {
+  const paid = paidOn("anthropic", "claude-sonnet-4-5");
+  const price = [{ backend: "anthropic", model: "claude-sonnet-4-5", inputMicroPerMtok: 1_000_000n, outputMicroPerMtok: 1_000_000n }];
+  /** The fields a paid attempt sends for `body` (billing.maxOutputTokens is 4096 by default). */
+  async function patchFor(id: string, extra: Record<string, unknown>) {
+    const { open } = await checkedGuard(price, 10n ** 12n);
+    const verdict = await open(id, bodyFacts("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }], ...extra })).admit(paid);
+    expect(verdict).toMatchObject({ ok: true });
+    return (verdict as { patch?: Record<string, unknown> }).patch;
+  }
+
+  it("is scaled with the limit the cap lowered, keeping the client's share (Claude Code's 31,999 of 32,000), and the rest of its reasoning object", async () => {
+    expect(await patchFor("cc", { max_tokens: 32_000, reasoning: { max_tokens: 31_999, exclude: false } })).toEqual({ max_tokens: 4096, reasoning: { max_tokens: 4095, exclude: false } });
+    // 10,000 of 20,000 → half of 4,096.
+    expect((await patchFor("half", { max_tokens: 20_000, reasoning: { max_tokens: 10_000 } }))?.reasoning).toEqual({ max_tokens: 2048 });
+    // A share under Anthropic's floor is held at 1,024.
+    expect((await patchFor("floor", { max_tokens: 1_000_000, reasoning: { max_tokens: 5_000 } }))?.reasoning).toEqual({ max_tokens: 1024 });
+    // No limit of the client's own: half the cap.
+    expect((await patchFor("none", { reasoning: { max_tokens: 8_000 } }))?.reasoning).toEqual({ max_tokens: 2048 });
+  });
+
+  it("is left as sent when it fits, when the cap lowered nothing, or when the client's own limit could not hold it (the backend's 400)", async () => {
+    expect(await patchFor("fits", { max_tokens: 32_000, reasoning: { max_tokens: 2_048 } })).toEqual({ max_tokens: 4096 });
+    expect(await patchFor("uncapped", { max_tokens: 3_000, reasoning: { max_tokens: 3_000 } })).toEqual({ max_tokens: 3000 });
+    expect(await patchFor("own", { max_tokens: 8_000, reasoning: { max_tokens: 9_000 } })).toEqual({ max_tokens: 4096 });
+    expect(await patchFor("effort", { max_tokens: 32_000, reasoning: { effort: "high" } })).toEqual({ max_tokens: 4096 });
+  });
+});

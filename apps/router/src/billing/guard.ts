@@ -120,6 +120,14 @@ export interface BodyFacts extends PromptBound {
   stream: boolean;
   /** Whether it asks a provider for a one-hour cache write anywhere (the hold then prices the prompt at that rate). */
   hourCache: boolean;
+  /** OpenRouter's `reasoning` object when it names a thinking budget (`max_tokens`), which the output cap may have to scale (Tab.reasoningPatch). */
+  reasoning: Record<string, unknown> | undefined;
+}
+
+/** The body's `reasoning` when it sets a numeric thinking budget; else undefined (most bodies: one property read). */
+function budgetedReasoning(body: Record<string, unknown>): Record<string, unknown> | undefined {
+  const r = body.reasoning;
+  return r !== null && typeof r === "object" && typeof (r as Record<string, unknown>).max_tokens === "number" ? (r as Record<string, unknown>) : undefined;
 }
 
 /**
@@ -157,8 +165,12 @@ export function bodyFacts(path: InferencePath, body: Record<string, unknown>, bo
     bothLimits: body[limitField === "max_tokens" ? "max_completion_tokens" : "max_tokens"] !== undefined,
     stream: body.stream === true,
     hourCache: asksHourCache(body),
+    reasoning: budgetedReasoning(body),
   };
 }
+
+/** Anthropic's smallest thinking budget. */
+const MIN_THINKING_BUDGET = 1024;
 
 /** Typical bytes per token, for estimates when a provider reports no usage (the upper bound uses 1). */
 const ESTIMATE_BYTES_PER_TOKEN = 3;
@@ -366,7 +378,31 @@ export class RequestTab {
     const { limitField: key, bothLimits } = this.input.facts;
     const other = key === "max_tokens" ? "max_completion_tokens" : "max_tokens";
     // undefined leaves the field out of the JSON the backend sends.
-    return bothLimits ? { [key]: this.maxOutput, [other]: undefined } : { [key]: this.maxOutput };
+    const patch: Record<string, unknown> = bothLimits ? { [key]: this.maxOutput, [other]: undefined } : { [key]: this.maxOutput };
+    const reasoning = this.reasoningPatch();
+    if (reasoning) patch.reasoning = reasoning;
+    return patch;
+  }
+
+  /**
+   * A thinking budget (`reasoning.max_tokens`) that fit under the client's
+   * own limit but not under the cap that lowered it, scaled with the limit:
+   * thinking is output, held and billed within the capped limit, and
+   * Anthropic refuses a budget at or above max_tokens. The client's share of
+   * its limit is kept (Claude Code asks 31,999 of 32,000); with no limit of
+   * its own, half the cap. Never below Anthropic's 1,024 floor while the cap
+   * leaves room for it; a budget the client's own limit could not hold is
+   * left for the backend to refuse.
+   */
+  private reasoningPatch(): Record<string, unknown> | undefined {
+    const r = this.input.facts.reasoning;
+    if (!r) return undefined;
+    const budget = r.max_tokens as number;
+    const out = this.maxOutput;
+    const asked = this.input.facts.askedOutput;
+    if (budget < out || (asked !== undefined && (asked <= out || budget >= asked))) return undefined;
+    const scaled = asked === undefined ? Math.floor(out / 2) : Math.floor((budget * out) / asked);
+    return { ...r, max_tokens: Math.min(out - 1, Math.max(MIN_THINKING_BUDGET, scaled)) };
   }
 
   private tenantBudget(): Promise<TenantBudget | null> {
