@@ -4,7 +4,7 @@
 // blocks (whole or streamed) → `reasoning` / `reasoning_details`. Through the
 // router against the fake: test/router/anthropic-thinking.test.ts.
 import { describe, expect, it } from "vitest";
-import { toCountTokensRequest, toMessagesRequest } from "../../apps/router/src/backends/anthropic/request.ts";
+import { thinksAdaptively, toCountTokensRequest, toMessagesRequest } from "../../apps/router/src/backends/anthropic/request.ts";
 import { fromMessagesResponse } from "../../apps/router/src/backends/anthropic/response.ts";
 import { MessagesStreamTranslator } from "../../apps/router/src/backends/anthropic/stream.ts";
 import { AnthropicStreamError, UntranslatableRequest, type MessagesResponse } from "../../apps/router/src/backends/anthropic/wire.ts";
@@ -14,14 +14,45 @@ const user = (content: unknown) => ({ role: "user", content });
 const claude = "anthropic-claude-v1";
 
 /** What toMessagesRequest makes of the body, or the param of its refusal. */
-function thinking(body: Record<string, unknown>, d = defaults): unknown {
+function thinking(body: Record<string, unknown>, d = defaults, model = "claude-sonnet-4-5"): unknown {
   try {
-    return toMessagesRequest({ messages: [user("x")], ...body }, "m", d).thinking ?? "none";
+    return toMessagesRequest({ messages: [user("x")], ...body }, model, d).thinking ?? "none";
   } catch (err) {
     if (!(err instanceof UntranslatableRequest)) throw err;
     return { refused: err.param, message: err.message };
   }
 }
+
+describe("reasoning → thinking on Claude 4.6 and later: adaptive, an effort as output_config.effort", () => {
+  const sent = (body: Record<string, unknown>, model = "claude-opus-4-6") => {
+    const req = toMessagesRequest({ messages: [user("x")], max_tokens: 8000, ...body }, model, defaults);
+    return { thinking: req.thinking, output_config: req.output_config };
+  };
+
+  it("knows the models by their ids", () => {
+    for (const m of ["claude-opus-4-6", "claude-sonnet-4-6-20260217", "claude-opus-4-8", "claude-haiku-5", "claude-sonnet-5-1"]) expect(thinksAdaptively(m), m).toBe(true);
+    for (const m of ["claude-sonnet-4-5", "claude-opus-4-1-20250805", "claude-sonnet-4-20250514", "claude-3-7-sonnet-latest", "claude-3-5-haiku-latest", "m"]) expect(thinksAdaptively(m), m).toBe(false);
+  });
+
+  it("an effort (reasoning.effort, reasoning_effort) is adaptive thinking at that effort, no budget; minimal is Anthropic's low", () => {
+    expect(sent({ reasoning: { effort: "high" } })).toEqual({ thinking: { type: "adaptive" }, output_config: { effort: "high" } });
+    expect(sent({ reasoning: { enabled: true, effort: "xhigh" } })).toEqual({ thinking: { type: "adaptive" }, output_config: { effort: "xhigh" } });
+    expect(sent({ reasoning_effort: "minimal" })).toEqual({ thinking: { type: "adaptive" }, output_config: { effort: "low" } });
+    // No max_tokens room needed: no budget is sent.
+    expect(sent({ reasoning: { effort: "high" }, max_tokens: 1000 })).toEqual({ thinking: { type: "adaptive" }, output_config: { effort: "high" } });
+  });
+
+  it("enabled alone is adaptive with no effort; a budget is a budget; none asked sends neither", () => {
+    expect(sent({ reasoning: { enabled: true } })).toEqual({ thinking: { type: "adaptive" }, output_config: undefined });
+    expect(sent({ reasoning: { max_tokens: 2048 } })).toEqual({ thinking: { type: "enabled", budget_tokens: 2048 }, output_config: undefined });
+    expect(sent({})).toEqual({ thinking: undefined, output_config: undefined });
+    expect(sent({ reasoning: { effort: "none" } })).toEqual({ thinking: undefined, output_config: undefined });
+  });
+
+  it("an older model gets the same effort as a budget", () => {
+    expect(sent({ reasoning: { effort: "high" } }, "claude-sonnet-4-5")).toEqual({ thinking: { type: "enabled", budget_tokens: 6400 }, output_config: undefined });
+  });
+});
 
 describe("reasoning → thinking", () => {
   it("reasoning.max_tokens is the budget as given", () => {
@@ -45,9 +76,9 @@ describe("reasoning → thinking", () => {
     expect(thinking({ reasoning_effort: "high", reasoning: { enabled: false }, max_tokens: 10_000 })).toBe("none");
   });
 
-  it("enabled alone is adaptive thinking; enabled: false, effort none or nothing asked is none", () => {
-    expect(thinking({ reasoning: { enabled: true } })).toEqual({ type: "adaptive" });
-    expect(thinking({ reasoning: { exclude: true } })).toEqual({ type: "adaptive" });
+  it("enabled alone is a medium effort's budget on a model before Claude 4.6 (which refuses adaptive thinking); enabled: false, effort none or nothing asked is none", () => {
+    expect(thinking({ reasoning: { enabled: true }, max_tokens: 10_000 })).toEqual({ type: "enabled", budget_tokens: 5000 });
+    expect(thinking({ reasoning: { exclude: true }, max_tokens: 10_000 })).toEqual({ type: "enabled", budget_tokens: 5000 });
     expect(thinking({ reasoning: { enabled: false, effort: "high" } })).toBe("none");
     expect(thinking({ reasoning: { effort: "none" } })).toBe("none");
     expect(thinking({ reasoning_effort: "none" })).toBe("none");

@@ -125,7 +125,8 @@ describe("an answer with thinking", () => {
   it("carries a redacted block as an encrypted entry, whole and streamed", async () => {
     const ask = { messages: [{ role: "user" as const, content: REDACTED_THINKING_TRIGGER }], reasoning: { enabled: true } };
     const whole = await answer(ask);
-    expect(lastSent().thinking).toEqual({ type: "adaptive" });
+    // Claude Sonnet 4.5 thinks by budget only: enabled alone is a medium effort's, half of max_tokens.
+    expect(lastSent().thinking).toEqual({ type: "enabled", budget_tokens: 2048 });
     expect(whole.message.reasoning).toBe(FAKE_THINKING);
     expect(whole.message.reasoning_details).toEqual([signedThinking, { type: "reasoning.encrypted", data: expect.any(String), format: claude, index: 1 }]);
     const { message } = await streamed(ask);

@@ -15,6 +15,8 @@ import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 
 const MODEL = "claude-sonnet-4-5";
+/** Claude 4.6 and later think adaptively, at an effort. */
+const OPUS = "claude-opus-4-6";
 const CAP = 4096;
 
 let fx: RouterFixture;
@@ -24,7 +26,8 @@ let client: Anthropic;
 beforeAll(async () => {
   anthropic = await new FakeAnthropic("sk-ant-cc").start();
   fx = await startTestRouter({ "providers.anthropic": { apiKey: "sk-ant-cc", baseUrl: anthropic.url }, "billing.refreshMs": 100, "billing.maxOutputTokens": CAP });
-  await setPrice(fx.db.db, { backend: "anthropic", model: MODEL, inputMicroPerMtok: 3_000_000n, outputMicroPerMtok: 15_000_000n });
+  for (const model of [MODEL, OPUS]) await setPrice(fx.db.db, { backend: "anthropic", model, inputMicroPerMtok: 3_000_000n, outputMicroPerMtok: 15_000_000n });
+  await waitFor(() => fx.router.deps.guard.deps.prices.price("anthropic", OPUS), { what: "price loaded" });
   await setBudget(fx.db.db, { tenantId: fx.tenantId, dailyLimitCents: 10_000n });
   await waitFor(() => fx.router.deps.guard.deps.prices.price("anthropic", MODEL), { what: "price loaded" });
   client = new Anthropic({ apiKey: fx.key, baseURL: fx.router.url, maxRetries: 0 });
@@ -105,5 +108,37 @@ describe("Claude Code's thinking through /v1/messages to Anthropic", () => {
       .then(() => undefined, (e: unknown) => e as InstanceType<typeof Anthropic.APIError>);
     expect(err?.status).toBe(400);
     expect(err?.message).toContain("Invalid `signature` in `thinking` block");
+  });
+
+  it("today's Claude Code on Claude 4.6+: adaptive thinking at the effort of its slider reaches Anthropic as sent (max as xhigh, chat's top); signed thinking streams back and goes back", async () => {
+    for (const [effort, sent] of [["high", "high"], ["max", "xhigh"]] as const) {
+      anthropic.enqueue({ kind: "ok", text: 'TOOL: get_weather {"city":"Paris"}' });
+      const ask = { model: OPUS, max_tokens: 32_000, thinking: { type: "adaptive" as const }, output_config: { effort }, tools };
+      const turn1 = await client.messages.stream({ ...ask, messages: [{ role: "user", content: "Weather in Paris?" }] }).finalMessage();
+      expect(lastSent()).toMatchObject({ max_tokens: CAP, thinking: { type: "adaptive" }, output_config: { effort: sent } });
+      expect(turn1.content.map((b) => b.type)).toEqual(["thinking", "tool_use"]);
+      const call = turn1.content[1] as Anthropic.ToolUseBlock;
+      anthropic.enqueue({ kind: "ok", text: "Sunny." });
+      const turn2 = await client.messages
+        .stream({ ...ask, messages: [{ role: "user", content: "Weather in Paris?" }, { role: "assistant", content: turn1.content }, { role: "user", content: [{ type: "tool_result", tool_use_id: call.id, content: "18C" }] }] })
+        .finalMessage();
+      expect(turn2.content.at(-1)).toEqual({ type: "text", text: "Sunny." });
+      expect((lastSent().messages[1]!.content as Array<{ type: string }>)[0]).toEqual(turn1.content[0]);
+    }
+  });
+
+  it("an effort without thinking asks none (a hint on how much text to spend, which no chat backend takes); an unknown effort is a 400 naming it", async () => {
+    anthropic.enqueue({ kind: "ok", text: "Sunny." });
+    const msg = await client.messages.create({ model: OPUS, max_tokens: 1024, output_config: { effort: "low" }, messages: [{ role: "user", content: "Weather?" }] });
+    expect(msg.content).toEqual([{ type: "text", text: "Sunny." }]);
+    expect(lastSent()).not.toHaveProperty("thinking");
+    expect(lastSent()).not.toHaveProperty("output_config");
+    const before = anthropic.requests.length;
+    const err = await client.messages
+      .create({ model: OPUS, max_tokens: 1024, output_config: { effort: "extreme" as "low" }, messages: [{ role: "user", content: "Weather?" }] })
+      .then(() => undefined, (e: unknown) => e as InstanceType<typeof Anthropic.APIError>);
+    expect(err?.status).toBe(400);
+    expect(err?.message).toContain("output_config.effort: must be one of low, medium, high, xhigh, max");
+    expect(anthropic.requests.length).toBe(before);
   });
 });

@@ -113,6 +113,13 @@ describe("thinking on /v1/messages, served by OpenRouter", () => {
     const adaptive = await client.messages.create({ ...params, thinking: { type: "adaptive" } });
     expect(sent().reasoning).toEqual({ enabled: true });
     expect(adaptive.content.map((b) => b.type)).toEqual(["thinking", "text"]);
+    // With Claude Code's effort: OpenRouter's effort (max, which it lacks, as its top, xhigh); beside a budget, the budget.
+    await client.messages.create({ ...params, thinking: { type: "adaptive" }, output_config: { effort: "medium" } });
+    expect(sent().reasoning).toEqual({ enabled: true, effort: "medium" });
+    await client.messages.create({ ...params, thinking: { type: "adaptive" }, output_config: { effort: "max" } });
+    expect(sent().reasoning).toEqual({ enabled: true, effort: "xhigh" });
+    await client.messages.create({ ...params, output_config: { effort: "high" } });
+    expect(sent().reasoning).toEqual({ max_tokens: 2048 });
     const disabled = await client.messages.create({ ...params, thinking: { type: "disabled" } });
     expect(sent()).not.toHaveProperty("reasoning");
     expect(disabled.content).toEqual([{ type: "text", text: ANSWER }]);

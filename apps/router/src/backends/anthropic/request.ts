@@ -12,6 +12,7 @@ import {
   type MessagesRequest,
   type ReasoningBlock,
   type TextBlock,
+  type Effort,
   type ThinkingConfig,
   type ToolResultBlock,
   type ToolUseBlock,
@@ -152,17 +153,37 @@ function effortBudget(effort: unknown, param: string, maxTokens: number): number
 }
 
 /**
- * `thinking` for the body's reasoning ask: OpenRouter's `reasoning` object
- * (which wins), else chat's `reasoning_effort`. `max_tokens` is the budget
- * as given, an effort a share of max_tokens, `enabled: true` alone adaptive
- * thinking; `enabled: false` or effort "none" asks none. Anthropic needs the
- * budget below max_tokens (`maxTokens`; undefined for a count, which has
- * none): otherwise the client's 400 naming the field, before anything is
- * sent.
+ * Whether a Claude model thinks adaptively and takes `output_config.effort`
+ * (Claude 4.6 and later, as their ids name them: claude-opus-4-6,
+ * claude-sonnet-4-6-…, claude-opus-5…). Anthropic refuses adaptive thinking
+ * on older models, and budgets (`type: "enabled"`) on the newest, so an
+ * effort is said to each in its own terms.
  */
-function thinkingFrom(body: Json, maxTokens: number | undefined, effortBase: number): ThinkingConfig | undefined {
+export function thinksAdaptively(model: string): boolean {
+  const m = /claude-(?:opus|sonnet|haiku)-(\d+)(?:-(\d{1,2})(?!\d))?/.exec(model);
+  if (!m) return false;
+  const major = Number(m[1]);
+  return major > 4 || (major === 4 && Number(m[2] ?? 0) >= 6);
+}
+
+/** Chat's efforts (OpenRouter's, OpenAI's) as Anthropic's `output_config.effort`: it has no minimal. */
+const anthropicEffort: Record<string, Effort> = { xhigh: "xhigh", high: "high", medium: "medium", low: "low", minimal: "low" };
+
+/**
+ * `thinking` (and `output_config.effort`) for the body's reasoning ask:
+ * OpenRouter's `reasoning` object (which wins), else chat's
+ * `reasoning_effort`. `max_tokens` is the budget as given; an effort is,
+ * on a model that thinks adaptively, adaptive thinking at that effort, and
+ * on an older one a budget of its share of max_tokens; `enabled: true`
+ * alone is adaptive thinking (an older model: a medium effort's budget).
+ * `enabled: false` or effort "none" asks none. Anthropic needs a budget
+ * below max_tokens (`maxTokens`; undefined for a count, which has none):
+ * otherwise the client's 400 naming the field, before anything is sent.
+ */
+function thinkingFrom(body: Json, model: string, maxTokens: number | undefined, effortBase: number): { thinking: ThinkingConfig; effort?: Effort } | undefined {
   let budget: number;
   let param: string;
+  let effort: unknown;
   const r = body.reasoning;
   if (r !== undefined && r !== null) {
     if (!isObject(r)) reject("reasoning", "must be an object");
@@ -174,20 +195,29 @@ function thinkingFrom(body: Json, maxTokens: number | undefined, effortBase: num
       budget = r.max_tokens;
     } else if (r.effort !== undefined && r.effort !== null) {
       param = "reasoning.effort";
-      budget = effortBudget(r.effort, param, effortBase);
+      effort = r.effort;
     } else {
-      return { type: "adaptive" };
+      if (thinksAdaptively(model)) return { thinking: { type: "adaptive" } };
+      param = "reasoning";
+      effort = "medium";
     }
   } else if (body.reasoning_effort !== undefined && body.reasoning_effort !== null && body.reasoning_effort !== "none") {
     param = "reasoning_effort";
-    budget = effortBudget(body.reasoning_effort, param, effortBase);
+    effort = body.reasoning_effort;
   } else {
     return undefined;
   }
-  if (maxTokens !== undefined && budget >= maxTokens) {
-    reject(param, `Anthropic needs max_tokens above the thinking budget: a budget of ${budget} tokens with max_tokens ${maxTokens} (the request's, or this deployment's cap on it)`);
+  if (effort !== undefined) {
+    if (thinksAdaptively(model)) {
+      if (typeof effort !== "string" || !Object.hasOwn(anthropicEffort, effort)) reject(param, `must be one of none, ${Object.keys(effortRatio).join(", ")}`);
+      return { thinking: { type: "adaptive" }, effort: anthropicEffort[effort]! };
+    }
+    budget = effortBudget(effort, param, effortBase);
   }
-  return { type: "enabled", budget_tokens: budget };
+  if (maxTokens !== undefined && budget! >= maxTokens) {
+    reject(param, `Anthropic needs max_tokens above the thinking budget: a budget of ${budget!} tokens with max_tokens ${maxTokens} (the request's, or this deployment's cap on it)`);
+  }
+  return { thinking: { type: "enabled", budget_tokens: budget! } };
 }
 
 /** Whether the client asked for thinking without its text in the answer (`reasoning.exclude`). */
@@ -295,8 +325,11 @@ function translate(body: Json, upstreamModel: string, defaults: { maxTokens: num
     }
   }
   if (typeof body.user === "string" && body.user !== "") req.metadata = { user_id: body.user };
-  const thinking = thinkingFrom(body, forCount ? undefined : maxTokens, maxTokens);
-  if (thinking) req.thinking = thinking;
+  const thinking = thinkingFrom(body, upstreamModel, forCount ? undefined : maxTokens, maxTokens);
+  if (thinking) {
+    req.thinking = thinking.thinking;
+    if (thinking.effort) req.output_config = { effort: thinking.effort };
+  }
   return req;
 }
 

@@ -65,6 +65,8 @@ export type ReasoningBlock = ThinkingBlock | RedactedThinkingBlock;
 export type ContentBlock = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ReasoningBlock;
 
 /** Extended thinking: a token budget (below max_tokens), or adaptive (the model decides; newer models). */
+/** Anthropic's effort levels that chat's efforts map onto (it also has max, which no chat effort names). */
+export type Effort = "low" | "medium" | "high" | "xhigh";
 export type ThinkingConfig = { type: "enabled"; budget_tokens: number } | { type: "adaptive" };
 
 export interface MessagesRequest {
@@ -81,6 +83,8 @@ export interface MessagesRequest {
   tool_choice?: { type: "auto" | "any" | "none"; disable_parallel_tool_use?: boolean } | { type: "tool"; name: string; disable_parallel_tool_use?: boolean };
   metadata?: { user_id: string };
   thinking?: ThinkingConfig;
+  /** How much the model spends, thinking included (Claude 4.6 and later; with adaptive thinking, how much it thinks). */
+  output_config?: { effort: Effort };
 }
 
 export interface AnthropicUsage {

@@ -56,7 +56,6 @@ function rejectInexpressible(body: Json): void {
   if (body.context_management != null) reject("context_management", "is not available on Switchyard's backends");
   if (body.inference_geo != null) reject("inference_geo", "Switchyard cannot pin where inference runs");
   if (body.speed != null && body.speed !== "standard") reject("speed", "only 'standard' is available");
-  if (isObject(body.output_config) && body.output_config.effort != null) reject("output_config.effort", "effort levels are not available on Switchyard's backends");
 }
 
 /** A text block's chat part, its cache_control kept (the Anthropic backend passes it on; others cache prefixes by themselves). */

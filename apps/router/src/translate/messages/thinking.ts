@@ -34,6 +34,7 @@ export type ThinkingDisplay = "none" | "summarized" | "omitted";
  */
 export function chatReasoning(body: Json, chat: Json): ThinkingDisplay {
   const t = body.thinking;
+  const effort = effortOf(body);
   if (t === undefined || t === null) return "none";
   if (!isObject(t)) reject("thinking", "must be an object");
   switch (t.type) {
@@ -47,7 +48,8 @@ export function chatReasoning(body: Json, chat: Json): ThinkingDisplay {
       break;
     }
     case "adaptive":
-      chat.reasoning = { enabled: true };
+      // With an effort, how much to think (Claude Code's slider); without one the model decides.
+      chat.reasoning = effort ? { enabled: true, effort } : { enabled: true };
       break;
     default:
       reject("thinking.type", "must be enabled, adaptive or disabled");
@@ -55,6 +57,22 @@ export function chatReasoning(body: Json, chat: Json): ThinkingDisplay {
   if (t.display === undefined || t.display === null || t.display === "summarized") return "summarized";
   if (t.display === "omitted") return "omitted";
   reject("thinking.display", "must be summarized or omitted");
+}
+
+/** Anthropic's effort levels as chat's (OpenRouter's) efforts: chat has no max, its most is xhigh. */
+const chatEffort: Record<string, string> = { low: "low", medium: "medium", high: "high", xhigh: "xhigh", max: "xhigh" };
+
+/**
+ * `output_config.effort` as a chat effort, or undefined when unset. It
+ * shapes thinking only where thinking is adaptive; beside a budget the
+ * budget says how much to think, and without thinking it is a hint on how
+ * much text to spend, which no chat backend takes (docs/APIS.md).
+ */
+function effortOf(body: Json): string | undefined {
+  const e = isObject(body.output_config) ? body.output_config.effort : undefined;
+  if (e === undefined || e === null) return undefined;
+  if (typeof e !== "string" || !Object.hasOwn(chatEffort, e)) reject("output_config.effort", `must be one of ${Object.keys(chatEffort).join(", ")}`);
+  return chatEffort[e];
 }
 
 /**
