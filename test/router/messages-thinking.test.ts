@@ -238,4 +238,42 @@ describe("thinking on /v1/messages, served by OpenRouter", () => {
     expect(small.status).toBe(400);
     expect(await small.json()).toMatchObject({ error: { type: "invalid_request_error", message: expect.stringMatching(/^thinking\.budget_tokens:/) } });
   });
+
+  it("context_management's clear_thinking (Claude Code sends it with thinking on) keeps the last N thinking turns' blocks and clears the earlier ones from what OpenRouter gets; other edits, or without thinking, a 400 naming them", async () => {
+    const thought = (n: number) => ({ type: "thinking" as const, thinking: `thought ${n}`, signature: `sig-${n}` });
+    const messages = [
+      { role: "user" as const, content: "one" },
+      { role: "assistant" as const, content: [thought(1), { type: "text" as const, text: "first" }] },
+      { role: "user" as const, content: "two" },
+      { role: "assistant" as const, content: [thought(2), { type: "text" as const, text: "second" }] },
+      { role: "user" as const, content: "three" },
+      { role: "assistant" as const, content: [thought(3), { type: "text" as const, text: "third" }] },
+      { role: "user" as const, content: "four" },
+    ];
+    const kept = () => (sent().messages as Array<{ role: string; reasoning_details?: Array<{ text: string }> }>).filter((m) => m.role === "assistant").map((m) => m.reasoning_details?.[0]?.text ?? null);
+    const ask = (context_management: unknown) => client.messages.create({ ...params, messages, context_management } as Anthropic.MessageCreateParamsNonStreaming);
+    await ask({ edits: [{ type: "clear_thinking_20251015", keep: { type: "thinking_turns", value: 2 } }] });
+    expect(kept()).toEqual([null, "thought 2", "thought 3"]);
+    await ask({ edits: [{ type: "clear_thinking_20251015" }] });
+    expect(kept()).toEqual([null, null, "thought 3"]);
+    await ask({ edits: [{ type: "clear_thinking_20251015", keep: "all" }] });
+    expect(kept()).toEqual(["thought 1", "thought 2", "thought 3"]);
+    // The cleared turns keep their text.
+    expect((sent().messages as Array<{ content: unknown }>)[1]!.content).toBe("first");
+
+    const before = openrouter.requests.length;
+    const refused = async (body: Record<string, unknown>) => {
+      const res = await post({ max_tokens: 4096, ...body });
+      expect(res.status).toBe(400);
+      return ((await res.json()) as { error: { message: string } }).error.message;
+    };
+    expect(await refused({ context_management: { edits: [{ type: "clear_tool_uses_20250919" }] } })).toMatch(/^context_management\.edits\[0\]\.type: context edits of type 'clear_tool_uses_20250919'/);
+    expect(await refused({ context_management: { edits: [{ type: "clear_thinking_20251015" }] } })).toMatch(/^context_management\.edits\[0\]\.type: clear_thinking_20251015 needs thinking/);
+    expect(await refused({ thinking: { type: "adaptive" }, context_management: { edits: [{ type: "clear_thinking_20251015", keep: { type: "thinking_turns", value: 0 } }] } })).toMatch(/^context_management\.edits\[0\]\.keep:/);
+    expect(openrouter.requests.length).toBe(before);
+    // count_tokens takes it too.
+    const count = await post({ thinking: { type: "adaptive" }, context_management: { edits: [{ type: "clear_thinking_20251015", keep: "all" }] } }, "/v1/messages/count_tokens");
+    expect(count.status).toBe(200);
+  });
 });
+

@@ -11,7 +11,7 @@
 import type { RequestFeature } from "../../backends/types.ts";
 import { ApiError } from "../../errors.ts";
 import { isObject, type Json } from "../boundary.ts";
-import { chatReasoning, reasoningDetail, type ThinkingDisplay } from "./thinking.ts";
+import { applyContextEdits, chatReasoning, reasoningDetail, type ThinkingDisplay } from "./thinking.ts";
 
 function reject(param: string, message: string): never {
   throw new ApiError("invalid_request", `${param}: ${message}`, param);
@@ -53,7 +53,6 @@ function rejectInexpressible(body: Json): void {
   for (const key of Object.keys(body)) if (!knownFields.has(key)) reject(key, "is not supported by Switchyard's Messages API");
   if (body.container != null) reject("container", "containers are not available on Switchyard's backends");
   if (Array.isArray(body.mcp_servers) && body.mcp_servers.length > 0) reject("mcp_servers", "MCP servers are not available on Switchyard's backends");
-  if (body.context_management != null) reject("context_management", "is not available on Switchyard's backends");
   if (body.inference_geo != null) reject("inference_geo", "Switchyard cannot pin where inference runs");
   if (body.speed != null && body.speed !== "standard") reject("speed", "only 'standard' is available");
 }
@@ -261,5 +260,6 @@ export function toChatRequest(body: Json): { chat: Json & { model: string }; nee
     chat.response_format = { type: "json_schema", json_schema: { name: "output", schema: f.schema, strict: true } };
   }
   const thinking = chatReasoning(body, chat);
+  applyContextEdits(body, messages, thinking !== "none");
   return { chat, needs, thinking };
 }

@@ -144,3 +144,45 @@ export function thinkingBlocks(message: Json, display: ThinkingDisplay): Json[] 
     return p.text === "" && p.signature === "" ? [] : [{ type: "thinking", thinking: p.text, signature: p.signature }];
   });
 }
+
+/**
+ * `context_management`'s edits, applied here rather than by an upstream (no
+ * chat backend takes them): `clear_thinking_20251015`, which Claude Code
+ * sends with thinking on, keeps the thinking of the last `keep` assistant
+ * turns that have some (`{type: "thinking_turns", value: N}`; "all": every
+ * turn's; by default the last one's) and clears the rest from the prompt, as
+ * Anthropic does. It needs thinking on, as Anthropic says. Other edits
+ * (clear_tool_uses, which rewrites tool results by token thresholds) are a
+ * 400 naming them, not a prompt quietly left as it was.
+ */
+export function applyContextEdits(body: Json, messages: Json[], thinkingOn: boolean): void {
+  const cm = body.context_management;
+  if (cm === undefined || cm === null) return;
+  if (!isObject(cm)) reject("context_management", "must be an object");
+  for (const k of Object.keys(cm)) if (k !== "edits") reject(`context_management.${k}`, "Extra inputs are not permitted");
+  if (cm.edits === undefined || cm.edits === null) return;
+  if (!Array.isArray(cm.edits)) reject("context_management.edits", "must be an array");
+  cm.edits.forEach((edit, i) => {
+    const at = `context_management.edits[${i}]`;
+    if (!isObject(edit)) reject(at, "must be an object");
+    if (edit.type !== "clear_thinking_20251015") reject(`${at}.type`, `context edits of type '${String(edit.type)}' are not available on Switchyard's backends (clear_thinking_20251015 is)`);
+    if (!thinkingOn) reject(`${at}.type`, "clear_thinking_20251015 needs thinking enabled or adaptive");
+    const keep = keptThinkingTurns(edit.keep, `${at}.keep`);
+    let seen = 0;
+    for (let j = messages.length - 1; j >= 0; j--) {
+      const m = messages[j]!;
+      if (m.role !== "assistant" || m.reasoning_details === undefined) continue;
+      if (++seen <= keep) continue;
+      delete m.reasoning_details;
+      delete m.reasoning;
+    }
+  });
+}
+
+function keptThinkingTurns(keep: unknown, at: string): number {
+  if (keep === undefined || keep === null) return 1;
+  if (keep === "all") return Infinity;
+  if (!isObject(keep) || keep.type !== "thinking_turns" || typeof keep.value !== "number" || !Number.isInteger(keep.value) || keep.value < 1) reject(at, "must be 'all' or {type: 'thinking_turns', value: N ≥ 1}");
+  return keep.value;
+}
+

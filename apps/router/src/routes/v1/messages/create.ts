@@ -55,7 +55,8 @@ export const createMessageSchema = z.looseObject({
   cache_control: cacheControl.nullish(),
   container: z.null().optional(),
   mcp_servers: z.array(z.never()).max(0).optional(),
-  context_management: z.null().optional(),
+  // Claude Code sends clear_thinking with thinking on (translate/messages/thinking.ts applies it).
+  context_management: z.looseObject({ edits: z.array(z.looseObject({ type: z.string() })).optional() }).nullish(),
   inference_geo: z.string().nullish(),
   speed: z.string().nullish(),
   // Anthropic refuses extra inputs; so does Switchyard, naming the field.
