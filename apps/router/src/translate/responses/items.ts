@@ -61,7 +61,7 @@ export function inputItems(input: unknown, taken: Set<string>): Json[] {
       case "function_call_output":
         return { id, type, status: "completed", call_id: raw.call_id, output: functionOutput(raw.output) };
       case "reasoning": {
-        // Kept as the record of what was sent (the chat path drops it); encrypted_content is another provider's opaque state, not kept.
+        // Kept as the record of what was sent; encrypted_content is not kept (this router's own went into the chat turn it preceded, another provider's is dropped).
         const summary = Array.isArray(raw.summary) ? raw.summary.filter(isObject).map((s) => ({ type: "summary_text", text: text(s.text) })) : [];
         return { id, type, summary };
       }
@@ -71,10 +71,16 @@ export function inputItems(input: unknown, taken: Set<string>): Json[] {
   });
 }
 
-/** A response's output items as the next turn's input items: the same ids and status, output_text without its logprobs. */
+/**
+ * A response's output items as the next turn's input items: the same ids
+ * and status, output_text without its logprobs, a reasoning item without
+ * its encrypted_content (kept as its chat turn's reasoning_details), as an
+ * input reasoning item is listed.
+ */
 export function outputAsItems(output: unknown): Json[] {
   if (!Array.isArray(output)) return [];
   return output.filter(isObject).map((item) => {
+    if (item.type === "reasoning") return { id: item.id, type: "reasoning", summary: item.summary };
     if (item.type !== "message" || !Array.isArray(item.content)) return item;
     return { ...item, content: item.content.filter(isObject).map(outputContent) };
   });

@@ -5,6 +5,7 @@
 // express is the client's 400, naming the field.
 import { ApiError } from "../../errors.ts";
 import { isObject, type Json } from "../boundary.ts";
+import { attachReasoning, readEncryptedContent } from "./reasoning.ts";
 
 function reject(param: string, message: string): never {
   throw new ApiError("invalid_request", `${param}: ${message}`, param);
@@ -77,33 +78,59 @@ function functionCall(item: Json, at: string): Json {
   return { id: item.call_id, type: "function", function: { name: item.name, arguments: item.arguments } };
 }
 
-/** The request's input as chat messages: consecutive function calls join one assistant turn. */
+/** A reasoning item's summary text, joined. */
+function summaryText(item: Json): string {
+  return Array.isArray(item.summary) ? item.summary.map((p) => (isObject(p) && typeof p.text === "string" ? p.text : "")).join("") : "";
+}
+
+/**
+ * The request's input as chat messages: consecutive function calls join one
+ * assistant turn. A reasoning item this router returned (its
+ * encrypted_content minted by reasoning.ts) gives its reasoning to the
+ * assistant turn the next message or function_call item makes or joins —
+ * Claude's signed thinking, which a tool-use turn must carry back.
+ */
 export function inputMessages(input: unknown): Json[] {
   if (typeof input === "string") return [{ role: "user", content: input }];
   if (!Array.isArray(input)) reject("input", "must be a string or an array of input items");
   const out: Json[] = [];
+  /** Reasoning items read since the last assistant turn, waiting for the next. */
+  let pending: Array<{ text: string; details: Json[] }> = [];
+  const take = (turn: Json) => {
+    for (const r of pending) attachReasoning(turn, r.text, r.details);
+    pending = [];
+  };
   input.forEach((raw, i) => {
     const at = `input[${i}]`;
     if (!isObject(raw)) reject(at, "input items must be objects");
     const type = raw.type ?? "message";
     switch (type) {
-      case "message":
-        out.push(messageItem(raw, at));
+      case "message": {
+        const m = messageItem(raw, at);
+        if (m.role === "assistant") take(m);
+        else pending = [];
+        out.push(m);
         return;
+      }
       case "function_call": {
         const call = functionCall(raw, at);
-        const last = out[out.length - 1];
+        let last = out[out.length - 1];
         // The model's own text and its calls are one assistant turn in chat.
         if (last?.role === "assistant") last.tool_calls = [...((last.tool_calls as Json[] | undefined) ?? []), call];
-        else out.push({ role: "assistant", content: null, tool_calls: [call] });
+        else out.push((last = { role: "assistant", content: null, tool_calls: [call] }));
+        take(last);
         return;
       }
       case "function_call_output":
+        pending = [];
         out.push(functionOutput(raw, at));
         return;
-      case "reasoning":
-        // Another model's reasoning summary: nothing a chat backend can take, and not the conversation itself.
+      case "reasoning": {
+        const details = readEncryptedContent(raw.encrypted_content, `${at}.encrypted_content`);
+        // Another provider's reasoning (OpenAI's encrypted state, or a summary alone): nothing a chat backend can take back.
+        if (details) pending.push({ text: summaryText(raw), details });
         return;
+      }
       default:
         reject(`${at}.type`, `input items of type '${String(type)}' are not supported`);
     }

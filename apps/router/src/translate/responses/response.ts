@@ -1,9 +1,10 @@
 // Chat answers → OpenAI Responses objects: the `response` envelope (echoing
-// the request's settings, as OpenAI's does), its output items (an assistant
-// message with output_text, function_call items) and its usage. Shared by
-// the whole answer and the stream translator.
+// the request's settings, as OpenAI's does), its output items (a reasoning
+// item, an assistant message with output_text, function_call items) and its
+// usage. Shared by the whole answer and the stream translator.
 import { randomBytes } from "node:crypto";
 import { isObject, type Json } from "../boundary.ts";
+import { attachReasoning, carriesReasoning, reasoningItem } from "./reasoning.ts";
 
 /** An item id: `msg_` messages, `fc_` function calls, `fco_` their outputs, `rs_` reasoning (the prefixes OpenAI uses). */
 export const newItemId = (prefix: "msg" | "fc" | "fco" | "rs") => `${prefix}_${randomBytes(16).toString("hex")}`;
@@ -100,15 +101,30 @@ export function outputText(text: string, logprobs: Json[]): Json {
   return { type: "output_text", text, annotations: [], logprobs };
 }
 
-/** The assistant turn a response's output adds to the stored conversation (chat shape). */
-export function historyTurn(text: string, calls: Array<{ call_id: string; name: string; arguments: string }>): Json {
+/** The answer's reasoning, as the stored turn keeps it: its text and its reasoning_details (Claude's signed thinking). */
+export interface TurnReasoning {
+  text: string;
+  details: Json[];
+}
+
+/**
+ * The assistant turn a response's output adds to the stored conversation
+ * (chat shape). Its reasoning goes with it, so that a continuation sends
+ * Claude its signed thinking back, as a tool-use turn requires.
+ */
+export function historyTurn(text: string, calls: Array<{ call_id: string; name: string; arguments: string }>, reasoning?: TurnReasoning): Json {
   const turn: Json = { role: "assistant", content: text === "" && calls.length > 0 ? null : text };
   if (calls.length > 0) turn.tool_calls = calls.map((c) => ({ id: c.call_id, type: "function", function: { name: c.name, arguments: c.arguments } }));
+  if (reasoning) attachReasoning(turn, reasoning.text, reasoning.details);
   return turn;
 }
 
-/** Output items for a whole chat.completion; `turn` is its assistant message in chat shape. */
-export function outputFromCompletion(completion: Json): { output: Json[]; turn: Json; finish: string | null; usage: Json } {
+/**
+ * Output items for a whole chat.completion — a reasoning item first when
+ * the answer reasoned (its `encrypted_content` when `encrypted`); `turn` is
+ * its assistant message in chat shape.
+ */
+export function outputFromCompletion(completion: Json, encrypted = false): { output: Json[]; turn: Json; finish: string | null; usage: Json } {
   const choice = Array.isArray(completion.choices) && isObject(completion.choices[0]) ? completion.choices[0] : {};
   const message = isObject(choice.message) ? choice.message : {};
   const finish = typeof choice.finish_reason === "string" ? choice.finish_reason : null;
@@ -123,6 +139,11 @@ export function outputFromCompletion(completion: Json): { output: Json[]; turn: 
       return { call_id: String(c.id ?? ""), name: String(fn.name ?? ""), arguments: typeof fn.arguments === "string" ? fn.arguments : JSON.stringify(fn.arguments ?? {}) };
     });
   const output: Json[] = [];
+  let reasoning: TurnReasoning | undefined;
+  if (carriesReasoning(message)) {
+    reasoning = { text: typeof message.reasoning === "string" ? message.reasoning : "", details: Array.isArray(message.reasoning_details) ? message.reasoning_details.filter(isObject) : [] };
+    output.push(reasoningItem(newItemId("rs"), reasoning.text, reasoning.details, encrypted));
+  }
   if (text !== "" || refusal !== undefined || calls.length === 0) {
     const content: Json[] = [];
     if (text !== "" || refusal === undefined) content.push(outputText(text, responsesLogprobs(isObject(choice.logprobs) ? choice.logprobs.content : undefined)));
@@ -130,5 +151,5 @@ export function outputFromCompletion(completion: Json): { output: Json[]; turn: 
     output.push({ id: newItemId("msg"), type: "message", status: cut && calls.length === 0 ? "incomplete" : "completed", role: "assistant", content });
   }
   calls.forEach((c, i) => output.push({ id: newItemId("fc"), type: "function_call", status: cut && i === calls.length - 1 ? "incomplete" : "completed", ...c }));
-  return { output, turn: historyTurn(text, calls), finish, usage: responsesUsage(completion.usage) };
+  return { output, turn: historyTurn(text, calls, reasoning), finish, usage: responsesUsage(completion.usage) };
 }

@@ -1,13 +1,26 @@
 // Chat completion chunks → OpenAI's typed Responses stream: response.created
 // and response.in_progress first, then per output item
-// response.output_item.added → (content_part.added → output_text.delta… →
+// response.output_item.added → (reasoning_summary_part.added →
+// reasoning_summary_text.delta… → reasoning_summary_text.done →
+// reasoning_summary_part.done | content_part.added → output_text.delta… →
 // output_text.done → content_part.done | function_call_arguments.delta… →
 // function_call_arguments.done) → output_item.done, and at the end
 // response.completed (response.incomplete when the output limit cut it;
 // response.failed when the stream broke). Every event carries its
 // sequence_number, from 0.
 import { continuesCall, isObject, sseFrame, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
-import { historyTurn, newItemId, outputText, responseEnvelope, responsesLogprobs, responsesUsage, statusOf, type ResponseSeed } from "./response.ts";
+import { attachReasoning, detailCarries, includesEncrypted, mergeDetail, reasoningItem } from "./reasoning.ts";
+import { historyTurn, newItemId, outputText, responseEnvelope, responsesLogprobs, responsesUsage, statusOf, type ResponseSeed, type TurnReasoning } from "./response.ts";
+
+/** The chat answer's reasoning, streamed as one reasoning item's summary (its text) while nothing else has opened. */
+interface OpenReasoning {
+  kind: "reasoning";
+  index: number;
+  id: string;
+  text: string;
+  /** Its reasoning_details, the stream's pieces merged by index. */
+  details: Json[];
+}
 
 interface OpenMessage {
   kind: "message";
@@ -41,17 +54,23 @@ export class ResponsesStreamTranslator implements StreamTranslator {
   private seq = 0;
   private started = false;
   private readonly output: Json[] = [];
-  private open: OpenMessage | OpenCall | undefined;
+  private open: OpenReasoning | OpenMessage | OpenCall | undefined;
   private text = "";
   private readonly calls: Array<{ call_id: string; name: string; arguments: string }> = [];
+  /** The closed reasoning items' text and details, for the stored turn. */
+  private readonly reasoned: TurnReasoning[] = [];
   private finish: string | null = null;
   private usage: Json | null = null;
+  /** Whether reasoning items carry encrypted_content (include "reasoning.encrypted_content"). */
+  private readonly encrypted: boolean;
 
   constructor(
     private readonly seed: ResponseSeed,
     /** Runs before response.completed goes out (storing it); a throw becomes response.failed. */
     private readonly onFinished: (f: FinishedResponse) => Promise<void>,
-  ) {}
+  ) {
+    this.encrypted = includesEncrypted(seed.body);
+  }
 
   private frame(type: string, fields: Json): string {
     return sseFrame(type, { type, sequence_number: this.seq++, ...fields });
@@ -73,7 +92,17 @@ export class ResponsesStreamTranslator implements StreamTranslator {
     const o = this.open;
     if (!o) return;
     this.open = undefined;
-    if (o.kind === "message") {
+    if (o.kind === "reasoning") {
+      if (o.text !== "") {
+        const where = { item_id: o.id, output_index: o.index, summary_index: 0 };
+        out.push(this.frame("response.reasoning_summary_text.done", { ...where, text: o.text }));
+        out.push(this.frame("response.reasoning_summary_part.done", { ...where, part: { type: "summary_text", text: o.text } }));
+      }
+      const item = reasoningItem(o.id, o.text, o.details, this.encrypted);
+      this.output[o.index] = item;
+      this.reasoned.push({ text: o.text, details: o.details });
+      out.push(this.frame("response.output_item.done", { output_index: o.index, item }));
+    } else if (o.kind === "message") {
       const content: Json[] = [];
       o.parts.forEach((kind, i) => {
         const part = kind === "output_text" ? outputText(o.text, o.logprobs) : { type: "refusal", refusal: o.refusal };
@@ -93,6 +122,37 @@ export class ResponsesStreamTranslator implements StreamTranslator {
       this.calls.push({ call_id: o.call_id, name: o.name, arguments: o.arguments });
       out.push(this.frame("response.output_item.done", { output_index: o.index, item }));
     }
+  }
+
+  /**
+   * A delta's reasoning: its text as the open reasoning item's summary
+   * deltas (one summary part, opened on the first text), its
+   * reasoning_details pieces merged into the item's (a signature arrives as
+   * a piece without text). The item opens on the first piece that carries
+   * anything; reasoning after the message or a call opened is a new item.
+   */
+  private reasoning(out: string[], delta: Json): void {
+    const text = typeof delta.reasoning === "string" ? delta.reasoning : "";
+    const pieces = Array.isArray(delta.reasoning_details) ? delta.reasoning_details.filter(isObject) : [];
+    if (text === "" && !pieces.some(detailCarries)) return;
+    let r = this.open?.kind === "reasoning" ? this.open : undefined;
+    if (!r) {
+      this.close(out, "completed");
+      r = { kind: "reasoning", index: this.output.length, id: newItemId("rs"), text: "", details: [] };
+      this.output.push({ id: r.id, type: "reasoning", summary: [] });
+      this.open = r;
+      out.push(this.frame("response.output_item.added", { output_index: r.index, item: this.output[r.index] }));
+    }
+    for (const p of pieces) mergeDetail(r.details, p);
+    if (text === "") return;
+    const where = { item_id: r.id, output_index: r.index, summary_index: 0 };
+    if (r.text === "") {
+      const part = { type: "summary_text", text: "" };
+      (this.output[r.index]!.summary as Json[]).push(part);
+      out.push(this.frame("response.reasoning_summary_part.added", { ...where, part }));
+    }
+    r.text += text;
+    out.push(this.frame("response.reasoning_summary_text.delta", { ...where, delta: text }));
   }
 
   private message(out: string[]): OpenMessage {
@@ -123,6 +183,8 @@ export class ResponsesStreamTranslator implements StreamTranslator {
     const choice = Array.isArray(chunk.choices) && isObject(chunk.choices[0]) ? chunk.choices[0] : undefined;
     if (!choice) return out;
     const delta = isObject(choice.delta) ? choice.delta : {};
+    // An answer without reasoning costs these two property checks.
+    if ((delta.reasoning !== undefined && delta.reasoning !== null) || delta.reasoning_details !== undefined) this.reasoning(out, delta);
     if (typeof delta.content === "string" && delta.content !== "") {
       const m = this.message(out);
       const i = this.part(out, m, "output_text");
@@ -167,15 +229,17 @@ export class ResponsesStreamTranslator implements StreamTranslator {
     this.begin(out);
     const status = statusOf(this.finish);
     this.close(out, status === "completed" ? "completed" : "incomplete");
-    // An answer with nothing in it still has its (empty) message, as a whole answer does.
-    if (this.output.length === 0) {
+    // An answer with nothing in it (reasoning aside) still has its (empty) message, as a whole answer does.
+    if (this.output.every((i) => i.type === "reasoning")) {
       const m = this.message(out);
       this.part(out, m, "output_text");
       this.close(out, status === "completed" ? "completed" : "incomplete");
     }
     const response = this.envelope(status, { usage: this.usage ?? responsesUsage(undefined) });
     try {
-      await this.onFinished({ response, turn: historyTurn(this.text, this.calls) });
+      const turn = historyTurn(this.text, this.calls);
+      for (const r of this.reasoned) attachReasoning(turn, r.text, r.details);
+      await this.onFinished({ response, turn });
     } catch (err) {
       return [...out, ...this.fail({ code: "server_error", message: (err as Error)?.message ?? "the response could not be stored" })];
     }

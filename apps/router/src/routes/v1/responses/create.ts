@@ -13,6 +13,7 @@ import { authenticate, jsonBody } from "../../../middleware.ts";
 import { runTranslated, type ChatTranslation, type Json } from "../../../translate/boundary.ts";
 import { historyItems, loadResponse, saveResponse } from "../../../translate/responses/conversation.ts";
 import { inputItems } from "../../../translate/responses/items.ts";
+import { includesEncrypted } from "../../../translate/responses/reasoning.ts";
 import { INCLUDABLE } from "./list-input-items.ts";
 import { toChatRequest } from "../../../translate/responses/request.ts";
 import { newResponseId, nowSeconds, outputFromCompletion, responseEnvelope, statusOf } from "../../../translate/responses/response.ts";
@@ -150,7 +151,7 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
   };
   const translation: ChatTranslation = {
     whole: async (completion) => {
-      const { output, turn, finish, usage } = outputFromCompletion(completion);
+      const { output, turn, finish, usage } = outputFromCompletion(completion, includesEncrypted(body));
       const response = responseEnvelope(seed, { status: statusOf(finish), output, usage, finish });
       try {
         await persist(response, turn);

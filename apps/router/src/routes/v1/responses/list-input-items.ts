@@ -16,7 +16,7 @@ import { documented } from "../../../openapi/marks.ts";
 import type { Json } from "../../../translate/boundary.ts";
 import { loadResponse, storedInputItems } from "../../../translate/responses/conversation.ts";
 
-/** What `include` takes on OpenAI's API (the SDK's ResponseIncludable): here and on create, where only the logprobs one adds anything (docs/APIS.md). */
+/** What `include` takes on OpenAI's API (the SDK's ResponseIncludable): here and on create, where the logprobs and encrypted reasoning ones add something (docs/APIS.md). */
 export const INCLUDABLE = [
   "file_search_call.results",
   "web_search_call.results",
@@ -32,7 +32,7 @@ export const inputItemsQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).default(20).describe("how many items, 1 to 100"),
   order: z.enum(["asc", "desc"]).default("desc").describe("asc: the conversation's order; desc (the default): newest first"),
   after: z.string().min(1).max(256).optional().describe("an item id: the items after it in this order (the last id of the previous page)"),
-  include: z.array(z.enum(INCLUDABLE)).optional().describe("accepted as OpenAI's API takes it; stored items are listed whole, so it adds nothing"),
+  include: z.array(z.enum(INCLUDABLE)).optional().describe("accepted as OpenAI's API takes it; adds nothing: stored items are listed whole, without log probabilities or encrypted reasoning, which are not kept"),
 });
 
 export const inputItemList = z.looseObject({
