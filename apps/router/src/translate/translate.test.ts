@@ -15,6 +15,7 @@ import { toChatRequest as messagesToChat } from "./messages/request.ts";
 import { ResponsesStreamTranslator } from "./responses/stream.ts";
 import { outputFromCompletion, responseEnvelope, statusOf } from "./responses/response.ts";
 import { inputMessages } from "./responses/request.ts";
+import { readEncryptedContent } from "./responses/reasoning.ts";
 
 const id = "chatcmpl-1";
 const chunk = (delta: Json, finish: string | null = null): Json => ({ id, object: "chat.completion.chunk", choices: [{ index: 0, delta, finish_reason: finish }] });
@@ -133,6 +134,8 @@ async function framesOf(t: StreamTranslator, chunks: Json[] = chatChunks): Promi
 let server: Server;
 let base: string;
 const seed = { id: `resp_${"1".repeat(32)}`, createdAt: 1_700_000_000, body: { model: "m", input: "x" } as Json };
+/** A request that asks for its reasoning items' encrypted_content. */
+const encryptedSeed = { ...seed, body: { ...seed.body, include: ["reasoning.encrypted_content"] } as Json };
 
 beforeAll(async () => {
   server = createServer((req, res) => {
@@ -140,7 +143,7 @@ beforeAll(async () => {
       // Under /same-index the answer is sameIndexChunks', under /thinking thinkingChunks' with thinking asked for.
       const prefix = /^\/(same-index|thinking)\//.exec(req.url ?? "")?.[1];
       const path = prefix ? req.url!.slice(prefix.length + 1) : req.url;
-      const t = path === "/v1/responses" ? new ResponsesStreamTranslator(seed, async () => {}) : new MessagesStreamTranslator("m", prefix === "thinking" ? { thinking: "summarized" } : {});
+      const t = path === "/v1/responses" ? new ResponsesStreamTranslator(prefix === "thinking" ? encryptedSeed : seed, async () => {}) : new MessagesStreamTranslator("m", prefix === "thinking" ? { thinking: "summarized" } : {});
       res.writeHead(200, { "content-type": "text/event-stream" });
       res.end(await framesOf(t, prefix === "same-index" ? sameIndexChunks : prefix === "thinking" ? thinkingChunks : chatChunks));
     })();
@@ -263,6 +266,130 @@ describe("Responses: an answer the output limit cut", () => {
       ["message", "completed"],
       ["function_call", "incomplete"],
     ]);
+  });
+});
+
+describe("Responses: reasoning", () => {
+  /** thinkingCompletion's reasoning_details merged by index, as a streamed answer's are stored. */
+  const merged = [
+    { type: "reasoning.text", text: "Weather first.", signature: SIG_A, format: CLAUDE, index: 0 },
+    { type: "reasoning.encrypted", data: REDACTED, format: CLAUDE, index: 1 },
+    { type: "reasoning.text", text: "Then time.", signature: SIG_B, format: CLAUDE, index: 2 },
+  ];
+  const decoded = (item: unknown) => readEncryptedContent((item as Json).encrypted_content, "x");
+
+  it("streams a reasoning item first — its summary the reasoning text, OpenAI's summary events — and the SDK assembles it before the message and call", async () => {
+    const client = new OpenAI({ apiKey: "k", baseURL: `${base}/thinking/v1`, maxRetries: 0 });
+    const stream = client.responses.stream({ model: "m", input: "x", include: ["reasoning.encrypted_content"] });
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    stream.on("event", (e) => events.push(e));
+    const final = await stream.finalResponse();
+    expect(events.map((e) => `${e.type}${"output_index" in e ? `:${e.output_index}` : ""}`)).toEqual([
+      "response.created",
+      "response.in_progress",
+      "response.output_item.added:0",
+      "response.reasoning_summary_part.added:0",
+      "response.reasoning_summary_text.delta:0",
+      "response.reasoning_summary_text.delta:0",
+      "response.reasoning_summary_text.delta:0",
+      "response.reasoning_summary_text.done:0",
+      "response.reasoning_summary_part.done:0",
+      "response.output_item.done:0",
+      "response.output_item.added:1",
+      "response.content_part.added:1",
+      "response.output_text.delta:1",
+      "response.output_text.done:1",
+      "response.content_part.done:1",
+      "response.output_item.done:1",
+      "response.output_item.added:2",
+      "response.function_call_arguments.delta:2",
+      "response.function_call_arguments.done:2",
+      "response.output_item.done:2",
+      "response.completed",
+    ]);
+    expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
+    const rs = final.output[0] as OpenAI.Responses.ResponseReasoningItem;
+    expect(rs).toEqual({ id: expect.stringMatching(/^rs_[0-9a-f]{32}$/), type: "reasoning", summary: [{ type: "summary_text", text: "Weather first.Then time." }], encrypted_content: expect.stringMatching(/^swy\.rd1\.[A-Za-z0-9_-]+$/) });
+    expect(events[2]).toMatchObject({ item: { id: rs.id, type: "reasoning", summary: [] } });
+    expect(events[3]).toEqual({ type: "response.reasoning_summary_part.added", sequence_number: 3, item_id: rs.id, output_index: 0, summary_index: 0, part: { type: "summary_text", text: "" } });
+    expect(events.slice(4, 7).map((e) => (e as OpenAI.Responses.ResponseReasoningSummaryTextDeltaEvent).delta)).toEqual(["Weather ", "first.", "Then time."]);
+    expect(events[7]).toEqual({ type: "response.reasoning_summary_text.done", sequence_number: 7, item_id: rs.id, output_index: 0, summary_index: 0, text: "Weather first.Then time." });
+    expect(events[8]).toEqual({ type: "response.reasoning_summary_part.done", sequence_number: 8, item_id: rs.id, output_index: 0, summary_index: 0, part: { type: "summary_text", text: "Weather first.Then time." } });
+    // The stream's pieces, merged by index: signatures and the redacted data as sent.
+    expect(decoded(rs)).toEqual(merged);
+    expect(final.output.map((o) => o.type)).toEqual(["reasoning", "message", "function_call"]);
+    expect(final.output_text).toBe("Checking.");
+  });
+
+  it("the whole answer has the same items; encrypted_content carries its reasoning_details exactly, only when asked for", () => {
+    const asked = outputFromCompletion(thinkingCompletion, true);
+    const message = (thinkingCompletion.choices as Json[])[0]!.message as Json;
+    expect(asked.output.map((o) => o.type)).toEqual(["reasoning", "message", "function_call"]);
+    expect(asked.output[0]).toEqual({ id: expect.stringMatching(/^rs_/), type: "reasoning", summary: [{ type: "summary_text", text: "Weather first.Then time." }], encrypted_content: expect.any(String) });
+    expect(decoded(asked.output[0])).toEqual(message.reasoning_details);
+    // The stored turn is the chat message, reasoning and all.
+    expect(asked.turn).toEqual({ role: "assistant", content: "Checking.", tool_calls: message.tool_calls, reasoning: message.reasoning, reasoning_details: message.reasoning_details });
+    const plain = outputFromCompletion(thinkingCompletion);
+    expect(plain.output[0]).toEqual({ id: expect.stringMatching(/^rs_/), type: "reasoning", summary: [{ type: "summary_text", text: "Weather first.Then time." }] });
+    // Reasoning text alone (no details): a summary, and nothing to carry.
+    const textOnly = outputFromCompletion({ choices: [{ index: 0, finish_reason: "stop", message: { role: "assistant", content: "ok", reasoning: "Hmm." } }] }, true);
+    expect(textOnly.output[0]).toMatchObject({ type: "reasoning", summary: [{ type: "summary_text", text: "Hmm." }], encrypted_content: null });
+    expect(textOnly.turn).toEqual({ role: "assistant", content: "ok", reasoning: "Hmm." });
+    // None: no item, and the turn as before.
+    const none = outputFromCompletion({ choices: [{ index: 0, finish_reason: "stop", message: { role: "assistant", content: "ok", reasoning: null } }] }, true);
+    expect(none.output.map((o) => o.type)).toEqual(["message"]);
+    expect(none.turn).toEqual({ role: "assistant", content: "ok" });
+  });
+
+  it("its items sent back as input are the same chat turn again; without encrypted_content the reasoning is not there", () => {
+    const asked = outputFromCompletion(thinkingCompletion, true);
+    const back = inputMessages([{ role: "user", content: "x" }, ...asked.output, { type: "function_call_output", call_id: "call_a", output: "sunny" }]);
+    expect(back.slice(1)).toEqual([asked.turn, { role: "tool", tool_call_id: "call_a", content: "sunny" }]);
+    // Reasoning, then only the call: the call's turn takes it.
+    const callOnly = inputMessages([asked.output[0], asked.output[2]]);
+    expect(callOnly).toEqual([{ role: "assistant", content: null, tool_calls: asked.turn.tool_calls, reasoning: asked.turn.reasoning, reasoning_details: asked.turn.reasoning_details }]);
+    const plain = outputFromCompletion(thinkingCompletion);
+    expect(inputMessages(plain.output)).toEqual([{ role: "assistant", content: "Checking.", tool_calls: asked.turn.tool_calls }]);
+  });
+
+  it("a streamed answer's stored turn has its reasoning, merged; cut while thinking, it has the empty incomplete message a whole one has", async () => {
+    let turn: Json | undefined;
+    await framesOf(new ResponsesStreamTranslator(seed, async (f) => void (turn = f.turn)), thinkingChunks);
+    expect(turn).toEqual({ role: "assistant", content: "Checking.", tool_calls: [{ id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }], reasoning: "Weather first.Then time.", reasoning_details: merged });
+
+    const cutChunks = [...thinkingChunks.slice(0, 4), chunk({}, "length")];
+    const frames = eventsOf(await framesOf(new ResponsesStreamTranslator(seed, async () => {}), cutChunks));
+    const last = frames.at(-1)!;
+    expect(last.type).toBe("response.incomplete");
+    const output = (last.response as Json).output as Json[];
+    expect(output.map((i) => [i.type, i.status])).toEqual([
+      ["reasoning", undefined],
+      ["message", "incomplete"],
+    ]);
+    const whole = outputFromCompletion({ choices: [{ index: 0, finish_reason: "length", message: { role: "assistant", content: "", reasoning: "Weather first." } }] });
+    expect(whole.output.map((i) => [i.type, i.status])).toEqual([
+      ["reasoning", undefined],
+      ["message", "incomplete"],
+    ]);
+    expect(output[0]).toEqual({ ...whole.output[0], id: output[0]!.id });
+  });
+
+  it("input: another provider's reasoning item is skipped; a minted one that does not read is a 400 naming it; two join one turn, indexes apart; one before a user message goes nowhere", () => {
+    const call = { type: "function_call", call_id: "c1", name: "f", arguments: "{}" };
+    expect(inputMessages([{ type: "reasoning", summary: [{ type: "summary_text", text: "hmm" }], encrypted_content: "gAAAAABopenai" }, call])).toEqual([{ role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] }]);
+    for (const bad of ["swy.rd1.not base64!", "swy.rd1.", `swy.rd1.${Buffer.from('{"a":1}').toString("base64url")}`, `swy.rd1.${Buffer.from("[1]").toString("base64url")}`]) {
+      expect(() => inputMessages([{ role: "user", content: "x" }, { type: "reasoning", summary: [], encrypted_content: bad }, call])).toThrow(expect.objectContaining({ status: 400, param: "input[1].encrypted_content" }));
+    }
+    const one = outputFromCompletion(thinkingCompletion, true).output[0]!;
+    const [turn] = inputMessages([one, { ...one, summary: [] }, call]);
+    expect((turn!.reasoning_details as Json[]).map((d) => d.index)).toEqual([0, 0, 1, 2, 3, 3, 4, 5]);
+    expect(turn!.reasoning).toBe("Weather first.Then time.");
+    expect(inputMessages([one, { role: "user", content: "y" }, call])).toEqual([{ role: "user", content: "y" }, { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] }]);
+  });
+
+  it("usage's reasoning tokens come from the chat usage's completion_tokens_details", () => {
+    const { usage } = outputFromCompletion({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 20, completion_tokens_details: { reasoning_tokens: 12 } } });
+    expect(usage).toMatchObject({ output_tokens: 20, output_tokens_details: { reasoning_tokens: 12 } });
   });
 });
 

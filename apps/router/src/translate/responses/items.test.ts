@@ -3,7 +3,8 @@
 // derived for an older record's chat conversation keep their ids.
 import { describe, expect, it } from "vitest";
 import type { Json } from "../boundary.ts";
-import { inputItems, itemsFromMessages } from "./items.ts";
+import { inputItems, itemsFromMessages, outputAsItems } from "./items.ts";
+import { mintEncryptedContent } from "./reasoning.ts";
 import { inputMessages } from "./request.ts";
 
 const input: Json[] = [
@@ -68,5 +69,18 @@ describe("input items", () => {
       { type: "input_image", image_url: "data:image/png;base64,iVBORw0KGgo=", detail: "high" },
       { type: "input_text", text: "this?" },
     ]);
+  });
+
+  it("list reasoning by its summary alone: an output's encrypted_content, or a minted one sent back, is not kept (its reasoning is in the chat turn)", () => {
+    const minted = mintEncryptedContent([{ type: "reasoning.text", text: "hmm", signature: "sig", format: "anthropic-claude-v1", index: 0 }]);
+    const output = [
+      { id: "rs_1", type: "reasoning", summary: [{ type: "summary_text", text: "hmm" }], encrypted_content: minted },
+      { id: "msg_1", type: "message", status: "completed", role: "assistant", content: [{ type: "output_text", text: "hi", annotations: [], logprobs: [] }] },
+    ];
+    expect(outputAsItems(output)).toEqual([
+      { id: "rs_1", type: "reasoning", summary: [{ type: "summary_text", text: "hmm" }] },
+      { id: "msg_1", type: "message", status: "completed", role: "assistant", content: [{ type: "output_text", text: "hi", annotations: [] }] },
+    ]);
+    expect(inputItems([output[0]], new Set())).toEqual([{ id: "rs_1", type: "reasoning", summary: [{ type: "summary_text", text: "hmm" }] }]);
   });
 });

@@ -95,6 +95,6 @@ export function attachReasoning(turn: Json, text: string, details: Json[]): void
     turn.reasoning_details = details;
     return;
   }
-  const base = had.reduce((n, d) => (typeof d.index === "number" ? Math.max(n, d.index + 1) : n), had.length);
+  const base = had.reduce((n, d) => (typeof d.index === "number" ? Math.max(n, d.index + 1) : n), 0);
   turn.reasoning_details = [...had, ...details.map((d) => (typeof d.index === "number" ? { ...d, index: base + d.index } : d))];
 }
