@@ -30,25 +30,23 @@ const chatChunks: Json[] = [
   chunk({}, "tool_calls"),
   { id, object: "chat.completion.chunk", choices: [], usage: { prompt_tokens: 30, completion_tokens: 12, total_tokens: 42, prompt_tokens_details: { cached_tokens: 10 } } },
 ];
-const completion: Json = {
+/** A whole chat.completion of one assistant message that ended in tool calls. */
+const toolCallCompletion = (message: Json, usage: Json): Json => ({
   id,
   object: "chat.completion",
-  choices: [
-    {
-      index: 0,
-      finish_reason: "tool_calls",
-      message: {
-        role: "assistant",
-        content: "Checking both.",
-        tool_calls: [
-          { id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } },
-          { id: "call_b", type: "function", function: { name: "get_time", arguments: '{"tz":"CET"}' } },
-        ],
-      },
-    },
-  ],
-  usage: { prompt_tokens: 30, completion_tokens: 12, total_tokens: 42, prompt_tokens_details: { cached_tokens: 10 } },
-};
+  choices: [{ index: 0, finish_reason: "tool_calls", message: { role: "assistant", ...message } }],
+  usage,
+});
+const completion = toolCallCompletion(
+  {
+    content: "Checking both.",
+    tool_calls: [
+      { id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } },
+      { id: "call_b", type: "function", function: { name: "get_time", arguments: '{"tz":"CET"}' } },
+    ],
+  },
+  { prompt_tokens: 30, completion_tokens: 12, total_tokens: 42, prompt_tokens_details: { cached_tokens: 10 } },
+);
 
 // Parallel calls as some OpenAI-compatible servers stream them (Gemini and
 // vLLM/llama.cpp-served models through OpenRouter): every call at index 0,
@@ -87,29 +85,20 @@ const thinkingChunks: Json[] = [
   chatChunks.at(-1)!,
 ];
 /** The same answer whole, its details still in pieces (merged by index). */
-const thinkingCompletion: Json = {
-  id,
-  object: "chat.completion",
-  choices: [
-    {
-      index: 0,
-      finish_reason: "tool_calls",
-      message: {
-        role: "assistant",
-        content: "Checking.",
-        tool_calls: [{ id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }],
-        reasoning: "Weather first.Then time.",
-        reasoning_details: [
-          { type: "reasoning.text", text: "Weather ", format: CLAUDE, index: 0 },
-          { type: "reasoning.text", text: "first.", signature: SIG_A, format: CLAUDE, index: 0 },
-          { type: "reasoning.encrypted", data: REDACTED, format: CLAUDE, index: 1 },
-          { type: "reasoning.text", text: "Then time.", signature: SIG_B, format: CLAUDE, index: 2 },
-        ],
-      },
-    },
-  ],
-  usage: { prompt_tokens: 30, completion_tokens: 12, total_tokens: 42 },
-};
+const thinkingCompletion = toolCallCompletion(
+  {
+    content: "Checking.",
+    tool_calls: [{ id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }],
+    reasoning: "Weather first.Then time.",
+    reasoning_details: [
+      { type: "reasoning.text", text: "Weather ", format: CLAUDE, index: 0 },
+      { type: "reasoning.text", text: "first.", signature: SIG_A, format: CLAUDE, index: 0 },
+      { type: "reasoning.encrypted", data: REDACTED, format: CLAUDE, index: 1 },
+      { type: "reasoning.text", text: "Then time.", signature: SIG_B, format: CLAUDE, index: 2 },
+    ],
+  },
+  { prompt_tokens: 30, completion_tokens: 12, total_tokens: 42 },
+);
 const thinkingContent = [
   { type: "thinking", thinking: "Weather first.", signature: SIG_A },
   { type: "redacted_thinking", data: REDACTED },
