@@ -1,7 +1,7 @@
 // Fetches the default models, builds the CPU engine and installs the Python
-// tools the tests drive (all cached outside the clone), with progress. `npm
+// tools and Claude Code the tests drive (all cached outside the clone), with progress. `npm
 // test` and `.ci/run` call it first so tests never time out on a first
-// download, a cold cargo build or a pip install.
+// download, a cold cargo build, a pip or an npm install.
 import { catalog, ensureEngine, resolveModel } from "@switchyard/agent";
 
 const t0 = Date.now();
@@ -19,3 +19,7 @@ process.stderr.write(`» schemathesis: ${await ensureSchemathesis((s) => process
 // The Python clients the e2e client test drives (test/e2e/python-clients.test.ts), into their own cached venv.
 const { ensurePythonClients } = await import("./python-clients.ts");
 process.stderr.write(`» python clients: ${await ensurePythonClients((s) => process.stderr.write(`${s}\n`))}\n`);
+
+// Claude Code, the client the /v1/messages e2e test drives (test/e2e/claude-code.test.ts), from npm into its own cached folder.
+const { ensureClaudeCode } = await import("./claude-code.ts");
+process.stderr.write(`» claude code: ${await ensureClaudeCode((s) => process.stderr.write(`${s}\n`))}\n`);

@@ -10,11 +10,13 @@ const generation = [
 const inert = ["user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"];
 /** What the router adds for its workers (prefix names, cache scope, stream resume). */
 const router = ["switchyard_prefix", "switchyard_cache_scope", "continue_final_message", "add_generation_prompt"];
+/** OpenRouter's reasoning ask ("reason if the model does"): the engine's models do not reason, so the answer has none (the router's field table says so). */
+const reasoning = ["reasoning"];
 /** Structured outputs and tools: their own rules. */
 const structured = ["response_format", "tools", "tool_choice", "parallel_tool_calls"];
 
 const known = {
-  chat: new Set([...generation, ...inert, ...router, ...structured, "messages", "modalities", "audio"]),
+  chat: new Set([...generation, ...inert, ...router, ...structured, ...reasoning, "messages", "modalities", "audio"]),
   completions: new Set([...generation, ...inert, ...router, "prompt", "echo", "best_of", "suffix"]),
   embeddings: new Set(["model", "input", "encoding_format", "dimensions", ...inert, ...router]),
   /** A prompt counted, not run: what makes it (messages, tools), and the structured-output fields a chat request carries beside them. */

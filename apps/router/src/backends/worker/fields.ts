@@ -28,7 +28,10 @@ export const workerFields: FieldSupport = {
   audio_parts: "per model",
   modalities: "refused",
   reasoning_effort: "refused",
-  reasoning: "refused",
+  // OpenRouter's reasoning ask is "reason if the model does" (OpenRouter answers a model that does not with no
+  // reasoning, and so does Anthropic's adaptive thinking when the model chooses not to think): the engine's models
+  // do not reason, so the answer carries none. Claude Code asks it of every model, a worker's included.
+  reasoning: "honoured",
   verbosity: "refused",
   echo: "honoured",
   best_of: "honoured",

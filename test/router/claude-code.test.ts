@@ -1,0 +1,133 @@
+// Claude Code itself — Anthropic's coding agent CLI, the pinned npm release
+// (scripts/claude-code.ts) — pointed at a real router with
+// ANTHROPIC_BASE_URL and a Switchyard key, run headless (`claude -p`): the
+// client /v1/messages has to serve unchanged. On a Claude model it runs on
+// the Anthropic backend (the faithful fake, which signs its thinking and
+// refuses a tool-result turn without it): Claude Code's own request shape
+// (adaptive thinking at an effort, its tools, system blocks, metadata),
+// a real tool call executed by Claude Code (Bash), and the tool-result turn
+// carrying the signed thinking back. On a worker model (sim worker) it is
+// served there. Every answer has its ledger row.
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { setBudget, setPrice } from "@switchyard/db";
+import { SimWorker } from "#testkit/sim-worker";
+import { ensureClaudeCode } from "../../scripts/claude-code.ts";
+import { runTool } from "../../scripts/pyvenv.ts";
+import { FAKE_THINKING, FakeAnthropic, thinkingSignature } from "../fixtures/fake-anthropic.ts";
+import { waitFor } from "../helpers/env.ts";
+import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+
+const CLAUDE = "claude-sonnet-4-6";
+
+let fx: RouterFixture;
+let anthropic: FakeAnthropic;
+let worker: SimWorker;
+let claude: string;
+let home: string;
+let project: string;
+
+beforeAll(async () => {
+  claude = await ensureClaudeCode((s) => process.stderr.write(`${s}\n`));
+  anthropic = await new FakeAnthropic("sk-ant-cc").start();
+  fx = await startTestRouter({ "providers.anthropic": { apiKey: "sk-ant-cc", baseUrl: anthropic.url }, "billing.refreshMs": 100 });
+  await setPrice(fx.db.db, { backend: "anthropic", model: CLAUDE, inputMicroPerMtok: 3_000_000n, outputMicroPerMtok: 15_000_000n });
+  await setBudget(fx.db.db, { tenantId: fx.tenantId, dailyLimitCents: 10_000n });
+  worker = await new SimWorker({ id: "cc-sim", models: ["sim-chat"], registry: fx.registry, behavior: { tokens: 4 } }).start();
+  await waitFor(() => fx.router.deps.guard.deps.prices.price("anthropic", CLAUDE), { what: "price loaded" });
+  await waitFor(() => fx.router.deps.directory.all().length === 1, { what: "worker registered" });
+  home = mkdtempSync(path.join(os.tmpdir(), "sy-cc-home-"));
+  project = mkdtempSync(path.join(os.tmpdir(), "sy-cc-project-"));
+}, 600_000);
+
+afterAll(async () => {
+  await worker?.stop();
+  await fx?.close();
+  await anthropic?.stop();
+  for (const d of [home, project]) if (d) rmSync(d, { recursive: true, force: true });
+});
+
+interface Result {
+  is_error: boolean;
+  result: string;
+  num_turns: number;
+  usage: { input_tokens: number; output_tokens: number };
+}
+
+/** `claude -p PROMPT` against the router, in a fresh home and an empty project: its JSON result. */
+async function runClaude(prompt: string, args: string[]): Promise<Result> {
+  const run = await runTool(claude, ["-p", prompt, "--output-format", "json", ...args], {
+    cwd: project,
+    timeoutMs: 120_000,
+    env: {
+      HOME: home,
+      ANTHROPIC_BASE_URL: fx.router.url,
+      ANTHROPIC_API_KEY: fx.key,
+      ANTHROPIC_AUTH_TOKEN: "",
+      // Nothing but the model calls leaves: no telemetry, no update check, no other host.
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
+      DISABLE_TELEMETRY: "1",
+      DISABLE_AUTOUPDATER: "1",
+    },
+  });
+  const line = run.out.trim().split("\n").reverse().find((l) => l.startsWith("{"));
+  if (run.code !== 0 || !line) throw new Error(`claude exited ${String(run.code)}:\n${run.out.slice(-3000)}`);
+  return JSON.parse(line) as Result;
+}
+
+async function ledgerRowsSince(at: Date) {
+  await fx.router.deps.guard.flush();
+  return fx.db.sql`select backend, model, status, completion_tokens from spend_ledger where tenant_id = ${String(fx.tenantId)} and created_at >= ${at.toISOString()} order by created_at`;
+}
+
+type Sent = { model: string; max_tokens: number; thinking?: unknown; tools?: Array<{ name: string }>; system?: unknown; metadata?: unknown; messages: Array<{ role: string; content: unknown }> };
+
+describe("Claude Code through Switchyard", () => {
+  it("on a Claude model: its request as sent (thinking on), a Bash call it runs, and the signed thinking back with the result", async () => {
+    const start = new Date();
+    const before = anthropic.requests.length;
+    anthropic.enqueue({ kind: "ok", text: 'TOOL: Bash {"command":"echo switchyard-ok","description":"Echo a word"}' });
+    anthropic.enqueue({ kind: "ok", text: "Done." });
+    const result = await runClaude("Run echo", ["--model", CLAUDE, "--allowedTools", "Bash"]);
+    expect(result).toMatchObject({ is_error: false, result: "Done.", num_turns: 2 });
+
+    const sent = anthropic.requests.slice(before).map((r) => r.body as unknown as Sent);
+    expect(sent).toHaveLength(2);
+    const [first, second] = sent as [Sent, Sent];
+    // Claude Code's shape reached Anthropic: its model, its tools, system and metadata, thinking on, max_tokens at the deployment's cap.
+    expect(first).toMatchObject({ model: CLAUDE, max_tokens: 4096, thinking: { type: expect.stringMatching(/^(adaptive|enabled)$/) }, metadata: { user_id: expect.any(String) } });
+    expect(first.tools!.map((t) => t.name)).toContain("Bash");
+    expect(first.system).toBeTruthy();
+    // The tool-result turn: the assistant's signed thinking first (the fake verified it), the call, and what Bash printed.
+    const assistant = second.messages.at(-2)!;
+    expect(assistant.role).toBe("assistant");
+    expect(assistant.content).toEqual([
+      { type: "thinking", thinking: FAKE_THINKING, signature: thinkingSignature(FAKE_THINKING) },
+      { type: "tool_use", id: expect.stringMatching(/^toolu_/), name: "Bash", input: { command: "echo switchyard-ok", description: "Echo a word" } },
+    ]);
+    expect(JSON.stringify(second.messages.at(-1))).toContain("switchyard-ok");
+
+    const rows = await waitFor(async () => {
+      const r = await ledgerRowsSince(start);
+      return r.length >= 2 ? r : undefined;
+    });
+    expect(rows.map((r) => [r.backend, r.model, r.status])).toEqual([
+      ["anthropic", CLAUDE, "ok"],
+      ["anthropic", CLAUDE, "ok"],
+    ]);
+  });
+
+  it("on a worker model: answered by the worker", async () => {
+    const start = new Date();
+    const result = await runClaude("Say hello", ["--model", "sim-chat"]);
+    expect(result).toMatchObject({ is_error: false, result: "tok0 tok1 tok2 tok3 " });
+    expect(worker.lastBody).toMatchObject({ model: "sim-chat", stream: true });
+    const rows = await waitFor(async () => {
+      const r = await ledgerRowsSince(start);
+      return r.length >= 1 ? r : undefined;
+    });
+    expect(rows.map((r) => [r.backend, r.status])).toContainEqual(["worker", "ok"]);
+  });
+});
