@@ -17,13 +17,17 @@ import { SimWorker } from "#testkit/sim-worker";
 import { ensureClaudeCode } from "../../scripts/claude-code.ts";
 import { runTool } from "../../scripts/pyvenv.ts";
 import { FAKE_THINKING, FakeAnthropic, thinkingSignature } from "../fixtures/fake-anthropic.ts";
+import { FAKE_REASONING, FakeOpenRouter, fakeReasoningSignature } from "../fixtures/fake-openrouter.ts";
 import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 
 const CLAUDE = "claude-sonnet-4-6";
+/** Claude through OpenRouter, which Claude Code knows nothing of. */
+const OR_CLAUDE = "anthropic/claude-sonnet-4.6";
 
 let fx: RouterFixture;
 let anthropic: FakeAnthropic;
+let openrouter: FakeOpenRouter;
 let worker: SimWorker;
 let claude: string;
 let home: string;
@@ -32,11 +36,13 @@ let project: string;
 beforeAll(async () => {
   claude = await ensureClaudeCode((s) => process.stderr.write(`${s}\n`));
   anthropic = await new FakeAnthropic("sk-ant-cc").start();
-  fx = await startTestRouter({ "providers.anthropic": { apiKey: "sk-ant-cc", baseUrl: anthropic.url }, "billing.refreshMs": 100 });
+  openrouter = await new FakeOpenRouter({ apiKey: "sk-or-cc" }).start();
+  fx = await startTestRouter({ "providers.anthropic": { apiKey: "sk-ant-cc", baseUrl: anthropic.url }, "providers.openrouter": { apiKey: "sk-or-cc", baseUrl: openrouter.url }, "billing.refreshMs": 100 });
   await setPrice(fx.db.db, { backend: "anthropic", model: CLAUDE, inputMicroPerMtok: 3_000_000n, outputMicroPerMtok: 15_000_000n });
+  await setPrice(fx.db.db, { backend: "openrouter", model: OR_CLAUDE, inputMicroPerMtok: 3_000_000n, outputMicroPerMtok: 15_000_000n });
   await setBudget(fx.db.db, { tenantId: fx.tenantId, dailyLimitCents: 10_000n });
   worker = await new SimWorker({ id: "cc-sim", models: ["sim-chat"], registry: fx.registry, behavior: { tokens: 4 } }).start();
-  await waitFor(() => fx.router.deps.guard.deps.prices.price("anthropic", CLAUDE), { what: "price loaded" });
+  await waitFor(() => fx.router.deps.guard.deps.prices.price("anthropic", CLAUDE) && fx.router.deps.guard.deps.prices.price("openrouter", OR_CLAUDE), { what: "prices loaded" });
   await waitFor(() => fx.router.deps.directory.all().length === 1, { what: "worker registered" });
   home = mkdtempSync(path.join(os.tmpdir(), "sy-cc-home-"));
   project = mkdtempSync(path.join(os.tmpdir(), "sy-cc-project-"));
@@ -46,6 +52,7 @@ afterAll(async () => {
   await worker?.stop();
   await fx?.close();
   await anthropic?.stop();
+  await openrouter?.stop();
   for (const d of [home, project]) if (d) rmSync(d, { recursive: true, force: true });
 });
 
@@ -56,9 +63,13 @@ interface Result {
   usage: { input_tokens: number; output_tokens: number };
 }
 
-/** `claude -p PROMPT` against the router, in a fresh home and an empty project: its JSON result. */
-async function runClaude(prompt: string, args: string[]): Promise<Result> {
-  const run = await runTool(claude, ["-p", prompt, "--output-format", "json", ...args], {
+/**
+ * `claude -p PROMPT` against the router, in a fresh home and an empty
+ * project: its result, and every message it printed on the way
+ * (`stream-json`: the assistant turns as Claude Code assembled them).
+ */
+async function runClaude(prompt: string, args: string[]): Promise<Result & { events: Array<Record<string, unknown>> }> {
+  const run = await runTool(claude, ["-p", prompt, "--output-format", "stream-json", "--verbose", ...args], {
     cwd: project,
     timeoutMs: 120_000,
     env: {
@@ -72,9 +83,13 @@ async function runClaude(prompt: string, args: string[]): Promise<Result> {
       DISABLE_AUTOUPDATER: "1",
     },
   });
-  const line = run.out.trim().split("\n").reverse().find((l) => l.startsWith("{"));
-  if (run.code !== 0 || !line) throw new Error(`claude exited ${String(run.code)}:\n${run.out.slice(-3000)}`);
-  return JSON.parse(line) as Result;
+  const events = run.out
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+  const result = events.findLast((e) => e.type === "result");
+  if (run.code !== 0 || !result) throw new Error(`claude exited ${String(run.code)}:\n${run.out.slice(-3000)}`);
+  return { ...(result as unknown as Result), events };
 }
 
 async function ledgerRowsSince(at: Date) {
@@ -130,4 +145,19 @@ describe("Claude Code through Switchyard", () => {
     });
     expect(rows.map((r) => [r.backend, r.status])).toContainEqual(["worker", "ok"]);
   });
+
+  it("on Claude through OpenRouter: its thinking ask reaches OpenRouter as reasoning, and the answer's signed reasoning comes back to it as a thinking block", async () => {
+    const before = openrouter.requests.length;
+    const result = await runClaude("Say hello", ["--model", OR_CLAUDE]);
+    expect(result).toMatchObject({ is_error: false, result: "Hello from the fake OpenRouter." });
+    const sent = openrouter.requests.slice(before).map((r) => r.body as { model: string; reasoning?: unknown });
+    // A model it does not know gets Claude Code's budget (31,999 of 32,000), scaled with the deployment's output cap (4,096).
+    expect(sent).toEqual([expect.objectContaining({ model: OR_CLAUDE, max_tokens: 4096, reasoning: { max_tokens: 4095 } })]);
+    // The assistant turn as Claude Code assembled it from the stream: the thinking block, signed, then the text.
+    // (stream-json prints a turn's blocks as they complete, one assistant event each).
+    const blocks = result.events.filter((e) => e.type === "assistant").flatMap((e) => (e as { message: { content: Array<{ type: string }> } }).message.content);
+    expect(blocks.map((b) => b.type)).toEqual(["thinking", "text"]);
+    expect(blocks[0]).toMatchObject({ thinking: FAKE_REASONING, signature: fakeReasoningSignature(FAKE_REASONING) });
+  });
 });
+
