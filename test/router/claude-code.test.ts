@@ -115,6 +115,9 @@ describe("Claude Code through Switchyard", () => {
     expect(first).toMatchObject({ model: CLAUDE, max_tokens: 4096, thinking: { type: expect.stringMatching(/^(adaptive|enabled)$/) }, metadata: { user_id: expect.any(String) } });
     expect(first.tools!.map((t) => t.name)).toContain("Bash");
     expect(first.system).toBeTruthy();
+    // Its billing-header block (a value that changes per conversation, ahead of the whole prompt) is left out: the prompt's prefix stays the same from one conversation to the next.
+    expect(JSON.stringify(first.system)).not.toContain("x-anthropic-billing-header");
+    expect(JSON.stringify(first.system)).toContain("Claude");
     // The tool-result turn: the assistant's signed thinking first (the fake verified it), the call, and what Bash printed.
     const assistant = second.messages.at(-2)!;
     expect(assistant.role).toBe("assistant");
@@ -139,6 +142,7 @@ describe("Claude Code through Switchyard", () => {
     const result = await runClaude("Say hello", ["--model", "sim-chat"]);
     expect(result).toMatchObject({ is_error: false, result: "tok0 tok1 tok2 tok3 " });
     expect(worker.lastBody).toMatchObject({ model: "sim-chat", stream: true });
+    expect(JSON.stringify(worker.lastBody)).not.toContain("x-anthropic-billing-header");
     const rows = await waitFor(async () => {
       const r = await ledgerRowsSince(start);
       return r.length >= 1 ? r : undefined;

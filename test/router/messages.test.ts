@@ -210,6 +210,17 @@ describe("POST /v1/messages with @anthropic-ai/sdk", () => {
     }
   });
 
+  it("Claude Code's billing-header system block is left out, the blocks after it kept with their cache_control", async () => {
+    const res = await post({
+      system: [
+        { type: "text", text: "x-anthropic-billing-header: cc_version=2.1.197.c40; cc_entrypoint=cli;" },
+        { type: "text", text: "You are Claude Code.", cache_control: { type: "ephemeral" } },
+      ],
+    });
+    expect(res.status).toBe(200);
+    expect((worker.lastBody as { messages: unknown[] }).messages[0]).toEqual({ role: "system", content: [{ type: "text", text: "You are Claude Code.", cache_control: { type: "ephemeral" } }] });
+  });
+
   it("a backend's refusal of a chat field the translation made names the Messages field sent: output_config.format, not response_format", async () => {
     const before = upstream.requests.length;
     const res = await post({ model: AN_MODEL, output_config: { format: { type: "json_schema", schema: { type: "object" } } } });

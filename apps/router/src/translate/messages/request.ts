@@ -167,13 +167,26 @@ function assistantTurn(content: unknown, at: string, out: Json[]): void {
   out.push(message);
 }
 
+/**
+ * Claude Code's first system block: `x-anthropic-billing-header: cc_version=…;
+ * cc_entrypoint=…;`, attribution for Anthropic's own accounting, not an
+ * instruction to the model. Its value changes from one conversation to the
+ * next, and it comes before everything else, so kept it would make every
+ * conversation's ~15k-token prompt a cold prefix — on a worker's prefix
+ * cache and on a provider's prompt cache alike. Switchyard calls providers
+ * with its own key, where the attribution means nothing: the block is left out.
+ */
+const BILLING_HEADER = "x-anthropic-billing-header:";
+
 function systemMessage(system: unknown, at: string): Json | undefined {
   if (system === undefined || system === null) return undefined;
   if (typeof system === "string") return system === "" ? undefined : { role: "system", content: system };
   if (!Array.isArray(system)) reject(at, "must be a string or an array of text blocks");
-  const parts = system.map((b, i) => {
+  const parts: Json[] = [];
+  system.forEach((b, i) => {
     if (!isObject(b) || b.type !== "text") reject(`${at}[${i}]`, "system blocks must be text blocks");
-    return textPart(b, `${at}[${i}]`);
+    const part = textPart(b, `${at}[${i}]`);
+    if (!(part.text as string).startsWith(BILLING_HEADER)) parts.push(part);
   });
   if (parts.length === 0) return undefined;
   return { role: "system", content: parts.some((p) => p.cache_control !== undefined) ? parts : parts.map((p) => p.text).join("\n\n") };
