@@ -21,6 +21,7 @@
 // finds the request finished and does nothing.
 import { budgetDay, INTENT_RESEND_WINDOW_MS, type BudgetStore, type ReserveResult } from "@switchyard/state";
 import { heldImageTokens, usageCostMicro, worstCaseMicro, type CostSource, type KeyOwner, type NewLedgerRow, type TokenPrice } from "@switchyard/db";
+import { MIN_THINKING_BUDGET } from "../backends/reasoning.ts";
 import type { Backend, InferencePath } from "../backends/types.ts";
 import type { Usage } from "../backends/usage.ts";
 import type { Config } from "../config.ts";
@@ -168,9 +169,6 @@ export function bodyFacts(path: InferencePath, body: Record<string, unknown>, bo
     reasoning: budgetedReasoning(body),
   };
 }
-
-/** Anthropic's smallest thinking budget. */
-const MIN_THINKING_BUDGET = 1024;
 
 /** Typical bytes per token, for estimates when a provider reports no usage (the upper bound uses 1). */
 const ESTIMATE_BYTES_PER_TOKEN = 3;

@@ -2,8 +2,8 @@
 // travels in OpenRouter's chat extension: `reasoning` / `reasoning_effort`
 // become `thinking`, an assistant message's `reasoning_details` its thinking
 // blocks.
+import { CLAUDE_REASONING_FORMAT, mergeDetails, MIN_THINKING_BUDGET } from "../reasoning.ts";
 import {
-  CLAUDE_REASONING_FORMAT,
   isObject,
   UntranslatableRequest,
   type ContentBlock,
@@ -121,35 +121,26 @@ function toolChoiceFrom(choice: unknown, parallel: unknown): MessagesRequest["to
 function reasoningBlocks(details: unknown, at: string): ReasoningBlock[] {
   if (details === undefined || details === null) return [];
   if (!Array.isArray(details)) reject(at, "must be an array");
-  const merged = new Map<unknown, { type: unknown; format: unknown; text: string; signature: string; data: string }>();
   details.forEach((d, j) => {
     if (!isObject(d)) reject(`${at}[${j}]`, "must be an object");
-    const key = typeof d.index === "number" ? d.index : `at ${j}`;
-    let entry = merged.get(key);
-    if (!entry) merged.set(key, (entry = { type: d.type, format: d.format, text: "", signature: "", data: "" }));
-    entry.format ??= d.format;
-    if (typeof d.text === "string") entry.text += d.text;
-    if (typeof d.signature === "string" && d.signature !== "") entry.signature = d.signature;
-    if (typeof d.data === "string" && d.data !== "") entry.data = d.data;
   });
   const blocks: ReasoningBlock[] = [];
-  for (const e of merged.values()) {
+  for (const e of mergeDetails(details as Json[])) {
     if (e.format != null && e.format !== CLAUDE_REASONING_FORMAT) continue;
-    if (e.type === "reasoning.text" && e.signature !== "") blocks.push({ type: "thinking", thinking: e.text, signature: e.signature });
-    else if (e.type === "reasoning.encrypted" && e.data !== "") blocks.push({ type: "redacted_thinking", data: e.data });
+    if (e.type === "reasoning.text" && typeof e.signature === "string" && e.signature !== "") blocks.push({ type: "thinking", thinking: typeof e.text === "string" ? e.text : "", signature: e.signature });
+    else if (e.type === "reasoning.encrypted" && typeof e.data === "string" && e.data !== "") blocks.push({ type: "redacted_thinking", data: e.data });
   }
   return blocks;
 }
 
 /** OpenRouter's share of max_tokens a thinking budget gets, by effort. */
 const effortRatio: Record<string, number> = { xhigh: 0.95, high: 0.8, medium: 0.5, low: 0.2, minimal: 0.1 };
-/** Anthropic's least budget; OpenRouter's most for an effort. */
-const MIN_BUDGET = 1024;
+/** OpenRouter's most for an effort. */
 const MAX_EFFORT_BUDGET = 32_000;
 
 function effortBudget(effort: unknown, param: string, maxTokens: number): number {
   if (typeof effort !== "string" || !Object.hasOwn(effortRatio, effort)) reject(param, `must be one of none, ${Object.keys(effortRatio).join(", ")}`);
-  return Math.max(MIN_BUDGET, Math.min(MAX_EFFORT_BUDGET, Math.floor(maxTokens * effortRatio[effort]!)));
+  return Math.max(MIN_THINKING_BUDGET, Math.min(MAX_EFFORT_BUDGET, Math.floor(maxTokens * effortRatio[effort]!)));
 }
 
 /**
@@ -191,7 +182,7 @@ function thinkingFrom(body: Json, model: string, maxTokens: number | undefined, 
     if (r.max_tokens !== undefined && r.max_tokens !== null) {
       param = "reasoning.max_tokens";
       if (typeof r.max_tokens !== "number" || !Number.isInteger(r.max_tokens)) reject(param, "must be an integer");
-      if (r.max_tokens < MIN_BUDGET) reject(param, `Anthropic's thinking budget is at least ${MIN_BUDGET} tokens`);
+      if (r.max_tokens < MIN_THINKING_BUDGET) reject(param, `Anthropic's thinking budget is at least ${MIN_THINKING_BUDGET} tokens`);
       budget = r.max_tokens;
     } else if (r.effort !== undefined && r.effort !== null) {
       param = "reasoning.effort";
@@ -215,7 +206,7 @@ function thinkingFrom(body: Json, model: string, maxTokens: number | undefined, 
     budget = effortBudget(effort, param, effortBase);
   }
   if (maxTokens !== undefined && budget! >= maxTokens) {
-    reject(param, `Anthropic needs max_tokens above the thinking budget: a budget of ${budget!} tokens with max_tokens ${maxTokens} (the request's, or this deployment's cap on it)`);
+    reject(param, `Anthropic needs max_tokens above the thinking budget: a budget of ${budget!} tokens with max_tokens ${maxTokens} (the request's, or this deployment's cap on it); raise max_tokens or lower the budget`);
   }
   return { thinking: { type: "enabled", budget_tokens: budget! } };
 }

@@ -1,5 +1,6 @@
 // Anthropic Messages response → OpenAI chat completion (see wire.ts).
-import { CLAUDE_REASONING_FORMAT, type AnthropicUsage, type Json, type MessagesResponse, type OpenAIUsage } from "./wire.ts";
+import { claudeDetail } from "../reasoning.ts";
+import type { AnthropicUsage, Json, MessagesResponse, OpenAIUsage } from "./wire.ts";
 
 const finishReasons: Record<string, string> = {
   end_turn: "stop",
@@ -62,13 +63,9 @@ function reasoningOf(content: MessagesResponse["content"]): { reasoning: string 
   let reasoning: string | null = null;
   const details: Json[] = [];
   for (const b of content) {
-    if (b.type === "thinking") {
-      const text = b.thinking ?? "";
-      reasoning = (reasoning ?? "") + text;
-      details.push({ type: "reasoning.text", text, signature: b.signature ?? "", format: CLAUDE_REASONING_FORMAT, index: details.length });
-    } else if (b.type === "redacted_thinking") {
-      details.push({ type: "reasoning.encrypted", data: b.data ?? "", format: CLAUDE_REASONING_FORMAT, index: details.length });
-    }
+    if (b.type !== "thinking" && b.type !== "redacted_thinking") continue;
+    if (b.type === "thinking") reasoning = (reasoning ?? "") + (b.thinking ?? "");
+    details.push(claudeDetail(b, details.length));
   }
   return { reasoning, details };
 }

@@ -1,5 +1,6 @@
 // Anthropic Messages stream events → OpenAI chat completion chunks (see wire.ts).
-import { AnthropicStreamError, CLAUDE_REASONING_FORMAT, type AnthropicUsage, type OpenAIUsage, type Json } from "./wire.ts";
+import { CLAUDE_REASONING_FORMAT, claudeDetail } from "../reasoning.ts";
+import { AnthropicStreamError, type AnthropicUsage, type OpenAIUsage, type Json } from "./wire.ts";
 import { finishReason, openaiUsage, nowSeconds, stopSequenceField } from "./response.ts";
 
 export interface MessagesStreamEvent {
@@ -64,7 +65,7 @@ export class MessagesStreamTranslator {
         // A thinking block starts empty: its text and signature follow as deltas.
         if (b?.type === "thinking") this.thoughts.set(ev.index ?? 0, this.reasoningBlocks++);
         else if (b?.type === "redacted_thinking") {
-          return this.emit({ reasoning_details: [{ type: "reasoning.encrypted", data: b.data ?? "", format: CLAUDE_REASONING_FORMAT, index: this.reasoningBlocks++ }] });
+          return this.emit({ reasoning_details: [claudeDetail(b, this.reasoningBlocks++)] });
         }
         return [];
       }

@@ -64,9 +64,9 @@ export interface RedactedThinkingBlock {
 export type ReasoningBlock = ThinkingBlock | RedactedThinkingBlock;
 export type ContentBlock = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ReasoningBlock;
 
-/** Extended thinking: a token budget (below max_tokens), or adaptive (the model decides; newer models). */
 /** Anthropic's effort levels that chat's efforts map onto (it also has max, which no chat effort names). */
 export type Effort = "low" | "medium" | "high" | "xhigh";
+/** Extended thinking: a token budget (below max_tokens), or adaptive (the model decides; newer models). */
 export type ThinkingConfig = { type: "enabled"; budget_tokens: number } | { type: "adaptive" };
 
 export interface MessagesRequest {
@@ -118,9 +118,6 @@ export interface OpenAIUsage {
   total_tokens: number;
   prompt_tokens_details: { cached_tokens: number; cache_write_tokens: number; cache_write_1h_tokens?: number };
 }
-
-/** OpenRouter's `format` for Claude's reasoning_details entries: the only ones Anthropic can take back. */
-export const CLAUDE_REASONING_FORMAT = "anthropic-claude-v1";
 
 export type Json = Record<string, unknown>;
 

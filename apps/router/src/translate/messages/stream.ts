@@ -87,7 +87,7 @@ export class MessagesStreamTranslator implements StreamTranslator {
   private reasoning(out: string[], delta: Json): void {
     const details = Array.isArray(delta.reasoning_details) ? delta.reasoning_details.filter(isObject) : [];
     if (details.length === 0) {
-      if (typeof delta.reasoning === "string" && this.thinking !== "omitted") this.thinkingPiece(out, RAW_REASONING, delta.reasoning, "");
+      if (typeof delta.reasoning === "string" && this.thinking !== "omitted") this.thinkingDelta(out, RAW_REASONING, delta.reasoning, "");
       return;
     }
     for (const d of details) {
@@ -100,11 +100,11 @@ export class MessagesStreamTranslator implements StreamTranslator {
       }
       // A piece without an index continues the thinking block open.
       const detail = typeof d.index === "number" ? d.index : this.open?.kind === "thinking" ? this.open.detail! : RAW_REASONING;
-      this.thinkingPiece(out, detail, piece.text, piece.signature);
+      this.thinkingDelta(out, detail, piece.text, piece.signature);
     }
   }
 
-  private thinkingPiece(out: string[], detail: number, text: string, signature: string): void {
+  private thinkingDelta(out: string[], detail: number, text: string, signature: string): void {
     // An empty opening piece opens nothing; a piece of a stopped block cannot reopen it (raw reasoning after the answer began is a new block).
     if ((text === "" && signature === "") || (detail !== RAW_REASONING && this.stoppedDetails.has(detail))) return;
     const index = this.open?.kind === "thinking" && this.open.detail === detail ? this.open.index : this.start(out, { type: "thinking", thinking: "", signature: "" }, "thinking", { detail });

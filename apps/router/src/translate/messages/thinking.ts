@@ -5,18 +5,13 @@
 // Anthropic's `thinking` block, reasoning.encrypted ↔ `redacted_thinking`),
 // so a Messages client's thinking round-trips through any backend that
 // reasons, signatures untouched.
+import { claudeDetail, mergeDetails, MIN_THINKING_BUDGET } from "../../backends/reasoning.ts";
 import { ApiError } from "../../errors.ts";
 import { isObject, type Json } from "../boundary.ts";
 
 function reject(param: string, message: string): never {
   throw new ApiError("invalid_request", `${param}: ${message}`, param);
 }
-
-/** OpenRouter's `format` for Claude's reasoning entries: a Messages client's thinking blocks are Claude's. */
-export const CLAUDE_REASONING_FORMAT = "anthropic-claude-v1";
-
-/** Anthropic's least thinking budget. */
-const MIN_THINKING_BUDGET = 1024;
 
 /**
  * How the answer shows the model's thinking: not at all (Anthropic returns
@@ -85,10 +80,10 @@ export function reasoningDetail(b: Json, at: string, index: number): Json {
   if (b.type === "thinking") {
     if (typeof b.thinking !== "string") reject(`${at}.thinking`, "must be a string");
     if (typeof b.signature !== "string") reject(`${at}.signature`, "must be a string");
-    return { type: "reasoning.text", text: b.thinking, signature: b.signature, format: CLAUDE_REASONING_FORMAT, index };
+    return claudeDetail({ type: "thinking", thinking: b.thinking, signature: b.signature }, index);
   }
   if (typeof b.data !== "string") reject(`${at}.data`, "must be a string");
-  return { type: "reasoning.encrypted", data: b.data, format: CLAUDE_REASONING_FORMAT, index };
+  return claudeDetail({ type: "redacted_thinking", data: b.data }, index);
 }
 
 const str = (v: unknown): string => (typeof v === "string" ? v : "");
@@ -123,20 +118,8 @@ export function thinkingPiece(d: Json, display: ThinkingDisplay): ThinkingPiece 
  */
 export function thinkingBlocks(message: Json, display: ThinkingDisplay): Json[] {
   if (display === "none") return [];
-  const merged: ThinkingPiece[] = [];
-  const byIndex = new Map<number, ThinkingPiece>();
-  for (const d of Array.isArray(message.reasoning_details) ? message.reasoning_details.filter(isObject) : []) {
-    const piece = thinkingPiece(d, display);
-    if (!piece) continue;
-    const same = typeof d.index === "number" ? byIndex.get(d.index) : undefined;
-    if (same?.kind === "thinking" && piece.kind === "thinking") {
-      same.text += piece.text;
-      if (piece.signature !== "") same.signature = piece.signature;
-      continue;
-    }
-    merged.push(piece);
-    if (typeof d.index === "number") byIndex.set(d.index, piece);
-  }
+  const details = mergeDetails(Array.isArray(message.reasoning_details) ? message.reasoning_details.filter(isObject) : []);
+  const merged = details.map((d) => thinkingPiece(d, display)).filter((p): p is ThinkingPiece => p !== undefined);
   if (merged.length === 0 && typeof message.reasoning === "string" && display !== "omitted") merged.push({ kind: "thinking", text: message.reasoning, signature: "" });
   return merged.flatMap((p): Json[] => {
     if (p.kind === "redacted") return [{ type: "redacted_thinking", data: p.data }];

@@ -61,26 +61,6 @@ export function reasoningItem(id: string, text: string, details: Json[], encrypt
   return item;
 }
 
-/** Whether a reasoning_details entry or streamed piece carries anything (an empty opening piece does not). */
-export function detailCarries(piece: Json): boolean {
-  return ["text", "summary", "signature", "data"].some((k) => typeof piece[k] === "string" && piece[k] !== "");
-}
-
-/**
- * Adds one streamed reasoning_details piece to `merged`, as OpenRouter's
- * pieces merge: by `index`, text concatenated, signature and data taken.
- */
-export function mergeDetail(merged: Json[], piece: Json): void {
-  if (!detailCarries(piece)) return;
-  const same = typeof piece.index === "number" ? merged.find((d) => d.index === piece.index && d.type === piece.type) : undefined;
-  if (!same) {
-    merged.push({ ...piece });
-    return;
-  }
-  for (const k of ["text", "summary"] as const) if (typeof piece[k] === "string") same[k] = (typeof same[k] === "string" ? same[k] : "") + piece[k];
-  for (const k of ["signature", "data"] as const) if (typeof piece[k] === "string" && piece[k] !== "") same[k] = piece[k];
-}
-
 /**
  * An assistant turn (chat) takes a reasoning item's reasoning: its text
  * after any the turn has, its details after the turn's, their indexes moved

@@ -9,7 +9,8 @@
 // response.failed when the stream broke). Every event carries its
 // sequence_number, from 0.
 import { continuesCall, isObject, sseFrame, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
-import { attachReasoning, detailCarries, includesEncrypted, mergeDetail, reasoningItem } from "./reasoning.ts";
+import { detailCarries, mergeDetail } from "../../backends/reasoning.ts";
+import { attachReasoning, includesEncrypted, reasoningItem } from "./reasoning.ts";
 import { historyTurn, newItemId, outputText, responseEnvelope, responsesLogprobs, responsesUsage, statusOf, type ResponseSeed, type TurnReasoning } from "./response.ts";
 
 /** The chat answer's reasoning, streamed as one reasoning item's summary (its text) while nothing else has opened. */
