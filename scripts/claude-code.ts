@@ -1,6 +1,6 @@
 // Claude Code (Anthropic's coding agent CLI), pinned, installed from npm
 // outside the repo (~/.cache/switchyard/claude-code-<version>) for
-// test/e2e/claude-code.test.ts, which points it at a router with
+// test/router/claude-code.test.ts, which points it at a router with
 // ANTHROPIC_BASE_URL: the client /v1/messages has to serve as it is. Its npm
 // package carries the native binary in a per-platform optional package;
 // scripts/prepare.ts installs it before the tests, so no test waits on npm.
@@ -29,12 +29,24 @@ export async function ensureClaudeCode(log: (s: string) => void = () => {}): Pro
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   const t0 = Date.now();
-  const run = await runTool("npm", ["install", "--prefix", dir, "--no-audit", "--no-fund", "--no-save", "--loglevel=error", `@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}`], {
-    timeoutMs: 600_000,
-    onLine: (l) => log(`[claude-code] ${l}`),
-  });
+  // npm prints nothing while it fetches the one large package: say it is still at it.
+  const beat = setInterval(() => log(`[claude-code] npm still installing, ${((Date.now() - t0) / 1000).toFixed(0)}s`), 15_000);
+  let run;
+  try {
+    run = await runTool("npm", ["install", "--prefix", dir, "--no-audit", "--no-fund", "--no-save", "--loglevel=error", `@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}`], {
+      timeoutMs: 600_000,
+      onLine: (l) => log(`[claude-code] ${l}`),
+    });
+  } finally {
+    clearInterval(beat);
+  }
   const bin = binaryIn(dir);
-  if (run.code !== 0 || !bin) throw new Error(`installing Claude Code ${CLAUDE_CODE_VERSION} failed (npm exit ${String(run.code)}; no binary for ${process.platform}-${process.arch}):\n${run.out.slice(-2000)}`);
+  if (run.code !== 0 || !bin) {
+    throw new Error(
+      `installing Claude Code ${CLAUDE_CODE_VERSION} failed (npm exit ${String(run.code)}; no binary for ${process.platform}-${process.arch}); ` +
+        `check that registry.npmjs.org answers, or point SWITCHYARD_CLAUDE_CODE_DIR at a folder where it is installed:\n${run.out.slice(-2000)}`,
+    );
+  }
   log(`[claude-code] ready in ${((Date.now() - t0) / 1000).toFixed(0)}s`);
   return bin;
 }

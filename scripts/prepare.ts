@@ -20,6 +20,6 @@ process.stderr.write(`» schemathesis: ${await ensureSchemathesis((s) => process
 const { ensurePythonClients } = await import("./python-clients.ts");
 process.stderr.write(`» python clients: ${await ensurePythonClients((s) => process.stderr.write(`${s}\n`))}\n`);
 
-// Claude Code, the client the /v1/messages e2e test drives (test/e2e/claude-code.test.ts), from npm into its own cached folder.
+// Claude Code, the client the /v1/messages e2e test drives (test/router/claude-code.test.ts), from npm into its own cached folder.
 const { ensureClaudeCode } = await import("./claude-code.ts");
 process.stderr.write(`» claude code: ${await ensureClaudeCode((s) => process.stderr.write(`${s}\n`))}\n`);
