@@ -6,8 +6,10 @@
 // refuses a tool-result turn without it): Claude Code's own request shape
 // (adaptive thinking at an effort, its tools, system blocks, metadata),
 // a real tool call executed by Claude Code (Bash), and the tool-result turn
-// carrying the signed thinking back. On a worker model (sim worker) it is
-// served there. Every answer has its ledger row.
+// carrying the signed thinking back; of its `anthropic-beta` names, those the
+// translation carries (with `--model …[1m]`, the 1M context window). On a
+// worker model (sim worker) it is served there. Every answer has its ledger
+// row.
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -118,6 +120,8 @@ describe("Claude Code through Switchyard", () => {
     // Its billing-header block (a value that changes per conversation, ahead of the whole prompt) is left out: the prompt's prefix stays the same from one conversation to the next.
     expect(JSON.stringify(first.system)).not.toContain("x-anthropic-billing-header");
     expect(JSON.stringify(first.system)).toContain("Claude");
+    // Of the betas it sends (its attribution, context management, effort, …), only what survives the translation goes on.
+    expect(anthropic.requests[before]!.headers["anthropic-beta"]).toBe("interleaved-thinking-2025-05-14");
     // The tool-result turn: the assistant's signed thinking first (the fake verified it), the call, and what Bash printed.
     const assistant = second.messages.at(-2)!;
     expect(assistant.role).toBe("assistant");
@@ -135,6 +139,15 @@ describe("Claude Code through Switchyard", () => {
       ["anthropic", CLAUDE, "ok"],
       ["anthropic", CLAUDE, "ok"],
     ]);
+  });
+
+  it("on a Claude model with [1m]: Anthropic gets the model and the 1M-context beta", async () => {
+    const before = anthropic.requests.length;
+    anthropic.enqueue({ kind: "ok", text: "Long." });
+    const result = await runClaude("Say hello", ["--model", `${CLAUDE}[1m]`]);
+    expect(result).toMatchObject({ is_error: false, result: "Long." });
+    const got = anthropic.requests.slice(before);
+    expect(got.map((r) => [(r.body as { model: string }).model, r.headers["anthropic-beta"]])).toEqual([[CLAUDE, "context-1m-2025-08-07,interleaved-thinking-2025-05-14"]]);
   });
 
   it("on a worker model: answered by the worker", async () => {

@@ -29,6 +29,8 @@ export interface BackendRequest {
   fencingToken?: number;
   /** The leased worker the token belongs to (a shard of a split model's pipeline may be it, not the head). */
   fencingWorker?: string;
+  /** The client's `anthropic-beta` names Anthropic is sent (backends/anthropic/betas.ts); other backends ignore them. */
+  anthropicBetas?: readonly string[];
 }
 
 /**
@@ -36,7 +38,7 @@ export interface BackendRequest {
  * body (its messages, tools and tool_choice; no output limit), and a lease
  * holder's fencing as a run of it would carry.
  */
-export type CountRequest = Pick<BackendRequest, "body" | "fencingToken" | "fencingWorker">;
+export type CountRequest = Pick<BackendRequest, "body" | "fencingToken" | "fencingWorker" | "anthropicBetas">;
 
 /** What a backend is told about the request it is sent: only its id (x-request-id upstream). */
 export interface AttemptCall {

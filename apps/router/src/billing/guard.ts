@@ -21,6 +21,7 @@
 // finds the request finished and does nothing.
 import { budgetDay, INTENT_RESEND_WINDOW_MS, type BudgetStore, type ReserveResult } from "@switchyard/state";
 import { heldImageTokens, usageCostMicro, worstCaseMicro, type CostSource, type KeyOwner, type NewLedgerRow, type TokenPrice } from "@switchyard/db";
+import { CONTEXT_1M_BETA } from "../backends/anthropic/betas.ts";
 import { MIN_THINKING_BUDGET } from "../backends/reasoning.ts";
 import type { Backend, InferencePath } from "../backends/types.ts";
 import type { Usage } from "../backends/usage.ts";
@@ -123,6 +124,12 @@ export interface BodyFacts extends PromptBound {
   hourCache: boolean;
   /** OpenRouter's `reasoning` object when it names a thinking budget (`max_tokens`), which the output cap may have to scale (Tab.reasoningPatch). */
   reasoning: Record<string, unknown> | undefined;
+  /**
+   * Whether Anthropic is sent the 1M-context beta: only then may it bill a
+   * prompt at a price row's long-context tier (without it, it refuses a
+   * prompt past 200k tokens), so only then is an Anthropic hold priced there.
+   */
+  contextOneM: boolean;
 }
 
 /** The body's `reasoning` when it sets a numeric thinking budget; else undefined (most bodies: one property read). */
@@ -154,7 +161,7 @@ export function asksHourCache(v: unknown, depth = 0): boolean {
 }
 
 /** The facts of a body a tab keeps (bound: pass the request class's to save the walk). */
-export function bodyFacts(path: InferencePath, body: Record<string, unknown>, bound: PromptBound = promptBound(path, body)): BodyFacts {
+export function bodyFacts(path: InferencePath, body: Record<string, unknown>, bound: PromptBound = promptBound(path, body), betas?: readonly string[]): BodyFacts {
   const limitField = outputLimitField(path, body);
   return {
     promptTokens: bound.promptTokens,
@@ -167,6 +174,7 @@ export function bodyFacts(path: InferencePath, body: Record<string, unknown>, bo
     stream: body.stream === true,
     hourCache: asksHourCache(body),
     reasoning: budgetedReasoning(body),
+    contextOneM: betas?.includes(CONTEXT_1M_BETA) === true,
   };
 }
 

@@ -6,6 +6,7 @@
 // (Backend.countTokens); otherwise the router's estimate, flagged as one.
 import type { Context } from "hono";
 import { Abort, onAbort } from "../abort.ts";
+import { forwardedBetas } from "../backends/anthropic/betas.ts";
 import { refusedField } from "../backends/fields.ts";
 import { type Backend, type CountRequest, UpstreamFailure } from "../backends/types.ts";
 import { imageUrlTokens } from "../billing/media.ts";
@@ -54,7 +55,12 @@ export async function countPrompt(c: Context<AppEnv>, deps: AppDeps, body: Infer
   // Leases as for a run: a holder counts on its leased worker, with its fencing token; others around leased workers.
   const routed = routeWithLeases(deps.leases, candidates, { leaseId: c.req.header("x-switchyard-lease"), tenantId: tenant.tenantId, model: body.model, signal: clientSignal(c) });
   const leased = routed instanceof Promise ? await routed : routed;
-  const req: CountRequest = { body, ...(leased.fencingToken !== undefined ? { fencingToken: leased.fencingToken, ...(leased.fencingWorker ? { fencingWorker: leased.fencingWorker } : {}) } : {}) };
+  const betas = forwardedBetas(c.req.header("anthropic-beta"));
+  const req: CountRequest = {
+    body,
+    ...(leased.fencingToken !== undefined ? { fencingToken: leased.fencingToken, ...(leased.fencingWorker ? { fencingWorker: leased.fencingWorker } : {}) } : {}),
+    ...(betas ? { anthropicBetas: betas } : {}),
+  };
   let last: UpstreamFailure | undefined;
   // As dispatch passes over a backend that refuses a field the body asks for (reasoning_effort on a worker), so does a count; none left is that 400.
   let refused: { param: string; message: string } | undefined;

@@ -7,6 +7,7 @@ import type { Context } from "hono";
 import { PREFIX_NAME_FIELD } from "@switchyard/state";
 import type { PoolPlace } from "../admission/gate.ts";
 import type { KeyOwner } from "../auth/key-store.ts";
+import { forwardedBetas } from "../backends/anthropic/betas.ts";
 import type { Backend, InferencePath } from "../backends/types.ts";
 import { normalizeMaxOutput, promptBound, type PromptBound } from "../billing/estimate.ts";
 import { bodyEdited, setBodyField } from "../body-text.ts";
@@ -104,8 +105,9 @@ export class InferencePipeline {
       const routed = stage(this.trace, "routing", () => this.resolve());
       const { resolution, cls, leased } = routed instanceof Promise ? await routed : routed;
       const stripUsage = this.askForUsage();
-      const tab = this.hold();
-      const result = await this.attempt(leased, resolution, cls, tab, stripUsage);
+      const betas = forwardedBetas(this.c.req.header("anthropic-beta"));
+      const tab = this.hold(betas);
+      const result = await this.attempt(leased, resolution, cls, tab, stripUsage, betas);
       // A stream's or raw bytes' duration is observed at their last byte (relay/stream.ts, raw.ts), not here.
       if (this.body.stream === true || this.opts.raw) this.c.set("streaming", true);
       return result.response;
@@ -229,13 +231,13 @@ export class InferencePipeline {
   }
 
   /** The request's budget tab: paid attempts are held against the tenant's day through it, and it settles the ledger row. */
-  private hold(): RequestTab {
+  private hold(betas: readonly string[] | undefined): RequestTab {
     const startedAt = this.c.get("startedAt");
     return this.deps.guard.open({
       requestId: this.c.get("requestId"),
       tenant: this.tenant,
       path: this.path,
-      facts: bodyFacts(this.path, this.body, this.bound()),
+      facts: bodyFacts(this.path, this.body, this.bound(), betas),
       model: this.body.model,
       arrivedAtMs: Date.now() - (performance.now() - startedAt),
       startedAtPerf: startedAt,
@@ -243,7 +245,7 @@ export class InferencePipeline {
   }
 
   /** Dispatch with failover; each attempt is admitted by the pool place and the tab, and the end settles both. */
-  private attempt(leased: LeaseRouting, resolution: Resolution, cls: RequestClass, tab: RequestTab, stripUsage: boolean) {
+  private attempt(leased: LeaseRouting, resolution: Resolution, cls: RequestClass, tab: RequestTab, stripUsage: boolean, betas: readonly string[] | undefined) {
     const { c, deps, body } = this;
     const { raw, detached } = this.opts;
     // The relay's callbacks take what they need as locals, not `this`: a
@@ -254,7 +256,14 @@ export class InferencePipeline {
     const { place, rate } = this;
     return dispatch(
       leased.backends,
-      { path: this.path, body, stream: body.stream === true, ...(raw ? { raw } : {}), ...(leased.fencingToken !== undefined ? { fencingToken: leased.fencingToken, ...(leased.fencingWorker ? { fencingWorker: leased.fencingWorker } : {}) } : {}) },
+      {
+        path: this.path,
+        body,
+        stream: body.stream === true,
+        ...(raw ? { raw } : {}),
+        ...(leased.fencingToken !== undefined ? { fencingToken: leased.fencingToken, ...(leased.fencingWorker ? { fencingWorker: leased.fencingWorker } : {}) } : {}),
+        ...(betas ? { anthropicBetas: betas } : {}),
+      },
       traced(this.trace, {
         requestId: c.get("requestId"),
         deadlines: deps.config.deadlines,

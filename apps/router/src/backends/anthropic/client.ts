@@ -119,10 +119,12 @@ export class AnthropicBackend implements Backend {
     return path === "/v1/chat/completions";
   }
 
-  /** The headers of every call to Anthropic: its key and API version, and the request's id. */
-  private headers(call: AttemptCall, accept: string): Record<string, string> {
+  /** The headers of every call to Anthropic: its key and API version, the request's id, and the client's betas that survive the translation. */
+  private headers(call: AttemptCall, accept: string, betas: readonly string[] | undefined): Record<string, string> {
     const { options } = this.connections;
-    return { "x-api-key": options.apiKey, "anthropic-version": options.version, "content-type": "application/json", accept, "x-request-id": call.requestId };
+    const headers: Record<string, string> = { "x-api-key": options.apiKey, "anthropic-version": options.version, "content-type": "application/json", accept, "x-request-id": call.requestId };
+    if (betas) headers["anthropic-beta"] = betas.join(",");
+    return headers;
   }
 
   /** The chat body as Anthropic's, or the client's 400 for what it cannot express. */
@@ -144,7 +146,7 @@ export class AnthropicBackend implements Backend {
     const body = this.translated(() => toCountTokensRequest(upstreamBody(req), this.model, { maxTokens: this.connections.options.defaultMaxTokens }));
     let res;
     try {
-      res = await pool.request({ path: `${basePath}/v1/messages/count_tokens`, method: "POST", headers: this.headers(call, "application/json"), body: JSON.stringify(body), signal });
+      res = await pool.request({ path: `${basePath}/v1/messages/count_tokens`, method: "POST", headers: this.headers(call, "application/json", req.anthropicBetas), body: JSON.stringify(body), signal });
     } catch (err) {
       throw classify(err, signal);
     }
@@ -171,7 +173,7 @@ export class AnthropicBackend implements Backend {
       res = await pool.request({
         path: `${basePath}/v1/messages`,
         method: "POST",
-        headers: this.headers(call, req.stream ? "text/event-stream" : "application/json"),
+        headers: this.headers(call, req.stream ? "text/event-stream" : "application/json", req.anthropicBetas),
         body: JSON.stringify(body),
         signal,
       });

@@ -1,0 +1,42 @@
+// Anthropic's beta features a client asks for in `anthropic-beta` (a
+// comma-separated list of names; the SDKs' `betas: [...]`), on any inference
+// route. The request reaches Anthropic translated (Messages → chat →
+// Messages), so only betas whose whole effect survives that trip are sent
+// on: switches of the model's behaviour or limits that need no field of
+// their own. The rest are left out. Claude Code sends several on every
+// request — its attribution (`claude-code-…`), the context edits the router
+// applies itself (`context-management-…`), tools whose fields the router
+// refuses by name anyway — and refusing them would refuse Claude Code.
+// Sending them would hand Anthropic switches for answers the translation
+// does not read (new block types, server tools).
+
+/** Claude's 1M-token context window (Sonnet 4 and later, Opus 4.6): prompts past 200k tokens are billed at the price row's long-context tier. */
+export const CONTEXT_1M_BETA = "context-1m-2025-08-07";
+
+/** The betas sent on to Anthropic, and why each survives the translation. */
+export const FORWARDED_BETAS: ReadonlyMap<string, string> = new Map([
+  [CONTEXT_1M_BETA, "a larger context window: no field, the same answer shape"],
+  ["interleaved-thinking-2025-05-14", "thinking between tool calls on Claude 4 models before 4.6: thinking blocks, which the translation carries"],
+  ["fine-grained-tool-streaming-2025-05-14", "tool input streamed without buffering: the same input_json_delta events, in other slices"],
+  ["output-128k-2025-02-19", "up to 128k output tokens on Claude 3.7 Sonnet: max_tokens, which the budget hold already counts"],
+  ["token-efficient-tools-2025-02-19", "fewer tokens for tool calls on Claude 3.7 Sonnet: the same answer shape"],
+]);
+
+/** A beta's name as Anthropic writes them: lowercase words, digits and dashes (or underscores). */
+const BETA_NAME = /^[a-z0-9][a-z0-9_-]{0,99}$/;
+
+/**
+ * The request's `anthropic-beta` names that go on to Anthropic, in the
+ * client's order without repeats; undefined when there are none (most
+ * requests: no header). Several headers reach here joined by ", ".
+ */
+export function forwardedBetas(header: string | undefined): readonly string[] | undefined {
+  if (header === undefined || header === "") return undefined;
+  let out: string[] | undefined;
+  for (const part of header.split(",")) {
+    const name = part.trim();
+    if (!BETA_NAME.test(name) || !FORWARDED_BETAS.has(name) || out?.includes(name)) continue;
+    (out ??= []).push(name);
+  }
+  return out;
+}
