@@ -20,6 +20,7 @@ process.stderr.write(`» schemathesis: ${await ensureSchemathesis((s) => process
 const { ensurePythonClients } = await import("./python-clients.ts");
 process.stderr.write(`» python clients: ${await ensurePythonClients((s) => process.stderr.write(`${s}\n`))}\n`);
 
-// Claude Code, the client the /v1/messages e2e test drives (test/router/claude-code.test.ts), from npm into its own cached folder.
-const { ensureClaudeCode } = await import("./claude-code.ts");
+// Claude Code and Codex CLI, the clients the /v1/messages and /v1/responses e2e tests drive (test/router/claude-code.test.ts, codex.test.ts), from npm into their own cached folders.
+const { ensureClaudeCode, ensureCodex } = await import("./agent-clis.ts");
 process.stderr.write(`» claude code: ${await ensureClaudeCode((s) => process.stderr.write(`${s}\n`))}\n`);
+process.stderr.write(`» codex: ${await ensureCodex((s) => process.stderr.write(`${s}\n`))}\n`);

@@ -16,7 +16,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { setBudget, setPrice } from "@switchyard/db";
 import { SimWorker } from "#testkit/sim-worker";
-import { ensureClaudeCode } from "../../scripts/claude-code.ts";
+import { ensureClaudeCode } from "../../scripts/agent-clis.ts";
 import { runTool } from "../../scripts/pyvenv.ts";
 import { FAKE_THINKING, FakeAnthropic, thinkingSignature } from "../fixtures/fake-anthropic.ts";
 import { FAKE_REASONING, FakeOpenRouter, fakeReasoningSignature } from "../fixtures/fake-openrouter.ts";

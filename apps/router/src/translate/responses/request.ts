@@ -1,10 +1,12 @@
 // OpenAI Responses request → the OpenAI chat body the pipeline runs: input
 // items as chat messages (after the stored conversation it continues),
-// `instructions` as the system message, function tools, tool_choice and
+// `instructions` as the system message, function tools (and namespaces of
+// them: namespaces.ts), tool_choice and
 // text.format as the chat fields that carry them. What the chat path cannot
 // express is the client's 400, naming the field.
 import { ApiError } from "../../errors.ts";
 import { isObject, type Json } from "../boundary.ts";
+import { chatToolName, NAMESPACE_SEPARATOR, namespaceTools } from "./namespaces.ts";
 import { attachReasoning, readEncryptedContent } from "./reasoning.ts";
 
 function reject(param: string, message: string): never {
@@ -75,7 +77,10 @@ function functionCall(item: Json, at: string): Json {
   if (typeof item.call_id !== "string" || item.call_id === "") reject(`${at}.call_id`, "is required");
   if (typeof item.name !== "string" || item.name === "") reject(`${at}.name`, "is required");
   if (typeof item.arguments !== "string") reject(`${at}.arguments`, "must be a string (JSON)");
-  return { id: item.call_id, type: "function", function: { name: item.name, arguments: item.arguments } };
+  if (item.namespace !== undefined && item.namespace !== null && typeof item.namespace !== "string") reject(`${at}.namespace`, "must be a string");
+  // A namespaced function's call, under the chat name its tool runs as (namespaces.ts).
+  const name = chatToolName(item.name, typeof item.namespace === "string" && item.namespace !== "" ? item.namespace : undefined);
+  return { id: item.call_id, type: "function", function: { name, arguments: item.arguments } };
 }
 
 /** A reasoning item's summary text, joined. */
@@ -138,18 +143,41 @@ export function inputMessages(input: unknown): Json[] {
   return out;
 }
 
+/** A function tool as chat's, under `name` (a namespaced one's chat name), its description after `lead` (its namespace's). */
+function chatFunction(t: Json, _at: string, name: string, lead: string | undefined): Json {
+  const fn: Json = { name };
+  const description = typeof t.description === "string" && t.description !== "" ? t.description : undefined;
+  if (lead !== undefined || description !== undefined) fn.description = [lead, description].filter((d) => d !== undefined).join("\n\n");
+  if (isObject(t.parameters)) fn.parameters = t.parameters;
+  if (typeof t.strict === "boolean") fn.strict = t.strict;
+  return { type: "function", function: fn };
+}
+
 function chatTools(tools: unknown): Json[] | undefined {
   if (tools === undefined || tools === null) return undefined;
   if (!Array.isArray(tools)) reject("tools", "must be an array");
-  return tools.map((t, i) => {
-    if (!isObject(t) || t.type !== "function") reject(`tools[${i}].type`, `only function tools are supported (got '${String(isObject(t) ? t.type : t)}')`);
-    if (typeof t.name !== "string" || t.name === "") reject(`tools[${i}].name`, "is required");
-    const fn: Json = { name: t.name };
-    if (typeof t.description === "string") fn.description = t.description;
-    if (isObject(t.parameters)) fn.parameters = t.parameters;
-    if (typeof t.strict === "boolean") fn.strict = t.strict;
-    return { type: "function", function: fn };
+  const out: Json[] = [];
+  const seen = new Set<string>();
+  tools.forEach((t, i) => {
+    const at = `tools[${i}]`;
+    let made: Json[];
+    if (isObject(t) && t.type === "namespace") made = namespaceTools(t, at, chatFunction);
+    else {
+      if (!isObject(t) || t.type !== "function") {
+        reject(`${at}.type`, `only function tools (and namespaces of them) are supported (got '${String(isObject(t) ? t.type : t)}'; server tools such as web_search run inside OpenAI's API, not on these backends)`);
+      }
+      if (typeof t.name !== "string" || t.name === "") reject(`${at}.name`, "is required");
+      made = [chatFunction(t, at, t.name, undefined)];
+    }
+    for (const m of made) {
+      const name = (m.function as Json).name as string;
+      // A function named like a namespaced one's chat name would take its calls.
+      if (seen.has(name)) reject(at, `a second tool named '${name}' (a namespace's functions are named <namespace>${NAMESPACE_SEPARATOR}<name>)`);
+      seen.add(name);
+      out.push(m);
+    }
   });
+  return out;
 }
 
 function chatToolChoice(choice: unknown): unknown {

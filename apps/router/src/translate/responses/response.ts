@@ -4,6 +4,7 @@
 // usage. Shared by the whole answer and the stream translator.
 import { randomBytes } from "node:crypto";
 import { isObject, type Json } from "../boundary.ts";
+import { callName, type CallName } from "./namespaces.ts";
 import { attachReasoning, carriesReasoning, reasoningItem } from "./reasoning.ts";
 
 /** An item id: `msg_` messages, `fc_` function calls, `fco_` their outputs, `rs_` reasoning (the prefixes OpenAI uses). */
@@ -121,10 +122,11 @@ export function historyTurn(text: string, calls: Array<{ call_id: string; name: 
 
 /**
  * Output items for a whole chat.completion — a reasoning item first when
- * the answer reasoned (its `encrypted_content` when `encrypted`); `turn` is
- * its assistant message in chat shape.
+ * the answer reasoned (its `encrypted_content` when `encrypted`), a call of
+ * a namespaced function (`names`: namespacedNames of the request's tools)
+ * with its name and namespace; `turn` is its assistant message in chat shape.
  */
-export function outputFromCompletion(completion: Json, encrypted = false): { output: Json[]; turn: Json; finish: string | null; usage: Json } {
+export function outputFromCompletion(completion: Json, encrypted = false, names?: Map<string, CallName>): { output: Json[]; turn: Json; finish: string | null; usage: Json } {
   const choice = Array.isArray(completion.choices) && isObject(completion.choices[0]) ? completion.choices[0] : {};
   const message = isObject(choice.message) ? choice.message : {};
   const finish = typeof choice.finish_reason === "string" ? choice.finish_reason : null;
@@ -150,6 +152,7 @@ export function outputFromCompletion(completion: Json, encrypted = false): { out
     if (refusal !== undefined) content.push({ type: "refusal", refusal });
     output.push({ id: newItemId("msg"), type: "message", status: cut && calls.length === 0 ? "incomplete" : "completed", role: "assistant", content });
   }
-  calls.forEach((c, i) => output.push({ id: newItemId("fc"), type: "function_call", status: cut && i === calls.length - 1 ? "incomplete" : "completed", ...c }));
+  // Items name a namespaced function as the client did; the stored turn keeps the chat name.
+  calls.forEach((c, i) => output.push({ id: newItemId("fc"), type: "function_call", status: cut && i === calls.length - 1 ? "incomplete" : "completed", ...c, ...callName(c.name, names) }));
   return { output, turn: historyTurn(text, calls, reasoning), finish, usage: responsesUsage(completion.usage) };
 }

@@ -10,6 +10,7 @@
 // sequence_number, from 0.
 import { continuesCall, isObject, sseFrame, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
 import { detailCarries, mergeDetail } from "../../backends/reasoning.ts";
+import { callName, namespacedNames, type CallName } from "./namespaces.ts";
 import { attachReasoning, includesEncrypted, reasoningItem } from "./reasoning.ts";
 import { historyTurn, newItemId, outputText, responseEnvelope, responsesLogprobs, responsesUsage, statusOf, type ResponseSeed, type TurnReasoning } from "./response.ts";
 
@@ -64,6 +65,8 @@ export class ResponsesStreamTranslator implements StreamTranslator {
   private usage: Json | null = null;
   /** Whether reasoning items carry encrypted_content (include "reasoning.encrypted_content"). */
   private readonly encrypted: boolean;
+  /** The request's namespaced functions by chat name: their calls' items carry name and namespace. */
+  private readonly names: Map<string, CallName> | undefined;
 
   constructor(
     private readonly seed: ResponseSeed,
@@ -71,6 +74,7 @@ export class ResponsesStreamTranslator implements StreamTranslator {
     private readonly onFinished: (f: FinishedResponse) => Promise<void>,
   ) {
     this.encrypted = includesEncrypted(seed.body);
+    this.names = namespacedNames(seed.body.tools);
   }
 
   private frame(type: string, fields: Json): string {
@@ -116,9 +120,9 @@ export class ResponsesStreamTranslator implements StreamTranslator {
       this.output[o.index] = item;
       out.push(this.frame("response.output_item.done", { output_index: o.index, item }));
     } else {
-      out.push(this.frame("response.function_call_arguments.done", { item_id: o.id, output_index: o.index, name: o.name, arguments: o.arguments }));
+      out.push(this.frame("response.function_call_arguments.done", { item_id: o.id, output_index: o.index, name: callName(o.name, this.names).name, arguments: o.arguments }));
       // Cut by the output limit, its arguments are unfinished JSON: a client must not run it as if whole.
-      const item = { id: o.id, type: "function_call", status, call_id: o.call_id, name: o.name, arguments: o.arguments };
+      const item = { id: o.id, type: "function_call", status, call_id: o.call_id, ...callName(o.name, this.names), arguments: o.arguments };
       this.output[o.index] = item;
       this.calls.push({ call_id: o.call_id, name: o.name, arguments: o.arguments });
       out.push(this.frame("response.output_item.done", { output_index: o.index, item }));
@@ -214,7 +218,7 @@ export class ResponsesStreamTranslator implements StreamTranslator {
     if (!call) {
       this.close(out, "completed");
       call = { kind: "call", index: this.output.length, id: newItemId("fc"), chatIndex, call_id: String(tc.id ?? ""), name: String(fn.name ?? ""), arguments: "" };
-      this.output.push({ id: call.id, type: "function_call", status: "in_progress", call_id: call.call_id, name: call.name, arguments: "" });
+      this.output.push({ id: call.id, type: "function_call", status: "in_progress", call_id: call.call_id, ...callName(call.name, this.names), arguments: "" });
       this.open = call;
       out.push(this.frame("response.output_item.added", { output_index: call.index, item: this.output[call.index] }));
     }

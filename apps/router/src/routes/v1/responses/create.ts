@@ -13,6 +13,7 @@ import { authenticate, jsonBody } from "../../../middleware.ts";
 import { runTranslated, type ChatTranslation, type Json } from "../../../translate/boundary.ts";
 import { historyItems, loadResponse, saveResponse } from "../../../translate/responses/conversation.ts";
 import { inputItems } from "../../../translate/responses/items.ts";
+import { namespacedNames } from "../../../translate/responses/namespaces.ts";
 import { includesEncrypted } from "../../../translate/responses/reasoning.ts";
 import { INCLUDABLE } from "./list-input-items.ts";
 import { toChatRequest } from "../../../translate/responses/request.ts";
@@ -77,6 +78,8 @@ export const createResponseSchema = z.strictObject({
     .refine((m) => Object.keys(m).length <= 16, "at most 16 keys")
     .nullish(),
   user: z.string().nullish(),
+  // Codex CLI's per-turn labels (its window and turn ids): inert here, as OpenAI's API takes them.
+  client_metadata: z.record(z.string(), z.string()).nullish(),
   safety_identifier: z.string().max(64).nullish(),
   prompt_cache_key: z.string().nullish(),
   service_tier: z.string().nullish(),
@@ -151,7 +154,7 @@ export async function createResponse(c: Context<AppEnv>, deps: AppDeps, store: R
   };
   const translation: ChatTranslation = {
     whole: async (completion) => {
-      const { output, turn, finish, usage } = outputFromCompletion(completion, includesEncrypted(body));
+      const { output, turn, finish, usage } = outputFromCompletion(completion, includesEncrypted(body), namespacedNames(body.tools));
       const response = responseEnvelope(seed, { status: statusOf(finish), output, usage, finish });
       try {
         await persist(response, turn);

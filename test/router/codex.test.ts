@@ -1,0 +1,149 @@
+// Codex CLI itself — OpenAI's coding agent, the pinned npm release
+// (scripts/agent-clis.ts) — pointed at a real router as a model provider
+// (`wire_api = "responses"`, a Switchyard key), run headless (`codex exec`):
+// /v1/responses has to take its requests as OpenAI's API does — its
+// `client_metadata`, `store: false` with `include:
+// ["reasoning.encrypted_content"]`, a `namespace` of sub-agent tools — and
+// stream what it reads. On a worker model the worker answers; on Claude (the
+// Anthropic backend's faithful fake) it runs the shell call the model asks
+// for and sends the output back, and a namespaced function's call comes back
+// to it with its namespace. Every answer has its ledger row.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { setBudget, setPrice } from "@switchyard/db";
+import { SimWorker } from "#testkit/sim-worker";
+import { ensureCodex } from "../../scripts/agent-clis.ts";
+import { runTool } from "../../scripts/pyvenv.ts";
+import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
+import { waitFor } from "../helpers/env.ts";
+import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+
+const CLAUDE = "claude-sonnet-4-6";
+
+let fx: RouterFixture;
+let anthropic: FakeAnthropic;
+let worker: SimWorker;
+let codex: string;
+let home: string;
+let project: string;
+
+beforeAll(async () => {
+  codex = await ensureCodex((s) => process.stderr.write(`${s}\n`));
+  anthropic = await new FakeAnthropic("sk-ant-cx").start();
+  fx = await startTestRouter({ "providers.anthropic": { apiKey: "sk-ant-cx", baseUrl: anthropic.url }, "billing.refreshMs": 100 });
+  await setPrice(fx.db.db, { backend: "anthropic", model: CLAUDE, inputMicroPerMtok: 3_000_000n, outputMicroPerMtok: 15_000_000n });
+  await setBudget(fx.db.db, { tenantId: fx.tenantId, dailyLimitCents: 10_000n });
+  worker = await new SimWorker({ id: "cx-sim", models: ["sim-chat"], registry: fx.registry, behavior: { tokens: 4 } }).start();
+  await waitFor(() => fx.router.deps.guard.deps.prices.price("anthropic", CLAUDE), { what: "price loaded" });
+  await waitFor(() => fx.router.deps.directory.all().length === 1, { what: "worker registered" });
+  home = mkdtempSync(path.join(os.tmpdir(), "sy-codex-home-"));
+  project = mkdtempSync(path.join(os.tmpdir(), "sy-codex-project-"));
+  mkdirSync(path.join(home, ".codex"));
+  // Switchyard as a model provider, as docs/APIS.md tells Codex users to set it. No backend here runs OpenAI's web search tool.
+  writeFileSync(
+    path.join(home, ".codex", "config.toml"),
+    [
+      'model_provider = "switchyard"',
+      'web_search = "disabled"',
+      "[model_providers.switchyard]",
+      'name = "Switchyard"',
+      `base_url = "${fx.router.url}/v1"`,
+      'env_key = "SWITCHYARD_API_KEY"',
+      'wire_api = "responses"',
+      "",
+    ].join("\n"),
+  );
+}, 600_000);
+
+afterAll(async () => {
+  await worker?.stop();
+  await fx?.close();
+  await anthropic?.stop();
+  for (const d of [home, project]) if (d) rmSync(d, { recursive: true, force: true });
+});
+
+/**
+ * `codex exec PROMPT` on `model` against the router, in a fresh home and an
+ * empty project, commands run without its sandbox (this box has no user
+ * namespaces for it): every JSONL event it printed, and its last message.
+ */
+async function runCodex(prompt: string, model: string): Promise<{ events: Array<Record<string, unknown>>; last: string | undefined }> {
+  const run = await runTool(codex, ["exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "-m", model, prompt], {
+    cwd: project,
+    timeoutMs: 120_000,
+    env: { HOME: home, CODEX_HOME: path.join(home, ".codex"), SWITCHYARD_API_KEY: fx.key, OPENAI_API_KEY: "" },
+  });
+  const events = run.out
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+  const failed = events.find((e) => e.type === "turn.failed" || e.type === "error");
+  if (run.code !== 0 || failed) throw new Error(`codex exited ${String(run.code)}:\n${run.out.slice(-3000)}`);
+  const messages = events.filter((e) => e.type === "item.completed" && (e.item as { type?: string }).type === "agent_message");
+  return { events, last: (messages.at(-1)?.item as { text?: string } | undefined)?.text };
+}
+
+async function ledgerRowsSince(at: Date) {
+  await fx.router.deps.guard.flush();
+  return fx.db.sql`select backend, model, status from spend_ledger where tenant_id = ${String(fx.tenantId)} and started_at >= ${at.toISOString()} order by started_at`;
+}
+
+type Sent = { model: string; system?: unknown; tools?: Array<{ name: string; description?: string }>; messages: Array<{ role: string; content: unknown }> };
+
+describe("Codex CLI through Switchyard", () => {
+  it("on a worker model: answered by the worker, its tools (the namespace's flattened) in the worker's request", async () => {
+    const start = new Date();
+    const { last } = await runCodex("Say hello", "sim-chat");
+    expect(last).toBe("tok0 tok1 tok2 tok3 ");
+    const body = worker.lastBody as { model: string; stream: boolean; tools: Array<{ function: { name: string } }> };
+    expect(body).toMatchObject({ model: "sim-chat", stream: true });
+    const names = body.tools.map((t) => t.function.name);
+    expect(names).toContain("exec_command");
+    expect(names).toContain("multi_agent_v1__close_agent");
+    const rows = await waitFor(async () => {
+      const r = await ledgerRowsSince(start);
+      return r.length >= 1 ? r : undefined;
+    });
+    expect(rows.map((r) => [r.backend, r.status])).toContainEqual(["worker", "ok"]);
+  });
+
+  it("on Claude: a shell call it runs, and the output back with the call; a namespaced function called under its namespace", async () => {
+    const start = new Date();
+    const before = anthropic.requests.length;
+    anthropic.enqueue({ kind: "ok", text: 'TOOL: exec_command {"cmd":"echo switchyard-ok"}' });
+    anthropic.enqueue({ kind: "ok", text: 'TOOL: multi_agent_v1__close_agent {"target":"no-such-agent"}' });
+    anthropic.enqueue({ kind: "ok", text: "Done." });
+    const { events, last } = await runCodex("Run echo", CLAUDE);
+    expect(last).toBe("Done.");
+    const sent = anthropic.requests.slice(before).map((r) => r.body as unknown as Sent);
+    expect(sent).toHaveLength(3);
+    const [first, second, third] = sent as [Sent, Sent, Sent];
+    // Codex's developer instructions are Claude's system prompt; its namespace's functions are tools with the namespace's description.
+    expect(JSON.stringify(first.system)).toContain("Codex");
+    const closeAgent = first.tools!.find((t) => t.name === "multi_agent_v1__close_agent");
+    expect(closeAgent?.description).toMatch(/^Tools for spawning and managing sub-agents\.\n\n/);
+    // Codex ran the command: its output came back as the call's result.
+    expect(events.some((e) => e.type === "item.completed" && JSON.stringify(e.item).includes("switchyard-ok"))).toBe(true);
+    const result = JSON.stringify(second.messages.at(-1));
+    expect(result).toContain("tool_result");
+    expect(result).toContain("switchyard-ok");
+    // The namespaced call reached Codex as multi_agent_v1's close_agent (it answered about the agent, not about an unknown tool), and went back under the same chat name.
+    const turn = third.messages.at(-2)!;
+    expect(JSON.stringify(turn.content)).toContain('"name":"multi_agent_v1__close_agent"');
+    const answer = JSON.stringify(third.messages.at(-1));
+    expect(answer).toContain("tool_result");
+    expect(answer).toContain("invalid agent id no-such-agent");
+    expect(answer).not.toMatch(/unsupported call|unknown tool/i);
+    const rows = await waitFor(async () => {
+      const r = await ledgerRowsSince(start);
+      return r.length >= 3 ? r : undefined;
+    });
+    expect(rows.map((r) => [r.backend, r.model, r.status])).toEqual([
+      ["anthropic", CLAUDE, "ok"],
+      ["anthropic", CLAUDE, "ok"],
+      ["anthropic", CLAUDE, "ok"],
+    ]);
+  });
+});
