@@ -5,6 +5,7 @@ import {
   formatMicroAsUsd,
   heldImageTokens,
   parseMicro,
+  priceForPrompt,
   tokensCostMicro,
   usageCostMicro,
   usdToMicro,
@@ -199,6 +200,114 @@ describe("money", () => {
     expect(heldImageTokens(mini, { imageTokens: 85, imageTileTokens: 85 })).toBeGreaterThanOrEqual(2_833n);
     expect(heldImageTokens(mini, { imageTokens: 1_445, imageTileTokens: 1_445 })).toBe(48_171n);
     expect(2_833 + 5_667 * 8).toBe(48_169);
+  });
+
+  describe("long-context tier (Anthropic's 1M-token context: over 200,000 prompt tokens, the whole request at premium rates)", () => {
+    // Sonnet 4.6: input $3, cache read $0.30, 5-minute write $3.75, output $15; over 200k, input $6 and output $22.50.
+    const sonnet = {
+      inputMicroPerMtok: 300_000_000n,
+      outputMicroPerMtok: 1_500_000_000n,
+      cachedInputMicroPerMtok: 30_000_000n,
+      cacheWriteMicroPerMtok: 375_000_000n,
+      longContext: { thresholdTokens: 200_000, inputMicroPerMtok: 600_000_000n, outputMicroPerMtok: 2_250_000_000n },
+    };
+    /** A prompt of `prompt` tokens: 100,000 cache reads, 50,000 cache writes (10,000 of them for an hour), the rest fresh; 1,000 output tokens. */
+    const usage = (prompt: number) => ({ promptTokens: prompt, completionTokens: 1_000, cachedTokens: 100_000, cacheWriteTokens: 50_000, cacheWrite1hTokens: 10_000 });
+
+    it("at the threshold (not over): every token at the ordinary rates", () => {
+      // Micro-cents a token: input 300, cache read 30, 5-minute write 375, 1-hour write 600 (2× input), output 1,500.
+      expect(usageCostMicro(usage(200_000), sonnet)).toBe(50_000n * 300n + 100_000n * 30n + 40_000n * 375n + 10_000n * 600n + 1_000n * 1_500n);
+      expect(priceForPrompt(sonnet, 200_000)).toBe(sonnet);
+      expect(priceForPrompt(sonnet, 1)).toBe(sonnet);
+    });
+
+    it("one token over: all of the request's tokens at the tier — input, output, cache reads and writes (derived from the long input)", () => {
+      // Long: input 600, cache read 30 × 2 = 60, 5-minute write 375 × 2 = 750, 1-hour write 2 × 600 = 1,200, output 2,250.
+      expect(usageCostMicro(usage(200_001), sonnet)).toBe(50_001n * 600n + 100_000n * 60n + 40_000n * 750n + 10_000n * 1_200n + 1_000n * 2_250n);
+      expect(priceForPrompt(sonnet, 200_001)).toEqual({
+        inputMicroPerMtok: 600_000_000n,
+        outputMicroPerMtok: 2_250_000_000n,
+        cachedInputMicroPerMtok: 60_000_000n,
+        cacheWriteMicroPerMtok: 750_000_000n,
+        cacheWrite1hMicroPerMtok: null, // 2× the long input, as unset always is
+        audioInputMicroPerMtok: null,
+        imageTokenMultiplierPermille: null,
+        longContext: null,
+      });
+      // Cache reads and writes count toward the threshold: 1 fresh token beside 200,000 cached ones is over it.
+      expect(usageCostMicro({ promptTokens: 200_001, completionTokens: 0, cachedTokens: 200_000 }, sonnet)).toBe(600n + 200_000n * 60n);
+      expect(usageCostMicro({ promptTokens: 200_000, completionTokens: 0, cachedTokens: 200_000 }, sonnet)).toBe(200_000n * 30n);
+      // Without a tier nothing changes past 200k.
+      expect(usageCostMicro(usage(200_001), { ...sonnet, longContext: null })).toBe(50_001n * 300n + 100_000n * 30n + 40_000n * 375n + 10_000n * 600n + 1_000n * 1_500n);
+    });
+
+    it("a tier's own cache rates are used as set; unset ones are the ordinary ones × long input ÷ input, rounded up to the micro-cent per Mtok", () => {
+      const own = { ...sonnet, cacheWrite1hMicroPerMtok: 600_000_000n, longContext: { ...sonnet.longContext, cachedInputMicroPerMtok: 61_000_000n, cacheWriteMicroPerMtok: 751_000_000n, cacheWrite1hMicroPerMtok: 1_201_000_000n } };
+      expect(priceForPrompt(own, 200_001)).toMatchObject({ cachedInputMicroPerMtok: 61_000_000n, cacheWriteMicroPerMtok: 751_000_000n, cacheWrite1hMicroPerMtok: 1_201_000_000n });
+      // 1.5×: 30,000,001 × 1.5 = 45,000,001.5 → 45,000,002; 375,000,001 → 562,500,002; 600,000,001 → 900,000,002. Never rounded down.
+      const odd = {
+        inputMicroPerMtok: 300_000_000n,
+        outputMicroPerMtok: 0n,
+        cachedInputMicroPerMtok: 30_000_001n,
+        cacheWriteMicroPerMtok: 375_000_001n,
+        cacheWrite1hMicroPerMtok: 600_000_001n,
+        longContext: { thresholdTokens: 10, inputMicroPerMtok: 450_000_000n, outputMicroPerMtok: 0n },
+      };
+      expect(priceForPrompt(odd, 11)).toMatchObject({ cachedInputMicroPerMtok: 45_000_002n, cacheWriteMicroPerMtok: 562_500_002n, cacheWrite1hMicroPerMtok: 900_000_002n });
+      // Exact ratios stay exact: 30,000,000 × 1.5.
+      expect(priceForPrompt({ ...odd, cachedInputMicroPerMtok: 30_000_000n }, 11).cachedInputMicroPerMtok).toBe(45_000_000n);
+      // No ordinary cache rates: the defaults on the long input (cache read and 5-minute write as it, 1-hour write 2× it).
+      const bare = { inputMicroPerMtok: 300_000_000n, outputMicroPerMtok: 0n, longContext: odd.longContext };
+      expect(usageCostMicro({ promptTokens: 30, completionTokens: 0, cachedTokens: 10, cacheWriteTokens: 10, cacheWrite1hTokens: 5 }, bare)).toBe(10n * 450n + 10n * 450n + 5n * 450n + 5n * 900n);
+      // A free ordinary input has no ratio: the dearer of the ordinary rate and the default on the long input.
+      const free = { inputMicroPerMtok: 0n, outputMicroPerMtok: 0n, cachedInputMicroPerMtok: 500_000_000n, cacheWriteMicroPerMtok: 100n, longContext: odd.longContext };
+      expect(priceForPrompt(free, 11)).toMatchObject({ cachedInputMicroPerMtok: 500_000_000n, cacheWriteMicroPerMtok: 450_000_000n, cacheWrite1hMicroPerMtok: null });
+    });
+
+    it("audio set keeps its rate, unset it follows the (long) input; an image multiplier is a count, unchanged", () => {
+      const media = { ...sonnet, audioInputMicroPerMtok: 4_000_000_000n, imageTokenMultiplierPermille: 33_336 };
+      expect(priceForPrompt(media, 200_001)).toMatchObject({ audioInputMicroPerMtok: 4_000_000_000n, imageTokenMultiplierPermille: 33_336 });
+      expect(usageCostMicro({ promptTokens: 200_001, completionTokens: 0, audioTokens: 1 }, sonnet)).toBe(200_001n * 600n);
+    });
+
+    it("refuses a threshold that is not a positive integer of tokens", () => {
+      for (const thresholdTokens of [0, -1, 1.5, Number.NaN]) {
+        expect(() => usageCostMicro(usage(200_001), { ...sonnet, longContext: { ...sonnet.longContext, thresholdTokens } }), String(thresholdTokens)).toThrow(RangeError);
+      }
+    });
+
+    it("the hold: a prompt bound over the threshold is held at the tier's rates; at it, at the ordinary ones", () => {
+      // Dearest prompt price: the 5-minute write (375; 750 long); output 1,500 (2,250 long).
+      expect(worstCaseMicro(200_000, 1_000, sonnet)).toBe(200_000n * 375n + 1_000n * 1_500n);
+      expect(worstCaseMicro(200_001, 1_000, sonnet)).toBe(200_001n * 750n + 1_000n * 2_250n);
+      // A one-hour cache asked for: 2× the long input.
+      expect(worstCaseMicro(200_001, 0, sonnet, { hourCache: true })).toBe(200_001n * 1_200n);
+    });
+
+    it("the hold is never under the settle, for any usage within its bound, on either side of the threshold", () => {
+      // Opus 4.6 (5/25, long 10/37.50), and a row whose tier is (wrongly) cheaper than its ordinary rates: a bound over the threshold may settle under it.
+      const opus = { inputMicroPerMtok: 500_000_000n, outputMicroPerMtok: 2_500_000_000n, cachedInputMicroPerMtok: 50_000_001n, cacheWriteMicroPerMtok: 625_000_000n, longContext: { thresholdTokens: 200_000, inputMicroPerMtok: 1_000_000_000n, outputMicroPerMtok: 3_750_000_000n } };
+      const cheaper = { ...opus, longContext: { thresholdTokens: 200_000, inputMicroPerMtok: 100_000_000n, outputMicroPerMtok: 100_000_000n } };
+      for (const price of [sonnet, opus, cheaper]) {
+        for (const bound of [199_998, 199_999, 200_000, 200_001, 200_002, 250_000]) {
+          for (const hourCache of [false, true]) {
+            const hold = worstCaseMicro(bound, 4_096, price, { hourCache });
+            for (const prompt of [1, 150_000, 199_999, 200_000, 200_001, 200_002, 250_000].filter((p) => p <= bound)) {
+              const cached = Math.floor(prompt / 3);
+              const written = Math.floor(prompt / 4);
+              for (const u of [
+                { promptTokens: prompt, completionTokens: 4_096 },
+                { promptTokens: prompt, completionTokens: 4_096, cachedTokens: cached },
+                { promptTokens: prompt, completionTokens: 4_096, cacheWriteTokens: prompt },
+                { promptTokens: prompt, completionTokens: 0, cachedTokens: cached, cacheWriteTokens: written, cacheWrite1hTokens: hourCache ? written : 0 },
+              ]) {
+                expect(usageCostMicro(u, price), `bound ${bound}, ${JSON.stringify(u)}`).toBeLessThanOrEqual(hold);
+              }
+            }
+          }
+        }
+      }
+    });
   });
 
   it("formats exactly and parses integer text", () => {

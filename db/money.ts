@@ -67,6 +67,62 @@ export interface TokenPrice {
    * cross-provider bound (heldImageTokens).
    */
   imageTokenMultiplierPermille?: number | null;
+  /** Dearer rates for the whole of a request whose prompt is long (Anthropic's 1M-token context); null/undefined: none, every request at the rates above. */
+  longContext?: LongContextPrice | null;
+}
+
+/**
+ * A long-context tier: Anthropic bills a request whose prompt is over 200,000
+ * tokens (cache reads and writes count) at premium rates for all of its
+ * tokens, output included — not only for those past the threshold.
+ */
+export interface LongContextPrice {
+  /** A prompt of strictly more tokens than this (a safe integer > 0) puts the whole request at the tier. */
+  thresholdTokens: number;
+  inputMicroPerMtok: bigint;
+  outputMicroPerMtok: bigint;
+  /** null/undefined: the ordinary cached price × long input ÷ input, rounded up (unset too: as the long input). */
+  cachedInputMicroPerMtok?: bigint | null;
+  /** null/undefined: the ordinary cache-write price × long input ÷ input, rounded up (unset too: as the long input). */
+  cacheWriteMicroPerMtok?: bigint | null;
+  /** null/undefined: the ordinary one-hour write price × long input ÷ input, rounded up (unset too: 2× the long input). */
+  cacheWrite1hMicroPerMtok?: bigint | null;
+}
+
+/**
+ * The flat price a request pays given its prompt's tokens (cached and
+ * cache-written ones included): `price` itself, or — over its long-context
+ * threshold — the tier's rates for every kind of token. A tier cache rate
+ * left unset follows the ordinary one scaled by long input ÷ input, rounded
+ * up to the micro-cent per Mtok (a provider's multipliers apply to the long
+ * input: never charge less); with no ordinary one either it stays unset, so
+ * the usual defaults apply on the long input (as it; 2× it for an hour's
+ * write). An audio price set stays as it is (no provider prices long-context
+ * audio); unset, audio follows the input price, the long one. Image
+ * multipliers count tokens, not money: unchanged.
+ */
+export function priceForPrompt(price: TokenPrice, promptTokens: number | bigint): TokenPrice {
+  const tier = price.longContext;
+  if (!tier) return price;
+  if (!Number.isSafeInteger(tier.thresholdTokens) || tier.thresholdTokens <= 0) throw new RangeError(`long-context threshold must be a positive integer of tokens, got ${tier.thresholdTokens}`);
+  if (!(promptTokens > tier.thresholdTokens)) return price;
+  const longInput = tier.inputMicroPerMtok;
+  const scaled = (ordinary: bigint | null | undefined, fallback: bigint): bigint | null => {
+    if (ordinary == null) return null;
+    // A free ordinary input has no ratio to scale by: the dearer of the ordinary rate and the default on the long input.
+    if (price.inputMicroPerMtok === 0n) return ordinary > fallback ? ordinary : fallback;
+    return divCeil(ordinary * longInput, price.inputMicroPerMtok);
+  };
+  return {
+    inputMicroPerMtok: longInput,
+    outputMicroPerMtok: tier.outputMicroPerMtok,
+    cachedInputMicroPerMtok: tier.cachedInputMicroPerMtok ?? scaled(price.cachedInputMicroPerMtok, longInput),
+    cacheWriteMicroPerMtok: tier.cacheWriteMicroPerMtok ?? scaled(price.cacheWriteMicroPerMtok, longInput),
+    cacheWrite1hMicroPerMtok: tier.cacheWrite1hMicroPerMtok ?? scaled(price.cacheWrite1hMicroPerMtok, 2n * longInput),
+    audioInputMicroPerMtok: price.audioInputMicroPerMtok ?? null,
+    imageTokenMultiplierPermille: price.imageTokenMultiplierPermille ?? null,
+    longContext: null,
+  };
 }
 
 /** The price of a one-hour cache write: its own, or twice the input price when none is set. */
@@ -87,8 +143,8 @@ export interface TokenUsage {
   audioTokens?: number;
 }
 
-/** Cost of one request's usage: one ceiling over the exact sum, not one per part. */
-export function usageCostMicro(usage: TokenUsage, price: TokenPrice): Micro {
+/** Cost of one request's usage: one ceiling over the exact sum, not one per part; a prompt over a long-context threshold puts all of it at the tier (priceForPrompt). */
+export function usageCostMicro(usage: TokenUsage, rates: TokenPrice): Micro {
   const prompt = toBigInt(usage.promptTokens, "promptTokens");
   const completion = toBigInt(usage.completionTokens, "completionTokens");
   const cached = toBigInt(usage.cachedTokens ?? 0, "cachedTokens");
@@ -98,6 +154,7 @@ export function usageCostMicro(usage: TokenUsage, price: TokenPrice): Micro {
   if (prompt < 0n || completion < 0n || cached < 0n || written < 0n || written1h < 0n || audio < 0n || cached + written + audio > prompt || written1h > written) {
     throw new RangeError("token counts must satisfy 0 ≤ cached + cache-written + audio ≤ prompt, 0 ≤ written for 1 h ≤ cache-written, completion ≥ 0");
   }
+  const price = priceForPrompt(rates, prompt);
   const cachedPrice = price.cachedInputMicroPerMtok ?? price.inputMicroPerMtok;
   const writePrice = price.cacheWriteMicroPerMtok ?? price.inputMicroPerMtok;
   const audioPrice = price.audioInputMicroPerMtok ?? price.inputMicroPerMtok;
@@ -155,16 +212,28 @@ export function heldImageTokens(price: TokenPrice, media: PromptMedia): bigint {
  * request would halve what a day's budget admits on models that never cache.
  * Of `inputTokens`, `imageTokens` count as heldImageTokens says (a price's
  * image multiplier times their tile tokens) and `audioTokens` at the audio
- * price where that is dearer.
+ * price where that is dearer. A bound over a long-context threshold holds
+ * at the dearer of the tier's rates and the ordinary ones: the prompt may
+ * turn out at or under the threshold, and the hold is never under the
+ * settle either way (usageCostMicro picks by the prompt it reports).
  */
 export function worstCaseMicro(inputTokens: number, maxOutputTokens: number, price: TokenPrice, opts: PromptMedia = {}): Micro {
-  let input = price.inputMicroPerMtok;
-  for (const p of [price.cacheWriteMicroPerMtok ?? 0n, opts.hourCache ? cacheWrite1hPrice(price) : 0n]) if (p > input) input = p;
   const image = toBigInt(opts.imageTokens ?? 0, "imageTokens");
   const audio = toBigInt(opts.audioTokens ?? 0, "audioTokens");
   const prompt = toBigInt(inputTokens, "inputTokens");
   const output = toBigInt(maxOutputTokens, "maxOutputTokens");
   if (output < 0n || image < 0n || audio < 0n || image + audio > prompt) throw new RangeError("token counts must satisfy 0 ≤ image + audio ≤ prompt, output ≥ 0");
+  const ordinary = worstAt(prompt, image, audio, output, price, opts);
+  const long = priceForPrompt(price, prompt);
+  if (long === price) return ordinary;
+  const atTier = worstAt(prompt, image, audio, output, long, opts);
+  return atTier > ordinary ? atTier : ordinary;
+}
+
+/** worstCaseMicro at one flat price. */
+function worstAt(prompt: bigint, image: bigint, audio: bigint, output: bigint, price: TokenPrice, opts: PromptMedia): Micro {
+  let input = price.inputMicroPerMtok;
+  for (const p of [price.cacheWriteMicroPerMtok ?? 0n, opts.hourCache ? cacheWrite1hPrice(price) : 0n]) if (p > input) input = p;
   // A model that counts an image at k× OpenAI's tiles: that many tokens in place of the bound's, at its own input price.
   const images = heldImageTokens(price, opts);
   // Audio may be cached or written to a cache like text: at the dearer of the two.
