@@ -2,6 +2,7 @@
 // what routers read (through their caches) on the request path.
 import { and, asc, desc, eq, lte, sql } from "drizzle-orm";
 import type { Db } from "./client.ts";
+import type { TokenPrice } from "./money.ts";
 import { budgetAlerts, budgets, prices, tenants, type Budget, type Price } from "./schema/index.ts";
 
 export interface BudgetInput {
@@ -67,40 +68,68 @@ export interface PriceInput {
   cacheWrite1hMicroPerMtok?: bigint | null;
   audioInputMicroPerMtok?: bigint | null;
   imageTokenMultiplierPermille?: number | null;
+  /** The long-context tier: the threshold, long input and long output set together or not at all (the prices_long_context check). */
+  longContextThresholdTokens?: number | null;
+  longInputMicroPerMtok?: bigint | null;
+  longOutputMicroPerMtok?: bigint | null;
+  longCachedInputMicroPerMtok?: bigint | null;
+  longCacheWriteMicroPerMtok?: bigint | null;
+  longCacheWrite1hMicroPerMtok?: bigint | null;
   effectiveFrom?: Date;
 }
 
 /** Adds a price row (a new price never rewrites an old one: past requests stay re-priceable). */
 export async function setPrice(db: Db, input: PriceInput): Promise<Price> {
+  const rates = {
+    inputMicroPerMtok: input.inputMicroPerMtok,
+    outputMicroPerMtok: input.outputMicroPerMtok,
+    cachedInputMicroPerMtok: input.cachedInputMicroPerMtok ?? null,
+    cacheWriteMicroPerMtok: input.cacheWriteMicroPerMtok ?? null,
+    cacheWrite1hMicroPerMtok: input.cacheWrite1hMicroPerMtok ?? null,
+    audioInputMicroPerMtok: input.audioInputMicroPerMtok ?? null,
+    imageTokenMultiplierPermille: input.imageTokenMultiplierPermille ?? null,
+    longContextThresholdTokens: input.longContextThresholdTokens ?? null,
+    longInputMicroPerMtok: input.longInputMicroPerMtok ?? null,
+    longOutputMicroPerMtok: input.longOutputMicroPerMtok ?? null,
+    longCachedInputMicroPerMtok: input.longCachedInputMicroPerMtok ?? null,
+    longCacheWriteMicroPerMtok: input.longCacheWriteMicroPerMtok ?? null,
+    longCacheWrite1hMicroPerMtok: input.longCacheWrite1hMicroPerMtok ?? null,
+  };
   const rows = await db
     .insert(prices)
-    .values({
-      backend: input.backend,
-      model: input.model,
-      inputMicroPerMtok: input.inputMicroPerMtok,
-      outputMicroPerMtok: input.outputMicroPerMtok,
-      cachedInputMicroPerMtok: input.cachedInputMicroPerMtok ?? null,
-      cacheWriteMicroPerMtok: input.cacheWriteMicroPerMtok ?? null,
-      cacheWrite1hMicroPerMtok: input.cacheWrite1hMicroPerMtok ?? null,
-      audioInputMicroPerMtok: input.audioInputMicroPerMtok ?? null,
-      imageTokenMultiplierPermille: input.imageTokenMultiplierPermille ?? null,
-      effectiveFrom: input.effectiveFrom ?? new Date(),
-    })
-    .onConflictDoUpdate({
-      // Same instant twice: the later call wins (a typo fixed at once).
-      target: [prices.backend, prices.model, prices.effectiveFrom],
-      set: {
-        inputMicroPerMtok: input.inputMicroPerMtok,
-        outputMicroPerMtok: input.outputMicroPerMtok,
-        cachedInputMicroPerMtok: input.cachedInputMicroPerMtok ?? null,
-        cacheWriteMicroPerMtok: input.cacheWriteMicroPerMtok ?? null,
-        cacheWrite1hMicroPerMtok: input.cacheWrite1hMicroPerMtok ?? null,
-        audioInputMicroPerMtok: input.audioInputMicroPerMtok ?? null,
-        imageTokenMultiplierPermille: input.imageTokenMultiplierPermille ?? null,
-      },
-    })
+    .values({ backend: input.backend, model: input.model, ...rates, effectiveFrom: input.effectiveFrom ?? new Date() })
+    // Same instant twice: the later call wins (a typo fixed at once).
+    .onConflictDoUpdate({ target: [prices.backend, prices.model, prices.effectiveFrom], set: rates })
     .returning();
   return rows[0]!;
+}
+
+/**
+ * A price row as money.ts prices with it: its flat rates, and its long_*
+ * columns as the long-context tier. Every row that prices a request goes
+ * through here — a row passed as a TokenPrice as it is would lose its tier.
+ */
+export function tokenPriceOf(p: Price): TokenPrice {
+  return {
+    inputMicroPerMtok: p.inputMicroPerMtok,
+    outputMicroPerMtok: p.outputMicroPerMtok,
+    cachedInputMicroPerMtok: p.cachedInputMicroPerMtok,
+    cacheWriteMicroPerMtok: p.cacheWriteMicroPerMtok,
+    cacheWrite1hMicroPerMtok: p.cacheWrite1hMicroPerMtok,
+    audioInputMicroPerMtok: p.audioInputMicroPerMtok,
+    imageTokenMultiplierPermille: p.imageTokenMultiplierPermille,
+    longContext:
+      p.longContextThresholdTokens === null || p.longInputMicroPerMtok === null || p.longOutputMicroPerMtok === null
+        ? null
+        : {
+            thresholdTokens: p.longContextThresholdTokens,
+            inputMicroPerMtok: p.longInputMicroPerMtok,
+            outputMicroPerMtok: p.longOutputMicroPerMtok,
+            cachedInputMicroPerMtok: p.longCachedInputMicroPerMtok,
+            cacheWriteMicroPerMtok: p.longCacheWriteMicroPerMtok,
+            cacheWrite1hMicroPerMtok: p.longCacheWrite1hMicroPerMtok,
+          },
+  };
 }
 
 /** Every price row in force now or scheduled, newest first per backend × model. */

@@ -32,6 +32,19 @@ export const prices = pgTable(
      * integer so the hold stays exact.
      */
     imageTokenMultiplierPermille: integer("image_token_multiplier_permille"),
+    /**
+     * A long-context tier (Anthropic's 1M-token context): a request whose
+     * prompt — cache reads and writes included — is over this many tokens is
+     * priced entirely at the long_* rates, output included. Null: no tier.
+     * The threshold and the long input and output rates are set together.
+     */
+    longContextThresholdTokens: integer("long_context_threshold_tokens"),
+    longInputMicroPerMtok: bigint("long_input_micro_per_mtok", { mode: "bigint" }),
+    longOutputMicroPerMtok: bigint("long_output_micro_per_mtok", { mode: "bigint" }),
+    /** The tier's cache rates; null means the ordinary one × long input ÷ input, rounded up (money.ts priceForPrompt). */
+    longCachedInputMicroPerMtok: bigint("long_cached_input_micro_per_mtok", { mode: "bigint" }),
+    longCacheWriteMicroPerMtok: bigint("long_cache_write_micro_per_mtok", { mode: "bigint" }),
+    longCacheWrite1hMicroPerMtok: bigint("long_cache_write_1h_micro_per_mtok", { mode: "bigint" }),
     effectiveFrom: tstz("effective_from").notNull(),
     createdAt: createdAt(),
   },
@@ -39,7 +52,13 @@ export const prices = pgTable(
     primaryKey({ columns: [t.backend, t.model, t.effectiveFrom] }),
     check(
       "prices_nonnegative",
-      sql`${t.inputMicroPerMtok} >= 0 and ${t.outputMicroPerMtok} >= 0 and coalesce(${t.cachedInputMicroPerMtok}, 0) >= 0 and coalesce(${t.cacheWriteMicroPerMtok}, 0) >= 0 and coalesce(${t.cacheWrite1hMicroPerMtok}, 0) >= 0 and coalesce(${t.audioInputMicroPerMtok}, 0) >= 0 and coalesce(${t.imageTokenMultiplierPermille}, 1000) > 0`,
+      sql`${t.inputMicroPerMtok} >= 0 and ${t.outputMicroPerMtok} >= 0 and coalesce(${t.cachedInputMicroPerMtok}, 0) >= 0 and coalesce(${t.cacheWriteMicroPerMtok}, 0) >= 0 and coalesce(${t.cacheWrite1hMicroPerMtok}, 0) >= 0 and coalesce(${t.audioInputMicroPerMtok}, 0) >= 0 and coalesce(${t.imageTokenMultiplierPermille}, 1000) > 0 and coalesce(${t.longInputMicroPerMtok}, 0) >= 0 and coalesce(${t.longOutputMicroPerMtok}, 0) >= 0 and coalesce(${t.longCachedInputMicroPerMtok}, 0) >= 0 and coalesce(${t.longCacheWriteMicroPerMtok}, 0) >= 0 and coalesce(${t.longCacheWrite1hMicroPerMtok}, 0) >= 0`,
+    ),
+    // A tier is whole (threshold, long input and long output) or absent, its cache rates with it: half of one would be read as none.
+    // "is not null" spelt out: null > 0 is null, which a check lets through.
+    check(
+      "prices_long_context",
+      sql`(${t.longContextThresholdTokens} is null and ${t.longInputMicroPerMtok} is null and ${t.longOutputMicroPerMtok} is null and ${t.longCachedInputMicroPerMtok} is null and ${t.longCacheWriteMicroPerMtok} is null and ${t.longCacheWrite1hMicroPerMtok} is null) or (${t.longContextThresholdTokens} is not null and ${t.longInputMicroPerMtok} is not null and ${t.longOutputMicroPerMtok} is not null and ${t.longContextThresholdTokens} > 0)`,
     ),
   ],
 );

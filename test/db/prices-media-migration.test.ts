@@ -19,12 +19,18 @@ afterAll(async () => {
 const journal = JSON.parse(readFileSync(path.join(migrationsFolder, "meta", "_journal.json"), "utf8")) as { entries: Array<{ tag: string; when: number }> };
 const whenOf = (tag: string) => journal.entries.find((e) => e.tag === tag)!.when;
 
-/** The prices table as migration 0012 left it, and the migrator's record of 0014 gone: as a database from before 0014. */
+/** The prices table as migration 0012 left it, and the migrator's records of 0014 and later gone: as a database from before 0014. */
 async function backTo0012(): Promise<void> {
+  // 0015 (the long-context tier) first: the migrator runs only what is newer than the last it recorded.
+  await t.sql.unsafe(`ALTER TABLE "prices" DROP CONSTRAINT "prices_nonnegative", DROP CONSTRAINT "prices_long_context"`);
+  await t.sql.unsafe(
+    `ALTER TABLE "prices" DROP COLUMN "long_context_threshold_tokens", DROP COLUMN "long_input_micro_per_mtok", DROP COLUMN "long_output_micro_per_mtok", DROP COLUMN "long_cached_input_micro_per_mtok", DROP COLUMN "long_cache_write_micro_per_mtok", DROP COLUMN "long_cache_write_1h_micro_per_mtok"`,
+  );
+  await t.sql`delete from drizzle.__drizzle_migrations where created_at = ${whenOf("0015_prices_long_context")}`;
+  // Then 0014 (its prices_nonnegative went above).
   const constraint0012 = readFileSync(path.join(migrationsFolder, "0012_prices_cache_write_1h.sql"), "utf8")
     .split("--> statement-breakpoint")
     .find((s) => s.includes("ADD CONSTRAINT"))!;
-  await t.sql.unsafe(`ALTER TABLE "prices" DROP CONSTRAINT "prices_nonnegative"`);
   await t.sql.unsafe(`ALTER TABLE "prices" DROP COLUMN "audio_input_micro_per_mtok", DROP COLUMN "image_token_multiplier_permille"`);
   await t.sql.unsafe(constraint0012);
   await t.sql`delete from drizzle.__drizzle_migrations where created_at = ${whenOf("0014_prices_media")}`;
