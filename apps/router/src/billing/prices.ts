@@ -2,7 +2,7 @@
 // read from Postgres every billing.refreshMs so the request path never waits
 // on a query. A price set with `switchyard prices set` reaches every router
 // within one refresh.
-import { currentPrices, type Db, type TokenPrice } from "@switchyard/db";
+import { currentPrices, tokenPriceOf, type Db, type TokenPrice } from "@switchyard/db";
 import type { Logger } from "../observability/log.ts";
 
 export interface PriceBook {
@@ -49,7 +49,8 @@ export class PostgresPriceBook implements PriceBook {
   async refresh(): Promise<void> {
     try {
       const next = new StaticPriceBook();
-      for (const p of await currentPrices(this.db)) next.set(p.backend, p.model, p);
+      // tokenPriceOf: the row's long_* columns become its long-context tier (the row as it is would pass for a TokenPrice without one).
+      for (const p of await currentPrices(this.db)) next.set(p.backend, p.model, tokenPriceOf(p));
       this.book = next;
     } catch (err) {
       // Keep the last prices: a Postgres outage must not make paid backends unpriceable.

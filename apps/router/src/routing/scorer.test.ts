@@ -175,6 +175,21 @@ describe("RouteScorer", () => {
     expect(s.score).toBeGreaterThan(s.p95Ms + 40);
   });
 
+  it("prices a prompt over a long-context threshold at the tier", () => {
+    const flat = { inputMicroPerMtok: 100_000_000n, outputMicroPerMtok: 400_000_000n };
+    const costOf = (threshold: number) => {
+      const prices = new StaticPriceBook([{ backend: "openrouter", model: "x/y", ...flat, longContext: { thresholdTokens: threshold, inputMicroPerMtok: 1_000_000_000n, outputMicroPerMtok: 4_000_000_000n } }]);
+      const { scorer } = setup({ costMsPerCent: 1_000, expectedOutputTokens: 100 }, { prices });
+      const paid = { id: "openrouter:x/y", kind: "openrouter", model: "x/y", paid: true } as Backend;
+      const c = requestClass("/v1/chat/completions", { messages: [{ role: "user", content: "hello" }], max_tokens: 100 });
+      return { cents: scorer.scoreBackend(paid, c).costCents, prompt: c.promptTokens };
+    };
+    const { prompt, cents: under } = costOf(1_000_000);
+    // Over the threshold: 10× the rates, 10× the cost.
+    expect(costOf(prompt - 1).cents).toBeCloseTo(10 * under, 9);
+    expect(costOf(prompt).cents).toBe(under);
+  });
+
   it("drops statistics of workers that left", () => {
     const { scorer, samples } = setup();
     samples("gone", 5);

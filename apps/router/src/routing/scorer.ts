@@ -31,6 +31,7 @@
 // Lower is better. With probability `epsilon` a random other healthy
 // candidate goes first, so a backend that was slow once gets measured again.
 // Every ranking can explain itself (the x-switchyard-route header, a debug log line).
+import { priceForPrompt } from "@switchyard/db";
 import { PREFIX_NAME_FIELD, type WorkerRecord } from "@switchyard/state";
 import type { Backend, UpstreamFailure } from "../backends/types.ts";
 import type { BudgetVerdict } from "../billing/guard.ts";
@@ -219,8 +220,10 @@ export class RouteScorer {
 
   private costCents(backend: Backend | undefined, cls: RequestClass): number {
     if (!backend?.paid) return 0;
-    const price = this.opts.prices?.price(backend.kind, backend.model);
-    if (!price) return 0;
+    const book = this.opts.prices?.price(backend.kind, backend.model);
+    if (!book) return 0;
+    // A prompt over a long-context threshold costs the tier's rates.
+    const price = priceForPrompt(book, cls.promptTokens);
     const out = cls.path === "/v1/embeddings" ? 0 : (cls.maxOutput ?? this.cfg.expectedOutputTokens);
     // Scoring only: a float is fine here, money itself never is one.
     const micro = (cls.promptTokens * Number(price.inputMicroPerMtok) + out * Number(price.outputMicroPerMtok)) / 1e6;
