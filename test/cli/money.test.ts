@@ -200,14 +200,14 @@ describe("switchyard prices set|list", () => {
     const list = await sy(["prices", "list", "--backend", "openrouter", "--model", "openai/gpt-4o-mini"]);
     expect(list.code, list.stderr).toBe(0);
     const lines = list.stdout.trim().split("\n");
-    expect(lines[0]).toMatch(/^BACKEND\s+MODEL\s+EFFECTIVE_FROM\s+STATUS\s+INPUT_USD_MTOK\s+OUTPUT_USD_MTOK\s+CACHED_INPUT_USD_MTOK\s+CACHE_WRITE_USD_MTOK\s+CACHE_WRITE_1H_USD_MTOK\s+AUDIO_INPUT_USD_MTOK\s+IMAGE_TOKEN_MULTIPLIER$/);
+    expect(lines[0]).toMatch(/^BACKEND\s+MODEL\s+EFFECTIVE_FROM\s+STATUS\s+INPUT_USD_MTOK\s+OUTPUT_USD_MTOK\s+CACHED_INPUT_USD_MTOK\s+CACHE_WRITE_USD_MTOK\s+CACHE_WRITE_1H_USD_MTOK\s+AUDIO_INPUT_USD_MTOK\s+IMAGE_TOKEN_MULTIPLIER\s+LONG_CONTEXT_OVER\s+LONG_INPUT_USD_MTOK\s+LONG_OUTPUT_USD_MTOK\s+LONG_CACHED_INPUT_USD_MTOK\s+LONG_CACHE_WRITE_USD_MTOK\s+LONG_CACHE_WRITE_1H_USD_MTOK$/);
     expect(lines.slice(1)).toHaveLength(3);
-    expect(lines[1]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+2099-01-01T00:00:00\.000Z\s+scheduled\s+0\.2\s+0\.8\s+-\s+-\s+-\s+-\s+-$/);
-    expect(lines[2]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+\S+Z\s+in force\s+0\.1\s+0\.4\s+-\s+-\s+-\s+-\s+-$/);
-    expect(lines[3]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+2020-01-01T00:00:00\.000Z\s+superseded\s+0\.15\s+0\.6\s+0\.075\s+-\s+-\s+-\s+-$/);
+    expect(lines[1]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+2099-01-01T00:00:00\.000Z\s+scheduled\s+0\.2\s+0\.8\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-$/);
+    expect(lines[2]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+\S+Z\s+in force\s+0\.1\s+0\.4\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-$/);
+    expect(lines[3]).toMatch(/^openrouter\s+openai\/gpt-4o-mini\s+2020-01-01T00:00:00\.000Z\s+superseded\s+0\.15\s+0\.6\s+0\.075\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-$/);
 
     const anthropic = await sy(["prices", "list", "--backend", "anthropic"]);
-    expect(anthropic.stdout).toMatch(/\nanthropic\s+claude-sonnet-4-5\s+\S+\s+in force\s+3\s+15\s+0\.3\s+3\.75\s+-\s+-\s+-\n/);
+    expect(anthropic.stdout).toMatch(/\nanthropic\s+claude-sonnet-4-5\s+\S+\s+in force\s+3\s+15\s+0\.3\s+3\.75\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\n/);
     expect(anthropic.stdout).not.toMatch(/openrouter/);
     expect((await sy(["prices", "list"])).stdout).toMatch(/tiny\/model\s+2026-01-01T08:30:00\.000Z\s+in force\s+0\.00000001\s+0\.12345678/);
 
@@ -246,8 +246,8 @@ describe("switchyard prices set|list", () => {
     expect(unset.stdout).toMatch(/1-hour cache write 2× input \(\$2\/Mtok \(200000000 micro-cents\)\), /);
     expect(await priceRows("anthropic", "claude-haiku-4-5")).toEqual([expect.objectContaining({ cacheWrite1hMicroPerMtok: null })]);
     const list = await sy(["prices", "list", "--backend", "anthropic", "--model", "claude-opus-4-1", "--model", "claude-haiku-4-5"]);
-    expect(list.stdout).toMatch(/\nanthropic\s+claude-opus-4-1\s+\S+\s+in force\s+15\s+75\s+1\.5\s+18\.75\s+30\s+-\s+-\n/);
-    expect(list.stdout).toMatch(/\nanthropic\s+claude-haiku-4-5\s+\S+\s+in force\s+1\s+5\s+-\s+-\s+-\s+-\s+-\n/);
+    expect(list.stdout).toMatch(/\nanthropic\s+claude-opus-4-1\s+\S+\s+in force\s+15\s+75\s+1\.5\s+18\.75\s+30\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\n/);
+    expect(list.stdout).toMatch(/\nanthropic\s+claude-haiku-4-5\s+\S+\s+in force\s+1\s+5\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\n/);
     const bad = await sy(["prices", "set", "anthropic", "m", "--input", "1", "--output", "1", "--cache-write-1h=-2"]);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/--cache-write-1h takes USD per million tokens/);
@@ -276,8 +276,8 @@ describe("switchyard prices set: media rates", () => {
     expect((await sy(["prices", "set", "openrouter", "x/two", "--input", "1", "--output", "1", "--image-token-multiplier", "2.500"])).code).toBe(0);
     expect(await priceRows("openrouter", "x/two")).toEqual([expect.objectContaining({ imageTokenMultiplierPermille: 2_500 })]);
     const list = await sy(["prices", "list", "--backend", "openrouter", "--model", "openai/gpt-4o-audio-preview", "--model", "x/two"]);
-    expect(list.stdout).toMatch(/\nopenrouter\s+openai\/gpt-4o-audio-preview\s+\S+\s+in force\s+2\.5\s+10\s+-\s+-\s+-\s+40\s+33\.336\n/);
-    expect(list.stdout).toMatch(/\nopenrouter\s+x\/two\s+\S+\s+in force\s+1\s+1\s+-\s+-\s+-\s+-\s+2\.5\n/);
+    expect(list.stdout).toMatch(/\nopenrouter\s+openai\/gpt-4o-audio-preview\s+\S+\s+in force\s+2\.5\s+10\s+-\s+-\s+-\s+40\s+33\.336\s+-\s+-\s+-\s+-\s+-\s+-\n/);
+    expect(list.stdout).toMatch(/\nopenrouter\s+x\/two\s+\S+\s+in force\s+1\s+1\s+-\s+-\s+-\s+-\s+2\.5\s+-\s+-\s+-\s+-\s+-\s+-\n/);
 
     const bad: [string[], RegExp][] = [
       [["--image-token-multiplier", "0"], /--image-token-multiplier must be above 0/],
@@ -294,6 +294,93 @@ describe("switchyard prices set: media rates", () => {
     }
     expect(await priceRows("openrouter", "bad/m")).toEqual([]);
     expect((await sy(["prices", "list", "--audio-input", "1"])).stderr).toMatch(/--audio-input does not apply here/);
+  });
+});
+
+describe("switchyard prices set: a long-context tier", () => {
+  const priceRows = (backend: string, model: string) =>
+    db.db
+      .select()
+      .from(schema.prices)
+      .where(and(eq(schema.prices.backend, backend), eq(schema.prices.model, model)))
+      .orderBy(schema.prices.effectiveFrom);
+
+  it("--long-context-over with --long-input and --long-output stores the tier (long cache rates unset: derived, and said so); list shows it", { timeout: 180_000 }, async () => {
+    // Anthropic's published Sonnet 4.6 rates.
+    const sonnet = await sy(["prices", "set", "anthropic", "claude-sonnet-4-6", "--input", "3", "--output", "15", "--cached-input", "0.30", "--cache-write", "3.75", "--long-context-over", "200000", "--long-input", "6", "--long-output", "22.50"]);
+    expect(sonnet.code, sonnet.stderr).toBe(0);
+    expect(sonnet.stdout.split("\n")[1]).toBe(
+      "long context, over 200000 prompt tokens (cache reads and writes counted), every token of the request: input $6/Mtok (600000000 micro-cents), output $22.5/Mtok (2250000000 micro-cents), " +
+        "cached input $0.6/Mtok (60000000 micro-cents) (the ordinary rate × long input ÷ input, rounded up), cache write $7.5/Mtok (750000000 micro-cents) (the ordinary rate × long input ÷ input, rounded up), " +
+        "1-hour cache write 2× long input ($12/Mtok (1200000000 micro-cents))",
+    );
+    expect(await priceRows("anthropic", "claude-sonnet-4-6")).toEqual([
+      expect.objectContaining({
+        inputMicroPerMtok: 300_000_000n,
+        longContextThresholdTokens: 200_000,
+        longInputMicroPerMtok: 600_000_000n,
+        longOutputMicroPerMtok: 2_250_000_000n,
+        longCachedInputMicroPerMtok: null,
+        longCacheWriteMicroPerMtok: null,
+        longCacheWrite1hMicroPerMtok: null,
+      }),
+    ]);
+    // Opus 4.6 with the tier's cache rates given.
+    const opus = await sy(["prices", "set", "anthropic", "claude-opus-4-6", "--input", "5", "--output", "25", "--long-context-over", "200000", "--long-input", "10", "--long-output", "37.5", "--long-cached-input", "1", "--long-cache-write", "12.5", "--long-cache-write-1h", "20"]);
+    expect(opus.code, opus.stderr).toBe(0);
+    expect(opus.stdout).toMatch(/\nlong context, over 200000 .*cached input \$1\/Mtok \(100000000 micro-cents\), cache write \$12\.5\/Mtok \(1250000000 micro-cents\), 1-hour cache write \$20\/Mtok \(2000000000 micro-cents\)\n$/);
+    expect(await priceRows("anthropic", "claude-opus-4-6")).toEqual([
+      expect.objectContaining({ longContextThresholdTokens: 200_000, longInputMicroPerMtok: 1_000_000_000n, longOutputMicroPerMtok: 3_750_000_000n, longCachedInputMicroPerMtok: 100_000_000n, longCacheWriteMicroPerMtok: 1_250_000_000n, longCacheWrite1hMicroPerMtok: 2_000_000_000n }),
+    ]);
+    // No tier: no line about one.
+    const plain = await sy(["prices", "set", "anthropic", "claude-haiku-4-6", "--input", "1", "--output", "5"]);
+    expect(plain.code, plain.stderr).toBe(0);
+    expect(plain.stdout).not.toMatch(/long context/);
+
+    const list = await sy(["prices", "list", "--backend", "anthropic", "--model", "claude-sonnet-4-6", "--model", "claude-opus-4-6", "--model", "claude-haiku-4-6"]);
+    expect(list.code, list.stderr).toBe(0);
+    expect(list.stdout).toMatch(/\nanthropic\s+claude-sonnet-4-6\s+\S+\s+in force\s+3\s+15\s+0\.3\s+3\.75\s+-\s+-\s+-\s+200000\s+6\s+22\.5\s+-\s+-\s+-\n/);
+    expect(list.stdout).toMatch(/\nanthropic\s+claude-opus-4-6\s+\S+\s+in force\s+5\s+25\s+-\s+-\s+-\s+-\s+-\s+200000\s+10\s+37\.5\s+1\s+12\.5\s+20\n/);
+    expect(list.stdout).toMatch(/\nanthropic\s+claude-haiku-4-6\s+\S+\s+in force\s+1\s+5(\s+-){11}\n/);
+  });
+
+  it("a tier is whole: a threshold without its rates, rates without a threshold, or a long cache rate alone is a usage error naming what is missing", { timeout: 180_000 }, async () => {
+    const bad: [string[], RegExp][] = [
+      [["--long-context-over", "200000"], /--long-context-over needs --long-input and --long-output too/],
+      [["--long-input", "6"], /--long-input needs --long-context-over and --long-output too/],
+      [["--long-input", "6", "--long-output", "22.5"], /--long-input and --long-output need --long-context-over too/],
+      [["--long-context-over", "200000", "--long-input", "6"], /--long-context-over and --long-input need --long-output too/],
+      [["--long-cached-input", "0.6"], /--long-cached-input is a long-context rate: it needs --long-context-over, --long-input and --long-output/],
+      [["--long-cache-write-1h", "12"], /--long-cache-write-1h is a long-context rate/],
+      [["--long-context-over", "0", "--long-input", "6", "--long-output", "22.5"], /--long-context-over must be above 0/],
+      [["--long-context-over", "2e5", "--long-input", "6", "--long-output", "22.5"], /--long-context-over takes a number of prompt tokens/],
+      [["--long-context-over", "200000.5", "--long-input", "6", "--long-output", "22.5"], /--long-context-over takes a number of prompt tokens/],
+      [["--long-context-over", "3000000000", "--long-input", "6", "--long-output", "22.5"], /--long-context-over is too large/],
+      [["--long-context-over", "200000", "--long-input=-6", "--long-output", "22.5"], /--long-input takes USD per million tokens/],
+      [["--long-context-over", "200000", "--long-input", "6", "--long-output", "22.5", "--long-cache-write", "x"], /--long-cache-write takes USD per million tokens/],
+    ];
+    for (const [args, msg] of bad) {
+      const res = await sy(["prices", "set", "anthropic", "bad/long", "--input", "3", "--output", "15", ...args]);
+      expect(res.code, args.join(" ")).toBe(2);
+      expect(res.stderr, args.join(" ")).toMatch(msg);
+    }
+    expect(await priceRows("anthropic", "bad/long")).toEqual([]);
+    expect((await sy(["prices", "list", "--long-context-over", "1"])).stderr).toMatch(/--long-context-over does not apply here/);
+  });
+
+  it("a new row that drops the tier, or a tier cache rate, the one before had says so", { timeout: 180_000 }, async () => {
+    const tier = ["--long-context-over", "200000", "--long-input", "6", "--long-output", "22.5"];
+    expect((await sy(["prices", "set", "anthropic", "claude-long-x", "--input", "3", "--output", "15", ...tier, "--long-cache-write", "7.5", "--effective-from", "2020-01-01"])).code).toBe(0);
+    const kept = await sy(["prices", "set", "anthropic", "claude-long-x", "--input", "3", "--output", "15", ...tier, "--effective-from", "2021-01-01"]);
+    expect(kept.code, kept.stderr).toBe(0);
+    expect(kept.stderr.split("\n").filter((l) => l.startsWith("note: "))).toEqual([
+      "note: the price in force since 2020-01-01T00:00:00.000Z had long-context cache write at $7.5/Mtok (750000000 micro-cents); this one prices it at the ordinary rate × long input ÷ input (pass --long-cache-write to keep it)",
+    ]);
+    const dropped = await sy(["prices", "set", "anthropic", "claude-long-x", "--input", "3", "--output", "15"]);
+    expect(dropped.code, dropped.stderr).toBe(0);
+    expect(dropped.stderr.split("\n").filter((l) => l.startsWith("note: "))).toEqual([
+      "note: the price in force since 2021-01-01T00:00:00.000Z had a long-context tier (over 200000 prompt tokens: input $6/Mtok (600000000 micro-cents), output $22.5/Mtok (2250000000 micro-cents)); this one prices every request at its ordinary rates (pass --long-context-over, --long-input and --long-output to keep it)",
+    ]);
   });
 });
 

@@ -22,7 +22,7 @@ const commandFlags: Record<string, readonly string[]> = {
   keys: ["tenant", "name"],
   budgets: ["redis", "key-prefix", "daily-cents", "daily-usd", "time-zone", "alerts", "day"],
   limits: ["rpm", "tpm", "key"],
-  prices: ["input", "output", "cached-input", "cache-write", "cache-write-1h", "audio-input", "image-token-multiplier", "effective-from", "backend", "model"],
+  prices: ["input", "output", "cached-input", "cache-write", "cache-write-1h", "audio-input", "image-token-multiplier", "long-context-over", "long-input", "long-output", "long-cached-input", "long-cache-write", "long-cache-write-1h", "effective-from", "backend", "model"],
   ledger: ["keep-months", "archive-dir", "months-ahead", "drop"],
 };
 
@@ -137,6 +137,12 @@ export async function main(argv: string[]): Promise<number> {
         "cache-write-1h": { type: "string" },
         "audio-input": { type: "string" },
         "image-token-multiplier": { type: "string" },
+        "long-context-over": { type: "string" },
+        "long-input": { type: "string" },
+        "long-output": { type: "string" },
+        "long-cached-input": { type: "string" },
+        "long-cache-write": { type: "string" },
+        "long-cache-write-1h": { type: "string" },
         "effective-from": { type: "string" },
         backend: { type: "string" },
         // limits

@@ -65,11 +65,15 @@ Usage:
   switchyard limits list                every rate limit
   switchyard prices set openrouter|anthropic|worker MODEL --input USD --output USD [--cached-input USD]
            [--cache-write USD] [--cache-write-1h USD] [--audio-input USD] [--image-token-multiplier X]
-           [--effective-from YYYY-MM-DD|ISO-INSTANT]
+           [--long-context-over TOKENS --long-input USD --long-output USD [--long-cached-input USD]
+            [--long-cache-write USD] [--long-cache-write-1h USD]] [--effective-from YYYY-MM-DD|ISO-INSTANT]
                                         add a price, in USD per million tokens (stored exactly in micro-cents);
                                         cache writes: 5-minute (unset: as input) and 1-hour (unset: 2× input);
                                         audio input (unset: as input); images counted at X× the usual tokens
-                                        (up to 3 decimals, unset: 1; gpt-4o-mini: 33.336)
+                                        (up to 3 decimals, unset: 1; gpt-4o-mini: 33.336); a long-context tier:
+                                        a prompt over TOKENS (cache reads and writes counted) puts every token
+                                        of the request at the long rates (Anthropic: over 200000, Sonnet 6/22.5);
+                                        long cache rates unset: the ordinary ones × long input ÷ input
   switchyard prices list [--backend B] [--model M]…
                                         every price row, marking the one in force now
   switchyard ledger retention --keep-months N [--archive-dir DIR] [--drop]

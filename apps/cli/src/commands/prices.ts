@@ -2,7 +2,7 @@
 // Prices are typed in USD per Mtok and stored as integer micro-cents per Mtok
 // (1 USD = 10^8 micro-cents), parsed from the digits, never through a float.
 // A new price is a new row; routers pick it up within billing.refreshMs.
-import { cacheWrite1hPrice, formatMicroAsUsd, listPrices, setPrice, usdToMicro } from "@switchyard/db";
+import { cacheWrite1hPrice, formatMicroAsUsd, listPrices, priceForPrompt, setPrice, tokenPriceOf, usdToMicro } from "@switchyard/db";
 import { configFrom, openDb } from "../context.ts";
 import { UsageError } from "../usage.ts";
 
@@ -15,6 +15,12 @@ export interface PricesFlags {
   "cache-write-1h"?: string;
   "audio-input"?: string;
   "image-token-multiplier"?: string;
+  "long-context-over"?: string;
+  "long-input"?: string;
+  "long-output"?: string;
+  "long-cached-input"?: string;
+  "long-cache-write"?: string;
+  "long-cache-write-1h"?: string;
   "effective-from"?: string;
   backend?: string;
   model?: string[];
@@ -22,7 +28,10 @@ export interface PricesFlags {
 
 /** Backend kinds a price applies to (Backend.kind in the router). */
 const backends = ["openrouter", "anthropic", "worker"] as const;
-const setFlags = ["input", "output", "cached-input", "cache-write", "cache-write-1h", "audio-input", "image-token-multiplier", "effective-from"] as const;
+const setFlags = ["input", "output", "cached-input", "cache-write", "cache-write-1h", "audio-input", "image-token-multiplier", "long-context-over", "long-input", "long-output", "long-cached-input", "long-cache-write", "long-cache-write-1h", "effective-from"] as const;
+/** The long-context tier's flags: the threshold and the long input and output rates go together; the cache rates need them. */
+const tierFlags = ["long-context-over", "long-input", "long-output"] as const;
+const tierCacheFlags = ["long-cached-input", "long-cache-write", "long-cache-write-1h"] as const;
 const listFlags = ["backend", "model"] as const;
 const BIGINT_MAX = 2n ** 63n - 1n;
 type Price = Awaited<ReturnType<typeof listPrices>>[number];
@@ -40,6 +49,8 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
     if (model.trim() !== model || /\s/.test(model)) throw new UsageError(`prices set: MODEL '${model}' has whitespace in it; model names have none`);
     checkBackend("prices set", backend);
     if (flags.input === undefined || flags.output === undefined) throw new UsageError("prices set: --input and --output (USD per million tokens) are required");
+    checkTierFlags(flags);
+    const rate = (flag: "long-input" | "long-output" | (typeof tierCacheFlags)[number]) => (flags[flag] === undefined ? null : parsePerMtok(flag, flags[flag]));
     const input = {
       backend,
       model,
@@ -50,6 +61,12 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
       cacheWrite1hMicroPerMtok: flags["cache-write-1h"] === undefined ? null : parsePerMtok("cache-write-1h", flags["cache-write-1h"]),
       audioInputMicroPerMtok: flags["audio-input"] === undefined ? null : parsePerMtok("audio-input", flags["audio-input"]),
       imageTokenMultiplierPermille: flags["image-token-multiplier"] === undefined ? null : parsePermille("image-token-multiplier", flags["image-token-multiplier"]),
+      longContextThresholdTokens: flags["long-context-over"] === undefined ? null : parseThreshold("long-context-over", flags["long-context-over"]),
+      longInputMicroPerMtok: rate("long-input"),
+      longOutputMicroPerMtok: rate("long-output"),
+      longCachedInputMicroPerMtok: rate("long-cached-input"),
+      longCacheWriteMicroPerMtok: rate("long-cache-write"),
+      longCacheWrite1hMicroPerMtok: rate("long-cache-write-1h"),
       effectiveFrom: flags["effective-from"] === undefined ? new Date() : parseInstant(flags["effective-from"]),
     };
     const db = await openDb(configFrom(flags), { migrate: true, quiet: true });
@@ -67,6 +84,8 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
           `audio input ${p.audioInputMicroPerMtok === null ? "as input" : perMtok(p.audioInputMicroPerMtok)}, ` +
           `image tokens ${p.imageTokenMultiplierPermille === null ? "1×" : `${formatPermille(p.imageTokenMultiplierPermille)}×`}\n`,
       );
+      const tier = tierLine(p);
+      if (tier) process.stdout.write(`${tier}\n`);
       if (backend === "worker") process.stderr.write("note: self-hosted workers are never charged; a worker price is informational\n");
       for (const note of droppedRates(before, p)) process.stderr.write(`note: ${note}\n`);
       if (p.imageTokenMultiplierPermille === null && /gpt-4o-mini/i.test(p.model)) {
@@ -85,7 +104,25 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
     const models = flags.model?.length ? new Set(flags.model) : undefined;
     const rows = (await listPrices(db.db)).filter((p) => (flags.backend === undefined || p.backend === flags.backend) && (!models || models.has(p.model)));
     const status = statusOf(rows, new Date());
-    const header = ["BACKEND", "MODEL", "EFFECTIVE_FROM", "STATUS", "INPUT_USD_MTOK", "OUTPUT_USD_MTOK", "CACHED_INPUT_USD_MTOK", "CACHE_WRITE_USD_MTOK", "CACHE_WRITE_1H_USD_MTOK", "AUDIO_INPUT_USD_MTOK", "IMAGE_TOKEN_MULTIPLIER"];
+    const header = [
+      "BACKEND",
+      "MODEL",
+      "EFFECTIVE_FROM",
+      "STATUS",
+      "INPUT_USD_MTOK",
+      "OUTPUT_USD_MTOK",
+      "CACHED_INPUT_USD_MTOK",
+      "CACHE_WRITE_USD_MTOK",
+      "CACHE_WRITE_1H_USD_MTOK",
+      "AUDIO_INPUT_USD_MTOK",
+      "IMAGE_TOKEN_MULTIPLIER",
+      "LONG_CONTEXT_OVER",
+      "LONG_INPUT_USD_MTOK",
+      "LONG_OUTPUT_USD_MTOK",
+      "LONG_CACHED_INPUT_USD_MTOK",
+      "LONG_CACHE_WRITE_USD_MTOK",
+      "LONG_CACHE_WRITE_1H_USD_MTOK",
+    ];
     const usd = (v: bigint | null) => (v === null ? "-" : formatMicroAsUsd(v));
     const lines = rows.map((p, i) => [
       p.backend,
@@ -99,6 +136,12 @@ export async function pricesCommand(args: string[], flags: PricesFlags): Promise
       usd(p.cacheWrite1hMicroPerMtok),
       usd(p.audioInputMicroPerMtok),
       p.imageTokenMultiplierPermille === null ? "-" : formatPermille(p.imageTokenMultiplierPermille),
+      p.longContextThresholdTokens === null ? "-" : String(p.longContextThresholdTokens),
+      usd(p.longInputMicroPerMtok),
+      usd(p.longOutputMicroPerMtok),
+      usd(p.longCachedInputMicroPerMtok),
+      usd(p.longCacheWriteMicroPerMtok),
+      usd(p.longCacheWrite1hMicroPerMtok),
     ]);
     const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
     const fmt = (l: string[]) =>
@@ -140,11 +183,60 @@ function droppedRates(before: Price | undefined, now: Price): string[] {
     ["1-hour cache write", "cache-write-1h", before.cacheWrite1hMicroPerMtok, now.cacheWrite1hMicroPerMtok, "at 2× input"],
     ["audio input", "audio-input", before.audioInputMicroPerMtok, now.audioInputMicroPerMtok, "as input"],
   ];
+  // With the tier kept, its own cache rates too; a tier dropped whole is one note (below).
+  if (before.longContextThresholdTokens !== null && now.longContextThresholdTokens !== null) {
+    const scaled = "at the ordinary rate × long input ÷ input";
+    rates.push(
+      ["long-context cached input", "long-cached-input", before.longCachedInputMicroPerMtok, now.longCachedInputMicroPerMtok, scaled],
+      ["long-context cache write", "long-cache-write", before.longCacheWriteMicroPerMtok, now.longCacheWriteMicroPerMtok, scaled],
+      ["long-context 1-hour cache write", "long-cache-write-1h", before.longCacheWrite1hMicroPerMtok, now.longCacheWrite1hMicroPerMtok, scaled],
+    );
+  }
   const notes = rates.filter(([, , was, is]) => was !== null && is === null).map(([name, flag, was, , fallback]) => `the price in force since ${since} had ${name} at ${perMtok(was!)}; this one prices it ${fallback} (pass --${flag} to keep it)`);
   if (before.imageTokenMultiplierPermille !== null && now.imageTokenMultiplierPermille === null) {
     notes.push(`the price in force since ${since} counted image tokens ${formatPermille(before.imageTokenMultiplierPermille)}×; this one counts them 1× (pass --image-token-multiplier to keep it)`);
   }
+  if (before.longContextThresholdTokens !== null && now.longContextThresholdTokens === null) {
+    notes.push(
+      `the price in force since ${since} had a long-context tier (over ${before.longContextThresholdTokens} prompt tokens: input ${perMtok(before.longInputMicroPerMtok!)}, output ${perMtok(before.longOutputMicroPerMtok!)}); this one prices every request at its ordinary rates (pass --long-context-over, --long-input and --long-output to keep it)`,
+    );
+  }
   return notes;
+}
+
+/**
+ * The tier is whole or absent: a threshold without its rates, or rates
+ * without a threshold, would be stored as nothing or refused by the
+ * database — said here, naming what is missing.
+ */
+function checkTierFlags(flags: PricesFlags): void {
+  const given = tierFlags.filter((f) => flags[f] !== undefined);
+  const missing = tierFlags.filter((f) => flags[f] === undefined);
+  if (given.length > 0 && missing.length > 0) {
+    throw new UsageError(`prices set: ${given.map((f) => `--${f}`).join(" and ")} ${given.length === 1 ? "needs" : "need"} ${missing.map((f) => `--${f}`).join(" and ")} too (a long-context tier is a threshold in prompt tokens and the long input and output prices, e.g. --long-context-over 200000 --long-input 6 --long-output 22.5)`);
+  }
+  const orphan = tierCacheFlags.find((f) => flags[f] !== undefined);
+  if (orphan && given.length === 0) throw new UsageError(`prices set: --${orphan} is a long-context rate: it needs --long-context-over, --long-input and --long-output`);
+}
+
+/**
+ * The tier, when the row has one, on a line of its own: its threshold and
+ * rates, an unset cache rate with what it comes to (money.ts priceForPrompt).
+ */
+function tierLine(p: Price): string | undefined {
+  const price = tokenPriceOf(p);
+  const tier = price.longContext;
+  if (!tier) return undefined;
+  const long = priceForPrompt(price, tier.thresholdTokens + 1);
+  const rate = (own: bigint | null | undefined, ordinary: bigint | null, derived: bigint | null | undefined, unset: string) =>
+    own != null ? perMtok(own) : ordinary !== null ? `${perMtok(derived!)} (the ordinary rate × long input ÷ input, rounded up)` : unset;
+  return (
+    `long context, over ${tier.thresholdTokens} prompt tokens (cache reads and writes counted), every token of the request: ` +
+    `input ${perMtok(tier.inputMicroPerMtok)}, output ${perMtok(tier.outputMicroPerMtok)}, ` +
+    `cached input ${rate(tier.cachedInputMicroPerMtok, p.cachedInputMicroPerMtok, long.cachedInputMicroPerMtok, "as long input")}, ` +
+    `cache write ${rate(tier.cacheWriteMicroPerMtok, p.cacheWriteMicroPerMtok, long.cacheWriteMicroPerMtok, "as long input")}, ` +
+    `1-hour cache write ${rate(tier.cacheWrite1hMicroPerMtok, p.cacheWrite1hMicroPerMtok, long.cacheWrite1hMicroPerMtok, `2× long input (${perMtok(cacheWrite1hPrice(long))})`)}`
+  );
 }
 
 function checkBackend(where: string, backend: string): void {
@@ -165,8 +257,20 @@ function parsePerMtok(flag: string, text: string): bigint {
   return micro;
 }
 
+const INT4_MAX = 2 ** 31 - 1;
+
+/** A threshold in prompt tokens: a positive integer that fits the int4 column (Anthropic's is 200000). */
+function parseThreshold(flag: string, text: string): number {
+  const t = text.trim();
+  if (!/^\d+$/.test(t)) throw new UsageError(`prices set: --${flag} takes a number of prompt tokens, a positive integer, e.g. 200000 (got '${text}')`);
+  const n = BigInt(t);
+  if (n === 0n) throw new UsageError(`prices set: --${flag} must be above 0`);
+  if (n > BigInt(INT4_MAX)) throw new UsageError(`prices set: --${flag} is too large`);
+  return Number(n);
+}
+
 /** The largest multiplier stored (an int4 of thousandths): far above any model's, but no wrap. */
-const PERMILLE_MAX = 2 ** 31 - 1;
+const PERMILLE_MAX = INT4_MAX;
 
 /**
  * A multiplier as a plain decimal with up to 3 places → thousandths, an
