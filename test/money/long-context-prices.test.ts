@@ -2,8 +2,9 @@
 // (real Redis budget counters, real Postgres prices) with the Anthropic fake:
 // a request whose prompt is over the threshold — cache reads and writes
 // counted — lands in the ledger with all its tokens at the tier's rates, a
-// prompt whose bound is over it is held at them, and an orphan's last usage
-// is priced at them too.
+// prompt whose bound is over it is held at them when it carries the 1M beta
+// (at the ordinary rates without: Anthropic refuses it then), and an
+// orphan's last usage is priced at them too.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { setPrice } from "@switchyard/db";
 import { budgetDay } from "@switchyard/state";
@@ -41,8 +42,11 @@ afterAll(async () => {
   await anthropic?.stop();
 });
 
-const post = (key: string, body: Record<string, unknown>) =>
-  fetch(`${fx.router.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+/** Anthropic takes (and bills at its tier) a prompt over 200k tokens only with its 1M-context beta. */
+const ONE_M = { "anthropic-beta": "context-1m-2025-08-07" };
+
+const post = (key: string, body: Record<string, unknown>, headers: Record<string, string> = ONE_M) =>
+  fetch(`${fx.router.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
 
 async function ledgerCost(id: string): Promise<bigint> {
   await waitFor(
@@ -75,9 +79,9 @@ describe("a price row's long-context tier", () => {
 
   it("holds a prompt whose bound is over the threshold at the tier's rates (its dearest prompt price, the long cache write), one at it at the ordinary ones", async () => {
     const t = await budgetedTenant(fx.db, "long-hold", 100_000n);
-    const holdWhileRunning = async (body: Record<string, unknown>) => {
+    const holdWhileRunning = async (body: Record<string, unknown>, headers: Record<string, string> = ONE_M) => {
       anthropic.enqueue({ kind: "slow", interTokenMs: 150, completionTokens: 3 });
-      const r = await post(t.key, { ...body, stream: true });
+      const r = await post(t.key, { ...body, stream: true }, headers);
       expect(r.status).toBe(200);
       const reader = r.body!.getReader();
       await reader.read(); // the stream has started: the hold is live
@@ -95,6 +99,8 @@ describe("a price row's long-context tier", () => {
     expect(boundOf(at)).toBe(200_000);
     expect(await holdWhileRunning(bodyOf(at))).toBe(200_000n * 375n + 10n * 1_500n);
     expect(await holdWhileRunning(bodyOf(at + 1))).toBe(200_001n * 750n + 10n * 2_250n);
+    // Without the beta Anthropic refuses a prompt over 200k tokens, so it never bills the tier: the bound (bytes) is held at the ordinary rates.
+    expect(await holdWhileRunning(bodyOf(at + 1), {})).toBe(200_001n * 375n + 10n * 1_500n);
   });
 
   it("prices an Anthropic orphan's last usage (usage_on_crash) with the price book's price, tier included", async () => {

@@ -37,6 +37,17 @@ afterAll(async () => {
 /** The `anthropic-beta` header of the last request Anthropic got (undefined: none). */
 const lastBetas = () => anthropic.requests.at(-1)!.headers["anthropic-beta"];
 
+/** The ledger row's cost of a request, once the router has written it. */
+async function ledgerCost(requestId: string): Promise<bigint> {
+  const rows = await waitFor(async () => {
+    await fx.router.deps.guard.flush();
+    const r = await fx.db.sql`select cost_micro, cost_source from spend_ledger where request_id = ${requestId}`;
+    return r.length > 0 ? r : undefined;
+  });
+  expect(rows[0]!.cost_source).toBe("price_table");
+  return BigInt(rows[0]!.cost_micro as string);
+}
+
 /** A prompt of this many words: the fake counts a token a word, and 3 for the message. */
 const words = (n: number) => "w ".repeat(n);
 
@@ -85,8 +96,17 @@ describe("anthropic-beta", () => {
     expect(refused).toBeInstanceOf(Anthropic.BadRequestError);
     expect((refused as InstanceType<typeof Anthropic.BadRequestError>).message).toContain("prompt is too long: 200103 tokens > 200000 maximum");
     anthropic.enqueue({ kind: "ok", text: "read it all", promptTokens: 200_103 });
-    const msg = await client.messages.create(long, { headers: { "anthropic-beta": ONE_M } });
-    expect(msg.content).toEqual([{ type: "text", text: "read it all" }]);
-    expect(msg.usage.input_tokens).toBe(200_103);
+    const res = await client.messages.create(long, { headers: { "anthropic-beta": ONE_M } }).withResponse();
+    expect(res.data.content).toEqual([{ type: "text", text: "read it all" }]);
+    expect(res.data.usage).toMatchObject({ input_tokens: 200_103, output_tokens: 3 });
+    // The price row sets no long-context tier: Anthropic's published one bills it, twice the input and 1.5× the output rate for every token.
+    expect(await ledgerCost(res.response.headers.get("x-request-id")!)).toBe(200_103n * 600n + 3n * 2_250n);
+  });
+
+  it("a prompt at 200k tokens is billed at the ordinary rates, with the beta or not", async () => {
+    anthropic.enqueue({ kind: "ok", text: "just fits", promptTokens: 200_000 });
+    const res = await client.messages.create({ model: MODEL, max_tokens: 64, messages: [{ role: "user", content: words(199_997) }] }, { headers: { "anthropic-beta": ONE_M } }).withResponse();
+    expect(res.data.usage.output_tokens).toBe(2);
+    expect(await ledgerCost(res.response.headers.get("x-request-id")!)).toBe(200_000n * 300n + 2n * 1_500n);
   });
 });

@@ -3,6 +3,7 @@
 // on a query. A price set with `switchyard prices set` reaches every router
 // within one refresh.
 import { currentPrices, tokenPriceOf, type Db, type TokenPrice } from "@switchyard/db";
+import { anthropicBilled } from "../backends/anthropic/betas.ts";
 import type { Logger } from "../observability/log.ts";
 
 export interface PriceBook {
@@ -49,8 +50,12 @@ export class PostgresPriceBook implements PriceBook {
   async refresh(): Promise<void> {
     try {
       const next = new StaticPriceBook();
-      // tokenPriceOf: the row's long_* columns become its long-context tier (the row as it is would pass for a TokenPrice without one).
-      for (const p of await currentPrices(this.db)) next.set(p.backend, p.model, tokenPriceOf(p));
+      // tokenPriceOf: the row's long_* columns become its long-context tier (the row as it is would pass for a TokenPrice without one);
+      // an Anthropic row without one bills a 1M-context prompt at Anthropic's published tier.
+      for (const p of await currentPrices(this.db)) {
+        const price = tokenPriceOf(p);
+        next.set(p.backend, p.model, p.backend === "anthropic" ? anthropicBilled(price) : price);
+      }
       this.book = next;
     } catch (err) {
       // Keep the last prices: a Postgres outage must not make paid backends unpriceable.

@@ -9,9 +9,33 @@
 // refuses by name anyway — and refusing them would refuse Claude Code.
 // Sending them would hand Anthropic switches for answers the translation
 // does not read (new block types, server tools).
+import type { TokenPrice } from "@switchyard/db";
 
 /** Claude's 1M-token context window (Sonnet 4 and later, Opus 4.6): prompts past 200k tokens are billed at the price row's long-context tier. */
 export const CONTEXT_1M_BETA = "context-1m-2025-08-07";
+
+/**
+ * Anthropic's long-context pricing, as published for every 1M-context
+ * model: a request whose prompt (cache reads and writes counted) is over
+ * 200,000 tokens pays twice the input rate and 1.5× the output rate for all
+ * its tokens, cache rates following the input's.
+ */
+export const ANTHROPIC_LONG_CONTEXT = { thresholdTokens: 200_000, inputPermille: 2_000n, outputPermille: 1_500n } as const;
+
+/**
+ * An Anthropic price row as billed: its own long-context tier, or — none
+ * set — Anthropic's published one (ANTHROPIC_LONG_CONTEXT), so a 1M-context
+ * request is never settled at the ordinary rates Anthropic does not charge
+ * it. Only a prompt past 200k tokens reaches the tier, and Anthropic takes
+ * one only with the 1M beta, so it costs other requests nothing.
+ */
+export function anthropicBilled(price: TokenPrice): TokenPrice {
+  if (price.longContext) return price;
+  const { thresholdTokens, inputPermille, outputPermille } = ANTHROPIC_LONG_CONTEXT;
+  // Rounded up, as every price derived from another (money.ts): never under what is billed.
+  const times = (micro: bigint, permille: bigint) => (micro * permille + 999n) / 1_000n;
+  return { ...price, longContext: { thresholdTokens, inputMicroPerMtok: times(price.inputMicroPerMtok, inputPermille), outputMicroPerMtok: times(price.outputMicroPerMtok, outputPermille) } };
+}
 
 /** The betas sent on to Anthropic, and why each survives the translation. */
 export const FORWARDED_BETAS: ReadonlyMap<string, string> = new Map([
