@@ -16,7 +16,7 @@ import { setBudget, setPrice } from "@switchyard/db";
 import { SimWorker } from "#testkit/sim-worker";
 import { ensureCodex } from "../../scripts/agent-clis.ts";
 import { runTool } from "../../scripts/pyvenv.ts";
-import { FakeAnthropic } from "../fixtures/fake-anthropic.ts";
+import { FAKE_THINKING, FakeAnthropic, thinkingSignature } from "../fixtures/fake-anthropic.ts";
 import { waitFor } from "../helpers/env.ts";
 import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
 
@@ -69,8 +69,8 @@ afterAll(async () => {
  * empty project, commands run without its sandbox (this box has no user
  * namespaces for it): every JSONL event it printed, and its last message.
  */
-async function runCodex(prompt: string, model: string): Promise<{ events: Array<Record<string, unknown>>; last: string | undefined }> {
-  const run = await runTool(codex, ["exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "-m", model, prompt], {
+async function runCodex(prompt: string, model: string, extra: string[] = []): Promise<{ events: Array<Record<string, unknown>>; last: string | undefined }> {
+  const run = await runTool(codex, ["exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "-m", model, ...extra, prompt], {
     cwd: project,
     timeoutMs: 120_000,
     env: { HOME: home, CODEX_HOME: path.join(home, ".codex"), SWITCHYARD_API_KEY: fx.key, OPENAI_API_KEY: "" },
@@ -90,7 +90,7 @@ async function ledgerRowsSince(at: Date) {
   return fx.db.sql`select backend, model, status from spend_ledger where tenant_id = ${String(fx.tenantId)} and started_at >= ${at.toISOString()} order by started_at`;
 }
 
-type Sent = { model: string; system?: unknown; tools?: Array<{ name: string; description?: string }>; messages: Array<{ role: string; content: unknown }> };
+type Sent = { model: string; thinking?: unknown; output_config?: unknown; system?: unknown; tools?: Array<{ name: string; description?: string }>; messages: Array<{ role: string; content: unknown }> };
 
 describe("Codex CLI through Switchyard", () => {
   it("on a worker model: answered by the worker, its tools (the namespace's flattened) in the worker's request", async () => {
@@ -145,5 +145,22 @@ describe("Codex CLI through Switchyard", () => {
       ["anthropic", CLAUDE, "ok"],
       ["anthropic", CLAUDE, "ok"],
     ]);
+  });
+
+  it("on Claude with a reasoning effort: Claude thinks, and its signed thinking goes back with the call's output in Codex's own conversation (store: false)", async () => {
+    const before = anthropic.requests.length;
+    anthropic.enqueue({ kind: "ok", text: 'TOOL: exec_command {"cmd":"echo thought-through"}' });
+    anthropic.enqueue({ kind: "ok", text: "Done thinking." });
+    const { events, last } = await runCodex("Run echo, carefully", CLAUDE, ["-c", 'model_reasoning_effort="high"']);
+    expect(last).toBe("Done thinking.");
+    // Codex showed Claude's thinking as its reasoning.
+    expect(events.some((e) => e.type === "item.completed" && (e.item as { type?: string }).type === "reasoning" && JSON.stringify(e.item).includes(FAKE_THINKING.slice(0, 20)))).toBe(true);
+    const [first, second] = anthropic.requests.slice(before).map((r) => r.body as unknown as Sent) as [Sent, Sent];
+    // Claude 4.6 thinks adaptively at the effort Codex asked.
+    expect(first).toMatchObject({ thinking: { type: "adaptive" }, output_config: { effort: "high" } });
+    // The tool-result turn starts with the thinking as Claude signed it (the fake verified the signature): Codex sent the reasoning item back with encrypted_content.
+    const turn = second.messages.at(-2)!;
+    expect((turn.content as Array<Record<string, unknown>>)[0]).toEqual({ type: "thinking", thinking: FAKE_THINKING, signature: thinkingSignature(FAKE_THINKING) });
+    expect(JSON.stringify(second.messages.at(-1))).toContain("thought-through");
   });
 });

@@ -21,7 +21,7 @@
 // finds the request finished and does nothing.
 import { budgetDay, INTENT_RESEND_WINDOW_MS, type BudgetStore, type ReserveResult } from "@switchyard/state";
 import { heldImageTokens, usageCostMicro, worstCaseMicro, type CostSource, type KeyOwner, type NewLedgerRow, type TokenPrice } from "@switchyard/db";
-import { CONTEXT_1M_BETA } from "../backends/anthropic/betas.ts";
+import { CONTEXT_1M_BETA, priceBefore } from "../backends/anthropic/betas.ts";
 import { MIN_THINKING_BUDGET } from "../backends/reasoning.ts";
 import type { Backend, InferencePath } from "../backends/types.ts";
 import type { Usage } from "../backends/usage.ts";
@@ -458,10 +458,7 @@ export class RequestTab {
     // intent cover both, so the budget and a crash-finish still count it.
     const carried = this.carriedMicro(backend);
     // The prompt's images and audio at this model's rates for them (its price row's image multiplier, on the images' tile tokens, and audio price).
-    // Anthropic bills its long-context tier only with the 1M beta, refusing a longer prompt without it: a bound over the threshold
-    // (bytes, far above the tokens) is held there only then, or every long conversation would be held at twice its price.
-    const held = backend.kind === "anthropic" && !facts.contextOneM && price.longContext ? { ...price, longContext: null } : price;
-    const worst = worstCaseMicro(facts.promptTokens, this.maxOutput, held, facts) + carried;
+    const worst = worstCaseMicro(facts.promptTokens, this.maxOutput, priceBefore(backend.kind, price, facts.contextOneM), facts) + carried;
     // That earlier attempt's intent is retired once this one, which carries its cost, stands.
     const previous = this.intent;
     // Written before the reserve is sent, in the same tick: auto-pipelining

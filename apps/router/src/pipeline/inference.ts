@@ -7,7 +7,7 @@ import type { Context } from "hono";
 import { PREFIX_NAME_FIELD } from "@switchyard/state";
 import type { PoolPlace } from "../admission/gate.ts";
 import type { KeyOwner } from "../auth/key-store.ts";
-import { forwardedBetas } from "../backends/anthropic/betas.ts";
+import { CONTEXT_1M_BETA, forwardedBetas } from "../backends/anthropic/betas.ts";
 import type { Backend, InferencePath } from "../backends/types.ts";
 import { normalizeMaxOutput, promptBound, type PromptBound } from "../billing/estimate.ts";
 import { bodyEdited, setBodyField } from "../body-text.ts";
@@ -71,6 +71,8 @@ export class InferencePipeline {
   private readonly trace: Span | undefined;
   /** The prompt's bound, once worked out (bound()). */
   private boundOnce: PromptBound | undefined;
+  /** The client's `anthropic-beta` names that go on to Anthropic (most requests: none). */
+  private readonly betas: readonly string[] | undefined;
 
   constructor(
     private readonly c: Context<AppEnv>,
@@ -81,6 +83,7 @@ export class InferencePipeline {
   ) {
     this.tenant = c.get("tenant");
     this.trace = requestTrace(c);
+    this.betas = forwardedBetas(c.req.header("anthropic-beta"));
   }
 
   // Each stage answers at once when it has nothing to wait for (no rate
@@ -105,9 +108,8 @@ export class InferencePipeline {
       const routed = stage(this.trace, "routing", () => this.resolve());
       const { resolution, cls, leased } = routed instanceof Promise ? await routed : routed;
       const stripUsage = this.askForUsage();
-      const betas = forwardedBetas(this.c.req.header("anthropic-beta"));
-      const tab = this.hold(betas);
-      const result = await this.attempt(leased, resolution, cls, tab, stripUsage, betas);
+      const tab = this.hold(this.betas);
+      const result = await this.attempt(leased, resolution, cls, tab, stripUsage, this.betas);
       // A stream's or raw bytes' duration is observed at their last byte (relay/stream.ts, raw.ts), not here.
       if (this.body.stream === true || this.opts.raw) this.c.set("streaming", true);
       return result.response;
@@ -193,7 +195,7 @@ export class InferencePipeline {
       delete body[PREFIX_NAME_FIELD];
       delete body[CACHE_SCOPE_FIELD];
     }
-    const cls = requestClass(this.path, body, String(this.tenant.tenantId), this.bound());
+    const cls = requestClass(this.path, body, String(this.tenant.tenantId), this.bound(), this.betas?.includes(CONTEXT_1M_BETA) === true);
     let resolution = this.deps.chain.resolve(body.model, this.tenant.tenantName, cls);
     if (!resolution.known) {
       throw new ApiError("model_not_found", `model '${body.model}' is not served by any live worker or configured provider`, "model");

@@ -20,6 +20,8 @@ export interface RequestClass extends PromptBound {
   prefixKey?: string;
   /** The tenant's engine prefix-cache scope (`cacheScope`), when the request has a tenant. */
   cacheScope?: string;
+  /** The request carries Anthropic's 1M-context beta: only then may Anthropic bill its long-context tier (backends/anthropic/betas.ts priceBefore). */
+  contextOneM?: boolean;
 }
 
 /**
@@ -68,7 +70,7 @@ function sizeBucket(tokens: number): string {
  * promptBound when the caller has it already (the walk is real work: PDFs
  * inflated, images' headers read).
  */
-export function requestClass(path: InferencePath, body: Record<string, unknown>, tenant?: string, bound: PromptBound = promptBound(path, body)): RequestClass {
+export function requestClass(path: InferencePath, body: Record<string, unknown>, tenant?: string, bound: PromptBound = promptBound(path, body), contextOneM = false): RequestClass {
   const stream = body.stream === true;
   const { promptTokens, imageTokens, imageTileTokens, audioTokens } = bound;
   const maxOutput = requestedMaxOutput(path, body);
@@ -85,6 +87,7 @@ export function requestClass(path: InferencePath, body: Record<string, unknown>,
     ...(maxOutput ? { maxOutput } : {}),
     ...(prefix ? { prefixKey: prefix } : {}),
     ...(scope ? { cacheScope: scope } : {}),
+    ...(contextOneM ? { contextOneM } : {}),
   };
 }
 

@@ -190,6 +190,17 @@ describe("RouteScorer", () => {
     expect(costOf(prompt).cents).toBe(under);
   });
 
+  it("prices an Anthropic prompt at its tier only when the request carries the 1M beta (Anthropic refuses a longer prompt without)", () => {
+    const flat = { inputMicroPerMtok: 100_000_000n, outputMicroPerMtok: 400_000_000n };
+    const prices = new StaticPriceBook([{ backend: "anthropic", model: "claude-x", ...flat, longContext: { thresholdTokens: 1, inputMicroPerMtok: 1_000_000_000n, outputMicroPerMtok: 4_000_000_000n } }]);
+    const { scorer } = setup({ costMsPerCent: 1_000, expectedOutputTokens: 100 }, { prices });
+    const paid = { id: "anthropic:claude-x", kind: "anthropic", model: "claude-x", paid: true } as Backend;
+    const body = { messages: [{ role: "user", content: "hello" }], max_tokens: 100 };
+    const without = scorer.scoreBackend(paid, requestClass("/v1/chat/completions", body)).costCents;
+    const withBeta = scorer.scoreBackend(paid, requestClass("/v1/chat/completions", body, undefined, undefined, true)).costCents;
+    expect(withBeta).toBeCloseTo(10 * without, 9);
+  });
+
   it("drops statistics of workers that left", () => {
     const { scorer, samples } = setup();
     samples("gone", 5);

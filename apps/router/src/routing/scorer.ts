@@ -33,6 +33,7 @@
 // Every ranking can explain itself (the x-switchyard-route header, a debug log line).
 import { priceForPrompt } from "@switchyard/db";
 import { PREFIX_NAME_FIELD, type WorkerRecord } from "@switchyard/state";
+import { priceBefore } from "../backends/anthropic/betas.ts";
 import type { Backend, UpstreamFailure } from "../backends/types.ts";
 import type { BudgetVerdict } from "../billing/guard.ts";
 import type { PriceBook } from "../billing/prices.ts";
@@ -222,8 +223,8 @@ export class RouteScorer {
     if (!backend?.paid) return 0;
     const book = this.opts.prices?.price(backend.kind, backend.model);
     if (!book) return 0;
-    // A prompt over a long-context threshold costs the tier's rates.
-    const price = priceForPrompt(book, cls.promptTokens);
+    // A prompt over a long-context threshold costs the tier's rates (Anthropic's only with its 1M beta).
+    const price = priceForPrompt(priceBefore(backend.kind, book, cls.contextOneM === true), cls.promptTokens);
     const out = cls.path === "/v1/embeddings" ? 0 : (cls.maxOutput ?? this.cfg.expectedOutputTokens);
     // Scoring only: a float is fine here, money itself never is one.
     const micro = (cls.promptTokens * Number(price.inputMicroPerMtok) + out * Number(price.outputMicroPerMtok)) / 1e6;

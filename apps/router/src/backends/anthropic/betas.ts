@@ -64,3 +64,16 @@ export function forwardedBetas(header: string | undefined): readonly string[] | 
   }
   return out;
 }
+
+/**
+ * The price a request may be billed at, for what is worked out before it
+ * runs (the budget hold, the route scorer's cost): Anthropic bills its
+ * long-context tier only with the 1M beta, refusing a longer prompt
+ * without it, so without the beta its tier is left out — the prompt's
+ * bound (bytes, three to four times its tokens) would otherwise put every
+ * conversation past ~200 kB at twice its price. The settle needs no such
+ * care: it prices the tokens Anthropic counted.
+ */
+export function priceBefore(kind: string, price: TokenPrice, contextOneM: boolean): TokenPrice {
+  return kind === "anthropic" && !contextOneM && price.longContext ? { ...price, longContext: null } : price;
+}

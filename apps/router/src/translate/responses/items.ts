@@ -57,7 +57,7 @@ export function inputItems(input: unknown, taken: Set<string>): Json[] {
     taken.add(id);
     switch (type) {
       case "function_call":
-        return { id, type, status: "completed", call_id: raw.call_id, name: raw.name, arguments: raw.arguments };
+        return { id, type, status: "completed", call_id: raw.call_id, name: raw.name, ...(typeof raw.namespace === "string" && raw.namespace !== "" ? { namespace: raw.namespace } : {}), arguments: raw.arguments };
       case "function_call_output":
         return { id, type, status: "completed", call_id: raw.call_id, output: functionOutput(raw.output) };
       case "reasoning": {

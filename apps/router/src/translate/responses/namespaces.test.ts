@@ -6,6 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { ApiError } from "../../errors.ts";
 import type { Json } from "../boundary.ts";
+import { inputItems } from "./items.ts";
 import { namespacedNames } from "./namespaces.ts";
 import { toChatRequest } from "./request.ts";
 import { outputFromCompletion } from "./response.ts";
@@ -59,6 +60,8 @@ describe("tool namespaces", () => {
     );
     const turn = (chat.messages as Json[])[1]!;
     expect((turn.tool_calls as Json[]).map((c) => (c.function as Json).name)).toEqual(["crm__lookup", "lookup"]);
+    // input_items lists it as it was sent.
+    expect(inputItems([{ type: "function_call", call_id: "c1", name: "lookup", namespace: "crm", arguments: "{}" }], new Set())[0]).toMatchObject({ name: "lookup", namespace: "crm" });
   });
 
   it("a whole answer's calls come back with name and namespace; the stored turn keeps the chat names", () => {

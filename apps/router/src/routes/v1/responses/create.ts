@@ -29,7 +29,8 @@ const inputContentPart = z.looseObject({ type: z.string() });
 const inputItem = z.looseObject({
   type: z.string().optional(),
   role: z.enum(["user", "assistant", "system", "developer"]).optional(),
-  content: z.union([z.string(), z.array(inputContentPart)]).optional(),
+  // null on a reasoning item, as OpenAI writes one (Codex CLI sends them back so).
+  content: z.union([z.string(), z.array(inputContentPart)]).nullish(),
   call_id: z.string().optional(),
   name: z.string().optional(),
   arguments: z.string().optional(),
