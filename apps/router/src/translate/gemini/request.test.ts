@@ -196,7 +196,7 @@ describe("model turns", () => {
 });
 
 describe("Google's Schema", () => {
-  it("becomes JSON Schema: lowercase types, nullable as a null type, propertyOrdering and format enum dropped", () => {
+  it("becomes JSON Schema: lowercase types, nullable as a null type, propertyOrdering and format enum dropped, int64 bounds as numbers", () => {
     const schema = {
       type: "OBJECT",
       properties: {
@@ -214,7 +214,7 @@ describe("Google's Schema", () => {
       properties: {
         path: { type: "string", description: "where" },
         mode: { type: ["string", "null"], enum: ["r", "w", null] },
-        lines: { type: "array", items: { type: "integer", format: "int32" }, minItems: "1" },
+        lines: { type: "array", items: { type: "integer", format: "int32" }, minItems: 1 },
         ratio: { type: ["number", "null"], examples: [0.5] },
         flag: { anyOf: [{ type: "boolean" }, { type: "null" }] },
       },

@@ -91,6 +91,15 @@ export function jsonSchemaOf(schema: unknown, at: string): Json {
       case "format":
         if (value !== "enum") out.format = value;
         break;
+      case "minItems":
+      case "maxItems":
+      case "minLength":
+      case "maxLength":
+      case "minProperties":
+      case "maxProperties":
+        // int64 in Google's schema, which proto3 JSON may write as a string ("1"): JSON Schema wants the number.
+        out[key] = typeof value === "string" && /^\d+$/.test(value) ? Number(value) : value;
+        break;
       case "nullable":
       case "propertyOrdering":
         break;
