@@ -179,7 +179,12 @@ describe("model turns", () => {
     const details = [{ type: "reasoning.text", text: "Let me read it.", signature: "EqQBCkYIBxgCKkA", format: "anthropic-claude-v1", index: 0 }];
     const messages = messagesOf([
       user({ text: "read a" }),
-      model({ text: "Let me read it.", thought: true }, { functionCall: { name: "read_file", args: { file_path: "a" } }, thoughtSignature: mintThoughtSignature(details) }),
+      model(
+        { text: "Let me read it.", thought: true },
+        { functionCall: { name: "read_file", args: { file_path: "a" } }, thoughtSignature: mintThoughtSignature(details) },
+        // The same signature again on a later (empty) part: the turn's thinking, once.
+        { text: "", thoughtSignature: mintThoughtSignature(details) },
+      ),
       user({ functionResponse: { name: "read_file", response: { output: "A" } } }),
       // Gemini's own signature, from a conversation begun on Google: nothing a chat backend takes back.
       model({ text: "It says A.", thoughtSignature: "CiQBcsjafGy0b2+wHjQ4Y0iYJuJwq2Yz" }),

@@ -188,9 +188,12 @@ function modelTurn(content: Json, i: number, out: Json[]): OpenCall[] {
   let text = "";
   const calls: Json[] = [];
   const details: Json[][] = [];
+  const signatures = new Set<unknown>();
   partsOf(content, at).forEach((p, j) => {
     const pat = `${at}.parts[${j}]`;
-    const signed = readThoughtSignature(p.thoughtSignature, `${pat}.thoughtSignature`);
+    // One signature repeated on several parts (a client that copies it to each piece) is one turn's reasoning, sent once.
+    const signed = signatures.has(p.thoughtSignature) ? undefined : readThoughtSignature(p.thoughtSignature, `${pat}.thoughtSignature`);
+    signatures.add(p.thoughtSignature);
     if (signed) details.push(signed);
     if (given(p.inlineData)) reject(`${pat}.inlineData`, "a model turn cannot carry inline data on these backends");
     if (given(p.functionResponse)) reject(`${pat}.functionResponse`, "function responses go in a user turn");
