@@ -1,10 +1,12 @@
 // The coding agents' CLIs the end-to-end tests drive against a router, as
 // their users run them: Claude Code (Anthropic's, on /v1/messages,
-// test/router/claude-code.test.ts) and Codex CLI (OpenAI's, on
-// /v1/responses, test/router/codex.test.ts). Each is pinned and installed
-// from npm outside the repo (~/.cache/switchyard/<name>-<version>); its npm
-// package carries the native binary in a per-platform optional package.
-// scripts/prepare.ts installs both before the tests, so no test waits on npm.
+// test/router/claude-code.test.ts), Codex CLI (OpenAI's, on /v1/responses,
+// test/router/codex.test.ts) and Gemini CLI (Google's, on /v1beta/models,
+// test/router/gemini-cli.test.ts). Each is pinned and installed from npm
+// outside the repo (~/.cache/switchyard/<name>-<version>); Claude Code's and
+// Codex's npm packages carry a native binary in a per-platform optional
+// package, Gemini CLI's is a Node bundle. scripts/prepare.ts installs them
+// before the tests, so no test waits on npm.
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -12,6 +14,7 @@ import { runTool } from "./pyvenv.ts";
 
 export const CLAUDE_CODE_VERSION = "2.1.197";
 export const CODEX_VERSION = "0.171.0";
+export const GEMINI_CLI_VERSION = "0.61.0";
 
 interface AgentCli {
   /** The folder name under ~/.cache/switchyard (with the version) and the log prefix. */
@@ -56,6 +59,16 @@ const codex: AgentCli = {
   binaryIn: (dir) => firstExisting([path.join(dir, "node_modules", "@openai", `codex-${process.platform}-${process.arch}`, "vendor", codexTriple(), "bin", "codex")]),
 };
 
+const geminiCli: AgentCli = {
+  name: "gemini-cli",
+  pkg: "@google/gemini-cli",
+  version: GEMINI_CLI_VERSION,
+  size: "~100 MB",
+  dirEnv: "SWITCHYARD_GEMINI_CLI_DIR",
+  // A Node bundle, run with this Node (it asks for Node 20 or later).
+  binaryIn: (dir) => firstExisting([path.join(dir, "node_modules", "@google", "gemini-cli", "bundle", "gemini.js")]),
+};
+
 /** The pinned CLI's binary, installing it first if it is not there; throws saying why when it cannot. */
 async function ensureAgentCli(cli: AgentCli, log: (s: string) => void): Promise<string> {
   const tag = `[${cli.name}]`;
@@ -96,4 +109,9 @@ export function ensureClaudeCode(log: (s: string) => void = () => {}): Promise<s
 /** The pinned Codex CLI binary (installed first if need be). */
 export function ensureCodex(log: (s: string) => void = () => {}): Promise<string> {
   return ensureAgentCli(codex, log);
+}
+
+/** The pinned Gemini CLI's entry script (installed first if need be): run it with `node`. */
+export function ensureGeminiCli(log: (s: string) => void = () => {}): Promise<string> {
+  return ensureAgentCli(geminiCli, log);
 }

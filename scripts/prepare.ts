@@ -20,7 +20,8 @@ process.stderr.write(`» schemathesis: ${await ensureSchemathesis((s) => process
 const { ensurePythonClients } = await import("./python-clients.ts");
 process.stderr.write(`» python clients: ${await ensurePythonClients((s) => process.stderr.write(`${s}\n`))}\n`);
 
-// Claude Code and Codex CLI, the clients the /v1/messages and /v1/responses e2e tests drive (test/router/claude-code.test.ts, codex.test.ts), from npm into their own cached folders.
-const { ensureClaudeCode, ensureCodex } = await import("./agent-clis.ts");
+// Claude Code, Codex CLI and Gemini CLI, the clients the /v1/messages, /v1/responses and /v1beta/models e2e tests drive (test/router/claude-code.test.ts, codex.test.ts, gemini-cli.test.ts), from npm into their own cached folders.
+const { ensureClaudeCode, ensureCodex, ensureGeminiCli } = await import("./agent-clis.ts");
 process.stderr.write(`» claude code: ${await ensureClaudeCode((s) => process.stderr.write(`${s}\n`))}\n`);
 process.stderr.write(`» codex: ${await ensureCodex((s) => process.stderr.write(`${s}\n`))}\n`);
+process.stderr.write(`» gemini cli: ${await ensureGeminiCli((s) => process.stderr.write(`${s}\n`))}\n`);

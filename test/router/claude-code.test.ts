@@ -10,52 +10,33 @@
 // translation carries (with `--model …[1m]`, the 1M context window). On a
 // worker model (sim worker) it is served there. Every answer has its ledger
 // row.
-import { mkdtempSync, rmSync } from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { setBudget, setPrice } from "@switchyard/db";
-import { SimWorker } from "#testkit/sim-worker";
+import { setPrice } from "@switchyard/db";
 import { ensureClaudeCode } from "../../scripts/agent-clis.ts";
 import { runTool } from "../../scripts/pyvenv.ts";
-import { FAKE_THINKING, FakeAnthropic, thinkingSignature } from "../fixtures/fake-anthropic.ts";
+import { FAKE_THINKING, thinkingSignature } from "../fixtures/fake-anthropic.ts";
 import { FAKE_REASONING, FakeOpenRouter, fakeReasoningSignature } from "../fixtures/fake-openrouter.ts";
 import { waitFor } from "../helpers/env.ts";
-import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+import { AGENT_CLAUDE as CLAUDE, startAgentCliFixture, type AgentCliFixture } from "../helpers/agent-cli.ts";
 
-const CLAUDE = "claude-sonnet-4-6";
 /** Claude through OpenRouter, which Claude Code knows nothing of. */
 const OR_CLAUDE = "anthropic/claude-sonnet-4.6";
 
-let fx: RouterFixture;
-let anthropic: FakeAnthropic;
+let f: AgentCliFixture;
 let openrouter: FakeOpenRouter;
-let worker: SimWorker;
 let claude: string;
-let home: string;
-let project: string;
 
 beforeAll(async () => {
   claude = await ensureClaudeCode((s) => process.stderr.write(`${s}\n`));
-  anthropic = await new FakeAnthropic("sk-ant-cc").start();
   openrouter = await new FakeOpenRouter({ apiKey: "sk-or-cc" }).start();
-  fx = await startTestRouter({ "providers.anthropic": { apiKey: "sk-ant-cc", baseUrl: anthropic.url }, "providers.openrouter": { apiKey: "sk-or-cc", baseUrl: openrouter.url }, "billing.refreshMs": 100 });
-  await setPrice(fx.db.db, { backend: "anthropic", model: CLAUDE, inputMicroPerMtok: 3_000_000n, outputMicroPerMtok: 15_000_000n });
-  await setPrice(fx.db.db, { backend: "openrouter", model: OR_CLAUDE, inputMicroPerMtok: 3_000_000n, outputMicroPerMtok: 15_000_000n });
-  await setBudget(fx.db.db, { tenantId: fx.tenantId, dailyLimitCents: 10_000n });
-  worker = await new SimWorker({ id: "cc-sim", models: ["sim-chat"], registry: fx.registry, behavior: { tokens: 4 } }).start();
-  await waitFor(() => fx.router.deps.guard.deps.prices.price("anthropic", CLAUDE) && fx.router.deps.guard.deps.prices.price("openrouter", OR_CLAUDE), { what: "prices loaded" });
-  await waitFor(() => fx.router.deps.directory.all().length === 1, { what: "worker registered" });
-  home = mkdtempSync(path.join(os.tmpdir(), "sy-cc-home-"));
-  project = mkdtempSync(path.join(os.tmpdir(), "sy-cc-project-"));
+  f = await startAgentCliFixture("cc", { "providers.openrouter": { apiKey: "sk-or-cc", baseUrl: openrouter.url } });
+  await setPrice(f.fx.db.db, { backend: "openrouter", model: OR_CLAUDE, inputMicroPerMtok: 3_000_000n, outputMicroPerMtok: 15_000_000n });
+  await waitFor(() => f.fx.router.deps.guard.deps.prices.price("openrouter", OR_CLAUDE), { what: "prices loaded" });
 }, 600_000);
 
 afterAll(async () => {
-  await worker?.stop();
-  await fx?.close();
-  await anthropic?.stop();
+  await f?.close();
   await openrouter?.stop();
-  for (const d of [home, project]) if (d) rmSync(d, { recursive: true, force: true });
 });
 
 interface Result {
@@ -72,12 +53,12 @@ interface Result {
  */
 async function runClaude(prompt: string, args: string[]): Promise<Result & { events: Array<Record<string, unknown>> }> {
   const run = await runTool(claude, ["-p", prompt, "--output-format", "stream-json", "--verbose", ...args], {
-    cwd: project,
+    cwd: f.project,
     timeoutMs: 120_000,
     env: {
-      HOME: home,
-      ANTHROPIC_BASE_URL: fx.router.url,
-      ANTHROPIC_API_KEY: fx.key,
+      HOME: f.home,
+      ANTHROPIC_BASE_URL: f.fx.router.url,
+      ANTHROPIC_API_KEY: f.fx.key,
       ANTHROPIC_AUTH_TOKEN: "",
       // Nothing but the model calls leaves: no telemetry, no update check, no other host.
       CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
@@ -94,23 +75,18 @@ async function runClaude(prompt: string, args: string[]): Promise<Result & { eve
   return { ...(result as unknown as Result), events };
 }
 
-async function ledgerRowsSince(at: Date) {
-  await fx.router.deps.guard.flush();
-  return fx.db.sql`select backend, model, status, completion_tokens from spend_ledger where tenant_id = ${String(fx.tenantId)} and created_at >= ${at.toISOString()} order by created_at`;
-}
-
 type Sent = { model: string; max_tokens: number; thinking?: unknown; tools?: Array<{ name: string }>; system?: unknown; metadata?: unknown; messages: Array<{ role: string; content: unknown }> };
 
 describe("Claude Code through Switchyard", () => {
   it("on a Claude model: its request as sent (thinking on), a Bash call it runs, and the signed thinking back with the result", async () => {
     const start = new Date();
-    const before = anthropic.requests.length;
-    anthropic.enqueue({ kind: "ok", text: 'TOOL: Bash {"command":"echo switchyard-ok","description":"Echo a word"}' });
-    anthropic.enqueue({ kind: "ok", text: "Done." });
+    const before = f.anthropic.requests.length;
+    f.anthropic.enqueue({ kind: "ok", text: 'TOOL: Bash {"command":"echo switchyard-ok","description":"Echo a word"}' });
+    f.anthropic.enqueue({ kind: "ok", text: "Done." });
     const result = await runClaude("Run echo", ["--model", CLAUDE, "--allowedTools", "Bash"]);
     expect(result).toMatchObject({ is_error: false, result: "Done.", num_turns: 2 });
 
-    const sent = anthropic.requests.slice(before).map((r) => r.body as unknown as Sent);
+    const sent = f.anthropic.requests.slice(before).map((r) => r.body as unknown as Sent);
     expect(sent).toHaveLength(2);
     const [first, second] = sent as [Sent, Sent];
     // Claude Code's shape reached Anthropic: its model, its tools, system and metadata, thinking on, max_tokens at the deployment's cap.
@@ -121,7 +97,7 @@ describe("Claude Code through Switchyard", () => {
     expect(JSON.stringify(first.system)).not.toContain("x-anthropic-billing-header");
     expect(JSON.stringify(first.system)).toContain("Claude");
     // Of the betas it sends (its attribution, context management, effort, …), only what survives the translation goes on.
-    expect(anthropic.requests[before]!.headers["anthropic-beta"]).toBe("interleaved-thinking-2025-05-14");
+    expect(f.anthropic.requests[before]!.headers["anthropic-beta"]).toBe("interleaved-thinking-2025-05-14");
     // The tool-result turn: the assistant's signed thinking first (the fake verified it), the call, and what Bash printed.
     const assistant = second.messages.at(-2)!;
     expect(assistant.role).toBe("assistant");
@@ -132,7 +108,7 @@ describe("Claude Code through Switchyard", () => {
     expect(JSON.stringify(second.messages.at(-1))).toContain("switchyard-ok");
 
     const rows = await waitFor(async () => {
-      const r = await ledgerRowsSince(start);
+      const r = await f.ledgerRowsSince(start);
       return r.length >= 2 ? r : undefined;
     });
     expect(rows.map((r) => [r.backend, r.model, r.status])).toEqual([
@@ -142,11 +118,11 @@ describe("Claude Code through Switchyard", () => {
   });
 
   it("on a Claude model with [1m]: Anthropic gets the model and the 1M-context beta", async () => {
-    const before = anthropic.requests.length;
-    anthropic.enqueue({ kind: "ok", text: "Long." });
+    const before = f.anthropic.requests.length;
+    f.anthropic.enqueue({ kind: "ok", text: "Long." });
     const result = await runClaude("Say hello", ["--model", `${CLAUDE}[1m]`]);
     expect(result).toMatchObject({ is_error: false, result: "Long." });
-    const got = anthropic.requests.slice(before);
+    const got = f.anthropic.requests.slice(before);
     expect(got.map((r) => [(r.body as { model: string }).model, r.headers["anthropic-beta"]])).toEqual([[CLAUDE, "context-1m-2025-08-07,interleaved-thinking-2025-05-14"]]);
   });
 
@@ -154,10 +130,10 @@ describe("Claude Code through Switchyard", () => {
     const start = new Date();
     const result = await runClaude("Say hello", ["--model", "sim-chat"]);
     expect(result).toMatchObject({ is_error: false, result: "tok0 tok1 tok2 tok3 " });
-    expect(worker.lastBody).toMatchObject({ model: "sim-chat", stream: true });
-    expect(JSON.stringify(worker.lastBody)).not.toContain("x-anthropic-billing-header");
+    expect(f.worker.lastBody).toMatchObject({ model: "sim-chat", stream: true });
+    expect(JSON.stringify(f.worker.lastBody)).not.toContain("x-anthropic-billing-header");
     const rows = await waitFor(async () => {
-      const r = await ledgerRowsSince(start);
+      const r = await f.ledgerRowsSince(start);
       return r.length >= 1 ? r : undefined;
     });
     expect(rows.map((r) => [r.backend, r.status])).toContainEqual(["worker", "ok"]);

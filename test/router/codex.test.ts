@@ -8,48 +8,31 @@
 // Anthropic backend's faithful fake) it runs the shell call the model asks
 // for and sends the output back, and a namespaced function's call comes back
 // to it with its namespace. Every answer has its ledger row.
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import os from "node:os";
+import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { setBudget, setPrice } from "@switchyard/db";
-import { SimWorker } from "#testkit/sim-worker";
 import { ensureCodex } from "../../scripts/agent-clis.ts";
 import { runTool } from "../../scripts/pyvenv.ts";
-import { FAKE_THINKING, FakeAnthropic, thinkingSignature } from "../fixtures/fake-anthropic.ts";
+import { FAKE_THINKING, thinkingSignature } from "../fixtures/fake-anthropic.ts";
 import { waitFor } from "../helpers/env.ts";
-import { startTestRouter, type RouterFixture } from "../helpers/router.ts";
+import { AGENT_CLAUDE as CLAUDE, startAgentCliFixture, type AgentCliFixture } from "../helpers/agent-cli.ts";
 
-const CLAUDE = "claude-sonnet-4-6";
-
-let fx: RouterFixture;
-let anthropic: FakeAnthropic;
-let worker: SimWorker;
+let f: AgentCliFixture;
 let codex: string;
-let home: string;
-let project: string;
 
 beforeAll(async () => {
   codex = await ensureCodex((s) => process.stderr.write(`${s}\n`));
-  anthropic = await new FakeAnthropic("sk-ant-cx").start();
-  fx = await startTestRouter({ "providers.anthropic": { apiKey: "sk-ant-cx", baseUrl: anthropic.url }, "billing.refreshMs": 100 });
-  await setPrice(fx.db.db, { backend: "anthropic", model: CLAUDE, inputMicroPerMtok: 3_000_000n, outputMicroPerMtok: 15_000_000n });
-  await setBudget(fx.db.db, { tenantId: fx.tenantId, dailyLimitCents: 10_000n });
-  worker = await new SimWorker({ id: "cx-sim", models: ["sim-chat"], registry: fx.registry, behavior: { tokens: 4 } }).start();
-  await waitFor(() => fx.router.deps.guard.deps.prices.price("anthropic", CLAUDE), { what: "price loaded" });
-  await waitFor(() => fx.router.deps.directory.all().length === 1, { what: "worker registered" });
-  home = mkdtempSync(path.join(os.tmpdir(), "sy-codex-home-"));
-  project = mkdtempSync(path.join(os.tmpdir(), "sy-codex-project-"));
-  mkdirSync(path.join(home, ".codex"));
+  f = await startAgentCliFixture("codex");
+  mkdirSync(path.join(f.home, ".codex"));
   // Switchyard as a model provider, as docs/APIS.md tells Codex users to set it. No backend here runs OpenAI's web search tool.
   writeFileSync(
-    path.join(home, ".codex", "config.toml"),
+    path.join(f.home, ".codex", "config.toml"),
     [
       'model_provider = "switchyard"',
       'web_search = "disabled"',
       "[model_providers.switchyard]",
       'name = "Switchyard"',
-      `base_url = "${fx.router.url}/v1"`,
+      `base_url = "${f.fx.router.url}/v1"`,
       'env_key = "SWITCHYARD_API_KEY"',
       'wire_api = "responses"',
       "",
@@ -58,10 +41,7 @@ beforeAll(async () => {
 }, 600_000);
 
 afterAll(async () => {
-  await worker?.stop();
-  await fx?.close();
-  await anthropic?.stop();
-  for (const d of [home, project]) if (d) rmSync(d, { recursive: true, force: true });
+  await f?.close();
 });
 
 /**
@@ -71,9 +51,9 @@ afterAll(async () => {
  */
 async function runCodex(prompt: string, model: string, extra: string[] = []): Promise<{ events: Array<Record<string, unknown>>; last: string | undefined }> {
   const run = await runTool(codex, ["exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "-m", model, ...extra, prompt], {
-    cwd: project,
+    cwd: f.project,
     timeoutMs: 120_000,
-    env: { HOME: home, CODEX_HOME: path.join(home, ".codex"), SWITCHYARD_API_KEY: fx.key, OPENAI_API_KEY: "" },
+    env: { HOME: f.home, CODEX_HOME: path.join(f.home, ".codex"), SWITCHYARD_API_KEY: f.fx.key, OPENAI_API_KEY: "" },
   });
   const events = run.out
     .split("\n")
@@ -85,11 +65,6 @@ async function runCodex(prompt: string, model: string, extra: string[] = []): Pr
   return { events, last: (messages.at(-1)?.item as { text?: string } | undefined)?.text };
 }
 
-async function ledgerRowsSince(at: Date) {
-  await fx.router.deps.guard.flush();
-  return fx.db.sql`select backend, model, status from spend_ledger where tenant_id = ${String(fx.tenantId)} and started_at >= ${at.toISOString()} order by started_at`;
-}
-
 type Sent = { model: string; thinking?: unknown; output_config?: unknown; system?: unknown; tools?: Array<{ name: string; description?: string }>; messages: Array<{ role: string; content: unknown }> };
 
 describe("Codex CLI through Switchyard", () => {
@@ -97,13 +72,13 @@ describe("Codex CLI through Switchyard", () => {
     const start = new Date();
     const { last } = await runCodex("Say hello", "sim-chat");
     expect(last).toBe("tok0 tok1 tok2 tok3 ");
-    const body = worker.lastBody as { model: string; stream: boolean; tools: Array<{ function: { name: string } }> };
+    const body = f.worker.lastBody as { model: string; stream: boolean; tools: Array<{ function: { name: string } }> };
     expect(body).toMatchObject({ model: "sim-chat", stream: true });
     const names = body.tools.map((t) => t.function.name);
     expect(names).toContain("exec_command");
     expect(names).toContain("multi_agent_v1__close_agent");
     const rows = await waitFor(async () => {
-      const r = await ledgerRowsSince(start);
+      const r = await f.ledgerRowsSince(start);
       return r.length >= 1 ? r : undefined;
     });
     expect(rows.map((r) => [r.backend, r.status])).toContainEqual(["worker", "ok"]);
@@ -111,13 +86,13 @@ describe("Codex CLI through Switchyard", () => {
 
   it("on Claude: a shell call it runs, and the output back with the call; a namespaced function called under its namespace", async () => {
     const start = new Date();
-    const before = anthropic.requests.length;
-    anthropic.enqueue({ kind: "ok", text: 'TOOL: exec_command {"cmd":"echo switchyard-ok"}' });
-    anthropic.enqueue({ kind: "ok", text: 'TOOL: multi_agent_v1__close_agent {"target":"no-such-agent"}' });
-    anthropic.enqueue({ kind: "ok", text: "Done." });
+    const before = f.anthropic.requests.length;
+    f.anthropic.enqueue({ kind: "ok", text: 'TOOL: exec_command {"cmd":"echo switchyard-ok"}' });
+    f.anthropic.enqueue({ kind: "ok", text: 'TOOL: multi_agent_v1__close_agent {"target":"no-such-agent"}' });
+    f.anthropic.enqueue({ kind: "ok", text: "Done." });
     const { events, last } = await runCodex("Run echo", CLAUDE);
     expect(last).toBe("Done.");
-    const sent = anthropic.requests.slice(before).map((r) => r.body as unknown as Sent);
+    const sent = f.anthropic.requests.slice(before).map((r) => r.body as unknown as Sent);
     expect(sent).toHaveLength(3);
     const [first, second, third] = sent as [Sent, Sent, Sent];
     // Codex's developer instructions are Claude's system prompt; its namespace's functions are tools with the namespace's description.
@@ -137,7 +112,7 @@ describe("Codex CLI through Switchyard", () => {
     expect(answer).toContain("invalid agent id no-such-agent");
     expect(answer).not.toMatch(/unsupported call|unknown tool/i);
     const rows = await waitFor(async () => {
-      const r = await ledgerRowsSince(start);
+      const r = await f.ledgerRowsSince(start);
       return r.length >= 3 ? r : undefined;
     });
     expect(rows.map((r) => [r.backend, r.model, r.status])).toEqual([
@@ -148,14 +123,14 @@ describe("Codex CLI through Switchyard", () => {
   });
 
   it("on Claude with a reasoning effort: Claude thinks, and its signed thinking goes back with the call's output in Codex's own conversation (store: false)", async () => {
-    const before = anthropic.requests.length;
-    anthropic.enqueue({ kind: "ok", text: 'TOOL: exec_command {"cmd":"echo thought-through"}' });
-    anthropic.enqueue({ kind: "ok", text: "Done thinking." });
+    const before = f.anthropic.requests.length;
+    f.anthropic.enqueue({ kind: "ok", text: 'TOOL: exec_command {"cmd":"echo thought-through"}' });
+    f.anthropic.enqueue({ kind: "ok", text: "Done thinking." });
     const { events, last } = await runCodex("Run echo, carefully", CLAUDE, ["-c", 'model_reasoning_effort="high"']);
     expect(last).toBe("Done thinking.");
     // Codex showed Claude's thinking as its reasoning.
     expect(events.some((e) => e.type === "item.completed" && (e.item as { type?: string }).type === "reasoning" && JSON.stringify(e.item).includes(FAKE_THINKING.slice(0, 20)))).toBe(true);
-    const [first, second] = anthropic.requests.slice(before).map((r) => r.body as unknown as Sent) as [Sent, Sent];
+    const [first, second] = f.anthropic.requests.slice(before).map((r) => r.body as unknown as Sent) as [Sent, Sent];
     // Claude 4.6 thinks adaptively at the effort Codex asked.
     expect(first).toMatchObject({ thinking: { type: "adaptive" }, output_config: { effort: "high" } });
     // The tool-result turn starts with the thinking as Claude signed it (the fake verified the signature): Codex sent the reasoning item back with encrypted_content.

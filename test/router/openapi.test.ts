@@ -59,6 +59,8 @@ describe("GET /openapi.json", () => {
         "POST /v1/responses/input_tokens",
         "POST /v1/messages",
         "POST /v1/messages/count_tokens",
+        "POST /v1beta/models/{target}",
+        "POST /v1beta/models/{vendor}/{target}",
       ].sort(),
     );
     // Every route Hono serves is in the document (nothing registered escapes it).

@@ -23,6 +23,7 @@ import { registerListInputItems } from "./routes/v1/responses/list-input-items.t
 import { registerCountInputTokens } from "./routes/v1/responses/count-input-tokens.ts";
 import { registerCreateMessage } from "./routes/v1/messages/create.ts";
 import { registerCountMessageTokens } from "./routes/v1/messages/count_tokens.ts";
+import { registerGeminiModels } from "./routes/v1beta/models/generate.ts";
 import { MemoryResponseStore } from "@switchyard/state";
 import { registerOpenApi } from "./routes/openapi.ts";
 import { oneHandler, routeTable } from "./route-table.ts";
@@ -66,6 +67,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   registerCountInputTokens(routes, deps, responses);
   registerCreateMessage(routes, deps);
   registerCountMessageTokens(routes, deps);
+  registerGeminiModels(routes, deps);
   // Last: the document lists every route registered above (openapi/spec.ts).
   registerOpenApi(routes, app);
 
