@@ -1,6 +1,6 @@
 // Google's Gemini API inbound, through a real router (real Redis and
 // Postgres, budgets, ledger): generateContent, streamGenerateContent (SSE
-// and the JSON array) and countTokens on a worker, an OpenRouter model whose
+// and the JSON array), countTokens and the embed calls on a worker, an OpenRouter model whose
 // vendor/model name takes two path segments, errors in Google's shape, and
 // on Claude (the
 // Anthropic backend's fake, which signs its thinking and refuses a
@@ -80,6 +80,12 @@ describe("Gemini's generateContent on a worker", () => {
     expect(await ledgerRow(res.headers.get("x-request-id")!)).toMatchObject({ backend: "worker", model: WORKER_MODEL, status: "ok", completion_tokens: 4 });
   });
 
+  it("takes the key as ?key=, as Google's curl examples send it", async () => {
+    const res = await fetch(`${fx.router.url}/v1beta/models/${WORKER_MODEL}:generateContent?key=${encodeURIComponent(fx.key)}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(hello) });
+    expect(res.status).toBe(200);
+    expect(partsOf((await res.json()) as Json)).toEqual([{ text: "tok0 tok1 tok2 tok3 " }]);
+  });
+
   it("streams Google's SSE with alt=sse (the last frame with finishReason and usage), and a JSON array without it", async () => {
     const res = await fetch(`${fx.router.url}/v1beta/models/${WORKER_MODEL}:streamGenerateContent?alt=sse`, { method: "POST", headers: { "content-type": "application/json", "x-goog-api-key": fx.key }, body: JSON.stringify(hello) });
     expect(res.status).toBe(200);
@@ -109,6 +115,27 @@ describe("Gemini's generateContent on a worker", () => {
     expect(((await b.json()) as { totalTokens: number }).totalTokens).toBe(totalTokens);
   });
 
+  it("embeds as /v1/embeddings does: embedContent and batchEmbedContents, in the requests' order", async () => {
+    const native = async (input: string[]) => {
+      const r = await fetch(`${fx.router.url}/v1/embeddings`, { method: "POST", headers: { authorization: `Bearer ${fx.key}`, "content-type": "application/json" }, body: JSON.stringify({ model: WORKER_MODEL, input }) });
+      return ((await r.json()) as { data: Array<{ embedding: number[] }> }).data.map((d) => d.embedding);
+    };
+    const [cat, dog] = await native(["a cat", "a dog"]);
+    const one = await call(WORKER_MODEL, "embedContent", { content: { parts: [{ text: "a cat" }] }, taskType: "RETRIEVAL_DOCUMENT", title: "pets" });
+    expect(one.status).toBe(200);
+    expect(await one.json()).toEqual({ embedding: { values: cat } });
+    expect(worker.lastBody).toMatchObject({ model: WORKER_MODEL, input: ["a cat"] });
+    const batch = await call(WORKER_MODEL, "batchEmbedContents", { requests: ["a cat", "a dog"].map((text) => ({ model: `models/${WORKER_MODEL}`, content: { parts: [{ text }] } })) });
+    expect(await batch.json()).toEqual({ embeddings: [{ values: cat }, { values: dog }] });
+    expect(await ledgerRow(batch.headers.get("x-request-id")!)).toMatchObject({ backend: "worker", model: WORKER_MODEL, status: "ok" });
+    // A request of the batch naming another model, and a generate field on an embed call: Google's 400s.
+    const other = await call(WORKER_MODEL, "batchEmbedContents", { requests: [{ model: "models/other", content: { parts: [{ text: "x" }] } }] });
+    expect(other.status).toBe(400);
+    expect(((await other.json()) as { error: { message: string } }).error.message).toContain("requests[0].model");
+    const mixed = await call(WORKER_MODEL, "embedContent", { content: { parts: [{ text: "x" }] }, contents: [] });
+    expect(((await mixed.json()) as { error: { message: string } }).error.message).toContain("contents: embedContent does not take it");
+  });
+
   it("errs in Google's shape: a bad key, an unknown method, an unknown field, a model nothing serves", async () => {
     const expectError = async (res: Response, code: number, status: string, message: string) => {
       expect(res.status).toBe(code);
@@ -117,7 +144,8 @@ describe("Gemini's generateContent on a worker", () => {
       expect(body.error.message).toContain(message);
     };
     await expectError(await call(WORKER_MODEL, "generateContent", hello, { "x-goog-api-key": "sy_nope" }), 401, "UNAUTHENTICATED", "invalid API key");
-    await expectError(await call(WORKER_MODEL, "embedContent", hello), 404, "NOT_FOUND", "no method 'embedContent'");
+    await expectError(await call(WORKER_MODEL, "generateContent", hello, {}), 401, "UNAUTHENTICATED", "x-goog-api-key: sy_… or ?key=sy_…");
+    await expectError(await call(WORKER_MODEL, "predict", hello), 404, "NOT_FOUND", "no method 'predict'");
     await expectError(await call(WORKER_MODEL, "generateContent", { ...hello, temperatur: 1 }), 400, "INVALID_ARGUMENT", "temperatur");
     await expectError(await call("no-such-model", "generateContent", hello), 404, "NOT_FOUND", "no-such-model");
     await expectError(await call(WORKER_MODEL, "generateContent", { ...hello, tools: [{ googleSearch: {} }] }), 400, "INVALID_ARGUMENT", "tools[0].googleSearch");

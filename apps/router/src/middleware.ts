@@ -117,9 +117,11 @@ function endRequestSpan(c: Context<AppEnv>, span: Span, status: number): void {
 
 /**
  * The bearer key → tenant. `apiKeyHeader` also takes the key from that header
- * (Anthropic's clients send `x-api-key`); Authorization wins when both come.
+ * (Anthropic's clients send `x-api-key`), and `apiKeyQuery` from that query
+ * parameter (Google's API takes `?key=`, and its curl examples send it);
+ * Authorization wins, then the header.
  */
-export function authenticate(deps: AppDeps, opts: { apiKeyHeader?: string } = {}): MiddlewareHandler<AppEnv> {
+export function authenticate(deps: AppDeps, opts: { apiKeyHeader?: string; apiKeyQuery?: string } = {}): MiddlewareHandler<AppEnv> {
   // Not an async function: a key the resolver has cached answers at once, and
   // the chain goes on with `return next()` — no promise and no await of its
   // own on every request (issue 14). A throw here is caught by Hono's compose
@@ -127,8 +129,11 @@ export function authenticate(deps: AppDeps, opts: { apiKeyHeader?: string } = {}
   // next() resolves to is never mistaken for one.
   return markAuth((c, next) => {
     const header = c.req.header("authorization");
-    const alt = opts.apiKeyHeader && header === undefined ? c.req.header(opts.apiKeyHeader)?.trim() : undefined;
-    if (!header && !alt) throw new ApiError("missing_api_key", `missing API key: send Authorization: Bearer sy_…${opts.apiKeyHeader ? ` or ${opts.apiKeyHeader}: sy_…` : ""}`);
+    let alt = opts.apiKeyHeader && header === undefined ? c.req.header(opts.apiKeyHeader)?.trim() : undefined;
+    if (opts.apiKeyQuery && header === undefined && !alt) alt = c.req.query(opts.apiKeyQuery)?.trim();
+    if (!header && !alt) {
+      throw new ApiError("missing_api_key", `missing API key: send Authorization: Bearer sy_…${opts.apiKeyHeader ? ` or ${opts.apiKeyHeader}: sy_…` : ""}${opts.apiKeyQuery ? ` or ?${opts.apiKeyQuery}=sy_…` : ""}`);
+    }
     const m = alt ? [alt, alt] : /^Bearer\s+(\S+)\s*$/i.exec(header!);
     if (!m) throw new ApiError("invalid_api_key", "malformed Authorization header: expected Bearer <key>");
     const resolved = deps.keys.resolve(m[1]!);
