@@ -56,6 +56,10 @@ describe("the private redis-server of up --processes", () => {
     const c1 = await append(first, ["killed-1", "killed-2", "killed-3"]);
     await c1.xgroup("CREATE", stream, "ledger", "0", "MKSTREAM");
     await c1.xreadgroup("GROUP", "ledger", "dead-router", "COUNT", 1, "STREAMS", stream, ">");
+    // Written to the append-only file (not yet fsynced: a killed process loses none of that). While a slow
+    // disk is still fsyncing, everysec postpones the write up to 2 s, replies going out meanwhile: a CI box
+    // running many tests once lost two of the three rows so. That window is Redis's everysec (private-redis.ts).
+    await waitFor(async () => /aof_buffer_length:0\r?\n/.test(await c1.info("persistence")), { timeoutMs: 5_000, what: "the AOF buffer written" });
     c1.disconnect();
     // ... then the server itself is SIGKILLed: no shutdown, no final save.
     process.kill(first.pid, "SIGKILL");

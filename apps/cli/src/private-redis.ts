@@ -10,8 +10,11 @@
 // is durable: an append-only file in <home>/redis (no RDB snapshots),
 // `appendfsync everysec`. Redis write()s the AOF before it answers a
 // command, so a killed `up`, a killed redis-server or the next `up`
-// stopping a left-over one loses nothing that was acknowledged; only the
-// machine itself going down can lose the last second not yet fsynced.
+// stopping a left-over one loses nothing that was acknowledged — but for
+// one window: while a slow disk is still fsyncing the last second, everysec
+// postpones the write (up to 2 s) and answers meanwhile, so a redis-server
+// killed then loses those writes, as the machine going down loses the last
+// second not yet fsynced.
 // `always` would fsync on every event-loop turn, and every request's ledger
 // XADD would wait on the disk (milliseconds on a loaded or networked disk)
 // for a failure mode in which the local worker and the requests in flight
