@@ -274,7 +274,8 @@ function toBigInt(v: bigint | number, what: string): bigint {
   return BigInt(v);
 }
 
-function divCeil(n: bigint, d: bigint): bigint {
+/** n ÷ d rounded up (n, d ≥ 0, d > 0): every price derived from another is, never under what is billed. */
+export function divCeil(n: bigint, d: bigint): bigint {
   return (n + d - 1n) / d; // n ≥ 0, d > 0
 }
 

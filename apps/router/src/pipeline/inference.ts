@@ -108,8 +108,8 @@ export class InferencePipeline {
       const routed = stage(this.trace, "routing", () => this.resolve());
       const { resolution, cls, leased } = routed instanceof Promise ? await routed : routed;
       const stripUsage = this.askForUsage();
-      const tab = this.hold(this.betas);
-      const result = await this.attempt(leased, resolution, cls, tab, stripUsage, this.betas);
+      const tab = this.hold();
+      const result = await this.attempt(leased, resolution, cls, tab, stripUsage);
       // A stream's or raw bytes' duration is observed at their last byte (relay/stream.ts, raw.ts), not here.
       if (this.body.stream === true || this.opts.raw) this.c.set("streaming", true);
       return result.response;
@@ -233,13 +233,13 @@ export class InferencePipeline {
   }
 
   /** The request's budget tab: paid attempts are held against the tenant's day through it, and it settles the ledger row. */
-  private hold(betas: readonly string[] | undefined): RequestTab {
+  private hold(): RequestTab {
     const startedAt = this.c.get("startedAt");
     return this.deps.guard.open({
       requestId: this.c.get("requestId"),
       tenant: this.tenant,
       path: this.path,
-      facts: bodyFacts(this.path, this.body, this.bound(), betas),
+      facts: bodyFacts(this.path, this.body, this.bound(), this.betas),
       model: this.body.model,
       arrivedAtMs: Date.now() - (performance.now() - startedAt),
       startedAtPerf: startedAt,
@@ -247,8 +247,8 @@ export class InferencePipeline {
   }
 
   /** Dispatch with failover; each attempt is admitted by the pool place and the tab, and the end settles both. */
-  private attempt(leased: LeaseRouting, resolution: Resolution, cls: RequestClass, tab: RequestTab, stripUsage: boolean, betas: readonly string[] | undefined) {
-    const { c, deps, body } = this;
+  private attempt(leased: LeaseRouting, resolution: Resolution, cls: RequestClass, tab: RequestTab, stripUsage: boolean) {
+    const { c, deps, body, betas } = this;
     const { raw, detached } = this.opts;
     // The relay's callbacks take what they need as locals, not `this`: a
     // stream's relay outlives the handler, and through `this` it would keep

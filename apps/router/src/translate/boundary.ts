@@ -4,7 +4,7 @@
 // any chat request (admission, chain, leases, budget hold, failover, ledger);
 // the chat answer — one JSON body, or an SSE stream of chunks — is
 // translated back here, event by event, by the route's translator.
-import { ApiError } from "../errors.ts";
+import { ApiError, errorCodes, type ErrorCode } from "../errors.ts";
 import type { Context } from "hono";
 import type { Backend } from "../backends/types.ts";
 import type { AppDeps, AppEnv } from "../deps.ts";
@@ -19,6 +19,11 @@ export const isObject = (v: unknown): v is Json => typeof v === "object" && v !=
 export interface StreamFailure {
   message: string;
   code: string;
+}
+
+/** A stream failure's HTTP status, for a wire format's error (its router error code's; any other code is a 500). */
+export function failureStatus(code: string): number {
+  return Object.hasOwn(errorCodes, code) ? errorCodes[code as ErrorCode].status : 500;
 }
 
 /** Turns one streamed chat answer into the client's SSE frames (each a whole `event:`/`data:` frame). */

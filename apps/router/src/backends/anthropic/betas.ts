@@ -9,7 +9,7 @@
 // refuses by name anyway — and refusing them would refuse Claude Code.
 // Sending them would hand Anthropic switches for answers the translation
 // does not read (new block types, server tools).
-import type { TokenPrice } from "@switchyard/db";
+import { divCeil, type TokenPrice } from "@switchyard/db";
 
 /** Claude's 1M-token context window (Sonnet 4 and later, Opus 4.6): prompts past 200k tokens are billed at the price row's long-context tier. */
 export const CONTEXT_1M_BETA = "context-1m-2025-08-07";
@@ -32,8 +32,7 @@ export const ANTHROPIC_LONG_CONTEXT = { thresholdTokens: 200_000, inputPermille:
 export function anthropicBilled(price: TokenPrice): TokenPrice {
   if (price.longContext) return price;
   const { thresholdTokens, inputPermille, outputPermille } = ANTHROPIC_LONG_CONTEXT;
-  // Rounded up, as every price derived from another (money.ts): never under what is billed.
-  const times = (micro: bigint, permille: bigint) => (micro * permille + 999n) / 1_000n;
+  const times = (micro: bigint, permille: bigint) => divCeil(micro * permille, 1_000n);
   return { ...price, longContext: { thresholdTokens, inputMicroPerMtok: times(price.inputMicroPerMtok, inputPermille), outputMicroPerMtok: times(price.outputMicroPerMtok, outputPermille) } };
 }
 

@@ -5,20 +5,19 @@
 // never streams a partial call); the last frame carries finishReason and
 // usageMetadata. A failure after the first byte is one `{"error":…}` frame,
 // as Google's streams end on one.
-import { continuesCall, isObject, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
+import { continuesCall, failureStatus, isObject, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
+import { errorCodes } from "../../errors.ts";
 import { mergeDetail } from "../../backends/reasoning.ts";
-import { errorCodes, type ErrorCode } from "../../errors.ts";
 import { callArgs, envelope, finishWithCalls, functionCallPart, geminiErrorBody, usageMetadata, type GeminiAnswerShape } from "./response.ts";
 import { mintThoughtSignature } from "./signature.ts";
 
 /**
- * A router error code's HTTP status (Google's clients retry by the error's
- * `code`: 429 and 5xx); a code from elsewhere is a 504 when it names a
- * timeout, else a 500.
+ * A failure's status (Google's clients retry by the error's `code`: 429 and
+ * 5xx): its router error code's, and a code from elsewhere that names a
+ * timeout is a 504, not boundary.ts's 500.
  */
-function failureStatus(code: string): number {
-  if (Object.hasOwn(errorCodes, code)) return errorCodes[code as ErrorCode].status;
-  return code.includes("timeout") ? 504 : 500;
+function geminiFailureStatus(code: string): number {
+  return !Object.hasOwn(errorCodes, code) && code.includes("timeout") ? 504 : failureStatus(code);
 }
 
 /** The call being assembled: its chat tool_calls index and id, and its arguments so far. */
@@ -124,6 +123,6 @@ export class GeminiStreamTranslator implements StreamTranslator {
   }
 
   fail(failure: StreamFailure): string[] {
-    return [`data: ${JSON.stringify(geminiErrorBody(failureStatus(failure.code), failure.message))}\r\n\r\n`];
+    return [`data: ${JSON.stringify(geminiErrorBody(geminiFailureStatus(failure.code), failure.message))}\r\n\r\n`];
   }
 }

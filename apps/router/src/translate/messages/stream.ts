@@ -5,13 +5,10 @@
 // (a redacted_thinking block comes whole in its start), then message_delta
 // (stop_reason, usage) and message_stop; a failure after the first byte is
 // one `event: error`.
-import { continuesCall, isObject, sseFrame, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
-import { errorCodes, type ErrorCode } from "../../errors.ts";
+import { continuesCall, failureStatus, isObject, sseFrame, type Json, type StreamFailure, type StreamTranslator } from "../boundary.ts";
 import { anthropicErrorType, anthropicUsage, newMessageId, stopOf, type AnswerShape } from "./response.ts";
 import { thinkingPiece, type ThinkingDisplay } from "./thinking.ts";
 
-/** A router error code's HTTP status (for Anthropic's error type); a code from elsewhere is a 500. */
-const failureStatus = (code: string): number => (Object.hasOwn(errorCodes, code) ? errorCodes[code as ErrorCode].status : 500);
 
 type BlockKind = "thinking" | "redacted_thinking" | "text" | "tool_use";
 

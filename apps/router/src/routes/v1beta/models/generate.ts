@@ -76,7 +76,8 @@ export const generateContentSchema = z.object({ ...generateFields, ...embedField
 type Method = "generateContent" | "streamGenerateContent" | "countTokens" | EmbedMethod;
 const METHODS = new Set<string>(["generateContent", "streamGenerateContent", "countTokens", "embedContent", "batchEmbedContents"]);
 const EMBED_ONLY = Object.keys(embedFields);
-const GENERATE_ONLY = ["contents", "systemInstruction", "tools", "toolConfig", "generationConfig", "safetySettings", "cachedContent", "labels", "generateContentRequest"];
+// `model` is both kinds' (a countTokens' generateContentRequest and a batch's requests name it).
+const GENERATE_ONLY = [...Object.keys(generateFields).filter((k) => k !== "model"), "generateContentRequest"];
 
 /** A field of the other kind of call (`content` on generateContent, `contents` on embedContent) is the 400 Google answers for an unknown name. */
 function refuseOthers(body: Json, others: readonly string[], method: Method): void {
